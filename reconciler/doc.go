@@ -1,0 +1,41 @@
+// Package reconciler drives objects in a StateDB table into a target system.
+//
+// The objects carry a [status.Status] (or a [status.Set] when several
+// reconcilers share them). Whoever writes desired state sets the status to
+// Pending; the reconciler registered with [Register] notices, calls the
+// user's [Operations] (or [BatchOperations]) and writes Done or Error back.
+// Deleted objects are handed to Delete. Failures are retried with
+// exponential backoff; [Operations.Prune] is given the whole desired set
+// after the table is initialized and then periodically, so the target can
+// drop what should not exist; optionally, objects are refreshed periodically
+// to repair drift.
+//
+// # Guarantees
+//
+//   - An object whose status is Pending or Refreshing is handed to Update,
+//     possibly skipping intermediate versions, and its status ends Done or
+//     Error for the version that was handed over.
+//   - A deleted object is handed to Delete, even if it was deleted while the
+//     reconciler was busy. A failed Delete is retried until it succeeds or
+//     the object is inserted again.
+//   - A status is written with compare-and-swap: it never overwrites a newer
+//     version of the object. If the only change since is another
+//     reconciler's status (the object's own status identity is unchanged),
+//     the result is still recorded rather than redone.
+//   - With [WithConcurrency], at most one operation per object is in flight
+//     and an object's versions are applied in revision order.
+//
+// # Errors returned by operations
+//
+// Any error marks the object Error and schedules a retry with backoff
+// (see [WithRetry] and [WithRetryJitter]). Wrap it with [TerminalError] to
+// stop retrying until the object changes, or with [RetryAfter] to choose the
+// next attempt's time. A panicking operation is recovered, logged with its
+// stack and treated as an error wrapping [ErrPanic].
+//
+// # Lifecycle
+//
+// The reconciler runs as jobs of the [job.Group] in [Params]; it starts and
+// stops with the hive. When the hive stops, operations in flight see their
+// context cancelled and no operation starts afterwards.
+package reconciler

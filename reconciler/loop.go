@@ -1,0 +1,167 @@
+package reconciler
+
+import (
+	"context"
+	"fmt"
+	"iter"
+	"time"
+
+	"github.com/cilium/hive/cell"
+	"github.com/cilium/statedb"
+)
+
+// loop is the state of the reconcile job. A round has four stages: collect
+// work from the table's changes and from due retries; run the operations;
+// commit their outcome (statuses, retries); report progress, health and
+// metrics. With one worker the stages run in order on this goroutine. With
+// more, run hands work to a workerPool, and commit takes whatever finished.
+type loop[Obj any] struct {
+	r    *reconciler[Obj]
+	exec executor[Obj]
+	pool *workerPool[Obj] // nil with concurrency 1
+
+	work     []op[Obj] // collected this round, not yet run or dispatched
+	lastRev  statedb.Revision
+	needKeys bool // ops carry their primary key (worker mode)
+
+	health healthReporter
+}
+
+func (l *loop[Obj]) add(o op[Obj]) { l.work = append(l.work, o) }
+
+// loop runs until ctx ends. It returns nil on a normal stop.
+func (r *reconciler[Obj]) loop(ctx context.Context, health cell.Health) error {
+	wtxn := r.db.WriteTxn(r.table)
+	changes, err := r.table.Changes(wtxn)
+	wtxn.Commit()
+	if err != nil {
+		return fmt.Errorf("watching changes of table %q: %w", r.table.Name(), err)
+	}
+	defer changes.Close()
+
+	l := &loop[Obj]{r: r, exec: executor[Obj]{r: r}, health: healthReporter{health: health}}
+	if r.opts.concurrency > 1 {
+		l.pool = newWorkerPool(ctx, r)
+		l.needKeys = true
+		defer l.pool.stop()
+	}
+
+	var pruneTick <-chan time.Time
+	if r.opts.pruneInterval > 0 {
+		t := time.NewTicker(r.opts.pruneInterval)
+		defer t.Stop()
+		pruneTick = t.C
+	}
+	retryTimer := time.NewTimer(time.Hour)
+	retryTimer.Stop()
+	defer retryTimer.Stop()
+
+	_, initWatch := r.table.Initialized(r.db.ReadTxn())
+	initialized, prune := false, false
+	changesWatch := closedChan
+
+	for {
+		var results <-chan struct{}
+		watch := changesWatch
+		if l.pool != nil {
+			results = l.pool.finished
+			if l.pool.full() {
+				watch = nil // read no more changes until work drains
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-watch:
+		case <-retryTimer.C:
+		case <-results:
+		case <-initWatch:
+			initialized, initWatch = true, nil
+			prune = prune || r.opts.pruneInterval > 0
+		case <-pruneTick:
+			prune = true
+		case <-r.pruneRequests:
+			prune = true
+		}
+		if lim := r.opts.roundLimiter; lim != nil {
+			if err := lim.Wait(ctx); err != nil {
+				return nil
+			}
+		}
+
+		txn := r.db.ReadTxn()
+		now := r.now()
+		var failed int
+		if l.pool == nil {
+			failed, changesWatch = l.roundInline(ctx, txn, changes, now)
+		} else {
+			failed, changesWatch = l.roundWorkers(txn, changes, now)
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		if prune && initialized {
+			prune = false
+			r.lastPruneErr = r.prune(ctx, txn)
+		}
+		l.report(txn, failed)
+
+		retryTimer.Stop()
+		if at, ok := r.retries.next(); ok {
+			retryTimer.Reset(at.Sub(r.now()))
+		}
+	}
+}
+
+// roundInline runs one round with operations on the loop's goroutine.
+func (l *loop[Obj]) roundInline(ctx context.Context, txn statedb.ReadTxn, changes statedb.ChangeIterator[Obj], now time.Time) (int, <-chan struct{}) {
+	r := l.r
+	l.work = l.work[:0]
+	seq, watch := changes.Next(txn)
+	budget := r.opts.roundSize
+	budget -= l.collectChanges(seq, budget)
+	l.collectRetries(txn, now, budget)
+
+	l.exec.run(ctx, txn, l.work)
+	if ctx.Err() != nil {
+		return 0, watch
+	}
+	failed := r.commit(l.work, nil, r.now())
+	clear(l.work) // drop object references until the next round
+	r.progress.update(l.lastRev, r.retries.lowWatermark())
+	return failed, watch
+}
+
+// roundWorkers commits what the workers finished and hands them new work.
+func (l *loop[Obj]) roundWorkers(txn statedb.ReadTxn, changes statedb.ChangeIterator[Obj], now time.Time) (int, <-chan struct{}) {
+	r, p := l.r, l.pool
+	done := p.takeFinished()
+	failed := r.commit(done, p.superseded, r.now())
+	l.work = l.work[:0]
+	p.release(done, l.add)
+	clear(done)
+
+	watch := closedChan
+	if budget := p.room(); budget > 0 {
+		var seq iter.Seq2[statedb.Change[Obj], statedb.Revision]
+		seq, watch = changes.Next(txn)
+		budget -= l.collectChanges(seq, budget)
+		l.collectRetries(txn, now, budget)
+	}
+	p.dispatch(l.work)
+	clear(l.work)
+
+	rev := l.lastRev
+	if low, busy := p.lowestInFlight(); busy {
+		rev = min(rev, low-1)
+	}
+	r.progress.update(rev, r.retries.lowWatermark())
+	return failed, watch
+}
+
+// closedChan is a closed channel: receiving from it never blocks.
+var closedChan = func() <-chan struct{} {
+	ch := make(chan struct{})
+	close(ch)
+	return ch
+}()

@@ -1,0 +1,182 @@
+package reconciler
+
+import (
+	"fmt"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/converge-go/converge/metrics"
+)
+
+// Option configures a reconciler. Options are applied in order; a later
+// option overrides an earlier one. Values are checked by [Register], which
+// returns an error wrapping [ErrInvalidConfig] for any out of range.
+type Option func(*options)
+
+// options holds every setting. defaultOptions documents the defaults in one
+// place; the With* docs refer to it.
+type options struct {
+	name    string
+	metrics metrics.Metrics
+
+	pruneInterval time.Duration
+
+	refreshInterval time.Duration
+	refreshLimiter  *rate.Limiter
+
+	retryMin, retryMax time.Duration
+	retryJitter        float64
+
+	roundSize    int
+	roundLimiter *rate.Limiter
+
+	concurrency      int
+	operationTimeout time.Duration
+	recoverPanics    bool
+}
+
+// defaultOptions returns the defaults:
+//
+//	name               ""              (jobs are "reconcile" and "refresh")
+//	metrics            Params.DefaultMetrics, else unpublished expvar metrics
+//	prune interval     1h              (WithPruning, WithoutPruning)
+//	refresh            disabled        (WithRefreshing)
+//	retry backoff      100ms to 1m     (WithRetry), doubling per failure
+//	retry jitter       0.1             (WithRetryJitter): ±10% of the backoff
+//	round size         1000 objects    (WithRoundLimits)
+//	round rate limit   none            (WithRoundLimits)
+//	concurrency        1               (WithConcurrency)
+//	operation timeout  none            (WithOperationTimeout)
+//	panic recovery     on              (WithoutPanicRecovery)
+//
+// Rounds are not rate limited by default: a round starts as soon as there is
+// work, and changes that arrive while a round runs are gathered into the
+// next, so rounds grow with load by themselves.
+func defaultOptions() options {
+	return options{
+		pruneInterval: time.Hour,
+		retryMin:      100 * time.Millisecond,
+		retryMax:      time.Minute,
+		retryJitter:   0.1,
+		roundSize:     1000,
+		concurrency:   1,
+		recoverPanics: true,
+	}
+}
+
+func (o *options) validate() error {
+	switch {
+	case o.pruneInterval < 0:
+		return fmt.Errorf("%T: prune interval must not be negative, got %s: %w", *o, o.pruneInterval, ErrInvalidConfig)
+	case o.refreshInterval < 0:
+		return fmt.Errorf("%T: refresh interval must not be negative, got %s: %w", *o, o.refreshInterval, ErrInvalidConfig)
+	case o.retryMin <= 0:
+		return fmt.Errorf("%T: minimum retry backoff must be positive, got %s: %w", *o, o.retryMin, ErrInvalidConfig)
+	case o.retryMax < o.retryMin:
+		return fmt.Errorf("%T: maximum retry backoff %s is below the minimum %s: %w", *o, o.retryMax, o.retryMin, ErrInvalidConfig)
+	case !(o.retryJitter >= 0 && o.retryJitter < 1):
+		return fmt.Errorf("%T: retry jitter must be in [0, 1), got %v: %w", *o, o.retryJitter, ErrInvalidConfig)
+	case o.roundSize <= 0:
+		return fmt.Errorf("%T: round size must be positive, got %d: %w", *o, o.roundSize, ErrInvalidConfig)
+	case o.concurrency <= 0:
+		return fmt.Errorf("%T: concurrency must be positive, got %d: %w", *o, o.concurrency, ErrInvalidConfig)
+	case o.operationTimeout < 0:
+		return fmt.Errorf("%T: operation timeout must not be negative, got %s: %w", *o, o.operationTimeout, ErrInvalidConfig)
+	}
+	return nil
+}
+
+// WithName names the reconciler, to tell apart several on one table (for
+// example with a [status.Set]). The name scopes its jobs, health and metrics.
+func WithName(name string) Option {
+	return func(o *options) { o.name = name }
+}
+
+// WithMetrics sets where figures are reported, overriding
+// Params.DefaultMetrics. If m also implements [metrics.QueueMetrics] it
+// receives the queue and latency figures.
+func WithMetrics(m metrics.Metrics) Option {
+	return func(o *options) { o.metrics = m }
+}
+
+// WithPruning prunes every interval, once the table is initialized. Pruning
+// is on by default, every hour. An interval of zero disables periodic
+// pruning, like [WithoutPruning]; [Reconciler.Prune] still works.
+func WithPruning(interval time.Duration) Option {
+	return func(o *options) { o.pruneInterval = interval }
+}
+
+// WithoutPruning disables periodic pruning. The first prune after the table
+// is initialized is skipped too; [Reconciler.Prune] still prunes on request.
+func WithoutPruning() Option {
+	return func(o *options) { o.pruneInterval = 0 }
+}
+
+// WithRefreshing marks Done objects whose status is older than interval as
+// Refreshing, so that Update is called for them again. limiter bounds how
+// many objects per second are marked; nil means no bound. Refreshing is off
+// by default; an interval of zero keeps it off.
+func WithRefreshing(interval time.Duration, limiter *rate.Limiter) Option {
+	return func(o *options) {
+		o.refreshInterval = interval
+		o.refreshLimiter = limiter
+	}
+}
+
+// WithRetry sets the backoff between attempts on a failing object: minBackoff
+// after the first failure, doubling with every further failure up to
+// maxBackoff. Both must be positive and minBackoff <= maxBackoff. Defaults:
+// 100ms and 1m.
+func WithRetry(minBackoff, maxBackoff time.Duration) Option {
+	return func(o *options) {
+		o.retryMin = minBackoff
+		o.retryMax = maxBackoff
+	}
+}
+
+// WithRetryJitter randomises each backoff by up to ±fraction of itself, so
+// that objects failing together do not retry in lockstep. fraction must be
+// in [0, 1); the default is 0.1. The backoff therefore stays within
+// [min, max] × (1 ± fraction).
+func WithRetryJitter(fraction float64) Option {
+	return func(o *options) { o.retryJitter = fraction }
+}
+
+// WithRoundLimits bounds a round, the unit in which changes are read,
+// operated on and committed: at most numObjects objects per round (default
+// 1000), and if limiter is not nil, rounds per second. Larger rounds mean
+// fewer write transactions and bigger batches, but later status updates.
+func WithRoundLimits(numObjects int, limiter *rate.Limiter) Option {
+	return func(o *options) {
+		o.roundSize = numObjects
+		o.roundLimiter = limiter
+	}
+}
+
+// WithConcurrency runs Update and Delete on up to n workers (default 1).
+// With n == 1 operations run on the reconciler's own goroutine, one after
+// another, in revision order. With n > 1 each round's work is shared out
+// among the workers; at most one operation per object is in flight, a newer
+// version of a busy object waits for (and replaces any older version
+// waiting for) the one in flight, and a slow operation holds back only the
+// worker it occupies. Results are committed as they arrive. With
+// BatchOperations a worker takes an equal share of the work queued at the
+// time, up to the round size, as one batch.
+func WithConcurrency(n int) Option {
+	return func(o *options) { o.concurrency = n }
+}
+
+// WithOperationTimeout ends each Update, Delete, batch or Prune call's
+// context after d. A timed-out operation fails and is retried like any
+// other. The default, zero, sets no timeout.
+func WithOperationTimeout(d time.Duration) Option {
+	return func(o *options) { o.operationTimeout = d }
+}
+
+// WithoutPanicRecovery lets panics in operations crash the program, for
+// debugging. By default a panic is recovered, logged with its stack, and
+// recorded as an error wrapping [ErrPanic] on the objects concerned.
+func WithoutPanicRecovery() Option {
+	return func(o *options) { o.recoverPanics = false }
+}

@@ -1,0 +1,91 @@
+package reconciler
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/cilium/hive/cell"
+	"github.com/cilium/statedb"
+
+	"github.com/converge-go/converge/status"
+)
+
+// refreshBatch is how many objects one write transaction marks Refreshing.
+const refreshBatch = 1000
+
+// refreshLoop periodically marks Done objects whose status is older than the
+// refresh interval as Refreshing, so the reconcile job updates them again.
+func (r *reconciler[Obj]) refreshLoop(ctx context.Context, health cell.Health) error {
+	var last statedb.Revision
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-timer.C:
+		}
+		wait := r.refreshSweep(ctx, &last)
+		if ctx.Err() != nil {
+			return nil
+		}
+		timer.Reset(wait)
+		health.OK(fmt.Sprintf("Next refresh in %s", wait.Round(time.Millisecond)))
+	}
+}
+
+type refreshCandidate[Obj any] struct {
+	obj Obj
+	rev statedb.Revision
+}
+
+// refreshSweep walks the objects in revision order from last+1, marking the
+// stale Done ones Refreshing, and returns when to sweep next. Objects are
+// visited in the order they were last written, so the walk stops at the
+// first one that is not yet stale.
+func (r *reconciler[Obj]) refreshSweep(ctx context.Context, last *statedb.Revision) time.Duration {
+	interval := r.opts.refreshInterval
+	wait := interval
+	now := r.now()
+	var batch []refreshCandidate[Obj]
+	txn := r.db.ReadTxn()
+	for obj, rev := range r.table.LowerBound(txn, statedb.ByRevision[Obj](*last+1)) {
+		st := r.getStatus(obj)
+		if age := now.Sub(st.UpdatedAt); age < interval {
+			wait = interval - age
+			break
+		}
+		*last = rev
+		if st.Kind != status.KindDone {
+			continue
+		}
+		if lim := r.opts.refreshLimiter; lim != nil && !lim.Allow() {
+			r.markRefreshing(batch)
+			batch = batch[:0]
+			if lim.Wait(ctx) != nil {
+				return wait
+			}
+		}
+		batch = append(batch, refreshCandidate[Obj]{obj, rev})
+		if len(batch) == refreshBatch {
+			r.markRefreshing(batch)
+			batch = batch[:0]
+		}
+	}
+	r.markRefreshing(batch)
+	return wait
+}
+
+// markRefreshing sets the candidates that have not changed since they were
+// read to Refreshing, in one write transaction.
+func (r *reconciler[Obj]) markRefreshing(batch []refreshCandidate[Obj]) {
+	if len(batch) == 0 {
+		return
+	}
+	wtxn := r.db.WriteTxn(r.table)
+	for _, c := range batch {
+		r.table.CompareAndSwap(wtxn, c.rev, r.setStatus(r.clone(c.obj), status.Refreshing()))
+	}
+	wtxn.Commit()
+}

@@ -1,0 +1,170 @@
+package reconciler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/cilium/hive/cell"
+	"github.com/cilium/hive/job"
+	"github.com/cilium/statedb"
+
+	"github.com/converge-go/converge/metrics"
+	"github.com/converge-go/converge/status"
+)
+
+// Register creates a reconciler for table and adds its jobs to
+// params.JobGroup, so it starts and stops with the hive. Call it from a
+// cell.Invoke (or a constructor) of the module that owns the table.
+//
+// clone copies an object before it is handed to Update, which may then
+// modify it. setStatus returns the object with the reconciler's status
+// replaced (it is given a clone and may modify it in place); getStatus reads
+// that status. Passing them as functions lets one object carry the statuses
+// of several reconcilers, for example in a [status.Set]. batchOps may be nil;
+// if not, it is used instead of ops for updates and deletes.
+//
+// Register returns an error wrapping [ErrInvalidConfig] if an argument is
+// nil or an option is out of range. It does not block.
+func Register[Obj any](
+	params Params,
+	table statedb.RWTable[Obj],
+	clone func(Obj) Obj,
+	setStatus func(Obj, status.Status) Obj,
+	getStatus func(Obj) status.Status,
+	ops Operations[Obj],
+	batchOps BatchOperations[Obj],
+	opts ...Option,
+) (Reconciler[Obj], error) {
+	if err := checkArgs(params, table, clone, setStatus, getStatus, ops); err != nil {
+		return nil, err
+	}
+	o := defaultOptions()
+	for _, opt := range opts {
+		if opt == nil {
+			return nil, fmt.Errorf("nil Option: %w", ErrInvalidConfig)
+		}
+		opt(&o)
+	}
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	if o.metrics == nil {
+		o.metrics = params.DefaultMetrics
+	}
+	if o.metrics == nil {
+		o.metrics = metrics.NewUnpublishedExpVar()
+	}
+	log := params.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if o.name != "" {
+		log = log.With("reconciler", o.name)
+	}
+	r := &reconciler[Obj]{
+		opts:          o,
+		log:           log,
+		db:            params.DB,
+		table:         table,
+		moduleID:      params.ModuleID,
+		clone:         clone,
+		setStatus:     setStatus,
+		getStatus:     getStatus,
+		ops:           ops,
+		batchOps:      batchOps,
+		metrics:       o.metrics,
+		primary:       table.PrimaryIndexer(),
+		pruneRequests: make(chan struct{}, 1),
+		progress:      newProgress(),
+		retries:       newRetryQueue[Obj](),
+		now:           time.Now,
+		rand:          rand.Float64,
+	}
+	r.queueMetrics, _ = o.metrics.(metrics.QueueMetrics)
+
+	params.JobGroup.Add(job.OneShot(r.jobName("reconcile"), r.loop))
+	if o.refreshInterval > 0 {
+		params.JobGroup.Add(job.OneShot(r.jobName("refresh"), r.refreshLoop))
+	}
+	return r, nil
+}
+
+func (r *reconciler[Obj]) jobName(base string) string {
+	if r.opts.name == "" {
+		return base
+	}
+	return base + "-" + r.opts.name
+}
+
+func checkArgs[Obj any](
+	params Params,
+	table statedb.RWTable[Obj],
+	clone func(Obj) Obj,
+	setStatus func(Obj, status.Status) Obj,
+	getStatus func(Obj) status.Status,
+	ops Operations[Obj],
+) error {
+	var errs []error
+	missing := func(ok bool, what string) {
+		if !ok {
+			errs = append(errs, fmt.Errorf("%s must not be nil", what))
+		}
+	}
+	missing(params.DB != nil, "Params.DB")
+	missing(params.JobGroup != nil, "Params.JobGroup")
+	missing(table != nil, "table")
+	missing(clone != nil, "clone function")
+	missing(setStatus != nil, "setStatus function")
+	missing(getStatus != nil, "getStatus function")
+	missing(ops != nil, "Operations")
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("reconciler.Register: %w: %w", ErrInvalidConfig, errors.Join(errs...))
+}
+
+// reconciler implements Reconciler. Fields below retries are owned by the
+// loop goroutine.
+type reconciler[Obj any] struct {
+	opts      options
+	log       *slog.Logger
+	db        *statedb.DB
+	table     statedb.RWTable[Obj]
+	moduleID  cell.FullModuleID
+	clone     func(Obj) Obj
+	setStatus func(Obj, status.Status) Obj
+	getStatus func(Obj) status.Status
+	ops       Operations[Obj]
+	batchOps  BatchOperations[Obj]
+
+	metrics      metrics.Metrics
+	queueMetrics metrics.QueueMetrics // nil if metrics does not implement it
+
+	primary       statedb.Indexer[Obj]
+	pruneRequests chan struct{}
+	progress      *progress
+
+	// now and rand are replaced in tests.
+	now  func() time.Time
+	rand func() float64
+
+	retries      *retryQueue[Obj]
+	lastPruneErr error
+}
+
+// Prune implements Reconciler.
+func (r *reconciler[Obj]) Prune() {
+	select {
+	case r.pruneRequests <- struct{}{}:
+	default:
+	}
+}
+
+// WaitUntilReconciled implements Reconciler.
+func (r *reconciler[Obj]) WaitUntilReconciled(ctx context.Context, untilRevision statedb.Revision) (statedb.Revision, statedb.Revision, error) {
+	return r.progress.wait(ctx, untilRevision)
+}

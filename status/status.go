@@ -1,0 +1,124 @@
+package status
+
+import (
+	"encoding/json"
+	"fmt"
+	"sync/atomic"
+	"time"
+)
+
+// Status is the reconciliation status of an object for one reconciler.
+// Embed it in the object, or keep several in a [Set].
+//
+// The zero Status has [KindUnset] and is ignored by reconcilers. Build
+// statuses with [Pending], [Refreshing], [Done] and [Error]; each call gives
+// the status a fresh identity (see the package documentation).
+type Status struct {
+	// Kind is the state of the reconciliation.
+	Kind Kind `json:"kind" yaml:"kind"`
+	// UpdatedAt is when the status was created.
+	UpdatedAt time.Time `json:"updated-at" yaml:"updated-at"`
+	// Error is the error text when Kind is KindError, and empty otherwise.
+	Error string `json:"error,omitempty" yaml:"error,omitempty"`
+
+	// id identifies the write that created this status. Zero means none.
+	id uint64
+}
+
+// lastID hands out status identities. Identities are meaningful only within
+// one process and are never encoded.
+var lastID atomic.Uint64
+
+func nextID() uint64 { return lastID.Add(1) }
+
+func newStatus(k Kind, errText string) Status {
+	return Status{Kind: k, UpdatedAt: time.Now(), Error: errText, id: nextID()}
+}
+
+// Pending returns a status that asks the reconciler to apply the object. Set
+// it whenever the object's desired state changes.
+func Pending() Status { return newStatus(KindPending, "") }
+
+// Refreshing returns a status that asks the reconciler to apply an unchanged
+// object again, for example to repair drift in the target.
+func Refreshing() Status { return newStatus(KindRefreshing, "") }
+
+// Done returns a status recording a successful reconciliation.
+func Done() Status { return newStatus(KindDone, "") }
+
+// Error returns a status recording a failed reconciliation with err's text.
+// A nil err is recorded as "<nil>" so that an Error status always explains
+// itself.
+func Error(err error) Status {
+	text := "<nil>"
+	if err != nil {
+		text = err.Error()
+	}
+	return newStatus(KindError, text)
+}
+
+// IsPendingOrRefreshing reports whether the status asks for reconciliation.
+func (s Status) IsPendingOrRefreshing() bool {
+	return s.Kind == KindPending || s.Kind == KindRefreshing
+}
+
+// ID returns the identity of the status: a number unique to the call that
+// built it within this process, or zero for the zero Status. Two statuses
+// with the same non-zero ID come from the same write. Reconcilers use it to
+// recognise an object whose only change is another reconciler's status.
+func (s Status) ID() uint64 { return s.id }
+
+// String returns a short description for tables and logs, such as
+// "Done (2s ago)" or "Error: disk full (1m ago)".
+func (s Status) String() string {
+	if s.Kind == KindUnset {
+		return s.Kind.String()
+	}
+	if s.Kind == KindError {
+		return fmt.Sprintf("Error: %s (%s ago)", s.Error, since(s.UpdatedAt))
+	}
+	return fmt.Sprintf("%s (%s ago)", s.Kind, since(s.UpdatedAt))
+}
+
+// statusFields mirrors Status without its methods so that the encoders do
+// not recurse into the custom (un)marshallers.
+type statusFields struct {
+	Kind      Kind      `json:"kind" yaml:"kind"`
+	UpdatedAt time.Time `json:"updated-at" yaml:"updated-at"`
+	Error     string    `json:"error,omitempty" yaml:"error,omitempty"`
+}
+
+func (s *Status) fromFields(f statusFields) error {
+	if f.Error != "" && f.Kind != KindError {
+		return fmt.Errorf("%w: error text on a %s status", ErrMalformed, f.Kind)
+	}
+	*s = Status{Kind: f.Kind, UpdatedAt: f.UpdatedAt, Error: f.Error}
+	if s.Kind != KindUnset {
+		// A decoded status is a new write in this process: give it its own
+		// identity so it is never mistaken for an earlier one.
+		s.id = nextID()
+	}
+	return nil
+}
+
+// UnmarshalJSON decodes a status written by [json.Marshal]. The decoded
+// status gets a fresh identity. Malformed input is an error wrapping
+// [ErrMalformed].
+func (s *Status) UnmarshalJSON(data []byte) error {
+	var f statusFields
+	if err := json.Unmarshal(data, &f); err != nil {
+		return fmt.Errorf("%w: %w", ErrMalformed, err)
+	}
+	return s.fromFields(f)
+}
+
+// UnmarshalYAML decodes a status from YAML. It uses the decoder-callback form
+// that both major Go YAML libraries support. The decoded status gets a fresh
+// identity.
+func (s *Status) UnmarshalYAML(unmarshal func(any) error) error {
+	var f statusFields
+	if err := unmarshal(&f); err != nil {
+		return fmt.Errorf("%w: %w", ErrMalformed, err)
+	}
+	return s.fromFields(f)
+}
