@@ -54,7 +54,7 @@ var itemID = statedb.Index[*item, string]{
 
 // fault is how the target treats operations on a key.
 type fault struct {
-	mode  string // "", "error", "terminal", "panic", "retry-after", "block", "once"
+	mode  string // "", "once", "error", "terminal", "panic", "retry-after", "block", "slow"
 	after time.Duration
 }
 
@@ -99,20 +99,20 @@ var errTarget = errors.New("target failure")
 func (t *target) enter(ctx context.Context, op, key string) error {
 	t.mu.Lock()
 	t.calls[op+" "+key]++
-	n := t.calls[op+" "+key]
 	f, ok := t.faults[key]
 	if !ok {
 		f = t.faults["*"]
 	}
 	gate := t.gates[key]
+	if f.mode == "once" {
+		delete(t.faults, key) // fail this call only
+	}
 	t.notify()
 	t.mu.Unlock()
 
 	switch f.mode {
 	case "once":
-		if n == 1 {
-			return fmt.Errorf("%s %s: first attempt: %w", op, key, errTarget)
-		}
+		return fmt.Errorf("%s %s: failing once: %w", op, key, errTarget)
 	case "error":
 		return fmt.Errorf("%s %s: %w", op, key, errTarget)
 	case "terminal":

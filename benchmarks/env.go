@@ -1,0 +1,498 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"log/slog"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/cilium/hive"
+	"github.com/cilium/hive/cell"
+	"github.com/cilium/hive/job"
+	"github.com/cilium/statedb"
+	"github.com/cilium/statedb/index"
+	upstream "github.com/cilium/statedb/reconciler"
+	"golang.org/x/time/rate"
+
+	convidx "github.com/converge-go/converge/index"
+	"github.com/converge-go/converge/reconciler"
+	"github.com/converge-go/converge/status"
+)
+
+// impl names what reconciles the table in one run.
+type impl int
+
+const (
+	implConverge impl = iota // github.com/converge-go/converge/reconciler
+	implUpstream             // github.com/cilium/statedb/reconciler
+	implFloor                // a bare Changes() + CompareAndSwap loop
+	implNone                 // nothing: the inserter alone, for allocation baselines
+)
+
+func (i impl) String() string {
+	return [...]string{"converge", "upstream", "floor", "insert-only"}[i]
+}
+
+// object is the row type of every benchmark table. It carries one status
+// per library so that both reconcile the very same type; a run sets and
+// reads only the field of the library under test.
+type object struct {
+	id   uint64
+	conv status.Status
+	up   upstream.Status
+}
+
+func (o *object) clone() *object {
+	c := *o
+	return &c
+}
+
+func (o *object) TableHeader() []string { return []string{"ID", "Converge", "Upstream"} }
+func (o *object) TableRow() []string {
+	return []string{strconv.FormatUint(o.id, 10), o.conv.String(), o.up.String()}
+}
+
+var idIndex = statedb.Index[*object, uint64]{
+	Name: "id",
+	FromObject: func(o *object) index.KeySet {
+		return index.NewKeySet(index.Uint64(o.id))
+	},
+	FromKey: index.Uint64,
+	Unique:  true,
+}
+
+// convStatusIndex indexes the converge status kind.
+var convStatusIndex = convidx.NewStatusIndex(func(o *object) status.Status { return o.conv })
+
+// upStatusIndex indexes the upstream status kind. statedb v0.8.3 ships no
+// such index, so it is defined here the same way as converge's.
+var upStatusIndex = statedb.Index[*object, upstream.StatusKind]{
+	Name: "status",
+	FromObject: func(o *object) index.KeySet {
+		return index.NewKeySet(o.up.Kind.Key())
+	},
+	FromKey: upstream.StatusKind.Key,
+	Unique:  false,
+}
+
+// Status accessors handed to the two Register functions.
+func convGet(o *object) status.Status { return o.conv }
+func convSet(o *object, s status.Status) *object {
+	o.conv = s
+	return o
+}
+func upGet(o *object) upstream.Status { return o.up }
+func upSet(o *object, s upstream.Status) *object {
+	o.up = s
+	return o
+}
+
+var errFailOnce = errors.New("benchmark: first attempt fails")
+
+// ops implements the single-object operations of both libraries (their
+// method sets are identical) and counts what it is asked to do.
+type ops struct {
+	delay    time.Duration    // each Update sleeps this long
+	attempts []atomic.Uint32  // per object id: Update calls, when failOnce
+	failOnce bool             // the first Update of every object fails
+	updates  atomic.Int64     // Update calls, single or in batches
+	target   int64            // when updates reaches target, reached is closed
+	reached  chan struct{}    //
+	pruned   chan int         // objects seen by each Prune
+}
+
+func newOps(s setup) *ops {
+	o := &ops{delay: s.updateDelay, failOnce: s.failOnce, reached: make(chan struct{}), pruned: make(chan int, 16)}
+	if s.failOnce {
+		o.attempts = make([]atomic.Uint32, s.objects)
+	}
+	o.target = int64(s.updateTarget)
+	return o
+}
+
+func (o *ops) update(obj *object) error {
+	if n := o.updates.Add(1); n == o.target {
+		close(o.reached)
+	}
+	if o.delay > 0 {
+		time.Sleep(o.delay)
+	}
+	if o.failOnce && o.attempts[obj.id].Add(1) == 1 {
+		return errFailOnce
+	}
+	return nil
+}
+
+func (o *ops) Update(_ context.Context, _ statedb.ReadTxn, _ statedb.Revision, obj *object) error {
+	return o.update(obj)
+}
+
+func (o *ops) Delete(context.Context, statedb.ReadTxn, statedb.Revision, *object) error {
+	return nil
+}
+
+func (o *ops) Prune(_ context.Context, _ statedb.ReadTxn, objs iter.Seq2[*object, statedb.Revision]) error {
+	n := 0
+	for range objs {
+		n++
+	}
+	select {
+	case o.pruned <- n:
+	default:
+	}
+	return nil
+}
+
+// convBatch and upBatch are the batch operations of each library.
+type convBatch struct{ *ops }
+
+func (b convBatch) UpdateBatch(_ context.Context, _ statedb.ReadTxn, batch []reconciler.BatchEntry[*object]) {
+	for i := range batch {
+		batch[i].Result = b.update(batch[i].Object)
+	}
+}
+
+func (b convBatch) DeleteBatch(context.Context, statedb.ReadTxn, []reconciler.BatchEntry[*object]) {}
+
+type upBatch struct{ *ops }
+
+func (b upBatch) UpdateBatch(_ context.Context, _ statedb.ReadTxn, batch []upstream.BatchEntry[*object]) {
+	for i := range batch {
+		batch[i].Result = b.update(batch[i].Object)
+	}
+}
+
+func (b upBatch) DeleteBatch(context.Context, statedb.ReadTxn, []upstream.BatchEntry[*object]) {}
+
+// setup describes one run's hive. Zero values mean each library's default.
+type setup struct {
+	impl        impl
+	batch       bool          // give the reconciler BatchOperations
+	concurrency int           // converge only: WithConcurrency(n) if n > 0
+	statusIndex bool          // add the library's status index (for waitAllDone)
+	retryMin    time.Duration // WithRetry(retryMin, retryMax) if set
+	retryMax    time.Duration
+	refresh     time.Duration // WithRefreshing(refresh, unlimited) if set
+	noPrune     bool          // WithoutPruning()
+
+	objects      int           // ids are 0..objects-1 (sizes failOnce bookkeeping)
+	preload      int           // objects inserted as long-Done before the reconciler starts
+	updateDelay  time.Duration // each Update sleeps this long
+	failOnce     bool          // first Update of each object fails
+	updateTarget int           // ops.reached closes after this many updates
+}
+
+// env is a started hive with one table and (unless implNone) something
+// reconciling it.
+type env struct {
+	s     setup
+	h     *hive.Hive
+	db    *statedb.DB
+	tbl   statedb.RWTable[*object]
+	ops   *ops
+	conv  reconciler.Reconciler[*object]
+	up    upstream.Reconciler[*object]
+	ready time.Time // when the preload finished, just before the jobs started
+}
+
+var quietLog = slog.New(slog.DiscardHandler)
+
+func (s setup) convOptions() []reconciler.Option {
+	var o []reconciler.Option
+	if s.concurrency > 0 {
+		o = append(o, reconciler.WithConcurrency(s.concurrency))
+	}
+	if s.retryMin > 0 {
+		o = append(o, reconciler.WithRetry(s.retryMin, s.retryMax))
+	}
+	if s.refresh > 0 {
+		o = append(o, reconciler.WithRefreshing(s.refresh, rate.NewLimiter(rate.Inf, 1)))
+	}
+	if s.noPrune {
+		o = append(o, reconciler.WithoutPruning())
+	}
+	return o
+}
+
+func (s setup) upOptions() []upstream.Option {
+	var o []upstream.Option
+	if s.retryMin > 0 {
+		o = append(o, upstream.WithRetry(s.retryMin, s.retryMax))
+	}
+	if s.refresh > 0 {
+		o = append(o, upstream.WithRefreshing(s.refresh, rate.NewLimiter(rate.Inf, 1)))
+	}
+	if s.noPrune {
+		o = append(o, upstream.WithoutPruning())
+	}
+	return o
+}
+
+// start builds and starts a hive for s: statedb, jobs, and a module with the
+// table and the reconciler (or the floor loop).
+func start(ctx context.Context, s setup) (*env, error) {
+	e := &env{s: s, ops: newOps(s)}
+	var secondary []statedb.Indexer[*object]
+	if s.statusIndex {
+		switch s.impl {
+		case implUpstream:
+			secondary = append(secondary, upStatusIndex)
+		default:
+			secondary = append(secondary, convStatusIndex)
+		}
+	}
+	e.h = hive.New(
+		cell.SimpleHealthCell,
+		statedb.Cell,
+		job.Cell,
+		cell.Module("bench", "Benchmark table and reconciler",
+			cell.Provide(job.Registry.NewGroup),
+			cell.Invoke(func(db *statedb.DB, lc cell.Lifecycle) error {
+				tbl, err := statedb.NewTable(db, "objects", idIndex, secondary...)
+				if err != nil {
+					return err
+				}
+				e.db, e.tbl = db, tbl
+				// Appended before the reconciler's jobs, so it runs first.
+				lc.Append(cell.Hook{OnStart: func(cell.HookContext) error {
+					e.preload()
+					e.ready = time.Now()
+					return nil
+				}})
+				return nil
+			}),
+			cell.Invoke(func(p reconciler.Params, up upstream.Params, jobs job.Group) error {
+				return e.register(p, up, jobs)
+			}),
+		),
+	)
+	if err := e.h.Start(quietLog, ctx); err != nil {
+		return nil, fmt.Errorf("starting %s hive: %w", s.impl, err)
+	}
+	return e, nil
+}
+
+func (e *env) register(p reconciler.Params, up upstream.Params, jobs job.Group) error {
+	var err error
+	switch e.s.impl {
+	case implConverge:
+		var batch reconciler.BatchOperations[*object]
+		if e.s.batch {
+			batch = convBatch{e.ops}
+		}
+		e.conv, err = reconciler.Register(p, e.tbl, (*object).clone, convSet, convGet, e.ops, batch, e.s.convOptions()...)
+	case implUpstream:
+		var batch upstream.BatchOperations[*object]
+		if e.s.batch {
+			batch = upBatch{e.ops}
+		}
+		e.up, err = upstream.Register(up, e.tbl, (*object).clone, upSet, upGet, e.ops, batch, e.s.upOptions()...)
+	case implFloor:
+		jobs.Add(job.OneShot("floor", e.floor))
+	}
+	return err
+}
+
+// floor is the least work a StateDB reconciler can do: read the changes,
+// and write each pending object back as Done with a compare-and-swap, 1000
+// per write transaction. It calls no operation, keeps no retries, no
+// metrics, no health.
+func (e *env) floor(ctx context.Context, _ cell.Health) error {
+	wtxn := e.db.WriteTxn(e.tbl)
+	changes, err := e.tbl.Changes(wtxn)
+	wtxn.Commit()
+	if err != nil {
+		return err
+	}
+	defer changes.Close()
+	type item struct {
+		obj *object
+		rev statedb.Revision
+	}
+	batch := make([]item, 0, 1000)
+	flush := func() {
+		if len(batch) == 0 {
+			return
+		}
+		wtxn := e.db.WriteTxn(e.tbl)
+		for _, it := range batch {
+			o := *it.obj
+			o.conv = status.Done()
+			e.tbl.CompareAndSwap(wtxn, it.rev, &o)
+		}
+		wtxn.Commit()
+		clear(batch)
+		batch = batch[:0]
+	}
+	for {
+		changed, watch := changes.Next(e.db.ReadTxn())
+		for c, rev := range changed {
+			if c.Deleted || c.Object.conv.Kind != status.KindPending {
+				continue
+			}
+			batch = append(batch, item{c.Object, rev})
+			if len(batch) == cap(batch) {
+				flush()
+			}
+		}
+		flush()
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-watch:
+		}
+	}
+}
+
+// preload inserts s.preload objects whose Done status is an hour old, in
+// write transactions of 1000, before the reconciler starts.
+func (e *env) preload() {
+	const txnSize = 1000
+	old := time.Now().Add(-time.Hour)
+	for id := 0; id < e.s.preload; {
+		wtxn := e.db.WriteTxn(e.tbl)
+		for end := min(id+txnSize, e.s.preload); id < end; id++ {
+			o := &object{id: uint64(id)}
+			if e.s.impl == implUpstream {
+				o.up = upstream.StatusDone()
+				o.up.UpdatedAt = old
+			} else {
+				o.conv = status.Done()
+				o.conv.UpdatedAt = old
+			}
+			e.tbl.Insert(wtxn, o)
+		}
+		wtxn.Commit()
+	}
+}
+
+func (e *env) stop() error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	return e.h.Stop(quietLog, ctx)
+}
+
+// pending returns a new object asking the run's reconciler for work.
+func (e *env) pending(id uint64) *object {
+	o := &object{id: id}
+	if e.s.impl == implUpstream {
+		o.up = upstream.StatusPending()
+	} else {
+		o.conv = status.Pending()
+	}
+	return o
+}
+
+func (e *env) isDone(o *object) bool {
+	if e.s.impl == implUpstream {
+		return o.up.Kind == upstream.StatusKindDone
+	}
+	return o.conv.Kind == status.KindDone
+}
+
+// insert writes pending objects with ids [from, to) in write transactions
+// of txnSize.
+func (e *env) insert(from, to, txnSize int) {
+	for id := from; id < to; {
+		wtxn := e.db.WriteTxn(e.tbl)
+		for end := min(id+txnSize, to); id < end; id++ {
+			e.tbl.Insert(wtxn, e.pending(uint64(id)))
+		}
+		wtxn.Commit()
+	}
+}
+
+// waitDone blocks until object id is Done.
+func (e *env) waitDone(ctx context.Context, id uint64) error {
+	for {
+		o, _, watch, ok := e.tbl.GetWatch(e.db.ReadTxn(), idIndex.Query(id))
+		if ok && e.isDone(o) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for object %d: %w", id, ctx.Err())
+		case <-watch:
+		}
+	}
+}
+
+// waitAllDone blocks until no object is Pending, Refreshing or Error, as
+// seen through the status index (setup.statusIndex must be set).
+func (e *env) waitAllDone(ctx context.Context) error {
+	for {
+		txn := e.db.ReadTxn()
+		var watches [3]<-chan struct{}
+		busy := false
+		for i := range watches {
+			var seq iter.Seq2[*object, statedb.Revision]
+			if e.s.impl == implUpstream {
+				kind := [...]upstream.StatusKind{upstream.StatusKindPending, upstream.StatusKindRefreshing, upstream.StatusKindError}[i]
+				seq, watches[i] = e.tbl.ListWatch(txn, upStatusIndex.Query(kind))
+			} else {
+				kind := [...]status.Kind{status.KindPending, status.KindRefreshing, status.KindError}[i]
+				seq, watches[i] = e.tbl.ListWatch(txn, convStatusIndex.Query(kind))
+			}
+			for range seq {
+				busy = true
+				break
+			}
+		}
+		if !busy {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for all objects to be Done: %w", ctx.Err())
+		case <-watches[0]:
+		case <-watches[1]:
+		case <-watches[2]:
+		}
+	}
+}
+
+// waitCaughtUp blocks until the reconciler has processed every change up to
+// now (the floor and insert-only runs have nothing to wait for).
+func (e *env) waitCaughtUp(ctx context.Context) error {
+	rev := e.tbl.Revision(e.db.ReadTxn())
+	var err error
+	switch e.s.impl {
+	case implConverge:
+		_, _, err = e.conv.WaitUntilReconciled(ctx, rev)
+	case implUpstream:
+		_, _, err = e.up.WaitUntilReconciled(ctx, rev)
+	}
+	return err
+}
+
+func (e *env) prune() {
+	switch e.s.impl {
+	case implConverge:
+		e.conv.Prune()
+	case implUpstream:
+		e.up.Prune()
+	}
+}
+
+// checkAllDone scans the table and returns an error unless it holds n
+// objects, all Done (and, if after is set, with a status written after it).
+func (e *env) checkAllDone(n int, after time.Time) error {
+	txn := e.db.ReadTxn()
+	if got := e.tbl.NumObjects(txn); got != n {
+		return fmt.Errorf("%s: table holds %d objects, want %d", e.s.impl, got, n)
+	}
+	for o := range e.tbl.All(txn) {
+		updated := o.conv.UpdatedAt
+		if e.s.impl == implUpstream {
+			updated = o.up.UpdatedAt
+		}
+		if !e.isDone(o) || updated.Before(after) {
+			return fmt.Errorf("%s: object %d not reconciled: converge %s, upstream %s", e.s.impl, o.id, o.conv, o.up)
+		}
+	}
+	return nil
+}
