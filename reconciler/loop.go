@@ -2,7 +2,6 @@ package reconciler
 
 import (
 	"context"
-	"fmt"
 	"iter"
 	"time"
 
@@ -31,12 +30,7 @@ func (l *loop[Obj]) add(o op[Obj]) { l.work = append(l.work, o) }
 
 // loop runs until ctx ends. It returns nil on a normal stop.
 func (r *reconciler[Obj]) loop(ctx context.Context, health cell.Health) error {
-	wtxn := r.db.WriteTxn(r.table)
-	changes, err := r.table.Changes(wtxn)
-	wtxn.Commit()
-	if err != nil {
-		return fmt.Errorf("watching changes of table %q: %w", r.table.Name(), err)
-	}
+	changes := r.changes
 	defer changes.Close()
 
 	l := &loop[Obj]{r: r, exec: executor[Obj]{r: r}, health: healthReporter{health: health}}

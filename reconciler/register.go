@@ -86,6 +86,16 @@ func Register[Obj any](
 	}
 	r.queueMetrics, _ = o.metrics.(metrics.QueueMetrics)
 
+	// Track changes from now on, not from when the job's goroutine gets to
+	// run, so that no delete between registration and start is missed.
+	wtxn := params.DB.WriteTxn(table)
+	changes, err := table.Changes(wtxn)
+	wtxn.Commit()
+	if err != nil {
+		return nil, fmt.Errorf("reconciler.Register: watching changes of table %q: %w", table.Name(), err)
+	}
+	r.changes = changes
+
 	params.JobGroup.Add(job.OneShot(r.jobName("reconcile"), r.loop))
 	if o.refreshInterval > 0 {
 		params.JobGroup.Add(job.OneShot(r.jobName("refresh"), r.refreshLoop))
@@ -152,6 +162,7 @@ type reconciler[Obj any] struct {
 	now  func() time.Time
 	rand func() float64
 
+	changes      statedb.ChangeIterator[Obj] // closed when the loop ends
 	retries      *retryQueue[Obj]
 	lastPruneErr error
 }
