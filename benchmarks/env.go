@@ -96,13 +96,13 @@ var errFailOnce = errors.New("benchmark: first attempt fails")
 // ops implements the single-object operations of both libraries (their
 // method sets are identical) and counts what it is asked to do.
 type ops struct {
-	delay    time.Duration    // each Update sleeps this long
-	attempts []atomic.Uint32  // per object id: Update calls, when failOnce
-	failOnce bool             // the first Update of every object fails
-	updates  atomic.Int64     // Update calls, single or in batches
-	target   int64            // when updates reaches target, reached is closed
-	reached  chan struct{}    //
-	pruned   chan int         // objects seen by each Prune
+	delay    time.Duration   // each Update sleeps this long
+	attempts []atomic.Uint32 // per object id: Update calls, when failOnce
+	failOnce bool            // the first Update of every object fails
+	updates  atomic.Int64    // Update calls, single or in batches
+	target   int64           // when updates reaches target, reached is closed
+	reached  chan struct{}   //
+	pruned   chan int        // objects seen by each Prune
 }
 
 func newOps(s setup) *ops {

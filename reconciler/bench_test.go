@@ -1,0 +1,306 @@
+package reconciler
+
+// Benchmarks of the reconciler's hot paths, run with
+//
+//	go test -run '^$' -bench . -benchmem ./reconciler
+//
+// They drive the internal pieces directly (a round, the commit, the retry
+// queue, the backoff) against a real StateDB table, without a hive. The
+// end-to-end comparison with the upstream reconciler is `go run ./benchmarks`.
+
+import (
+	"context"
+	"fmt"
+	"iter"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/cilium/hive/job"
+	"github.com/cilium/statedb"
+	"github.com/cilium/statedb/index"
+
+	"github.com/converge-go/converge/status"
+)
+
+// benchRound is how many objects one benchmark round handles, the default
+// round size.
+const benchRound = 1000
+
+type benchObj struct {
+	id uint64
+	st status.Status
+}
+
+func (o *benchObj) clone() *benchObj                        { c := *o; return &c }
+func (o *benchObj) TableHeader() []string                   { return []string{"ID", "Status"} }
+func (o *benchObj) TableRow() []string                      { return []string{strconv.FormatUint(o.id, 10), o.st.String()} }
+func benchGetStatus(o *benchObj) status.Status              { return o.st }
+func benchSetStatus(o *benchObj, s status.Status) *benchObj { o.st = s; return o }
+
+var benchIDIndex = statedb.Index[*benchObj, uint64]{
+	Name: "id",
+	FromObject: func(o *benchObj) index.KeySet {
+		return index.NewKeySet(index.Uint64(o.id))
+	},
+	FromKey: index.Uint64,
+	Unique:  true,
+}
+
+// benchOps succeeds at everything, one object or a batch at a time.
+type benchOps struct{}
+
+func (benchOps) Update(context.Context, statedb.ReadTxn, statedb.Revision, *benchObj) error {
+	return nil
+}
+func (benchOps) Delete(context.Context, statedb.ReadTxn, statedb.Revision, *benchObj) error {
+	return nil
+}
+func (benchOps) Prune(context.Context, statedb.ReadTxn, iter.Seq2[*benchObj, statedb.Revision]) error {
+	return nil
+}
+func (benchOps) UpdateBatch(context.Context, statedb.ReadTxn, []BatchEntry[*benchObj]) {}
+func (benchOps) DeleteBatch(context.Context, statedb.ReadTxn, []BatchEntry[*benchObj]) {}
+
+// benchGroup collects the jobs Register adds; the benchmarks never run them.
+type benchGroup struct{}
+
+func (benchGroup) Add(...job.Job)                  {}
+func (g benchGroup) Scoped(string) job.ScopedGroup { return g }
+
+// newBenchReconciler registers a reconciler on a fresh table through
+// Register, so that it is configured as in production, and returns its
+// internals.
+func newBenchReconciler(b *testing.B, batch bool, opts ...Option) *reconciler[*benchObj] {
+	b.Helper()
+	db := statedb.New()
+	if err := db.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { db.Stop() })
+	tbl, err := statedb.NewTable(db, "bench", benchIDIndex)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var batchOps BatchOperations[*benchObj]
+	if batch {
+		batchOps = benchOps{}
+	}
+	r, err := Register(Params{DB: db, JobGroup: benchGroup{}}, tbl,
+		(*benchObj).clone, benchSetStatus, benchGetStatus, benchOps{}, batchOps, opts...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return r.(*reconciler[*benchObj])
+}
+
+// insertPending writes objects 0..n-1 as Pending in one transaction.
+func insertPending(r *reconciler[*benchObj], n int) {
+	wtxn := r.db.WriteTxn(r.table)
+	for i := range n {
+		r.table.Insert(wtxn, &benchObj{id: uint64(i), st: status.Pending()})
+	}
+	wtxn.Commit()
+}
+
+func reportPerObject(b *testing.B, objects int) {
+	elapsed := b.Elapsed()
+	n := float64(b.N) * float64(objects)
+	b.ReportMetric(float64(elapsed.Nanoseconds())/n, "ns/object")
+	b.ReportMetric(n/elapsed.Seconds(), "objects/s")
+}
+
+// BenchmarkRoundInline measures one whole round with one worker: read 1000
+// pending changes, run the no-op operations, commit 1000 Done statuses.
+// Writing the pending objects is not timed.
+func BenchmarkRoundInline(b *testing.B) {
+	for _, batch := range []bool{false, true} {
+		b.Run(map[bool]string{false: "single", true: "batch"}[batch], func(b *testing.B) {
+			r := newBenchReconciler(b, batch)
+			wtxn := r.db.WriteTxn(r.table)
+			changes, err := r.table.Changes(wtxn)
+			wtxn.Commit()
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer changes.Close()
+			l := &loop[*benchObj]{r: r, exec: executor[*benchObj]{r: r}}
+			ctx := context.Background()
+			for b.Loop() {
+				b.StopTimer()
+				insertPending(r, benchRound)
+				b.StartTimer()
+				// Two passes, as the loop does: the second reads this
+				// round's own status writes, which it skips.
+				for range 2 {
+					l.roundInline(ctx, r.db.ReadTxn(), changes, time.Now())
+				}
+			}
+			reportPerObject(b, benchRound)
+		})
+	}
+}
+
+// BenchmarkCommit measures committing 1000 successful updates: one write
+// transaction of compare-and-swaps writing Done statuses.
+func BenchmarkCommit(b *testing.B) {
+	r := newBenchReconciler(b, false)
+	insertPending(r, benchRound)
+	ops := make([]op[*benchObj], 0, benchRound)
+	for b.Loop() {
+		b.StopTimer()
+		ops = ops[:0]
+		for obj, rev := range r.table.All(r.db.ReadTxn()) {
+			ops = append(ops, op[*benchObj]{obj: obj, updated: obj.clone(), rev: rev, statusID: obj.st.ID(), since: obj.st.UpdatedAt})
+		}
+		b.StartTimer()
+		if failed := r.commit(ops, nil, time.Now()); failed != 0 {
+			b.Fatalf("%d failed", failed)
+		}
+	}
+	reportPerObject(b, benchRound)
+}
+
+// BenchmarkCommitFloor is BenchmarkCommit's yardstick: the same 1000
+// compare-and-swaps of Done statuses in one write transaction, written
+// directly, with none of commit's bookkeeping.
+func BenchmarkCommitFloor(b *testing.B) {
+	r := newBenchReconciler(b, false)
+	insertPending(r, benchRound)
+	ops := make([]op[*benchObj], 0, benchRound)
+	for b.Loop() {
+		b.StopTimer()
+		ops = ops[:0]
+		for obj, rev := range r.table.All(r.db.ReadTxn()) {
+			ops = append(ops, op[*benchObj]{updated: obj.clone(), rev: rev})
+		}
+		b.StartTimer()
+		wtxn := r.db.WriteTxn(r.table)
+		for i := range ops {
+			ops[i].updated.st = status.Done()
+			if _, _, err := r.table.CompareAndSwap(wtxn, ops[i].rev, ops[i].updated); err != nil {
+				b.Fatal(err)
+			}
+		}
+		wtxn.Commit()
+	}
+	reportPerObject(b, benchRound)
+}
+
+// BenchmarkCommitErrors measures committing 1000 failed updates: Error
+// statuses plus 1000 retries queued (and then dropped, untimed).
+func BenchmarkCommitErrors(b *testing.B) {
+	r := newBenchReconciler(b, false)
+	insertPending(r, benchRound)
+	ops := make([]op[*benchObj], 0, benchRound)
+	errFail := fmt.Errorf("bench failure")
+	for b.Loop() {
+		b.StopTimer()
+		r.retries = newRetryQueue[*benchObj]()
+		ops = ops[:0]
+		for obj, rev := range r.table.All(r.db.ReadTxn()) {
+			ops = append(ops, op[*benchObj]{obj: obj, updated: obj.clone(), rev: rev, statusID: obj.st.ID(), err: errFail})
+		}
+		b.StartTimer()
+		if failed := r.commit(ops, nil, time.Now()); failed != benchRound {
+			b.Fatalf("%d failed", failed)
+		}
+	}
+	reportPerObject(b, benchRound)
+}
+
+func benchRetries(n int) []*retry[*benchObj] {
+	items := make([]*retry[*benchObj], n)
+	t0 := time.Unix(1_000_000, 0)
+	for i := range items {
+		// Spread the due times so that the heap does real work.
+		items[i] = &retry[*benchObj]{
+			key: strconv.Itoa(i),
+			rev: statedb.Revision(i + 1),
+			at:  t0.Add(time.Duration((i*7919)%n) * time.Millisecond),
+		}
+	}
+	return items
+}
+
+// BenchmarkRetryQueueAddPop adds 1000 retries to an empty queue and takes
+// them all back when due.
+func BenchmarkRetryQueueAddPop(b *testing.B) {
+	items := benchRetries(benchRound)
+	due := time.Unix(2_000_000, 0)
+	q := newRetryQueue[*benchObj]()
+	for b.Loop() {
+		for _, it := range items {
+			q.add(it)
+		}
+		for {
+			if _, ok := q.popDue(due); !ok {
+				break
+			}
+		}
+	}
+	reportPerObject(b, benchRound)
+}
+
+// BenchmarkRetryQueueReplace replaces entries of a queue holding 10,000
+// retries, as when objects keep failing or change while queued.
+func BenchmarkRetryQueueReplace(b *testing.B) {
+	const size = 10_000
+	items := benchRetries(size)
+	q := newRetryQueue[*benchObj]()
+	for _, it := range items {
+		q.add(it)
+	}
+	i := 0
+	for b.Loop() {
+		it := items[i%size]
+		it.at = it.at.Add(time.Millisecond)
+		q.add(it)
+		i++
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/replace")
+}
+
+// BenchmarkRetryQueueSupersede measures what collecting a change costs
+// while retries are queued: the lookup by key bytes that drops the queued
+// retry of an older version (a miss here, the common case).
+func BenchmarkRetryQueueSupersede(b *testing.B) {
+	q := newRetryQueue[*benchObj]()
+	for _, it := range benchRetries(benchRound) {
+		q.add(it)
+	}
+	key := index.Uint64(123_456_789)
+	for b.Loop() {
+		q.removeKeyBytes(key)
+	}
+}
+
+// BenchmarkLowWatermark measures the low watermark after its holder left,
+// which rescans the queue.
+func BenchmarkLowWatermark(b *testing.B) {
+	items := benchRetries(benchRound)
+	q := newRetryQueue[*benchObj]()
+	for b.Loop() {
+		b.StopTimer()
+		for _, it := range items {
+			q.add(it)
+		}
+		q.removeKey(items[0].key) // holds the lowest revision
+		b.StartTimer()
+		q.lowWatermark()
+	}
+}
+
+func BenchmarkBackoff(b *testing.B) {
+	u := 0.0
+	var sink time.Duration
+	for b.Loop() {
+		attempts := int(u*16) + 1
+		sink += backoff(attempts, 10*time.Millisecond, 100*time.Millisecond, 0.1, u)
+		u += 0.0001
+		if u >= 1 {
+			u = 0
+		}
+	}
+	_ = sink
+}
