@@ -2,14 +2,18 @@ package main
 
 import (
 	"bytes"
+	_ "embed"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
+	"os"
 	"strconv"
 	"strings"
 	"unicode"
 
+	"github.com/cilium/hive/cell"
 	"github.com/cilium/statedb"
 	sindex "github.com/cilium/statedb/index"
 	"go.yaml.in/yaml/v3"
@@ -211,4 +215,49 @@ func parseFiles(source string, data []byte) ([]*File, error) {
 		files = append(files, &File{Name: spec.Name, Content: spec.Content, Mode: mode})
 	}
 	return files, nil
+}
+
+// embeddedFiles is the default initial desired set.
+//
+//go:embed files.yaml
+var embeddedFiles []byte
+
+// loadInitialFiles reads the initial desired set when the hive is built, so
+// a bad file fails the start with a clear error, and inserts it when the
+// hive starts. Only after that commit is the table marked initialized, which
+// lets the reconciler run its first prune: pruning before would delete the
+// wanted files.
+func loadInitialFiles(lc cell.Lifecycle, cfg config, log *slog.Logger, db *statedb.DB, files filesTable) error {
+	source, data := "files.yaml (embedded)", embeddedFiles
+	if cfg.FilesPath != "" {
+		source = cfg.FilesPath
+		var err error
+		if data, err = os.ReadFile(cfg.FilesPath); err != nil {
+			return fmt.Errorf("initial desired files: %w", err)
+		}
+	}
+	initial, err := parseFiles(source, data)
+	if err != nil {
+		return fmt.Errorf("initial desired files: %w", err)
+	}
+	lc.Append(cell.Hook{OnStart: func(cell.HookContext) error {
+		if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+			return fmt.Errorf("target directory: %w", err)
+		}
+		wtxn := db.WriteTxn(files)
+		for _, f := range initial {
+			f.Status = status.Pending()
+			if _, _, err := files.Insert(wtxn, f); err != nil {
+				wtxn.Abort()
+				return err
+			}
+		}
+		wtxn.Commit()
+		wtxn = db.WriteTxn(files)
+		files.markInitialized(wtxn)
+		wtxn.Commit()
+		log.Info("Loaded the initial desired files", "source", source, "count", len(initial), "directory", cfg.Dir)
+		return nil
+	}})
+	return nil
 }

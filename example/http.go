@@ -198,6 +198,9 @@ func (s *server) delete(w http.ResponseWriter, name string) {
 
 func (s *server) list(w http.ResponseWriter, _ *http.Request) {
 	files := statedb.Collect(s.files.All(s.db.ReadTxn()))
+	if files == nil {
+		files = []*File{} // "[]", not "null"
+	}
 	writeJSON(w, http.StatusOK, files)
 }
 

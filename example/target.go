@@ -55,6 +55,13 @@ func (t *target) Update(ctx context.Context, _ statedb.ReadTxn, _ statedb.Revisi
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if err := t.update(f); err != nil {
+		return fmt.Errorf("write %s: %w", f.Name, err)
+	}
+	return nil
+}
+
+func (t *target) update(f *File) error {
 	root, err := t.open()
 	if err != nil {
 		return err
@@ -106,13 +113,12 @@ func writeAtomic(root *os.Root, f *File) (err error) {
 	tmp := tmpPrefix + hex.EncodeToString(suffix[:])
 	out, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, fs.FileMode(f.Mode))
 	if err != nil {
-		return fmt.Errorf("write %s: %w", f.Name, err)
+		return err
 	}
 	defer func() {
 		if err != nil {
 			out.Close()
 			root.Remove(tmp)
-			err = fmt.Errorf("write %s: %w", f.Name, err)
 		}
 	}()
 	if _, err := out.WriteString(f.Content); err != nil {
@@ -139,7 +145,7 @@ func (t *target) Delete(ctx context.Context, _ statedb.ReadTxn, _ statedb.Revisi
 	}
 	root, err := t.open()
 	if err != nil {
-		return err
+		return fmt.Errorf("remove %s: %w", f.Name, err)
 	}
 	defer root.Close()
 	return removeFile(root, f.Name, t.log)
@@ -177,12 +183,12 @@ func (t *target) Prune(ctx context.Context, _ statedb.ReadTxn, objects iter.Seq2
 	}
 	dir, err := root.Open(".")
 	if err != nil {
-		return fmt.Errorf("prune: %w", err)
+		return fmt.Errorf("reading the target directory: %w", err)
 	}
 	entries, err := dir.ReadDir(-1)
 	dir.Close()
 	if err != nil {
-		return fmt.Errorf("prune: %w", err)
+		return fmt.Errorf("reading the target directory: %w", err)
 	}
 	var errs []error
 	for _, e := range entries {

@@ -1,0 +1,708 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"io/fs"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cilium/hive/cell"
+	"github.com/cilium/hive/hivetest"
+	"github.com/cilium/statedb"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/converge-go/converge/reconciler"
+	"github.com/converge-go/converge/status"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// waitFor bounds every wait in these tests.
+const waitFor = 10 * time.Second
+
+// testApp is the example's hive running in-process on a temporary directory
+// and a free port.
+type testApp struct {
+	t      *testing.T
+	parent string // holds dir and nothing else, to check nothing escapes
+	dir    string
+	base   string // http://127.0.0.1:port
+	client *http.Client
+	db     *statedb.DB
+	files  statedb.RWTable[*File]
+	rec    reconciler.Reconciler[*File]
+	stop   func()
+}
+
+// testConfig is a config for tests: slow background work unless a test
+// speeds it up, quick retries.
+func testConfig() config {
+	return config{RefreshInterval: 0, PruneInterval: time.Hour, RetryMax: 200 * time.Millisecond}
+}
+
+// startApp runs the app with cfg, with Dir and Addr filled in unless set.
+// setup, if not nil, runs before the start on the directory.
+func startApp(t *testing.T, cfg config, setup func(dir string)) *testApp {
+	t.Helper()
+	a := &testApp{t: t, parent: t.TempDir()}
+	if cfg.Dir == "" {
+		cfg.Dir = filepath.Join(a.parent, "target")
+	}
+	a.dir = cfg.Dir
+	cfg.Addr = "127.0.0.1:0"
+	if setup != nil {
+		setup(a.dir)
+	}
+	var srv *server
+	app := newApp(cfg, cell.Invoke(func(s *server, db *statedb.DB, files filesTable, r reconciler.Reconciler[*File]) {
+		srv, a.db, a.files, a.rec = s, db, files.RWTable, r
+	}))
+	log := hivetest.Logger(t)
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	require.NoError(t, app.Start(log, ctx))
+	a.base = "http://" + srv.Addr()
+	transport := &http.Transport{}
+	a.client = &http.Client{Transport: transport}
+	var once sync.Once
+	a.stop = func() {
+		once.Do(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+			defer cancel()
+			assert.NoError(t, app.Stop(log, ctx))
+			transport.CloseIdleConnections()
+		})
+	}
+	t.Cleanup(a.stop)
+	return a
+}
+
+// do sends a request with the path as given (not cleaned) and returns the
+// status code and body.
+func (a *testApp) do(method, path string, body io.Reader) (int, string) {
+	a.t.Helper()
+	req, err := http.NewRequest(method, a.base+path, body)
+	require.NoError(a.t, err)
+	resp, err := a.client.Do(req)
+	require.NoError(a.t, err)
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	require.NoError(a.t, err)
+	return resp.StatusCode, string(data)
+}
+
+func (a *testApp) put(name, content string) int {
+	a.t.Helper()
+	code, body := a.do(http.MethodPut, "/files/"+name, strings.NewReader(content))
+	require.Contains(a.t, []int{http.StatusCreated, http.StatusOK}, code, body)
+	return code
+}
+
+// waitFile waits, on StateDB watch channels, until cond holds for the named
+// file of the table, and returns it.
+func (a *testApp) waitFile(name string, what string, cond func(f *File, found bool) bool) *File {
+	a.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	for {
+		f, _, watch, found := a.files.GetWatch(a.db.ReadTxn(), nameIndex.Query(name))
+		if cond(f, found) {
+			return f
+		}
+		select {
+		case <-watch:
+		case <-ctx.Done():
+			a.t.Fatalf("%s: timed out waiting for %s; last seen %+v (found %v)", name, what, f, found)
+		}
+	}
+}
+
+func (a *testApp) waitKind(name string, kind status.Kind) *File {
+	a.t.Helper()
+	return a.waitFile(name, "status "+kind.String(), func(f *File, found bool) bool {
+		return found && f.Status.Kind == kind
+	})
+}
+
+// waitReconciled waits until no file is Pending or Refreshing.
+func (a *testApp) waitReconciled() {
+	a.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	require.NoError(a.t, reconciler.WaitForReconciliation(ctx, a.db, a.files, statusIndex))
+}
+
+func (a *testApp) readFile(name string) string {
+	a.t.Helper()
+	data, err := os.ReadFile(filepath.Join(a.dir, name))
+	require.NoError(a.t, err)
+	return string(data)
+}
+
+func (a *testApp) dirNames() []string {
+	a.t.Helper()
+	entries, err := os.ReadDir(a.dir)
+	require.NoError(a.t, err)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+type healthResponse struct {
+	Level  cell.Level     `json:"level"`
+	Scopes []healthReport `json:"scopes"`
+}
+
+func (a *testApp) health() (int, healthResponse) {
+	a.t.Helper()
+	code, body := a.do(http.MethodGet, "/health", nil)
+	var h healthResponse
+	require.NoError(a.t, json.Unmarshal([]byte(body), &h), body)
+	return code, h
+}
+
+// waitHealth polls /health until its level is want.
+func (a *testApp) waitHealth(want cell.Level) healthResponse {
+	a.t.Helper()
+	var last healthResponse
+	require.Eventually(a.t, func() bool {
+		_, last = a.health()
+		return last.Level == want
+	}, waitFor, 10*time.Millisecond, "health never became %s", want)
+	return last
+}
+
+var initialNames = []string{"hello.txt", "motd", "secret.conf"}
+
+func TestInitialFilesAndCRUD(t *testing.T) {
+	a := startApp(t, testConfig(), nil)
+	a.waitReconciled()
+	require.Equal(t, initialNames, a.dirNames())
+	require.Contains(t, a.readFile("hello.txt"), "Hello from converge!")
+	info, err := os.Stat(filepath.Join(a.dir, "secret.conf"))
+	require.NoError(t, err)
+	require.Equal(t, fs.FileMode(0o600), info.Mode().Perm())
+
+	// Create.
+	require.Equal(t, http.StatusCreated, a.put("greeting", "hi there"))
+	a.waitKind("greeting", status.KindDone)
+	require.Equal(t, "hi there", a.readFile("greeting"))
+
+	// Replace, with a mode.
+	code, body := a.do(http.MethodPut, "/files/greeting?mode=0600", strings.NewReader("hello again"))
+	require.Equal(t, http.StatusOK, code, body)
+	a.waitFile("greeting", "new content Done", func(f *File, found bool) bool {
+		return found && f.Content == "hello again" && f.Status.Kind == status.KindDone
+	})
+	require.Equal(t, "hello again", a.readFile("greeting"))
+	info, err = os.Stat(filepath.Join(a.dir, "greeting"))
+	require.NoError(t, err)
+	require.Equal(t, fs.FileMode(0o600), info.Mode().Perm())
+
+	// Read one, and list all with statuses.
+	code, body = a.do(http.MethodGet, "/files/greeting", nil)
+	require.Equal(t, http.StatusOK, code, body)
+	var one File
+	require.NoError(t, json.Unmarshal([]byte(body), &one))
+	require.Equal(t, "hello again", one.Content)
+	require.Equal(t, Mode(0o600), one.Mode)
+	require.Equal(t, status.KindDone, one.Status.Kind)
+
+	code, body = a.do(http.MethodGet, "/files", nil)
+	require.Equal(t, http.StatusOK, code, body)
+	var all []File
+	require.NoError(t, json.Unmarshal([]byte(body), &all))
+	var names []string
+	for _, f := range all {
+		names = append(names, f.Name)
+		require.Equal(t, status.KindDone, f.Status.Kind, f.Name)
+	}
+	require.Equal(t, []string{"greeting", "hello.txt", "motd", "secret.conf"}, names)
+
+	// Delete.
+	code, body = a.do(http.MethodDelete, "/files/greeting", nil)
+	require.Equal(t, http.StatusNoContent, code, body)
+	a.waitReconciled() // a delete leaves no status: wait for the disk
+	require.Eventually(t, func() bool {
+		_, err := os.Stat(filepath.Join(a.dir, "greeting"))
+		return os.IsNotExist(err)
+	}, waitFor, 5*time.Millisecond)
+	require.Equal(t, initialNames, a.dirNames())
+
+	code, _ = a.do(http.MethodDelete, "/files/greeting", nil)
+	require.Equal(t, http.StatusNotFound, code)
+	code, _ = a.do(http.MethodGet, "/files/greeting", nil)
+	require.Equal(t, http.StatusNotFound, code)
+
+	// Deleting a file that someone already removed is not an error.
+	require.Equal(t, http.StatusCreated, a.put("gone", "x"))
+	a.waitKind("gone", status.KindDone)
+	require.NoError(t, os.Remove(filepath.Join(a.dir, "gone")))
+	code, _ = a.do(http.MethodDelete, "/files/gone", nil)
+	require.Equal(t, http.StatusNoContent, code)
+	code, h := a.health()
+	require.Equal(t, http.StatusOK, code, h)
+}
+
+// The table is marked initialized only once the initial files are in it, so
+// the first prune sees them and cannot delete them.
+func TestInitializedAfterLoad(t *testing.T) {
+	var counts []int
+	var wg sync.WaitGroup
+	cfg := testConfig()
+	cfg.Dir = filepath.Join(t.TempDir(), "target")
+	cfg.Addr = "127.0.0.1:0"
+	app := newApp(cfg, cell.Invoke(func(db *statedb.DB, files filesTable) {
+		initialized, watch := files.Initialized(db.ReadTxn())
+		require.False(t, initialized)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-watch
+			counts = append(counts, files.NumObjects(db.ReadTxn()))
+		}()
+	}))
+	log := hivetest.Logger(t)
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	require.NoError(t, app.Start(log, ctx))
+	wg.Wait()
+	require.NoError(t, app.Stop(log, ctx))
+	require.Equal(t, []int{len(initialNames)}, counts)
+}
+
+func TestPrune(t *testing.T) {
+	// Files present before the start: a stray one, and a wanted one with
+	// the wrong content.
+	a := startApp(t, testConfig(), func(dir string) {
+		require.NoError(t, os.MkdirAll(dir, 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "stray-before"), []byte("x"), 0o644))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "motd"), []byte("old"), 0o644))
+	})
+	// The first prune runs once the table is initialized.
+	require.Eventually(t, func() bool {
+		_, err := os.Stat(filepath.Join(a.dir, "stray-before"))
+		return os.IsNotExist(err)
+	}, waitFor, 5*time.Millisecond)
+	a.waitReconciled()
+	require.Equal(t, initialNames, a.dirNames())
+	require.Contains(t, a.readFile("motd"), "Edit me")
+
+	// Later strays, a leftover temporary file and a subdirectory; prune on
+	// request. Subdirectories are not the reconciler's to remove.
+	for _, name := range []string{"stray-after", tmpPrefix + "0123"} {
+		require.NoError(t, os.WriteFile(filepath.Join(a.dir, name), []byte("x"), 0o644))
+	}
+	require.NoError(t, os.Mkdir(filepath.Join(a.dir, "subdir"), 0o755))
+	a.rec.Prune()
+	require.Eventually(t, func() bool {
+		names := a.dirNames()
+		return len(names) == len(initialNames)+1
+	}, waitFor, 5*time.Millisecond)
+	require.Equal(t, []string{"hello.txt", "motd", "secret.conf", "subdir"}, a.dirNames())
+}
+
+func TestPruneInterval(t *testing.T) {
+	cfg := testConfig()
+	cfg.PruneInterval = 20 * time.Millisecond
+	a := startApp(t, cfg, nil)
+	a.waitReconciled()
+	require.NoError(t, os.WriteFile(filepath.Join(a.dir, "stray"), []byte("x"), 0o644))
+	require.Eventually(t, func() bool {
+		_, err := os.Stat(filepath.Join(a.dir, "stray"))
+		return os.IsNotExist(err)
+	}, waitFor, 5*time.Millisecond)
+	require.Equal(t, initialNames, a.dirNames())
+}
+
+func TestRefreshRepairsOnlyDrift(t *testing.T) {
+	cfg := testConfig()
+	cfg.RefreshInterval = 50 * time.Millisecond
+	a := startApp(t, cfg, nil)
+	a.waitReconciled()
+	path := func(name string) string { return filepath.Join(a.dir, name) }
+	want := map[string]string{}
+	for _, name := range initialNames {
+		want[name] = a.readFile(name)
+	}
+	// Drift: content changed in place, mode changed, file removed.
+	require.NoError(t, os.WriteFile(path("motd"), []byte("edited behind its back\n"), 0o644))
+	require.NoError(t, os.Chmod(path("secret.conf"), 0o644))
+	motdBefore, err := os.Stat(path("motd"))
+	require.NoError(t, err)
+
+	require.Eventually(t, func() bool {
+		data, err := os.ReadFile(path("motd"))
+		return err == nil && string(data) == want["motd"]
+	}, waitFor, 5*time.Millisecond)
+	require.Eventually(t, func() bool {
+		info, err := os.Stat(path("secret.conf"))
+		return err == nil && info.Mode().Perm() == 0o600
+	}, waitFor, 5*time.Millisecond)
+	motdAfter, err := os.Stat(path("motd"))
+	require.NoError(t, err)
+	require.False(t, os.SameFile(motdBefore, motdAfter), "a drifted file is rewritten (renamed into place)")
+
+	require.NoError(t, os.Remove(path("hello.txt")))
+	require.Eventually(t, func() bool {
+		data, err := os.ReadFile(path("hello.txt"))
+		return err == nil && string(data) == want["hello.txt"]
+	}, waitFor, 5*time.Millisecond)
+
+	// A file that did not drift is refreshed but not rewritten.
+	require.Equal(t, http.StatusCreated, a.put("steady", "same"))
+	last := a.waitKind("steady", status.KindDone).Status.UpdatedAt
+	steadyBefore, err := os.Stat(path("steady"))
+	require.NoError(t, err)
+	// Wait for two refreshes of it to complete.
+	for range 2 {
+		f := a.waitFile("steady", "a refresh", func(f *File, found bool) bool {
+			return found && f.Status.Kind == status.KindDone && f.Status.UpdatedAt.After(last)
+		})
+		last = f.Status.UpdatedAt
+	}
+	steadyAfter, err := os.Stat(path("steady"))
+	require.NoError(t, err)
+	require.True(t, os.SameFile(steadyBefore, steadyAfter), "an unchanged file must not be rewritten")
+	require.Equal(t, steadyBefore.ModTime(), steadyAfter.ModTime())
+}
+
+func TestFaultAndRecovery(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for retries")
+	}
+	cfg := testConfig()
+	// No pruning: a prune that fails while the directory is broken keeps
+	// health Degraded until the next prune, which this test does not wait for.
+	cfg.PruneInterval = 0
+	a := startApp(t, cfg, nil)
+	a.waitReconciled()
+	a.waitHealth(cell.StatusOK)
+
+	t.Run("directory replaced by a file", func(t *testing.T) {
+		a.breakDir()
+
+		require.Equal(t, http.StatusCreated, a.put("new.txt", "fresh"))
+		f := a.waitKind("new.txt", status.KindError)
+		require.Contains(t, f.Status.Error, "not a directory")
+
+		h := a.waitHealth(cell.StatusDegraded)
+		require.Contains(t, degradedErrors(h), "not a directory")
+		code, _ := a.health()
+		require.Equal(t, http.StatusServiceUnavailable, code)
+
+		// The listing shows the error too.
+		_, body := a.do(http.MethodGet, "/files/new.txt", nil)
+		require.Contains(t, body, `"kind": "Error"`)
+
+		// Repair: the retry recreates the directory and writes the file.
+		require.NoError(t, os.Remove(a.dir))
+		a.waitKind("new.txt", status.KindDone)
+		require.Equal(t, "fresh", a.readFile("new.txt"))
+		a.waitHealth(cell.StatusOK)
+		code, _ = a.health()
+		require.Equal(t, http.StatusOK, code)
+	})
+
+	t.Run("directory in the way of a file", func(t *testing.T) {
+		blocker := filepath.Join(a.dir, "blocked")
+		require.NoError(t, os.MkdirAll(filepath.Join(blocker, "inner"), 0o755))
+		require.Equal(t, http.StatusCreated, a.put("blocked", "content"))
+		f := a.waitKind("blocked", status.KindError)
+		require.Contains(t, f.Status.Error, "write blocked")
+		h := a.waitHealth(cell.StatusDegraded)
+		require.Contains(t, degradedErrors(h), "write blocked")
+
+		require.NoError(t, os.RemoveAll(blocker))
+		a.waitKind("blocked", status.KindDone)
+		require.Equal(t, "content", a.readFile("blocked"))
+		a.waitHealth(cell.StatusOK)
+	})
+}
+
+func TestPruneFailureRecovers(t *testing.T) {
+	cfg := testConfig()
+	cfg.PruneInterval = 20 * time.Millisecond
+	a := startApp(t, cfg, nil)
+	a.waitReconciled()
+	a.waitHealth(cell.StatusOK)
+
+	a.breakDir()
+	h := a.waitHealth(cell.StatusDegraded)
+	require.Contains(t, degradedErrors(h), "prune failed")
+
+	require.NoError(t, os.Remove(a.dir))
+	a.waitHealth(cell.StatusOK)
+}
+
+// breakDir replaces the target directory with a regular file. Chmod would
+// not stop root from writing, which these tests run as. The app recreates a
+// missing directory, so retry until the file took its place.
+func (a *testApp) breakDir() {
+	a.t.Helper()
+	require.Eventually(a.t, func() bool {
+		require.NoError(a.t, os.RemoveAll(a.dir))
+		return os.WriteFile(a.dir, []byte("not a directory"), 0o644) == nil
+	}, waitFor, time.Millisecond)
+}
+
+func degradedErrors(h healthResponse) string {
+	var errs []string
+	for _, s := range h.Scopes {
+		if s.Level == cell.StatusDegraded {
+			errs = append(errs, s.Scope+": "+s.Message+": "+s.Error)
+		}
+	}
+	return strings.Join(errs, "\n")
+}
+
+func TestMetrics(t *testing.T) {
+	a := startApp(t, testConfig(), nil)
+	a.waitReconciled()
+	vars := func() map[string]map[string]float64 {
+		code, body := a.do(http.MethodGet, "/debug/vars", nil)
+		require.Equal(t, http.StatusOK, code)
+		var all map[string]json.RawMessage
+		require.NoError(t, json.Unmarshal([]byte(body), &all))
+		out := map[string]map[string]float64{}
+		for _, name := range []string{"reconciliation_count", "reconciliation_operations", "reconciliation_total_errors", "prune_count", "convergence_count"} {
+			m := map[string]float64{}
+			require.Contains(t, all, name)
+			require.NoError(t, json.Unmarshal(all[name], &m), name)
+			out[name] = m
+		}
+		return out
+	}
+	before := vars()
+	require.Positive(t, before["reconciliation_count"]["files"])
+	require.Positive(t, before["reconciliation_operations"]["files/update"])
+	require.Contains(t, before["reconciliation_total_errors"], "files")
+
+	a.put("counted", "x")
+	a.waitKind("counted", status.KindDone)
+	a.rec.Prune()
+	require.Eventually(t, func() bool {
+		after := vars()
+		return after["reconciliation_operations"]["files/update"] > before["reconciliation_operations"]["files/update"] &&
+			after["prune_count"]["files"] > before["prune_count"]["files"] &&
+			after["convergence_count"]["files"] > before["convergence_count"]["files"]
+	}, waitFor, 10*time.Millisecond)
+}
+
+func TestStateDBHandler(t *testing.T) {
+	a := startApp(t, testConfig(), nil)
+	a.waitReconciled()
+	code, body := a.do(http.MethodGet, "/statedb/dump/files", nil)
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, "hello.txt")
+
+	// A streaming request ends when the app stops.
+	resp, err := a.client.Get(a.base + "/statedb/changes/files")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	line := make([]byte, 1)
+	_, err = resp.Body.Read(line)
+	require.NoError(t, err)
+	a.stop()
+	_, err = io.Copy(io.Discard, resp.Body)
+	_ = err // the stream ends, cleanly or not
+}
+
+func TestBadRequests(t *testing.T) {
+	a := startApp(t, testConfig(), nil)
+	a.waitReconciled()
+	big := bytes.Repeat([]byte("x"), maxContentLen+1)
+	cases := []struct {
+		method, path string
+		body         io.Reader
+		code         int
+		msg          string
+	}{
+		{"PUT", "/files/../x", nil, 400, `"../x"`},
+		{"PUT", "/files/..%2Fx", nil, 400, `must not contain "/"`},
+		{"PUT", "/files/..%2F..%2Fescaped", nil, 400, `must not contain "/"`},
+		{"PUT", "/files/%2Fetc%2Fpasswd", nil, 400, `"/etc/passwd"`},
+		{"PUT", "/files//etc/passwd", nil, 400, `"/etc/passwd"`},
+		{"PUT", "/files/a%5Cb", nil, 400, `must not contain`},
+		{"PUT", `/files/..\x`, nil, 400, `must not contain`},
+		{"PUT", "/files/sub/file", nil, 400, `must not contain "/"`},
+		{"PUT", "/files/.", nil, 400, "directory itself or its parent"},
+		{"PUT", "/files/..", nil, 400, "directory itself or its parent"},
+		{"PUT", "/files/", nil, 400, "empty"},
+		{"DELETE", "/files/..", nil, 400, "directory itself"},
+		{"DELETE", "/files/%2Fetc%2Fpasswd", nil, 400, `"/etc/passwd"`},
+		{"GET", "/files/..%2F..%2Fetc%2Fpasswd", nil, 400, `must not contain`},
+		{"PUT", "/files/a%00b", nil, 400, "control characters"},
+		{"PUT", "/files/" + tmpPrefix + "x", nil, 400, "reserved"},
+		{"PUT", "/files/" + strings.Repeat("n", maxNameLen+1), nil, 400, "longer than"},
+		{"PUT", "/files/big", bytes.NewReader(big), 413, "larger than"},
+		{"PUT", "/files/big", io.MultiReader(bytes.NewReader(big)), 413, "larger than"}, // chunked, no length
+		{"PUT", "/files/moded?mode=999", strings.NewReader("x"), 400, "invalid mode"},
+		{"PUT", "/files/moded?mode=01777", strings.NewReader("x"), 400, "invalid mode"},
+		{"PUT", "/files/moded?mode=rw", strings.NewReader("x"), 400, "invalid mode"},
+		{"POST", "/files/x", strings.NewReader("x"), 405, "not allowed"},
+		{"DELETE", "/files/never-existed", nil, 404, "no desired file"},
+	}
+	for _, c := range cases {
+		code, body := a.do(c.method, c.path, c.body)
+		assert.Equal(t, c.code, code, "%s %s: %s", c.method, c.path, body)
+		assert.Contains(t, body, c.msg, "%s %s", c.method, c.path)
+	}
+
+	// Exactly at the limit is fine.
+	require.Equal(t, http.StatusCreated, a.put("max", string(big[:maxContentLen])))
+	a.waitKind("max", status.KindDone)
+
+	// Nothing was written outside the directory, nor any bad name inside.
+	a.waitReconciled()
+	parentEntries, err := os.ReadDir(a.parent)
+	require.NoError(t, err)
+	require.Len(t, parentEntries, 1)
+	require.Equal(t, "target", parentEntries[0].Name())
+	require.Equal(t, []string{"hello.txt", "max", "motd", "secret.conf"}, a.dirNames())
+	require.Equal(t, 4, a.files.NumObjects(a.db.ReadTxn()))
+}
+
+func TestBadInitialFiles(t *testing.T) {
+	cases := map[string]struct{ yaml, msg string }{
+		"syntax":      {"files:\n  - name: a\n   content: x\n", "invalid YAML"},
+		"not a list":  {"files: hello\n", "invalid YAML"},
+		"unknown key": {"files:\n  - name: a\n    contents: x\n", "field contents not found"},
+		"traversal":   {"files:\n  - name: ../evil\n    content: x\n", `files[0]: invalid file name "../evil"`},
+		"absolute":    {"files:\n  - name: /etc/passwd\n", `invalid file name "/etc/passwd"`},
+		"empty name":  {"files:\n  - content: x\n", "files[0]: invalid file name: the name is empty"},
+		"dot dot":     {"files:\n  - name: ..\n", "directory itself or its parent"},
+		"duplicate":   {"files:\n  - name: a\n  - name: a\n", `files[1]: duplicate name "a" (also files[0])`},
+		"bad mode":    {"files:\n  - name: a\n    mode: 0999\n", "invalid mode"},
+		"status":      {"files:\n  - name: a\n    status: {kind: Done}\n", "field status not found"},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			parent := t.TempDir()
+			path := filepath.Join(parent, "files.yaml")
+			require.NoError(t, os.WriteFile(path, []byte(c.yaml), 0o644))
+			err := startFailure(t, config{Dir: filepath.Join(parent, "target"), Addr: "127.0.0.1:0", FilesPath: path, RetryMax: time.Second})
+			require.ErrorContains(t, err, path)
+			require.ErrorContains(t, err, c.msg)
+			_, statErr := os.Stat(filepath.Join(parent, "target"))
+			require.True(t, os.IsNotExist(statErr), "nothing is written when the start fails")
+		})
+	}
+	t.Run("missing file", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "nope.yaml")
+		err := startFailure(t, config{Dir: t.TempDir(), Addr: "127.0.0.1:0", FilesPath: path, RetryMax: time.Second})
+		require.ErrorContains(t, err, "nope.yaml")
+		require.ErrorContains(t, err, "no such file") // hive's ErrPopulate does not wrap
+	})
+}
+
+func startFailure(t *testing.T, cfg config) error {
+	app := newApp(cfg)
+	log := hivetest.Logger(t)
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	err := app.Start(log, ctx)
+	require.Error(t, err)
+	require.NoError(t, app.Stop(log, ctx))
+	return err
+}
+
+func TestEmptyInitialFileAndEmptyList(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "empty.yaml")
+	require.NoError(t, os.WriteFile(path, nil, 0o644))
+	cfg := testConfig()
+	cfg.FilesPath = path
+	a := startApp(t, cfg, nil)
+	code, body := a.do(http.MethodGet, "/files", nil)
+	require.Equal(t, http.StatusOK, code)
+	require.JSONEq(t, "[]", body)
+}
+
+func TestEmbeddedFiles(t *testing.T) {
+	files, err := parseFiles("files.yaml", embeddedFiles)
+	require.NoError(t, err)
+	var names []string
+	for _, f := range files {
+		names = append(names, f.Name)
+		if f.Name == "secret.conf" {
+			require.Equal(t, Mode(0o600), f.Mode)
+		} else {
+			require.Equal(t, defaultMode, f.Mode)
+		}
+	}
+	require.Equal(t, initialNames, names)
+}
+
+func TestParseFlags(t *testing.T) {
+	cfg, err := parseFlags(nil, io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, "127.0.0.1:8080", cfg.Addr)
+	require.Equal(t, filepath.Join(os.TempDir(), "converge-example"), cfg.Dir)
+	require.Empty(t, cfg.FilesPath)
+
+	cfg, err = parseFlags([]string{"-dir", "/srv/x", "-addr", "127.0.0.1:9999", "-files", "f.yaml",
+		"-refresh", "1s", "-prune", "2s", "-retry-max", "3s"}, io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, config{Dir: "/srv/x", Addr: "127.0.0.1:9999", FilesPath: "f.yaml",
+		RefreshInterval: time.Second, PruneInterval: 2 * time.Second, RetryMax: 3 * time.Second}, cfg)
+
+	for _, args := range [][]string{{"-prune", "-1s"}, {"-retry-max", "0"}, {"-dir", ""}, {"extra"}, {"-nope"}} {
+		_, err := parseFlags(args, io.Discard)
+		require.Error(t, err, args)
+	}
+}
+
+func TestFileEncoding(t *testing.T) {
+	f := &File{Name: "a", Content: "x\n", Mode: 0o600, Status: status.Error(errors.New("disk full"))}
+	require.Equal(t, []string{"Name", "Mode", "Size", "Status"}, f.TableHeader())
+	row := f.TableRow()
+	require.Equal(t, []string{"a", "0600", "2"}, row[:3])
+	require.Contains(t, row[3], "disk full")
+
+	data, err := json.Marshal(f)
+	require.NoError(t, err)
+	require.Contains(t, string(data), `"mode":"0600"`)
+	var fromJSON File
+	require.NoError(t, json.Unmarshal(data, &fromJSON))
+	require.Equal(t, f.Mode, fromJSON.Mode)
+	require.Equal(t, f.Status.Error, fromJSON.Status.Error)
+
+	data, err = yaml.Marshal(f)
+	require.NoError(t, err)
+	require.Contains(t, string(data), `mode: "0600"`)
+	var fromYAML File
+	require.NoError(t, yaml.Unmarshal(data, &fromYAML))
+	require.Equal(t, f.Content, fromYAML.Content)
+	require.Equal(t, f.Mode, fromYAML.Mode)
+	require.Equal(t, status.KindError, fromYAML.Status.Kind)
+
+	for in, want := range map[string]Mode{"644": 0o644, "0644": 0o644, "0o755": 0o755, "0": 0} {
+		got, err := parseMode(in)
+		require.NoError(t, err, in)
+		require.Equal(t, want, got, in)
+	}
+}
+
+func TestValidateName(t *testing.T) {
+	for _, ok := range []string{"a", "hello.txt", ".hidden", "a b", "ünïcode", "..x", "x.."} {
+		require.NoError(t, validateName(ok), ok)
+	}
+	for _, bad := range []string{"", ".", "..", "../x", "/etc/passwd", `a\b`, "a/b", "a\x00b", "a\nb", tmpPrefix + "1"} {
+		require.ErrorIs(t, validateName(bad), errInvalidName, bad)
+	}
+}
