@@ -135,6 +135,9 @@ func (l *loop[Obj]) roundWorkers(txn statedb.ReadTxn, changes statedb.ChangeIter
 	p.release(done, l.add)
 	clear(done)
 
+	// Read changes in a snapshot taken after the commit, so that the objects
+	// just committed are seen with their new status and not as still pending.
+	txn = r.db.ReadTxn()
 	watch := closedChan
 	if budget := p.room(); budget > 0 {
 		var seq iter.Seq2[statedb.Change[Obj], statedb.Revision]

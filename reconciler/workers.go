@@ -34,6 +34,7 @@ type workerPool[Obj any] struct {
 
 type flight[Obj any] struct {
 	rev       statedb.Revision
+	statusID  uint64 // identity of the status the op in flight answers
 	parked    op[Obj]
 	hasParked bool
 }
@@ -73,11 +74,16 @@ func (p *workerPool[Obj]) dispatch(ops []op[Obj]) {
 	for i := range ops {
 		o := ops[i]
 		if f, ok := p.flights[o.key]; ok {
+			if o.statusID != 0 && o.statusID == f.statusID && !o.delete {
+				// Same version as the one in flight; only another
+				// reconciler's status changed. Its commit covers this.
+				continue
+			}
 			f.parked, f.hasParked = o, true
 			p.flights[o.key] = f
 			continue
 		}
-		p.flights[o.key] = flight[Obj]{rev: o.rev}
+		p.flights[o.key] = flight[Obj]{rev: o.rev, statusID: o.statusID}
 		ops[queued] = o
 		queued++
 	}
