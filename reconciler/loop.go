@@ -49,6 +49,12 @@ func (r *reconciler[Obj]) loop(ctx context.Context, health cell.Health) error {
 	retryTimer := time.NewTimer(time.Hour)
 	retryTimer.Stop()
 	defer retryTimer.Stop()
+	// A failed prune is tried again after the retry backoff, so that the
+	// target and health recover without waiting for the prune interval.
+	pruneRetry := time.NewTimer(time.Hour)
+	pruneRetry.Stop()
+	defer pruneRetry.Stop()
+	pruneFailures := 0
 
 	_, initWatch := r.table.Initialized(r.db.ReadTxn())
 	initialized, prune := false, false
@@ -76,6 +82,8 @@ func (r *reconciler[Obj]) loop(ctx context.Context, health cell.Health) error {
 			prune = true
 		case <-r.pruneRequests:
 			prune = true
+		case <-pruneRetry.C:
+			prune = true
 		}
 		if lim := r.opts.roundLimiter; lim != nil {
 			if err := lim.Wait(ctx); err != nil {
@@ -97,6 +105,13 @@ func (r *reconciler[Obj]) loop(ctx context.Context, health cell.Health) error {
 		if prune && initialized {
 			prune = false
 			r.lastPruneErr = r.prune(ctx, txn)
+			pruneRetry.Stop()
+			if r.lastPruneErr == nil {
+				pruneFailures = 0
+			} else {
+				pruneFailures++
+				pruneRetry.Reset(backoff(pruneFailures, r.opts.retryMin, r.opts.retryMax, r.opts.retryJitter, r.rand()))
+			}
 		}
 		l.report(txn, failed)
 

@@ -2,6 +2,9 @@ package reconciler
 
 import (
 	"container/heap"
+	"encoding/hex"
+	"fmt"
+	"unicode"
 	"math"
 	"time"
 
@@ -127,9 +130,20 @@ func (q *retryQueue[Obj]) errors(limit int) []error {
 		if len(errs) == limit {
 			break
 		}
-		errs = append(errs, item.err)
+		errs = append(errs, fmt.Errorf("%s: %w", displayKey(item.key), item.err))
 	}
 	return errs
+}
+
+// displayKey renders a primary key for messages: as is when it is printable
+// text, in hex otherwise (for example for integer keys).
+func displayKey(key string) string {
+	for _, r := range key {
+		if !unicode.IsPrint(r) {
+			return "0x" + hex.EncodeToString([]byte(key))
+		}
+	}
+	return key
 }
 
 type retryHeap[Obj any] []*retry[Obj]
