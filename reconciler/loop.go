@@ -23,7 +23,8 @@ type loop[Obj any] struct {
 	lastRev  statedb.Revision
 	needKeys bool // ops carry their primary key (worker mode)
 
-	health healthReporter
+	health   healthReporter
+	coalesce time.Duration // how long after the earliest retry to wake
 }
 
 func (l *loop[Obj]) add(o op[Obj]) { l.work = append(l.work, o) }
@@ -33,7 +34,12 @@ func (r *reconciler[Obj]) loop(ctx context.Context, health cell.Health) error {
 	changes := r.changes
 	defer changes.Close()
 
-	l := &loop[Obj]{r: r, exec: executor[Obj]{r: r}, health: healthReporter{health: health}}
+	l := &loop[Obj]{
+		r:        r,
+		exec:     executor[Obj]{r: r},
+		health:   healthReporter{health: health},
+		coalesce: time.Duration(float64(r.opts.retryMin) * r.opts.retryJitter),
+	}
 	if r.opts.concurrency > 1 {
 		l.pool = newWorkerPool(ctx, r)
 		l.needKeys = true
@@ -117,7 +123,9 @@ func (r *reconciler[Obj]) loop(ctx context.Context, health cell.Health) error {
 
 		retryTimer.Stop()
 		if at, ok := r.retries.next(); ok {
-			retryTimer.Reset(at.Sub(r.now()))
+			// Wait a jitter window past the earliest retry so that retries
+			// spread by jitter are still taken in few rounds, not one each.
+			retryTimer.Reset(at.Sub(r.now()) + l.coalesce)
 		}
 	}
 }

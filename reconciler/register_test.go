@@ -19,7 +19,7 @@ import (
 // fakeGroup records jobs instead of running them.
 type fakeGroup struct{ jobs []job.Job }
 
-func (g *fakeGroup) Add(jobs ...job.Job)                  { g.jobs = append(g.jobs, jobs...) }
+func (g *fakeGroup) Add(jobs ...job.Job)                { g.jobs = append(g.jobs, jobs...) }
 func (g *fakeGroup) Scoped(name string) job.ScopedGroup { return g }
 
 func TestRegisterRejectsBadInput(t *testing.T) {

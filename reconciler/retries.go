@@ -4,9 +4,9 @@ import (
 	"container/heap"
 	"encoding/hex"
 	"fmt"
-	"unicode"
 	"math"
 	"time"
+	"unicode"
 
 	"github.com/cilium/statedb"
 )

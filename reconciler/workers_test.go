@@ -78,7 +78,6 @@ func (h *history) leave(key, what string, rev statedb.Revision) {
 	h.revs[key] = append(h.revs[key], rev)
 }
 
-
 func TestWorkersKeepOneOperationPerObjectAndRevisionOrder(t *testing.T) {
 	for _, workers := range []int{1, 4, 16} {
 		t.Run(fmt.Sprintf("workers=%d", workers), func(t *testing.T) {
