@@ -34,7 +34,12 @@ type ExpVar struct {
 	ConvergenceCountVar       *expvar.Map // objects that reached Done
 	ConvergenceDurationVar    *expvar.Map // total seconds from Pending to Done
 	ConvergenceMaxDurationVar *expvar.Map // longest seconds from Pending to Done
-	convergenceMaxMu          sync.Mutex
+
+	// convergenceMaxMu serialises the read-compare-write of the maximum.
+	// Instances that share ConvergenceMaxDurationVar (every published one)
+	// must share the mutex too, or two of them could both see no figure
+	// (or a smaller one) and the smaller report would overwrite the larger.
+	convergenceMaxMu *sync.Mutex
 
 	keys keyCache
 }
@@ -76,10 +81,15 @@ func NewUnpublishedExpVar() *ExpVar { return newExpVar(false) }
 // publishMu serialises the check-then-publish of shared variables.
 var publishMu sync.Mutex
 
+// publishedMaxMu is the convergenceMaxMu of every published instance.
+var publishedMaxMu sync.Mutex
+
 func newExpVar(publish bool) *ExpVar {
 	root := new(expvar.Map).Init()
 	maps := make([]*expvar.Map, len(varNames))
+	maxMu := new(sync.Mutex)
 	if publish {
+		maxMu = &publishedMaxMu
 		publishMu.Lock()
 		defer publishMu.Unlock()
 	}
@@ -113,6 +123,7 @@ func newExpVar(publish bool) *ExpVar {
 		ConvergenceCountVar:            maps[11],
 		ConvergenceDurationVar:         maps[12],
 		ConvergenceMaxDurationVar:      maps[13],
+		convergenceMaxMu:               maxMu,
 	}
 }
 

@@ -34,8 +34,9 @@ var kindNames = [...]string{
 	KindError:      "Error",
 }
 
-// The index keys are single bytes built once so that [Kind.Key] does not
-// allocate. They are ordered like the kinds themselves.
+// The index keys are distinct single bytes built once so that [Kind.Key]
+// does not allocate. Their byte order is not the order of the kinds ("D" <
+// "E" < "P" < "R"), so query the index by kind, not by key range.
 var kindKeys = [...]index.Key{
 	KindUnset:      index.Key("?"),
 	KindPending:    index.Key("P"),

@@ -88,13 +88,16 @@ func (s Set) All() map[string]Status {
 }
 
 // String summarises the set for tables, for example
-// "Errored: b (disk full), Pending: c, Done: a (3s ago)".
+// "Errored: b (disk full), Pending: c, Done: a (3s ago)". The age is that of
+// the most recent status in the set, or of the set itself when it is empty.
 func (s Set) String() string {
 	if len(s.entries) == 0 {
-		return fmt.Sprintf("Pending (%s ago)", since(s.createdAt))
+		return "Pending" + ago(s.createdAt)
 	}
 	var errored, pending, done []string
-	latest := s.createdAt
+	// The set's own creation time is not a status change shown here: a set
+	// decoded from an old dump must not read as just updated.
+	var latest time.Time
 	for _, e := range s.entries {
 		if e.status.UpdatedAt.After(latest) {
 			latest = e.status.UpdatedAt
@@ -117,7 +120,7 @@ func (s Set) String() string {
 	add("Errored", errored)
 	add("Pending", pending)
 	add("Done", done)
-	return strings.Join(parts, ", ") + " (" + since(latest) + " ago)"
+	return strings.Join(parts, ", ") + ago(latest)
 }
 
 // MarshalJSON encodes the set as an object from reconciler name to status.

@@ -27,3 +27,13 @@ func since(t time.Time) string {
 		return fmt.Sprintf("%dd", int(d.Hours()/24))
 	}
 }
+
+// ago formats the age of t as a suffix such as " (3s ago)", or returns ""
+// when t is zero (a status or set without a time) rather than the
+// nonsensical " (never ago)".
+func ago(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return " (" + since(t) + " ago)"
+}

@@ -8,7 +8,10 @@ import (
 )
 
 // Status is the reconciliation status of an object for one reconciler.
-// Embed it in the object, or keep several in a [Set].
+// Keep it in a named field of the object, or keep several in a [Set]. Do
+// not embed it as an anonymous field: the object would inherit its
+// UnmarshalJSON and UnmarshalYAML methods, and decoding the object would
+// then read only the status and silently drop the object's other fields.
 //
 // The zero Status has [KindUnset] and is ignored by reconcilers. Build
 // statuses with [Pending], [Refreshing], [Done] and [Error]; each call gives
@@ -75,9 +78,9 @@ func (s Status) String() string {
 		return s.Kind.String()
 	}
 	if s.Kind == KindError {
-		return fmt.Sprintf("Error: %s (%s ago)", s.Error, since(s.UpdatedAt))
+		return "Error: " + s.Error + ago(s.UpdatedAt)
 	}
-	return fmt.Sprintf("%s (%s ago)", s.Kind, since(s.UpdatedAt))
+	return s.Kind.String() + ago(s.UpdatedAt)
 }
 
 // statusFields mirrors Status without its methods so that the encoders do
