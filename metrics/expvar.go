@@ -70,7 +70,9 @@ var varNames = []string{
 // NewExpVar returns metrics published as top-level expvar variables
 // ("reconciliation_count", "prune_duration", ...), visible at /debug/vars.
 // Calling it again returns metrics backed by the same, already published
-// variables instead of panicking as expvar.Publish would.
+// variables instead of panicking as expvar.Publish would. A name already
+// published by other code as something other than a map is left alone and
+// the variable is kept unpublished (it is still in [ExpVar.Map]).
 func NewExpVar() *ExpVar { return newExpVar(true) }
 
 // NewUnpublishedExpVar returns metrics whose variables are not published;
@@ -96,11 +98,7 @@ func newExpVar(publish bool) *ExpVar {
 	for i, name := range varNames {
 		var m *expvar.Map
 		if publish {
-			if existing, ok := expvar.Get(name).(*expvar.Map); ok {
-				m = existing
-			} else {
-				m = expvar.NewMap(name)
-			}
+			m = publishedMap(name)
 		} else {
 			m = new(expvar.Map).Init()
 		}
@@ -180,22 +178,25 @@ func (m *ExpVar) QueueLength(moduleID cell.FullModuleID, name string, retrying, 
 	setInt(m.QueueInFlightVar, key, int64(inFlight))
 }
 
-// ConvergenceDuration implements [QueueMetrics].
-func (m *ExpVar) ConvergenceDuration(moduleID cell.FullModuleID, name string, d time.Duration) {
-	key := Key(moduleID, name)
-	m.ConvergenceCountVar.Add(key, 1)
-	m.ConvergenceDurationVar.AddFloat(key, d.Seconds())
+// Converged implements [QueueMetrics].
+func (m *ExpVar) Converged(moduleID cell.FullModuleID, name string, count int, total, longest time.Duration) {
+	if count <= 0 {
+		return
+	}
+	key := m.keys.get(moduleID, name, "")
+	m.ConvergenceCountVar.Add(key, int64(count))
+	m.ConvergenceDurationVar.AddFloat(key, total.Seconds())
 	m.convergenceMaxMu.Lock()
 	defer m.convergenceMaxMu.Unlock()
 	if cur, ok := m.ConvergenceMaxDurationVar.Get(key).(*expvar.Float); ok {
-		if cur.Value() >= d.Seconds() {
+		if cur.Value() >= longest.Seconds() {
 			return
 		}
-		cur.Set(d.Seconds())
+		cur.Set(longest.Seconds())
 		return
 	}
 	v := new(expvar.Float)
-	v.Set(d.Seconds())
+	v.Set(longest.Seconds())
 	m.ConvergenceMaxDurationVar.Set(key, v)
 }
 
@@ -226,6 +227,8 @@ type cachedKey struct {
 
 const keyCacheSize = 32
 
+// get returns Key(moduleID, name), followed by "/operation" unless
+// operation is empty.
 func (c *keyCache) get(moduleID cell.FullModuleID, name, operation string) string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -234,9 +237,26 @@ func (c *keyCache) get(moduleID cell.FullModuleID, name, operation string) strin
 			return e.key
 		}
 	}
-	key := Key(moduleID, name) + "/" + operation
+	key := Key(moduleID, name)
+	if operation != "" {
+		key += "/" + operation
+	}
 	if len(c.entries) < keyCacheSize {
 		c.entries = append(c.entries, cachedKey{slices.Clone(moduleID), name, operation, key})
 	}
 	return key
+}
+
+// publishedMap returns the published map called name, publishing a new one
+// if there is none. If the name is taken by a variable of another kind, it
+// returns an unpublished map rather than panic. publishMu must be held.
+func publishedMap(name string) *expvar.Map {
+	switch existing := expvar.Get(name).(type) {
+	case *expvar.Map:
+		return existing
+	case nil:
+		return expvar.NewMap(name)
+	default:
+		return new(expvar.Map).Init()
+	}
 }

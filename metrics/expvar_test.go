@@ -235,28 +235,28 @@ func TestQueueLength(t *testing.T) {
 	assert.Equal(t, int64(2), intVal(t, m.QueueRetryingVar, "mod"))
 }
 
-func TestConvergenceDuration(t *testing.T) {
+func TestConverged(t *testing.T) {
 	m := metrics.NewUnpublishedExpVar()
 	mod := cell.FullModuleID{"mod"}
 	key := "mod/name"
 
-	m.ConvergenceDuration(mod, "name", time.Second)
+	m.Converged(mod, "name", 1, time.Second, time.Second)
 	assert.InDelta(t, 1.0, floatVal(t, m.ConvergenceMaxDurationVar, key), 1e-9)
-	m.ConvergenceDuration(mod, "name", 3*time.Second)
+	m.Converged(mod, "name", 1, 3*time.Second, 3*time.Second)
 	assert.InDelta(t, 3.0, floatVal(t, m.ConvergenceMaxDurationVar, key), 1e-9, "grows")
-	m.ConvergenceDuration(mod, "name", 2*time.Second)
+	m.Converged(mod, "name", 1, 2*time.Second, 2*time.Second)
 	assert.InDelta(t, 3.0, floatVal(t, m.ConvergenceMaxDurationVar, key), 1e-9, "never shrinks")
-	m.ConvergenceDuration(mod, "name", 3*time.Second)
+	m.Converged(mod, "name", 1, 3*time.Second, 3*time.Second)
 
 	assert.Equal(t, int64(4), intVal(t, m.ConvergenceCountVar, key))
 	assert.InDelta(t, 9.0, floatVal(t, m.ConvergenceDurationVar, key), 1e-9)
 
-	m.ConvergenceDuration(mod, "other", 10*time.Millisecond)
+	m.Converged(mod, "other", 1, 10*time.Millisecond, 10*time.Millisecond)
 	assert.InDelta(t, 0.01, floatVal(t, m.ConvergenceMaxDurationVar, "mod/other"), 1e-9)
 	assert.InDelta(t, 3.0, floatVal(t, m.ConvergenceMaxDurationVar, key), 1e-9, "per key")
 
 	// A zero duration still creates the figures.
-	m.ConvergenceDuration(mod, "zero", 0)
+	m.Converged(mod, "zero", 1, 0, 0)
 	assert.Equal(t, int64(1), intVal(t, m.ConvergenceCountVar, "mod/zero"))
 	assert.Zero(t, floatVal(t, m.ConvergenceMaxDurationVar, "mod/zero"))
 }
@@ -269,7 +269,7 @@ func TestMapRendersJSON(t *testing.T) {
 	m.PruneError(mod, "r", nil)
 	m.PruneDuration(mod, "r", time.Second)
 	m.QueueLength(mod, "r", 4, 2)
-	m.ConvergenceDuration(mod, "r", 2*time.Second)
+	m.Converged(mod, "r", 1, 2*time.Second, 2*time.Second)
 
 	var got map[string]map[string]float64
 	require.NoError(t, json.Unmarshal([]byte(m.Map().String()), &got), m.Map().String())
@@ -352,7 +352,7 @@ func TestNewUnpublishedExpVarIndependent(t *testing.T) {
 	mod := cell.FullModuleID{"mod"}
 
 	a.ReconciliationErrors(mod, "r", 1, 1)
-	a.ConvergenceDuration(mod, "r", time.Second)
+	a.Converged(mod, "r", 1, time.Second, time.Second)
 	assert.Equal(t, int64(1), intVal(t, a.ReconciliationCountVar, "mod/r"))
 	assert.Nil(t, b.ReconciliationCountVar.Get("mod/r"), "b does not see a's figures")
 	assert.Nil(t, b.ConvergenceMaxDurationVar.Get("mod/r"))
@@ -417,7 +417,7 @@ func TestConcurrentUse(t *testing.T) {
 				m.PruneError(mod, name, err)
 				m.PruneDuration(mod, name, time.Millisecond)
 				m.QueueLength(mod, name, i, g)
-				m.ConvergenceDuration(mod, name, time.Duration(g*iterations+i)*time.Millisecond)
+				m.Converged(mod, name, 1, time.Duration(g*iterations+i)*time.Millisecond, time.Duration(g*iterations+i)*time.Millisecond)
 				if i%50 == 0 {
 					_ = m.Map().String()
 				}
@@ -456,12 +456,12 @@ func TestConvergenceMaxSharedAcrossPublishedInstances(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			a.ConvergenceDuration(mod, "r", 5*time.Second)
+			a.Converged(mod, "r", 1, 5*time.Second, 5*time.Second)
 		}()
 		go func() {
 			defer wg.Done()
 			<-start
-			b.ConvergenceDuration(mod, "r", 3*time.Second)
+			b.Converged(mod, "r", 1, 3*time.Second, 3*time.Second)
 		}()
 		close(start)
 		wg.Wait()
@@ -478,7 +478,7 @@ func TestConvergenceMaxSharedAcrossPublishedInstances(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range 2000 {
-				m.ConvergenceDuration(mod, "r", time.Duration(i)*time.Millisecond)
+				m.Converged(mod, "r", 1, time.Duration(i)*time.Millisecond, time.Duration(i)*time.Millisecond)
 			}
 		}()
 	}
@@ -493,3 +493,4 @@ func TestImplementsInterfaces(t *testing.T) {
 	_, ok = m.(metrics.QueueMetrics)
 	assert.True(t, ok)
 }
+

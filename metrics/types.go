@@ -39,7 +39,9 @@ type QueueMetrics interface {
 	// committed.
 	QueueLength(moduleID cell.FullModuleID, name string, retrying, inFlight int)
 
-	// ConvergenceDuration reports, for an object committed as Done, the time
-	// since its Pending or Refreshing status was written.
-	ConvergenceDuration(moduleID cell.FullModuleID, name string, duration time.Duration)
+	// Converged is called after each commit of statuses with the number of
+	// objects committed as Done and the total and the longest of their times
+	// from the Pending (or Refreshing) status being written to Done. It is
+	// not called when count is zero.
+	Converged(moduleID cell.FullModuleID, name string, count int, total, longest time.Duration)
 }

@@ -11,8 +11,9 @@ import (
 
 // collectChanges reads changes of the table, turning those that need work
 // into ops handed to add, until budget ops were added or the changes run out.
-// It records the last revision read in l.lastRev.
-func (l *loop[Obj]) collectChanges(changes iter.Seq2[statedb.Change[Obj], statedb.Revision], budget int) (added int) {
+// It records the last revision read in l.lastRev. now stands in for the
+// time of a status written without one.
+func (l *loop[Obj]) collectChanges(changes iter.Seq2[statedb.Change[Obj], statedb.Revision], budget int, now time.Time) (added int) {
 	r := l.r
 	for change, rev := range changes {
 		l.lastRev = rev
@@ -29,6 +30,9 @@ func (l *loop[Obj]) collectChanges(changes iter.Seq2[statedb.Change[Obj], stated
 			delete:   change.Deleted,
 			statusID: st.ID(),
 			since:    st.UpdatedAt,
+		}
+		if o.since.IsZero() {
+			o.since = now
 		}
 		if l.needKeys {
 			o.key = string(r.primary.ObjectToKey(change.Object))

@@ -14,7 +14,11 @@ import (
 // marked superseded have a newer version waiting and are not retried. It
 // returns the number of failed ops.
 func (r *reconciler[Obj]) commit(ops []op[Obj], superseded func(*op[Obj]) bool, now time.Time) (failed int) {
-	var wtxn statedb.WriteTxn
+	var (
+		wtxn                         statedb.WriteTxn
+		converged                    int
+		convergedTotal, convergedMax time.Duration
+	)
 	for i := range ops {
 		o := &ops[i]
 		if o.err != nil {
@@ -40,8 +44,11 @@ func (r *reconciler[Obj]) commit(ops []op[Obj], superseded func(*op[Obj]) bool, 
 		}
 		switch {
 		case o.err == nil:
-			if r.queueMetrics != nil {
-				r.queueMetrics.ConvergenceDuration(r.moduleID, r.opts.name, now.Sub(o.since))
+			if !o.since.IsZero() {
+				d := now.Sub(o.since)
+				converged++
+				convergedTotal += d
+				convergedMax = max(convergedMax, d)
 			}
 		case IsTerminal(o.err):
 			r.log.Warn("Reconciler operation failed terminally; not retrying until the object changes",
@@ -52,6 +59,9 @@ func (r *reconciler[Obj]) commit(ops []op[Obj], superseded func(*op[Obj]) bool, 
 	}
 	if wtxn != nil {
 		wtxn.Commit()
+	}
+	if converged > 0 && r.queueMetrics != nil {
+		r.queueMetrics.Converged(r.moduleID, r.opts.name, converged, convergedTotal, convergedMax)
 	}
 	return failed
 }

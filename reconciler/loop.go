@@ -136,7 +136,7 @@ func (l *loop[Obj]) roundInline(ctx context.Context, txn statedb.ReadTxn, change
 	l.work = l.work[:0]
 	seq, watch := changes.Next(txn)
 	budget := r.opts.roundSize
-	budget -= l.collectChanges(seq, budget)
+	budget -= l.collectChanges(seq, budget, now)
 	l.collectRetries(txn, now, budget)
 
 	l.exec.run(ctx, txn, l.work)
@@ -165,7 +165,7 @@ func (l *loop[Obj]) roundWorkers(txn statedb.ReadTxn, changes statedb.ChangeIter
 	if budget := p.room(); budget > 0 {
 		var seq iter.Seq2[statedb.Change[Obj], statedb.Revision]
 		seq, watch = changes.Next(txn)
-		budget -= l.collectChanges(seq, budget)
+		budget -= l.collectChanges(seq, budget, now)
 		l.collectRetries(txn, now, budget)
 	}
 	p.dispatch(l.work)
