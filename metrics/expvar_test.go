@@ -493,4 +493,3 @@ func TestImplementsInterfaces(t *testing.T) {
 	_, ok = m.(metrics.QueueMetrics)
 	assert.True(t, ok)
 }
-
