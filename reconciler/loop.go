@@ -103,7 +103,7 @@ func (r *reconciler[Obj]) loop(ctx context.Context, health cell.Health) error {
 		if l.pool == nil {
 			failed, changesWatch = l.roundInline(ctx, txn, changes, now)
 		} else {
-			failed, changesWatch = l.roundWorkers(txn, changes, now)
+			failed, changesWatch, txn = l.roundWorkers(changes, now)
 		}
 		if ctx.Err() != nil {
 			return nil
@@ -150,7 +150,8 @@ func (l *loop[Obj]) roundInline(ctx context.Context, txn statedb.ReadTxn, change
 }
 
 // roundWorkers commits what the workers finished and hands them new work.
-func (l *loop[Obj]) roundWorkers(txn statedb.ReadTxn, changes statedb.ChangeIterator[Obj], now time.Time) (int, <-chan struct{}) {
+// It returns the snapshot it read changes from, for the rest of the round.
+func (l *loop[Obj]) roundWorkers(changes statedb.ChangeIterator[Obj], now time.Time) (int, <-chan struct{}, statedb.ReadTxn) {
 	r, p := l.r, l.pool
 	done := p.takeFinished()
 	failed := r.commit(done, p.superseded, r.now())
@@ -160,7 +161,7 @@ func (l *loop[Obj]) roundWorkers(txn statedb.ReadTxn, changes statedb.ChangeIter
 
 	// Read changes in a snapshot taken after the commit, so that the objects
 	// just committed are seen with their new status and not as still pending.
-	txn = r.db.ReadTxn()
+	txn := r.db.ReadTxn()
 	watch := closedChan
 	if budget := p.room(); budget > 0 {
 		var seq iter.Seq2[statedb.Change[Obj], statedb.Revision]
@@ -176,7 +177,7 @@ func (l *loop[Obj]) roundWorkers(txn statedb.ReadTxn, changes statedb.ChangeIter
 		rev = min(rev, low-1)
 	}
 	r.progress.update(rev, r.retries.lowWatermark())
-	return failed, watch
+	return failed, watch, txn
 }
 
 // closedChan is a closed channel: receiving from it never blocks.
