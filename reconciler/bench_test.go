@@ -223,23 +223,27 @@ func benchRetries(n int) []*retry[*benchObj] {
 	return items
 }
 
-// BenchmarkRetryQueueAddPop adds 1000 retries to an empty queue and takes
-// them all back when due.
+// BenchmarkRetryQueueAddPop adds n retries to an empty queue and takes them
+// all back when due: 1000 is a round's worth, 100,000 a retry storm.
 func BenchmarkRetryQueueAddPop(b *testing.B) {
-	items := benchRetries(benchRound)
-	due := time.Unix(2_000_000, 0)
-	q := newRetryQueue[*benchObj]()
-	for b.Loop() {
-		for _, it := range items {
-			q.add(it)
-		}
-		for {
-			if _, ok := q.popDue(due); !ok {
-				break
+	for _, n := range []int{benchRound, 100_000} {
+		b.Run(strconv.Itoa(n), func(b *testing.B) {
+			items := benchRetries(n)
+			due := time.Unix(2_000_000, 0)
+			q := newRetryQueue[*benchObj]()
+			for b.Loop() {
+				for _, it := range items {
+					q.add(it)
+				}
+				for {
+					if _, ok := q.popDue(due); !ok {
+						break
+					}
+				}
 			}
-		}
+			reportPerObject(b, n)
+		})
 	}
-	reportPerObject(b, benchRound)
 }
 
 // BenchmarkRetryQueueReplace replaces entries of a queue holding 10,000
