@@ -4,6 +4,7 @@ import (
 	"expvar"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cilium/hive/cell"
@@ -42,6 +43,19 @@ type ExpVar struct {
 	convergenceMaxMu *sync.Mutex
 
 	keys keyCache
+
+	// fast holds the variables last used for updates ([0]) and deletes
+	// ([1]), so that the per-operation call is a compare and two atomic
+	// adds. Reconcilers sharing one ExpVar fall back to keys.
+	fast [2]atomic.Pointer[opVars]
+}
+
+// opVars are the variables of one reconciler's operation kind.
+type opVars struct {
+	moduleID        cell.FullModuleID
+	name, operation string
+	duration        *expvar.Float
+	count           *expvar.Int
 }
 
 var (
@@ -141,9 +155,33 @@ func Key(moduleID cell.FullModuleID, name string) string {
 // ReconciliationDuration implements [Metrics]. It is called for every
 // operation, so it avoids allocating in the steady state.
 func (m *ExpVar) ReconciliationDuration(moduleID cell.FullModuleID, name, operation string, d time.Duration) {
+	slot := -1
+	switch operation {
+	case OpUpdate:
+		slot = 0
+	case OpDelete:
+		slot = 1
+	}
+	if slot >= 0 {
+		if v := m.fast[slot].Load(); v != nil && v.name == name && v.operation == operation && slices.Equal(v.moduleID, moduleID) {
+			v.duration.Add(d.Seconds())
+			v.count.Add(1)
+			return
+		}
+	}
 	key := m.keys.get(moduleID, name, operation)
 	m.ReconciliationDurationVar.AddFloat(key, d.Seconds())
 	m.ReconciliationOperationsVar.Add(key, 1)
+	if slot < 0 {
+		return
+	}
+	duration, ok1 := m.ReconciliationDurationVar.Get(key).(*expvar.Float)
+	count, ok2 := m.ReconciliationOperationsVar.Get(key).(*expvar.Int)
+	if ok1 && ok2 && m.fast[slot].Load() == nil {
+		// The first reconciler keeps the slot; others sharing this ExpVar
+		// take the slower keyed path rather than evict each other.
+		m.fast[slot].CompareAndSwap(nil, &opVars{slices.Clone(moduleID), name, operation, duration, count})
+	}
 }
 
 // ReconciliationErrors implements [Metrics].

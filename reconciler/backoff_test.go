@@ -1,6 +1,8 @@
 package reconciler
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -68,4 +70,44 @@ func TestRetryQueueOrdersReplacesAndRemoves(t *testing.T) {
 	assert.Equal(t, uint64(0), q.lowWatermark())
 	_, ok = q.next()
 	assert.False(t, ok)
+}
+
+func TestRetryQueueMatchesASortedModel(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	q := newRetryQueue[int]()
+	model := map[string]time.Time{} // key -> at
+	t0 := time.Unix(0, 0)
+	for step := range 20000 {
+		key := fmt.Sprintf("k%d", rng.IntN(500))
+		switch rng.IntN(4) {
+		case 0, 1:
+			at := t0.Add(time.Duration(rng.IntN(1000)) * time.Millisecond)
+			q.add(&retry[int]{key: key, at: at, rev: uint64(step)})
+			model[key] = at
+		case 2:
+			q.removeKey(key)
+			delete(model, key)
+		case 3:
+			now := t0.Add(time.Duration(rng.IntN(1000)) * time.Millisecond)
+			var prev time.Time
+			for {
+				item, ok := q.popDue(now)
+				if !ok {
+					break
+				}
+				require.False(t, item.at.After(now))
+				require.False(t, item.at.Before(prev), "popped out of order")
+				prev = item.at
+				require.Equal(t, model[item.key], item.at)
+				delete(model, item.key)
+			}
+			for _, at := range model {
+				require.True(t, at.After(now), "an entry due at %v was left behind at %v", at, now)
+			}
+		}
+		require.Equal(t, len(model), q.len())
+		for i, e := range q.heap {
+			require.Equal(t, i, e.item.pos)
+		}
+	}
 }

@@ -39,20 +39,25 @@ func (e *executor[Obj]) run(ctx context.Context, txn statedb.ReadTxn, ops []op[O
 		return
 	}
 	r := e.r
+	// One clock read per operation: each operation's end is the next one's
+	// start.
+	start := time.Now()
 	for i := range ops {
 		if ctx.Err() != nil {
 			return
 		}
 		o := &ops[i]
-		start := time.Now()
+		name := metrics.OpUpdate
 		if o.delete {
+			name = metrics.OpDelete
 			o.err = r.call(ctx, txn, callDelete, o, nil)
-			r.metrics.ReconciliationDuration(r.moduleID, r.opts.name, metrics.OpDelete, time.Since(start))
 		} else {
 			o.updated = r.clone(o.obj)
 			o.err = r.call(ctx, txn, callUpdate, o, nil)
-			r.metrics.ReconciliationDuration(r.moduleID, r.opts.name, metrics.OpUpdate, time.Since(start))
 		}
+		end := time.Now()
+		r.metrics.ReconciliationDuration(r.moduleID, r.opts.name, name, end.Sub(start))
+		start = end
 	}
 }
 

@@ -1,7 +1,6 @@
 package reconciler
 
 import (
-	"container/heap"
 	"encoding/hex"
 	"fmt"
 	"math"
@@ -52,7 +51,7 @@ func (q *retryQueue[Obj]) add(item *retry[Obj]) {
 	q.seq++
 	item.seq = q.seq
 	q.byKey[item.key] = item
-	heap.Push(&q.heap, item)
+	q.heap.push(item)
 	q.version++
 	if !q.lowDirty && (len(q.heap) == 1 || item.rev < q.low) {
 		q.low = item.rev
@@ -81,7 +80,7 @@ func (q *retryQueue[Obj]) removeKeyBytes(key []byte) {
 
 func (q *retryQueue[Obj]) remove(item *retry[Obj]) {
 	delete(q.byKey, item.key)
-	heap.Remove(&q.heap, item.pos)
+	q.heap.remove(item.pos)
 	q.version++
 	if item.rev == q.low {
 		q.lowDirty = true
@@ -90,10 +89,10 @@ func (q *retryQueue[Obj]) remove(item *retry[Obj]) {
 
 // popDue removes and returns the earliest entry if it is due at now.
 func (q *retryQueue[Obj]) popDue(now time.Time) (*retry[Obj], bool) {
-	if len(q.heap) == 0 || q.heap[0].at.After(now) {
+	if len(q.heap) == 0 || q.heap[0].at > now.UnixNano() {
 		return nil, false
 	}
-	item := q.heap[0]
+	item := q.heap[0].item
 	q.remove(item)
 	return item, true
 }
@@ -103,7 +102,7 @@ func (q *retryQueue[Obj]) next() (time.Time, bool) {
 	if len(q.heap) == 0 {
 		return time.Time{}, false
 	}
-	return q.heap[0].at, true
+	return q.heap[0].item.at, true
 }
 
 // lowWatermark returns the lowest revision of a queued object, or 0. It
@@ -115,8 +114,8 @@ func (q *retryQueue[Obj]) lowWatermark() statedb.Revision {
 	}
 	if q.lowDirty {
 		q.low = math.MaxUint64
-		for _, item := range q.heap {
-			q.low = min(q.low, item.rev)
+		for _, e := range q.heap {
+			q.low = min(q.low, e.item.rev)
 		}
 		q.lowDirty = false
 	}
@@ -126,11 +125,11 @@ func (q *retryQueue[Obj]) lowWatermark() statedb.Revision {
 // errors returns up to limit errors of queued objects, earliest first.
 func (q *retryQueue[Obj]) errors(limit int) []error {
 	errs := make([]error, 0, min(limit, len(q.heap)))
-	for _, item := range q.heap {
+	for _, e := range q.heap {
 		if len(errs) == limit {
 			break
 		}
-		errs = append(errs, fmt.Errorf("%s: %w", displayKey(item.key), item.err))
+		errs = append(errs, fmt.Errorf("%s: %w", displayKey(e.item.key), e.item.err))
 	}
 	return errs
 }
@@ -146,31 +145,83 @@ func displayKey(key string) string {
 	return key
 }
 
-type retryHeap[Obj any] []*retry[Obj]
+// retryHeap is a binary min-heap ordered by (at, seq). The ordering keys are
+// kept inline in the slice, next to the pointer, so that sifting compares
+// without touching the entries themselves; only a move writes an entry's
+// position.
+type retryHeap[Obj any] []heapEntry[Obj]
 
-func (h retryHeap[Obj]) Len() int { return len(h) }
-func (h retryHeap[Obj]) Less(i, j int) bool {
-	if h[i].at.Equal(h[j].at) {
-		return h[i].seq < h[j].seq
+type heapEntry[Obj any] struct {
+	at   int64 // item.at in Unix nanoseconds
+	seq  uint64
+	item *retry[Obj]
+}
+
+func (h retryHeap[Obj]) less(i, j int) bool {
+	if h[i].at != h[j].at {
+		return h[i].at < h[j].at
 	}
-	return h[i].at.Before(h[j].at)
+	return h[i].seq < h[j].seq
 }
-func (h retryHeap[Obj]) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].pos = i
-	h[j].pos = j
+
+func (h retryHeap[Obj]) move(to int, e heapEntry[Obj]) {
+	h[to] = e
+	e.item.pos = to
 }
-func (h *retryHeap[Obj]) Push(x any) {
-	item := x.(*retry[Obj])
-	item.pos = len(*h)
-	*h = append(*h, item)
+
+func (h *retryHeap[Obj]) push(item *retry[Obj]) {
+	*h = append(*h, heapEntry[Obj]{at: item.at.UnixNano(), seq: item.seq, item: item})
+	h.up(len(*h) - 1)
 }
-func (h *retryHeap[Obj]) Pop() any {
+
+// remove deletes the entry at position i.
+func (h *retryHeap[Obj]) remove(i int) {
 	old := *h
-	item := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	return item
+	last := len(old) - 1
+	if i != last {
+		old.move(i, old[last])
+	}
+	old[last] = heapEntry[Obj]{}
+	*h = old[:last]
+	if i != last {
+		if !h.down(i) {
+			h.up(i)
+		}
+	}
+}
+
+func (h retryHeap[Obj]) up(i int) {
+	e := h[i]
+	for i > 0 {
+		parent := (i - 1) / 2
+		if h[parent].at < e.at || (h[parent].at == e.at && h[parent].seq < e.seq) {
+			break
+		}
+		h.move(i, h[parent])
+		i = parent
+	}
+	h.move(i, e)
+}
+
+// down sifts the entry at i towards the leaves and reports whether it moved.
+func (h retryHeap[Obj]) down(i int) bool {
+	start, e, n := i, h[i], len(h)
+	for {
+		child := 2*i + 1
+		if child >= n {
+			break
+		}
+		if r := child + 1; r < n && h.less(r, child) {
+			child = r
+		}
+		if e.at < h[child].at || (e.at == h[child].at && e.seq < h[child].seq) {
+			break
+		}
+		h.move(i, h[child])
+		i = child
+	}
+	h.move(i, e)
+	return i != start
 }
 
 // backoff returns the wait before the next attempt after the given number of
