@@ -8,7 +8,13 @@ package reconciler_test
 // At the end the faults are turned off and the system must converge: the
 // target holds exactly the table's key→value pairs, every object is Done
 // (or Error for a "poison" value, which always fails terminally and must
-// never reach the target), and health is OK.
+// never reach the target), and health is OK. Along the way the targets
+// check that at most one operation per object is in flight, an object's
+// operations come in revision order, no operation starts after Stop
+// returned, Prune comes only after initialization and with the whole table,
+// and no update is redone once it succeeded for a status. The "-set"
+// configurations run two reconcilers sharing the objects through a
+// status.Set, each with its own target.
 //
 // Every seed is a subtest, TestChaos/<config>/seed=<n>; its schedule is
 // derived from the seed alone. Fault decisions come from a second RNG with
@@ -24,7 +30,7 @@ package reconciler_test
 //
 // A long run:
 //
-//	CONVERGE_CHAOS_SEEDS=1000 go test -run TestChaos -failfast ./reconciler/
+//	CONVERGE_CHAOS_SEEDS=1000 go test -run TestChaos -failfast -timeout 60m ./reconciler/
 
 import (
 	"context"
@@ -65,12 +71,16 @@ const (
 type chaosConfig struct {
 	workers int
 	batch   bool
+	set     bool // two reconcilers, "a" and "b", share the objects through a status.Set
 }
 
 func (c chaosConfig) String() string {
 	mode := "single"
 	if c.batch {
 		mode = "batch"
+	}
+	if c.set {
+		mode += "-set"
 	}
 	return fmt.Sprintf("workers=%d-%s", c.workers, mode)
 }
@@ -100,7 +110,10 @@ func chaosSeeds(t *testing.T) []uint64 {
 
 func TestChaos(t *testing.T) {
 	seeds := chaosSeeds(t)
-	configs := []chaosConfig{{1, false}, {1, true}, {4, false}, {4, true}}
+	configs := []chaosConfig{
+		{1, false, false}, {1, true, false}, {4, false, false}, {4, true, false},
+		{1, false, true}, {4, false, true}, {4, true, true},
+	}
 	for _, cfg := range configs {
 		t.Run(cfg.String(), func(t *testing.T) {
 			for _, seed := range seeds {
@@ -256,9 +269,11 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 // the hive stopped and that Prune comes only after initialization, with the
 // whole table.
 type chaosOps struct {
-	c     *chaosTarget
-	gen   int
-	table statedb.Table[*item]
+	c         *chaosTarget
+	gen       int
+	name      string // the reconciler's name, "" when it is alone
+	getStatus func(*item) status.Status
+	table     statedb.Table[*item]
 
 	// Guarded by c.mu.
 	initialized  bool
@@ -269,6 +284,21 @@ type chaosOps struct {
 	prunes       int // completed prunes
 	pruneRunning bool
 	lastPruneOK  bool
+	// applied holds the identities of the statuses for which an update
+	// succeeded. A second success for one status means work was redone,
+	// for example because another reconciler wrote its own status.
+	applied map[uint64]string
+}
+
+func (o *chaosOps) violate(format string, args ...any) {
+	o.c.violate("gen %d%s: %s", o.gen, o.label(), fmt.Sprintf(format, args...))
+}
+
+func (o *chaosOps) label() string {
+	if o.name == "" {
+		return ""
+	}
+	return " reconciler " + o.name
 }
 
 func (o *chaosOps) enter(op, key string, rev statedb.Revision) {
@@ -278,15 +308,15 @@ func (o *chaosOps) enter(op, key string, rev statedb.Revision) {
 	c.calls++
 	c.notify()
 	if o.stopped {
-		c.violate("gen %d: %s %s@%d started after Stop returned", o.gen, op, key, rev)
+		o.violate("%s %s@%d started after Stop returned", op, key, rev)
 	}
 	o.inFlight[key]++
 	o.running++
 	if o.inFlight[key] > 1 {
-		c.violate("gen %d: %s %s@%d while another operation on %s is in flight", o.gen, op, key, rev, key)
+		o.violate("%s %s@%d while another operation on %s is in flight", op, key, rev, key)
 	}
 	if last := o.lastRev[key]; rev < last {
-		c.violate("gen %d: %s %s@%d after an operation on revision %d", o.gen, op, key, rev, last)
+		o.violate("%s %s@%d after an operation on revision %d", op, key, rev, last)
 	}
 	o.lastRev[key] = rev
 }
@@ -323,6 +353,13 @@ func (o *chaosOps) update(ctx context.Context, it *item, inBatch bool) error {
 	if f == faultApplyThenError {
 		return fmt.Errorf("update %s: applied, then: %w", it.ID, errChaos)
 	}
+	st := o.getStatus(it)
+	c.mu.Lock()
+	if prev, ok := o.applied[st.ID()]; ok {
+		o.violate("update %s=%s for status %s (id %d) succeeded before, as %s", it.ID, it.Value, st, st.ID(), prev)
+	}
+	o.applied[st.ID()] = it.ID + "=" + it.Value
+	c.mu.Unlock()
 	return nil
 }
 
@@ -399,10 +436,10 @@ func (o *chaosOps) Prune(ctx context.Context, txn statedb.ReadTxn, objs iter.Seq
 	c.calls++
 	c.notify()
 	if o.stopped {
-		c.violate("gen %d: prune started after Stop returned", o.gen)
+		o.violate("prune started after Stop returned")
 	}
 	if !o.initialized {
-		c.violate("gen %d: prune before the table was initialized", o.gen)
+		o.violate("prune before the table was initialized")
 	}
 	o.pruneRunning = true
 	c.mu.Unlock()
@@ -426,7 +463,7 @@ func (o *chaosOps) Prune(ctx context.Context, txn statedb.ReadTxn, objs iter.Seq
 	}
 	if len(all) != len(want) || !allIn(all, want) {
 		c.mu.Lock()
-		c.violate("gen %d: prune given %v, the table holds %v", o.gen, slices.Sorted(maps.Keys(want)), all)
+		o.violate("prune given %v, the table holds %v", slices.Sorted(maps.Keys(want)), all)
 		c.mu.Unlock()
 	}
 
@@ -475,15 +512,39 @@ func allIn(keys []string, set map[string]bool) bool {
 
 // --- a run ---
 
-// chaosGen is one hive: a new DB, table and reconciler over the same target.
+// chaosRec is one reconciler of a run: its target and how it reads and
+// writes its status.
+type chaosRec struct {
+	name      string // "" when it is alone and uses item.Status
+	target    *chaosTarget
+	getStatus func(*item) status.Status
+	setStatus func(*item, status.Status) *item
+}
+
+func (c *chaosRec) healthName() string {
+	if c.name == "" {
+		return "job-reconcile"
+	}
+	return "job-reconcile-" + c.name
+}
+
+func (c *chaosRec) label() string {
+	if c.name == "" {
+		return ""
+	}
+	return "reconciler " + c.name + ": "
+}
+
+// chaosGen is one hive: a new DB, table and reconcilers over the same
+// targets. Slices are indexed like chaosRun.recs.
 type chaosGen struct {
 	hive     *hive.Hive
 	db       *statedb.DB
 	table    statedb.RWTable[*item]
-	index    statedb.Index[*item, status.Kind]
-	rec      reconciler.Reconciler[*item]
+	indexes  []statedb.Index[*item, status.Kind]
+	recs     []reconciler.Reconciler[*item]
+	ops      []*chaosOps
 	health   *cell.SimpleHealth
-	ops      *chaosOps
 	markDone func(statedb.WriteTxn)
 }
 
@@ -492,7 +553,7 @@ type chaosRun struct {
 	cfg     chaosConfig
 	seed    uint64
 	rng     *rand.Rand // the schedule
-	target  *chaosTarget
+	recs    []*chaosRec
 	opts    []reconciler.Option
 	refresh bool
 	// manualPrune enables random Prune() calls. Without them, the prune at
@@ -505,7 +566,7 @@ type chaosRun struct {
 	initIn      int // steps until the current generation is marked initialized; <0 once done
 	steps       []string
 	// model is what the test wrote: the table's key→value pairs must equal
-	// it at all times, since the reconciler writes only statuses.
+	// it at all times, since the reconcilers write only statuses.
 	model  map[string]string
 	values int
 }
@@ -517,7 +578,22 @@ func runChaos(t *testing.T, cfg chaosConfig, seed uint64) {
 	// Per-seed settings.
 	failProb := 0.05 + 0.45*rng.Float64()
 	slowProb := 0.3 * rng.Float64()
-	run.target = newChaosTarget(seed, failProb, slowProb)
+	if cfg.set {
+		for i, name := range []string{"a", "b"} {
+			run.recs = append(run.recs, &chaosRec{
+				name:      name,
+				target:    newChaosTarget(seed+uint64(i)<<32, failProb, slowProb),
+				getStatus: func(it *item) status.Status { return it.Statuses.Get(name) },
+				setStatus: func(it *item, s status.Status) *item { it.Statuses = it.Statuses.Set(name, s); return it },
+			})
+		}
+	} else {
+		run.recs = []*chaosRec{{
+			target:    newChaosTarget(seed, failProb, slowProb),
+			getStatus: (*item).getStatus,
+			setStatus: (*item).setStatus,
+		}}
+	}
 	roundSize := []int{1, 3, 10, 1000}[rng.IntN(4)]
 	pruneInterval := time.Hour // only the initial prune and Prune() calls
 	if rng.IntN(5) == 0 {
@@ -602,7 +678,17 @@ func (r *chaosRun) write(changes ...chaosChange) statedb.Revision {
 			_, _, err = g.table.Delete(wtxn, &item{ID: ch.key})
 			delete(r.model, ch.key)
 		} else {
-			_, _, err = g.table.Insert(wtxn, &item{ID: ch.key, Value: ch.value, Status: status.Pending()})
+			obj := &item{ID: ch.key, Value: ch.value}
+			if r.cfg.set {
+				// A new set, or the old one with every status Pending.
+				obj.Statuses = status.NewSet()
+				if old, _, found := g.table.Get(wtxn, itemID.Query(ch.key)); found && r.rng.IntN(2) == 0 {
+					obj.Statuses = old.Statuses.Pending()
+				}
+			} else {
+				obj.Status = status.Pending()
+			}
+			_, _, err = g.table.Insert(wtxn, obj)
 			r.model[ch.key] = ch.value
 		}
 		require.NoError(r.t, err)
@@ -674,19 +760,22 @@ func (r *chaosRun) step() {
 			r.logf("(no Prune() in this seed)")
 			return
 		}
-		r.gen.rec.Prune()
-		r.logf("Prune()")
-	case p < 84: // let the reconciler catch up with the current revision, or not
+		i := r.rng.IntN(len(r.recs))
+		r.gen.recs[i].Prune()
+		r.logf("%sPrune()", r.recs[i].label())
+	case p < 84: // let a reconciler catch up with the current revision, or not
+		i := r.rng.IntN(len(r.recs))
 		rev := r.gen.table.Revision(r.gen.db.ReadTxn())
 		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(1+r.rng.IntN(20))*time.Millisecond)
-		reached, low, err := r.gen.rec.WaitUntilReconciled(ctx, rev)
+		reached, low, err := r.gen.recs[i].WaitUntilReconciled(ctx, rev)
 		cancel()
-		r.logf("wait for @%d: reached @%d, retry low @%d, err=%v", rev, reached, low, err)
+		r.logf("%swait for @%d: reached @%d, retry low @%d, err=%v", r.recs[i].label(), rev, reached, low, err)
 		r.checkTable()
-	case p < 96: // wait for some operations on the target
+	case p < 96: // wait for some operations on a target
+		i := r.rng.IntN(len(r.recs))
 		n := 1 + r.rng.IntN(10)
-		r.waitCalls(n, 10*time.Millisecond)
-		r.logf("wait for %d calls", n)
+		r.waitCalls(r.recs[i].target, n, 10*time.Millisecond)
+		r.logf("%swait for %d calls", r.recs[i].label(), n)
 	default:
 		if r.restarts >= chaosMaxRestarts {
 			r.logf("(no restart: limit reached)")
@@ -702,8 +791,7 @@ func (r *chaosRun) step() {
 }
 
 // waitCalls waits for n more calls on the target, or for the timeout.
-func (r *chaosRun) waitCalls(n int, timeout time.Duration) {
-	c := r.target
+func (r *chaosRun) waitCalls(c *chaosTarget, n int, timeout time.Duration) {
 	c.mu.Lock()
 	until := c.calls + n
 	c.mu.Unlock()
@@ -728,11 +816,13 @@ func (r *chaosRun) waitCalls(n int, timeout time.Duration) {
 // marks the table initialized now or after a few steps.
 func (r *chaosRun) startGen(desired map[string]string) {
 	r.gens++
-	g := &chaosGen{index: convergeindex.NewStatusIndex((*item).getStatus)}
-	g.ops = &chaosOps{c: r.target, gen: r.gens, inFlight: map[string]int{}, lastRev: map[string]statedb.Revision{}}
-	var batch reconciler.BatchOperations[*item]
-	if r.cfg.batch {
-		batch = g.ops
+	g := &chaosGen{}
+	for _, rec := range r.recs {
+		g.ops = append(g.ops, &chaosOps{
+			c: rec.target, gen: r.gens, name: rec.name, getStatus: rec.getStatus,
+			inFlight: map[string]int{}, lastRev: map[string]statedb.Revision{}, applied: map[uint64]string{},
+		})
+		g.indexes = append(g.indexes, convergeindex.NewNamedStatusIndex("status-"+rec.name, rec.getStatus))
 	}
 	g.hive = hive.New(
 		statedb.Cell,
@@ -742,24 +832,43 @@ func (r *chaosRun) startGen(desired map[string]string) {
 			cell.Provide(job.Registry.NewGroup),
 			cell.Invoke(func(db *statedb.DB, p reconciler.Params, h *cell.SimpleHealth) error {
 				g.db, g.health = db, h
+				indexes := make([]statedb.Indexer[*item], len(g.indexes))
+				for i := range g.indexes {
+					indexes[i] = g.indexes[i]
+				}
 				var err error
-				g.table, err = statedb.NewTable(db, "items", itemID, g.index)
+				g.table, err = statedb.NewTable(db, "items", itemID, indexes...)
 				if err != nil {
 					return err
 				}
-				g.ops.table = g.table
 				wtxn := db.WriteTxn(g.table)
 				g.markDone = g.table.RegisterInitializer(wtxn, "chaos")
 				wtxn.Commit()
-				g.rec, err = reconciler.Register(p, g.table, (*item).clone, (*item).setStatus, (*item).getStatus, g.ops, batch, r.opts...)
-				return err
+				for i, rec := range r.recs {
+					ops := g.ops[i]
+					ops.table = g.table
+					var batch reconciler.BatchOperations[*item]
+					if r.cfg.batch {
+						batch = ops
+					}
+					opts := r.opts
+					if rec.name != "" {
+						opts = append(slices.Clip(opts), reconciler.WithName(rec.name))
+					}
+					rc, err := reconciler.Register(p, g.table, (*item).clone, rec.setStatus, rec.getStatus, ops, batch, opts...)
+					if err != nil {
+						return err
+					}
+					g.recs = append(g.recs, rc)
+				}
+				return nil
 			}),
 		),
 	)
 	require.NoError(r.t, g.hive.Start(r.log, context.Background()))
 	r.gen = g
 
-	// Populate in a few transactions while the reconciler already runs.
+	// Populate in a few transactions while the reconcilers already run.
 	keys := slices.Sorted(maps.Keys(desired))
 	for len(keys) > 0 {
 		n := min(len(keys), 1+r.rng.IntN(chaosKeys))
@@ -774,7 +883,9 @@ func (r *chaosRun) startGen(desired map[string]string) {
 	if r.rng.IntN(2) == 0 {
 		r.initIn = 1 + r.rng.IntN(12)
 		if r.manualPrune && r.rng.IntN(2) == 0 {
-			r.gen.rec.Prune() // must wait for the initialization
+			for _, rc := range g.recs {
+				rc.Prune() // must wait for the initialization
+			}
 			r.logf("Prune() before initialization")
 		}
 	}
@@ -785,9 +896,11 @@ func (r *chaosRun) startGen(desired map[string]string) {
 
 func (r *chaosRun) markInitialized() {
 	g := r.gen
-	r.target.mu.Lock()
-	g.ops.initialized = true
-	r.target.mu.Unlock()
+	for _, ops := range g.ops {
+		ops.c.mu.Lock()
+		ops.initialized = true
+		ops.c.mu.Unlock()
+	}
 	wtxn := g.db.WriteTxn(g.table)
 	g.markDone(wtxn)
 	wtxn.Commit()
@@ -804,28 +917,33 @@ func (r *chaosRun) stopGen() {
 	err := g.hive.Stop(r.log, ctx)
 	took := time.Since(start)
 	g.hive = nil
-	require.NoError(r.t, err, "stopping generation %d", g.ops.gen)
-	c := r.target
-	c.mu.Lock()
-	if g.ops.running > 0 || g.ops.pruneRunning {
-		c.violate("gen %d: %d operation(s) (prune: %v) still running after Stop returned", g.ops.gen, g.ops.running, g.ops.pruneRunning)
+	require.NoError(r.t, err, "stopping generation %d", r.gens)
+	for _, ops := range g.ops {
+		ops.c.mu.Lock()
+		if ops.running > 0 || ops.pruneRunning {
+			ops.violate("%d operation(s) (prune: %v) still running after Stop returned", ops.running, ops.pruneRunning)
+		}
+		ops.stopped = true
+		ops.c.mu.Unlock()
 	}
-	g.ops.stopped = true
-	c.mu.Unlock()
 	if took > 5*time.Second {
-		r.t.Errorf("seed %d: stopping generation %d took %s", r.seed, g.ops.gen, took)
+		r.t.Errorf("seed %d: stopping generation %d took %s", r.seed, r.gens, took)
 	}
 }
 
 func (r *chaosRun) checkViolations() {
-	r.target.mu.Lock()
-	defer r.target.mu.Unlock()
-	if len(r.target.violations) > 0 {
-		r.t.Fatalf("seed %d: %d violation(s):\n  %s", r.seed, len(r.target.violations), strings.Join(r.target.violations, "\n  "))
+	var all []string
+	for _, rec := range r.recs {
+		rec.target.mu.Lock()
+		all = append(all, rec.target.violations...)
+		rec.target.mu.Unlock()
+	}
+	if len(all) > 0 {
+		r.t.Fatalf("seed %d: %d violation(s):\n  %s", r.seed, len(all), strings.Join(all, "\n  "))
 	}
 }
 
-// waitFor polls cond whenever the target or the table changes (and every few
+// waitFor polls cond whenever a target or the table changes (and every few
 // milliseconds, for health) until it holds or the deadline passes.
 func (r *chaosRun) waitFor(what string, timeout time.Duration, cond func() string) {
 	g := r.gen
@@ -834,16 +952,24 @@ func (r *chaosRun) waitFor(what string, timeout time.Duration, cond func() strin
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		r.target.mu.Lock()
-		changed := r.target.changed
-		r.target.mu.Unlock()
+		var changed []<-chan struct{}
+		for _, rec := range r.recs {
+			rec.target.mu.Lock()
+			changed = append(changed, rec.target.changed)
+			rec.target.mu.Unlock()
+		}
 		_, tableWatch := g.table.AllWatch(g.db.ReadTxn())
 		problem := cond()
 		if problem == "" {
 			return
 		}
+		var second <-chan struct{}
+		if len(changed) > 1 {
+			second = changed[1]
+		}
 		select {
-		case <-changed:
+		case <-changed[0]:
+		case <-second:
 		case <-tableWatch:
 		case <-tick.C:
 		case <-deadline.C:
@@ -855,100 +981,111 @@ func (r *chaosRun) waitFor(what string, timeout time.Duration, cond func() strin
 
 // healAndCheck turns the faults off and checks that the system converges.
 func (r *chaosRun) healAndCheck(settings string) {
-	r.target.heal()
+	for _, rec := range r.recs {
+		rec.target.heal()
+	}
 	r.logf("heal")
 	if r.initIn >= 0 {
 		r.markInitialized()
 	}
 	g := r.gen
-	c := r.target
 
-	// The first prune after initialization must happen by itself. If the
-	// last one failed (faults were on), ask for another.
-	r.waitFor("the initial prune", chaosHealTimeout, func() string {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		if g.ops.prunes == 0 || g.ops.pruneRunning {
-			return fmt.Sprintf("%d prune(s) done, one running: %v", g.ops.prunes, g.ops.pruneRunning)
-		}
-		return ""
-	})
-	c.mu.Lock()
-	pruned := g.ops.lastPruneOK
-	c.mu.Unlock()
-	if !pruned {
-		g.rec.Prune()
-		r.waitFor("a prune after healing", chaosHealTimeout, func() string {
+	for i, rec := range r.recs {
+		// The first prune after initialization must happen by itself. If
+		// the last one failed (faults were on), ask for another.
+		c, ops := rec.target, g.ops[i]
+		r.waitFor(rec.label()+"the initial prune", chaosHealTimeout, func() string {
 			c.mu.Lock()
 			defer c.mu.Unlock()
-			if !g.ops.lastPruneOK {
-				return "the last prune failed"
+			if ops.prunes == 0 || ops.pruneRunning {
+				return fmt.Sprintf("%d prune(s) done, one running: %v", ops.prunes, ops.pruneRunning)
 			}
 			return ""
 		})
+		c.mu.Lock()
+		pruned := ops.lastPruneOK
+		c.mu.Unlock()
+		if !pruned {
+			g.recs[i].Prune()
+			r.waitFor(rec.label()+"a prune after healing", chaosHealTimeout, func() string {
+				c.mu.Lock()
+				defer c.mu.Unlock()
+				if !ops.lastPruneOK {
+					return "the last prune failed"
+				}
+				return ""
+			})
+		}
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), chaosHealTimeout)
 	defer cancel()
-	require.NoError(r.t, reconciler.WaitForReconciliation(ctx, g.db, g.table, g.index), "seed %d", r.seed)
+	for i := range r.recs {
+		require.NoError(r.t, reconciler.WaitForReconciliation(ctx, g.db, g.table, g.indexes[i]), "seed %d", r.seed)
+	}
 	r.waitFor("convergence", chaosHealTimeout, r.converged)
 
 	rev := g.table.Revision(g.db.ReadTxn())
-	reached, low, err := g.rec.WaitUntilReconciled(ctx, rev)
-	require.NoError(r.t, err, "seed %d", r.seed)
-	require.GreaterOrEqual(r.t, reached, rev)
-	require.Zero(r.t, low, "seed %d: objects still queued for retry after convergence", r.seed)
+	calls := 0
+	for i, rec := range r.recs {
+		reached, low, err := g.recs[i].WaitUntilReconciled(ctx, rev)
+		require.NoError(r.t, err, "seed %d", r.seed)
+		require.GreaterOrEqual(r.t, reached, rev)
+		require.Zero(r.t, low, "seed %d: %sobjects still queued for retry after convergence", r.seed, rec.label())
+		rec.target.mu.Lock()
+		calls += rec.target.calls
+		rec.target.mu.Unlock()
+	}
 	r.checkViolations()
-	c.mu.Lock()
-	calls := c.calls
-	c.mu.Unlock()
 	r.t.Logf("seed %d (%s): %d steps, %d generation(s), %d calls, converged on %d objects",
 		r.seed, settings, len(r.steps), r.gens, calls, g.table.NumObjects(g.db.ReadTxn()))
 }
 
-// converged returns "" if the target matches the table exactly, every object
-// is settled and health is OK; otherwise what is wrong.
+// converged returns "" if every target matches the table exactly, every
+// object is settled and health is OK; otherwise what is wrong.
 func (r *chaosRun) converged() string {
 	g := r.gen
-	data, _ := r.target.snapshot()
 	var problems []string
 	if problem := r.tableProblem(); problem != "" {
 		problems = append(problems, problem)
 	}
-	inTable := map[string]bool{}
-	for obj := range g.table.All(g.db.ReadTxn()) {
-		inTable[obj.ID] = true
-		got, has := data[obj.ID]
-		st := obj.Status
-		if isPoison(obj.Value) {
-			if st.Kind != status.KindError || !strings.Contains(st.Error, "poison value") {
-				problems = append(problems, fmt.Sprintf("%s=%s is %s, want a terminal Error", obj.ID, obj.Value, st))
+	for _, rec := range r.recs {
+		data, _ := rec.target.snapshot()
+		inTable := map[string]bool{}
+		for obj := range g.table.All(g.db.ReadTxn()) {
+			inTable[obj.ID] = true
+			got, has := data[obj.ID]
+			st := rec.getStatus(obj)
+			if isPoison(obj.Value) {
+				if st.Kind != status.KindError || !strings.Contains(st.Error, "poison value") {
+					problems = append(problems, fmt.Sprintf("%s%s=%s is %s, want a terminal Error", rec.label(), obj.ID, obj.Value, st))
+				}
+				if has && got == obj.Value {
+					problems = append(problems, fmt.Sprintf("%starget holds poison %s=%s", rec.label(), obj.ID, got))
+				}
+				continue
 			}
-			if has && got == obj.Value {
-				problems = append(problems, fmt.Sprintf("target holds poison %s=%s", obj.ID, got))
+			if st.Kind != status.KindDone && !(r.refresh && st.Kind == status.KindRefreshing) {
+				problems = append(problems, fmt.Sprintf("%s%s=%s is %s", rec.label(), obj.ID, obj.Value, st))
 			}
-			continue
+			if !has || got != obj.Value {
+				problems = append(problems, fmt.Sprintf("%starget has %s=%q (present: %v), table %q", rec.label(), obj.ID, got, has, obj.Value))
+			}
 		}
-		if st.Kind != status.KindDone && !(r.refresh && st.Kind == status.KindRefreshing) {
-			problems = append(problems, fmt.Sprintf("%s=%s is %s", obj.ID, obj.Value, st))
+		for k, v := range data {
+			if !inTable[k] {
+				problems = append(problems, fmt.Sprintf("%sdeleted %s=%s still in the target", rec.label(), k, v))
+			}
 		}
-		if !has || got != obj.Value {
-			problems = append(problems, fmt.Sprintf("target has %s=%q (present: %v), table %q", obj.ID, got, has, obj.Value))
+		if h := g.health.GetChild(rec.healthName()); h == nil {
+			problems = append(problems, "no health for "+rec.healthName())
+		} else {
+			h.Lock()
+			if h.Level != cell.StatusOK {
+				problems = append(problems, fmt.Sprintf("%s health %s: %s: %v", rec.healthName(), h.Level, h.Status, h.Error))
+			}
+			h.Unlock()
 		}
-	}
-	for k, v := range data {
-		if !inTable[k] {
-			problems = append(problems, fmt.Sprintf("deleted %s=%s still in the target", k, v))
-		}
-	}
-	if h := g.health.GetChild("job-reconcile"); h == nil {
-		problems = append(problems, "no health for job-reconcile")
-	} else {
-		h.Lock()
-		if h.Level != cell.StatusOK {
-			problems = append(problems, fmt.Sprintf("health %s: %s: %v", h.Level, h.Status, h.Error))
-		}
-		h.Unlock()
 	}
 	return strings.Join(problems, "; ")
 }
