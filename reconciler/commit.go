@@ -35,9 +35,9 @@ func (r *reconciler[Obj]) commit(ops []op[Obj], superseded func(*op[Obj]) bool, 
 		}
 		var st status.Status
 		if o.err == nil {
-			st = status.Done()
+			st = status.DoneAt(now)
 		} else {
-			st = status.Error(o.err)
+			st = status.ErrorAt(now, o.err)
 		}
 		if !r.writeStatus(wtxn, o, st) {
 			continue

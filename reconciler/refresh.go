@@ -83,9 +83,10 @@ func (r *reconciler[Obj]) markRefreshing(batch []refreshCandidate[Obj]) {
 	if len(batch) == 0 {
 		return
 	}
+	now := time.Now()
 	wtxn := r.db.WriteTxn(r.table)
 	for _, c := range batch {
-		r.table.CompareAndSwap(wtxn, c.rev, r.setStatus(r.clone(c.obj), status.Refreshing()))
+		r.table.CompareAndSwap(wtxn, c.rev, r.setStatus(r.clone(c.obj), status.RefreshingAt(now)))
 	}
 	wtxn.Commit()
 }

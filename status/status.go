@@ -34,30 +34,44 @@ var lastID atomic.Uint64
 
 func nextID() uint64 { return lastID.Add(1) }
 
-func newStatus(k Kind, errText string) Status {
-	return Status{Kind: k, UpdatedAt: time.Now(), Error: errText, id: nextID()}
+func newStatus(k Kind, at time.Time, errText string) Status {
+	return Status{Kind: k, UpdatedAt: at, Error: errText, id: nextID()}
 }
 
 // Pending returns a status that asks the reconciler to apply the object. Set
 // it whenever the object's desired state changes.
-func Pending() Status { return newStatus(KindPending, "") }
+func Pending() Status { return newStatus(KindPending, time.Now(), "") }
 
 // Refreshing returns a status that asks the reconciler to apply an unchanged
 // object again, for example to repair drift in the target.
-func Refreshing() Status { return newStatus(KindRefreshing, "") }
+func Refreshing() Status { return newStatus(KindRefreshing, time.Now(), "") }
 
 // Done returns a status recording a successful reconciliation.
-func Done() Status { return newStatus(KindDone, "") }
+func Done() Status { return newStatus(KindDone, time.Now(), "") }
 
 // Error returns a status recording a failed reconciliation with err's text.
 // A nil err is recorded as "<nil>" so that an Error status always explains
 // itself.
-func Error(err error) Status {
+func Error(err error) Status { return ErrorAt(time.Now(), err) }
+
+// PendingAt is [Pending] stamped with at instead of the current time, for
+// writers that stamp many objects with one clock reading. Each call still
+// gives the status a fresh identity.
+func PendingAt(at time.Time) Status { return newStatus(KindPending, at, "") }
+
+// RefreshingAt is [Refreshing] stamped with at.
+func RefreshingAt(at time.Time) Status { return newStatus(KindRefreshing, at, "") }
+
+// DoneAt is [Done] stamped with at.
+func DoneAt(at time.Time) Status { return newStatus(KindDone, at, "") }
+
+// ErrorAt is [Error] stamped with at.
+func ErrorAt(at time.Time, err error) Status {
 	text := "<nil>"
 	if err != nil {
 		text = err.Error()
 	}
-	return newStatus(KindError, text)
+	return newStatus(KindError, at, text)
 }
 
 // IsPendingOrRefreshing reports whether the status asks for reconciliation.

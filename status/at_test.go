@@ -1,0 +1,35 @@
+package status_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/converge-go/converge/status"
+)
+
+func TestConstructorsAt(t *testing.T) {
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	cases := []struct {
+		st   status.Status
+		kind status.Kind
+		err  string
+	}{
+		{status.PendingAt(at), status.KindPending, ""},
+		{status.RefreshingAt(at), status.KindRefreshing, ""},
+		{status.DoneAt(at), status.KindDone, ""},
+		{status.ErrorAt(at, errors.New("disk full")), status.KindError, "disk full"},
+		{status.ErrorAt(at, nil), status.KindError, "<nil>"},
+	}
+	seen := map[uint64]bool{}
+	for _, c := range cases {
+		assert.Equal(t, c.kind, c.st.Kind)
+		assert.True(t, at.Equal(c.st.UpdatedAt))
+		assert.Equal(t, c.err, c.st.Error)
+		assert.NotZero(t, c.st.ID())
+		assert.False(t, seen[c.st.ID()], "identities are fresh even at one time")
+		seen[c.st.ID()] = true
+	}
+}
