@@ -26,10 +26,13 @@ type terminalError struct{ err error }
 func (e *terminalError) Error() string { return e.err.Error() }
 func (e *terminalError) Unwrap() error { return e.err }
 
-// TerminalError marks err as one that retrying cannot fix. The object is
-// marked Error with err's text and is not retried until it changes. It is
-// counted in the error metrics but, being settled, not in health. Errors
-// wrapping the returned error are recognised too. TerminalError(nil) is nil.
+// TerminalError marks err as one that retrying cannot fix. From Update (or
+// an UpdateBatch entry), the object is marked Error with err's text and is
+// not retried until it changes. It is counted in the error metrics but,
+// being settled, not in health. From Delete it makes no difference: a
+// deleted object cannot change any more, and a delete must not be lost, so
+// it is retried with backoff like any failure. Errors wrapping the returned
+// error are recognised too. TerminalError(nil) is nil.
 func TerminalError(err error) error {
 	if err == nil {
 		return nil
