@@ -3,8 +3,16 @@ module github.com/converge-go/converge
 go 1.25.0
 
 require (
-	github.com/cilium/hive v1.0.4 // indirect
-	github.com/cilium/statedb v0.8.3 // indirect
+	github.com/cilium/hive v1.0.4
+	github.com/cilium/statedb v0.8.3
+	github.com/stretchr/testify v1.11.1
+	go.uber.org/goleak v1.3.0
+	go.yaml.in/yaml/v3 v3.0.4
+	golang.org/x/time v0.15.0
+	gopkg.in/yaml.v3 v3.0.1
+)
+
+require (
 	github.com/cilium/stream v0.0.1 // indirect
 	github.com/davecgh/go-spew v1.1.2-0.20180830191138-d8f796af33cc // indirect
 	github.com/fsnotify/fsnotify v1.7.0 // indirect
@@ -23,18 +31,13 @@ require (
 	github.com/spf13/cobra v1.10.2 // indirect
 	github.com/spf13/pflag v1.0.10 // indirect
 	github.com/spf13/viper v1.18.2 // indirect
-	github.com/stretchr/testify v1.11.1 // indirect
 	github.com/subosito/gotenv v1.6.0 // indirect
 	go.uber.org/dig v1.17.1 // indirect
-	go.uber.org/goleak v1.3.0 // indirect
 	go.uber.org/multierr v1.11.0 // indirect
-	go.yaml.in/yaml/v3 v3.0.4 // indirect
 	golang.org/x/exp v0.0.0-20240119083558-1b970713d09a // indirect
 	golang.org/x/sys v0.17.0 // indirect
 	golang.org/x/term v0.16.0 // indirect
 	golang.org/x/text v0.14.0 // indirect
-	golang.org/x/time v0.15.0 // indirect
 	golang.org/x/tools v0.17.0 // indirect
 	gopkg.in/ini.v1 v1.67.0 // indirect
-	gopkg.in/yaml.v3 v3.0.1 // indirect
 )
