@@ -3,6 +3,7 @@ package reconciler
 import (
 	"context"
 	"iter"
+	"runtime"
 	"time"
 
 	"github.com/cilium/hive/cell"
@@ -153,6 +154,14 @@ func (l *loop[Obj]) roundInline(ctx context.Context, txn statedb.ReadTxn, change
 // It returns the snapshot it read changes from, for the rest of the round.
 func (l *loop[Obj]) roundWorkers(changes statedb.ChangeIterator[Obj], now time.Time) (int, <-chan struct{}, statedb.ReadTxn) {
 	r, p := l.r, l.pool
+	// Let workers that are about to finish do so first, so that one write
+	// transaction commits several results rather than one each. A few
+	// yields cost under a microsecond when nothing else is runnable; with 64
+	// busy workers they raised throughput by a third (go run ./benchmarks
+	// -workloads slow).
+	for range gatherYields {
+		runtime.Gosched()
+	}
 	done := p.takeFinished()
 	failed := r.commit(done, p.superseded, r.now())
 	l.work = l.work[:0]
@@ -179,6 +188,10 @@ func (l *loop[Obj]) roundWorkers(changes statedb.ChangeIterator[Obj], now time.T
 	r.progress.update(rev, r.retries.lowWatermark())
 	return failed, watch, txn
 }
+
+// gatherYields is how many times a worker round yields before taking the
+// finished operations.
+const gatherYields = 3
 
 // closedChan is a closed channel: receiving from it never blocks.
 var closedChan = func() <-chan struct{} {
