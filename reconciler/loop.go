@@ -110,6 +110,10 @@ func (r *reconciler[Obj]) loop(ctx context.Context, health cell.Health) error {
 			return nil
 		}
 		if prune && initialized {
+			// Prune runs here, between rounds, even with workers: the
+			// operations in flight are all for objects in txn's snapshot,
+			// and no new ones start until it returns, so it cannot remove
+			// what an operation is applying for a newer object.
 			prune = false
 			r.lastPruneErr = r.prune(ctx, txn)
 			pruneRetry.Stop()
