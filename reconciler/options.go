@@ -103,7 +103,9 @@ func WithMetrics(m metrics.Metrics) Option {
 // WithPruning prunes every interval, once the table is initialized. Pruning
 // is on by default, every hour. A failed prune is tried again after the
 // retry backoff (see [WithRetry]); until a prune succeeds, health is
-// Degraded. An interval of zero disables periodic
+// Degraded. Prune runs between rounds: while it runs, operations already
+// started go on (with [WithConcurrency]) but no new one starts, so that it
+// never removes what an operation is applying for a newer object. An interval of zero disables periodic
 // pruning, like [WithoutPruning]; [Reconciler.Prune] still works.
 func WithPruning(interval time.Duration) Option {
 	return func(o *options) { o.pruneInterval = interval }
