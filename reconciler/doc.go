@@ -33,6 +33,16 @@
 // next attempt's time. A panicking operation is recovered, logged with its
 // stack and treated as an error wrapping [ErrPanic].
 //
+// # Health and metrics
+//
+// The reconcile job reports OK ("OK, N object(s)") while nothing fails, and
+// Degraded while objects wait for a retry or the last prune failed, listing
+// up to ten errors with their objects' keys and counting the rest. It
+// recovers by itself when the failures clear. Terminal errors are settled
+// and do not degrade health. Figures go to the [metrics.Metrics] given with
+// [WithMetrics] (or Params.DefaultMetrics); see package metrics for the
+// expvar implementation.
+//
 // # Lifecycle
 //
 // The reconciler runs as jobs of the [job.Group] in [Params]; it starts and
