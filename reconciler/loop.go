@@ -127,7 +127,9 @@ func (r *reconciler[Obj]) loop(ctx context.Context, health cell.Health) error {
 		l.report(txn, failed)
 
 		retryTimer.Stop()
-		if at, ok := r.retries.next(); ok {
+		// With every worker slot taken, due retries cannot be dispatched;
+		// the next finished operation wakes the loop instead of the timer.
+		if at, ok := r.retries.next(); ok && (l.pool == nil || !l.pool.full()) {
 			// Wait a jitter window past the earliest retry so that retries
 			// spread by jitter are still taken in few rounds, not one each.
 			retryTimer.Reset(at.Sub(r.now()) + l.coalesce)
