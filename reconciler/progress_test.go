@@ -1,0 +1,51 @@
+package reconciler_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cilium/statedb"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/converge-go/converge/reconciler"
+	"github.com/converge-go/converge/status"
+)
+
+func TestWaitUntilReconciledReportsFailingObjects(t *testing.T) {
+	var failing atomic.Bool
+	failing.Store(true)
+	ops := &funcOps{update: func(_ context.Context, _ statedb.Revision, it *item) error {
+		if it.ID == "bad" && failing.Load() {
+			return errors.New("not now")
+		}
+		return nil
+	}}
+	f := startFixture(t, ops, nil, reconciler.WithRetry(time.Millisecond, 5*time.Millisecond))
+
+	badRev := f.upsert(&item{ID: "bad"})
+	rev := f.upsert(&item{ID: "good"})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	reached, low, err := f.rec.WaitUntilReconciled(ctx, rev)
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, reached, rev)
+	assert.NotZero(t, low, "the failing object is waiting for a retry")
+	assert.GreaterOrEqual(t, low, badRev, "at the revision of its Error status or later")
+
+	failing.Store(false)
+	f.waitKind("bad", status.KindDone)
+	require.Eventually(t, func() bool {
+		_, low, err := f.rec.WaitUntilReconciled(ctx, rev)
+		return err == nil && low == 0
+	}, 10*time.Second, time.Millisecond, "no retry left once the object succeeds")
+
+	// A revision that is never reached ends with the context's error.
+	short, cancelShort := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancelShort()
+	_, _, err = f.rec.WaitUntilReconciled(short, rev+1000)
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+}
