@@ -42,20 +42,9 @@ type ExpVar struct {
 	// (or a smaller one) and the smaller report would overwrite the larger.
 	convergenceMaxMu *sync.Mutex
 
-	keys keyCache
-
-	// fast holds the variables last used for updates ([0]) and deletes
-	// ([1]), so that the per-operation call is a compare and two atomic
-	// adds. Reconcilers sharing one ExpVar fall back to keys.
-	fast [2]atomic.Pointer[opVars]
-}
-
-// opVars are the variables of one reconciler's operation kind.
-type opVars struct {
-	moduleID        cell.FullModuleID
-	name, operation string
-	duration        *expvar.Float
-	count           *expvar.Int
+	// counters caches, per reconciler and operation, the pair of variables
+	// that the frequent calls add to.
+	counters counterCache
 }
 
 var (
@@ -153,35 +142,12 @@ func Key(moduleID cell.FullModuleID, name string) string {
 }
 
 // ReconciliationDuration implements [Metrics]. It is called for every
-// operation, so it avoids allocating in the steady state.
+// operation, so in the steady state it is a lock-free lookup and two atomic
+// adds, and does not allocate.
 func (m *ExpVar) ReconciliationDuration(moduleID cell.FullModuleID, name, operation string, d time.Duration) {
-	slot := -1
-	switch operation {
-	case OpUpdate:
-		slot = 0
-	case OpDelete:
-		slot = 1
-	}
-	if slot >= 0 {
-		if v := m.fast[slot].Load(); v != nil && v.name == name && v.operation == operation && slices.Equal(v.moduleID, moduleID) {
-			v.duration.Add(d.Seconds())
-			v.count.Add(1)
-			return
-		}
-	}
-	key := m.keys.get(moduleID, name, operation)
-	m.ReconciliationDurationVar.AddFloat(key, d.Seconds())
-	m.ReconciliationOperationsVar.Add(key, 1)
-	if slot < 0 {
-		return
-	}
-	duration, ok1 := m.ReconciliationDurationVar.Get(key).(*expvar.Float)
-	count, ok2 := m.ReconciliationOperationsVar.Get(key).(*expvar.Int)
-	if ok1 && ok2 && m.fast[slot].Load() == nil {
-		// The first reconciler keeps the slot; others sharing this ExpVar
-		// take the slower keyed path rather than evict each other.
-		m.fast[slot].CompareAndSwap(nil, &opVars{slices.Clone(moduleID), name, operation, duration, count})
-	}
+	c := m.counters.get(moduleID, name, operation, m.ReconciliationDurationVar, m.ReconciliationOperationsVar)
+	c.total.Add(d.Seconds())
+	c.count.Add(1)
 }
 
 // ReconciliationErrors implements [Metrics].
@@ -221,9 +187,10 @@ func (m *ExpVar) Converged(moduleID cell.FullModuleID, name string, count int, t
 	if count <= 0 {
 		return
 	}
-	key := m.keys.get(moduleID, name, "")
-	m.ConvergenceCountVar.Add(key, int64(count))
-	m.ConvergenceDurationVar.AddFloat(key, total.Seconds())
+	c := m.counters.get(moduleID, name, "", m.ConvergenceDurationVar, m.ConvergenceCountVar)
+	c.total.Add(total.Seconds())
+	c.count.Add(int64(count))
+	key := c.key
 	m.convergenceMaxMu.Lock()
 	defer m.convergenceMaxMu.Unlock()
 	if cur, ok := m.ConvergenceMaxDurationVar.Get(key).(*expvar.Float); ok {
@@ -250,39 +217,88 @@ func setInt(m *expvar.Map, key string, v int64) {
 	m.Set(key, n)
 }
 
-// keyCache remembers recently built operation keys so that per-operation
-// calls do not rebuild (and allocate) them.
-type keyCache struct {
+// counterCache maps (module ID, name, operation) to the variables that
+// count and time it, so that frequent calls neither rebuild the key (which
+// allocates) nor look it up in the expvar maps. Lookups read an immutable
+// slice without locking; additions copy it under mu. Past counterCacheSize
+// entries, counters are built afresh on each call.
+type counterCache struct {
 	mu      sync.Mutex
-	entries []cachedKey
+	entries atomic.Pointer[[]*counters]
 }
 
-type cachedKey struct {
+// counters are the variables of one reconciler and operation (operation is
+// empty for per-reconciler figures).
+type counters struct {
 	moduleID        cell.FullModuleID
 	name, operation string
 	key             string
+	total           *expvar.Float
+	count           *expvar.Int
 }
 
-const keyCacheSize = 32
+const counterCacheSize = 32
 
-// get returns Key(moduleID, name), followed by "/operation" unless
-// operation is empty.
-func (c *keyCache) get(moduleID cell.FullModuleID, name, operation string) string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, e := range c.entries {
-		if e.name == name && e.operation == operation && slices.Equal(e.moduleID, moduleID) {
-			return e.key
+func (c *counters) is(moduleID cell.FullModuleID, name, operation string) bool {
+	return c.name == name && c.operation == operation && slices.Equal(c.moduleID, moduleID)
+}
+
+// get returns the counters keyed Key(moduleID, name), followed by
+// "/operation" unless operation is empty, in the totals and counts maps.
+func (cc *counterCache) get(moduleID cell.FullModuleID, name, operation string, totals, counts *expvar.Map) *counters {
+	if entries := cc.entries.Load(); entries != nil {
+		for _, c := range *entries {
+			if c.is(moduleID, name, operation) {
+				return c
+			}
+		}
+	}
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	var entries []*counters
+	if p := cc.entries.Load(); p != nil {
+		entries = *p
+		for _, c := range entries {
+			if c.is(moduleID, name, operation) {
+				return c
+			}
 		}
 	}
 	key := Key(moduleID, name)
 	if operation != "" {
 		key += "/" + operation
 	}
-	if len(c.entries) < keyCacheSize {
-		c.entries = append(c.entries, cachedKey{slices.Clone(moduleID), name, operation, key})
+	c := &counters{
+		moduleID:  slices.Clone(moduleID),
+		name:      name,
+		operation: operation,
+		key:       key,
+		total:     floatVar(totals, key),
+		count:     intVar(counts, key),
 	}
-	return key
+	if len(entries) < counterCacheSize {
+		grown := append(slices.Clip(entries), c)
+		cc.entries.Store(&grown)
+	}
+	return c
+}
+
+// floatVar returns the Float under key in m, creating it if needed.
+func floatVar(m *expvar.Map, key string) *expvar.Float {
+	if v, ok := m.Get(key).(*expvar.Float); ok {
+		return v
+	}
+	m.AddFloat(key, 0) // creates it, unless another caller just did
+	return m.Get(key).(*expvar.Float)
+}
+
+// intVar returns the Int under key in m, creating it if needed.
+func intVar(m *expvar.Map, key string) *expvar.Int {
+	if v, ok := m.Get(key).(*expvar.Int); ok {
+		return v
+	}
+	m.Add(key, 0)
+	return m.Get(key).(*expvar.Int)
 }
 
 // publishedMap returns the published map called name, publishing a new one
