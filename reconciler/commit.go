@@ -44,12 +44,10 @@ func (r *reconciler[Obj]) commit(ops []op[Obj], superseded func(*op[Obj]) bool, 
 		}
 		switch {
 		case o.err == nil:
-			if !o.since.IsZero() {
-				d := now.Sub(o.since)
-				converged++
-				convergedTotal += d
-				convergedMax = max(convergedMax, d)
-			}
+			d := now.Sub(o.since) // since is always set when collected
+			converged++
+			convergedTotal += d
+			convergedMax = max(convergedMax, d)
 		case IsTerminal(o.err):
 			r.log.Warn("Reconciler operation failed terminally; not retrying until the object changes",
 				"error", o.err)

@@ -22,8 +22,8 @@ type healthReporter struct {
 	pruneErr     error
 }
 
-// report publishes metrics and health after a round that saw failed
-// operations fail.
+// report publishes metrics and health after each round; failed is the
+// number of operations that failed in it.
 func (l *loop[Obj]) report(txn statedb.ReadTxn, failed int) {
 	r := l.r
 	failing := r.retries.len()
