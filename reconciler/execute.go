@@ -102,11 +102,13 @@ const (
 	callDelete
 	callUpdateBatch
 	callDeleteBatch
+	callPrune
 )
 
-var callNames = [...]string{"update", "delete", "update batch", "delete batch"}
+var callNames = [...]string{"update", "delete", "update batch", "delete batch", "prune"}
 
-// call invokes one operation with the operation timeout and, unless
+// call invokes one operation (o for single ones, batch for batches, neither
+// for prune) with the operation timeout and, unless
 // disabled, turns a panic into an error wrapping ErrPanic, logging it with
 // its stack. It takes its arguments rather than a closure so that the hot
 // path does not allocate.
@@ -132,6 +134,8 @@ func (r *reconciler[Obj]) call(ctx context.Context, txn statedb.ReadTxn, which i
 		r.batchOps.UpdateBatch(ctx, txn, batch)
 	case callDeleteBatch:
 		r.batchOps.DeleteBatch(ctx, txn, batch)
+	case callPrune:
+		return r.ops.Prune(ctx, txn, r.table.All(txn))
 	}
 	return nil
 }

@@ -12,7 +12,7 @@ import (
 // outcome. A failure is returned for health and waits for the next prune.
 func (r *reconciler[Obj]) prune(ctx context.Context, txn statedb.ReadTxn) error {
 	start := time.Now()
-	err := r.callPrune(ctx, txn)
+	err := r.call(ctx, txn, callPrune, nil, nil)
 	r.metrics.PruneDuration(r.moduleID, r.opts.name, time.Since(start))
 	r.metrics.PruneError(r.moduleID, r.opts.name, err)
 	if err != nil {
@@ -20,20 +20,4 @@ func (r *reconciler[Obj]) prune(ctx context.Context, txn statedb.ReadTxn) error 
 		return fmt.Errorf("prune: %w", err)
 	}
 	return nil
-}
-
-func (r *reconciler[Obj]) callPrune(ctx context.Context, txn statedb.ReadTxn) (err error) {
-	if r.opts.operationTimeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, r.opts.operationTimeout)
-		defer cancel()
-	}
-	if r.opts.recoverPanics {
-		defer func() {
-			if v := recover(); v != nil {
-				err = r.recovered("prune", v)
-			}
-		}()
-	}
-	return r.ops.Prune(ctx, txn, r.table.All(txn))
 }
