@@ -17,44 +17,6 @@ import (
 	"github.com/converge-go/converge/metrics"
 )
 
-// varNames are the published names of the variables, in the order of
-// exVars.
-var varNames = []string{
-	"reconciliation_count",
-	"reconciliation_duration",
-	"reconciliation_operations",
-	"reconciliation_total_errors",
-	"reconciliation_current_errors",
-	"prune_count",
-	"prune_duration",
-	"prune_total_errors",
-	"prune_current_errors",
-	"queue_retrying",
-	"queue_in_flight",
-	"convergence_count",
-	"convergence_duration",
-	"convergence_max_duration",
-}
-
-func exVars(m *metrics.ExpVar) []*expvar.Map {
-	return []*expvar.Map{
-		m.ReconciliationCountVar,
-		m.ReconciliationDurationVar,
-		m.ReconciliationOperationsVar,
-		m.ReconciliationTotalErrorsVar,
-		m.ReconciliationCurrentErrorsVar,
-		m.PruneCountVar,
-		m.PruneDurationVar,
-		m.PruneTotalErrorsVar,
-		m.PruneCurrentErrorsVar,
-		m.QueueRetryingVar,
-		m.QueueInFlightVar,
-		m.ConvergenceCountVar,
-		m.ConvergenceDurationVar,
-		m.ConvergenceMaxDurationVar,
-	}
-}
-
 // uniqueModule returns a module ID no other test uses, so tests on the
 // process-wide published variables do not see each other's figures, even
 // with -count.
@@ -270,28 +232,59 @@ func TestMapRendersJSON(t *testing.T) {
 	m.PruneDuration(mod, "r", time.Second)
 	m.QueueLength(mod, "r", 4, 2)
 	m.Converged(mod, "r", 1, 2*time.Second, 2*time.Second)
+	m.Round(mod, "r", metrics.RoundStats{Adds: 3, Retries: 1, Depth: 5, Retrying: 4, InFlight: 2,
+		OldestPending: 3 * time.Second, UnfinishedWork: time.Second, LongestRunning: 500 * time.Millisecond})
+	var update metrics.OutcomeCounts
+	update.Add(metrics.OutcomeSuccess)
+	update.Add(metrics.OutcomeError)
+	m.Committed(mod, "r", metrics.CommitStats{
+		Update:          update,
+		QueueWaits:      []time.Duration{time.Millisecond, 2 * time.Millisecond},
+		Latencies:       []time.Duration{2 * time.Second},
+		RefreshRepaired: 1,
+	})
+	m.Pruned(mod, "r", metrics.PruneStats{Outcome: metrics.OutcomeSuccess, Repaired: 2})
+	m.RefreshMarked(mod, "r", 7)
 
-	var got map[string]map[string]float64
+	var got map[string]map[string]any
 	require.NoError(t, json.Unmarshal([]byte(m.Map().String()), &got), m.Map().String())
 	require.Len(t, got, len(varNames))
 	for _, name := range varNames {
 		require.Contains(t, got, name)
 	}
-	want := map[string]map[string]float64{
-		"reconciliation_count":          {"agent.mod/r": 1},
-		"reconciliation_duration":       {"agent.mod/r/update": 0.25},
-		"reconciliation_operations":     {"agent.mod/r/update": 1},
-		"reconciliation_total_errors":   {"agent.mod/r": 1},
-		"reconciliation_current_errors": {"agent.mod/r": 1},
-		"prune_count":                   {"agent.mod/r": 1},
-		"prune_duration":                {"agent.mod/r": 1},
-		"prune_total_errors":            {"agent.mod/r": 0},
-		"prune_current_errors":          {"agent.mod/r": 0},
-		"queue_retrying":                {"agent.mod/r": 4},
-		"queue_in_flight":               {"agent.mod/r": 2},
-		"convergence_count":             {"agent.mod/r": 1},
-		"convergence_duration":          {"agent.mod/r": 2},
-		"convergence_max_duration":      {"agent.mod/r": 2},
+	durations, convergence := metrics.DurationBuckets(), metrics.ConvergenceBuckets()
+	want := map[string]map[string]any{
+		"reconciliation_count":              {"agent.mod/r": 1.0},
+		"reconciliation_duration":           {"agent.mod/r/update": 0.25},
+		"reconciliation_operations":         {"agent.mod/r/update": 1.0},
+		"reconciliation_total_errors":       {"agent.mod/r": 1.0},
+		"reconciliation_current_errors":     {"agent.mod/r": 1.0},
+		"prune_count":                       {"agent.mod/r": 1.0},
+		"prune_duration":                    {"agent.mod/r": 1.0},
+		"prune_total_errors":                {"agent.mod/r": 0.0},
+		"prune_current_errors":              {"agent.mod/r": 0.0},
+		"queue_retrying":                    {"agent.mod/r": 4.0},
+		"queue_in_flight":                   {"agent.mod/r": 2.0},
+		"convergence_count":                 {"agent.mod/r": 1.0},
+		"convergence_duration":              {"agent.mod/r": 2.0},
+		"convergence_max_duration":          {"agent.mod/r": 2.0},
+		"reconciliation_duration_histogram": {"agent.mod/r/update": wantHistogram(durations, 0.25)},
+		"reconciliation_outcomes": {
+			"agent.mod/r/update/success": 1.0, "agent.mod/r/update/error": 1.0,
+			"agent.mod/r/update/terminal": 0.0, "agent.mod/r/update/panic": 0.0, "agent.mod/r/update/timeout": 0.0,
+			"agent.mod/r/prune/success": 1.0, "agent.mod/r/prune/error": 0.0,
+			"agent.mod/r/prune/terminal": 0.0, "agent.mod/r/prune/panic": 0.0, "agent.mod/r/prune/timeout": 0.0,
+		},
+		"convergence_duration_histogram": {"agent.mod/r": wantHistogram(convergence, 2)},
+		"queue_depth":                    {"agent.mod/r": 5.0},
+		"queue_oldest_pending":           {"agent.mod/r": 3.0},
+		"queue_unfinished_work":          {"agent.mod/r": 1.0},
+		"queue_longest_running":          {"agent.mod/r": 0.5},
+		"queue_adds":                     {"agent.mod/r": 3.0},
+		"queue_retries":                  {"agent.mod/r": 1.0},
+		"queue_wait_histogram":           {"agent.mod/r": wantHistogram(durations, 0.001, 0.002)},
+		"refresh_marks":                  {"agent.mod/r": 7.0},
+		"drift_repaired":                 {"agent.mod/r/prune": 2.0, "agent.mod/r/refresh": 1.0},
 	}
 	assert.Equal(t, want, got)
 

@@ -1,0 +1,123 @@
+package metrics
+
+import (
+	"expvar"
+	"time"
+
+	"github.com/cilium/hive/cell"
+)
+
+// The variables of one reconciler that each method of [Metrics] and
+// [QueueMetrics] updates.
+type (
+	opVars struct {
+		total *expvar.Float
+		count *expvar.Int
+		hist  *histogram
+	}
+	errorVars struct {
+		rounds, total, current *expvar.Int
+	}
+	pruneVars struct {
+		count, total, current *expvar.Int
+	}
+	queueLengthVars struct {
+		retrying, inFlight *expvar.Int
+	}
+	convergedVars struct {
+		total   *expvar.Float
+		count   *expvar.Int
+		longest *expvar.Float
+	}
+)
+
+// ReconciliationDuration implements [Metrics]. It is called for every
+// operation, so in the steady state it is a lock-free lookup and a few
+// atomic adds, and does not allocate.
+func (m *ExpVar) ReconciliationDuration(moduleID cell.FullModuleID, name, operation string, d time.Duration) {
+	v := m.ops.Get(moduleID, name, operation, func(key string) *opVars {
+		return &opVars{
+			total: floatVar(m.ReconciliationDurationVar, key),
+			count: intVar(m.ReconciliationOperationsVar, key),
+			hist:  histogramVar(m.ReconciliationDurationHistogramVar, key, durationBuckets),
+		}
+	})
+	s := d.Seconds()
+	v.total.Add(s)
+	v.count.Add(1)
+	v.hist.observe(s)
+}
+
+// ReconciliationErrors implements [Metrics].
+func (m *ExpVar) ReconciliationErrors(moduleID cell.FullModuleID, name string, new, current int) {
+	v := m.errs.Get(moduleID, name, "", func(key string) *errorVars {
+		return &errorVars{
+			rounds:  intVar(m.ReconciliationCountVar, key),
+			total:   intVar(m.ReconciliationTotalErrorsVar, key),
+			current: intVar(m.ReconciliationCurrentErrorsVar, key),
+		}
+	})
+	v.rounds.Add(1)
+	v.total.Add(int64(new))
+	v.current.Set(int64(current))
+}
+
+// PruneError implements [Metrics].
+func (m *ExpVar) PruneError(moduleID cell.FullModuleID, name string, err error) {
+	v := m.prunes.Get(moduleID, name, "", func(key string) *pruneVars {
+		return &pruneVars{
+			count:   intVar(m.PruneCountVar, key),
+			total:   intVar(m.PruneTotalErrorsVar, key),
+			current: intVar(m.PruneCurrentErrorsVar, key),
+		}
+	})
+	var failing int64
+	if err != nil {
+		failing = 1
+	}
+	v.count.Add(1)
+	v.total.Add(failing)
+	v.current.Set(failing)
+}
+
+// PruneDuration implements [Metrics].
+func (m *ExpVar) PruneDuration(moduleID cell.FullModuleID, name string, d time.Duration) {
+	v := m.pruneSeconds.Get(moduleID, name, "", func(key string) *expvar.Float {
+		return floatVar(m.PruneDurationVar, key)
+	})
+	v.Add(d.Seconds())
+}
+
+// QueueLength implements [QueueMetrics].
+func (m *ExpVar) QueueLength(moduleID cell.FullModuleID, name string, retrying, inFlight int) {
+	v := m.queueLengths.Get(moduleID, name, "", func(key string) *queueLengthVars {
+		return &queueLengthVars{
+			retrying: intVar(m.QueueRetryingVar, key),
+			inFlight: intVar(m.QueueInFlightVar, key),
+		}
+	})
+	v.retrying.Set(int64(retrying))
+	v.inFlight.Set(int64(inFlight))
+}
+
+// Converged implements [QueueMetrics]. The Pending-to-Done histogram is
+// fed by [ExpVar.Committed], which receives each latency.
+func (m *ExpVar) Converged(moduleID cell.FullModuleID, name string, count int, total, longest time.Duration) {
+	if count <= 0 {
+		return
+	}
+	v := m.converged.Get(moduleID, name, "", func(key string) *convergedVars {
+		return &convergedVars{
+			total:   floatVar(m.ConvergenceDurationVar, key),
+			count:   intVar(m.ConvergenceCountVar, key),
+			longest: floatVar(m.ConvergenceMaxDurationVar, key),
+		}
+	})
+	v.total.Add(total.Seconds())
+	v.count.Add(int64(count))
+	m.convergenceMaxMu.Lock()
+	defer m.convergenceMaxMu.Unlock()
+	if v.longest.Value() < longest.Seconds() {
+		v.longest.Set(longest.Seconds())
+	}
+}
