@@ -18,8 +18,8 @@ import (
 // the cumulative count of observations up to it, plus "count" and "sum"; the
 // bounds are [DurationBuckets] and [ConvergenceBuckets].
 //
-// The zero ExpVar is not usable; build one with [NewExpVar] or
-// [NewUnpublishedExpVar]. Its methods are safe for
+// The zero ExpVar is not usable; build one with [NewExpVar],
+// [NewExpVarWithPrefix] or [NewUnpublishedExpVar]. Its methods are safe for
 // concurrent use, and in the steady state they do not allocate.
 type ExpVar struct {
 	root *expvar.Map
@@ -123,8 +123,20 @@ var varNames = []string{
 // variables instead of panicking as expvar.Publish would. A name already
 // published by other code as something other than a map is left alone and
 // the variable is kept unpublished (it is still in [ExpVar.Map]).
-
+//
+// Eight of the names are those of the StateDB reconciler's
+// NewExpVarMetrics, which panics if they are taken. In a program that uses
+// both, call the StateDB reconciler's NewExpVarMetrics first (NewExpVar then
+// shares its maps, and both reconcilers' figures appear under the same
+// names) or use [NewExpVarWithPrefix], which works in either order.
 func NewExpVar() *ExpVar { return newExpVar(true, "") }
+
+// NewExpVarWithPrefix is [NewExpVar] with every name published with prefix
+// in front ("converge_reconciliation_count" for prefix "converge_"). Names
+// no other package uses coexist with the StateDB reconciler's
+// NewExpVarMetrics whichever is created first. [ExpVar.Map] keys the
+// variables by their names without the prefix.
+func NewExpVarWithPrefix(prefix string) *ExpVar { return newExpVar(true, prefix) }
 
 // NewUnpublishedExpVar returns metrics whose variables are not published;
 // read them through [ExpVar.Map]. Use it in tests and when several
