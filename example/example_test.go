@@ -4,9 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"io"
 	"io/fs"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -20,171 +20,9 @@ import (
 	"github.com/cilium/statedb"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
-	"go.yaml.in/yaml/v3"
 
-	"github.com/converge-go/converge/reconciler"
 	"github.com/converge-go/converge/status"
 )
-
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-// waitFor bounds every wait in these tests.
-const waitFor = 10 * time.Second
-
-// testApp is the example's hive running in-process on a temporary directory
-// and a free port.
-type testApp struct {
-	t      *testing.T
-	parent string // holds dir and nothing else, to check nothing escapes
-	dir    string
-	base   string // http://127.0.0.1:port
-	client *http.Client
-	db     *statedb.DB
-	files  statedb.RWTable[*File]
-	rec    reconciler.Reconciler[*File]
-	stop   func()
-}
-
-// testConfig is a config for tests: slow background work unless a test
-// speeds it up, quick retries.
-func testConfig() config {
-	return config{RefreshInterval: 0, PruneInterval: time.Hour, RetryMax: 200 * time.Millisecond}
-}
-
-// startApp runs the app with cfg, with Dir and Addr filled in unless set.
-// setup, if not nil, runs before the start on the directory.
-func startApp(t *testing.T, cfg config, setup func(dir string)) *testApp {
-	t.Helper()
-	a := &testApp{t: t, parent: t.TempDir()}
-	if cfg.Dir == "" {
-		cfg.Dir = filepath.Join(a.parent, "target")
-	}
-	a.dir = cfg.Dir
-	cfg.Addr = "127.0.0.1:0"
-	if setup != nil {
-		setup(a.dir)
-	}
-	var srv *server
-	app := newApp(cfg, cell.Invoke(func(s *server, db *statedb.DB, files filesTable, r reconciler.Reconciler[*File]) {
-		srv, a.db, a.files, a.rec = s, db, files.RWTable, r
-	}))
-	log := hivetest.Logger(t)
-	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
-	defer cancel()
-	require.NoError(t, app.Start(log, ctx))
-	a.base = "http://" + srv.Addr()
-	transport := &http.Transport{}
-	a.client = &http.Client{Transport: transport}
-	var once sync.Once
-	a.stop = func() {
-		once.Do(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), waitFor)
-			defer cancel()
-			assert.NoError(t, app.Stop(log, ctx))
-			transport.CloseIdleConnections()
-		})
-	}
-	t.Cleanup(a.stop)
-	return a
-}
-
-// do sends a request with the path as given (not cleaned) and returns the
-// status code and body.
-func (a *testApp) do(method, path string, body io.Reader) (int, string) {
-	a.t.Helper()
-	req, err := http.NewRequest(method, a.base+path, body)
-	require.NoError(a.t, err)
-	resp, err := a.client.Do(req)
-	require.NoError(a.t, err)
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	require.NoError(a.t, err)
-	return resp.StatusCode, string(data)
-}
-
-func (a *testApp) put(name, content string) int {
-	a.t.Helper()
-	code, body := a.do(http.MethodPut, "/files/"+name, strings.NewReader(content))
-	require.Contains(a.t, []int{http.StatusCreated, http.StatusOK}, code, body)
-	return code
-}
-
-// waitFile waits, on StateDB watch channels, until cond holds for the named
-// file of the table, and returns it.
-func (a *testApp) waitFile(name string, what string, cond func(f *File, found bool) bool) *File {
-	a.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
-	defer cancel()
-	for {
-		f, _, watch, found := a.files.GetWatch(a.db.ReadTxn(), nameIndex.Query(name))
-		if cond(f, found) {
-			return f
-		}
-		select {
-		case <-watch:
-		case <-ctx.Done():
-			a.t.Fatalf("%s: timed out waiting for %s; last seen %+v (found %v)", name, what, f, found)
-		}
-	}
-}
-
-func (a *testApp) waitKind(name string, kind status.Kind) *File {
-	a.t.Helper()
-	return a.waitFile(name, "status "+kind.String(), func(f *File, found bool) bool {
-		return found && f.Status.Kind == kind
-	})
-}
-
-// waitReconciled waits until no file is Pending or Refreshing.
-func (a *testApp) waitReconciled() {
-	a.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
-	defer cancel()
-	require.NoError(a.t, reconciler.WaitForReconciliation(ctx, a.db, a.files, statusIndex))
-}
-
-func (a *testApp) readFile(name string) string {
-	a.t.Helper()
-	data, err := os.ReadFile(filepath.Join(a.dir, name))
-	require.NoError(a.t, err)
-	return string(data)
-}
-
-func (a *testApp) dirNames() []string {
-	a.t.Helper()
-	entries, err := os.ReadDir(a.dir)
-	require.NoError(a.t, err)
-	var names []string
-	for _, e := range entries {
-		names = append(names, e.Name())
-	}
-	return names
-}
-
-type healthResponse struct {
-	Level  cell.Level     `json:"level"`
-	Scopes []healthReport `json:"scopes"`
-}
-
-func (a *testApp) health() (int, healthResponse) {
-	a.t.Helper()
-	code, body := a.do(http.MethodGet, "/health", nil)
-	var h healthResponse
-	require.NoError(a.t, json.Unmarshal([]byte(body), &h), body)
-	return code, h
-}
-
-// waitHealth polls /health until its level is want.
-func (a *testApp) waitHealth(want cell.Level) healthResponse {
-	a.t.Helper()
-	var last healthResponse
-	require.Eventually(a.t, func() bool {
-		_, last = a.health()
-		return last.Level == want
-	}, waitFor, 10*time.Millisecond, "health never became %s", want)
-	return last
-}
 
 var initialNames = []string{"hello.txt", "motd", "secret.conf"}
 
@@ -266,7 +104,7 @@ func TestInitializedAfterLoad(t *testing.T) {
 	cfg := testConfig()
 	cfg.Dir = filepath.Join(t.TempDir(), "target")
 	cfg.Addr = "127.0.0.1:0"
-	app := newApp(cfg, cell.Invoke(func(db *statedb.DB, files filesTable) {
+	app := newTestApp(cfg, cell.Invoke(func(db *statedb.DB, files filesTable) {
 		initialized, watch := files.Initialized(db.ReadTxn())
 		require.False(t, initialized)
 		wg.Add(1)
@@ -449,44 +287,10 @@ func TestPruneFailureRecovers(t *testing.T) {
 	a.waitHealth(cell.StatusOK)
 }
 
-// breakDir replaces the target directory with a regular file. Chmod would
-// not stop root from writing, which these tests run as. The app recreates a
-// missing directory, so retry until the file took its place.
-func (a *testApp) breakDir() {
-	a.t.Helper()
-	require.Eventually(a.t, func() bool {
-		require.NoError(a.t, os.RemoveAll(a.dir))
-		return os.WriteFile(a.dir, []byte("not a directory"), 0o644) == nil
-	}, waitFor, time.Millisecond)
-}
-
-func degradedErrors(h healthResponse) string {
-	var errs []string
-	for _, s := range h.Scopes {
-		if s.Level == cell.StatusDegraded {
-			errs = append(errs, s.Scope+": "+s.Message+": "+s.Error)
-		}
-	}
-	return strings.Join(errs, "\n")
-}
-
 func TestMetrics(t *testing.T) {
 	a := startApp(t, testConfig(), nil)
 	a.waitReconciled()
-	vars := func() map[string]map[string]float64 {
-		code, body := a.do(http.MethodGet, "/debug/vars", nil)
-		require.Equal(t, http.StatusOK, code)
-		var all map[string]json.RawMessage
-		require.NoError(t, json.Unmarshal([]byte(body), &all))
-		out := map[string]map[string]float64{}
-		for _, name := range []string{"reconciliation_count", "reconciliation_operations", "reconciliation_total_errors", "prune_count", "convergence_count"} {
-			m := map[string]float64{}
-			require.Contains(t, all, name)
-			require.NoError(t, json.Unmarshal(all[name], &m), name)
-			out[name] = m
-		}
-		return out
-	}
+	vars := a.vars
 	before := vars()
 	require.Positive(t, before["reconciliation_count"]["files"])
 	require.Positive(t, before["reconciliation_operations"]["files/update"])
@@ -611,17 +415,6 @@ func TestBadInitialFiles(t *testing.T) {
 	})
 }
 
-func startFailure(t *testing.T, cfg config) error {
-	app := newApp(cfg)
-	log := hivetest.Logger(t)
-	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
-	defer cancel()
-	err := app.Start(log, ctx)
-	require.Error(t, err)
-	require.NoError(t, app.Stop(log, ctx))
-	return err
-}
-
 func TestEmptyInitialFileAndEmptyList(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "empty.yaml")
 	require.NoError(t, os.WriteFile(path, nil, 0o644))
@@ -633,76 +426,46 @@ func TestEmptyInitialFileAndEmptyList(t *testing.T) {
 	require.JSONEq(t, "[]", body)
 }
 
-func TestEmbeddedFiles(t *testing.T) {
-	files, err := parseFiles("files.yaml", embeddedFiles)
+// Issue 13, defect 2: with the address taken, the example exited 1 but had
+// already written files. Now the listener is bound before the directory is
+// touched.
+func TestFailedStartWritesNothing(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	var names []string
-	for _, f := range files {
-		names = append(names, f.Name)
-		if f.Name == "secret.conf" {
-			require.Equal(t, Mode(0o600), f.Mode)
-		} else {
-			require.Equal(t, defaultMode, f.Mode)
-		}
+	defer ln.Close()
+	parent := t.TempDir()
+	missing, empty := filepath.Join(parent, "missing"), filepath.Join(parent, "empty")
+	require.NoError(t, os.Mkdir(empty, 0o755))
+	for _, dir := range []string{missing, empty} {
+		code, stderr := runExample(t, "--dir", dir, "--addr", ln.Addr().String())
+		require.Equal(t, exitFailure, code, stderr)
+		require.Contains(t, stderr, "address already in use")
 	}
-	require.Equal(t, initialNames, names)
+	requireAbsent(t, missing)
+	entries, err := os.ReadDir(empty)
+	require.NoError(t, err)
+	require.Empty(t, entries)
 }
 
-func TestParseFlags(t *testing.T) {
-	cfg, err := parseFlags(nil, io.Discard)
+// The example prints the directory it reconciles into as an absolute path
+// and stops cleanly with exit status 0.
+func TestRunPrintsDirectoryAndStops(t *testing.T) {
+	t.Chdir(t.TempDir())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stdout, stderr syncBuffer
+	done := make(chan int, 1)
+	go func() { done <- run(ctx, []string{"--dir", "target", "--addr", "127.0.0.1:0"}, &stdout, &stderr) }()
+	wd, err := os.Getwd()
 	require.NoError(t, err)
-	require.Equal(t, "127.0.0.1:8080", cfg.Addr)
-	require.Equal(t, filepath.Join(os.TempDir(), "converge-example"), cfg.Dir)
-	require.Empty(t, cfg.FilesPath)
-
-	cfg, err = parseFlags([]string{"-dir", "/srv/x", "-addr", "127.0.0.1:9999", "-files", "f.yaml",
-		"-refresh", "1s", "-prune", "2s", "-retry-max", "3s"}, io.Discard)
-	require.NoError(t, err)
-	require.Equal(t, config{Dir: "/srv/x", Addr: "127.0.0.1:9999", FilesPath: "f.yaml",
-		RefreshInterval: time.Second, PruneInterval: 2 * time.Second, RetryMax: 3 * time.Second}, cfg)
-
-	for _, args := range [][]string{{"-prune", "-1s"}, {"-retry-max", "0"}, {"-dir", ""}, {"extra"}, {"-nope"}} {
-		_, err := parseFlags(args, io.Discard)
-		require.Error(t, err, args)
+	banner := "converge example: reconciling into " + filepath.Join(wd, "target") + ", API on http://127.0.0.1:"
+	require.Eventually(t, func() bool { return strings.Contains(stderr.String(), banner) }, waitFor, 5*time.Millisecond, stderr.String())
+	cancel()
+	select {
+	case code := <-done:
+		require.Equal(t, exitOK, code, stderr.String())
+	case <-time.After(waitFor):
+		t.Fatal("run did not return after its context ended")
 	}
-}
-
-func TestFileEncoding(t *testing.T) {
-	f := &File{Name: "a", Content: "x\n", Mode: 0o600, Status: status.Error(errors.New("disk full"))}
-	require.Equal(t, []string{"Name", "Mode", "Size", "Status"}, f.TableHeader())
-	row := f.TableRow()
-	require.Equal(t, []string{"a", "0600", "2"}, row[:3])
-	require.Contains(t, row[3], "disk full")
-
-	data, err := json.Marshal(f)
-	require.NoError(t, err)
-	require.Contains(t, string(data), `"mode":"0600"`)
-	var fromJSON File
-	require.NoError(t, json.Unmarshal(data, &fromJSON))
-	require.Equal(t, f.Mode, fromJSON.Mode)
-	require.Equal(t, f.Status.Error, fromJSON.Status.Error)
-
-	data, err = yaml.Marshal(f)
-	require.NoError(t, err)
-	require.Contains(t, string(data), `mode: "0600"`)
-	var fromYAML File
-	require.NoError(t, yaml.Unmarshal(data, &fromYAML))
-	require.Equal(t, f.Content, fromYAML.Content)
-	require.Equal(t, f.Mode, fromYAML.Mode)
-	require.Equal(t, status.KindError, fromYAML.Status.Kind)
-
-	for in, want := range map[string]Mode{"644": 0o644, "0644": 0o644, "0o755": 0o755, "0": 0} {
-		got, err := parseMode(in)
-		require.NoError(t, err, in)
-		require.Equal(t, want, got, in)
-	}
-}
-
-func TestValidateName(t *testing.T) {
-	for _, ok := range []string{"a", "hello.txt", ".hidden", "a b", "ünïcode", "..x", "x.."} {
-		require.NoError(t, validateName(ok), ok)
-	}
-	for _, bad := range []string{"", ".", "..", "../x", "/etc/passwd", `a\b`, "a/b", "a\x00b", "a\nb", tmpPrefix + "1"} {
-		require.ErrorIs(t, validateName(bad), errInvalidName, bad)
-	}
+	require.Contains(t, stderr.String(), "Stopped hive")
 }

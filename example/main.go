@@ -1,24 +1,25 @@
 // Command example is a runnable hive application that keeps a directory in
 // line with a set of desired files. The desired files live in a StateDB
 // table; converge's reconciler writes them into the directory (atomically),
-// removes deleted ones, prunes files nobody asked for, and periodically
-// refreshes the files to repair drift. An HTTP API edits the table and shows
-// statuses, health and metrics.
+// removes deleted ones, prunes files nobody asked for, and periodically refreshes the files to repair drift. An HTTP API
+// edits the table and shows statuses, health and metrics.
 //
 // Run it (from the module root):
 //
 //	go run ./example
 //
-// With no flags it reconciles into $TMPDIR/converge-example (created, and
-// printed at start) and listens on 127.0.0.1:8080. The initial desired set
-// is example/files.yaml, embedded in the binary. Flags:
+// With no flags it reconciles into $TMPDIR/converge-example (/tmp when
+// TMPDIR is unset; created, and printed at start) and listens on
+// 127.0.0.1:8080. The initial desired set is example/files.yaml, embedded
+// in the binary. Flags (--help lists them with their defaults; each can
+// also be set as CONVERGE_EXAMPLE_DIR, CONVERGE_EXAMPLE_RETRY_MAX, ...):
 //
-//	-dir DIR          target directory
-//	-addr HOST:PORT   HTTP address
-//	-files FILE       initial desired set (YAML, see files.yaml)
-//	-refresh 10s      how old a file's status gets before it is checked for drift (0: never)
-//	-prune 10s        how often unwanted files are removed (0: never)
-//	-retry-max 5s     longest wait between retries of a failing file
+//	--dir DIR          target directory
+//	--addr HOST:PORT   HTTP address
+//	--files FILE       initial desired set (YAML, see files.yaml)
+//	--refresh 10s      how old a file's status gets before it is checked for drift (0: never)
+//	--prune 10s        how often unwanted files are removed (0: never)
+//	--retry-max 5s     longest wait between retries of a failing file
 //
 // Drive it with curl (DIR is the printed directory):
 //
@@ -33,14 +34,14 @@
 //
 // Things to try:
 //
-//	echo junk > $DIR/stray                    # pruned within -prune
-//	echo edited > $DIR/motd                   # restored within about -refresh
+//	echo junk > $DIR/stray                    # pruned within --prune
+//	echo edited > $DIR/motd                   # restored within about --refresh
 //	rm -r $DIR && touch $DIR                  # the directory is now a file, so
 //	curl -X PUT -d x localhost:8080/files/x   # writes fail: x goes to Error
 //	curl localhost:8080/health                # and health to Degraded (503)
 //	rm $DIR                                   # both recover by themselves within
-//	                                          # -retry-max (and -prune if a prune failed);
-//	                                          # -refresh restores the other files
+//	                                          # --retry-max (and --prune if a prune failed);
+//	                                          # --refresh restores the other files
 //
 // Ctrl-C (SIGINT) or SIGTERM stops it cleanly.
 package main
@@ -48,7 +49,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -62,64 +62,19 @@ import (
 	"github.com/cilium/hive/cell"
 	"github.com/cilium/hive/job"
 	"github.com/cilium/statedb"
+	"github.com/spf13/pflag"
 	"golang.org/x/time/rate"
 
 	"github.com/converge-go/converge/metrics"
 	"github.com/converge-go/converge/reconciler"
 )
 
-// config is the application's configuration, set from flags.
-type config struct {
-	Dir             string        // target directory
-	Addr            string        // HTTP listen address
-	FilesPath       string        // initial desired set; "" for the embedded files.yaml
-	RefreshInterval time.Duration // 0 disables refreshing
-	PruneInterval   time.Duration // 0 disables pruning
-	RetryMax        time.Duration // longest backoff between retries
-}
-
-func defaultConfig() config {
-	return config{
-		Dir:             filepath.Join(os.TempDir(), "converge-example"),
-		Addr:            "127.0.0.1:8080",
-		RefreshInterval: 10 * time.Second,
-		PruneInterval:   10 * time.Second,
-		RetryMax:        5 * time.Second,
-	}
-}
-
-// parseFlags parses the command line into a config.
-func parseFlags(args []string, output io.Writer) (config, error) {
-	cfg := defaultConfig()
-	fs := flag.NewFlagSet("example", flag.ContinueOnError)
-	fs.SetOutput(output)
-	fs.StringVar(&cfg.Dir, "dir", cfg.Dir, "target `directory` the desired files are written to (created if missing)")
-	fs.StringVar(&cfg.Addr, "addr", cfg.Addr, "HTTP listen `address`")
-	fs.StringVar(&cfg.FilesPath, "files", "", "YAML `file` with the initial desired set (default: the embedded example/files.yaml)")
-	fs.DurationVar(&cfg.RefreshInterval, "refresh", cfg.RefreshInterval, "check files for drift once their status is this old (0 disables)")
-	fs.DurationVar(&cfg.PruneInterval, "prune", cfg.PruneInterval, "remove unwanted files this often, starting once the initial set is loaded (0 disables)")
-	fs.DurationVar(&cfg.RetryMax, "retry-max", cfg.RetryMax, "longest wait between retries of a failing file")
-	if err := fs.Parse(args); err != nil {
-		return cfg, err
-	}
-	if fs.NArg() > 0 {
-		return cfg, fmt.Errorf("unexpected arguments: %q", fs.Args())
-	}
-	switch {
-	case cfg.Dir == "":
-		return cfg, errors.New("-dir must not be empty")
-	case cfg.RefreshInterval < 0, cfg.PruneInterval < 0:
-		return cfg, errors.New("-refresh and -prune must not be negative")
-	case cfg.RetryMax <= 0:
-		return cfg, errors.New("-retry-max must be positive")
-	}
-	return cfg, nil
-}
-
 // newApp builds the application's hive. extra cells are added at the top
 // level, for example to get hold of objects in tests.
-func newApp(cfg config, extra ...cell.Cell) *hive.Hive {
+func newApp(extra ...cell.Cell) *hive.Hive {
 	opts := hive.DefaultOptions()
+	opts.EnvPrefix = envPrefix
+	opts.LogThreshold = 100 * time.Millisecond // log only slow invokes and hooks
 	// Give each module its own health scope, such as "files".
 	opts.ModuleDecorators = cell.ModuleDecorators{
 		func(h cell.Health, id cell.ModuleID) cell.Health { return h.NewScope(string(id)) },
@@ -127,10 +82,10 @@ func newApp(cfg config, extra ...cell.Cell) *hive.Hive {
 	cells := []cell.Cell{
 		statedb.Cell,
 		job.Cell,
+		cell.Config(defaultConfig()),
 		cell.Provide(
 			newHealth,
 			metrics.NewExpVar, // published: visible at /debug/vars
-			func() config { return cfg },
 		),
 		filesModule,
 	}
@@ -150,9 +105,14 @@ var filesModule = cell.Module(
 		newReconciler,
 		newServer,
 	),
+	// The invokes run in this order, and constructing an object appends its
+	// start hooks, so the hive starts them in this order too: nothing
+	// touches the directory unless the address could be bound.
 	cell.Invoke(
-		loadInitialFiles,
-		func(reconciler.Reconciler[*File], *server) {},
+		config.validate,
+		func(*server) {},                      // listen on --addr
+		loadInitialFiles,                      // insert the initial set, then mark the table initialized
+		func(reconciler.Reconciler[*File]) {}, // the reconciler's jobs
 	),
 )
 
@@ -177,42 +137,79 @@ func newReconciler(p reconciler.Params, cfg config, files filesTable, t *target,
 }
 
 func main() {
-	cfg, err := parseFlags(os.Args[1:], os.Stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "example:", err)
-		os.Exit(2)
-	}
-	if err := run(cfg); err != nil {
-		fmt.Fprintln(os.Stderr, "example:", err)
-		os.Exit(1)
-	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
 }
 
-// run starts the hive, waits for SIGINT or SIGTERM and stops it.
-func run(cfg config) error {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+// Exit statuses of run.
+const (
+	exitOK      = 0
+	exitFailure = 1 // the start failed or the app failed while running
+	exitUsage   = 2 // bad flags
+)
 
-	var srv *server
-	app := newApp(cfg, cell.Invoke(func(s *server) { srv = s }))
+// run parses the flags, starts the hive, waits until ctx ends (main ends it
+// on SIGINT or SIGTERM) or the HTTP server fails, stops the hive and
+// returns the exit status.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var (
+		srv *server
+		cfg config
+	)
+	app := newApp(cell.Invoke(func(s *server, c config) { srv, cfg = s, c }))
+	flags := pflag.NewFlagSet("example", pflag.ContinueOnError)
+	flags.SetOutput(io.Discard) // errors and usage are printed below
+	app.RegisterFlags(flags)
+	usage := func(w io.Writer) {
+		fmt.Fprintf(w, "Usage: go run ./example [flags]\n\nReconciles desired files into a directory, with an HTTP API. Flags:\n\n%s", flags.FlagUsages())
+	}
+	err := flags.Parse(args)
+	if errors.Is(err, pflag.ErrHelp) {
+		usage(stdout)
+		return exitOK
+	}
+	if err == nil && flags.NArg() > 0 {
+		err = fmt.Errorf("unexpected arguments: %q", flags.Args())
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "example: %v\n\n", err)
+		usage(stderr)
+		return exitUsage
+	}
+
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	if err := app.Populate(log); err != nil {
+		if usageErr := (*usageError)(nil); errors.As(err, &usageErr) {
+			err = usageErr
+		}
+		fmt.Fprintln(stderr, "example:", err)
+		return exitUsage
+	}
 	startCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	if err := app.Start(log, startCtx); err != nil {
 		stopStarted(app, log)
-		return err
+		fmt.Fprintln(stderr, "example:", err)
+		return exitFailure
 	}
-	fmt.Fprintf(os.Stderr, "\nconverge example: reconciling into %s, API on http://%s (Ctrl-C to stop)\n\n", cfg.Dir, srv.Addr())
+	dir, err := filepath.Abs(cfg.Dir)
+	if err != nil {
+		dir = cfg.Dir
+	}
+	fmt.Fprintf(stderr, "\nconverge example: reconciling into %s, API on http://%s (Ctrl-C to stop)\n\n", dir, srv.Addr())
 
+	failed := false
 	select {
 	case <-ctx.Done():
 	case <-srv.Done(): // the server failed; its error is logged
+		failed = true
 	}
-	stop() // a second signal kills the process
-	return stopStarted(app, log)
+	if err := stopStarted(app, log); err != nil || failed {
+		return exitFailure
+	}
+	return exitOK
 }
 
 // stopStarted stops whatever part of the hive started.

@@ -1,0 +1,286 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"io/fs"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cilium/hive"
+	"github.com/cilium/hive/cell"
+	"github.com/cilium/hive/hivetest"
+	"github.com/cilium/statedb"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/converge-go/converge/reconciler"
+	"github.com/converge-go/converge/status"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// waitFor bounds every wait in these tests.
+const waitFor = 10 * time.Second
+
+// testApp is the example's hive running in-process on a temporary directory
+// and a free port.
+type testApp struct {
+	t      *testing.T
+	parent string // holds dir and nothing else, to check nothing escapes
+	dir    string
+	base   string // http://127.0.0.1:port
+	client *http.Client
+	db     *statedb.DB
+	files  statedb.RWTable[*File]
+	rec    reconciler.Reconciler[*File]
+	stop   func()
+}
+
+// testConfig is a config for tests: slow background work unless a test
+// speeds it up, quick retries.
+func testConfig() config {
+	return config{RefreshInterval: 0, PruneInterval: time.Hour, RetryMax: 200 * time.Millisecond}
+}
+
+// newTestApp builds the app's hive with cfg in place of the flags.
+func newTestApp(cfg config, extra ...cell.Cell) *hive.Hive {
+	app := newApp(extra...)
+	hive.AddConfigOverride(app, func(c *config) { *c = cfg })
+	return app
+}
+
+// startApp runs the app with cfg, with Dir and Addr filled in unless set.
+// setup, if not nil, runs before the start on the directory. extra cells
+// are added to the hive.
+func startApp(t *testing.T, cfg config, setup func(dir string), extra ...cell.Cell) *testApp {
+	t.Helper()
+	a := &testApp{t: t, parent: t.TempDir()}
+	if cfg.Dir == "" {
+		cfg.Dir = filepath.Join(a.parent, "target")
+	}
+	a.dir = cfg.Dir
+	cfg.Addr = "127.0.0.1:0"
+	if setup != nil {
+		setup(a.dir)
+	}
+	var srv *server
+	app := newTestApp(cfg, append(extra, cell.Invoke(func(s *server, db *statedb.DB, files filesTable, r reconciler.Reconciler[*File]) {
+		srv, a.db, a.files, a.rec = s, db, files.RWTable, r
+	}))...)
+	log := hivetest.Logger(t)
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	require.NoError(t, app.Start(log, ctx))
+	a.base = "http://" + srv.Addr()
+	transport := &http.Transport{}
+	a.client = &http.Client{Transport: transport}
+	var once sync.Once
+	a.stop = func() {
+		once.Do(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+			defer cancel()
+			assert.NoError(t, app.Stop(log, ctx))
+			transport.CloseIdleConnections()
+		})
+	}
+	t.Cleanup(a.stop)
+	return a
+}
+
+// do sends a request with the path as given (not cleaned) and returns the
+// status code and body.
+func (a *testApp) do(method, path string, body io.Reader) (int, string) {
+	a.t.Helper()
+	req, err := http.NewRequest(method, a.base+path, body)
+	require.NoError(a.t, err)
+	resp, err := a.client.Do(req)
+	require.NoError(a.t, err)
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	require.NoError(a.t, err)
+	return resp.StatusCode, string(data)
+}
+
+func (a *testApp) put(name, content string) int {
+	a.t.Helper()
+	code, body := a.do(http.MethodPut, "/files/"+name, strings.NewReader(content))
+	require.Contains(a.t, []int{http.StatusCreated, http.StatusOK}, code, body)
+	return code
+}
+
+// waitFile waits, on StateDB watch channels, until cond holds for the named
+// file of the table, and returns it.
+func (a *testApp) waitFile(name string, what string, cond func(f *File, found bool) bool) *File {
+	a.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	for {
+		f, _, watch, found := a.files.GetWatch(a.db.ReadTxn(), nameIndex.Query(name))
+		if cond(f, found) {
+			return f
+		}
+		select {
+		case <-watch:
+		case <-ctx.Done():
+			a.t.Fatalf("%s: timed out waiting for %s; last seen %+v (found %v)", name, what, f, found)
+		}
+	}
+}
+
+func (a *testApp) waitKind(name string, kind status.Kind) *File {
+	a.t.Helper()
+	return a.waitFile(name, "status "+kind.String(), func(f *File, found bool) bool {
+		return found && f.Status.Kind == kind
+	})
+}
+
+// waitReconciled waits until no file is Pending or Refreshing.
+func (a *testApp) waitReconciled() {
+	a.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	require.NoError(a.t, reconciler.WaitForReconciliation(ctx, a.db, a.files, statusIndex))
+}
+
+func (a *testApp) readFile(name string) string {
+	a.t.Helper()
+	data, err := os.ReadFile(filepath.Join(a.dir, name))
+	require.NoError(a.t, err)
+	return string(data)
+}
+
+// dirNames lists the target directory.
+func (a *testApp) dirNames() []string {
+	a.t.Helper()
+	return dirNames(a.t, a.dir)
+}
+
+func dirNames(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+type healthResponse struct {
+	Level  cell.Level     `json:"level"`
+	Scopes []healthReport `json:"scopes"`
+}
+
+func (a *testApp) health() (int, healthResponse) {
+	a.t.Helper()
+	code, body := a.do(http.MethodGet, "/health", nil)
+	var h healthResponse
+	require.NoError(a.t, json.Unmarshal([]byte(body), &h), body)
+	return code, h
+}
+
+// waitHealth polls /health until its level is want.
+func (a *testApp) waitHealth(want cell.Level) healthResponse {
+	a.t.Helper()
+	var last healthResponse
+	require.Eventually(a.t, func() bool {
+		_, last = a.health()
+		return last.Level == want
+	}, waitFor, 10*time.Millisecond, "health never became %s", want)
+	return last
+}
+
+// breakDir replaces the target directory with a regular file. Chmod would
+// not stop root from writing, which these tests run as. The app recreates a
+// missing directory, so retry until the file took its place.
+func (a *testApp) breakDir() {
+	a.t.Helper()
+	require.Eventually(a.t, func() bool {
+		require.NoError(a.t, os.RemoveAll(a.dir))
+		return os.WriteFile(a.dir, []byte("not a directory"), 0o644) == nil
+	}, waitFor, time.Millisecond)
+}
+
+func degradedErrors(h healthResponse) string {
+	var errs []string
+	for _, s := range h.Scopes {
+		if s.Level == cell.StatusDegraded {
+			errs = append(errs, s.Scope+": "+s.Message+": "+s.Error)
+		}
+	}
+	return strings.Join(errs, "\n")
+}
+
+func startFailure(t *testing.T, cfg config) error {
+	app := newTestApp(cfg)
+	log := hivetest.Logger(t)
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	err := app.Start(log, ctx)
+	require.Error(t, err)
+	require.NoError(t, app.Stop(log, ctx))
+	return err
+}
+
+// vars returns the reconciler's expvar maps by name.
+func (a *testApp) vars() map[string]map[string]float64 {
+	a.t.Helper()
+	code, body := a.do(http.MethodGet, "/debug/vars", nil)
+	require.Equal(a.t, http.StatusOK, code)
+	var all map[string]json.RawMessage
+	require.NoError(a.t, json.Unmarshal([]byte(body), &all))
+	out := map[string]map[string]float64{}
+	for _, name := range []string{"reconciliation_count", "reconciliation_operations", "reconciliation_total_errors", "prune_count", "convergence_count"} {
+		m := map[string]float64{}
+		require.Contains(a.t, all, name)
+		require.NoError(a.t, json.Unmarshal(all[name], &m), name)
+		out[name] = m
+	}
+	return out
+}
+
+// runExample runs the example as main does, with args, and returns its exit
+// status and what it printed on stderr. A run that starts is stopped after
+// waitFor.
+func runExample(t *testing.T, args ...string) (int, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	var stdout, stderr syncBuffer
+	code := run(ctx, args, &stdout, &stderr)
+	return code, stderr.String()
+}
+
+// syncBuffer is a bytes.Buffer safe for the app's goroutines to write to
+// while a test reads it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func requireAbsent(t *testing.T, path string) {
+	t.Helper()
+	_, err := os.Lstat(path)
+	require.ErrorIs(t, err, fs.ErrNotExist, "%s must not exist", path)
+}
