@@ -1,0 +1,111 @@
+package reconcilertest
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/cilium/hive/script"
+	"github.com/spf13/pflag"
+)
+
+func callsCmd(reg *Registry) script.Cmd {
+	return script.Command(
+		script.CmdUsage{
+			Summary: "print the recorded operation calls, or wait for a number of them",
+			Flags: func(fs *pflag.FlagSet) {
+				nameFlag(fs)
+				timeoutFlag(fs)
+				fs.String("op", "", "only calls of this operation (update, delete, prune)")
+				fs.String("key", "", "only calls for this key")
+				fs.Int("min", -1, "wait until there are at least this many matching calls")
+				fs.Int("exactly", -1, "wait until there are exactly this many matching calls")
+				fs.Bool("target", false, "read the Target's calls (those that reached it) rather than the Faults'")
+			},
+			Detail: []string{
+				"Prints the calls the reconciler made, one per line in the order they",
+				"returned, as recorded by the Subject's Faults (every attempt, with injected",
+				"failures) or, without Faults, its Target. With --min or --exactly, waits",
+				"until the number of matching calls is reached; --exactly fails at once",
+				"if there are already more. With --target, reads the calls that reached",
+				"the Target, which record updated values and the keys prunes removed.",
+			},
+		},
+		func(s *script.State, args ...string) (script.WaitFunc, error) {
+			if len(args) > 0 {
+				return nil, fmt.Errorf("%w: unexpected arguments %q (select calls with --op and --key)", script.ErrUsage, args)
+			}
+			sub, err := lookup(s, reg)
+			if err != nil {
+				return nil, err
+			}
+			rec := sub.recorder()
+			if fromTarget, _ := s.Flags.GetBool("target"); fromTarget {
+				if tgt := sub.target(); tgt != nil {
+					rec = tgt
+				} else {
+					return nil, fmt.Errorf("reconciler %q has no Target in its Subject", sub.subjectName())
+				}
+			}
+			if rec == nil {
+				return nil, fmt.Errorf("reconciler %q has neither Faults nor Target in its Subject: no calls are recorded", sub.subjectName())
+			}
+			timeout, err := getTimeout(s)
+			if err != nil {
+				return nil, err
+			}
+			opText, _ := s.Flags.GetString("op")
+			var op Op
+			if opText != "" {
+				if op, err = ParseOp(opText); err != nil {
+					return nil, fmt.Errorf("--op: %w", err)
+				}
+			}
+			key, _ := s.Flags.GetString("key")
+			minN, _ := s.Flags.GetInt("min")
+			exactly, _ := s.Flags.GetInt("exactly")
+			if s.Flags.Changed("min") && s.Flags.Changed("exactly") {
+				return nil, fmt.Errorf("%w: give --min or --exactly, not both", script.ErrUsage)
+			}
+			if (s.Flags.Changed("min") && minN < 0) || (s.Flags.Changed("exactly") && exactly < 0) {
+				return nil, fmt.Errorf("--min and --exactly must not be negative")
+			}
+
+			var matched []Call
+			what := fmt.Sprintf("for calls (op %q, key %q)", op, key)
+			err = waitFor(s, timeout, what, func() (bool, watches, string, error) {
+				calls, watch := rec.CallsWatch()
+				matched = matched[:0]
+				for _, c := range calls {
+					if (op == "" || c.Op == op) && (key == "" || c.Key == key) {
+						matched = append(matched, c)
+					}
+				}
+				n := len(matched)
+				state := fmt.Sprintf("%d matching call(s)", n)
+				switch {
+				case exactly >= 0 && n > exactly:
+					return false, watches{}, "", fmt.Errorf("%s, more than the %d expected:\n%s", state, exactly, formatCalls(matched))
+				case exactly >= 0:
+					return n == exactly, watches{watch}, state, nil
+				case minN >= 0:
+					return n >= minN, watches{watch}, state, nil
+				}
+				return true, watches{}, state, nil
+			})
+			if err != nil {
+				return nil, err
+			}
+			out := formatCalls(matched)
+			return func(*script.State) (string, string, error) { return out, "", nil }, nil
+		},
+	)
+}
+
+func formatCalls(calls []Call) string {
+	var b strings.Builder
+	for _, c := range calls {
+		b.WriteString(c.String())
+		b.WriteByte('\n')
+	}
+	return b.String()
+}

@@ -1,0 +1,79 @@
+package reconcilertest
+
+import (
+	"fmt"
+
+	"github.com/cilium/hive/script"
+	"github.com/spf13/pflag"
+)
+
+func pruneCmd(reg *Registry) script.Cmd {
+	return script.Command(
+		script.CmdUsage{
+			Summary: "ask the reconciler to prune and wait until it has",
+			Flags: func(fs *pflag.FlagSet) {
+				nameFlag(fs)
+				timeoutFlag(fs)
+				fs.Bool("no-wait", false, "only ask for the prune (Reconciler.Prune) and return")
+			},
+			Detail: []string{
+				"Calls Reconciler.Prune and waits for a prune whose desired set includes",
+				"every change of the table made before the command, then prints it. Fails",
+				"if that prune failed. A prune happens only once the table is initialized.",
+				"Waiting needs the calls recorded by the Subject's Faults or Target: wrap",
+				"operations of your own with NewFaultyOps (without faults it passes every",
+				"call through) or use --no-wait.",
+			},
+		},
+		func(s *script.State, args ...string) (script.WaitFunc, error) {
+			if len(args) > 0 {
+				return nil, fmt.Errorf("%w: unexpected arguments %q", script.ErrUsage, args)
+			}
+			sub, err := lookup(s, reg)
+			if err != nil {
+				return nil, err
+			}
+			timeout, err := getTimeout(s)
+			if err != nil {
+				return nil, err
+			}
+			noWait, err := s.Flags.GetBool("no-wait")
+			if err != nil {
+				return nil, err
+			}
+			if noWait {
+				sub.prune()
+				return nil, nil
+			}
+			rec := sub.recorder()
+			if rec == nil {
+				return nil, fmt.Errorf("reconciler %q has neither Faults nor Target in its Subject, so its prunes cannot be seen: wrap its operations with NewFaultyOps, or use --no-wait", sub.subjectName())
+			}
+			want := sub.tableRevision(sub.db().ReadTxn())
+			seen := len(rec.Calls())
+			sub.prune()
+
+			var pruned Call
+			err = waitFor(s, timeout, "for a prune", func() (bool, watches, string, error) {
+				calls, watch := rec.CallsWatch()
+				for _, c := range calls[min(seen, len(calls)):] {
+					if c.Op == OpPrune && c.Txn != nil && sub.tableRevision(c.Txn) >= want {
+						pruned = c
+						return true, watches{}, "", nil
+					}
+				}
+				if ok, pending := sub.initialized(sub.db().ReadTxn()); !ok {
+					return false, watches{watch}, fmt.Sprintf("table %q is not initialized, pending initializers %q", sub.tableName(), pending), nil
+				}
+				return false, watches{watch}, "no prune since the request", nil
+			})
+			if err != nil {
+				return nil, err
+			}
+			if pruned.Err != nil {
+				return nil, fmt.Errorf("prune failed: %w", pruned.Err)
+			}
+			return func(*script.State) (string, string, error) { return pruned.String() + "\n", "", nil }, nil
+		},
+	)
+}

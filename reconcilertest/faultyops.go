@@ -1,0 +1,234 @@
+package reconcilertest
+
+import (
+	"context"
+	"fmt"
+	"iter"
+	"time"
+
+	"github.com/cilium/statedb"
+
+	"github.com/converge-go/converge/reconciler"
+)
+
+// FaultyOps wraps operations and injects faults into their calls: errors,
+// terminal errors, retry-after errors, panics and delays, chosen per key,
+// per operation, for the next N calls or at random with a seed (see
+// [Fault]). Without faults it passes every call through unchanged. It
+// records every call it sees with its outcome, so it also counts the
+// attempts that never reached the wrapped operations.
+//
+// Give the FaultyOps to [reconciler.Register] as the operations, and
+// [FaultyOps.Batch] as the batch operations. Inject and Clear may be called
+// at any time from any goroutine, also while operations run; a fault
+// applies to calls that start after it was injected. Use [NewFaultyOps];
+// the zero FaultyOps is not usable.
+type FaultyOps[Obj any] struct {
+	callLog
+	faults faultSet
+	key    func(Obj) string
+	ops    reconciler.Operations[Obj]
+	batch  reconciler.BatchOperations[Obj]
+}
+
+var (
+	_ reconciler.Operations[struct{}]      = (*FaultyOps[struct{}])(nil)
+	_ reconciler.BatchOperations[struct{}] = (*FaultyOps[struct{}])(nil)
+	_ CallRecorder                         = (*FaultyOps[struct{}])(nil)
+)
+
+// NewFaultyOps wraps ops and, if not nil, batch. key gives an object's key,
+// which faults select on. It panics if key or ops is nil.
+func NewFaultyOps[Obj any](key func(Obj) string, ops reconciler.Operations[Obj], batch reconciler.BatchOperations[Obj]) *FaultyOps[Obj] {
+	if key == nil || ops == nil {
+		panic("reconcilertest.NewFaultyOps: key function and operations must not be nil")
+	}
+	return &FaultyOps[Obj]{key: key, ops: ops, batch: batch}
+}
+
+// Batch returns f as BatchOperations if it wraps batch operations, and nil
+// otherwise, ready to pass to [reconciler.Register] next to f.
+func (f *FaultyOps[Obj]) Batch() reconciler.BatchOperations[Obj] {
+	if f.batch == nil {
+		return nil
+	}
+	return f
+}
+
+// Inject adds a fault. It returns an error, and adds nothing, if a field is
+// out of range. The newest fault that matches a call decides what happens
+// to it.
+func (f *FaultyOps[Obj]) Inject(fault Fault) error {
+	if err := f.faults.add(fault); err != nil {
+		return fmt.Errorf("reconcilertest: %w", err)
+	}
+	return nil
+}
+
+// Clear removes the faults for key, or every fault if key is "", and
+// releases the operations they delay. It returns how many faults it
+// removed.
+func (f *FaultyOps[Obj]) Clear(key string) int { return f.faults.clear(key) }
+
+// Faults returns the active faults, oldest first, with Next counting the
+// calls each has left.
+func (f *FaultyOps[Obj]) Faults() []Fault { return f.faults.list() }
+
+// apply runs the fault that fires for a call, if any. proceed reports
+// whether the call should go on to the wrapped operation; if not, err is
+// its outcome. A panic fault records the call, runs beforePanic if not nil
+// and panics.
+func (f *FaultyOps[Obj]) apply(ctx context.Context, c Call, beforePanic func()) (proceed bool, err error) {
+	r := f.faults.decide(c.Op, c.Key)
+	if r == nil {
+		return true, nil
+	}
+	what := string(c.Op)
+	if c.Key != "" {
+		what += " " + c.Key
+	}
+	injected := fmt.Errorf("%w: %s", ErrInjected, what)
+	switch r.Mode {
+	case ModeError:
+		return false, injected
+	case ModeTerminal:
+		return false, reconciler.TerminalError(injected)
+	case ModeRetryAfter:
+		return false, reconciler.RetryAfter(r.Duration, injected)
+	case ModePanic:
+		msg := "injected panic: " + what
+		c.Err = fmt.Errorf("%s", msg)
+		f.record(c)
+		if beforePanic != nil {
+			beforePanic()
+		}
+		panic(msg)
+	case ModeDelay:
+		var timeout <-chan time.Time
+		if r.Duration > 0 {
+			t := time.NewTimer(r.Duration)
+			defer t.Stop()
+			timeout = t.C
+		}
+		select {
+		case <-timeout:
+		case <-r.release:
+		case <-ctx.Done():
+			return false, ctx.Err()
+		}
+	}
+	return true, nil
+}
+
+// Update implements [reconciler.Operations].
+func (f *FaultyOps[Obj]) Update(ctx context.Context, txn statedb.ReadTxn, rev statedb.Revision, obj Obj) error {
+	c := Call{Op: OpUpdate, Key: f.key(obj), Revision: rev}
+	proceed, err := f.apply(ctx, c, nil)
+	if proceed {
+		err = f.ops.Update(ctx, txn, rev, obj)
+	}
+	c.Err = err
+	f.record(c)
+	return err
+}
+
+// Delete implements [reconciler.Operations].
+func (f *FaultyOps[Obj]) Delete(ctx context.Context, txn statedb.ReadTxn, rev statedb.Revision, obj Obj) error {
+	c := Call{Op: OpDelete, Key: f.key(obj), Revision: rev}
+	proceed, err := f.apply(ctx, c, nil)
+	if proceed {
+		err = f.ops.Delete(ctx, txn, rev, obj)
+	}
+	c.Err = err
+	f.record(c)
+	return err
+}
+
+// Prune implements [reconciler.Operations]. Only faults without a key
+// apply to it.
+func (f *FaultyOps[Obj]) Prune(ctx context.Context, txn statedb.ReadTxn, objects iter.Seq2[Obj, statedb.Revision]) error {
+	c := Call{Op: OpPrune, Txn: txn}
+	for range objects {
+		c.Desired++
+	}
+	proceed, err := f.apply(ctx, c, nil)
+	if proceed {
+		err = f.ops.Prune(ctx, txn, objects)
+	}
+	c.Err = err
+	f.record(c)
+	return err
+}
+
+// UpdateBatch implements [reconciler.BatchOperations]. Entries hit by a
+// fault get its outcome; the others go to the wrapped UpdateBatch (or to
+// Update one by one if f wraps no batch operations).
+func (f *FaultyOps[Obj]) UpdateBatch(ctx context.Context, txn statedb.ReadTxn, batch []reconciler.BatchEntry[Obj]) {
+	f.runBatch(ctx, txn, OpUpdate, batch)
+}
+
+// DeleteBatch implements [reconciler.BatchOperations], like UpdateBatch.
+func (f *FaultyOps[Obj]) DeleteBatch(ctx context.Context, txn statedb.ReadTxn, batch []reconciler.BatchEntry[Obj]) {
+	f.runBatch(ctx, txn, OpDelete, batch)
+}
+
+func (f *FaultyOps[Obj]) runBatch(ctx context.Context, txn statedb.ReadTxn, op Op, batch []reconciler.BatchEntry[Obj]) {
+	n := f.nextBatch()
+	calls := make([]Call, len(batch))
+	var pass []int // entries going to the wrapped operations
+	flush := func() {
+		f.forward(ctx, txn, op, batch, pass)
+		for _, i := range pass {
+			calls[i].Err = batch[i].Result
+			f.record(calls[i])
+		}
+		pass = nil
+	}
+	for i := range batch {
+		calls[i] = Call{Op: op, Key: f.key(batch[i].Object), Revision: batch[i].Revision, Batch: n}
+		proceed, err := f.apply(ctx, calls[i], flush)
+		if proceed {
+			pass = append(pass, i)
+			continue
+		}
+		batch[i].Result, calls[i].Err = err, err
+		f.record(calls[i])
+	}
+	flush()
+}
+
+// forward hands the entries of batch at indexes pass to the wrapped
+// operations and sets their results.
+func (f *FaultyOps[Obj]) forward(ctx context.Context, txn statedb.ReadTxn, op Op, batch []reconciler.BatchEntry[Obj], pass []int) {
+	if len(pass) == 0 {
+		return
+	}
+	if f.batch == nil {
+		for _, i := range pass {
+			e := &batch[i]
+			if op == OpUpdate {
+				e.Result = f.ops.Update(ctx, txn, e.Revision, e.Object)
+			} else {
+				e.Result = f.ops.Delete(ctx, txn, e.Revision, e.Object)
+			}
+		}
+		return
+	}
+	sub := batch
+	if len(pass) < len(batch) {
+		sub = make([]reconciler.BatchEntry[Obj], len(pass))
+		for j, i := range pass {
+			sub[j] = batch[i]
+		}
+	}
+	if op == OpUpdate {
+		f.batch.UpdateBatch(ctx, txn, sub)
+	} else {
+		f.batch.DeleteBatch(ctx, txn, sub)
+	}
+	if len(pass) < len(batch) {
+		for j, i := range pass {
+			batch[i].Result = sub[j].Result
+		}
+	}
+}

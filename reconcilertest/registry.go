@@ -1,0 +1,138 @@
+package reconcilertest
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/cilium/hive/cell"
+	"github.com/cilium/statedb"
+
+	"github.com/converge-go/converge/reconciler"
+	"github.com/converge-go/converge/status"
+)
+
+// Registry tells the script commands which reconcilers there are. Create
+// it outside the hive with [NewRegistry], hand it to the code that
+// registers the reconcilers (for example with [Registry.Cell]), and pass it
+// to [ScriptCommands]. Each reconciler is added with [Add] under its name;
+// the commands look it up when they run, so a reconciler added again by a
+// restarted hive replaces the old one. Its methods are safe for concurrent
+// use. The zero Registry is not usable.
+type Registry struct {
+	mu       sync.Mutex
+	subjects map[string]subject
+}
+
+// NewRegistry returns an empty registry.
+func NewRegistry() *Registry {
+	return &Registry{subjects: map[string]subject{}}
+}
+
+// Cell provides the registry to a hive, so that a module can take
+// *Registry as a parameter and [Add] its reconcilers.
+func (r *Registry) Cell() cell.Cell {
+	return cell.Provide(func() *Registry { return r })
+}
+
+// Subject is a reconciler as the script commands see it. Name, DB, Table,
+// Reconciler and GetStatus are required; the rest enable more commands.
+type Subject[Obj any] struct {
+	// Name is the name given to reconciler.WithName, "" for none. The
+	// commands select a reconciler with --name=NAME; without it they use
+	// the only one registered, or the one named "".
+	Name string
+
+	DB         *statedb.DB
+	Table      statedb.Table[Obj]
+	Reconciler reconciler.Reconciler[Obj]
+	GetStatus  func(Obj) status.Status // the getStatus given to reconciler.Register
+
+	// Key gives an object's key, as used by reconciler/status and
+	// reconciler/wait --key. If nil, the key of Target or Faults is used,
+	// and without either the table's primary index parses the key (as
+	// statedb's db/get does; the index needs FromString).
+	Key func(Obj) string
+
+	// Target is the recording target, for reconciler/target and friends.
+	Target *Target[Obj]
+
+	// Faults wraps the operations given to the reconciler, for
+	// reconciler/fault.
+	Faults *FaultyOps[Obj]
+
+	// Health is the hive's health provider and HealthScope the full name of
+	// the reconcile job's scope in it, for reconciler/health. The default
+	// scope is "job-reconcile", or "job-reconcile-NAME" for a named
+	// reconciler: what a job group created with the provider itself gives.
+	Health      *cell.SimpleHealth
+	HealthScope string
+}
+
+// Add adds s to reg, replacing any subject with the same name. It returns
+// an error if a required field is missing.
+func Add[Obj any](reg *Registry, s Subject[Obj]) error {
+	var errs []error
+	check := func(ok bool, what string) {
+		if !ok {
+			errs = append(errs, fmt.Errorf("%s must not be nil", what))
+		}
+	}
+	check(reg != nil, "registry")
+	check(s.DB != nil, "Subject.DB")
+	check(s.Table != nil, "Subject.Table")
+	check(s.Reconciler != nil, "Subject.Reconciler")
+	check(s.GetStatus != nil, "Subject.GetStatus")
+	if len(errs) > 0 {
+		return fmt.Errorf("reconcilertest.Add(%q): %w", s.Name, errors.Join(errs...))
+	}
+	if s.Key == nil && s.Target != nil {
+		s.Key = s.Target.key
+	}
+	if s.Key == nil && s.Faults != nil {
+		s.Key = s.Faults.key
+	}
+	if s.HealthScope == "" {
+		s.HealthScope = "job-reconcile"
+		if s.Name != "" {
+			s.HealthScope += "-" + s.Name
+		}
+	}
+	reg.mu.Lock()
+	defer reg.mu.Unlock()
+	reg.subjects[s.Name] = &typedSubject[Obj]{s}
+	return nil
+}
+
+// lookup finds the subject named name; if name was not given, the one named
+// "" or the only one.
+func (r *Registry) lookup(name string, given bool) (subject, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if s, ok := r.subjects[name]; ok {
+		return s, nil
+	}
+	names := slices.Sorted(maps.Keys(r.subjects))
+	if !given && len(names) == 1 {
+		return r.subjects[names[0]], nil
+	}
+	switch {
+	case len(names) == 0:
+		return nil, errors.New("no reconciler registered: call reconcilertest.Add when registering it (is the hive populated?)")
+	case given:
+		return nil, fmt.Errorf("no reconciler named %q; registered: %s", name, quoteAll(names))
+	default:
+		return nil, fmt.Errorf("several reconcilers registered (%s): choose one with --name", quoteAll(names))
+	}
+}
+
+func quoteAll(names []string) string {
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = fmt.Sprintf("%q", n)
+	}
+	return strings.Join(q, ", ")
+}

@@ -1,0 +1,168 @@
+package reconcilertest
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/cilium/hive/cell"
+	"github.com/cilium/statedb"
+
+	"github.com/converge-go/converge/status"
+)
+
+// subject is the untyped view of a Subject that the commands use.
+type subject interface {
+	subjectName() string
+	tableName() string
+	db() *statedb.DB
+
+	// tableRevision is the table's revision in txn.
+	tableRevision(txn statedb.ReadTxn) statedb.Revision
+	waitUntilReconciled(ctx context.Context, rev statedb.Revision) (statedb.Revision, statedb.Revision, error)
+	// unreconciled counts the objects that are Pending or Refreshing and
+	// names the first few; watch closes on a change of the table.
+	unreconciled(txn statedb.ReadTxn) (n int, first []string, watch <-chan struct{})
+	// statusOf returns the status of the object with key; watch closes on
+	// a change of the table.
+	statusOf(txn statedb.ReadTxn, key string) (st status.Status, found bool, watch <-chan struct{}, err error)
+	initialized(txn statedb.ReadTxn) (bool, []string)
+	prune()
+	recorder() CallRecorder
+
+	health() (*cell.SimpleHealth, string)
+	target() targetView
+	faults() faultControl
+}
+
+// targetView is the untyped view of a Target.
+type targetView interface {
+	StateWatch() (map[string]string, <-chan struct{})
+	Set(key, value string)
+	Remove(key string)
+	CallRecorder
+	// diff compares the target with the table in txn; see Target.Diff.
+	diff(txn statedb.ReadTxn) string
+}
+
+// faultControl is the untyped view of a FaultyOps.
+type faultControl interface {
+	Inject(Fault) error
+	Clear(key string) int
+	Faults() []Fault
+}
+
+type typedSubject[Obj any] struct{ s Subject[Obj] }
+
+type typedTarget[Obj any] struct {
+	*Target[Obj]
+	table statedb.Table[Obj]
+}
+
+func (t typedTarget[Obj]) diff(txn statedb.ReadTxn) string { return t.Diff(txn, t.table) }
+
+func (t *typedSubject[Obj]) subjectName() string { return t.s.Name }
+func (t *typedSubject[Obj]) tableName() string   { return t.s.Table.Name() }
+func (t *typedSubject[Obj]) db() *statedb.DB     { return t.s.DB }
+func (t *typedSubject[Obj]) prune()              { t.s.Reconciler.Prune() }
+
+func (t *typedSubject[Obj]) tableRevision(txn statedb.ReadTxn) statedb.Revision {
+	return t.s.Table.Revision(txn)
+}
+
+func (t *typedSubject[Obj]) waitUntilReconciled(ctx context.Context, rev statedb.Revision) (statedb.Revision, statedb.Revision, error) {
+	return t.s.Reconciler.WaitUntilReconciled(ctx, rev)
+}
+
+func (t *typedSubject[Obj]) initialized(txn statedb.ReadTxn) (bool, []string) {
+	ok, _ := t.s.Table.Initialized(txn)
+	return ok, t.s.Table.PendingInitializers(txn)
+}
+
+func (t *typedSubject[Obj]) unreconciled(txn statedb.ReadTxn) (int, []string, <-chan struct{}) {
+	objs, watch := t.s.Table.AllWatch(txn)
+	var (
+		n     int
+		first []string
+	)
+	for obj := range objs {
+		if !t.s.GetStatus(obj).IsPendingOrRefreshing() {
+			continue
+		}
+		n++
+		if len(first) < 5 {
+			first = append(first, t.describe(obj))
+		}
+	}
+	return n, first, watch
+}
+
+// describe names an object for messages: its key, or its table row.
+func (t *typedSubject[Obj]) describe(obj Obj) string {
+	if t.s.Key != nil {
+		return t.s.Key(obj)
+	}
+	return fmt.Sprint(obj)
+}
+
+func (t *typedSubject[Obj]) statusOf(txn statedb.ReadTxn, key string) (status.Status, bool, <-chan struct{}, error) {
+	objs, watch := t.s.Table.AllWatch(txn)
+	if t.s.Key != nil {
+		for obj := range objs {
+			if t.s.Key(obj) == key {
+				return t.s.GetStatus(obj), true, watch, nil
+			}
+		}
+		return status.Status{}, false, watch, nil
+	}
+	obj, found, err := getByPrimaryKey(txn, t.s.Table, key)
+	if err != nil || !found {
+		return status.Status{}, false, watch, err
+	}
+	return t.s.GetStatus(obj), true, watch, nil
+}
+
+// getByPrimaryKey parses key with the primary index's FromString.
+func getByPrimaryKey[Obj any](txn statedb.ReadTxn, table statedb.Table[Obj], key string) (obj Obj, found bool, err error) {
+	defer func() {
+		// An index without FromString makes statedb call a nil function.
+		if v := recover(); v != nil {
+			err = fmt.Errorf("cannot parse key %q with the primary index of table %q (%v): set Subject.Key", key, table.Name(), v)
+		}
+	}()
+	anyObj, _, found, err := statedb.AnyTable{Meta: table}.Get(txn, "", key)
+	if err != nil {
+		return obj, false, fmt.Errorf("bad key %q for table %q: %w", key, table.Name(), err)
+	}
+	if found {
+		obj = anyObj.(Obj)
+	}
+	return obj, found, nil
+}
+
+func (t *typedSubject[Obj]) recorder() CallRecorder {
+	switch {
+	case t.s.Faults != nil:
+		return t.s.Faults
+	case t.s.Target != nil:
+		return t.s.Target
+	}
+	return nil
+}
+
+func (t *typedSubject[Obj]) health() (*cell.SimpleHealth, string) {
+	return t.s.Health, t.s.HealthScope
+}
+
+func (t *typedSubject[Obj]) target() targetView {
+	if t.s.Target == nil {
+		return nil
+	}
+	return typedTarget[Obj]{t.s.Target, t.s.Table}
+}
+
+func (t *typedSubject[Obj]) faults() faultControl {
+	if t.s.Faults == nil {
+		return nil
+	}
+	return t.s.Faults
+}
