@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"expvar"
 	"io"
 	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -158,7 +160,8 @@ func (a *testApp) readFile(name string) string {
 	return string(data)
 }
 
-// dirNames lists the target directory.
+// dirNames lists the target directory, less the example's state
+// directory.
 func (a *testApp) dirNames() []string {
 	a.t.Helper()
 	return dirNames(a.t, a.dir)
@@ -170,7 +173,9 @@ func dirNames(t *testing.T, dir string) []string {
 	require.NoError(t, err)
 	var names []string
 	for _, e := range entries {
-		names = append(names, e.Name())
+		if e.Name() != stateDir {
+			names = append(names, e.Name())
+		}
 	}
 	return names
 }
@@ -248,6 +253,48 @@ func (a *testApp) vars() map[string]map[string]float64 {
 	return out
 }
 
+// prune asks for a prune and waits until one more has run.
+func (a *testApp) prune() {
+	a.t.Helper()
+	before := pruneCount(a.t)
+	a.rec.Prune()
+	waitPrune(a.t, before)
+}
+
+// pruneCount returns the number of prunes the reconciler of files has run
+// in this process, from its published expvar metrics.
+func pruneCount(t *testing.T) float64 {
+	t.Helper()
+	counts, _ := expvar.Get("prune_count").(*expvar.Map)
+	if counts == nil || counts.Get("files") == nil {
+		return 0
+	}
+	n, err := strconv.ParseFloat(counts.Get("files").String(), 64)
+	require.NoError(t, err)
+	return n
+}
+
+// waitPrune waits until more than before prunes have run.
+func waitPrune(t *testing.T, before float64) {
+	t.Helper()
+	require.Eventually(t, func() bool { return pruneCount(t) > before }, waitFor, 5*time.Millisecond, "no prune ran")
+}
+
+// journalNames returns the names the ownership journal of dir lists.
+func journalNames(t *testing.T, dir string) []string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(dir, journalPath))
+	require.NoError(t, err)
+	var j journal
+	require.NoError(t, json.Unmarshal(data, &j))
+	require.Equal(t, journalOwner, j.Owner)
+	var names []string
+	for name := range j.Files {
+		names = append(names, name)
+	}
+	return names
+}
+
 // runExample runs the example as main does, with args, and returns its exit
 // status and what it printed on stderr. A run that starts is stopped after
 // waitFor.
@@ -277,6 +324,56 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// snapshot describes every entry under dir, without following symbolic
+// links and leaving out the example's state directory: a map from
+// relative path to mode and content.
+func snapshot(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	require.NoError(t, filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || path == dir {
+			return err
+		}
+		rel, err := filepath.Rel(dir, path)
+		if err != nil {
+			return err
+		}
+		if rel == stateDir {
+			return filepath.SkipDir
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		desc := info.Mode().String()
+		switch {
+		case info.Mode().IsRegular():
+			data, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			desc += " " + string(data)
+		case info.Mode()&fs.ModeSymlink != 0:
+			target, err := os.Readlink(path)
+			if err != nil {
+				return err
+			}
+			desc += " -> " + target
+		}
+		out[rel] = desc
+		return nil
+	}))
+	return out
+}
+
+// requireUnchanged checks that every entry of before is in after as it was.
+func requireUnchanged(t *testing.T, before, after map[string]string) {
+	t.Helper()
+	for path, desc := range before {
+		require.Equal(t, desc, after[path], path)
+	}
 }
 
 func requireAbsent(t *testing.T, path string) {

@@ -24,6 +24,7 @@ type config struct {
 	RefreshInterval time.Duration `mapstructure:"refresh"` // 0 disables refreshing
 	PruneInterval   time.Duration `mapstructure:"prune"`   // 0 disables pruning
 	RetryMax        time.Duration // longest backoff between retries
+	Adopt           bool          // take over a non-empty directory the example did not create
 }
 
 // envPrefix prefixes the environment variables that set flags, so that a
@@ -46,8 +47,9 @@ func (def config) Flags(flags *pflag.FlagSet) {
 	flags.String("addr", def.Addr, "HTTP listen address, host:port")
 	flags.String("files", def.FilesPath, "YAML file with the initial desired set (default: the embedded example/files.yaml)")
 	flags.Duration("refresh", def.RefreshInterval, "check a file for drift once its status is this old (0 disables)")
-	flags.Duration("prune", def.PruneInterval, "remove unwanted files this often, starting once the initial set is loaded (0 disables)")
+	flags.Duration("prune", def.PruneInterval, "remove files the example wrote and no longer wants this often, starting once the initial set is loaded (0 disables)")
 	flags.Duration("retry-max", def.RetryMax, "longest wait between retries of a failing file")
+	flags.Bool("adopt", def.Adopt, "take over --dir even if it holds files the example did not write (they are never changed or removed)")
 }
 
 // usageError is a configuration the example refuses to run with. main

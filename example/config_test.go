@@ -36,10 +36,10 @@ func TestFlags(t *testing.T) {
 	files := filepath.Join(t.TempDir(), "f.yaml")
 	require.NoError(t, os.WriteFile(files, []byte("files: []\n"), 0o644))
 	cfg, err = parseConfig(t, "--dir", "/srv/x", "--addr", "127.0.0.1:9999", "--files", files,
-		"--refresh", "1s", "--prune", "2s", "--retry-max", "3s")
+		"--refresh", "1s", "--prune", "2s", "--retry-max", "3s", "--adopt")
 	require.NoError(t, err)
 	require.Equal(t, config{Dir: "/srv/x", Addr: "127.0.0.1:9999", FilesPath: files,
-		RefreshInterval: time.Second, PruneInterval: 2 * time.Second, RetryMax: 3 * time.Second}, cfg)
+		RefreshInterval: time.Second, PruneInterval: 2 * time.Second, RetryMax: 3 * time.Second, Adopt: true}, cfg)
 
 	// The environment sets flags under the example's prefix only.
 	t.Setenv("DIR", "/not/this")
@@ -57,7 +57,7 @@ func TestHelpAndBadFlags(t *testing.T) {
 		`--dir string`, `(default "` + filepath.Join(os.TempDir(), "converge-example") + `")`,
 		`--addr string`, `(default "127.0.0.1:8080")`,
 		`--files string`, `--refresh duration`, `--prune duration`, `(default 10s)`,
-		`--retry-max duration`, `(default 5s)`,
+		`--retry-max duration`, `(default 5s)`, `--adopt`,
 	} {
 		require.Contains(t, stdout.String(), want)
 	}

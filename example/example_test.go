@@ -123,35 +123,42 @@ func TestInitializedAfterLoad(t *testing.T) {
 	require.Equal(t, []int{len(initialNames)}, counts)
 }
 
-func TestPrune(t *testing.T) {
-	// Files present before the start: a stray one, and a wanted one with
-	// the wrong content.
-	a := startApp(t, testConfig(), func(dir string) {
-		require.NoError(t, os.MkdirAll(dir, 0o755))
-		require.NoError(t, os.WriteFile(filepath.Join(dir, "stray-before"), []byte("x"), 0o644))
-		require.NoError(t, os.WriteFile(filepath.Join(dir, "motd"), []byte("old"), 0o644))
-	})
-	// The first prune runs once the table is initialized.
-	require.Eventually(t, func() bool {
-		_, err := os.Stat(filepath.Join(a.dir, "stray-before"))
-		return os.IsNotExist(err)
-	}, waitFor, 5*time.Millisecond)
+// Prune removes the files the example wrote that are no longer desired,
+// here after a restart with a smaller desired set, and leftovers of
+// interrupted writes; files it did not write stay.
+func TestPruneOnlyOwnedFiles(t *testing.T) {
+	a := startApp(t, testConfig(), nil)
 	a.waitReconciled()
-	require.Equal(t, initialNames, a.dirNames())
-	require.Contains(t, a.readFile("motd"), "Edit me")
+	a.put("extra", "only in the first run")
+	a.waitKind("extra", status.KindDone)
+	a.stop()
 
-	// Later strays, a leftover temporary file and a subdirectory; prune on
-	// request. Subdirectories are not the reconciler's to remove.
-	for _, name := range []string{"stray-after", tmpPrefix + "0123"} {
-		require.NoError(t, os.WriteFile(filepath.Join(a.dir, name), []byte("x"), 0o644))
+	// Between the runs: a file of the user's, a name like a temporary file
+	// of the example's next to it, and a real leftover temporary file.
+	write := func(name, content string) {
+		require.NoError(t, os.WriteFile(filepath.Join(a.dir, name), []byte(content), 0o644))
 	}
-	require.NoError(t, os.Mkdir(filepath.Join(a.dir, "subdir"), 0o755))
-	a.rec.Prune()
-	require.Eventually(t, func() bool {
-		names := a.dirNames()
-		return len(names) == len(initialNames)+1
-	}, waitFor, 5*time.Millisecond)
-	require.Equal(t, []string{"hello.txt", "motd", "secret.conf", "subdir"}, a.dirNames())
+	write("users-file", "mine")
+	write(tmpPrefix+"0123", "mine too")
+	write(stateDir+"/"+tmpPrefix+"0123", "leftover")
+
+	// The directory holds the journal: no --adopt needed.
+	cfg := testConfig()
+	cfg.Dir = a.dir
+	before := pruneCount(t)
+	b := startApp(t, cfg, nil)
+	waitPrune(t, before) // the first prune, once the initial files are loaded
+	b.waitReconciled()
+	require.Equal(t, []string{"hello.txt", "motd", "secret.conf", tmpPrefix + "0123", "users-file"}, b.dirNames())
+	require.Equal(t, "mine", b.readFile("users-file"))
+	require.Equal(t, []string{"journal.json"}, dirNames(t, filepath.Join(b.dir, stateDir)))
+	require.ElementsMatch(t, initialNames, journalNames(t, b.dir))
+
+	// Later files of the user's and a subdirectory stay through prunes.
+	write("stray-after", "x")
+	require.NoError(t, os.Mkdir(filepath.Join(b.dir, "subdir"), 0o755))
+	b.prune()
+	require.Equal(t, []string{"hello.txt", "motd", "secret.conf", "stray-after", "subdir", tmpPrefix + "0123", "users-file"}, b.dirNames())
 }
 
 func TestPruneInterval(t *testing.T) {
@@ -159,11 +166,8 @@ func TestPruneInterval(t *testing.T) {
 	cfg.PruneInterval = 20 * time.Millisecond
 	a := startApp(t, cfg, nil)
 	a.waitReconciled()
-	require.NoError(t, os.WriteFile(filepath.Join(a.dir, "stray"), []byte("x"), 0o644))
-	require.Eventually(t, func() bool {
-		_, err := os.Stat(filepath.Join(a.dir, "stray"))
-		return os.IsNotExist(err)
-	}, waitFor, 5*time.Millisecond)
+	before := pruneCount(t)
+	waitPrune(t, before+1)
 	require.Equal(t, initialNames, a.dirNames())
 }
 
@@ -352,7 +356,7 @@ func TestBadRequests(t *testing.T) {
 		{"DELETE", "/files/%2Fetc%2Fpasswd", nil, 400, `"/etc/passwd"`},
 		{"GET", "/files/..%2F..%2Fetc%2Fpasswd", nil, 400, `must not contain`},
 		{"PUT", "/files/a%00b", nil, 400, "control characters"},
-		{"PUT", "/files/" + tmpPrefix + "x", nil, 400, "reserved"},
+		{"PUT", "/files/" + stateDir, nil, 400, "reserved"},
 		{"PUT", "/files/" + strings.Repeat("n", maxNameLen+1), nil, 400, "longer than"},
 		{"PUT", "/files/big", bytes.NewReader(big), 413, "larger than"},
 		{"PUT", "/files/big", io.MultiReader(bytes.NewReader(big)), 413, "larger than"}, // chunked, no length
@@ -424,6 +428,142 @@ func TestEmptyInitialFileAndEmptyList(t *testing.T) {
 	code, body := a.do(http.MethodGet, "/files", nil)
 	require.Equal(t, http.StatusOK, code)
 	require.JSONEq(t, "[]", body)
+}
+
+// Issue 13, defect 1: the example pruned files it did not write, took "."
+// for its directory and followed a symlink at its path. It now refuses a
+// non-empty directory without its journal (exit status 2) and a symbolic
+// link, and touches nothing in either.
+func TestRefusesDirectoriesItDidNotCreate(t *testing.T) {
+	populate := func(t *testing.T, dir string) map[string]string {
+		require.NoError(t, os.MkdirAll(filepath.Join(dir, "sub"), 0o755))
+		for name, content := range map[string]string{"go.mod": "module mine\n", "README.md": "# mine\n", "sub/x": "x"} {
+			require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644))
+		}
+		return snapshot(t, dir)
+	}
+	t.Run("non-empty directory", func(t *testing.T) {
+		dir := filepath.Join(t.TempDir(), "d")
+		before := populate(t, dir)
+		code, stderr := runExample(t, "--dir", dir)
+		require.Equal(t, exitUsage, code, stderr)
+		require.Contains(t, stderr, "example: target directory "+dir+" is not empty and the example did not create it")
+		require.Contains(t, stderr, "--adopt")
+		require.Equal(t, before, snapshot(t, dir))
+	})
+	t.Run("the current directory", func(t *testing.T) {
+		dir := t.TempDir()
+		before := populate(t, dir)
+		t.Chdir(dir)
+		code, stderr := runExample(t, "--dir", ".")
+		require.Equal(t, exitUsage, code, stderr)
+		require.Equal(t, before, snapshot(t, dir))
+	})
+	t.Run("symbolic link", func(t *testing.T) {
+		parent := t.TempDir()
+		full, empty := filepath.Join(parent, "full"), filepath.Join(parent, "empty")
+		before := populate(t, full)
+		require.NoError(t, os.Mkdir(empty, 0o755))
+		for _, target := range []string{full, empty} {
+			link := filepath.Join(parent, "link-to-"+filepath.Base(target))
+			require.NoError(t, os.Symlink(target, link))
+			for _, adopt := range []string{"--adopt=false", "--adopt"} {
+				code, stderr := runExample(t, "--dir", link, adopt)
+				require.Equal(t, exitUsage, code, stderr)
+				require.Contains(t, stderr, "is a symbolic link")
+			}
+		}
+		require.Equal(t, before, snapshot(t, full))
+		require.Empty(t, snapshot(t, empty))
+	})
+	t.Run("state directory not the example's", func(t *testing.T) {
+		for name, setup := range map[string]func(dir string){
+			"a file":     func(dir string) { require.NoError(t, os.WriteFile(filepath.Join(dir, stateDir), nil, 0o644)) },
+			"no journal": func(dir string) { require.NoError(t, os.Mkdir(filepath.Join(dir, stateDir), 0o755)) },
+			"another's journal": func(dir string) {
+				require.NoError(t, os.Mkdir(filepath.Join(dir, stateDir), 0o755))
+				require.NoError(t, os.WriteFile(filepath.Join(dir, journalPath), []byte(`{"owner": "someone else", "files": {"go.mod": {}}}`), 0o644))
+			},
+		} {
+			dir := filepath.Join(t.TempDir(), "d")
+			populate(t, dir)
+			setup(dir)
+			before := snapshot(t, dir)
+			code, stderr := runExample(t, "--dir", dir, "--adopt")
+			require.Equal(t, exitUsage, code, "%s: %s", name, stderr)
+			require.Contains(t, stderr, stateDir, name)
+			require.Equal(t, before, snapshot(t, dir), name)
+		}
+	})
+}
+
+// With --adopt the example adds its files to a directory that holds
+// others, and never changes or removes those: not by prune, not by a
+// delete, and not when a desired file has the same name (that file fails
+// until the name is freed).
+func TestAdoptLeavesOtherFilesAlone(t *testing.T) {
+	cfg := testConfig()
+	cfg.Adopt = true
+	var before map[string]string
+	a := startApp(t, cfg, func(dir string) {
+		require.NoError(t, os.MkdirAll(filepath.Join(dir, "sub"), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("mine"), 0o640))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "motd"), []byte("my motd"), 0o644))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "sub", "x"), []byte("x"), 0o600))
+		before = snapshot(t, dir)
+	})
+	a.waitKind("hello.txt", status.KindDone)
+	a.waitKind("secret.conf", status.KindDone)
+	f := a.waitKind("motd", status.KindError)
+	require.Contains(t, f.Status.Error, "write motd: exists and the example did not write it")
+	require.Contains(t, degradedErrors(a.waitHealth(cell.StatusDegraded)), "write motd")
+	a.prune()
+
+	// Deleting the desired motd does not delete the user's.
+	code, body := a.do(http.MethodDelete, "/files/motd", nil)
+	require.Equal(t, http.StatusNoContent, code, body)
+	a.waitHealth(cell.StatusOK)
+	a.prune()
+	requireUnchanged(t, before, snapshot(t, a.dir))
+	require.ElementsMatch(t, []string{"hello.txt", "secret.conf"}, journalNames(t, a.dir))
+
+	// What the example wrote is its own to delete.
+	a.put("new", "x")
+	a.waitKind("new", status.KindDone)
+	code, body = a.do(http.MethodDelete, "/files/new", nil)
+	require.Equal(t, http.StatusNoContent, code, body)
+	require.Eventually(t, func() bool {
+		_, err := os.Lstat(filepath.Join(a.dir, "new"))
+		return os.IsNotExist(err)
+	}, waitFor, 5*time.Millisecond)
+	requireUnchanged(t, before, snapshot(t, a.dir))
+}
+
+// A symbolic link put in place of the directory while the example runs is
+// not followed: writes, deletes and prunes fail until it is gone.
+func TestSymlinkSwappedInIsNotFollowed(t *testing.T) {
+	a := startApp(t, testConfig(), nil)
+	a.waitReconciled()
+	elsewhere := filepath.Join(a.parent, "elsewhere")
+	require.NoError(t, os.Mkdir(elsewhere, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(elsewhere, "hello.txt"), []byte("not yours"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(elsewhere, "other"), []byte("x"), 0o644))
+	before := snapshot(t, elsewhere)
+	require.NoError(t, os.Rename(a.dir, filepath.Join(a.parent, "moved")))
+	require.NoError(t, os.Symlink(elsewhere, a.dir))
+
+	a.put("x", "y")
+	require.Contains(t, a.waitKind("x", status.KindError).Status.Error, "is a symbolic link")
+	code, body := a.do(http.MethodDelete, "/files/hello.txt", nil)
+	require.Equal(t, http.StatusNoContent, code, body)
+	a.prune()
+	require.Equal(t, before, snapshot(t, elsewhere))
+
+	// Once the link is gone, the directory is created anew and x written.
+	require.NoError(t, os.Remove(a.dir))
+	a.waitKind("x", status.KindDone)
+	require.Equal(t, "y", a.readFile("x"))
+	require.Equal(t, before, snapshot(t, elsewhere))
 }
 
 // Issue 13, defect 2: with the address taken, the example exited 1 but had

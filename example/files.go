@@ -100,9 +100,6 @@ func parseMode(s string) (Mode, error) {
 const (
 	maxNameLen    = 255     // bytes, the usual file system limit
 	maxContentLen = 1 << 20 // 1 MiB per file
-	// tmpPrefix starts the names of the temporary files that Update writes
-	// before renaming them into place. Desired files may not use it.
-	tmpPrefix = ".converge-tmp-"
 )
 
 // errInvalidName is wrapped by every error of validateName.
@@ -123,8 +120,8 @@ func validateName(name string) error {
 		return bad(fmt.Sprintf("longer than %d bytes", maxNameLen))
 	case strings.ContainsAny(name, `/\`):
 		return bad(`must not contain "/" or "\"`)
-	case strings.HasPrefix(name, tmpPrefix):
-		return bad(fmt.Sprintf("the prefix %q is reserved for temporary files", tmpPrefix))
+	case name == stateDir:
+		return bad("the name is reserved for the example's state directory")
 	}
 	if strings.IndexFunc(name, unicode.IsControl) >= 0 {
 		return bad("contains control characters")
@@ -156,7 +153,7 @@ type filesTable struct {
 
 // newFilesTable creates the table and registers an initializer on it, so the
 // reconciler does not prune until loadInitialFiles has inserted the initial
-// set: a prune of an empty table would delete every wanted file.
+// set: a prune of an empty table would delete every file the example wrote.
 func newFilesTable(db *statedb.DB) (filesTable, error) {
 	tbl, err := statedb.NewTable(db, "files", nameIndex, statusIndex)
 	if err != nil {
@@ -226,7 +223,7 @@ var embeddedFiles []byte
 // a bad file fails the start with a clear error, and inserts it when the
 // hive starts. Only after that commit is the table marked initialized, which
 // lets the reconciler run its first prune: pruning before would delete the
-// wanted files.
+// wanted files the example wrote in an earlier run.
 func loadInitialFiles(lc cell.Lifecycle, cfg config, log *slog.Logger, db *statedb.DB, files filesTable) error {
 	source, data := "files.yaml (embedded)", embeddedFiles
 	if cfg.FilesPath != "" {
@@ -241,9 +238,6 @@ func loadInitialFiles(lc cell.Lifecycle, cfg config, log *slog.Logger, db *state
 		return fmt.Errorf("initial desired files: %w", err)
 	}
 	lc.Append(cell.Hook{OnStart: func(cell.HookContext) error {
-		if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
-			return fmt.Errorf("target directory: %w", err)
-		}
 		wtxn := db.WriteTxn(files)
 		for _, f := range initial {
 			f.Status = status.Pending()

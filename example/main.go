@@ -1,7 +1,8 @@
 // Command example is a runnable hive application that keeps a directory in
 // line with a set of desired files. The desired files live in a StateDB
 // table; converge's reconciler writes them into the directory (atomically),
-// removes deleted ones, prunes files nobody asked for, and periodically refreshes the files to repair drift. An HTTP API
+// removes deleted ones, prunes the files it wrote that are no longer
+// wanted, and periodically refreshes the files to repair drift. An HTTP API
 // edits the table and shows statuses, health and metrics.
 //
 // Run it (from the module root):
@@ -18,8 +19,15 @@
 //	--addr HOST:PORT   HTTP address
 //	--files FILE       initial desired set (YAML, see files.yaml)
 //	--refresh 10s      how old a file's status gets before it is checked for drift (0: never)
-//	--prune 10s        how often unwanted files are removed (0: never)
+//	--prune 10s        how often files no longer wanted are removed (0: never)
 //	--retry-max 5s     longest wait between retries of a failing file
+//	--adopt            use a non-empty directory the example did not create
+//
+// The example is safe to point at a directory that holds other files: it
+// records the files it writes in DIR/.converge-example/journal.json and
+// never changes or removes any other. It refuses a non-empty directory
+// without that record unless --adopt is given, and refuses a symbolic link
+// as the directory. Refusals exit with status 2, other failures with 1.
 //
 // Drive it with curl (DIR is the printed directory):
 //
@@ -34,7 +42,7 @@
 //
 // Things to try:
 //
-//	echo junk > $DIR/stray                    # pruned within --prune
+//	echo junk > $DIR/stray                    # left alone: the example did not write it
 //	echo edited > $DIR/motd                   # restored within about --refresh
 //	rm -r $DIR && touch $DIR                  # the directory is now a file, so
 //	curl -X PUT -d x localhost:8080/files/x   # writes fail: x goes to Error
@@ -98,6 +106,7 @@ var filesModule = cell.Module(
 
 	cell.ProvidePrivate(
 		job.Registry.NewGroup, // the job.Group in reconciler.Params
+		newOwnedDir,
 		newTarget,
 	),
 	cell.Provide(
@@ -107,10 +116,12 @@ var filesModule = cell.Module(
 	),
 	// The invokes run in this order, and constructing an object appends its
 	// start hooks, so the hive starts them in this order too: nothing
-	// touches the directory unless the address could be bound.
+	// touches the directory unless the address could be bound, and nothing
+	// is written unless the directory is the example's to use.
 	cell.Invoke(
 		config.validate,
 		func(*server) {},                      // listen on --addr
+		func(*ownedDir) {},                    // claim --dir, or refuse it
 		loadInitialFiles,                      // insert the initial set, then mark the table initialized
 		func(reconciler.Reconciler[*File]) {}, // the reconciler's jobs
 	),
@@ -147,7 +158,7 @@ func main() {
 const (
 	exitOK      = 0
 	exitFailure = 1 // the start failed or the app failed while running
-	exitUsage   = 2 // bad flags
+	exitUsage   = 2 // bad flags, or a target directory the example refuses
 )
 
 // run parses the flags, starts the hive, waits until ctx ends (main ends it
@@ -192,6 +203,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err := app.Start(log, startCtx); err != nil {
 		stopStarted(app, log)
 		fmt.Fprintln(stderr, "example:", err)
+		if refused := (*refusedError)(nil); errors.As(err, &refused) {
+			return exitUsage
+		}
 		return exitFailure
 	}
 	dir, err := filepath.Abs(cfg.Dir)

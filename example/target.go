@@ -2,14 +2,13 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
 	"iter"
 	"log/slog"
 	"os"
+	"slices"
 
 	"github.com/cilium/statedb"
 
@@ -17,40 +16,33 @@ import (
 	"github.com/converge-go/converge/status"
 )
 
-// target implements reconciler.Operations[*File] on a real directory. Every
-// operation opens the directory afresh with os.Root, so no name can reach
-// outside it (not even through a symlink), and a directory that was removed,
-// replaced or remounted is seen as it is now rather than through a stale
-// handle. The reconciler calls the operations one at a time.
+// target implements reconciler.Operations[*File] on the target directory.
+// It writes, deletes and prunes only files its ownership journal lists (see
+// ownedDir): a file of the directory that the example did not write is
+// never changed or removed, and a desired file whose name is taken by one
+// fails with an error until the name is freed. The reconciler calls the
+// operations one at a time.
 type target struct {
-	dir string
+	dir *ownedDir
 	log *slog.Logger
 }
 
 var _ reconciler.Operations[*File] = (*target)(nil)
 
-func newTarget(cfg config, log *slog.Logger) *target {
-	return &target{dir: cfg.Dir, log: log}
+func newTarget(dir *ownedDir, log *slog.Logger) *target {
+	return &target{dir: dir, log: log}
 }
 
-// open creates the directory if it is missing (it is part of the desired
-// state) and opens it as a root for the file operations.
-func (t *target) open() (*os.Root, error) {
-	if err := os.MkdirAll(t.dir, 0o755); err != nil {
-		return nil, fmt.Errorf("target directory: %w", err)
-	}
-	root, err := os.OpenRoot(t.dir)
-	if err != nil {
-		return nil, fmt.Errorf("target directory: %w", err)
-	}
-	return root, nil
-}
+// errNotOwned is wrapped by the error of an Update whose name is taken by
+// a file the example did not write.
+var errNotOwned = errors.New("exists and the example did not write it: remove it or use another name")
 
-// Update writes the file atomically: a temporary file in the same directory
-// is written, synced and renamed over the name, so a reader sees either the
-// old or the new content, never a partial one. When the reconciler refreshes
-// the file (its status is Refreshing), Update first compares the file on
-// disk with the desired one and writes only if it drifted.
+// Update writes the file atomically: a temporary file in the state
+// directory is written, synced, recorded in the journal and then renamed
+// (or, for a new name, linked) into place, so a reader sees either the old
+// or the new content, never a partial one. When the reconciler refreshes
+// the file (its status is Refreshing), Update first checks the file on
+// disk for drift and writes only if it drifted.
 func (t *target) Update(ctx context.Context, _ statedb.ReadTxn, _ statedb.Revision, f *File) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -62,117 +54,107 @@ func (t *target) Update(ctx context.Context, _ statedb.ReadTxn, _ statedb.Revisi
 }
 
 func (t *target) update(f *File) error {
-	root, err := t.open()
+	root, err := t.dir.open()
 	if err != nil {
 		return err
 	}
 	defer root.Close()
+	_, owned := t.dir.owned(f.Name)
+	info, err := root.Lstat(f.Name)
+	exists := err == nil
+	switch {
+	case err != nil && !errors.Is(err, fs.ErrNotExist):
+		return err
+	case exists && !owned:
+		return errNotOwned
+	}
 	if f.Status.Kind == status.KindRefreshing {
-		drift, err := drifted(root, f)
-		if err != nil {
-			return err
+		drift := "missing"
+		if exists {
+			if drift, err = drifted(root, f, info); err != nil {
+				return err
+			}
 		}
 		if drift == "" {
 			return nil
 		}
 		t.log.Info("Repairing drifted file", "name", f.Name, "drift", drift)
 	}
-	return writeAtomic(root, f)
+	return t.write(root, f, exists)
 }
 
-// drifted describes how the file on disk differs from f, or returns "" if it
-// does not.
-func drifted(root *os.Root, f *File) (string, error) {
-	info, err := root.Lstat(f.Name)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return "missing", nil
-	case err != nil:
-		return "", err
-	case !info.Mode().IsRegular():
-		return "not a regular file", nil
-	case info.Size() != int64(len(f.Content)):
-		return "content", nil
-	}
-	data, err := root.ReadFile(f.Name)
-	if err != nil {
-		return "", err
-	}
-	if string(data) != f.Content {
-		return "content", nil
-	}
-	if info.Mode().Perm() != fs.FileMode(f.Mode) {
-		return "mode", nil
-	}
-	return "", nil
-}
-
-func writeAtomic(root *os.Root, f *File) (err error) {
-	var suffix [8]byte
-	rand.Read(suffix[:])
-	tmp := tmpPrefix + hex.EncodeToString(suffix[:])
-	out, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, fs.FileMode(f.Mode))
+// write writes f's content to its name, replacing the existing file if
+// replace is set. The journal records the file before it takes the name,
+// so an interruption never leaves a file of the example unrecorded.
+func (t *target) write(root *os.Root, f *File, replace bool) error {
+	tmp, info, err := writeTemp(root, []byte(f.Content), fs.FileMode(f.Mode))
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if err != nil {
-			out.Close()
-			root.Remove(tmp)
+	defer root.Remove(tmp) // left over after a link, or after a failure
+	entry := journalEntry{Size: info.Size(), Mode: f.Mode, ModTime: info.ModTime(), SHA256: digest([]byte(f.Content))}
+	prev, err := t.dir.record(root, f.Name, &entry)
+	if err != nil {
+		return err
+	}
+	if replace {
+		err = root.Rename(tmp, f.Name)
+	} else if err = root.Link(tmp, f.Name); errors.Is(err, fs.ErrExist) {
+		err = errNotOwned // it appeared since the check
+	} else if err != nil {
+		err = root.Rename(tmp, f.Name) // a file system without hard links
+	}
+	if err != nil {
+		if _, undoErr := t.dir.record(root, f.Name, prev); undoErr != nil {
+			t.log.Warn("Could not undo a journal entry", "name", f.Name, "error", undoErr)
 		}
-	}()
-	if _, err := out.WriteString(f.Content); err != nil {
-		return err
 	}
-	// Chmod because the mode given to OpenFile is reduced by the umask.
-	if err := out.Chmod(fs.FileMode(f.Mode)); err != nil {
-		return err
-	}
-	if err := out.Sync(); err != nil {
-		return err
-	}
-	if err := out.Close(); err != nil {
-		return err
-	}
-	return root.Rename(tmp, f.Name)
+	return err
 }
 
-// Delete removes the file. A file that is already gone is not an error. A
-// directory in its place is not ours to remove and is left alone.
+// Delete removes the file if the example wrote it. A file that is already
+// gone, or that the example did not write, is not an error.
 func (t *target) Delete(ctx context.Context, _ statedb.ReadTxn, _ statedb.Revision, f *File) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	root, err := t.open()
+	root, err := t.dir.open()
 	if err != nil {
 		return fmt.Errorf("remove %s: %w", f.Name, err)
 	}
 	defer root.Close()
-	return removeFile(root, f.Name, t.log)
+	if _, owned := t.dir.owned(f.Name); !owned {
+		return nil
+	}
+	return t.remove(root, f.Name)
 }
 
-func removeFile(root *os.Root, name string, log *slog.Logger) error {
+// remove removes a file the example owns and forgets it. A directory in
+// its place is not the example's and is left alone.
+func (t *target) remove(root *os.Root, name string) error {
 	info, err := root.Lstat(name)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return nil
 	case err != nil:
 		return fmt.Errorf("remove %s: %w", name, err)
 	case info.IsDir():
-		log.Warn("Not removing a directory in the target", "name", name)
-		return nil
+		t.log.Warn("Not removing a directory that took the place of a file", "name", name)
+	default:
+		if err := root.Remove(name); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("remove %s: %w", name, err)
+		}
 	}
-	if err := root.Remove(name); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if _, err := t.dir.record(root, name, nil); err != nil {
 		return fmt.Errorf("remove %s: %w", name, err)
 	}
 	return nil
 }
 
-// Prune removes every file of the directory that is not in the desired set,
-// including temporary files left over by an interrupted write.
-// Subdirectories are left alone.
+// Prune removes the files the example wrote that are no longer desired,
+// and temporary files left by an interrupted write. It does not list the
+// directory: files the journal does not name are not the example's.
 func (t *target) Prune(ctx context.Context, _ statedb.ReadTxn, objects iter.Seq2[*File, statedb.Revision]) error {
-	root, err := t.open()
+	root, err := t.dir.open()
 	if err != nil {
 		return err
 	}
@@ -181,25 +163,18 @@ func (t *target) Prune(ctx context.Context, _ statedb.ReadTxn, objects iter.Seq2
 	for f := range objects {
 		want[f.Name] = true
 	}
-	dir, err := root.Open(".")
-	if err != nil {
-		return fmt.Errorf("reading the target directory: %w", err)
-	}
-	entries, err := dir.ReadDir(-1)
-	dir.Close()
-	if err != nil {
-		return fmt.Errorf("reading the target directory: %w", err)
-	}
+	owned := t.dir.ownedNames()
+	slices.Sort(owned)
 	var errs []error
-	for _, e := range entries {
+	for _, name := range owned {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if e.IsDir() || want[e.Name()] {
-			continue
+		if !want[name] {
+			t.log.Info("Pruning a file no longer desired", "name", name)
+			errs = append(errs, t.remove(root, name))
 		}
-		t.log.Info("Pruning unwanted file", "name", e.Name())
-		errs = append(errs, removeFile(root, e.Name(), t.log))
 	}
+	errs = append(errs, removeTemporaries(root))
 	return errors.Join(errs...)
 }
