@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -585,6 +586,60 @@ func TestFailedStartWritesNothing(t *testing.T) {
 	entries, err := os.ReadDir(empty)
 	require.NoError(t, err)
 	require.Empty(t, entries)
+}
+
+// Issue 13, defect 3: a file the example cannot read back (mode 0000 or
+// 0200 for a user other than root) failed every refresh and was rewritten
+// by the retry, so health flapped. The tests run as root, so reading is
+// made to fail as it would for another user.
+func TestUnreadableFilesDoNotFlap(t *testing.T) {
+	var reads atomic.Int32
+	unreadable := func(root *os.Root, name string) ([]byte, error) {
+		if name == "locked" {
+			reads.Add(1)
+			return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrPermission}
+		}
+		return root.ReadFile(name)
+	}
+	cfg := testConfig()
+	cfg.RefreshInterval = 20 * time.Millisecond
+	a := startApp(t, cfg, nil, cell.Provide(func() fileReader { return unreadable }))
+	path := filepath.Join(a.dir, "locked")
+
+	code, body := a.do(http.MethodPut, "/files/locked?mode=0000", strings.NewReader("secret"))
+	require.Equal(t, http.StatusCreated, code, body)
+	last := a.waitKind("locked", status.KindDone).Status.UpdatedAt
+	written, err := os.Stat(path)
+	require.NoError(t, err)
+
+	// Unchanged: refreshes end Done without reading or rewriting it.
+	waitRefreshes := func(n int) {
+		for range n {
+			f := a.waitFile("locked", "a refresh", func(f *File, found bool) bool {
+				require.NotEqual(t, status.KindError, f.Status.Kind, f.Status.Error)
+				return f.Status.Kind == status.KindDone && f.Status.UpdatedAt.After(last)
+			})
+			last = f.Status.UpdatedAt
+		}
+	}
+	waitRefreshes(3)
+	now, err := os.Stat(path)
+	require.NoError(t, err)
+	require.True(t, os.SameFile(written, now), "an unchanged unreadable file must not be rewritten")
+	require.Zero(t, reads.Load())
+
+	// Changed behind its back, same size and mode: it cannot be read to
+	// compare, so it is rewritten, still without an error.
+	require.NoError(t, os.WriteFile(path, []byte("SECRET"), 0))
+	require.NoError(t, os.Chtimes(path, time.Time{}, written.ModTime().Add(time.Second)))
+	require.Eventually(t, func() bool {
+		data, err := os.ReadFile(path)
+		return err == nil && string(data) == "secret"
+	}, waitFor, 5*time.Millisecond)
+	require.Positive(t, reads.Load())
+	waitRefreshes(2)
+	code, h := a.health()
+	require.Equal(t, http.StatusOK, code, h)
 }
 
 // The example prints the directory it reconciles into as an absolute path

@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 
+	"github.com/cilium/hive/cell"
 	"github.com/cilium/statedb"
 
 	"github.com/converge-go/converge/reconciler"
@@ -23,14 +24,27 @@ import (
 // fails with an error until the name is freed. The reconciler calls the
 // operations one at a time.
 type target struct {
-	dir *ownedDir
-	log *slog.Logger
+	dir  *ownedDir
+	log  *slog.Logger
+	read fileReader
 }
 
 var _ reconciler.Operations[*File] = (*target)(nil)
 
-func newTarget(dir *ownedDir, log *slog.Logger) *target {
-	return &target{dir: dir, log: log}
+type targetParams struct {
+	cell.In
+
+	Dir  *ownedDir
+	Log  *slog.Logger
+	Read fileReader `optional:"true"` // tests simulate unreadable files with it
+}
+
+func newTarget(p targetParams) *target {
+	t := &target{dir: p.Dir, log: p.Log, read: p.Read}
+	if t.read == nil {
+		t.read = (*os.Root).ReadFile
+	}
+	return t
 }
 
 // errNotOwned is wrapped by the error of an Update whose name is taken by
@@ -59,7 +73,7 @@ func (t *target) update(f *File) error {
 		return err
 	}
 	defer root.Close()
-	_, owned := t.dir.owned(f.Name)
+	entry, owned := t.dir.owned(f.Name)
 	info, err := root.Lstat(f.Name)
 	exists := err == nil
 	switch {
@@ -71,9 +85,7 @@ func (t *target) update(f *File) error {
 	if f.Status.Kind == status.KindRefreshing {
 		drift := "missing"
 		if exists {
-			if drift, err = drifted(root, f, info); err != nil {
-				return err
-			}
+			drift = t.drifted(root, f, info, entry)
 		}
 		if drift == "" {
 			return nil
