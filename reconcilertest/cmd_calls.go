@@ -19,6 +19,7 @@ func callsCmd(reg *Registry) script.Cmd {
 				fs.String("key", "", "only calls for this key")
 				fs.Int("min", -1, "wait until there are at least this many matching calls")
 				fs.Int("exactly", -1, "wait until there are exactly this many matching calls")
+				fs.Bool("reset", false, "forget the calls recorded so far, after printing them")
 				fs.Bool("target", false, "read the Target's calls (those that reached it) rather than the Faults'")
 			},
 			Detail: []string{
@@ -28,6 +29,7 @@ func callsCmd(reg *Registry) script.Cmd {
 				"until the number of matching calls is reached; --exactly fails at once",
 				"if there are already more. With --target, reads the calls that reached",
 				"the Target, which record updated values and the keys prunes removed.",
+				"With --reset, forgets the recorded calls (of Faults and Target) afterwards.",
 			},
 		},
 		func(s *script.State, args ...string) (script.WaitFunc, error) {
@@ -96,6 +98,13 @@ func callsCmd(reg *Registry) script.Cmd {
 				return nil, err
 			}
 			out := formatCalls(matched)
+			if reset, _ := s.Flags.GetBool("reset"); reset {
+				for _, r := range []CallRecorder{sub.recorder(), sub.target()} {
+					if r != nil {
+						r.ResetCalls()
+					}
+				}
+			}
 			return func(*script.State) (string, string, error) { return out, "", nil }, nil
 		},
 	)
