@@ -20,13 +20,6 @@ type (
 	outcomeVars [numOutcomes]*expvar.Int
 )
 
-// Drift sources: the last part of the keys of drift_repaired, and the
-// operation label of the Prometheus drift counter.
-const (
-	DriftPrune   = "prune"
-	DriftRefresh = "refresh"
-)
-
 // Round implements [RoundMetrics].
 func (m *ExpVar) Round(moduleID cell.FullModuleID, name string, s RoundStats) {
 	v := m.rounds.Get(moduleID, name, "", func(key string) *roundVars {

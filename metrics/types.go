@@ -139,6 +139,13 @@ type PruneMetrics interface {
 	Pruned(moduleID cell.FullModuleID, name string, s PruneStats)
 }
 
+// Drift sources: the last part of the keys of the expvar drift_repaired
+// map, and the operation label of the Prometheus drift counter.
+const (
+	DriftPrune   = "prune"   // reported by Prune, through PruneStats
+	DriftRefresh = "refresh" // reported by Update of a Refreshing object, through CommitStats
+)
+
 // PruneStats are the figures of one prune.
 type PruneStats struct {
 	Outcome Outcome
