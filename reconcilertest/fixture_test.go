@@ -75,6 +75,7 @@ type fixture struct {
 	target    *reconcilertest.Target[*item]
 	faults    *reconcilertest.FaultyOps[*item]
 	restarter *reconcilertest.Restarter
+	last      reconcilertest.Subject[*item] // the subject added last
 }
 
 func newFixture(t testing.TB, args []string) *fixture {
@@ -150,11 +151,11 @@ func (f *fixture) register(p reconciler.Params, health *cell.SimpleHealth, reg *
 		if err != nil {
 			return hive.ScriptCmdOut{}, err
 		}
-		err = reconcilertest.Add(reg, reconcilertest.Subject[*item]{
+		f.last = reconcilertest.Subject[*item]{
 			Name: name, DB: p.DB, Table: table, Reconciler: r, GetStatus: get,
 			Target: f.target, Faults: f.faults, Health: health,
-		})
-		if err != nil {
+		}
+		if err := reconcilertest.Add(reg, f.last); err != nil {
 			return hive.ScriptCmdOut{}, err
 		}
 	}

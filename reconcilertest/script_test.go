@@ -7,6 +7,8 @@ import (
 
 	"github.com/cilium/hive/script"
 	"github.com/cilium/hive/script/scripttest"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // TestScripts runs testdata/*.txtar against a real hive, StateDB and
@@ -19,4 +21,18 @@ func TestScripts(t *testing.T) {
 	scripttest.Test(t, ctx, func(t testing.TB, args []string) *script.Engine {
 		return newFixture(t, args).engine()
 	}, nil, "testdata/*.txtar")
+}
+
+// TestRestart runs the restart example and checks from Go what it shows:
+// one new hive was built, and the target, which outlived both, ends with
+// exactly what the repopulated table wants.
+func TestRestart(t *testing.T) {
+	var f *fixture
+	scripttest.Test(t, context.Background(), func(t testing.TB, args []string) *script.Engine {
+		f = newFixture(t, args)
+		return f.engine()
+	}, nil, "testdata/restart.txtar", scripttest.NoParallel)
+	require.NotNil(t, f)
+	assert.Equal(t, 1, f.restarter.Restarts())
+	assert.Equal(t, map[string]string{"a": "1"}, f.target.State())
 }

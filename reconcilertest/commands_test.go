@@ -1,0 +1,125 @@
+package reconcilertest_test
+
+import (
+	"bufio"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cilium/hive/script"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/converge-go/converge/reconcilertest"
+)
+
+// scriptRunner runs script lines against a fixture's engine, one state for
+// all of them.
+type scriptRunner struct {
+	t *testing.T
+	e *script.Engine
+	s *script.State
+}
+
+func newScriptRunner(t *testing.T, e *script.Engine) *scriptRunner {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "a.yaml"), []byte("id: a\nvalue: \"1\"\nstatus: {kind: Pending}\n"), 0o644))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	s, err := script.NewState(ctx, dir, nil)
+	require.NoError(t, err)
+	return &scriptRunner{t: t, e: e, s: s}
+}
+
+func (r *scriptRunner) run(line string) error {
+	var log strings.Builder
+	err := r.e.Execute(r.s, "test", bufio.NewReader(strings.NewReader(line+"\n")), &log)
+	if err != nil {
+		r.t.Logf("%s\n%s", log.String(), err)
+	}
+	return err
+}
+
+func TestCommandErrors(t *testing.T) {
+	f := newFixture(t, nil)
+	r := newScriptRunner(t, f.engine())
+	require.NoError(t, r.run("hive start"))
+	require.NoError(t, r.run("db/insert items a.yaml"))
+	require.NoError(t, r.run("reconciler/wait --key=a"))
+
+	for _, tc := range []struct{ line, err string }{
+		{"reconciler/status nosuch", `no object with key "nosuch" in table "items"`},
+		{"reconciler/wait --key=nosuch", `no object with key "nosuch"`},
+		{"reconciler/status", "invalid usage: expected KEY [REGEXP]"},
+		{"reconciler/status a '('", "bad regexp"},
+		{"reconciler/status --kind=Nope a", `--kind: malformed status: unknown kind "Nope"`},
+		{"reconciler/wait --timeout=soon", `invalid argument "soon" for "--timeout"`},
+		{"reconciler/wait --timeout=-1s", "--timeout must be positive, got -1s"},
+		{"reconciler/wait extra", "invalid usage: unexpected arguments"},
+		{"reconciler/status --timeout=30ms --kind=Error a", "timed out after 30ms waiting for the status of \"a\" to match: a: Done"},
+		{"reconciler/health --level=Great", `--level: unknown level "Great"`},
+		{"reconciler/health '['", "bad regexp"},
+		{"reconciler/health --timeout=30ms 'nothing like this'", "timed out after 30ms"},
+		{"reconciler/target a", `invalid usage: "a" is not key=value`},
+		{"reconciler/target a=1 a=2", `key "a" given twice`},
+		{"reconciler/target --table --empty", "give only one of"},
+		{"reconciler/target --timeout=30ms a=2", "waiting for the target to hold [a=2]: it holds [a=1]"},
+		{"reconciler/target/set", "invalid usage"},
+		{"reconciler/calls --op=frob", `--op: unknown operation "frob"`},
+		{"reconciler/calls --min=1 --exactly=1", "give --min or --exactly, not both"},
+		{"reconciler/calls --key=a --exactly=0", "1 matching call(s), more than the 0 expected"},
+		{"reconciler/fault explode", `unknown fault mode "explode"`},
+		{"reconciler/fault --prob=2 error", "--prob must be in (0, 1)"},
+		{"reconciler/fault --seed=3 error", "--seed needs --prob"},
+		{"reconciler/fault --duration=1s panic", "--duration applies to delay and retry-after"},
+		{"reconciler/fault --op=prune --key=a error", "a prune has no key"},
+		{"reconciler/fault error panic", "invalid usage"},
+		{"reconciler/wait --name=zz", `no reconciler named "zz"; registered: ""`},
+	} {
+		err := r.run(tc.line)
+		if assert.Error(t, err, tc.line) {
+			assert.Contains(t, err.Error(), tc.err, tc.line)
+		}
+	}
+	assert.Empty(t, f.faults.Faults(), "no bad fault line added a fault")
+}
+
+func TestCommandsNeedWhatTheyUse(t *testing.T) {
+	// A subject with only the required fields: the commands that need a
+	// Target, Faults or Health say so.
+	f := newFixture(t, nil)
+	bare := reconcilertest.NewRegistry()
+	sub := newBareSubject(t, f)
+	require.NoError(t, reconcilertest.Add(bare, sub))
+	cmds := reconcilertest.ScriptCommands(bare)
+	r := newScriptRunner(t, &script.Engine{Cmds: cmds})
+	for _, tc := range []struct{ line, err string }{
+		{"reconciler/prune", "neither Faults nor Target"},
+		{"reconciler/calls", "neither Faults nor Target"},
+		{"reconciler/target", "no Target"},
+		{"reconciler/fault error", "no Faults"},
+		{"reconciler/health", "no Health"},
+	} {
+		err := r.run(tc.line)
+		if assert.Error(t, err, tc.line) {
+			assert.Contains(t, err.Error(), tc.err, tc.line)
+		}
+	}
+	require.NoError(t, r.run("reconciler/prune --no-wait"), "a prune can be asked for without seeing it")
+
+	empty := newScriptRunner(t, &script.Engine{Cmds: reconcilertest.ScriptCommands(reconcilertest.NewRegistry())})
+	assert.ErrorContains(t, empty.run("reconciler/wait"), "no reconciler registered")
+
+	assert.ErrorContains(t, reconcilertest.Add(bare, reconcilertest.Subject[*item]{Name: "x"}),
+		`reconcilertest.Add("x"): Subject.DB must not be nil`)
+}
+
+// newBareSubject strips the fixture's (populated) reconciler to the
+// required fields.
+func newBareSubject(t *testing.T, f *fixture) reconcilertest.Subject[*item] {
+	require.NotNil(t, f.last.Reconciler)
+	return reconcilertest.Subject[*item]{DB: f.last.DB, Table: f.last.Table, Reconciler: f.last.Reconciler, GetStatus: f.last.GetStatus}
+}
