@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/cilium/hive/cell"
+
+	"github.com/converge-go/converge/metrics/internal/histogram"
 )
 
 // The variables of one reconciler that each method of [Metrics] and
@@ -13,7 +15,7 @@ type (
 	opVars struct {
 		total *expvar.Float
 		count *expvar.Int
-		hist  *histogram
+		hist  *histogram.Histogram
 	}
 	errorVars struct {
 		rounds, total, current *expvar.Int
@@ -42,10 +44,9 @@ func (m *ExpVar) ReconciliationDuration(moduleID cell.FullModuleID, name, operat
 			hist:  histogramVar(m.ReconciliationDurationHistogramVar, key, durationBuckets),
 		}
 	})
-	s := d.Seconds()
-	v.total.Add(s)
+	v.total.Add(d.Seconds())
 	v.count.Add(1)
-	v.hist.observe(s)
+	v.hist.Observe(d)
 }
 
 // ReconciliationErrors implements [Metrics].

@@ -4,6 +4,8 @@ import (
 	"expvar"
 
 	"github.com/cilium/hive/cell"
+
+	"github.com/converge-go/converge/metrics/internal/histogram"
 )
 
 // The variables of one reconciler that each method of the optional
@@ -14,7 +16,7 @@ type (
 		oldest, unfinished, longest              *expvar.Float
 	}
 	commitVars struct {
-		wait, latency *histogram
+		wait, latency *histogram.Histogram
 	}
 	// outcomeVars are the counts of one operation by outcome.
 	outcomeVars [numOutcomes]*expvar.Int
@@ -55,12 +57,8 @@ func (m *ExpVar) Committed(moduleID cell.FullModuleID, name string, s CommitStat
 				latency: histogramVar(m.ConvergenceDurationHistogramVar, key, convergenceBuckets),
 			}
 		})
-		for _, d := range s.QueueWaits {
-			v.wait.observe(d.Seconds())
-		}
-		for _, d := range s.Latencies {
-			v.latency.observe(d.Seconds())
-		}
+		v.wait.ObserveAll(s.QueueWaits)
+		v.latency.ObserveAll(s.Latencies)
 	}
 	if s.RefreshRepaired > 0 {
 		m.driftVar(moduleID, name, DriftRefresh).Add(int64(s.RefreshRepaired))

@@ -2,70 +2,48 @@ package metrics
 
 import (
 	"expvar"
-	"math"
-	"sort"
 	"strconv"
 	"sync"
-	"sync/atomic"
+
+	"github.com/converge-go/converge/metrics/internal/histogram"
 )
 
-// histogram counts observations in buckets and is published as an
-// *expvar.Map of each bucket's upper bound in seconds ("0.001", ..., "+Inf")
-// to the cumulative count of observations at or below it, plus "count" and
-// "sum", the number and the sum of all observations. Observing is two
-// atomic operations and does not allocate; the cumulative counts are worked
-// out when the map is rendered.
-type histogram struct {
-	bounds []float64      // shared, never modified
-	counts []atomic.Int64 // per bucket, not cumulative; the last is +Inf
-	sum    *expvar.Float
-	view   *expvar.Map
+// histogramView publishes a histogram as an *expvar.Map of each bucket's
+// upper bound in seconds ("0.001", ..., "+Inf") to the cumulative count of
+// observations at or below it, plus "count" and "sum", the number and the
+// sum in seconds of all observations. The cumulative counts are worked out
+// when the map is rendered.
+func histogramView(h *histogram.Histogram) *expvar.Map {
+	view := new(expvar.Map).Init()
+	for i, b := range h.Bounds() {
+		view.Set(strconv.FormatFloat(b, 'f', -1, 64), bucketVar{h, i})
+	}
+	all := bucketVar{h, len(h.Bounds())}
+	view.Set("+Inf", all)
+	view.Set("count", all)
+	view.Set("sum", sumVar{h})
+	return view
 }
 
 // bucketVar renders the cumulative count of the buckets up to index i of h.
 // The "+Inf" and "count" entries are bucketVars of the last bucket.
 type bucketVar struct {
-	h *histogram
+	h *histogram.Histogram
 	i int
 }
 
 // Value returns the cumulative count, like expvar.Int's Value.
-func (b bucketVar) Value() int64 {
-	var n int64
-	for i := 0; i <= b.i; i++ {
-		n += b.h.counts[i].Load()
-	}
-	return n
-}
+func (b bucketVar) Value() int64 { return b.h.Cumulative(b.i) }
 
 func (b bucketVar) String() string { return strconv.FormatInt(b.Value(), 10) }
 
-func newHistogram(bounds []float64) *histogram {
-	h := &histogram{
-		bounds: bounds,
-		counts: make([]atomic.Int64, len(bounds)+1),
-		sum:    new(expvar.Float),
-		view:   new(expvar.Map).Init(),
-	}
-	for i, b := range bounds {
-		h.view.Set(strconv.FormatFloat(b, 'f', -1, 64), bucketVar{h, i})
-	}
-	all := bucketVar{h, len(bounds)}
-	h.view.Set("+Inf", all)
-	h.view.Set("count", all)
-	h.view.Set("sum", h.sum)
-	return h
-}
+// sumVar renders the sum of a histogram in seconds.
+type sumVar struct{ h *histogram.Histogram }
 
-// observe records one observation of v seconds. NaN is ignored.
-func (h *histogram) observe(v float64) {
-	if math.IsNaN(v) {
-		return
-	}
-	// The first bound at or above v: buckets hold values up to their bound.
-	h.counts[sort.SearchFloat64s(h.bounds, v)].Add(1)
-	h.sum.Add(v)
-}
+// Value returns the sum in seconds, like expvar.Float's Value.
+func (s sumVar) Value() float64 { return s.h.Sum() }
+
+func (s sumVar) String() string { return strconv.FormatFloat(s.Value(), 'g', -1, 64) }
 
 // histogramMu serialises the creation of histograms, so that instances
 // sharing published maps also share the histogram under each key.
@@ -74,7 +52,7 @@ var histogramMu sync.Mutex
 // histogramVar returns the histogram under key in m, creating it with
 // bounds if there is none. A variable of another kind under key is
 // replaced.
-func histogramVar(m *expvar.Map, key string, bounds []float64) *histogram {
+func histogramVar(m *expvar.Map, key string, bounds []float64) *histogram.Histogram {
 	histogramMu.Lock()
 	defer histogramMu.Unlock()
 	if view, ok := m.Get(key).(*expvar.Map); ok {
@@ -82,7 +60,7 @@ func histogramVar(m *expvar.Map, key string, bounds []float64) *histogram {
 			return b.h
 		}
 	}
-	h := newHistogram(bounds)
-	m.Set(key, h.view)
+	h := histogram.New(bounds)
+	m.Set(key, histogramView(h))
 	return h
 }
