@@ -28,8 +28,8 @@ type families struct {
 	depth          *prom.GaugeVec
 	adds           *prom.CounterVec
 	retries        *prom.CounterVec
-	queueDuration  *prom.HistogramVec
-	workDuration   *prom.HistogramVec
+	queueDuration  *histogramVec
+	workDuration   *histogramVec // also exported as reconcile_time_seconds
 	unfinishedWork *prom.GaugeVec
 	longestRunning *prom.GaugeVec
 
@@ -39,10 +39,9 @@ type families struct {
 	terminalErrors  *prom.CounterVec
 	panics          *prom.CounterVec
 	timeouts        *prom.CounterVec
-	reconcileTime   *prom.HistogramVec
 
 	// converge's own.
-	convergence   *prom.HistogramVec
+	convergence   *histogramVec
 	failing       *prom.GaugeVec
 	retryQueue    *prom.GaugeVec
 	inFlight      *prom.GaugeVec
@@ -51,7 +50,7 @@ type families struct {
 	prunes        *prom.CounterVec
 	pruneErrors   *prom.CounterVec
 	pruneFailing  *prom.GaugeVec
-	pruneDuration *prom.HistogramVec
+	pruneDuration *histogramVec
 	refreshMarks  *prom.CounterVec
 	drift         *prom.CounterVec
 }
@@ -64,8 +63,8 @@ func newFamilies(ns string) *families {
 	gauge := func(sub, name, help string, labels []string) *prom.GaugeVec {
 		return prom.NewGaugeVec(prom.GaugeOpts{Namespace: ns, Subsystem: sub, Name: name, Help: help}, labels)
 	}
-	histogram := func(sub, name, help string, buckets []float64, labels []string) *prom.HistogramVec {
-		return prom.NewHistogramVec(prom.HistogramOpts{Namespace: ns, Subsystem: sub, Name: name, Help: help, Buckets: buckets}, labels)
+	histogram := func(sub, name, help string, buckets []float64, labels []string) *histogramVec {
+		return newHistogramVec(buckets, labels, family{prom.BuildFQName(ns, sub, name), help})
 	}
 	durations := metrics.DurationBuckets()
 	return &families{
@@ -77,8 +76,9 @@ func newFamilies(ns string) *families {
 			"Objects taken for work that were retries of a failed attempt.", reconcilerLabels),
 		queueDuration: histogram(wq, "queue_duration_seconds",
 			"How long an object waited, from becoming ready for work to its operation starting.", durations, reconcilerLabels),
-		workDuration: histogram(wq, "work_duration_seconds",
-			"How long an operation, or a batch of operations, took.", durations, operationLabels),
+		workDuration: newHistogramVec(durations, operationLabels,
+			family{prom.BuildFQName(ns, wq, "work_duration_seconds"), "How long an operation, or a batch of operations, took."},
+			family{prom.BuildFQName(ns, "", "reconcile_time_seconds"), "How long an operation, or a batch of operations, took (the same observations as workqueue_work_duration_seconds)."}),
 		unfinishedWork: gauge(wq, "unfinished_work_seconds",
 			"Sum of how long the operations running now have been running. Large values indicate stuck operations.", reconcilerLabels),
 		longestRunning: gauge(wq, "longest_running_processor_seconds",
@@ -94,8 +94,6 @@ func newFamilies(ns string) *families {
 			"Operations that panicked.", operationLabels),
 		timeouts: counter("", "reconcile_timeouts_total",
 			"Operations that exceeded the operation timeout.", operationLabels),
-		reconcileTime: histogram("", "reconcile_time_seconds",
-			"How long an operation, or a batch of operations, took.", durations, operationLabels),
 
 		convergence: histogram("", "convergence_latency_seconds",
 			"Time from an object's Pending or Refreshing status being written to its Done status.", metrics.ConvergenceBuckets(), reconcilerLabels),
@@ -128,7 +126,7 @@ func newFamilies(ns string) *families {
 func (f *families) collectors() []prom.Collector {
 	return []prom.Collector{
 		f.depth, f.adds, f.retries, f.queueDuration, f.workDuration, f.unfinishedWork, f.longestRunning,
-		f.reconcileTotal, f.reconcileErrors, f.terminalErrors, f.panics, f.timeouts, f.reconcileTime,
+		f.reconcileTotal, f.reconcileErrors, f.terminalErrors, f.panics, f.timeouts,
 		f.convergence, f.failing, f.retryQueue, f.inFlight, f.oldestPending, f.rounds,
 		f.prunes, f.pruneErrors, f.pruneFailing, f.pruneDuration, f.refreshMarks, f.drift,
 	}

@@ -7,6 +7,7 @@ import (
 	prom "github.com/prometheus/client_golang/prometheus"
 
 	"github.com/converge-go/converge/metrics"
+	"github.com/converge-go/converge/metrics/internal/histogram"
 	"github.com/converge-go/converge/metrics/internal/keycache"
 )
 
@@ -23,7 +24,7 @@ type Metrics struct {
 	collectors []prom.Collector
 
 	reconcilers keycache.Cache[*series]
-	durations   keycache.Cache[*durationSeries]
+	durations   keycache.Cache[*histogram.Histogram]
 }
 
 var (
@@ -90,18 +91,13 @@ func (m *Metrics) series(moduleID cell.FullModuleID, name string) *series {
 }
 
 // ReconciliationDuration implements [metrics.Metrics]: it observes d in
-// workqueue_work_duration_seconds and reconcile_time_seconds.
+// workqueue_work_duration_seconds and reconcile_time_seconds, which
+// export the same series.
 func (m *Metrics) ReconciliationDuration(moduleID cell.FullModuleID, name, operation string, d time.Duration) {
-	s := m.durations.Get(moduleID, name, operation, func(string) *durationSeries {
-		module := moduleID.String()
-		return &durationSeries{
-			work:      m.f.workDuration.WithLabelValues(module, name, operation),
-			reconcile: m.f.reconcileTime.WithLabelValues(module, name, operation),
-		}
+	h := m.durations.Get(moduleID, name, operation, func(string) *histogram.Histogram {
+		return m.f.workDuration.with(moduleID.String(), name, operation)
 	})
-	sec := d.Seconds()
-	s.work.Observe(sec)
-	s.reconcile.Observe(sec)
+	h.Observe(d)
 }
 
 // ReconciliationErrors implements [metrics.Metrics]: it counts a round in
@@ -134,7 +130,7 @@ func (m *Metrics) PruneError(moduleID cell.FullModuleID, name string, err error)
 // PruneDuration implements [metrics.Metrics]: it observes d in
 // prune_duration_seconds.
 func (m *Metrics) PruneDuration(moduleID cell.FullModuleID, name string, d time.Duration) {
-	m.series(moduleID, name).pruneDuration.Observe(d.Seconds())
+	m.series(moduleID, name).pruneDuration.Observe(d)
 }
 
 // QueueLength implements [metrics.QueueMetrics]: it sets
@@ -176,12 +172,8 @@ func (m *Metrics) Committed(moduleID cell.FullModuleID, name string, c metrics.C
 	s := m.series(moduleID, name)
 	s.ops[opUpdate].count(&c.Update)
 	s.ops[opDelete].count(&c.Delete)
-	for _, d := range c.QueueWaits {
-		s.queueDuration.Observe(d.Seconds())
-	}
-	for _, d := range c.Latencies {
-		s.convergence.Observe(d.Seconds())
-	}
+	s.queueDuration.ObserveAll(c.QueueWaits)
+	s.convergence.ObserveAll(c.Latencies)
 	if c.RefreshRepaired > 0 {
 		s.driftRefresh.Add(float64(c.RefreshRepaired))
 	}

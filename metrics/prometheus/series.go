@@ -4,6 +4,7 @@ import (
 	prom "github.com/prometheus/client_golang/prometheus"
 
 	"github.com/converge-go/converge/metrics"
+	"github.com/converge-go/converge/metrics/internal/histogram"
 )
 
 // Operations with series created up front, and their index in series.ops.
@@ -22,7 +23,7 @@ const (
 type series struct {
 	depth, unfinishedWork, longestRunning        prom.Gauge
 	adds, retries                                prom.Counter
-	queueDuration, convergence, pruneDuration    prom.Observer
+	queueDuration, convergence, pruneDuration    *histogram.Histogram
 	reconcileErrors, rounds, prunes, pruneErrors prom.Counter
 	refreshMarks, driftPrune, driftRefresh       prom.Counter
 	failing, retryQueue, inFlight, oldestPending prom.Gauge
@@ -52,9 +53,9 @@ func newSeries(f *families, module, name string) *series {
 		longestRunning:  f.longestRunning.WithLabelValues(module, name),
 		adds:            f.adds.WithLabelValues(module, name),
 		retries:         f.retries.WithLabelValues(module, name),
-		queueDuration:   f.queueDuration.WithLabelValues(module, name),
-		convergence:     f.convergence.WithLabelValues(module, name),
-		pruneDuration:   f.pruneDuration.WithLabelValues(module, name),
+		queueDuration:   f.queueDuration.with(module, name),
+		convergence:     f.convergence.with(module, name),
+		pruneDuration:   f.pruneDuration.with(module, name),
 		reconcileErrors: f.reconcileErrors.WithLabelValues(module, name),
 		rounds:          f.rounds.WithLabelValues(module, name),
 		prunes:          f.prunes.WithLabelValues(module, name),
@@ -96,10 +97,4 @@ func (o *operationSeries) count(c *metrics.OutcomeCounts) {
 	if n := c[metrics.OutcomeTimeout]; n > 0 {
 		o.timeout.Add(float64(n))
 	}
-}
-
-// durationSeries are the histograms ReconciliationDuration observes for
-// one operation.
-type durationSeries struct {
-	work, reconcile prom.Observer
 }
