@@ -2,6 +2,7 @@ package metrics_test
 
 import (
 	"errors"
+	"expvar"
 	"fmt"
 	"time"
 
@@ -32,4 +33,19 @@ func ExampleNewUnpublishedExpVar() {
 	// {"agent.routes/ipv4": 1}
 	// {"agent.routes/ipv4": 1}
 	// agent.routes/ipv4
+}
+
+func ExampleNewExpVarWithPrefix() {
+	// Beside the StateDB reconciler's NewExpVarMetrics, which publishes
+	// "reconciliation_count" and others and panics if they are taken,
+	// prefixed names are safe whichever is created first.
+	m := metrics.NewExpVarWithPrefix("example_")
+	mod := cell.FullModuleID{"agent", "routes"}
+	m.ReconciliationErrors(mod, "ipv4", 0, 0)
+
+	fmt.Println(expvar.Get("example_reconciliation_count") != nil)
+	fmt.Println(expvar.Get("example_queue_depth") != nil)
+	// Output:
+	// true
+	// true
 }
