@@ -67,8 +67,12 @@ func waitForKey(s *script.State, sub subject, key string, timeout time.Duration)
 	})
 }
 
+// waitForTable waits in two steps within one timeout: for the reconciler to
+// reach the table's current revision, then for no object to be Pending or
+// Refreshing (which also covers a reconciler that has not seen them yet).
 func waitForTable(s *script.State, sub subject, timeout time.Duration) (script.WaitFunc, error) {
-	ctx, cancel := context.WithTimeout(s.Context(), timeout)
+	deadline := time.Now().Add(timeout)
+	ctx, cancel := context.WithDeadline(s.Context(), deadline)
 	defer cancel()
 	want := sub.tableRevision(sub.db().ReadTxn())
 	reached, retryLow, err := sub.waitUntilReconciled(ctx, want)
@@ -78,7 +82,7 @@ func waitForTable(s *script.State, sub subject, timeout time.Duration) (script.W
 		}
 		return nil, fmt.Errorf("waiting for the reconciler to handle revision %d of table %q (reached %d): %w", want, sub.tableName(), reached, err)
 	}
-	err = waitFor(s, timeout, "for no object to be Pending or Refreshing", func() (bool, watches, string, error) {
+	err = waitFor(s, max(time.Until(deadline), time.Millisecond), "for no object to be Pending or Refreshing", func() (bool, watches, string, error) {
 		n, first, watch := sub.unreconciled(sub.db().ReadTxn())
 		return n == 0, watches{watch}, fmt.Sprintf("%d object(s) Pending or Refreshing: %s", n, strings.Join(first, ", ")), nil
 	})

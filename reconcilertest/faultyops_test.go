@@ -1,0 +1,83 @@
+package reconcilertest_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/cilium/statedb"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/converge-go/converge/reconciler"
+	"github.com/converge-go/converge/reconcilertest"
+)
+
+func TestFaultyOpsBatch(t *testing.T) {
+	ctx := context.Background()
+	entries := func(ids ...string) []reconciler.BatchEntry[*item] {
+		batch := make([]reconciler.BatchEntry[*item], len(ids))
+		for i, id := range ids {
+			batch[i] = reconciler.BatchEntry[*item]{Object: &item{ID: id}, Revision: statedb.Revision(i + 1)}
+		}
+		return batch
+	}
+
+	t.Run("faulted entries skip the wrapped batch", func(t *testing.T) {
+		inner := &innerOps{}
+		f := reconcilertest.NewFaultyOps(itemKey, inner, inner)
+		require.NotNil(t, f.Batch())
+		require.NoError(t, f.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeError, Key: "b"}))
+		batch := entries("a", "b", "c")
+		f.UpdateBatch(ctx, nil, batch)
+		assert.Equal(t, [][]string{{"a", "c"}}, inner.batches)
+		assert.EqualError(t, batch[0].Result, "inner result a", "results of the wrapped batch are copied back")
+		assert.ErrorIs(t, batch[1].Result, reconcilertest.ErrInjected)
+		assert.EqualError(t, batch[2].Result, "inner result c")
+		for _, c := range f.Calls() {
+			assert.Equal(t, 1, c.Batch, "entries are recorded with the batch's number: %s", c)
+		}
+	})
+
+	t.Run("panic part way through", func(t *testing.T) {
+		inner := &innerOps{}
+		f := reconcilertest.NewFaultyOps(itemKey, inner, inner)
+		require.NoError(t, f.Inject(reconcilertest.Fault{Mode: reconcilertest.ModePanic, Key: "c"}))
+		assert.PanicsWithValue(t, "injected panic: delete c", func() { f.DeleteBatch(ctx, nil, entries("a", "b", "c", "d")) })
+		assert.Equal(t, [][]string{{"a", "b"}}, inner.batches, "the entries before the panic were applied")
+	})
+
+	t.Run("without wrapped batch operations", func(t *testing.T) {
+		inner := &innerOps{}
+		f := reconcilertest.NewFaultyOps(itemKey, inner, nil)
+		batch := entries("a", "b")
+		f.UpdateBatch(ctx, nil, batch)
+		assert.Equal(t, []string{"a", "b"}, inner.updates, "entries go to Update one by one")
+		assert.NoError(t, batch[0].Result)
+	})
+}
+
+func TestFaultyOpsConcurrentUse(t *testing.T) {
+	f := reconcilertest.NewFaultyOps(itemKey, reconcilertest.NewTarget(itemKey, itemValue), nil)
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			for i := range 200 {
+				_ = update(f, context.Background(), fmt.Sprintf("k%d", (w+i)%10))
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			for i := range 50 {
+				_ = f.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeError, Key: fmt.Sprintf("k%d", i%10), Next: 1 + i%3, Probability: 0.5, Seed: uint64(i)})
+				_ = f.Faults()
+				f.Clear(fmt.Sprintf("k%d", (i+5)%10))
+			}
+		}()
+	}
+	wg.Wait()
+	assert.Len(t, f.Calls(), 800)
+}
