@@ -26,7 +26,12 @@ const pollInterval = 10 * time.Millisecond
 //
 // The commands look reconcilers up in reg when they run, so reg may be
 // filled in later (when the hive is populated) and refilled after a
-// restart. Run "help reconciler/" in a script for their usage.
+// restart. Run "help reconciler/" in a script for their usage. Commands
+// that wait block the script until their condition holds, --timeout passes
+// (an error saying what was last seen) or the script's context ends; they
+// do not sleep but wake on StateDB watch channels and on the target's and
+// call logs' change channels, except reconciler/health, which polls
+// because cell.SimpleHealth has no change notification.
 func ScriptCommands(reg *Registry) map[string]script.Cmd {
 	return map[string]script.Cmd{
 		"reconciler/wait":         waitCmd(reg),

@@ -26,7 +26,9 @@ import (
 //
 // The commands of every hive built are those of the first: the command
 // map returned by ScriptCommands forwards each call to the current hive's
-// command of the same name. Methods are safe for concurrent use.
+// command of the same name. Methods are safe for concurrent use; none
+// blocks except Stop and the hive commands, which take as long as the
+// hive's hooks. Use [NewRestarter]; the zero Restarter is not usable.
 type Restarter struct {
 	log     *slog.Logger
 	newHive func() *hive.Hive
