@@ -11,6 +11,7 @@ package reconciler
 import (
 	"context"
 	"fmt"
+	"github.com/cilium/hive/cell"
 	"iter"
 	"strconv"
 	"testing"
@@ -111,7 +112,8 @@ func reportPerObject(b *testing.B, objects int) {
 }
 
 // BenchmarkRoundInline measures one whole round with one worker: read 1000
-// pending changes, run the no-op operations, commit 1000 Done statuses.
+// pending changes, run the no-op operations, commit 1000 Done statuses and
+// report.
 // Writing the pending objects is not timed.
 func BenchmarkRoundInline(b *testing.B) {
 	for _, batch := range []bool{false, true} {
@@ -124,8 +126,10 @@ func BenchmarkRoundInline(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer changes.Close()
-			l := &loop[*benchObj]{r: r, exec: executor[*benchObj]{r: r}}
 			ctx := context.Background()
+			health, _ := cell.NewSimpleHealth()
+			l := &loop[*benchObj]{r: r, changes: changes, op: newOperator(ctx, r),
+				health: healthReporter{health: health}}
 			for b.Loop() {
 				b.StopTimer()
 				insertPending(r, benchRound)
@@ -133,7 +137,7 @@ func BenchmarkRoundInline(b *testing.B) {
 				// Two passes, as the loop does: the second reads this
 				// round's own status writes, which it skips.
 				for range 2 {
-					l.roundInline(ctx, r.db.ReadTxn(), changes, time.Now())
+					l.round(ctx)
 				}
 			}
 			reportPerObject(b, benchRound)
@@ -145,6 +149,7 @@ func BenchmarkRoundInline(b *testing.B) {
 // transaction of compare-and-swaps writing Done statuses.
 func BenchmarkCommit(b *testing.B) {
 	r := newBenchReconciler(b, false)
+	l := &loop[*benchObj]{r: r, op: &inline[*benchObj]{}}
 	insertPending(r, benchRound)
 	ops := make([]op[*benchObj], 0, benchRound)
 	for b.Loop() {
@@ -154,7 +159,7 @@ func BenchmarkCommit(b *testing.B) {
 			ops = append(ops, op[*benchObj]{obj: obj, updated: obj.clone(), rev: rev, statusID: obj.st.ID(), since: obj.st.UpdatedAt})
 		}
 		b.StartTimer()
-		if failed := r.commit(ops, nil, time.Now()); failed != 0 {
+		if failed := l.commit(ops, time.Now()); failed != 0 {
 			b.Fatalf("%d failed", failed)
 		}
 	}
@@ -191,6 +196,7 @@ func BenchmarkCommitFloor(b *testing.B) {
 // statuses plus 1000 retries queued (and then dropped, untimed).
 func BenchmarkCommitErrors(b *testing.B) {
 	r := newBenchReconciler(b, false)
+	l := &loop[*benchObj]{r: r, op: &inline[*benchObj]{}}
 	insertPending(r, benchRound)
 	ops := make([]op[*benchObj], 0, benchRound)
 	errFail := fmt.Errorf("bench failure")
@@ -202,7 +208,7 @@ func BenchmarkCommitErrors(b *testing.B) {
 			ops = append(ops, op[*benchObj]{obj: obj, updated: obj.clone(), rev: rev, statusID: obj.st.ID(), err: errFail})
 		}
 		b.StartTimer()
-		if failed := r.commit(ops, nil, time.Now()); failed != benchRound {
+		if failed := l.commit(ops, time.Now()); failed != benchRound {
 			b.Fatalf("%d failed", failed)
 		}
 	}

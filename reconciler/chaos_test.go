@@ -2,9 +2,14 @@ package reconciler_test
 
 // TestChaos runs the reconciler against an in-memory target under random
 // schedules: inserts, updates, deletes and re-inserts over a small key space,
+// reverts to a value written earlier and identical re-inserts of the object
+// as it is (both keep the status identity they carry), and the same moves
+// made on purpose while the object's operation is held in flight, while a
+// newer version is parked behind it, or while it waits for a retry;
 // operations that fail, fail after applying, fail terminally, ask for a
 // retry, panic or are slow (honouring ctx), random Reconciler.Prune calls,
-// and restarts (a new hive and a freshly populated table, the same target).
+// and restarts: a new hive and a freshly populated table over the same
+// target, or the same hive stopped, changed while stopped, and started again.
 // At the end the faults are turned off and the system must converge: the
 // target holds exactly the table's key→value pairs, every object is Done
 // (or Error for a "poison" value, which always fails terminally and must
@@ -156,16 +161,112 @@ type chaosTarget struct {
 	calls      int
 	violations []string
 	changed    chan struct{} // closed and replaced on every call
+
+	// holds blocks the next operation on a key until released; held
+	// receives the key when it starts blocking.
+	holds map[string]*chaosHold
+	// failNext makes the next operations on a key fail.
+	failNext map[string]int
+	// reinserts counts, per status identity, how often the test wrote an
+	// object carrying that status again: each may legitimately be applied
+	// once more.
+	reinserts map[uint64]int
+}
+
+type chaosHold struct {
+	taken    bool
+	released bool
+	started  chan struct{} // closed when an operation blocks on the hold
+	release  chan struct{}
+}
+
+// release lets the operation held by h, if any, go on; later operations
+// are not held. It may be called more than once.
+func (c *chaosTarget) release(h *chaosHold) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.open(h)
+}
+
+// open must be called with mu held.
+func (c *chaosTarget) open(h *chaosHold) {
+	if h.released {
+		return
+	}
+	h.released = true
+	close(h.release)
+	for key, held := range c.holds {
+		if held == h {
+			delete(c.holds, key)
+		}
+	}
 }
 
 func newChaosTarget(seed uint64, failProb, slowProb float64) *chaosTarget {
 	return &chaosTarget{
-		rng:      rand.New(rand.NewPCG(seed, 0xfa017)),
-		failProb: failProb,
-		slowProb: slowProb,
-		data:     map[string]string{},
-		changed:  make(chan struct{}),
+		rng:       rand.New(rand.NewPCG(seed, 0xfa017)),
+		failProb:  failProb,
+		slowProb:  slowProb,
+		data:      map[string]string{},
+		changed:   make(chan struct{}),
+		holds:     map[string]*chaosHold{},
+		failNext:  map[string]int{},
+		reinserts: map[uint64]int{},
 	}
+}
+
+// hold makes the next operation on key block until the returned hold is
+// released (or its context ends).
+func (c *chaosTarget) hold(key string) *chaosHold {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	h := &chaosHold{started: make(chan struct{}), release: make(chan struct{})}
+	if old := c.holds[key]; old != nil {
+		c.open(old)
+	}
+	c.holds[key] = h
+	return h
+}
+
+// wait blocks the operation on key if a hold is set for it.
+func (c *chaosTarget) wait(ctx context.Context, key string) error {
+	c.mu.Lock()
+	h := c.holds[key]
+	if h == nil || h.taken || c.healed {
+		c.mu.Unlock()
+		return nil
+	}
+	h.taken = true
+	delete(c.holds, key)
+	close(h.started)
+	c.mu.Unlock()
+	select {
+	case <-h.release:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// forcedFailure reports whether the operation on key must fail now.
+func (c *chaosTarget) forcedFailure(key string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.failNext[key] == 0 || c.healed {
+		return false
+	}
+	c.failNext[key]--
+	return true
+}
+
+func (c *chaosTarget) reinserted(ids ...uint64) {
+	c.mu.Lock()
+	for _, id := range ids {
+		if id != 0 {
+			c.reinserts[id]++
+		}
+	}
+	c.mu.Unlock()
 }
 
 // notify must be called with mu held.
@@ -181,6 +282,10 @@ func (c *chaosTarget) violate(format string, args ...any) {
 func (c *chaosTarget) heal() {
 	c.mu.Lock()
 	c.healed = true
+	for _, h := range c.holds {
+		c.open(h)
+	}
+	clear(c.failNext)
 	c.mu.Unlock()
 }
 
@@ -284,10 +389,11 @@ type chaosOps struct {
 	prunes       int // completed prunes
 	pruneRunning bool
 	lastPruneOK  bool
-	// applied holds the identities of the statuses for which an update
-	// succeeded. A second success for one status means work was redone,
-	// for example because another reconciler wrote its own status.
-	applied map[uint64]string
+	// applied counts, per status identity, the updates that succeeded. A
+	// success more than once (plus the times the test wrote that status
+	// again) means work was redone, for example because another reconciler
+	// wrote its own status.
+	applied map[uint64]int
 }
 
 func (o *chaosOps) violate(format string, args ...any) {
@@ -330,6 +436,12 @@ func (o *chaosOps) leave(key string) {
 
 func (o *chaosOps) update(ctx context.Context, it *item, inBatch bool) error {
 	c := o.c
+	if err := c.wait(ctx, it.ID); err != nil {
+		return err
+	}
+	if c.forcedFailure(it.ID) {
+		return reconciler.RetryAfter(5*time.Millisecond, fmt.Errorf("update %s: forced: %w", it.ID, errChaos))
+	}
 	f, d := c.decide()
 	switch f {
 	case faultError, faultTerminal:
@@ -355,16 +467,22 @@ func (o *chaosOps) update(ctx context.Context, it *item, inBatch bool) error {
 	}
 	st := o.getStatus(it)
 	c.mu.Lock()
-	if prev, ok := o.applied[st.ID()]; ok {
-		o.violate("update %s=%s for status %s (id %d) succeeded before, as %s", it.ID, it.Value, st, st.ID(), prev)
+	o.applied[st.ID()]++
+	if n, allowed := o.applied[st.ID()], 1+c.reinserts[st.ID()]; n > allowed {
+		o.violate("update %s=%s for status %s (id %d) succeeded %d times, written %d time(s)", it.ID, it.Value, st, st.ID(), n, allowed)
 	}
-	o.applied[st.ID()] = it.ID + "=" + it.Value
 	c.mu.Unlock()
 	return nil
 }
 
 func (o *chaosOps) delete(ctx context.Context, it *item, inBatch bool) error {
 	c := o.c
+	if err := c.wait(ctx, it.ID); err != nil {
+		return err
+	}
+	if c.forcedFailure(it.ID) {
+		return reconciler.RetryAfter(5*time.Millisecond, fmt.Errorf("delete %s: forced: %w", it.ID, errChaos))
+	}
 	f, d := c.decide()
 	switch f {
 	case faultError:
@@ -416,6 +534,15 @@ func (o *chaosOps) batch(ctx context.Context, op string, batch []reconciler.Batc
 	at %= len(batch)
 	for i := range batch {
 		if panics && i == at {
+			// The reconciler records the whole batch as failed, so the
+			// updates applied so far will be applied again.
+			o.c.mu.Lock()
+			for _, e := range batch[:i] {
+				if op == "update" && e.Result == nil {
+					o.applied[o.getStatus(e.Object).ID()]--
+				}
+			}
+			o.c.mu.Unlock()
 			panic(fmt.Sprintf("%s batch: chaos panic at entry %d of %d", op, i, len(batch)))
 		}
 		batch[i].Result = fn(ctx, batch[i].Object, true)
@@ -569,11 +696,14 @@ type chaosRun struct {
 	// it at all times, since the reconcilers write only statuses.
 	model  map[string]string
 	values int
+	// written holds, per key, the objects the test inserted in this
+	// generation, as it inserted them, for reverts.
+	written map[string][]*item
 }
 
 func runChaos(t *testing.T, cfg chaosConfig, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, 0x5c4ed))
-	run := &chaosRun{t: t, cfg: cfg, seed: seed, rng: rng, model: map[string]string{}}
+	run := &chaosRun{t: t, cfg: cfg, seed: seed, rng: rng, model: map[string]string{}, written: map[string][]*item{}}
 
 	// Per-seed settings.
 	failProb := 0.05 + 0.45*rng.Float64()
@@ -666,18 +796,41 @@ func (r *chaosRun) value() string {
 	return fmt.Sprintf("v%d.%d", r.gens, r.values)
 }
 
-// write applies changes in one transaction: a value of "" deletes the key.
-type chaosChange struct{ key, value string }
+// write applies changes in one transaction: a value of "" deletes the key,
+// and obj, if set, is inserted as it is, status included.
+type chaosChange struct {
+	key, value string
+	obj        *item
+}
+
+// statusIDs returns the identities of the statuses obj carries.
+func (r *chaosRun) statusIDs(obj *item) []uint64 {
+	var ids []uint64
+	for _, rec := range r.recs {
+		ids = append(ids, rec.getStatus(obj).ID())
+	}
+	return ids
+}
 
 func (r *chaosRun) write(changes ...chaosChange) statedb.Revision {
 	g := r.gen
 	wtxn := g.db.WriteTxn(g.table)
 	for _, ch := range changes {
 		var err error
-		if ch.value == "" {
+		switch {
+		case ch.obj != nil:
+			// A copy: StateDB refuses the very pointer it holds, and
+			// the copy carries the same status identities.
+			_, _, err = g.table.Insert(wtxn, ch.obj.clone())
+			r.model[ch.key] = ch.obj.Value
+			ids := r.statusIDs(ch.obj)
+			for _, rec := range r.recs {
+				rec.target.reinserted(ids...)
+			}
+		case ch.value == "":
 			_, _, err = g.table.Delete(wtxn, &item{ID: ch.key})
 			delete(r.model, ch.key)
-		} else {
+		default:
 			obj := &item{ID: ch.key, Value: ch.value}
 			if r.cfg.set {
 				// A new set, or the old one with every status Pending.
@@ -690,6 +843,7 @@ func (r *chaosRun) write(changes ...chaosChange) statedb.Revision {
 			}
 			_, _, err = g.table.Insert(wtxn, obj)
 			r.model[ch.key] = ch.value
+			r.written[ch.key] = append(r.written[ch.key], obj)
 		}
 		require.NoError(r.t, err)
 	}
@@ -724,38 +878,49 @@ func (r *chaosRun) checkTable() {
 
 func (r *chaosRun) step() {
 	switch p := r.rng.IntN(100); {
-	case p < 33: // insert or update
+	case p < 28: // insert or update
 		k := r.key()
 		v := r.value()
 		if old, ok := r.current(k); ok && r.rng.IntN(8) == 0 {
 			v = old // same value, new Pending status
 		}
-		rev := r.write(chaosChange{k, v})
+		rev := r.write(chaosChange{key: k, value: v})
 		r.logf("@%d set %s=%s", rev, k, v)
-	case p < 48: // delete
+	case p < 38: // delete
 		k := r.key()
-		rev := r.write(chaosChange{k, ""})
+		rev := r.write(chaosChange{key: k})
 		r.logf("@%d delete %s", rev, k)
-	case p < 58: // a transaction of several changes, possibly of one key
+	case p < 46: // a transaction of several changes, possibly of one key
 		n := 2 + r.rng.IntN(7)
 		changes := make([]chaosChange, n)
 		words := make([]string, n)
 		for i := range changes {
 			changes[i].key = r.key()
-			if r.rng.IntN(3) > 0 {
+			switch r.rng.IntN(4) {
+			case 0: // delete
+			case 1:
+				changes[i].obj = r.earlier(changes[i].key)
+			}
+			if changes[i].obj == nil && r.rng.IntN(3) > 0 {
 				changes[i].value = r.value()
 			}
 			words[i] = changes[i].key + "=" + changes[i].value
+			if changes[i].obj != nil {
+				words[i] = changes[i].key + "=" + changes[i].obj.Value + " (revert)"
+			}
 		}
 		rev := r.write(changes...)
 		r.logf("@%d txn %s", rev, strings.Join(words, " "))
-	case p < 65: // delete then re-insert, in two transactions
+	case p < 51: // delete then re-insert, in two transactions
 		k := r.key()
-		rev1 := r.write(chaosChange{k, ""})
-		v := r.value()
-		rev2 := r.write(chaosChange{k, v})
-		r.logf("@%d delete %s; @%d re-insert %s=%s", rev1, k, rev2, k, v)
-	case p < 70:
+		rev := r.write(chaosChange{key: k})
+		r.logf("@%d delete %s", rev, k)
+		r.keyMove(k, r.rng.IntN(2)+1)
+	case p < 56: // revert, or re-insert the object as it is
+		r.keyMove(r.key(), 2+r.rng.IntN(2))
+	case p < 64:
+		r.scenario()
+	case p < 68:
 		if !r.manualPrune {
 			r.logf("(no Prune() in this seed)")
 			return
@@ -763,7 +928,7 @@ func (r *chaosRun) step() {
 		i := r.rng.IntN(len(r.recs))
 		r.gen.recs[i].Prune()
 		r.logf("%sPrune()", r.recs[i].label())
-	case p < 84: // let a reconciler catch up with the current revision, or not
+	case p < 82: // let a reconciler catch up with the current revision, or not
 		i := r.rng.IntN(len(r.recs))
 		rev := r.gen.table.Revision(r.gen.db.ReadTxn())
 		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(1+r.rng.IntN(20))*time.Millisecond)
@@ -771,7 +936,7 @@ func (r *chaosRun) step() {
 		cancel()
 		r.logf("%swait for @%d: reached @%d, retry low @%d, err=%v", r.recs[i].label(), rev, reached, low, err)
 		r.checkTable()
-	case p < 96: // wait for some operations on a target
+	case p < 95: // wait for some operations on a target
 		i := r.rng.IntN(len(r.recs))
 		n := 1 + r.rng.IntN(10)
 		r.waitCalls(r.recs[i].target, n, 10*time.Millisecond)
@@ -783,10 +948,110 @@ func (r *chaosRun) step() {
 		}
 		r.restarts++
 		r.checkTable()
+		if r.rng.IntN(2) == 0 {
+			r.restartInPlace()
+			return
+		}
 		desired := maps.Clone(r.model)
 		r.stopGen()
 		r.startGen(desired)
 		r.logf("restart as generation %d with %s", r.gens, describe(desired))
+	}
+}
+
+// earlier returns an object the test inserted for key in this generation,
+// as it was inserted (status identity included), or nil.
+func (r *chaosRun) earlier(key string) *item {
+	objs := r.written[key]
+	if len(objs) == 0 {
+		return nil
+	}
+	return objs[r.rng.IntN(len(objs))]
+}
+
+// keyMove makes one change to key: 0 delete, 1 a new value, 2 a revert to
+// an earlier value, 3 an identical re-insert of the object as it is now.
+func (r *chaosRun) keyMove(key string, move int) {
+	switch move {
+	case 0:
+		rev := r.write(chaosChange{key: key})
+		r.logf("@%d delete %s", rev, key)
+		return
+	case 2:
+		if obj := r.earlier(key); obj != nil {
+			rev := r.write(chaosChange{key: key, obj: obj})
+			r.logf("@%d revert %s=%s (%s)", rev, key, obj.Value, r.statuses(obj))
+			return
+		}
+	case 3:
+		if obj, _, found := r.gen.table.Get(r.gen.db.ReadTxn(), itemID.Query(key)); found {
+			rev := r.write(chaosChange{key: key, obj: obj})
+			r.logf("@%d re-insert %s=%s as it is (%s)", rev, key, obj.Value, r.statuses(obj))
+			return
+		}
+	}
+	v := r.value()
+	rev := r.write(chaosChange{key: key, value: v})
+	r.logf("@%d set %s=%s", rev, key, v)
+}
+
+func (r *chaosRun) statuses(obj *item) string {
+	var words []string
+	for _, rec := range r.recs {
+		st := rec.getStatus(obj)
+		words = append(words, fmt.Sprintf("%s%s id %d", rec.label(), st.Kind, st.ID()))
+	}
+	return strings.Join(words, ", ")
+}
+
+// scenario writes a key and, while its operation on one target is held in
+// flight, or held with a newer version parked behind it, or has failed and
+// waits for its retry, changes the key a few times: deletes, new values,
+// reverts (often to the very value being applied) and identical re-inserts.
+func (r *chaosRun) scenario() {
+	k := r.key()
+	i := r.rng.IntN(len(r.recs))
+	c := r.recs[i].target
+	mode := []string{"held in flight", "parked behind", "waiting for a retry"}[r.rng.IntN(3)]
+	var h *chaosHold
+	if mode == "waiting for a retry" {
+		c.mu.Lock()
+		c.failNext[k] = 1 + r.rng.IntN(2)
+		c.mu.Unlock()
+	} else {
+		h = c.hold(k)
+	}
+	v := r.value()
+	rev := r.write(chaosChange{key: k, value: v})
+	first := r.written[k][len(r.written[k])-1]
+	r.logf("@%d set %s=%s, %soperation to be %s", rev, k, v, r.recs[i].label(), mode)
+
+	// Give the operation time to start; it may not (the key may be
+	// deleted, or the object busy with an earlier version).
+	if h != nil {
+		timer := time.NewTimer(20 * time.Millisecond)
+		select {
+		case <-h.started:
+			r.logf("%s: operation held", k)
+		case <-timer.C:
+		}
+		timer.Stop()
+	} else {
+		r.waitCalls(c, 1, 10*time.Millisecond)
+	}
+	if mode == "parked behind" {
+		r.keyMove(k, 1)
+	}
+	for n := r.rng.IntN(3); n > 0; n-- {
+		r.keyMove(k, r.rng.IntN(4))
+	}
+	if r.rng.IntN(2) == 0 {
+		rev := r.write(chaosChange{key: k, obj: first})
+		r.logf("@%d revert %s=%s, the value %s", rev, k, first.Value, mode)
+	}
+	if h != nil {
+		c.release(h)
+		r.logf("%s: released", k)
 	}
 }
 
@@ -816,11 +1081,12 @@ func (r *chaosRun) waitCalls(c *chaosTarget, n int, timeout time.Duration) {
 // marks the table initialized now or after a few steps.
 func (r *chaosRun) startGen(desired map[string]string) {
 	r.gens++
+	clear(r.written) // statuses of an earlier generation mean nothing to this one
 	g := &chaosGen{}
 	for _, rec := range r.recs {
 		g.ops = append(g.ops, &chaosOps{
 			c: rec.target, gen: r.gens, name: rec.name, getStatus: rec.getStatus,
-			inFlight: map[string]int{}, lastRev: map[string]statedb.Revision{}, applied: map[uint64]string{},
+			inFlight: map[string]int{}, lastRev: map[string]statedb.Revision{}, applied: map[uint64]int{},
 		})
 		g.indexes = append(g.indexes, convergeindex.NewNamedStatusIndex("status-"+rec.name, rec.getStatus))
 	}
@@ -874,7 +1140,7 @@ func (r *chaosRun) startGen(desired map[string]string) {
 		n := min(len(keys), 1+r.rng.IntN(chaosKeys))
 		changes := make([]chaosChange, n)
 		for i, k := range keys[:n] {
-			changes[i] = chaosChange{k, desired[k]}
+			changes[i] = chaosChange{key: k, value: desired[k]}
 		}
 		r.write(changes...)
 		keys = keys[n:]
@@ -929,6 +1195,45 @@ func (r *chaosRun) stopGen() {
 	if took > 5*time.Second {
 		r.t.Errorf("seed %d: stopping generation %d took %s", r.seed, r.gens, took)
 	}
+}
+
+// restartInPlace stops the hive, changes a few keys while it is stopped,
+// and starts the same hive again: same table, same reconcilers, whose jobs
+// run again.
+func (r *chaosRun) restartInPlace() {
+	g := r.gen
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(r.t, g.hive.Stop(r.log, ctx), "stopping the hive")
+	for _, ops := range g.ops {
+		ops.c.mu.Lock()
+		if ops.running > 0 || ops.pruneRunning {
+			ops.violate("%d operation(s) (prune: %v) still running after Stop returned", ops.running, ops.pruneRunning)
+		}
+		ops.stopped = true
+		ops.c.mu.Unlock()
+	}
+	// An update that succeeded but was cut short before its status was
+	// written (a batch stopped part way cannot tell which entries ran) may
+	// be applied again after the start.
+	for obj := range g.table.All(g.db.ReadTxn()) {
+		for _, rec := range r.recs {
+			if st := rec.getStatus(obj); st.IsPendingOrRefreshing() {
+				rec.target.reinserted(st.ID())
+			}
+		}
+	}
+	r.logf("hive stopped")
+	for n := r.rng.IntN(5); n > 0; n-- {
+		r.keyMove(r.key(), r.rng.IntN(4))
+	}
+	for _, ops := range g.ops {
+		ops.c.mu.Lock()
+		ops.stopped = false
+		ops.c.mu.Unlock()
+	}
+	require.NoError(r.t, g.hive.Start(r.log, ctx), "starting the hive again")
+	r.logf("hive started again")
 }
 
 func (r *chaosRun) checkViolations() {

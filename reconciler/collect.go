@@ -9,12 +9,30 @@ import (
 	"github.com/converge-go/converge/status"
 )
 
-// collectChanges reads changes of the table, turning those that need work
-// into ops handed to add, until budget ops were added or the changes run out.
-// It records the last revision read in l.lastRev. now stands in for the
-// time of a status written without one.
+// collect is the first stage of a round: it turns up to budget changes of
+// the table, then retries due at now, into l.work (after any work carried
+// over from an earlier run of the loop). With no budget (every
+// worker slot is taken) it reads nothing and leaves the changes for a later
+// round.
+func (l *loop[Obj]) collect(txn statedb.ReadTxn, now time.Time, budget int) {
+	if budget <= 0 {
+		l.watch = closedChan // look again as soon as there is room
+		return
+	}
+	budget -= l.collectCarried(txn, budget)
+	var changes iter.Seq2[statedb.Change[Obj], statedb.Revision]
+	changes, l.watch = l.changes.Next(txn)
+	budget -= l.collectChanges(changes, budget, now)
+	l.collectRetries(txn, now, budget)
+}
+
+// collectChanges reads changes, turning those that need work into ops,
+// until budget ops were added or the changes run out. It records the last
+// revision read in l.lastRev. now stands in for the time of a status
+// written without one.
 func (l *loop[Obj]) collectChanges(changes iter.Seq2[statedb.Change[Obj], statedb.Revision], budget int, now time.Time) (added int) {
 	r := l.r
+	needKeys := r.opts.concurrency > 1 // workers track flights by key
 	for change, rev := range changes {
 		l.lastRev = rev
 		var st status.Status
@@ -34,14 +52,14 @@ func (l *loop[Obj]) collectChanges(changes iter.Seq2[statedb.Change[Obj], stated
 		if o.since.IsZero() {
 			o.since = now
 		}
-		if l.needKeys {
+		// A new version supersedes the queued retry of an older one.
+		if needKeys {
 			o.key = string(r.primary.ObjectToKey(change.Object))
 			r.retries.removeKey(o.key)
 		} else if r.retries.len() > 0 {
-			// A new version supersedes the queued retry of an older one.
 			r.retries.removeKeyBytes(r.primary.ObjectToKey(change.Object))
 		}
-		l.add(o)
+		l.work = append(l.work, o)
 		added++
 		if added >= budget {
 			break
@@ -50,9 +68,7 @@ func (l *loop[Obj]) collectChanges(changes iter.Seq2[statedb.Change[Obj], stated
 	return added
 }
 
-// collectRetries turns retries due at now into ops, up to budget. A retry
-// whose object changed, was deleted, or was re-inserted after a delete is
-// dropped: the change that did it brings its own work.
+// collectRetries turns retries due at now into ops, up to budget.
 func (l *loop[Obj]) collectRetries(txn statedb.ReadTxn, now time.Time, budget int) (added int) {
 	r := l.r
 	for added < budget {
@@ -60,26 +76,62 @@ func (l *loop[Obj]) collectRetries(txn statedb.ReadTxn, now time.Time, budget in
 		if !ok {
 			break
 		}
-		cur, rev, found := r.table.Get(txn, r.primary.QueryFromObject(item.obj))
-		o := op[Obj]{
-			key:      item.key,
-			since:    item.since,
-			attempts: item.attempts,
-			delete:   item.delete,
+		if l.recheck(txn, item) {
+			added++
 		}
-		if item.delete {
-			if found {
-				continue
-			}
-			o.obj, o.rev = item.obj, item.rev
-		} else {
-			if !found || r.getStatus(cur).ID() != item.statusID {
-				continue
-			}
-			o.obj, o.rev, o.statusID = cur, rev, item.statusID
-		}
-		l.add(o)
-		added++
 	}
 	return added
+}
+
+// collectCarried takes up to budget of the ops that an earlier run of the
+// loop had collected but not committed when it stopped (see carryOver).
+func (l *loop[Obj]) collectCarried(txn statedb.ReadTxn, budget int) (added int) {
+	r := l.r
+	for len(r.carried) > 0 && added < budget {
+		item := r.carried[len(r.carried)-1]
+		r.carried[len(r.carried)-1] = nil
+		r.carried = r.carried[:len(r.carried)-1]
+		if l.recheck(txn, item) {
+			added++
+		}
+	}
+	return added
+}
+
+// recheck adds an op for item, a retry or a carried op, if it is still
+// needed. It is dropped if its object changed, was deleted, or was
+// re-inserted after a delete: the change that did it brings its own work.
+//
+// An update is retried on the object as it is in the table (Update may have
+// modified it, and another reconciler may have written its own status since)
+// but with this reconciler's status put back to the one that asked for the
+// work, Pending or Refreshing, rather than the Error status the failure
+// wrote: an operation that reads the status sees the same request on every
+// attempt.
+func (l *loop[Obj]) recheck(txn statedb.ReadTxn, item *retry[Obj]) bool {
+	r := l.r
+	cur, rev, found := r.table.Get(txn, r.primary.QueryFromObject(item.obj))
+	o := op[Obj]{
+		key:      item.key,
+		since:    item.since,
+		attempts: item.attempts,
+		delete:   item.delete,
+	}
+	if item.delete {
+		if found {
+			return false
+		}
+		o.obj, o.rev = item.obj, item.rev
+	} else {
+		if !found || r.getStatus(cur).ID() != item.statusID {
+			return false
+		}
+		o.obj = r.setStatus(r.clone(cur), r.getStatus(item.obj))
+		o.rev, o.statusID = rev, item.statusID
+	}
+	if o.attempts > 0 {
+		r.retries.start(item)
+	}
+	l.work = append(l.work, o)
+	return true
 }

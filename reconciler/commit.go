@@ -9,11 +9,13 @@ import (
 	"github.com/converge-go/converge/status"
 )
 
-// commit records the outcome of finished ops: statuses of updates are
-// written in one write transaction, and failures are queued for retry. ops
-// marked superseded have a newer version waiting and are not retried. It
-// returns the number of failed ops.
-func (r *reconciler[Obj]) commit(ops []op[Obj], superseded func(*op[Obj]) bool, now time.Time) (failed int) {
+// commit is the third stage of a round: it records the outcome of finished
+// ops. Statuses of updates are written in one write transaction, stamped
+// with now, and failures are queued for retry, unless a newer version of the
+// object waits behind them (see operator.superseded). It returns the number
+// of failed ops.
+func (l *loop[Obj]) commit(ops []op[Obj], now time.Time) (failed int) {
+	r := l.r
 	var (
 		wtxn                         statedb.WriteTxn
 		converged                    int
@@ -21,11 +23,14 @@ func (r *reconciler[Obj]) commit(ops []op[Obj], superseded func(*op[Obj]) bool, 
 	)
 	for i := range ops {
 		o := &ops[i]
+		if o.attempts > 0 {
+			r.retries.settle(o.key) // a failure is queued again below
+		}
 		if o.err != nil {
 			failed++
 		}
 		if o.delete {
-			if o.err != nil && (superseded == nil || !superseded(o)) {
+			if o.err != nil && !l.op.superseded(o) {
 				r.scheduleRetry(o, 0, now)
 			}
 			continue
@@ -51,7 +56,7 @@ func (r *reconciler[Obj]) commit(ops []op[Obj], superseded func(*op[Obj]) bool, 
 		case IsTerminal(o.err):
 			r.log.Warn("Reconciler operation failed terminally; not retrying until the object changes",
 				"error", o.err)
-		case superseded == nil || !superseded(o):
+		case !l.op.superseded(o):
 			r.scheduleRetry(o, st.ID(), now)
 		}
 	}

@@ -12,14 +12,15 @@ import (
 
 // op is one unit of work: applying or deleting one version of one object.
 type op[Obj any] struct {
-	obj      Obj // the object as stored in the table (or as deleted)
+	obj      Obj // the object to apply, or the deleted object
 	updated  Obj // for updates: the clone handed to Update
 	rev      statedb.Revision
 	key      string    // primary key; filled in only where needed
-	statusID uint64    // identity of the status that asked for this work
-	since    time.Time // when that status was written
+	statusID uint64    // identity of the object's status in the table
+	since    time.Time // when the status that asked for the work was written
 	attempts int       // failures of this version so far
 	delete   bool
+	ran      bool // the operation returned, and err is its outcome
 	err      error
 }
 
@@ -27,8 +28,26 @@ type op[Obj any] struct {
 // buffers are reused from one call to the next.
 type executor[Obj any] struct {
 	r       *reconciler[Obj]
-	updates []BatchEntry[Obj]
-	deletes []BatchEntry[Obj]
+	updates batch[Obj]
+	deletes batch[Obj]
+}
+
+// batch is the argument of one batch operation and, entry by entry, the op
+// each entry stands for.
+type batch[Obj any] struct {
+	entries []BatchEntry[Obj]
+	ops     []*op[Obj]
+}
+
+func (b *batch[Obj]) add(o *op[Obj], obj Obj) {
+	b.entries = append(b.entries, BatchEntry[Obj]{Object: obj, Revision: o.rev})
+	b.ops = append(b.ops, o)
+}
+
+func (b *batch[Obj]) reset() {
+	clear(b.entries) // drop references to objects until the next call
+	clear(b.ops)
+	b.entries, b.ops = b.entries[:0], b.ops[:0]
 }
 
 // run applies ops, recording each outcome in op.err. It stops early, leaving
@@ -50,11 +69,16 @@ func (e *executor[Obj]) run(ctx context.Context, txn statedb.ReadTxn, ops []op[O
 		name := metrics.OpUpdate
 		if o.delete {
 			name = metrics.OpDelete
-			o.err = r.call(ctx, txn, callDelete, o, nil)
+			o.err = r.call(ctx, name, func(ctx context.Context) error {
+				return r.ops.Delete(ctx, txn, o.rev, o.obj)
+			})
 		} else {
 			o.updated = r.clone(o.obj)
-			o.err = r.call(ctx, txn, callUpdate, o, nil)
+			o.err = r.call(ctx, name, func(ctx context.Context) error {
+				return r.ops.Update(ctx, txn, o.rev, o.updated)
+			})
 		}
+		o.ran = true
 		end := time.Now()
 		r.metrics.ReconciliationDuration(r.moduleID, r.opts.name, name, end.Sub(start))
 		start = end
@@ -64,55 +88,53 @@ func (e *executor[Obj]) run(ctx context.Context, txn statedb.ReadTxn, ops []op[O
 // runBatch applies ops with BatchOperations: deletes first, then updates.
 func (e *executor[Obj]) runBatch(ctx context.Context, txn statedb.ReadTxn, ops []op[Obj]) {
 	r := e.r
-	e.updates, e.deletes = e.updates[:0], e.deletes[:0]
 	for i := range ops {
 		o := &ops[i]
 		if o.delete {
-			e.deletes = append(e.deletes, BatchEntry[Obj]{Object: o.obj, Revision: o.rev, op: o})
+			e.deletes.add(o, o.obj)
 		} else {
 			o.updated = r.clone(o.obj)
-			e.updates = append(e.updates, BatchEntry[Obj]{Object: o.updated, Revision: o.rev, op: o})
+			e.updates.add(o, o.updated)
 		}
 	}
-	if len(e.deletes) > 0 && ctx.Err() == nil {
+	if len(e.deletes.entries) > 0 && ctx.Err() == nil {
 		start := time.Now()
-		err := r.call(ctx, txn, callDeleteBatch, nil, e.deletes)
+		err := r.call(ctx, "delete batch", func(ctx context.Context) error {
+			r.batchOps.DeleteBatch(ctx, txn, e.deletes.entries)
+			return nil
+		})
 		r.metrics.ReconciliationDuration(r.moduleID, r.opts.name, metrics.OpDelete, time.Since(start))
-		for i := range e.deletes {
-			e.deletes[i].op.err = firstErr(err, e.deletes[i].Result)
+		// A batch cut short by the end of ctx may leave entries it never
+		// got to with a nil Result: they did not run.
+		ran := ctx.Err() == nil
+		for i, o := range e.deletes.ops {
+			o.err = firstErr(err, e.deletes.entries[i].Result)
+			o.ran = ran
 		}
 	}
-	if len(e.updates) > 0 && ctx.Err() == nil {
+	if len(e.updates.entries) > 0 && ctx.Err() == nil {
 		start := time.Now()
-		err := r.call(ctx, txn, callUpdateBatch, nil, e.updates)
+		err := r.call(ctx, "update batch", func(ctx context.Context) error {
+			r.batchOps.UpdateBatch(ctx, txn, e.updates.entries)
+			return nil
+		})
 		r.metrics.ReconciliationDuration(r.moduleID, r.opts.name, metrics.OpUpdate, time.Since(start))
-		for i := range e.updates {
-			entry := &e.updates[i]
-			entry.op.updated = entry.Object
-			entry.op.err = firstErr(err, entry.Result)
+		ran := ctx.Err() == nil
+		for i, o := range e.updates.ops {
+			o.updated = e.updates.entries[i].Object
+			o.err = firstErr(err, e.updates.entries[i].Result)
+			o.ran = ran
 		}
 	}
-	clear(e.updates) // drop references to objects until the next call
-	clear(e.deletes)
+	e.deletes.reset()
+	e.updates.reset()
 }
 
-// What call invokes.
-const (
-	callUpdate = iota
-	callDelete
-	callUpdateBatch
-	callDeleteBatch
-	callPrune
-)
-
-var callNames = [...]string{"update", "delete", "update batch", "delete batch", "prune"}
-
-// call invokes one operation (o for single ones, batch for batches, neither
-// for prune) with the operation timeout and, unless
-// disabled, turns a panic into an error wrapping ErrPanic, logging it with
-// its stack. It takes its arguments rather than a closure so that the hot
-// path does not allocate.
-func (r *reconciler[Obj]) call(ctx context.Context, txn statedb.ReadTxn, which int, o *op[Obj], batch []BatchEntry[Obj]) (err error) {
+// call invokes one operation, named what for the log, with the operation
+// timeout and, unless disabled, turns a panic into an error wrapping
+// ErrPanic, logged with its stack. fn does not escape, so the closures the
+// callers pass do not allocate.
+func (r *reconciler[Obj]) call(ctx context.Context, what string, fn func(context.Context) error) (err error) {
 	if r.opts.operationTimeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, r.opts.operationTimeout)
@@ -121,23 +143,11 @@ func (r *reconciler[Obj]) call(ctx context.Context, txn statedb.ReadTxn, which i
 	if r.opts.recoverPanics {
 		defer func() {
 			if v := recover(); v != nil {
-				err = r.recovered(callNames[which], v)
+				err = r.recovered(what, v)
 			}
 		}()
 	}
-	switch which {
-	case callUpdate:
-		return r.ops.Update(ctx, txn, o.rev, o.updated)
-	case callDelete:
-		return r.ops.Delete(ctx, txn, o.rev, o.obj)
-	case callUpdateBatch:
-		r.batchOps.UpdateBatch(ctx, txn, batch)
-	case callDeleteBatch:
-		r.batchOps.DeleteBatch(ctx, txn, batch)
-	case callPrune:
-		return r.ops.Prune(ctx, txn, r.table.All(txn))
-	}
-	return nil
+	return fn(ctx)
 }
 
 // recovered logs a recovered panic with its stack and returns it as an

@@ -3,9 +3,9 @@ package reconciler
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/cilium/hive/cell"
-	"github.com/cilium/statedb"
 )
 
 // maxHealthErrors caps how many object errors a Degraded health report
@@ -14,53 +14,60 @@ const maxHealthErrors = 10
 
 // healthReporter reports the reconcile job's health, only when it changes.
 type healthReporter struct {
-	health       cell.Health
-	reported     bool
-	degraded     bool
-	objects      int
-	retryVersion uint64
-	pruneErr     error
+	health cell.Health
+	sent   bool
+	ok     bool
+	last   healthState
 }
 
-// report publishes metrics and health after each round; failed is the
-// number of operations that failed in it.
-func (l *loop[Obj]) report(txn statedb.ReadTxn, failed int) {
-	r := l.r
-	failing := r.retries.len()
-	r.metrics.ReconciliationErrors(r.moduleID, r.opts.name, failed, failing)
-	if r.queueMetrics != nil {
-		inFlight := 0
-		if l.pool != nil {
-			inFlight = l.pool.inFlight()
-		}
-		r.queueMetrics.QueueLength(r.moduleID, r.opts.name, failing, inFlight)
-	}
+// healthState is what health is made of after a round. Its functions are
+// called only if the report has to be remade.
+type healthState struct {
+	objects      int    // objects in the table; filled in by update
+	failing      int    // objects failing, waiting for a retry or retried now
+	retryVersion uint64 // changes whenever the failing objects do
+	pruneErr     error  // the last prune's error
+	limiterErr   error  // the round limiter's error
+}
 
-	h := &l.health
-	if failing == 0 && r.lastPruneErr == nil {
-		n := r.table.NumObjects(txn)
-		if !h.reported || h.degraded || n != h.objects {
-			h.health.OK(fmt.Sprintf("OK, %d object(s)", n))
+// update reports the state after a round if it differs from what was last
+// reported. While nothing fails, health is OK with the number of objects.
+// Otherwise it is Degraded with "N error(s)", the wording of the StateDB
+// reconciler that scripts match on, then what fails, and up to
+// maxHealthErrors errors of failing objects, earliest next attempt first.
+// objects and retryErrors are called only when needed.
+func (h *healthReporter) update(s healthState, objects func() int, retryErrors func(limit int) []error) {
+	if s.failing == 0 && s.pruneErr == nil && s.limiterErr == nil {
+		s.objects = objects()
+		if h.sent && h.ok && s.objects == h.last.objects {
+			return
 		}
-		h.reported, h.degraded, h.objects, h.pruneErr = true, false, n, nil
+		h.sent, h.ok, h.last = true, true, s
+		h.health.OK(fmt.Sprintf("OK, %d object(s)", s.objects))
 		return
 	}
-	if h.reported && h.degraded && h.retryVersion == r.retries.version && h.pruneErr == r.lastPruneErr {
+	if h.sent && !h.ok && s == h.last {
 		return
 	}
-	errs := make([]error, 0, maxHealthErrors+2)
-	if r.lastPruneErr != nil {
-		errs = append(errs, r.lastPruneErr)
+	h.sent, h.ok, h.last = true, false, s
+
+	errs := make([]error, 0, maxHealthErrors+3)
+	var what []string
+	if s.failing > 0 {
+		what = append(what, fmt.Sprintf("%d object(s) failing", s.failing))
 	}
-	errs = append(errs, r.retries.errors(maxHealthErrors)...)
-	if omitted := failing - maxHealthErrors; omitted > 0 {
+	if s.pruneErr != nil {
+		what = append(what, "prune failed")
+		errs = append(errs, s.pruneErr)
+	}
+	if s.limiterErr != nil {
+		what = append(what, "round limiter failing")
+		errs = append(errs, s.limiterErr)
+	}
+	count := s.failing + len(errs)
+	errs = append(errs, retryErrors(maxHealthErrors)...)
+	if omitted := s.failing - maxHealthErrors; omitted > 0 {
 		errs = append(errs, fmt.Errorf("%d more error(s) omitted", omitted))
 	}
-	reason := fmt.Sprintf("%d object(s) failing", failing)
-	if r.lastPruneErr != nil {
-		reason += ", prune failed"
-	}
-	h.health.Degraded(reason, errors.Join(errs...))
-	h.reported, h.degraded = true, true
-	h.retryVersion, h.pruneErr = r.retries.version, r.lastPruneErr
+	h.health.Degraded(fmt.Sprintf("%d error(s): %s", count, strings.Join(what, ", ")), errors.Join(errs...))
 }

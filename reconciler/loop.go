@@ -2,202 +2,220 @@ package reconciler
 
 import (
 	"context"
-	"iter"
-	"runtime"
+	"errors"
 	"time"
 
 	"github.com/cilium/hive/cell"
 	"github.com/cilium/statedb"
 )
 
-// loop is the state of the reconcile job. A round has four stages: collect
-// work from the table's changes and from due retries; run the operations;
-// commit their outcome (statuses, retries); report progress, health and
-// metrics. With one worker the stages run in order on this goroutine. With
-// more, run hands work to a workerPool, and commit takes whatever finished.
+// loop is the state of the reconcile job. Every wake-up runs one round of
+// four stages, in this order, on the job's goroutine:
+//
+//  1. collect: read the table's changes and the retries that are due;
+//  2. operate: apply them (see operator: inline, or on workers);
+//  3. commit: write the outcome of finished operations back to the table
+//     and queue failures for retry;
+//  4. report: progress for WaitUntilReconciled, metrics and health.
+//
+// Between commit and report a prune runs when one is due (see
+// pruneSchedule).
 type loop[Obj any] struct {
-	r    *reconciler[Obj]
-	exec executor[Obj]
-	pool *workerPool[Obj] // nil with concurrency 1
+	r       *reconciler[Obj]
+	changes statedb.ChangeIterator[Obj]
+	op      operator[Obj]
+	prune   pruneSchedule
+	health  healthReporter
 
-	work     []op[Obj] // collected this round, not yet run or dispatched
-	lastRev  statedb.Revision
-	needKeys bool // ops carry their primary key (worker mode)
+	work    []op[Obj]        // collected this round
+	lastRev statedb.Revision // last change read
+	watch   <-chan struct{}  // closed when the table has new changes
 
-	health   healthReporter
-	coalesce time.Duration // how long after the earliest retry to wake
+	limiterErr error // why the round limiter's last Wait failed, or nil
+
+	interrupted []op[Obj] // returned by operate when the job was stopped
+
+	// reported holds the figures last given to the metrics.
+	reported struct{ failing, inFlight int }
 }
-
-func (l *loop[Obj]) add(o op[Obj]) { l.work = append(l.work, o) }
 
 // loop runs until ctx ends. It returns nil on a normal stop.
 func (r *reconciler[Obj]) loop(ctx context.Context, health cell.Health) error {
-	changes := r.changes
-	defer changes.Close()
-
 	l := &loop[Obj]{
-		r:        r,
-		exec:     executor[Obj]{r: r},
-		health:   healthReporter{health: health},
-		coalesce: time.Duration(float64(r.opts.retryMin) * r.opts.retryJitter),
+		r:       r,
+		changes: r.changes,
+		health:  healthReporter{health: health},
+		prune:   newPruneSchedule(r),
+		watch:   closedChan,
 	}
-	if r.opts.concurrency > 1 {
-		l.pool = newWorkerPool(ctx, r)
-		l.needKeys = true
-		defer l.pool.stop()
-	}
+	l.op = newOperator(ctx, r)
+	defer l.carryOver()
+	defer l.prune.stop()
 
-	var pruneTick <-chan time.Time
-	if r.opts.pruneInterval > 0 {
-		t := time.NewTicker(r.opts.pruneInterval)
-		defer t.Stop()
-		pruneTick = t.C
-	}
-	retryTimer := time.NewTimer(time.Hour)
-	retryTimer.Stop()
-	defer retryTimer.Stop()
-	// A failed prune is tried again after the retry backoff, so that the
-	// target and health recover without waiting for the prune interval.
-	pruneRetry := time.NewTimer(time.Hour)
-	pruneRetry.Stop()
-	defer pruneRetry.Stop()
-	pruneFailures := 0
-
-	_, initWatch := r.table.Initialized(r.db.ReadTxn())
-	initialized, prune := false, false
-	changesWatch := closedChan
+	retryTimer := retryTimer[Obj]{r: r}
+	defer retryTimer.stop()
 
 	for {
-		var results <-chan struct{}
-		watch := changesWatch
-		if l.pool != nil {
-			results = l.pool.finished
-			if l.pool.full() {
-				watch = nil // read no more changes until work drains
-			}
+		watch := l.watch
+		if !l.op.hasRoom() {
+			watch = nil // read no more changes until work drains
 		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-watch:
-		case <-retryTimer.C:
-		case <-results:
-		case <-initWatch:
-			initialized, initWatch = true, nil
-			prune = prune || r.opts.pruneInterval > 0
-		case <-pruneTick:
-			prune = true
+		case <-retryTimer.C():
+		case <-l.op.finished():
+		case <-l.prune.initialized():
+			l.prune.setInitialized()
+		case <-l.prune.tick():
+			l.prune.request()
+		case <-l.prune.retry():
+			l.prune.request()
 		case <-r.pruneRequests:
-			prune = true
-		case <-pruneRetry.C:
-			prune = true
+			l.prune.request()
 		}
-		if lim := r.opts.roundLimiter; lim != nil {
-			if err := lim.Wait(ctx); err != nil {
-				return nil
-			}
-		}
-
-		txn := r.db.ReadTxn()
-		now := r.now()
-		var failed int
-		if l.pool == nil {
-			failed, changesWatch = l.roundInline(ctx, txn, changes, now)
-		} else {
-			failed, changesWatch, txn = l.roundWorkers(changes, now)
-		}
+		l.waitForLimiter(ctx)
 		if ctx.Err() != nil {
 			return nil
 		}
-		if prune && initialized {
-			// Prune runs here, between rounds, even with workers: the
-			// operations in flight are all for objects in txn's snapshot,
-			// and no new ones start until it returns, so it cannot remove
-			// what an operation is applying for a newer object.
-			prune = false
-			r.lastPruneErr = r.prune(ctx, txn)
-			pruneRetry.Stop()
-			if r.lastPruneErr == nil {
-				pruneFailures = 0
-			} else {
-				pruneFailures++
-				pruneRetry.Reset(backoff(pruneFailures, r.opts.retryMin, r.opts.retryMax, r.opts.retryJitter, r.rand()))
-			}
+		l.round(ctx)
+		if ctx.Err() != nil {
+			return nil
 		}
-		l.report(txn, failed)
-
-		retryTimer.Stop()
-		// With every worker slot taken, due retries cannot be dispatched;
-		// the next finished operation wakes the loop instead of the timer.
-		if at, ok := r.retries.next(); ok && (l.pool == nil || !l.pool.full()) {
-			// Wait a jitter window past the earliest retry so that retries
-			// spread by jitter are still taken in few rounds, not one each.
-			retryTimer.Reset(at.Sub(r.now()) + l.coalesce)
-		}
+		retryTimer.set(l.op.hasRoom())
 	}
 }
 
-// roundInline runs one round with operations on the loop's goroutine.
-func (l *loop[Obj]) roundInline(ctx context.Context, txn statedb.ReadTxn, changes statedb.ChangeIterator[Obj], now time.Time) (int, <-chan struct{}) {
+// round runs the four stages once.
+func (l *loop[Obj]) round(ctx context.Context) {
 	r := l.r
-	l.work = l.work[:0]
-	seq, watch := changes.Next(txn)
-	budget := r.opts.roundSize
-	budget -= l.collectChanges(seq, budget, now)
-	l.collectRetries(txn, now, budget)
-
-	l.exec.run(ctx, txn, l.work)
-	if ctx.Err() != nil {
-		return 0, watch
-	}
-	failed := r.commit(l.work, nil, r.now())
-	clear(l.work) // drop object references until the next round
-	r.progress.update(l.lastRev, r.retries.lowWatermark())
-	return failed, watch
-}
-
-// roundWorkers commits what the workers finished and hands them new work.
-// It returns the snapshot it read changes from, for the rest of the round.
-func (l *loop[Obj]) roundWorkers(changes statedb.ChangeIterator[Obj], now time.Time) (int, <-chan struct{}, statedb.ReadTxn) {
-	r, p := l.r, l.pool
-	// Let workers that are about to finish do so first, so that one write
-	// transaction commits several results rather than one each. A few
-	// yields cost under a microsecond when nothing else is runnable; with 64
-	// busy workers they raised throughput by a third (go run ./benchmarks
-	// -workloads slow).
-	for range gatherYields {
-		runtime.Gosched()
-	}
-	done := p.takeFinished()
-	failed := r.commit(done, p.superseded, r.now())
-	l.work = l.work[:0]
-	p.release(done, l.add)
-	clear(done)
-
-	// Read changes in a snapshot taken after the commit, so that the objects
-	// just committed are seen with their new status and not as still pending.
 	txn := r.db.ReadTxn()
-	watch := closedChan
-	if budget := p.room(); budget > 0 {
-		var seq iter.Seq2[statedb.Change[Obj], statedb.Revision]
-		seq, watch = changes.Next(txn)
-		budget -= l.collectChanges(seq, budget, now)
-		l.collectRetries(txn, now, budget)
-	}
-	p.dispatch(l.work)
-	clear(l.work)
 
-	rev := l.lastRev
-	if low, busy := p.lowestInFlight(); busy {
-		rev = min(rev, low-1)
+	// 1. Collect.
+	l.work = l.work[:0]
+	l.collect(txn, r.now(), l.op.room())
+
+	// 2. Operate: returns the operations whose outcome is known, which with
+	// workers are those finished since the last round.
+	done := l.op.operate(ctx, txn, l.work)
+	if ctx.Err() != nil {
+		l.interrupted = done // some may not have run: carried over
+		return
 	}
-	r.progress.update(rev, r.retries.lowWatermark())
-	return failed, watch, txn
+
+	// 3. Commit.
+	failed := l.commit(done, r.now())
+	l.op.release(done)
+	clear(l.work) // drop object references until the next round
+	l.work = l.work[:0]
+
+	if l.prune.due() {
+		l.prune.run(ctx, txn)
+	}
+
+	// 4. Report.
+	l.report(txn, len(done), failed)
 }
 
-// gatherYields is how many times a worker round yields before taking the
-// finished operations.
-const gatherYields = 3
+// carryOver stops the operator and deals with the work that it and an
+// interrupted round had not committed: operations that succeeded are
+// committed now, so that they are not redone; the rest is kept for the next
+// run of the loop if the job starts again (hive stop, then start), since
+// the change iterator has moved past those changes. A retry among them
+// stops counting as running until it is taken again.
+func (l *loop[Obj]) carryOver() {
+	r := l.r
+	left := l.op.stop() // waits for operations in flight to return
+	left = append(left, l.interrupted...)
+	l.interrupted = nil
+	succeeded := 0
+	for i := range left {
+		if left[i].ran && left[i].err == nil {
+			left[succeeded], left[i] = left[i], left[succeeded]
+			succeeded++
+		}
+	}
+	l.commit(left[:succeeded], r.now())
+	for i := range left[succeeded:] {
+		o := &left[succeeded+i]
+		if o.key == "" {
+			o.key = string(r.primary.ObjectToKey(o.obj))
+		}
+		if o.attempts > 0 {
+			r.retries.settle(o.key)
+		}
+		r.carried = append(r.carried, &retry[Obj]{
+			key: o.key, obj: o.obj, rev: o.rev, delete: o.delete,
+			statusID: o.statusID, since: o.since, attempts: o.attempts,
+		})
+	}
+}
+
+// waitForLimiter paces rounds with the round limiter, if any. A limiter
+// whose Wait fails for any reason but ctx (its owner made it unusable while
+// the reconciler runs) does not stop the reconciler: the round goes ahead
+// unpaced and health reports the error until the limiter works again.
+func (l *loop[Obj]) waitForLimiter(ctx context.Context) {
+	lim := l.r.opts.roundLimiter
+	if lim == nil {
+		return
+	}
+	err := lim.Wait(ctx)
+	if err != nil && ctx.Err() != nil {
+		return
+	}
+	if err != nil && l.limiterErr == nil {
+		l.r.log.Error("Round limiter fails; rounds go on without it", "error", err)
+	}
+	if err != nil {
+		err = errors.Join(errRoundLimiter, err)
+	}
+	l.limiterErr = err
+}
+
+var errRoundLimiter = errors.New("round limiter")
+
+// retryTimer wakes the loop when the earliest retry is due.
+type retryTimer[Obj any] struct {
+	r *reconciler[Obj]
+	t *time.Timer
+}
+
+func (t *retryTimer[Obj]) C() <-chan time.Time {
+	if t.t == nil {
+		return nil
+	}
+	return t.t.C
+}
+
+// set arms the timer for the earliest retry, if any can be taken. While
+// every worker slot is taken no retry could be dispatched, so the timer is
+// left off; the next finished operation wakes the loop instead. The timer
+// fires a jitter window past the earliest retry, so that retries spread by
+// jitter are taken in few rounds, not one each.
+func (t *retryTimer[Obj]) set(canTake bool) {
+	r := t.r
+	if t.t != nil {
+		t.t.Stop()
+	}
+	at, ok := r.retries.next()
+	if !ok || !canTake {
+		return
+	}
+	d := at.Sub(r.now()) + time.Duration(float64(r.opts.retryMin)*r.opts.retryJitter)
+	if t.t == nil {
+		t.t = time.NewTimer(d)
+		return
+	}
+	t.t.Reset(d)
+}
+
+func (t *retryTimer[Obj]) stop() {
+	if t.t != nil {
+		t.t.Stop()
+	}
+}
 
 // closedChan is a closed channel: receiving from it never blocks.
 var closedChan = func() <-chan struct{} {

@@ -12,6 +12,20 @@ import (
 // Option configures a reconciler. Options are applied in order; a later
 // option overrides an earlier one. Values are checked by [Register], which
 // returns an error wrapping [ErrInvalidConfig] for any out of range.
+//
+// Defaults, and the option that changes each:
+//
+//	name               ""              (WithName; jobs are "reconcile" and "refresh")
+//	metrics            Params.DefaultMetrics, else unpublished expvar metrics (WithMetrics)
+//	prune interval     1h              (WithPruning, WithoutPruning)
+//	refresh            off             (WithRefreshing)
+//	retry backoff      100ms to 1m     (WithRetry), doubling per failure
+//	retry jitter       0.1             (WithRetryJitter): ±10% of the backoff
+//	round size         1000 objects    (WithRoundLimits)
+//	round rate limit   none            (WithRoundLimits)
+//	concurrency        1               (WithConcurrency)
+//	operation timeout  none            (WithOperationTimeout)
+//	panic recovery     on              (WithoutPanicRecovery)
 type Option func(*options)
 
 // options holds every setting. defaultOptions documents the defaults in one
@@ -36,19 +50,8 @@ type options struct {
 	recoverPanics    bool
 }
 
-// defaultOptions returns the defaults:
-//
-//	name               ""              (jobs are "reconcile" and "refresh")
-//	metrics            Params.DefaultMetrics, else unpublished expvar metrics
-//	prune interval     1h              (WithPruning, WithoutPruning)
-//	refresh            disabled        (WithRefreshing)
-//	retry backoff      100ms to 1m     (WithRetry), doubling per failure
-//	retry jitter       0.1             (WithRetryJitter): ±10% of the backoff
-//	round size         1000 objects    (WithRoundLimits)
-//	round rate limit   none            (WithRoundLimits)
-//	concurrency        1               (WithConcurrency)
-//	operation timeout  none            (WithOperationTimeout)
-//	panic recovery     on              (WithoutPanicRecovery)
+// defaultOptions returns the defaults listed in the doc of [Option]; keep
+// the two in step.
 //
 // Rounds are not rate limited by default: a round starts as soon as there is
 // work, and changes that arrive while a round runs are gathered into the
@@ -83,6 +86,25 @@ func (o *options) validate() error {
 		return fmt.Errorf("%T: concurrency must be positive, got %d: %w", *o, o.concurrency, ErrInvalidConfig)
 	case o.operationTimeout < 0:
 		return fmt.Errorf("%T: operation timeout must not be negative, got %s: %w", *o, o.operationTimeout, ErrInvalidConfig)
+	}
+	if err := checkLimiter("round", o.roundLimiter); err != nil {
+		return err
+	}
+	return checkLimiter("refresh", o.refreshLimiter)
+}
+
+// checkLimiter refuses a limiter whose Wait can never succeed: with a burst
+// below one (and a finite rate) or a rate of zero or less, it would stop
+// the loop that waits on it for good.
+func checkLimiter(which string, lim *rate.Limiter) error {
+	if lim == nil || lim.Limit() == rate.Inf {
+		return nil
+	}
+	if lim.Limit() <= 0 {
+		return fmt.Errorf("options: %s limiter must allow events, got a rate of %v per second: %w", which, lim.Limit(), ErrInvalidConfig)
+	}
+	if lim.Burst() < 1 {
+		return fmt.Errorf("options: %s limiter must have a burst of at least 1, got %d: %w", which, lim.Burst(), ErrInvalidConfig)
 	}
 	return nil
 }
@@ -119,8 +141,10 @@ func WithoutPruning() Option {
 
 // WithRefreshing marks Done objects whose status is older than interval as
 // Refreshing, so that Update is called for them again. limiter bounds how
-// many objects per second are marked; nil means no bound. Refreshing is off
-// by default; an interval of zero keeps it off.
+// many objects per second are marked; nil means no bound. A limiter that
+// can never allow an event (a rate of zero, or a burst below one with a
+// finite rate) is refused. Refreshing is off by default; an interval of
+// zero keeps it off.
 func WithRefreshing(interval time.Duration, limiter *rate.Limiter) Option {
 	return func(o *options) {
 		o.refreshInterval = interval
@@ -150,7 +174,10 @@ func WithRetryJitter(fraction float64) Option {
 // WithRoundLimits bounds a round, the unit in which changes are read,
 // operated on and committed: at most numObjects objects per round (default
 // 1000), and if limiter is not nil, rounds per second. Larger rounds mean
-// fewer write transactions and bigger batches, but later status updates.
+// fewer write transactions and bigger batches, but later status updates. A
+// limiter that can never allow an event (a rate of zero, or a burst below
+// one with a finite rate) is refused; one made unusable later, while the
+// reconciler runs, is bypassed and reported in health until it works again.
 func WithRoundLimits(numObjects int, limiter *rate.Limiter) Option {
 	return func(o *options) {
 		o.roundSize = numObjects
@@ -167,6 +194,10 @@ func WithRoundLimits(numObjects int, limiter *rate.Limiter) Option {
 // worker it occupies. Results are committed as they arrive. With
 // BatchOperations a worker takes an equal share of the work queued at the
 // time, up to the round size, as one batch.
+//
+// Stopping the hive cancels the context of every operation in flight and
+// waits for them to return: an operation that ignores its context holds up
+// the stop until it returns by itself.
 func WithConcurrency(n int) Option {
 	return func(o *options) { o.concurrency = n }
 }

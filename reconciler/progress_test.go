@@ -49,3 +49,46 @@ func TestWaitUntilReconciledReportsFailingObjects(t *testing.T) {
 	_, _, err = f.rec.WaitUntilReconciled(short, rev+1000)
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
 }
+
+// While a retry is running on a worker the object is still failing, so the
+// retry low watermark must not drop to zero until the retry's outcome is
+// committed.
+func TestRetryInFlightKeepsTheLowWatermark(t *testing.T) {
+	retrying := make(chan struct{})
+	release := make(chan struct{})
+	var calls atomic.Int32
+	ops := &funcOps{update: func(ctx context.Context, _ statedb.Revision, it *item) error {
+		if it.ID != "bad" {
+			return nil
+		}
+		switch calls.Add(1) {
+		case 1:
+			return errors.New("first attempt fails")
+		case 2:
+			close(retrying)
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return errors.New("the retry fails too")
+		}
+		return nil
+	}}
+	f := startFixture(t, ops, nil, reconciler.WithConcurrency(2), reconciler.WithRetry(time.Millisecond, time.Millisecond))
+	badRev := f.upsert(&item{ID: "bad"})
+	select {
+	case <-retrying:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the retry never started")
+	}
+	rev := f.upsert(&item{ID: "good"})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	reached, low, err := f.rec.WaitUntilReconciled(ctx, rev)
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, reached, rev, "a retry in flight does not hold back the revision")
+	assert.NotZero(t, low, "the object being retried is still failing")
+	assert.GreaterOrEqual(t, low, badRev)
+	close(release)
+	f.waitKind("bad", status.KindDone)
+}

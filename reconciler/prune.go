@@ -8,12 +8,109 @@ import (
 	"github.com/cilium/statedb"
 )
 
+// pruneSchedule decides when the loop prunes: once the table is
+// initialized, then every prune interval and on Reconciler.Prune. A failed
+// prune is tried again after the retry backoff, so that the target and
+// health recover without waiting for the interval. The loop waits on its
+// channels, tells it what fired, and between commit and report runs the
+// prune when it is due.
+//
+// Prune runs on the loop's goroutine, between rounds, even with workers:
+// operations in flight are all for objects in the round's snapshot (or
+// newer ones parked behind them), and none starts until the prune returns,
+// so it cannot remove what an operation is applying for a newer object.
+type pruneSchedule struct {
+	prune func(ctx context.Context, txn statedb.ReadTxn) error
+
+	initWatch   <-chan struct{} // closed when the table is initialized; nil after
+	isInit      bool
+	requested   bool
+	ticker      *time.Ticker // nil without periodic pruning
+	retryTimer  *time.Timer
+	retryMin    time.Duration
+	retryMax    time.Duration
+	retryJitter float64
+	rand        func() float64
+
+	failures int
+	lastErr  error // the last prune's error, or nil
+}
+
+func newPruneSchedule[Obj any](r *reconciler[Obj]) pruneSchedule {
+	_, initWatch := r.table.Initialized(r.db.ReadTxn())
+	s := pruneSchedule{
+		prune:       r.prune,
+		initWatch:   initWatch,
+		retryTimer:  time.NewTimer(time.Hour),
+		retryMin:    r.opts.retryMin,
+		retryMax:    r.opts.retryMax,
+		retryJitter: r.opts.retryJitter,
+		rand:        r.rand,
+	}
+	s.retryTimer.Stop()
+	if r.opts.pruneInterval > 0 {
+		s.ticker = time.NewTicker(r.opts.pruneInterval)
+		s.requested = true // the first prune comes once the table is initialized
+	}
+	return s
+}
+
+// initialized returns a channel closed once the table is initialized, or
+// nil once the loop has been told with setInitialized.
+func (s *pruneSchedule) initialized() <-chan struct{} {
+	if s.isInit {
+		return nil
+	}
+	return s.initWatch
+}
+
+func (s *pruneSchedule) setInitialized() { s.isInit = true }
+
+// tick returns the channel of the prune interval, nil if there is none.
+func (s *pruneSchedule) tick() <-chan time.Time {
+	if s.ticker == nil {
+		return nil
+	}
+	return s.ticker.C
+}
+
+// retry returns the channel of the timer for trying a failed prune again.
+func (s *pruneSchedule) retry() <-chan time.Time { return s.retryTimer.C }
+
+// request asks for a prune as soon as the table is initialized. The loop
+// calls it when the tick or retry channel fires and on Reconciler.Prune.
+func (s *pruneSchedule) request() { s.requested = true }
+
+// due reports whether a prune should run now.
+func (s *pruneSchedule) due() bool { return s.isInit && s.requested }
+
+// run prunes and schedules a retry if it failed.
+func (s *pruneSchedule) run(ctx context.Context, txn statedb.ReadTxn) {
+	s.requested = false
+	s.retryTimer.Stop()
+	s.lastErr = s.prune(ctx, txn)
+	if s.lastErr == nil {
+		s.failures = 0
+		return
+	}
+	s.failures++
+	s.retryTimer.Reset(backoff(s.failures, s.retryMin, s.retryMax, s.retryJitter, s.rand()))
+}
+
+func (s *pruneSchedule) stop() {
+	if s.ticker != nil {
+		s.ticker.Stop()
+	}
+	s.retryTimer.Stop()
+}
+
 // prune hands the whole desired set to Operations.Prune and reports the
-// outcome. A failure is returned for health; the loop prunes again after
-// the retry backoff.
+// outcome. A failure is returned for health.
 func (r *reconciler[Obj]) prune(ctx context.Context, txn statedb.ReadTxn) error {
 	start := time.Now()
-	err := r.call(ctx, txn, callPrune, nil, nil)
+	err := r.call(ctx, "prune", func(ctx context.Context) error {
+		return r.ops.Prune(ctx, txn, r.table.All(txn))
+	})
 	r.metrics.PruneDuration(r.moduleID, r.opts.name, time.Since(start))
 	r.metrics.PruneError(r.moduleID, r.opts.name, err)
 	if err != nil {

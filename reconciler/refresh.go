@@ -26,11 +26,18 @@ func (r *reconciler[Obj]) refreshLoop(ctx context.Context, health cell.Health) e
 			return nil
 		case <-timer.C:
 		}
-		wait := r.refreshSweep(ctx, &last)
+		wait, err := r.refreshSweep(ctx, &last)
 		if ctx.Err() != nil {
 			return nil
 		}
 		timer.Reset(wait)
+		if err != nil {
+			// The limiter was made unusable while running: the sweep
+			// stopped where it was and goes on at the next one.
+			r.log.Error("Refresh limiter fails; refresh sweeps stop early", "error", err)
+			health.Degraded(fmt.Sprintf("Refresh limiter failing; next refresh in %s", wait.Round(time.Millisecond)), err)
+			continue
+		}
 		health.OK(fmt.Sprintf("Next refresh in %s", wait.Round(time.Millisecond)))
 	}
 }
@@ -43,8 +50,9 @@ type refreshCandidate[Obj any] struct {
 // refreshSweep walks the objects in revision order from last+1, marking the
 // stale Done ones Refreshing, and returns when to sweep next. Objects are
 // visited in the order they were last written, so the walk stops at the
-// first one that is not yet stale.
-func (r *reconciler[Obj]) refreshSweep(ctx context.Context, last *statedb.Revision) time.Duration {
+// first one that is not yet stale. It returns an error if the limiter's
+// Wait failed for another reason than ctx ending.
+func (r *reconciler[Obj]) refreshSweep(ctx context.Context, last *statedb.Revision) (time.Duration, error) {
 	interval := r.opts.refreshInterval
 	wait := interval
 	now := r.now()
@@ -63,8 +71,12 @@ func (r *reconciler[Obj]) refreshSweep(ctx context.Context, last *statedb.Revisi
 		if lim := r.opts.refreshLimiter; lim != nil && !lim.Allow() {
 			r.markRefreshing(batch)
 			batch = batch[:0]
-			if lim.Wait(ctx) != nil {
-				return wait
+			if err := lim.Wait(ctx); err != nil {
+				*last = rev - 1 // this object is still to be marked
+				if ctx.Err() != nil {
+					return wait, nil
+				}
+				return min(wait, r.opts.retryMax), fmt.Errorf("refresh limiter: %w", err)
 			}
 		}
 		batch = append(batch, refreshCandidate[Obj]{obj, rev})
@@ -74,7 +86,7 @@ func (r *reconciler[Obj]) refreshSweep(ctx context.Context, last *statedb.Revisi
 		}
 	}
 	r.markRefreshing(batch)
-	return wait
+	return wait, nil
 }
 
 // markRefreshing sets the candidates that have not changed since they were
@@ -83,7 +95,7 @@ func (r *reconciler[Obj]) markRefreshing(batch []refreshCandidate[Obj]) {
 	if len(batch) == 0 {
 		return
 	}
-	now := time.Now()
+	now := r.now()
 	wtxn := r.db.WriteTxn(r.table)
 	for _, c := range batch {
 		r.table.CompareAndSwap(wtxn, c.rev, r.setStatus(r.clone(c.obj), status.RefreshingAt(now)))

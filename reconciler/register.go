@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"runtime"
 	"time"
 
 	"github.com/cilium/hive/cell"
@@ -95,6 +96,13 @@ func Register[Obj any](
 		return nil, fmt.Errorf("reconciler.Register: watching changes of table %q: %w", table.Name(), err)
 	}
 	r.changes = changes
+	// The iterator lives as long as the reconciler, across stops and starts
+	// of its job, so that changes made while the job is stopped are not
+	// missed. The table keeps deleted objects until the iterator has read
+	// them: close it once the reconciler is unreachable, so that a job that
+	// never started (or a hive dropped after stopping) does not hold them for
+	// as long as the database lives.
+	runtime.AddCleanup(r, statedb.ChangeIterator[Obj].Close, changes)
 
 	params.JobGroup.Add(job.OneShot(r.jobName("reconcile"), r.loop))
 	if o.refreshInterval > 0 {
@@ -162,9 +170,9 @@ type reconciler[Obj any] struct {
 	now  func() time.Time
 	rand func() float64
 
-	changes      statedb.ChangeIterator[Obj] // closed when the loop ends
-	retries      *retryQueue[Obj]
-	lastPruneErr error
+	changes statedb.ChangeIterator[Obj] // closed when the reconciler is unreachable
+	retries *retryQueue[Obj]
+	carried []*retry[Obj] // collected by a stopped run of the loop, not committed
 }
 
 // Prune implements Reconciler.

@@ -3,7 +3,9 @@ package reconciler
 import (
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"time"
 	"unicode"
 
@@ -28,10 +30,15 @@ type retry[Obj any] struct {
 // retryQueue holds failing objects ordered by the time of their next attempt.
 // Adding, replacing and removing an object cost O(log n); taking the due
 // objects costs O(log n) each, so a round never scans the whole queue.
+//
+// A retry taken for an attempt stays counted, in running, until the
+// attempt's outcome is committed (see start and settle): the object is still
+// failing until then, for health and for the retry low watermark.
 // It is owned by the reconciler's loop goroutine.
 type retryQueue[Obj any] struct {
-	byKey   map[string]*retry[Obj]
+	byKey   map[string]*retry[Obj] // waiting in heap
 	heap    retryHeap[Obj]
+	running map[string]*retry[Obj] // taken for an attempt, not yet settled
 	seq     uint64
 	version uint64 // changes on every add or remove, for cheap "has it changed"
 
@@ -40,14 +47,16 @@ type retryQueue[Obj any] struct {
 }
 
 func newRetryQueue[Obj any]() *retryQueue[Obj] {
-	return &retryQueue[Obj]{byKey: map[string]*retry[Obj]{}}
+	return &retryQueue[Obj]{byKey: map[string]*retry[Obj]{}, running: map[string]*retry[Obj]{}}
 }
 
-func (q *retryQueue[Obj]) len() int { return len(q.heap) }
+// len returns the number of failing objects: waiting or running.
+func (q *retryQueue[Obj]) len() int { return len(q.heap) + len(q.running) }
 
-// add queues item, replacing any entry of the same key.
+// add queues item, replacing any entry of the same key, waiting or running.
 func (q *retryQueue[Obj]) add(item *retry[Obj]) {
 	q.removeKey(item.key)
+	q.settle(item.key)
 	q.seq++
 	item.seq = q.seq
 	q.byKey[item.key] = item
@@ -58,8 +67,26 @@ func (q *retryQueue[Obj]) add(item *retry[Obj]) {
 	}
 }
 
-// removeKey drops the entry of key, if any. The conversion in the map index
-// does not allocate.
+// start records that item, just taken with popDue, is being attempted.
+func (q *retryQueue[Obj]) start(item *retry[Obj]) {
+	q.running[item.key] = item
+	q.version++
+}
+
+// settle forgets the attempt on key, if one is running: its outcome has
+// been committed (and a failure queued again with add).
+func (q *retryQueue[Obj]) settle(key string) {
+	if len(q.running) == 0 {
+		return
+	}
+	if _, ok := q.running[key]; ok {
+		delete(q.running, key)
+		q.version++
+	}
+}
+
+// removeKey drops the waiting entry of key, if any; a running attempt stays
+// until settled. The conversion in the map index does not allocate.
 func (q *retryQueue[Obj]) removeKey(key string) {
 	if len(q.byKey) == 0 {
 		return
@@ -105,9 +132,20 @@ func (q *retryQueue[Obj]) next() (time.Time, bool) {
 	return q.heap[0].item.at, true
 }
 
-// lowWatermark returns the lowest revision of a queued object, or 0. It
-// rescans only after the entry holding the lowest revision left.
+// lowWatermark returns the lowest revision of a failing object, waiting or
+// running, or 0. It rescans the waiting ones only after the entry holding
+// their lowest revision left.
 func (q *retryQueue[Obj]) lowWatermark() statedb.Revision {
+	low := q.waitingLow()
+	for _, item := range q.running {
+		if low == 0 || item.rev < low {
+			low = item.rev
+		}
+	}
+	return low
+}
+
+func (q *retryQueue[Obj]) waitingLow() statedb.Revision {
 	if len(q.heap) == 0 {
 		q.low, q.lowDirty = 0, false
 		return 0
@@ -122,14 +160,46 @@ func (q *retryQueue[Obj]) lowWatermark() statedb.Revision {
 	return q.low
 }
 
-// errors returns up to limit errors of queued objects, earliest first.
+// errors returns up to limit errors of failing objects, earliest attempt
+// first: those being attempted now (by key), then those waiting, by the
+// time of their next attempt. It visits O(limit log limit) entries of the
+// heap, not all of them.
 func (q *retryQueue[Obj]) errors(limit int) []error {
-	errs := make([]error, 0, min(limit, len(q.heap)))
-	for _, e := range q.heap {
+	errs := make([]error, 0, min(limit, q.len()))
+	add := func(item *retry[Obj]) {
+		errs = append(errs, fmt.Errorf("%s: %w", displayKey(item.key), item.err))
+	}
+	for _, key := range slices.Sorted(maps.Keys(q.running)) {
 		if len(errs) == limit {
-			break
+			return errs
 		}
-		errs = append(errs, fmt.Errorf("%s: %w", displayKey(e.item.key), e.item.err))
+		add(q.running[key])
+	}
+	// The smallest entries of a heap are found by walking it from the
+	// root, always expanding the smallest entry seen so far.
+	var frontier retryHeap[Obj]
+	pos := []int{} // frontier[i] is q.heap[pos[i]]
+	push := func(i int) {
+		if i < len(q.heap) {
+			frontier = append(frontier, q.heap[i])
+			pos = append(pos, i)
+		}
+	}
+	push(0)
+	for len(errs) < limit && len(frontier) > 0 {
+		best := 0
+		for i := range frontier {
+			if frontier.less(i, best) {
+				best = i
+			}
+		}
+		i := pos[best]
+		add(frontier[best].item)
+		last := len(frontier) - 1
+		frontier[best], pos[best] = frontier[last], pos[last]
+		frontier, pos = frontier[:last], pos[:last]
+		push(2*i + 1)
+		push(2*i + 2)
 	}
 	return errs
 }

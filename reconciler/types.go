@@ -75,9 +75,6 @@ type BatchEntry[Obj any] struct {
 	Object   Obj
 	Revision statedb.Revision
 	Result   error
-
-	// op links the entry back to the reconciler's bookkeeping.
-	op *op[Obj]
 }
 
 // BatchOperations applies many objects in one call, for targets where that

@@ -1,0 +1,144 @@
+package reconciler_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cilium/statedb"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/converge-go/converge/reconciler"
+	"github.com/converge-go/converge/status"
+)
+
+// gatedTarget is a target whose updates of one key block until released,
+// so that a test can change that object while its update is in flight.
+type gatedTarget struct {
+	key     string
+	mu      sync.Mutex
+	data    map[string]string
+	entered chan string // receives the value of each gated update as it starts
+	release chan struct{}
+}
+
+func newGatedTarget(key string) *gatedTarget {
+	return &gatedTarget{
+		key:     key,
+		data:    map[string]string{},
+		entered: make(chan string, 16),
+		release: make(chan struct{}),
+	}
+}
+
+func (g *gatedTarget) ops() *funcOps {
+	return &funcOps{
+		update: func(ctx context.Context, _ statedb.Revision, it *item) error {
+			if it.ID == g.key {
+				g.entered <- it.Value
+				select {
+				case <-g.release:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+			g.mu.Lock()
+			g.data[it.ID] = it.Value
+			g.mu.Unlock()
+			return nil
+		},
+		delete: func(_ context.Context, _ statedb.Revision, it *item) error {
+			g.mu.Lock()
+			delete(g.data, it.ID)
+			g.mu.Unlock()
+			return nil
+		},
+	}
+}
+
+func (g *gatedTarget) get(key string) (string, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	v, ok := g.data[key]
+	return v, ok
+}
+
+func waitEntered(t *testing.T, g *gatedTarget, want string) {
+	t.Helper()
+	select {
+	case v := <-g.entered:
+		require.Equal(t, want, v, "the gated update started for another value")
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the update of %s=%s never started", g.key, want)
+	}
+}
+
+// insertAs writes obj as it is, status included: re-inserting an object
+// value read earlier keeps that value's status identity.
+func (f *fixture) insertAs(obj *item) {
+	wtxn := f.db.WriteTxn(f.table)
+	_, _, err := f.table.Insert(wtxn, obj)
+	require.NoError(f.t, err)
+	wtxn.Commit()
+}
+
+// settle makes sure the reconciler has read every change written so far,
+// even while one object's update is blocked: it writes a marker object and
+// waits for it to be Done. Changes are read in revision order, so the
+// marker is read after everything before it.
+func (f *fixture) settle(n int) {
+	id := fmt.Sprintf("marker%d", n)
+	f.upsert(&item{ID: id})
+	f.waitKind(id, status.KindDone)
+}
+
+// TestObjectChangedBackWhileInFlight changes an object whose update is in
+// flight and then writes back the very object value that is being applied
+// (same status identity). Whatever happened in between (a delete, a newer
+// version) must not be applied after it: once the table is quiet, the
+// target holds exactly what the table holds.
+func TestObjectChangedBackWhileInFlight(t *testing.T) {
+	for _, workers := range []int{1, 4} {
+		for _, between := range []string{"delete", "newer version"} {
+			t.Run(fmt.Sprintf("workers=%d/%s", workers, between), func(t *testing.T) {
+				g := newGatedTarget("a")
+				f := startFixture(t, g.ops(), nil, reconciler.WithConcurrency(workers))
+				settle := func(n int) {
+					if workers > 1 { // with one worker the loop is blocked too
+						f.settle(n)
+					}
+				}
+
+				f.upsert(&item{ID: "a", Value: "v1"})
+				waitEntered(t, g, "v1")
+				inFlight, ok := f.get("a")
+				require.True(t, ok)
+
+				if between == "delete" {
+					f.remove("a")
+				} else {
+					f.upsert(&item{ID: "a", Value: "v2"})
+				}
+				settle(1)
+				f.insertAs(inFlight) // back to the value being applied
+				settle(2)
+				close(g.release)
+				f.waitReconciled()
+				last := f.upsert()
+				_, _, err := f.rec.WaitUntilReconciled(context.Background(), last)
+				require.NoError(t, err)
+
+				obj, ok := f.get("a")
+				require.True(t, ok)
+				assert.Equal(t, "v1", obj.Value)
+				assert.Equal(t, status.KindDone, obj.Status.Kind)
+				got, ok := g.get("a")
+				assert.True(t, ok, "the table holds a=v1 Done, the target nothing")
+				assert.Equal(t, "v1", got, "the table holds a=v1 Done")
+			})
+		}
+	}
+}

@@ -1,0 +1,79 @@
+package reconciler
+
+//lint:file-ignore U1000 staticcheck (v0.6, v0.7) misses that methods of a generic type are used through a generic interface (operator); go vet and the tests cover them.
+
+import (
+	"context"
+
+	"github.com/cilium/statedb"
+)
+
+// operator is the "operate" stage of a round: it applies the work collected
+// in the round and returns the operations whose outcome is known, for
+// commit. There are two: inline, which runs the work on the loop's
+// goroutine (WithConcurrency(1)), and workerPool, which hands it to worker
+// goroutines and returns whatever they have finished since the last round.
+// Every method is called from the loop's goroutine.
+type operator[Obj any] interface {
+	operate(ctx context.Context, txn statedb.ReadTxn, work []op[Obj]) (done []op[Obj])
+
+	// superseded reports whether a newer version of o's object waits to be
+	// applied after o, so that a failure of o need not be retried.
+	superseded(o *op[Obj]) bool
+
+	// release is called with done once it is committed.
+	release(done []op[Obj])
+
+	// room is how many operations a round may collect now; hasRoom is
+	// room() > 0.
+	room() int
+	hasRoom() bool
+
+	// finished is signalled when operations finish outside operate; nil
+	// for inline.
+	finished() <-chan struct{}
+
+	// pending describes the operations collected but not yet committed:
+	// how many there are, and the lowest revision of a change among them
+	// (a change the reconciler has not finished), zero if none. Retries in
+	// flight are counted by the retry queue instead.
+	pending() (n int, lowChange statedb.Revision)
+
+	// stop waits for operations in flight to return and returns every op
+	// handed to operate that it has not returned from operate yet.
+	stop() (unfinished []op[Obj])
+}
+
+var (
+	_ operator[int] = (*inline[int])(nil)
+	_ operator[int] = (*workerPool[int])(nil)
+)
+
+func newOperator[Obj any](ctx context.Context, r *reconciler[Obj]) operator[Obj] {
+	if r.opts.concurrency > 1 {
+		return newWorkerPool(ctx, r)
+	}
+	return &inline[Obj]{exec: executor[Obj]{r: r}, roundSize: r.opts.roundSize}
+}
+
+// inline runs the operations of a round one after another on the loop's
+// goroutine, in revision order.
+type inline[Obj any] struct {
+	exec      executor[Obj]
+	roundSize int
+}
+
+func (in *inline[Obj]) operate(ctx context.Context, txn statedb.ReadTxn, work []op[Obj]) []op[Obj] {
+	in.exec.run(ctx, txn, work)
+	return work
+}
+
+func (*inline[Obj]) superseded(*op[Obj]) bool { return false }
+func (*inline[Obj]) release([]op[Obj])        {}
+func (in *inline[Obj]) room() int             { return in.roundSize }
+func (*inline[Obj]) hasRoom() bool            { return true }
+func (*inline[Obj]) finished() <-chan struct{} {
+	return nil
+}
+func (*inline[Obj]) pending() (int, statedb.Revision) { return 0, 0 }
+func (*inline[Obj]) stop() []op[Obj]                  { return nil }
