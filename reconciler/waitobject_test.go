@@ -1,0 +1,332 @@
+package reconciler_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cilium/statedb"
+	"github.com/stretchr/testify/require"
+
+	"github.com/converge-go/converge/reconciler"
+	"github.com/converge-go/converge/status"
+)
+
+// blockSignal is a context whose Done method reports each call on blocked.
+// WaitForObject calls Done only when it is about to block after a read that
+// did not end the wait, so a test learns that the waiter has looked without
+// sleeping.
+type blockSignal struct {
+	context.Context
+	blocked chan struct{}
+}
+
+func (c *blockSignal) Done() <-chan struct{} {
+	select {
+	case c.blocked <- struct{}{}:
+	default: // nobody needs more than the buffered signals
+	}
+	return c.Context.Done()
+}
+
+// waiter runs WaitForObject for one item in a goroutine.
+type waiter struct {
+	t       *testing.T
+	cancel  context.CancelFunc
+	seen    chan status.Status // every status getStatus read, in order
+	blocked chan struct{}
+	obj     *item
+	err     error
+	exited  chan struct{}
+}
+
+// startWaiter starts WaitForObject on f's table for the item with id, with
+// a context that also ends after 20s as a safety net. get reads the status
+// (nil means the item's own status). The waiter is cancelled and joined
+// when the test ends.
+func startWaiter(t *testing.T, f *fixture, id string, get func(*item) status.Status, opts ...reconciler.WaitOption) *waiter {
+	if get == nil {
+		get = (*item).getStatus
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	w := &waiter{
+		t:       t,
+		cancel:  cancel,
+		seen:    make(chan status.Status, 1000),
+		blocked: make(chan struct{}, 1000),
+		exited:  make(chan struct{}),
+	}
+	record := func(it *item) status.Status {
+		st := get(it)
+		w.seen <- st
+		return st
+	}
+	go func() {
+		defer close(w.exited)
+		w.obj, w.err = reconciler.WaitForObject(&blockSignal{ctx, w.blocked}, f.db, f.table, itemID.Query(id), record, opts...)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-w.exited
+	})
+	return w
+}
+
+// await returns once the waiter has read a status of kind and gone on
+// waiting. It fails the test if the waiter returns first. Every read of the
+// object sends on seen and then, unless it ends the wait, on blocked, so
+// the two are consumed in pairs.
+func (w *waiter) await(kind status.Kind) {
+	w.t.Helper()
+	timeout := time.After(20 * time.Second)
+	for {
+		var st status.Status
+		select {
+		case st = <-w.seen:
+		case <-w.exited:
+			w.t.Fatalf("WaitForObject returned (%v, %v) before reading a %s status", w.obj, w.err, kind)
+		case <-timeout:
+			w.t.Fatalf("WaitForObject did not read a %s status", kind)
+		}
+		select {
+		case <-w.blocked:
+		case <-w.exited:
+			w.t.Fatalf("WaitForObject returned (%v, %v) on a %s status instead of waiting", w.obj, w.err, st.Kind)
+		}
+		if st.Kind == kind {
+			return
+		}
+	}
+}
+
+// awaitBlocked returns once the waiter has read at least once and gone on
+// waiting, for an object that is absent.
+func (w *waiter) awaitBlocked() {
+	w.t.Helper()
+	select {
+	case <-w.blocked:
+	case <-w.exited:
+		w.t.Fatalf("WaitForObject returned (%v, %v) instead of waiting", w.obj, w.err)
+	}
+}
+
+// result waits for WaitForObject to return.
+func (w *waiter) result() (*item, error) {
+	<-w.exited
+	return w.obj, w.err
+}
+
+// put writes it as is, status and all, without asking for reconciliation.
+func put(f *fixture, it *item) {
+	wtxn := f.db.WriteTxn(f.table)
+	_, _, err := f.table.Insert(wtxn, it)
+	require.NoError(f.t, err)
+	wtxn.Commit()
+}
+
+func waitCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestWaitForObjectDone(t *testing.T) {
+	f := startFixture(t, &funcOps{}, nil)
+	f.upsert(&item{ID: "a", Value: "x"})
+
+	obj, err := reconciler.WaitForObject(waitCtx(t), f.db, f.table, itemID.Query("a"), (*item).getStatus)
+	require.NoError(t, err)
+	require.Equal(t, "a", obj.ID)
+	require.Equal(t, status.KindDone, obj.Status.Kind)
+
+	// An object that is Done already returns at once, also with the options.
+	obj, err = reconciler.WaitForObject(waitCtx(t), f.db, f.table, itemID.Query("a"), (*item).getStatus,
+		reconciler.StopOnError(), reconciler.FailIfAbsent(), nil)
+	require.NoError(t, err)
+	require.Equal(t, status.KindDone, obj.Status.Kind)
+}
+
+func TestWaitForObjectRetryableErrorKeepsWaiting(t *testing.T) {
+	release := make(chan struct{})
+	var attempts atomic.Int32
+	ops := &funcOps{update: func(ctx context.Context, _ statedb.Revision, it *item) error {
+		if attempts.Add(1) == 1 {
+			return errors.New("flaky")
+		}
+		select { // the retry succeeds once the waiter has seen the Error
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}}
+	f := startFixture(t, ops, nil, reconciler.WithRetry(time.Millisecond, time.Millisecond))
+	f.upsert(&item{ID: "a"})
+
+	w := startWaiter(t, f, "a", nil)
+	w.await(status.KindError)
+	close(release)
+	obj, err := w.result()
+	require.NoError(t, err)
+	require.Equal(t, status.KindDone, obj.Status.Kind)
+	require.GreaterOrEqual(t, attempts.Load(), int32(2))
+}
+
+// terminalOps fails terminally for the value "bad" and succeeds otherwise.
+func terminalOps() *funcOps {
+	return &funcOps{update: func(_ context.Context, _ statedb.Revision, it *item) error {
+		if it.Value == "bad" {
+			return reconciler.TerminalError(errors.New("invalid value"))
+		}
+		return nil
+	}}
+}
+
+func TestWaitForObjectTerminalError(t *testing.T) {
+	f := startFixture(t, terminalOps(), nil)
+	f.upsert(&item{ID: "a", Value: "bad"})
+
+	// Without StopOnError a terminal error, which the status cannot tell
+	// from a retryable one, keeps the waiter waiting until ctx ends...
+	w := startWaiter(t, f, "a", nil)
+	w.await(status.KindError)
+	timedOut := startWaiter(t, f, "a", nil)
+	timedOut.await(status.KindError)
+	timedOut.cancel()
+	obj, err := timedOut.result()
+	require.ErrorIs(t, err, context.Canceled)
+	require.ErrorContains(t, err, "last status Error: invalid value")
+	require.Equal(t, "a", obj.ID)
+	require.Equal(t, status.KindError, obj.Status.Kind)
+
+	// ... StopOnError returns it at once...
+	obj, err = reconciler.WaitForObject(waitCtx(t), f.db, f.table, itemID.Query("a"), (*item).getStatus, reconciler.StopOnError())
+	require.ErrorIs(t, err, reconciler.ErrObjectFailed)
+	require.ErrorContains(t, err, "invalid value")
+	require.Equal(t, status.KindError, obj.Status.Kind)
+
+	// ... and a change to the object ends it.
+	f.upsert(&item{ID: "a", Value: "good"})
+	obj, err = w.result()
+	require.NoError(t, err)
+	require.Equal(t, "good", obj.Value)
+	require.Equal(t, status.KindDone, obj.Status.Kind)
+}
+
+func TestWaitForObjectStopOnErrorReturnsRetryableErrors(t *testing.T) {
+	ops := &funcOps{update: func(context.Context, statedb.Revision, *item) error {
+		return errors.New("target unreachable")
+	}}
+	f := startFixture(t, ops, nil)
+	f.upsert(&item{ID: "a"})
+
+	obj, err := reconciler.WaitForObject(waitCtx(t), f.db, f.table, itemID.Query("a"), (*item).getStatus, reconciler.StopOnError())
+	require.ErrorIs(t, err, reconciler.ErrObjectFailed)
+	require.ErrorContains(t, err, "target unreachable")
+	require.Equal(t, status.KindError, obj.Status.Kind)
+}
+
+func TestWaitForObjectDeleted(t *testing.T) {
+	f := startFixture(t, terminalOps(), nil)
+	f.upsert(&item{ID: "a", Value: "bad"})
+
+	w := startWaiter(t, f, "a", nil)
+	w.await(status.KindError)
+	f.remove("a")
+	obj, err := w.result()
+	require.ErrorIs(t, err, reconciler.ErrObjectDeleted)
+	require.Equal(t, "a", obj.ID, "the object as last seen")
+}
+
+func TestWaitForObjectContextEnds(t *testing.T) {
+	ops := &funcOps{update: func(ctx context.Context, _ statedb.Revision, _ *item) error {
+		<-ctx.Done() // stays Pending until the hive stops
+		return ctx.Err()
+	}}
+	f := startFixture(t, ops, nil)
+	f.upsert(&item{ID: "a"})
+
+	w := startWaiter(t, f, "a", nil)
+	w.await(status.KindPending)
+	w.cancel()
+	obj, err := w.result()
+	require.ErrorIs(t, err, context.Canceled)
+	require.ErrorContains(t, err, "last status Pending")
+	require.Equal(t, "a", obj.ID)
+
+	// A context that has ended already still gets one look.
+	ctx, cancel := context.WithTimeout(context.Background(), 0)
+	cancel()
+	_, err = reconciler.WaitForObject(ctx, f.db, f.table, itemID.Query("a"), (*item).getStatus)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+}
+
+func TestWaitForObjectNotYetInserted(t *testing.T) {
+	f := startFixture(t, &funcOps{}, nil)
+
+	t.Run("inserted later", func(t *testing.T) {
+		w := startWaiter(t, f, "late", nil)
+		w.awaitBlocked() // it looked, found nothing and waits
+		f.upsert(&item{ID: "late"})
+		obj, err := w.result()
+		require.NoError(t, err)
+		require.Equal(t, "late", obj.ID)
+		require.Equal(t, status.KindDone, obj.Status.Kind)
+	})
+
+	t.Run("never inserted", func(t *testing.T) {
+		w := startWaiter(t, f, "never", nil)
+		w.awaitBlocked()
+		f.upsert(&item{ID: "other"}) // other objects do not end the wait
+		f.waitKind("other", status.KindDone)
+		w.cancel()
+		obj, err := w.result()
+		require.ErrorIs(t, err, context.Canceled)
+		require.ErrorContains(t, err, "no object matched")
+		require.NotErrorIs(t, err, reconciler.ErrObjectDeleted)
+		require.Nil(t, obj)
+	})
+
+	t.Run("FailIfAbsent", func(t *testing.T) {
+		obj, err := reconciler.WaitForObject(waitCtx(t), f.db, f.table, itemID.Query("missing"), (*item).getStatus, reconciler.FailIfAbsent())
+		require.ErrorIs(t, err, reconciler.ErrObjectNotFound)
+		require.Nil(t, obj)
+	})
+}
+
+func TestWaitForObjectStatusSet(t *testing.T) {
+	// The fixture's reconciler reads item.Status, which stays Unset here, so
+	// it leaves these objects alone and the test writes the set itself.
+	f := startFixture(t, &funcOps{}, nil)
+	getA := func(it *item) status.Status { return it.Statuses.Get("a") }
+	set := status.NewSet().Set("b", status.Done())
+	put(f, &item{ID: "s", Statuses: set})
+
+	// "a" has no entry and reads as Pending: b's Done does not count.
+	w := startWaiter(t, f, "s", getA)
+	w.await(status.KindPending)
+	put(f, &item{ID: "s", Statuses: set.Set("a", status.Refreshing())})
+	w.await(status.KindRefreshing)
+	put(f, &item{ID: "s", Statuses: set.Set("a", status.Error(errors.New("busy")))})
+	w.await(status.KindError)
+	put(f, &item{ID: "s", Statuses: set.Set("a", status.Done()).Set("b", status.Pending())})
+	obj, err := w.result()
+	require.NoError(t, err)
+	require.Equal(t, status.KindDone, obj.Statuses.Get("a").Kind)
+	require.Equal(t, status.KindPending, obj.Statuses.Get("b").Kind)
+}
+
+func TestWaitForObjectInvalidArguments(t *testing.T) {
+	f := startFixture(t, &funcOps{}, nil)
+	ctx, q, get := waitCtx(t), itemID.Query("a"), (*item).getStatus
+	var noTable statedb.Table[*item]
+
+	_, err := reconciler.WaitForObject(ctx, nil, f.table, q, get)
+	require.ErrorIs(t, err, reconciler.ErrInvalidConfig)
+	_, err = reconciler.WaitForObject(ctx, f.db, noTable, q, get)
+	require.ErrorIs(t, err, reconciler.ErrInvalidConfig)
+	_, err = reconciler.WaitForObject(ctx, f.db, f.table, q, nil)
+	require.ErrorIs(t, err, reconciler.ErrInvalidConfig)
+}
