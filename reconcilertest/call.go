@@ -2,6 +2,7 @@ package reconcilertest
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -77,23 +78,59 @@ func (c Call) String() string {
 }
 
 // callLog records calls in order. Its methods are safe for concurrent use.
-// Target and FaultyOps embed it, which gives them Calls, CallsWatch and
-// ResetCalls.
+// Target and FaultyOps embed it, which gives them Calls, CallsWatch,
+// InFlight, InFlightWatch and ResetCalls.
 type callLog struct {
 	mu      sync.Mutex
 	calls   []Call
+	running map[int]Call // calls started and not yet returned, by start number
+	started int          // start numbers given so far
 	batches int
-	changed chan struct{} // closed and replaced on every record; nil until first needed
+	changed chan struct{} // closed on every start and record; nil until first needed
 }
 
-func (l *callLog) record(c Call) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	c.Seq = len(l.calls) + 1
-	l.calls = append(l.calls, c)
+// wake must be called with mu held.
+func (l *callLog) wake() {
 	if l.changed != nil {
 		close(l.changed)
 		l.changed = nil
+	}
+}
+
+// begin notes that call c started and returns its start number, which
+// finish or abandon take.
+func (l *callLog) begin(c Call) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.running == nil {
+		l.running = map[int]Call{}
+	}
+	l.started++
+	l.running[l.started] = c
+	l.wake()
+	return l.started
+}
+
+// finish records c, a call that returned, and ends the running call with
+// start number id.
+func (l *callLog) finish(id int, c Call) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.running, id)
+	c.Seq = len(l.calls) + 1
+	l.calls = append(l.calls, c)
+	l.wake()
+}
+
+// abandon ends the running call with start number id without recording
+// it: a batch's entries that a panic kept from being attempted. Ending a
+// call that already finished does nothing.
+func (l *callLog) abandon(id int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, ok := l.running[id]; ok {
+		delete(l.running, id)
+		l.wake()
 	}
 }
 
@@ -122,16 +159,38 @@ func (l *callLog) CallsWatch() ([]Call, <-chan struct{}) {
 	return slices.Clone(l.calls), l.changed
 }
 
+// InFlight returns the calls that have started and not yet returned, such
+// as those a delay fault holds, in the order they started. Their Seq and
+// Err are zero.
+func (l *callLog) InFlight() []Call {
+	calls, _ := l.InFlightWatch()
+	return calls
+}
+
+// InFlightWatch returns the calls in flight, like InFlight, and a channel
+// that is closed when a call starts or returns.
+func (l *callLog) InFlightWatch() ([]Call, <-chan struct{}) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.changed == nil {
+		l.changed = make(chan struct{})
+	}
+	ids := slices.Sorted(maps.Keys(l.running))
+	calls := make([]Call, len(ids))
+	for i, id := range ids {
+		calls[i] = l.running[id]
+	}
+	return calls, l.changed
+}
+
 // ResetCalls forgets the calls recorded so far (numbering starts again
-// from 1), releasing the transactions held by recorded prunes.
+// from 1), releasing the transactions held by recorded prunes. Calls in
+// flight are kept, and recorded when they return.
 func (l *callLog) ResetCalls() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.calls, l.batches = nil, 0
-	if l.changed != nil {
-		close(l.changed)
-		l.changed = nil
-	}
+	l.wake()
 }
 
 // CallRecorder is what [Target] and [FaultyOps] have in common: a log of
@@ -140,5 +199,7 @@ func (l *callLog) ResetCalls() {
 type CallRecorder interface {
 	Calls() []Call
 	CallsWatch() ([]Call, <-chan struct{})
+	InFlight() []Call
+	InFlightWatch() ([]Call, <-chan struct{})
 	ResetCalls()
 }

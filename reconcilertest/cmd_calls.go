@@ -21,6 +21,8 @@ func callsCmd(reg *Registry) script.Cmd {
 				fs.Int("exactly", -1, "wait until there are exactly this many matching calls")
 				fs.Bool("reset", false, "forget the calls recorded so far, after printing them")
 				fs.Bool("target", false, "read the Target's calls (those that reached it) rather than the Faults'")
+				fs.Bool("in-flight", false, "read the calls that have started and not yet returned")
+				fs.String("via", "", "only calls made as entries of a batch operation (batch) or as single operations (single)")
 			},
 			Detail: []string{
 				"Prints the calls the reconciler made, one per line in the order they",
@@ -30,6 +32,9 @@ func callsCmd(reg *Registry) script.Cmd {
 				"if there are already more. With --target, reads the calls that reached",
 				"the Target, which record updated values and the keys prunes removed.",
 				"With --reset, forgets the recorded calls (of Faults and Target) afterwards.",
+				"With --in-flight, reads the calls that have started and not returned,",
+				"such as those a delay fault holds, in the order they started; --reset",
+				"does not apply to them.",
 			},
 		},
 		func(s *script.State, args ...string) (script.WaitFunc, error) {
@@ -63,6 +68,18 @@ func callsCmd(reg *Registry) script.Cmd {
 				}
 			}
 			key, _ := s.Flags.GetString("key")
+			via, _ := s.Flags.GetString("via")
+			if via != "" && via != "batch" && via != "single" {
+				return nil, fmt.Errorf("--via: want batch or single, got %q", via)
+			}
+			inFlight, _ := s.Flags.GetBool("in-flight")
+			if inFlight && s.Flags.Changed("reset") {
+				return nil, fmt.Errorf("%w: --reset forgets returned calls, not those in flight", script.ErrUsage)
+			}
+			read := rec.CallsWatch
+			if inFlight {
+				read = rec.InFlightWatch
+			}
 			minN, _ := s.Flags.GetInt("min")
 			exactly, _ := s.Flags.GetInt("exactly")
 			if s.Flags.Changed("min") && s.Flags.Changed("exactly") {
@@ -73,17 +90,24 @@ func callsCmd(reg *Registry) script.Cmd {
 			}
 
 			var matched []Call
-			what := fmt.Sprintf("for calls (op %q, key %q)", op, key)
+			what := fmt.Sprintf("for calls (op %q, key %q, via %q)", op, key, via)
+			if inFlight {
+				what = "for calls in flight" + strings.TrimPrefix(what, "for calls")
+			}
 			err = waitFor(s, timeout, what, func() (bool, watches, string, error) {
-				calls, watch := rec.CallsWatch()
+				calls, watch := read()
 				matched = matched[:0]
 				for _, c := range calls {
-					if (op == "" || c.Op == op) && (key == "" || c.Key == key) {
+					if (op == "" || c.Op == op) && (key == "" || c.Key == key) &&
+						(via == "" || (via == "batch") == (c.Batch > 0)) {
 						matched = append(matched, c)
 					}
 				}
 				n := len(matched)
 				state := fmt.Sprintf("%d matching call(s)", n)
+				if inFlight {
+					state += " in flight"
+				}
 				switch {
 				case exactly >= 0 && n > exactly:
 					return false, watches{}, "", fmt.Errorf("%s, more than the %d expected:\n%s", state, exactly, formatCalls(matched))

@@ -38,6 +38,7 @@ func ScriptCommands(reg *Registry) map[string]script.Cmd {
 		"reconciler/status":       statusCmd(reg),
 		"reconciler/prune":        pruneCmd(reg),
 		"reconciler/health":       healthCmd(reg),
+		"reconciler/metrics":      metricsCmd(reg),
 		"reconciler/target":       targetCmd(reg),
 		"reconciler/target/set":   targetSetCmd(reg),
 		"reconciler/target/unset": targetUnsetCmd(reg),

@@ -78,6 +78,12 @@ func TestCommandErrors(t *testing.T) {
 		{"reconciler/fault --op=prune --key=a error", "a prune has no key"},
 		{"reconciler/fault error panic", "invalid usage"},
 		{"reconciler/wait --name=zz", `no reconciler named "zz"; registered: ""`},
+		{"reconciler/calls --via=both", `--via: want batch or single, got "both"`},
+		{"reconciler/calls --in-flight --reset", "--reset forgets returned calls, not those in flight"},
+		{"reconciler/calls --via=batch --min=1 --timeout=30ms", "timed out after 30ms waiting for calls (op \"\", key \"\", via \"batch\"): 0 matching call(s)"},
+		{"reconciler/calls --in-flight --min=1 --timeout=30ms", "waiting for calls in flight (op"},
+		{"reconciler/metrics 'nothing like this' --timeout=30ms", `no line matches "nothing like this" in:`},
+		{"reconciler/metrics '('", "bad regexp"},
 	} {
 		err := r.run(tc.line)
 		if assert.Error(t, err, tc.line) {
@@ -102,6 +108,7 @@ func TestCommandsNeedWhatTheyUse(t *testing.T) {
 		{"reconciler/target", "no Target"},
 		{"reconciler/fault error", "no Faults"},
 		{"reconciler/health", "no Health"},
+		{"reconciler/metrics", "no Metrics"},
 	} {
 		err := r.run(tc.line)
 		if assert.Error(t, err, tc.line) {

@@ -59,7 +59,8 @@
 // [ScriptCommands] returns these; "help reconciler/" in a script shows
 // their flags. Every command takes --name to choose among several
 // reconcilers; those that wait take --timeout (default [DefaultTimeout])
-// and wait on watch channels, except reconciler/health, which polls.
+// and wait on watch channels, except reconciler/health and
+// reconciler/metrics, which poll.
 //
 //	reconciler/wait [--key=KEY]          wait until the table (or one object) is reconciled
 //	reconciler/status KEY [REGEXP]       print an object's status, or wait until it matches (--kind)
@@ -68,8 +69,10 @@
 //	reconciler/target [KEY=VALUE...]     print the target, or wait until it holds these (--table, --empty)
 //	reconciler/target/set KEY=VALUE...   change the target behind the reconciler's back
 //	reconciler/target/unset KEY...       remove from the target behind the reconciler's back
-//	reconciler/calls                     print the recorded calls, or wait for a number (--op, --key, --min, --exactly)
+//	reconciler/calls                     print the recorded calls, or wait for a number (--op, --key, --via, --min, --exactly)
+//	reconciler/calls --in-flight         the same for the calls started and not yet returned
 //	reconciler/fault [MODE|clear]        inject a fault (--key, --op, --next, --prob, --seed, --duration)
+//	reconciler/metrics [REGEXP...]       print the expvar metrics, or wait until each regexp matches a line
 //
 // The commands find reconcilers in a [Registry] that the code registering
 // them fills with [Add]. They look them up when they run, so the registry
@@ -87,11 +90,36 @@
 //
 // # Restarts
 //
-// A [Restarter] makes a script's "hive stop" followed by "hive start" start
-// a new hive, with a new StateDB and new reconcilers, while the target and
-// the faults, which live outside the hive, are kept: the script repopulates
-// the table, and the first prune after initialization removes what is no
-// longer wanted. testdata/restart.txtar in this package is an example.
+// A script can stop and start the program under test with hive's own
+// "hive stop" and "hive start", in two ways.
+//
+// With the hive's own commands, as in the example above, "hive start" after
+// "hive stop" starts the same hive again: the StateDB and its tables
+// survive, and the reconciler's job stops and starts again, as when a
+// component is restarted within a running process. The commands keep
+// working across it, since the Registry's reconcilers stay the same, and
+// the table may be changed while the hive is stopped; after "hive start",
+// "reconciler/wait" waits until those changes, deletes included, have
+// converged. (While the hive is stopped, nothing is reconciled, so a
+// command waiting for reconciliation waits until its timeout.)
+// testdata/stop_start.txtar in this package is an example; in outline:
+//
+//	hive start
+//	db/insert items a.yaml b.yaml
+//	reconciler/wait
+//	hive stop
+//	db/delete items a.yaml
+//	db/insert items b2.yaml
+//	hive start
+//	reconciler/wait
+//	reconciler/target --table
+//
+// A [Restarter] simulates a process restart instead: its "hive start" after
+// "hive stop" starts a new hive, with a new StateDB and new reconcilers,
+// while the target and the faults, which live outside the hive, are kept:
+// the script repopulates the table, and the first prune after
+// initialization removes what is no longer wanted. testdata/restart.txtar
+// in this package is an example.
 //
 // # Retries, pause and resume
 //

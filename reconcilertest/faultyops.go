@@ -74,11 +74,11 @@ func (f *FaultyOps[Obj]) Clear(key string) int { return f.faults.clear(key) }
 // calls each has left.
 func (f *FaultyOps[Obj]) Faults() []Fault { return f.faults.list() }
 
-// apply runs the fault that fires for a call, if any. proceed reports
-// whether the call should go on to the wrapped operation; if not, err is
-// its outcome. A panic fault records the call, runs beforePanic if not nil
-// and panics.
-func (f *FaultyOps[Obj]) apply(ctx context.Context, c Call, beforePanic func()) (proceed bool, err error) {
+// apply runs the fault that fires for a call, if any; id is the call's
+// start number. proceed reports whether the call should go on to the
+// wrapped operation; if not, err is its outcome. A panic fault runs
+// beforePanic if not nil, records the call and panics.
+func (f *FaultyOps[Obj]) apply(ctx context.Context, id int, c Call, beforePanic func()) (proceed bool, err error) {
 	r := f.faults.decide(c.Op, c.Key)
 	if r == nil {
 		return true, nil
@@ -97,11 +97,11 @@ func (f *FaultyOps[Obj]) apply(ctx context.Context, c Call, beforePanic func()) 
 		return false, reconciler.RetryAfter(r.Duration, injected)
 	case ModePanic:
 		msg := "injected panic: " + what
-		c.Err = fmt.Errorf("%s", msg)
-		f.record(c)
 		if beforePanic != nil {
 			beforePanic()
 		}
+		c.Err = fmt.Errorf("%s", msg)
+		f.finish(id, c)
 		panic(msg)
 	case ModeDelay:
 		var timeout <-chan time.Time
@@ -123,24 +123,26 @@ func (f *FaultyOps[Obj]) apply(ctx context.Context, c Call, beforePanic func()) 
 // Update implements [reconciler.Operations].
 func (f *FaultyOps[Obj]) Update(ctx context.Context, txn statedb.ReadTxn, rev statedb.Revision, obj Obj) error {
 	c := Call{Op: OpUpdate, Key: f.key(obj), Revision: rev}
-	proceed, err := f.apply(ctx, c, nil)
+	id := f.begin(c)
+	proceed, err := f.apply(ctx, id, c, nil)
 	if proceed {
 		err = f.ops.Update(ctx, txn, rev, obj)
 	}
 	c.Err = err
-	f.record(c)
+	f.finish(id, c)
 	return err
 }
 
 // Delete implements [reconciler.Operations].
 func (f *FaultyOps[Obj]) Delete(ctx context.Context, txn statedb.ReadTxn, rev statedb.Revision, obj Obj) error {
 	c := Call{Op: OpDelete, Key: f.key(obj), Revision: rev}
-	proceed, err := f.apply(ctx, c, nil)
+	id := f.begin(c)
+	proceed, err := f.apply(ctx, id, c, nil)
 	if proceed {
 		err = f.ops.Delete(ctx, txn, rev, obj)
 	}
 	c.Err = err
-	f.record(c)
+	f.finish(id, c)
 	return err
 }
 
@@ -151,12 +153,13 @@ func (f *FaultyOps[Obj]) Prune(ctx context.Context, txn statedb.ReadTxn, objects
 	for range objects {
 		c.Desired++
 	}
-	proceed, err := f.apply(ctx, c, nil)
+	id := f.begin(c)
+	proceed, err := f.apply(ctx, id, c, nil)
 	if proceed {
 		err = f.ops.Prune(ctx, txn, objects)
 	}
 	c.Err = err
-	f.record(c)
+	f.finish(id, c)
 	return err
 }
 
@@ -175,24 +178,34 @@ func (f *FaultyOps[Obj]) DeleteBatch(ctx context.Context, txn statedb.ReadTxn, b
 func (f *FaultyOps[Obj]) runBatch(ctx context.Context, txn statedb.ReadTxn, op Op, batch []reconciler.BatchEntry[Obj]) {
 	n := f.nextBatch()
 	calls := make([]Call, len(batch))
+	ids := make([]int, len(batch)) // every entry is in flight from the start
+	for i := range batch {
+		calls[i] = Call{Op: op, Key: f.key(batch[i].Object), Revision: batch[i].Revision, Batch: n}
+		ids[i] = f.begin(calls[i])
+	}
+	defer func() {
+		// The entries after one that panicked were never attempted.
+		for _, id := range ids {
+			f.abandon(id)
+		}
+	}()
 	var pass []int // entries going to the wrapped operations
 	flush := func() {
 		f.forward(ctx, txn, op, batch, pass)
 		for _, i := range pass {
 			calls[i].Err = batch[i].Result
-			f.record(calls[i])
+			f.finish(ids[i], calls[i])
 		}
 		pass = nil
 	}
 	for i := range batch {
-		calls[i] = Call{Op: op, Key: f.key(batch[i].Object), Revision: batch[i].Revision, Batch: n}
-		proceed, err := f.apply(ctx, calls[i], flush)
+		proceed, err := f.apply(ctx, ids[i], calls[i], flush)
 		if proceed {
 			pass = append(pass, i)
 			continue
 		}
 		batch[i].Result, calls[i].Err = err, err
-		f.record(calls[i])
+		f.finish(ids[i], calls[i])
 	}
 	flush()
 }

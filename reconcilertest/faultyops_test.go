@@ -81,3 +81,78 @@ func TestFaultyOpsConcurrentUse(t *testing.T) {
 	wg.Wait()
 	assert.Len(t, f.Calls(), 800)
 }
+
+func TestFaultyOpsInFlight(t *testing.T) {
+	ctx := context.Background()
+	keys := func(calls []reconcilertest.Call) []string {
+		var ks []string
+		for _, c := range calls {
+			ks = append(ks, string(c.Op)+" "+c.Key)
+		}
+		return ks
+	}
+
+	t.Run("a held call is in flight until it returns", func(t *testing.T) {
+		f := reconcilertest.NewFaultyOps(itemKey, &innerOps{}, nil)
+		require.NoError(t, f.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeDelay, Key: "a"}))
+		inFlight, changed := f.InFlightWatch()
+		assert.Empty(t, inFlight)
+		done := make(chan error)
+		go func() { done <- update(f, ctx, "a") }()
+		<-changed // the call started
+		assert.Equal(t, []string{"update a"}, keys(f.InFlight()))
+		assert.Empty(t, f.Calls(), "a call is recorded when it returns")
+		f.Clear("a")
+		require.NoError(t, <-done)
+		assert.Empty(t, f.InFlight())
+		assert.Equal(t, []string{"update a"}, keys(f.Calls()))
+	})
+
+	t.Run("a batch's entries are in flight from its start", func(t *testing.T) {
+		inner := &innerOps{}
+		f := reconcilertest.NewFaultyOps(itemKey, inner, inner)
+		require.NoError(t, f.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeDelay, Key: "b"}))
+		batch := []reconciler.BatchEntry[*item]{{Object: &item{ID: "a"}}, {Object: &item{ID: "b"}}, {Object: &item{ID: "c"}}}
+		done := make(chan struct{})
+		go func() { f.UpdateBatch(ctx, nil, batch); close(done) }()
+		for { // until all three started; b is then held until cleared
+			calls, changed := f.InFlightWatch()
+			if len(calls) == 3 {
+				break
+			}
+			<-changed
+		}
+		assert.Equal(t, []string{"update a", "update b", "update c"}, keys(f.InFlight()))
+		f.Clear("b")
+		<-done
+		assert.Empty(t, f.InFlight())
+		assert.Len(t, f.Calls(), 3)
+	})
+
+	t.Run("entries a panic kept from running are not left in flight", func(t *testing.T) {
+		inner := &innerOps{}
+		f := reconcilertest.NewFaultyOps(itemKey, inner, inner)
+		require.NoError(t, f.Inject(reconcilertest.Fault{Mode: reconcilertest.ModePanic, Key: "b"}))
+		batch := []reconciler.BatchEntry[*item]{{Object: &item{ID: "a"}}, {Object: &item{ID: "b"}}, {Object: &item{ID: "c"}}}
+		assert.Panics(t, func() { f.DeleteBatch(ctx, nil, batch) })
+		assert.Empty(t, f.InFlight())
+		assert.Equal(t, []string{"delete a", "delete b"}, keys(f.Calls()), "c was never attempted")
+	})
+
+	t.Run("ResetCalls keeps the calls in flight", func(t *testing.T) {
+		f := reconcilertest.NewFaultyOps(itemKey, &innerOps{}, nil)
+		require.NoError(t, update(f, ctx, "x"))
+		require.NoError(t, f.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeDelay, Key: "a"}))
+		_, changed := f.InFlightWatch()
+		done := make(chan error)
+		go func() { done <- update(f, ctx, "a") }()
+		<-changed
+		f.ResetCalls()
+		assert.Equal(t, []string{"update a"}, keys(f.InFlight()))
+		f.Clear("a")
+		require.NoError(t, <-done)
+		calls := f.Calls()
+		assert.Equal(t, []string{"update a"}, keys(calls))
+		assert.Equal(t, 1, calls[0].Seq)
+	})
+}

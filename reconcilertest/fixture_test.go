@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	convergeindex "github.com/converge-go/converge/index"
+	"github.com/converge-go/converge/metrics"
 	"github.com/converge-go/converge/reconciler"
 	"github.com/converge-go/converge/reconcilertest"
 	"github.com/converge-go/converge/status"
@@ -55,6 +56,7 @@ type fixtureFlags struct {
 	workers     int
 	prune       time.Duration
 	reconcilers string
+	sameHive    bool
 }
 
 func parseFixtureFlags(args []string) (fixtureFlags, error) {
@@ -64,17 +66,21 @@ func parseFixtureFlags(args []string) (fixtureFlags, error) {
 	fs.IntVar(&f.workers, "workers", 1, "WithConcurrency")
 	fs.DurationVar(&f.prune, "prune", 0, "WithPruning interval (0: WithoutPruning)")
 	fs.StringVar(&f.reconcilers, "reconcilers", "", "comma-separated names of reconcilers sharing Statuses")
+	fs.BoolVar(&f.sameHive, "same-hive", false, "use the hive's own commands: 'hive start' after 'hive stop' starts the same hive")
 	return f, fs.Parse(args)
 }
 
 // fixture is the world of one script: a target and faults outside the
-// hive, kept across restarts, and a Restarter building hives around them.
+// hive, kept across restarts, and a Restarter building hives around them,
+// or with -same-hive one hive that is stopped and started again.
 type fixture struct {
 	flags     fixtureFlags
 	reg       *reconcilertest.Registry
 	target    *reconcilertest.Target[*item]
 	faults    *reconcilertest.FaultyOps[*item]
-	restarter *reconcilertest.Restarter
+	restarter *reconcilertest.Restarter     // nil with -same-hive
+	hive      *hive.Hive                    // the hive of -same-hive
+	hiveCmds  map[string]script.Cmd         // its commands
 	last      reconcilertest.Subject[*item] // the subject added last
 }
 
@@ -89,6 +95,13 @@ func newFixture(t testing.TB, args []string) *fixture {
 	}
 	f.faults = reconcilertest.NewFaultyOps(itemKey, f.target, batch)
 	log := hivetest.Logger(t)
+	if flags.sameHive {
+		f.hive = f.newHive()
+		f.hiveCmds, err = f.hive.ScriptCommands(log)
+		require.NoError(t, err)
+		t.Cleanup(func() { assert.NoError(t, f.hive.Stop(log, context.Background())) })
+		return f
+	}
 	f.restarter, err = reconcilertest.NewRestarter(log, f.newHive)
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, f.restarter.Stop(context.Background())) })
@@ -128,12 +141,14 @@ func (f *fixture) register(p reconciler.Params, health *cell.SimpleHealth, reg *
 			return nil, nil
 		})
 
+	m := metrics.NewUnpublishedExpVar()
 	names := []string{""}
 	if f.flags.reconcilers != "" {
 		names = strings.Split(f.flags.reconcilers, ",")
 	}
 	for _, name := range names {
 		opts := []reconciler.Option{
+			reconciler.WithMetrics(m),
 			reconciler.WithRetry(10*time.Millisecond, 50*time.Millisecond),
 			reconciler.WithConcurrency(f.flags.workers),
 			reconciler.WithoutPruning(),
@@ -153,7 +168,7 @@ func (f *fixture) register(p reconciler.Params, health *cell.SimpleHealth, reg *
 		}
 		f.last = reconcilertest.Subject[*item]{
 			Name: name, DB: p.DB, Table: table, Reconciler: r, GetStatus: get,
-			Target: f.target, Faults: f.faults, Health: health,
+			Target: f.target, Faults: f.faults, Health: health, Metrics: m,
 		}
 		if err := reconcilertest.Add(reg, f.last); err != nil {
 			return hive.ScriptCmdOut{}, err
@@ -163,9 +178,13 @@ func (f *fixture) register(p reconciler.Params, health *cell.SimpleHealth, reg *
 }
 
 // engine returns a script engine with the hive's commands (through the
-// Restarter), the default commands and reconcilertest's.
+// Restarter, or the hive's own with -same-hive), the default commands and
+// reconcilertest's.
 func (f *fixture) engine() *script.Engine {
-	cmds := f.restarter.ScriptCommands()
+	cmds := maps.Clone(f.hiveCmds)
+	if f.restarter != nil {
+		cmds = f.restarter.ScriptCommands()
+	}
 	maps.Insert(cmds, maps.All(script.DefaultCmds()))
 	maps.Insert(cmds, maps.All(reconcilertest.ScriptCommands(f.reg)))
 	return &script.Engine{Cmds: cmds, RetryInterval: 10 * time.Millisecond}

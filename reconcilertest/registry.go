@@ -11,6 +11,7 @@ import (
 	"github.com/cilium/hive/cell"
 	"github.com/cilium/statedb"
 
+	"github.com/converge-go/converge/metrics"
 	"github.com/converge-go/converge/reconciler"
 	"github.com/converge-go/converge/status"
 )
@@ -70,6 +71,10 @@ type Subject[Obj any] struct {
 	// reconciler: what a job group created with the provider itself gives.
 	Health      *cell.SimpleHealth
 	HealthScope string
+
+	// Metrics is the metrics.ExpVar given to reconciler.WithMetrics, for
+	// reconciler/metrics.
+	Metrics *metrics.ExpVar
 }
 
 // Add adds s to reg, replacing any subject with the same name. It returns

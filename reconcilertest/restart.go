@@ -19,10 +19,11 @@ import (
 // The script then repopulates the table, marks it initialized, and the
 // first prune removes what is no longer wanted.
 //
-// Restarting a single *hive.Hive would not do: hive v1.0.4's "hive stop"
-// and "hive start" run the stop and start hooks of the same objects, so the
-// database and its tables survive and the reconcilers restart with the
-// state they had.
+// Without a Restarter, hive v1.0.4's "hive stop" and "hive start" run the
+// stop and start hooks of the same objects: the database and its tables
+// survive and the same reconcilers start again, which is the other restart
+// a script may want (see the package documentation); the commands of this
+// package work with both.
 //
 // The commands of every hive built are those of the first: the command
 // map returned by ScriptCommands forwards each call to the current hive's

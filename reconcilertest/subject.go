@@ -7,6 +7,7 @@ import (
 	"github.com/cilium/hive/cell"
 	"github.com/cilium/statedb"
 
+	"github.com/converge-go/converge/metrics"
 	"github.com/converge-go/converge/status"
 )
 
@@ -30,6 +31,7 @@ type subject interface {
 	recorder() CallRecorder
 
 	health() (*cell.SimpleHealth, string)
+	metrics() *metrics.ExpVar
 	target() targetView
 	faults() faultControl
 }
@@ -152,6 +154,8 @@ func (t *typedSubject[Obj]) recorder() CallRecorder {
 func (t *typedSubject[Obj]) health() (*cell.SimpleHealth, string) {
 	return t.s.Health, t.s.HealthScope
 }
+
+func (t *typedSubject[Obj]) metrics() *metrics.ExpVar { return t.s.Metrics }
 
 func (t *typedSubject[Obj]) target() targetView {
 	if t.s.Target == nil {

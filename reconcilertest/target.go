@@ -69,25 +69,27 @@ func (t *Target[Obj]) Delete(ctx context.Context, _ statedb.ReadTxn, rev statedb
 
 func (t *Target[Obj]) update(ctx context.Context, rev statedb.Revision, obj Obj, batch int) error {
 	c := Call{Op: OpUpdate, Key: t.key(obj), Revision: rev, Value: t.value(obj), Batch: batch, Err: ctx.Err()}
+	id := t.begin(c)
 	if c.Err == nil {
 		t.mu.Lock()
 		t.state[c.Key] = c.Value
 		t.notify()
 		t.mu.Unlock()
 	}
-	t.record(c)
+	t.finish(id, c)
 	return c.Err
 }
 
 func (t *Target[Obj]) delete(ctx context.Context, rev statedb.Revision, obj Obj, batch int) error {
 	c := Call{Op: OpDelete, Key: t.key(obj), Revision: rev, Batch: batch, Err: ctx.Err()}
+	id := t.begin(c)
 	if c.Err == nil {
 		t.mu.Lock()
 		delete(t.state, c.Key)
 		t.notify()
 		t.mu.Unlock()
 	}
-	t.record(c)
+	t.finish(id, c)
 	return c.Err
 }
 
@@ -95,6 +97,7 @@ func (t *Target[Obj]) delete(ctx context.Context, rev statedb.Revision, obj Obj,
 // object of objects has.
 func (t *Target[Obj]) Prune(ctx context.Context, txn statedb.ReadTxn, objects iter.Seq2[Obj, statedb.Revision]) error {
 	c := Call{Op: OpPrune, Txn: txn, Err: ctx.Err()}
+	id := t.begin(c)
 	want := map[string]bool{}
 	for obj := range objects {
 		want[t.key(obj)] = true
@@ -112,7 +115,7 @@ func (t *Target[Obj]) Prune(ctx context.Context, txn statedb.ReadTxn, objects it
 		t.notify()
 		t.mu.Unlock()
 	}
-	t.record(c)
+	t.finish(id, c)
 	return c.Err
 }
 
