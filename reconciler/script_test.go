@@ -2,12 +2,8 @@ package reconciler_test
 
 import (
 	"context"
-	"expvar"
 	"flag"
-	"fmt"
 	"maps"
-	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -25,12 +21,15 @@ import (
 	convergeindex "github.com/converge-go/converge/index"
 	"github.com/converge-go/converge/metrics"
 	"github.com/converge-go/converge/reconciler"
+	"github.com/converge-go/converge/reconcilertest"
 	"github.com/converge-go/converge/status"
 )
 
 // TestScripts runs the end-to-end scripts in ../testdata against a real
-// hive, StateDB and reconciler. The first line of a script may configure
-// the reconciler, for example "#! -batch -workers=4"; see scriptFlags.
+// hive, StateDB and reconciler, with statedb's commands and reconcilertest's.
+// The reconciler's operations are a reconcilertest.FaultyOps around a
+// reconcilertest.Target. The first line of a script may configure the
+// reconciler, for example "#! -batch -workers=4"; see parseScriptFlags.
 func TestScripts(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
@@ -46,6 +45,7 @@ type scriptFlags struct {
 	retryMax    time.Duration
 	reconcilers string
 	timeout     time.Duration
+	newHive     bool
 }
 
 func parseScriptFlags(args []string) (scriptFlags, error) {
@@ -59,27 +59,87 @@ func parseScriptFlags(args []string) (scriptFlags, error) {
 	fs.DurationVar(&f.retryMax, "retry-max", 50*time.Millisecond, "maximum backoff")
 	fs.StringVar(&f.reconcilers, "reconcilers", "", "comma-separated names of reconcilers sharing Statuses")
 	fs.DurationVar(&f.timeout, "op-timeout", 0, "WithOperationTimeout")
+	fs.BoolVar(&f.newHive, "new-hive", false, "'hive start' after 'hive stop' starts a new hive (reconcilertest.Restarter), not the same one")
 	return f, fs.Parse(args)
 }
 
+func itemKey(it *item) string   { return it.ID }
+func itemValue(it *item) string { return it.Value }
+
+// newScriptEngine builds a script's world: the target and the faults
+// outside the hive, the hive (or a Restarter building hives) and the
+// commands.
 func newScriptEngine(t testing.TB, args []string) *script.Engine {
 	flags, err := parseScriptFlags(args)
 	require.NoError(t, err)
-
 	log := hivetest.Logger(t)
-	tgt := newTarget()
-	m := metrics.NewUnpublishedExpVar()
-	var (
-		db        *statedb.DB
-		table     statedb.RWTable[*item]
-		markInit  func()
-		recs      = map[string]reconciler.Reconciler[*item]{}
-		statusIdx = convergeindex.NewStatusIndex((*item).getStatus)
-	)
+	reg := reconcilertest.NewRegistry()
+	tgt := reconcilertest.NewTarget(itemKey, itemValue)
+	var batch reconciler.BatchOperations[*item]
+	if flags.batch {
+		batch = tgt
+	}
+	ops := reconcilertest.NewFaultyOps(itemKey, tgt, batch)
+	newHive := func() *hive.Hive {
+		m := metrics.NewUnpublishedExpVar() // a new process starts counting from zero
+		return hive.New(
+			statedb.Cell,
+			job.Cell,
+			cell.Provide(cell.NewSimpleHealth),
+			cell.Module("test", "Script test module",
+				cell.Provide(job.Registry.NewGroup),
+				cell.Provide(func(p reconciler.Params, health *cell.SimpleHealth) (hive.ScriptCmdOut, error) {
+					return registerScriptReconcilers(p, flags, reconcilertest.Subject[*item]{
+						Target: tgt, Faults: ops, Health: health, Metrics: m,
+					}, reg)
+				}),
+			),
+		)
+	}
 
-	register := func(p reconciler.Params, name string) error {
+	var cmds map[string]script.Cmd
+	if flags.newHive {
+		r, err := reconcilertest.NewRestarter(log, newHive)
+		require.NoError(t, err)
+		t.Cleanup(func() { assert.NoError(t, r.Stop(context.Background())) })
+		cmds = r.ScriptCommands()
+	} else {
+		h := newHive()
+		cmds, err = h.ScriptCommands(log)
+		require.NoError(t, err)
+		t.Cleanup(func() { assert.NoError(t, h.Stop(log, context.Background())) })
+	}
+	maps.Insert(cmds, maps.All(script.DefaultCmds()))
+	maps.Insert(cmds, maps.All(reconcilertest.ScriptCommands(reg)))
+	return &script.Engine{Cmds: cmds, RetryInterval: 10 * time.Millisecond}
+}
+
+// registerScriptReconcilers creates the items table, with an initializer
+// that the items/init command completes, and registers the reconcilers the
+// flags ask for, adding each to reg as base with its own fields filled in.
+func registerScriptReconcilers(p reconciler.Params, flags scriptFlags, base reconcilertest.Subject[*item], reg *reconcilertest.Registry) (hive.ScriptCmdOut, error) {
+	table, err := statedb.NewTable(p.DB, "items", itemID, convergeindex.NewStatusIndex((*item).getStatus))
+	if err != nil {
+		return hive.ScriptCmdOut{}, err
+	}
+	wtxn := p.DB.WriteTxn(table)
+	done := table.RegisterInitializer(wtxn, "script")
+	wtxn.Commit()
+	initCmd := script.Command(script.CmdUsage{Summary: "mark the items table initialized"},
+		func(*script.State, ...string) (script.WaitFunc, error) {
+			wtxn := p.DB.WriteTxn(table)
+			done(wtxn)
+			wtxn.Commit()
+			return nil, nil
+		})
+
+	names := []string{""}
+	if flags.reconcilers != "" {
+		names = strings.Split(flags.reconcilers, ",")
+	}
+	for _, name := range names {
 		opts := []reconciler.Option{
-			reconciler.WithMetrics(m),
+			reconciler.WithMetrics(base.Metrics),
 			reconciler.WithRetry(flags.retryMin, flags.retryMax),
 			reconciler.WithConcurrency(flags.workers),
 			reconciler.WithOperationTimeout(flags.timeout),
@@ -97,203 +157,15 @@ func newScriptEngine(t testing.TB, args []string) *script.Engine {
 			get = func(it *item) status.Status { return it.Statuses.Get(name) }
 			set = func(it *item, s status.Status) *item { it.Statuses = it.Statuses.Set(name, s); return it }
 		}
-		var batch reconciler.BatchOperations[*item]
-		if flags.batch {
-			batch = batchTarget{tgt}
-		}
-		r, err := reconciler.Register(p, table, (*item).clone, set, get, tgt, batch, opts...)
-		recs[name] = r
-		return err
-	}
-
-	h := hive.New(
-		statedb.Cell,
-		job.Cell,
-		cell.Provide(
-			cell.NewSimpleHealth,
-			func(h *cell.SimpleHealth) hive.ScriptCmdOut {
-				return hive.NewScriptCmd("health", cell.SimpleHealthCmd(h))
-			},
-		),
-		cell.Module("test", "Script test module",
-			cell.Provide(job.Registry.NewGroup),
-			cell.Invoke(func(db_ *statedb.DB, p reconciler.Params) error {
-				db = db_
-				var err error
-				table, err = statedb.NewTable(db, "items", itemID, statusIdx)
-				if err != nil {
-					return err
-				}
-				wtxn := db.WriteTxn(table)
-				done := table.RegisterInitializer(wtxn, "script")
-				wtxn.Commit()
-				markInit = func() {
-					wtxn := db.WriteTxn(table)
-					done(wtxn)
-					wtxn.Commit()
-				}
-				if flags.reconcilers == "" {
-					return register(p, "")
-				}
-				for _, name := range strings.Split(flags.reconcilers, ",") {
-					if err := register(p, name); err != nil {
-						return err
-					}
-				}
-				return nil
-			}),
-		),
-	)
-
-	cmds, err := h.ScriptCommands(log)
-	require.NoError(t, err)
-	maps.Insert(cmds, maps.All(script.DefaultCmds()))
-	maps.Insert(cmds, maps.All(map[string]script.Cmd{
-		"mark-init":       simpleCmd("Mark the table initialized", func(*script.State, ...string) error { markInit(); return nil }),
-		"prune":           pruneCmd(recs),
-		"wait-reconciled": waitReconciledCmd(&db, &table, statusIdx),
-		"target/fail":     failCmd(tgt),
-		"target/unblock":  unblockCmd(tgt),
-		"target/set": simpleCmd("Set a key in the target behind the reconciler's back", func(_ *script.State, args ...string) error {
-			tgt.apply(func() { tgt.data[args[0]] = args[1] })
-			return nil
-		}),
-		"target/expect": expectCmd(tgt),
-		"target/calls":  callsCmd(tgt),
-		"expvar":        expvarCmd(m),
-	}))
-	t.Cleanup(func() {
-		assert.NoError(t, h.Stop(log, context.Background()))
-	})
-	return &script.Engine{Cmds: cmds, RetryInterval: 10 * time.Millisecond}
-}
-
-func simpleCmd(summary string, fn func(s *script.State, args ...string) error) script.Cmd {
-	return script.Command(script.CmdUsage{Summary: summary},
-		func(s *script.State, args ...string) (script.WaitFunc, error) { return nil, fn(s, args...) })
-}
-
-func pruneCmd(recs map[string]reconciler.Reconciler[*item]) script.Cmd {
-	return simpleCmd("Ask every reconciler to prune", func(*script.State, ...string) error {
-		for _, r := range recs {
-			r.Prune()
-		}
-		return nil
-	})
-}
-
-func waitReconciledCmd(db **statedb.DB, table *statedb.RWTable[*item], idx statedb.Index[*item, status.Kind]) script.Cmd {
-	return simpleCmd("Wait until nothing is Pending or Refreshing", func(s *script.State, _ ...string) error {
-		ctx, cancel := context.WithTimeout(s.Context(), 10*time.Second)
-		defer cancel()
-		return reconciler.WaitForReconciliation(ctx, *db, *table, idx)
-	})
-}
-
-// failCmd sets a fault: target/fail KEY MODE [DURATION]. KEY "*" applies to
-// keys without their own fault; MODE "ok" clears it.
-func failCmd(tgt *target) script.Cmd {
-	return simpleCmd("Set the target's fault for a key", func(_ *script.State, args ...string) error {
-		if len(args) < 2 {
-			return fmt.Errorf("usage: target/fail KEY MODE [DURATION]")
-		}
-		f := fault{mode: args[1]}
-		if len(args) > 2 {
-			d, err := time.ParseDuration(args[2])
-			if err != nil {
-				return err
-			}
-			f.after = d
-		}
-		tgt.apply(func() {
-			if f.mode == "ok" {
-				delete(tgt.faults, args[0])
-			} else {
-				tgt.faults[args[0]] = f
-			}
-			if f.mode == "block" {
-				tgt.gates[args[0]] = make(chan struct{})
-			}
-		})
-		return nil
-	})
-}
-
-func unblockCmd(tgt *target) script.Cmd {
-	return simpleCmd("Release operations blocked on a key", func(_ *script.State, args ...string) error {
-		tgt.apply(func() {
-			if g := tgt.gates[args[0]]; g != nil {
-				close(g)
-				delete(tgt.gates, args[0])
-			}
-			delete(tgt.faults, args[0])
-		})
-		return nil
-	})
-}
-
-// expectCmd waits until the target holds exactly the given key=value pairs.
-func expectCmd(tgt *target) script.Cmd {
-	return simpleCmd("Wait until the target holds exactly KEY=VALUE...", func(s *script.State, args ...string) error {
-		want := slices.Clone(args)
-		slices.Sort(want)
-		return waitTarget(s, tgt, func(data map[string]string, _ map[string]int) (bool, string) {
-			got := describe(data)
-			return got == strings.Join(want, " "), "target holds [" + got + "]"
-		})
-	})
-}
-
-// callsCmd waits until the target has seen at least N calls of OP on KEY,
-// or with "=N" exactly N: target/calls OP KEY [>=]N.
-func callsCmd(tgt *target) script.Cmd {
-	return simpleCmd("Wait for a number of calls: OP KEY N (at least) or OP KEY =N", func(s *script.State, args ...string) error {
-		if len(args) != 3 {
-			return fmt.Errorf("usage: target/calls OP KEY [=]N")
-		}
-		exact := strings.HasPrefix(args[2], "=")
-		n, err := strconv.Atoi(strings.TrimPrefix(args[2], "="))
+		r, err := reconciler.Register(p, table, (*item).clone, set, get, base.Faults, base.Faults.Batch(), opts...)
 		if err != nil {
-			return err
+			return hive.ScriptCmdOut{}, err
 		}
-		return waitTarget(s, tgt, func(_ map[string]string, calls map[string]int) (bool, string) {
-			got := calls[args[0]+" "+args[1]]
-			return got == n || (!exact && got > n), fmt.Sprintf("%s %s called %d times", args[0], args[1], got)
-		})
-	})
-}
-
-// waitTarget waits on the target's change channel until cond holds or the
-// script's context or a 10s deadline ends.
-func waitTarget(s *script.State, tgt *target, cond func(map[string]string, map[string]int) (bool, string)) error {
-	ctx, cancel := context.WithTimeout(s.Context(), 10*time.Second)
-	defer cancel()
-	for {
-		data, calls, changed := tgt.snapshot()
-		ok, desc := cond(data, calls)
-		if ok {
-			return nil
-		}
-		select {
-		case <-changed:
-		case <-ctx.Done():
-			return fmt.Errorf("gave up waiting: %s", desc)
+		sub := base
+		sub.Name, sub.DB, sub.Table, sub.Reconciler, sub.GetStatus = name, p.DB, table, r, get
+		if err := reconcilertest.Add(reg, sub); err != nil {
+			return hive.ScriptCmdOut{}, err
 		}
 	}
-}
-
-// expvarCmd prints the metrics as "variable key: value" lines.
-func expvarCmd(m *metrics.ExpVar) script.Cmd {
-	return script.Command(script.CmdUsage{Summary: "Print the reconciler's expvar metrics"},
-		func(s *script.State, args ...string) (script.WaitFunc, error) {
-			return func(*script.State) (string, string, error) {
-				var b strings.Builder
-				m.Map().Do(func(kv expvar.KeyValue) {
-					kv.Value.(*expvar.Map).Do(func(inner expvar.KeyValue) {
-						fmt.Fprintf(&b, "%s %s: %s\n", kv.Key, inner.Key, inner.Value)
-					})
-				})
-				return b.String(), "", nil
-			}, nil
-		})
+	return hive.NewScriptCmd("items/init", initCmd), nil
 }
