@@ -15,12 +15,8 @@
 //			target := reconcilertest.NewTarget(routeKey, routeVia)
 //			ops := reconcilertest.NewFaultyOps(routeKey, target, nil)
 //			h := hive.New(statedb.Cell, job.Cell, cell.Provide(cell.NewSimpleHealth),
-//				cell.Module("routes", "Routes", cell.Provide(job.Registry.NewGroup),
-//					cell.Invoke(func(p reconciler.Params, health *cell.SimpleHealth) error {
-//						routes, err := newRouteTable(p.DB)
-//						if err != nil {
-//							return err
-//						}
+//				cell.Module("routes", "Routes", cell.Provide(job.Registry.NewGroup), cell.ProvidePrivate(newRouteTable),
+//					cell.Invoke(func(p reconciler.Params, routes statedb.RWTable[*Route], health *cell.SimpleHealth) error {
 //						r, err := reconciler.Register(p, routes, (*Route).Clone, (*Route).SetStatus, (*Route).GetStatus, ops, nil)
 //						if err != nil {
 //							return err
