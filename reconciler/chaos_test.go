@@ -394,6 +394,9 @@ type chaosOps struct {
 	// again) means work was redone, for example because another reconciler
 	// wrote its own status.
 	applied map[uint64]int
+	// lastApplied is, per key, the identity of the status of its last
+	// successful update.
+	lastApplied map[string]uint64
 }
 
 func (o *chaosOps) violate(format string, args ...any) {
@@ -468,6 +471,7 @@ func (o *chaosOps) update(ctx context.Context, it *item, inBatch bool) error {
 	st := o.getStatus(it)
 	c.mu.Lock()
 	o.applied[st.ID()]++
+	o.lastApplied[it.ID] = st.ID()
 	if n, allowed := o.applied[st.ID()], 1+c.reinserts[st.ID()]; n > allowed {
 		o.violate("update %s=%s for status %s (id %d) succeeded %d times, written %d time(s)", it.ID, it.Value, st, st.ID(), n, allowed)
 	}
@@ -1086,7 +1090,7 @@ func (r *chaosRun) startGen(desired map[string]string) {
 	for _, rec := range r.recs {
 		g.ops = append(g.ops, &chaosOps{
 			c: rec.target, gen: r.gens, name: rec.name, getStatus: rec.getStatus,
-			inFlight: map[string]int{}, lastRev: map[string]statedb.Revision{}, applied: map[uint64]int{},
+			inFlight: map[string]int{}, lastRev: map[string]statedb.Revision{}, applied: map[uint64]int{}, lastApplied: map[string]uint64{},
 		})
 		g.indexes = append(g.indexes, convergeindex.NewNamedStatusIndex("status-"+rec.name, rec.getStatus))
 	}
@@ -1215,11 +1219,15 @@ func (r *chaosRun) restartInPlace() {
 	}
 	// An update that succeeded but was cut short before its status was
 	// written (a batch stopped part way cannot tell which entries ran) may
-	// be applied again after the start.
+	// be applied again after the start: the object is still Pending, or
+	// still Error from an earlier attempt.
 	for obj := range g.table.All(g.db.ReadTxn()) {
-		for _, rec := range r.recs {
-			if st := rec.getStatus(obj); st.IsPendingOrRefreshing() {
-				rec.target.reinserted(st.ID())
+		for i, rec := range r.recs {
+			if st := rec.getStatus(obj); st.Kind != status.KindDone {
+				rec.target.mu.Lock()
+				last := g.ops[i].lastApplied[obj.ID]
+				rec.target.mu.Unlock()
+				rec.target.reinserted(st.ID(), last)
 			}
 		}
 	}
@@ -1325,8 +1333,16 @@ func (r *chaosRun) healAndCheck(settings string) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), chaosHealTimeout)
 	defer cancel()
-	for i := range r.recs {
-		require.NoError(r.t, reconciler.WaitForReconciliation(ctx, g.db, g.table, g.indexes[i]), "seed %d", r.seed)
+	for i, rec := range r.recs {
+		if err := reconciler.WaitForReconciliation(ctx, g.db, g.table, g.indexes[i]); err != nil {
+			var stuck []string
+			for obj, rev := range g.table.All(g.db.ReadTxn()) {
+				if st := rec.getStatus(obj); st.IsPendingOrRefreshing() {
+					stuck = append(stuck, fmt.Sprintf("%s=%s@%d %s (id %d)", obj.ID, obj.Value, rev, st, st.ID()))
+				}
+			}
+			r.t.Fatalf("seed %d: %sobjects still to reconcile: %v: %s", r.seed, rec.label(), err, strings.Join(stuck, ", "))
+		}
 	}
 	r.waitFor("convergence", chaosHealTimeout, r.converged)
 

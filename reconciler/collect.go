@@ -10,8 +10,8 @@ import (
 )
 
 // collect is the first stage of a round: it turns up to budget changes of
-// the table, then retries due at now, into l.work (after any work carried
-// over from an earlier run of the loop). With no budget (every
+// the table, then work carried over from an earlier run of the loop, then
+// retries due at now, into l.work. With no budget (every
 // worker slot is taken) it reads nothing and leaves the changes for a later
 // round.
 func (l *loop[Obj]) collect(txn statedb.ReadTxn, now time.Time, budget int) {
@@ -19,11 +19,15 @@ func (l *loop[Obj]) collect(txn statedb.ReadTxn, now time.Time, budget int) {
 		l.watch = closedChan // look again as soon as there is room
 		return
 	}
-	budget -= l.collectCarried(txn, budget)
 	var changes iter.Seq2[statedb.Change[Obj], statedb.Revision]
 	changes, l.watch = l.changes.Next(txn)
-	budget -= l.collectChanges(changes, budget, now)
-	l.collectRetries(txn, now, budget)
+	added := l.collectChanges(changes, budget, now)
+	added += l.collectCarried(txn, budget-added, now)
+	retried := l.collectRetries(txn, now, budget-added)
+	l.adds, l.retried = added+retried, retried
+	if len(l.r.carried) > 0 {
+		l.watch = closedChan // more carried work for the next round
+	}
 }
 
 // collectChanges reads changes, turning those that need work into ops,
@@ -52,12 +56,17 @@ func (l *loop[Obj]) collectChanges(changes iter.Seq2[statedb.Change[Obj], stated
 		if o.since.IsZero() {
 			o.since = now
 		}
-		// A new version supersedes the queued retry of an older one.
+		o.ready = o.since.UnixNano()
+		// A new version supersedes the queued retry of an older one, and
+		// work carried over for it.
 		if needKeys {
 			o.key = string(r.primary.ObjectToKey(change.Object))
 			r.retries.removeKey(o.key)
 		} else if r.retries.len() > 0 {
 			r.retries.removeKeyBytes(r.primary.ObjectToKey(change.Object))
+		}
+		if len(r.carried) > 0 {
+			delete(r.carried, string(r.primary.ObjectToKey(change.Object)))
 		}
 		l.work = append(l.work, o)
 		added++
@@ -76,7 +85,7 @@ func (l *loop[Obj]) collectRetries(txn statedb.ReadTxn, now time.Time, budget in
 		if !ok {
 			break
 		}
-		if l.recheck(txn, item) {
+		if l.recheck(txn, item, item.at) {
 			added++
 		}
 	}
@@ -85,13 +94,14 @@ func (l *loop[Obj]) collectRetries(txn statedb.ReadTxn, now time.Time, budget in
 
 // collectCarried takes up to budget of the ops that an earlier run of the
 // loop had collected but not committed when it stopped (see carryOver).
-func (l *loop[Obj]) collectCarried(txn statedb.ReadTxn, budget int) (added int) {
+func (l *loop[Obj]) collectCarried(txn statedb.ReadTxn, budget int, now time.Time) (added int) {
 	r := l.r
-	for len(r.carried) > 0 && added < budget {
-		item := r.carried[len(r.carried)-1]
-		r.carried[len(r.carried)-1] = nil
-		r.carried = r.carried[:len(r.carried)-1]
-		if l.recheck(txn, item) {
+	for key, item := range r.carried {
+		if added >= budget {
+			break
+		}
+		delete(r.carried, key)
+		if l.recheck(txn, item, now) {
 			added++
 		}
 	}
@@ -108,7 +118,7 @@ func (l *loop[Obj]) collectCarried(txn statedb.ReadTxn, budget int) (added int) 
 // work, Pending or Refreshing, rather than the Error status the failure
 // wrote: an operation that reads the status sees the same request on every
 // attempt.
-func (l *loop[Obj]) recheck(txn statedb.ReadTxn, item *retry[Obj]) bool {
+func (l *loop[Obj]) recheck(txn statedb.ReadTxn, item *retry[Obj], ready time.Time) bool {
 	r := l.r
 	cur, rev, found := r.table.Get(txn, r.primary.QueryFromObject(item.obj))
 	o := op[Obj]{
@@ -116,6 +126,7 @@ func (l *loop[Obj]) recheck(txn statedb.ReadTxn, item *retry[Obj]) bool {
 		since:    item.since,
 		attempts: item.attempts,
 		delete:   item.delete,
+		ready:    ready.UnixNano(),
 	}
 	if item.delete {
 		if found {

@@ -6,32 +6,41 @@ import (
 
 	"github.com/cilium/statedb"
 
+	"github.com/converge-go/converge/metrics"
 	"github.com/converge-go/converge/status"
 )
 
 // commit is the third stage of a round: it records the outcome of finished
 // ops. Statuses of updates are written in one write transaction, stamped
 // with now, and failures are queued for retry, unless a newer version of the
-// object waits behind them (see operator.superseded). It returns the number
-// of failed ops.
+// object waits behind them (see operator.superseded). Then the commit's
+// figures go to the metrics and the reconciler's totals. It returns the
+// number of failed ops.
 func (l *loop[Obj]) commit(ops []op[Obj], now time.Time) (failed int) {
+	if len(ops) == 0 {
+		return 0
+	}
 	r := l.r
-	var (
-		wtxn                         statedb.WriteTxn
-		converged                    int
-		convergedTotal, convergedMax time.Duration
-	)
+	fig := &l.figures
+	fig.reset()
+	var wtxn statedb.WriteTxn
 	for i := range ops {
 		o := &ops[i]
+		var prev *retry[Obj]
 		if o.attempts > 0 {
-			r.retries.settle(o.key) // a failure is queued again below
+			prev = r.retries.settle(o.key) // a failure is queued again below
 		}
+		out := outcome(o.err, r.opts.operationTimeout)
+		fig.count(o.delete, out, o.started-o.ready, r.metrics.commit != nil)
 		if o.err != nil {
 			failed++
+			l.failed(o, now)
+		} else {
+			l.totals.consecutive = 0
 		}
 		if o.delete {
 			if o.err != nil && !l.op.superseded(o) {
-				r.scheduleRetry(o, 0, now)
+				r.scheduleRetry(o, 0, now, prev)
 			}
 			continue
 		}
@@ -49,22 +58,21 @@ func (l *loop[Obj]) commit(ops []op[Obj], now time.Time) (failed int) {
 		}
 		switch {
 		case o.err == nil:
-			d := now.Sub(o.since) // since is always set when collected
-			converged++
-			convergedTotal += d
-			convergedMax = max(convergedMax, d)
+			fig.done(now.Sub(o.since), int(o.repaired), r.metrics.commit != nil) // since is set when collected
 		case IsTerminal(o.err):
-			r.log.Warn("Reconciler operation failed terminally; not retrying until the object changes",
-				"error", o.err)
 		case !l.op.superseded(o):
-			r.scheduleRetry(o, st.ID(), now)
+			r.scheduleRetry(o, st.ID(), now, prev)
 		}
 	}
 	if wtxn != nil {
 		wtxn.Commit()
 	}
-	if converged > 0 && r.queueMetrics != nil {
-		r.queueMetrics.Converged(r.moduleID, r.opts.name, converged, convergedTotal, convergedMax)
+	l.totals.add(fig)
+	if r.metrics.commit != nil {
+		r.metrics.commit.Committed(r.moduleID, r.opts.name, fig.stats)
+	}
+	if fig.converged > 0 && r.metrics.queue != nil {
+		r.metrics.queue.Converged(r.moduleID, r.opts.name, fig.converged, fig.total, fig.longest)
 	}
 	return failed
 }
@@ -93,8 +101,9 @@ func (r *reconciler[Obj]) writeStatus(wtxn statedb.WriteTxn, o *op[Obj], st stat
 
 // scheduleRetry queues another attempt of o after its backoff, or after the
 // delay the operation asked for with RetryAfter. statusID is the identity of
-// the Error status written for an update.
-func (r *reconciler[Obj]) scheduleRetry(o *op[Obj], statusID uint64, now time.Time) {
+// the Error status written for an update; prev is the retry o was an
+// attempt of, if any.
+func (r *reconciler[Obj]) scheduleRetry(o *op[Obj], statusID uint64, now time.Time, prev *retry[Obj]) {
 	key := o.key
 	if key == "" {
 		key = string(r.primary.ObjectToKey(o.obj))
@@ -103,6 +112,10 @@ func (r *reconciler[Obj]) scheduleRetry(o *op[Obj], statusID uint64, now time.Ti
 	wait, ok := retryAfter(o.err)
 	if !ok {
 		wait = backoff(attempts, r.opts.retryMin, r.opts.retryMax, r.opts.retryJitter, r.rand())
+	}
+	first := now
+	if prev != nil {
+		first = prev.first
 	}
 	r.retries.add(&retry[Obj]{
 		key:      key,
@@ -113,6 +126,47 @@ func (r *reconciler[Obj]) scheduleRetry(o *op[Obj], statusID uint64, now time.Ti
 		since:    o.since,
 		attempts: attempts,
 		err:      o.err,
+		first:    first,
 		at:       now.Add(wait),
 	})
+}
+
+// commitFigures gathers the figures of one commit. Its slices are reused
+// from one commit to the next.
+type commitFigures struct {
+	stats     metrics.CommitStats
+	converged int
+	total     time.Duration
+	longest   time.Duration
+}
+
+func (c *commitFigures) reset() {
+	waits, lat := c.stats.QueueWaits[:0], c.stats.Latencies[:0]
+	*c = commitFigures{}
+	c.stats.QueueWaits, c.stats.Latencies = waits, lat
+}
+
+// count records one committed op with its outcome and queue wait (in ns);
+// the slices are filled only if some metrics want them.
+func (c *commitFigures) count(isDelete bool, out metrics.Outcome, wait int64, slices bool) {
+	if isDelete {
+		c.stats.Delete.Add(out)
+	} else {
+		c.stats.Update.Add(out)
+	}
+	if slices {
+		c.stats.QueueWaits = append(c.stats.QueueWaits, time.Duration(max(wait, 0)))
+	}
+}
+
+// done records an object committed Done after latency, whose Update
+// reported repairing the given drift.
+func (c *commitFigures) done(latency time.Duration, repaired int, slices bool) {
+	c.converged++
+	c.total += latency
+	c.longest = max(c.longest, latency)
+	c.stats.RefreshRepaired += repaired
+	if slices {
+		c.stats.Latencies = append(c.stats.Latencies, latency)
+	}
 }

@@ -19,6 +19,9 @@ type op[Obj any] struct {
 	statusID uint64    // identity of the object's status in the table
 	since    time.Time // when the status that asked for the work was written
 	attempts int       // failures of this version so far
+	ready    int64     // when the work became ready (Unix ns): since, a deletion, a retry's time
+	started  int64     // when the operation started (Unix ns)
+	repaired int32     // drift the operation reported repairing (ReportRepaired)
 	delete   bool
 	ran      bool // the operation returned, and err is its outcome
 	err      error
@@ -30,6 +33,22 @@ type executor[Obj any] struct {
 	r       *reconciler[Obj]
 	updates batch[Obj]
 	deletes batch[Obj]
+
+	// drift counts ReportRepaired calls; ctx is the context given to run
+	// with drift attached, made once for each new parent context.
+	drift  driftCounter
+	parent context.Context
+	ctx    context.Context
+}
+
+// withDrift returns ctx with the executor's drift counter attached. The
+// loop and each worker always run with the same context, so this
+// allocates once.
+func (e *executor[Obj]) withDrift(ctx context.Context) context.Context {
+	if ctx != e.parent {
+		e.parent, e.ctx = ctx, context.WithValue(ctx, driftKey{}, &e.drift)
+	}
+	return e.ctx
 }
 
 // batch is the argument of one batch operation and, entry by entry, the op
@@ -44,6 +63,12 @@ func (b *batch[Obj]) add(o *op[Obj], obj Obj) {
 	b.ops = append(b.ops, o)
 }
 
+func (b *batch[Obj]) started(t time.Time) {
+	for _, o := range b.ops {
+		o.started = t.UnixNano()
+	}
+}
+
 func (b *batch[Obj]) reset() {
 	clear(b.entries) // drop references to objects until the next call
 	clear(b.ops)
@@ -53,6 +78,7 @@ func (b *batch[Obj]) reset() {
 // run applies ops, recording each outcome in op.err. It stops early, leaving
 // the rest untouched, if ctx ends.
 func (e *executor[Obj]) run(ctx context.Context, txn statedb.ReadTxn, ops []op[Obj]) {
+	ctx = e.withDrift(ctx)
 	if e.r.batchOps != nil {
 		e.runBatch(ctx, txn, ops)
 		return
@@ -66,6 +92,7 @@ func (e *executor[Obj]) run(ctx context.Context, txn statedb.ReadTxn, ops []op[O
 			return
 		}
 		o := &ops[i]
+		o.started = start.UnixNano()
 		name := metrics.OpUpdate
 		if o.delete {
 			name = metrics.OpDelete
@@ -79,6 +106,7 @@ func (e *executor[Obj]) run(ctx context.Context, txn statedb.ReadTxn, ops []op[O
 			})
 		}
 		o.ran = true
+		o.repaired = int32(e.drift.take())
 		end := time.Now()
 		r.metrics.ReconciliationDuration(r.moduleID, r.opts.name, name, end.Sub(start))
 		start = end
@@ -99,6 +127,7 @@ func (e *executor[Obj]) runBatch(ctx context.Context, txn statedb.ReadTxn, ops [
 	}
 	if len(e.deletes.entries) > 0 && ctx.Err() == nil {
 		start := time.Now()
+		e.deletes.started(start)
 		err := r.call(ctx, "delete batch", func(ctx context.Context) error {
 			r.batchOps.DeleteBatch(ctx, txn, e.deletes.entries)
 			return nil
@@ -111,9 +140,11 @@ func (e *executor[Obj]) runBatch(ctx context.Context, txn statedb.ReadTxn, ops [
 			o.err = firstErr(err, e.deletes.entries[i].Result)
 			o.ran = ran
 		}
+		e.drift.take() // drift is counted for prunes and refreshes only
 	}
 	if len(e.updates.entries) > 0 && ctx.Err() == nil {
 		start := time.Now()
+		e.updates.started(start)
 		err := r.call(ctx, "update batch", func(ctx context.Context) error {
 			r.batchOps.UpdateBatch(ctx, txn, e.updates.entries)
 			return nil
@@ -125,6 +156,7 @@ func (e *executor[Obj]) runBatch(ctx context.Context, txn statedb.ReadTxn, ops [
 			o.err = firstErr(err, e.updates.entries[i].Result)
 			o.ran = ran
 		}
+		e.updates.ops[0].repaired = int32(e.drift.take()) // the batch's, summed by commit
 	}
 	e.deletes.reset()
 	e.updates.reset()

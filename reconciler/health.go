@@ -35,19 +35,20 @@ type healthState struct {
 // Otherwise it is Degraded with "N error(s)", the wording of the StateDB
 // reconciler that scripts match on, then what fails, and up to
 // maxHealthErrors errors of failing objects, earliest next attempt first.
-// objects and retryErrors are called only when needed.
-func (h *healthReporter) update(s healthState, objects func() int, retryErrors func(limit int) []error) {
+// objects and retryErrors are called only when needed. It returns the
+// state for the reconcilers table.
+func (h *healthReporter) update(s healthState, objects func() int, retryErrors func(limit int) []error) State {
 	if s.failing == 0 && s.pruneErr == nil && s.limiterErr == nil {
 		s.objects = objects()
 		if h.sent && h.ok && s.objects == h.last.objects {
-			return
+			return StateRunning
 		}
 		h.sent, h.ok, h.last = true, true, s
 		h.health.OK(fmt.Sprintf("OK, %d object(s)", s.objects))
-		return
+		return StateRunning
 	}
 	if h.sent && !h.ok && s == h.last {
-		return
+		return StateDegraded
 	}
 	h.sent, h.ok, h.last = true, false, s
 
@@ -70,4 +71,5 @@ func (h *healthReporter) update(s healthState, objects func() int, retryErrors f
 		errs = append(errs, fmt.Errorf("%d more error(s) omitted", omitted))
 	}
 	h.health.Degraded(fmt.Sprintf("%d error(s): %s", count, strings.Join(what, ", ")), errors.Join(errs...))
+	return StateDegraded
 }

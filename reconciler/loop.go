@@ -37,6 +37,11 @@ type loop[Obj any] struct {
 
 	// reported holds the figures last given to the metrics.
 	reported struct{ failing, inFlight int }
+
+	adds, retried int           // taken for work this round, and of those, retries
+	figures       commitFigures // of the last commit
+	totals        totals        // since the loop started, for the reconcilers table
+	failLog       failLog
 }
 
 // loop runs until ctx ends. It returns nil on a normal stop.
@@ -49,6 +54,7 @@ func (r *reconciler[Obj]) loop(ctx context.Context, health cell.Health) error {
 		watch:   closedChan,
 	}
 	l.op = newOperator(ctx, r)
+	defer l.stopped()
 	defer l.carryOver()
 	defer l.prune.stop()
 
@@ -93,7 +99,7 @@ func (l *loop[Obj]) round(ctx context.Context) {
 	txn := r.db.ReadTxn()
 
 	// 1. Collect.
-	l.work = l.work[:0]
+	l.work, l.adds, l.retried = l.work[:0], 0, 0
 	l.collect(txn, r.now(), l.op.room())
 
 	// 2. Operate: returns the operations whose outcome is known, which with
@@ -115,7 +121,18 @@ func (l *loop[Obj]) round(ctx context.Context) {
 	}
 
 	// 4. Report.
-	l.report(txn, len(done), failed)
+	l.report(txn, len(done), failed, r.now())
+}
+
+// stopped marks the reconciler stopped in the reconcilers table.
+func (l *loop[Obj]) stopped() {
+	r := l.r
+	if r.info == nil {
+		return
+	}
+	txn := r.db.ReadTxn()
+	failing := r.retries.len()
+	r.info.write(r.db, l.info(StateStopped, r.table.NumObjects(txn), failing, 0, r.retries.oldestSince()), r.retries.changes())
 }
 
 // carryOver stops the operator and deals with the work that it and an
@@ -145,10 +162,14 @@ func (l *loop[Obj]) carryOver() {
 		if o.attempts > 0 {
 			r.retries.settle(o.key)
 		}
-		r.carried = append(r.carried, &retry[Obj]{
+		if r.carried == nil {
+			r.carried = map[string]*retry[Obj]{}
+		}
+		r.carried[o.key] = &retry[Obj]{
 			key: o.key, obj: o.obj, rev: o.rev, delete: o.delete,
 			statusID: o.statusID, since: o.since, attempts: o.attempts,
-		})
+			err: o.err, first: o.since,
+		}
 	}
 }
 

@@ -4,6 +4,7 @@ package reconciler
 
 import (
 	"context"
+	"time"
 
 	"github.com/cilium/statedb"
 )
@@ -33,15 +34,29 @@ type operator[Obj any] interface {
 	// for inline.
 	finished() <-chan struct{}
 
-	// pending describes the operations collected but not yet committed:
-	// how many there are, and the lowest revision of a change among them
-	// (a change the reconciler has not finished), zero if none. Retries in
-	// flight are counted by the retry queue instead.
-	pending() (n int, lowChange statedb.Revision)
+	// pending describes the operations collected but not yet committed,
+	// as of now.
+	pending(now time.Time) pendingWork
 
 	// stop waits for operations in flight to return and returns every op
 	// handed to operate that it has not returned from operate yet.
 	stop() (unfinished []op[Obj])
+}
+
+// pendingWork describes the operations collected and not yet committed.
+type pendingWork struct {
+	n     int // operations collected, not committed
+	depth int // of those, not started: queued for a worker or parked
+	// lowChange is the lowest revision of a change among them (a change
+	// the reconciler has not finished), zero if none. Retries are counted
+	// by the retry queue instead.
+	lowChange statedb.Revision
+	// oldestSince is the earliest time at which one of their objects was
+	// asked to be reconciled, zero if none.
+	oldestSince time.Time
+	// unfinished is the total, and longest the longest, time the
+	// operations running now have been running.
+	unfinished, longest time.Duration
 }
 
 var (
@@ -75,5 +90,5 @@ func (*inline[Obj]) hasRoom() bool            { return true }
 func (*inline[Obj]) finished() <-chan struct{} {
 	return nil
 }
-func (*inline[Obj]) pending() (int, statedb.Revision) { return 0, 0 }
-func (*inline[Obj]) stop() []op[Obj]                  { return nil }
+func (*inline[Obj]) pending(time.Time) pendingWork { return pendingWork{} }
+func (*inline[Obj]) stop() []op[Obj]               { return nil }

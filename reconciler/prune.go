@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/cilium/statedb"
+
+	"github.com/converge-go/converge/metrics"
 )
 
 // pruneSchedule decides when the loop prunes: once the table is
@@ -20,7 +22,7 @@ import (
 // newer ones parked behind them), and none starts until the prune returns,
 // so it cannot remove what an operation is applying for a newer object.
 type pruneSchedule struct {
-	prune func(ctx context.Context, txn statedb.ReadTxn) error
+	prune func(ctx context.Context, txn statedb.ReadTxn) pruneResult
 
 	initWatch   <-chan struct{} // closed when the table is initialized; nil after
 	isInit      bool
@@ -33,7 +35,9 @@ type pruneSchedule struct {
 	rand        func() float64
 
 	failures int
-	lastErr  error // the last prune's error, or nil
+	last     pruneResult // the last prune's, zero before the first
+	lastErr  error       // the last prune's error, or nil
+	repaired int         // drift repaired by every prune so far
 }
 
 func newPruneSchedule[Obj any](r *reconciler[Obj]) pruneSchedule {
@@ -88,7 +92,9 @@ func (s *pruneSchedule) due() bool { return s.isInit && s.requested }
 func (s *pruneSchedule) run(ctx context.Context, txn statedb.ReadTxn) {
 	s.requested = false
 	s.retryTimer.Stop()
-	s.lastErr = s.prune(ctx, txn)
+	s.last = s.prune(ctx, txn)
+	s.lastErr = s.last.err
+	s.repaired += s.last.repaired
 	if s.lastErr == nil {
 		s.failures = 0
 		return
@@ -104,18 +110,34 @@ func (s *pruneSchedule) stop() {
 	s.retryTimer.Stop()
 }
 
+// pruneResult is what one prune did.
+type pruneResult struct {
+	at       time.Time
+	duration time.Duration
+	repaired int // drift Prune reported with ReportRepaired
+	err      error
+}
+
 // prune hands the whole desired set to Operations.Prune and reports the
 // outcome. A failure is returned for health.
-func (r *reconciler[Obj]) prune(ctx context.Context, txn statedb.ReadTxn) error {
+func (r *reconciler[Obj]) prune(ctx context.Context, txn statedb.ReadTxn) pruneResult {
+	var drift driftCounter
+	ctx = context.WithValue(ctx, driftKey{}, &drift)
 	start := time.Now()
 	err := r.call(ctx, "prune", func(ctx context.Context) error {
 		return r.ops.Prune(ctx, txn, r.table.All(txn))
 	})
-	r.metrics.PruneDuration(r.moduleID, r.opts.name, time.Since(start))
+	res := pruneResult{at: start, duration: time.Since(start), repaired: drift.take()}
+	r.metrics.PruneDuration(r.moduleID, r.opts.name, res.duration)
 	r.metrics.PruneError(r.moduleID, r.opts.name, err)
+	if r.metrics.prune != nil {
+		r.metrics.prune.Pruned(r.moduleID, r.opts.name, metrics.PruneStats{
+			Outcome: outcome(err, r.opts.operationTimeout), Repaired: res.repaired,
+		})
+	}
 	if err != nil {
 		r.log.Warn("Reconciler prune failed; trying again after the retry backoff", "error", err)
-		return fmt.Errorf("prune: %w", err)
+		res.err = fmt.Errorf("prune: %w", err)
 	}
-	return nil
+	return res
 }

@@ -30,6 +30,7 @@ func (r *reconciler[Obj]) refreshLoop(ctx context.Context, health cell.Health) e
 		if ctx.Err() != nil {
 			return nil
 		}
+		r.info.refreshed(r.db, r.now())
 		timer.Reset(wait)
 		if err != nil {
 			// The limiter was made unusable while running: the sweep
@@ -97,8 +98,14 @@ func (r *reconciler[Obj]) markRefreshing(batch []refreshCandidate[Obj]) {
 	}
 	now := r.now()
 	wtxn := r.db.WriteTxn(r.table)
+	marked := 0
 	for _, c := range batch {
-		r.table.CompareAndSwap(wtxn, c.rev, r.setStatus(r.clone(c.obj), status.RefreshingAt(now)))
+		if _, _, err := r.table.CompareAndSwap(wtxn, c.rev, r.setStatus(r.clone(c.obj), status.RefreshingAt(now))); err == nil {
+			marked++
+		}
 	}
 	wtxn.Commit()
+	if marked > 0 && r.metrics.refresh != nil {
+		r.metrics.refresh.RefreshMarked(r.moduleID, r.opts.name, marked)
+	}
 }

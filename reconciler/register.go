@@ -67,6 +67,7 @@ func Register[Obj any](
 		log = log.With("reconciler", o.name)
 	}
 	r := &reconciler[Obj]{
+		tables:        params.Tables,
 		opts:          o,
 		log:           log,
 		db:            params.DB,
@@ -77,7 +78,7 @@ func Register[Obj any](
 		getStatus:     getStatus,
 		ops:           ops,
 		batchOps:      batchOps,
-		metrics:       o.metrics,
+		metrics:       newObservers(o.metrics),
 		primary:       table.PrimaryIndexer(),
 		pruneRequests: make(chan struct{}, 1),
 		progress:      newProgress(),
@@ -85,7 +86,6 @@ func Register[Obj any](
 		now:           time.Now,
 		rand:          rand.Float64,
 	}
-	r.queueMetrics, _ = o.metrics.(metrics.QueueMetrics)
 
 	// Track changes from now on, not from when the job's goroutine gets to
 	// run, so that no delete between registration and start is missed.
@@ -96,6 +96,7 @@ func Register[Obj any](
 		return nil, fmt.Errorf("reconciler.Register: watching changes of table %q: %w", table.Name(), err)
 	}
 	r.changes = changes
+	r.info = newInfoWriter(r)
 	// The iterator lives as long as the reconciler, across stops and starts
 	// of its job, so that changes made while the job is stopped are not
 	// missed. The table keeps deleted objects until the iterator has read
@@ -159,8 +160,9 @@ type reconciler[Obj any] struct {
 	ops       Operations[Obj]
 	batchOps  BatchOperations[Obj]
 
-	metrics      metrics.Metrics
-	queueMetrics metrics.QueueMetrics // nil if metrics does not implement it
+	metrics observers
+	tables  *Tables          // nil without TablesCell
+	info    *infoWriter[Obj] // nil without TablesCell
 
 	primary       statedb.Indexer[Obj]
 	pruneRequests chan struct{}
@@ -172,7 +174,7 @@ type reconciler[Obj any] struct {
 
 	changes statedb.ChangeIterator[Obj] // closed when the reconciler is unreachable
 	retries *retryQueue[Obj]
-	carried []*retry[Obj] // collected by a stopped run of the loop, not committed
+	carried map[string]*retry[Obj] // by key: collected by a stopped run of the loop, not committed
 }
 
 // Prune implements Reconciler.

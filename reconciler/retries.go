@@ -22,6 +22,7 @@ type retry[Obj any] struct {
 	since    time.Time // when reconciliation of this version was asked for
 	attempts int       // failures so far
 	err      error
+	first    time.Time // when this version first failed
 	at       time.Time // when to try again
 	seq      uint64    // insertion order, to break ties
 	pos      int       // position in the heap
@@ -39,11 +40,18 @@ type retryQueue[Obj any] struct {
 	byKey   map[string]*retry[Obj] // waiting in heap
 	heap    retryHeap[Obj]
 	running map[string]*retry[Obj] // taken for an attempt, not yet settled
-	seq     uint64
-	version uint64 // changes on every add or remove, for cheap "has it changed"
+
+	// dirty holds the keys changed since the last changes() call, when
+	// tracking; spareDirty is the other half of its double buffer.
+	dirty, spareDirty map[string]*retry[Obj]
+	seq               uint64
+	version           uint64 // changes on every add or remove, for cheap "has it changed"
 
 	low      statedb.Revision // lowest rev in the queue, valid if !lowDirty
 	lowDirty bool
+
+	oldest      time.Time // earliest since in the heap, valid if !oldestDirty
+	oldestDirty bool
 }
 
 func newRetryQueue[Obj any]() *retryQueue[Obj] {
@@ -62,8 +70,12 @@ func (q *retryQueue[Obj]) add(item *retry[Obj]) {
 	q.byKey[item.key] = item
 	q.heap.push(item)
 	q.version++
+	q.changed(item.key, item)
 	if !q.lowDirty && (len(q.heap) == 1 || item.rev < q.low) {
 		q.low = item.rev
+	}
+	if !q.oldestDirty && (len(q.heap) == 1 || item.since.Before(q.oldest)) {
+		q.oldest = item.since
 	}
 }
 
@@ -71,18 +83,47 @@ func (q *retryQueue[Obj]) add(item *retry[Obj]) {
 func (q *retryQueue[Obj]) start(item *retry[Obj]) {
 	q.running[item.key] = item
 	q.version++
+	q.changed(item.key, item)
 }
 
-// settle forgets the attempt on key, if one is running: its outcome has
-// been committed (and a failure queued again with add).
-func (q *retryQueue[Obj]) settle(key string) {
-	if len(q.running) == 0 {
-		return
+// trackChanges makes the queue remember which keys changed (see changes),
+// for the retries table.
+func (q *retryQueue[Obj]) trackChanges() {
+	q.dirty, q.spareDirty = map[string]*retry[Obj]{}, map[string]*retry[Obj]{}
+}
+
+// changed notes that key now holds item (nil: nothing), if tracking.
+func (q *retryQueue[Obj]) changed(key string, item *retry[Obj]) {
+	if q.dirty != nil {
+		q.dirty[key] = item
 	}
-	if _, ok := q.running[key]; ok {
+}
+
+// changes returns the keys changed since the last call, with what each
+// holds now (nil: no longer failing). The map is valid until the next call.
+func (q *retryQueue[Obj]) changes() map[string]*retry[Obj] {
+	d := q.dirty
+	if len(d) > 0 {
+		q.dirty = q.spareDirty
+		q.spareDirty = d
+		clear(q.dirty)
+	}
+	return d
+}
+
+// settle forgets the attempt on key, if one is running, and returns it:
+// its outcome has been committed (and a failure queued again with add).
+func (q *retryQueue[Obj]) settle(key string) *retry[Obj] {
+	if len(q.running) == 0 {
+		return nil
+	}
+	item, ok := q.running[key]
+	if ok {
 		delete(q.running, key)
 		q.version++
+		q.changed(key, nil)
 	}
+	return item
 }
 
 // removeKey drops the waiting entry of key, if any; a running attempt stays
@@ -108,9 +149,14 @@ func (q *retryQueue[Obj]) removeKeyBytes(key []byte) {
 func (q *retryQueue[Obj]) remove(item *retry[Obj]) {
 	delete(q.byKey, item.key)
 	q.heap.remove(item.pos)
+	item.pos = -1
 	q.version++
+	q.changed(item.key, nil)
 	if item.rev == q.low {
 		q.lowDirty = true
+	}
+	if item.since.Equal(q.oldest) {
+		q.oldestDirty = true
 	}
 }
 
@@ -143,6 +189,29 @@ func (q *retryQueue[Obj]) lowWatermark() statedb.Revision {
 		}
 	}
 	return low
+}
+
+// oldestSince returns the earliest time at which a failing object, waiting
+// or running, was asked to be reconciled, or the zero time.
+func (q *retryQueue[Obj]) oldestSince() time.Time {
+	if len(q.heap) == 0 {
+		q.oldest, q.oldestDirty = time.Time{}, false
+	} else if q.oldestDirty {
+		q.oldest = q.heap[0].item.since
+		for _, e := range q.heap {
+			if e.item.since.Before(q.oldest) {
+				q.oldest = e.item.since
+			}
+		}
+		q.oldestDirty = false
+	}
+	oldest := q.oldest
+	for _, item := range q.running {
+		if oldest.IsZero() || item.since.Before(oldest) {
+			oldest = item.since
+		}
+	}
+	return oldest
 }
 
 func (q *retryQueue[Obj]) waitingLow() statedb.Revision {

@@ -43,6 +43,11 @@ type Params struct {
 	// DefaultMetrics is used when [WithMetrics] is not given. If it is not
 	// provided either, the reconciler keeps unpublished expvar metrics.
 	DefaultMetrics metrics.Metrics `optional:"true"`
+
+	// Tables, provided by [TablesCell], are where the reconciler keeps its
+	// row of the reconcilers table and the rows of its failing objects.
+	// Without them it keeps none.
+	Tables *Tables `optional:"true"`
 }
 
 // Operations applies objects to the target. Every method is given a context

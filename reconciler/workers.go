@@ -6,6 +6,8 @@ import (
 	"context"
 	"runtime"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/cilium/statedb"
 )
@@ -38,12 +40,17 @@ type workerPool[Obj any] struct {
 	stopped bool
 	signal  chan struct{} // signalled when done gains ops
 	wg      sync.WaitGroup
+
+	// running holds, per worker, when its current operations started
+	// (Unix ns), or 0 while it waits for work.
+	running []atomic.Int64
 }
 
 type flight[Obj any] struct {
 	rev       statedb.Revision
-	statusID  uint64 // identity of the status the op in flight answers
-	retry     bool   // the op in flight is a retry, not a change
+	since     time.Time // when the status the op in flight answers was written
+	statusID  uint64    // identity of the status the op in flight answers
+	retry     bool      // the op in flight is a retry, not a change
 	parked    op[Obj]
 	hasParked bool
 }
@@ -55,11 +62,12 @@ func newWorkerPool[Obj any](ctx context.Context, r *reconciler[Obj]) *workerPool
 		limit:   max(r.opts.roundSize, 2*r.opts.concurrency),
 		flights: map[string]flight[Obj]{},
 		signal:  make(chan struct{}, 1),
+		running: make([]atomic.Int64, r.opts.concurrency),
 	}
 	p.cond = sync.NewCond(&p.mu)
 	p.wg.Add(r.opts.concurrency)
-	for range r.opts.concurrency {
-		go p.work()
+	for i := range r.opts.concurrency {
+		go p.work(&p.running[i])
 	}
 	return p
 }
@@ -120,7 +128,7 @@ func (p *workerPool[Obj]) dispatch(ops []op[Obj]) {
 			p.flights[o.key] = f
 			continue
 		}
-		p.flights[o.key] = flight[Obj]{rev: o.rev, statusID: o.statusID, retry: o.attempts > 0}
+		p.flights[o.key] = flight[Obj]{rev: o.rev, since: o.since, statusID: o.statusID, retry: o.attempts > 0}
 		ops[queued] = o
 		queued++
 	}
@@ -170,21 +178,35 @@ func (p *workerPool[Obj]) release(done []op[Obj]) {
 	p.next = next
 }
 
-func (p *workerPool[Obj]) pending() (n int, lowChange statedb.Revision) {
+func (p *workerPool[Obj]) pending(now time.Time) pendingWork {
+	w := pendingWork{n: len(p.flights)}
 	lower := func(rev statedb.Revision) {
-		if lowChange == 0 || rev < lowChange {
-			lowChange = rev
+		if w.lowChange == 0 || rev < w.lowChange {
+			w.lowChange = rev
 		}
 	}
 	for _, f := range p.flights {
 		if !f.retry {
 			lower(f.rev)
 		}
+		w.oldestSince = earliest(w.oldestSince, f.since)
 		if f.hasParked {
 			lower(f.parked.rev)
+			w.oldestSince = earliest(w.oldestSince, f.parked.since)
+			w.depth++
 		}
 	}
-	return len(p.flights), lowChange
+	p.mu.Lock()
+	w.depth += len(p.queue)
+	p.mu.Unlock()
+	for i := range p.running {
+		if started := p.running[i].Load(); started != 0 {
+			d := time.Duration(now.UnixNano() - started)
+			w.unfinished += d
+			w.longest = max(w.longest, d)
+		}
+	}
+	return w
 }
 
 // take waits for work and returns up to a fair share of the queue: one op,
@@ -209,7 +231,7 @@ func (p *workerPool[Obj]) take(buf []op[Obj]) ([]op[Obj], bool) {
 	return buf, true
 }
 
-func (p *workerPool[Obj]) work() {
+func (p *workerPool[Obj]) work(running *atomic.Int64) {
 	defer p.wg.Done()
 	exec := executor[Obj]{r: p.r}
 	var chunk []op[Obj]
@@ -219,7 +241,9 @@ func (p *workerPool[Obj]) work() {
 		if !ok {
 			return
 		}
+		running.Store(time.Now().UnixNano())
 		exec.run(p.ctx, p.r.db.ReadTxn(), chunk)
+		running.Store(0)
 		p.mu.Lock()
 		p.done = append(p.done, chunk...)
 		p.mu.Unlock()

@@ -1,0 +1,209 @@
+package reconciler
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/cilium/hive/cell"
+	"github.com/cilium/statedb"
+	"github.com/cilium/statedb/index"
+)
+
+// Names of the tables that [TablesCell] provides.
+const (
+	ReconcilersTableName = "reconcilers"
+	RetriesTableName     = "reconciler-retries"
+)
+
+// TablesCell provides two StateDB tables that every reconciler registered in
+// the hive keeps current, for operators and tests to read (with
+// `db/show reconcilers` in a hive shell or script, or the StateDB HTTP
+// handler):
+//
+//   - "reconcilers" ([Info]): one row per reconciler, keyed by module ID and
+//     name, with its state and figures;
+//   - "reconciler-retries" ([RetryInfo]): one row per failing object,
+//     keyed by reconciler and object key, with its attempts and when it is
+//     tried next; removed when the object succeeds, changes or is deleted.
+//
+// Include it once in the hive, next to statedb.Cell. It provides
+// statedb.Table[*Info] and statedb.Table[*RetryInfo] for readers, and
+// *Tables, which [Params] takes. Without it reconcilers keep no tables.
+//
+// A reconciler writes its row at most once per round, and only when a
+// figure changed; it writes retry rows only for objects whose failures
+// changed in the round. Reconcilers without failures cost one small write
+// per round in which objects were reconciled.
+var TablesCell = cell.Module(
+	"reconciler-tables",
+	"Tables of reconcilers and their failing objects",
+
+	cell.Provide(
+		newTables,
+		func(t *Tables) statedb.Table[*Info] { return t.reconcilers },
+		func(t *Tables) statedb.Table[*RetryInfo] { return t.retries },
+	),
+)
+
+// Tables holds the tables of [TablesCell]. Reconcilers write to them; use
+// Reconcilers and Retries to read. The zero Tables is not usable.
+type Tables struct {
+	reconcilers statedb.RWTable[*Info]
+	retries     statedb.RWTable[*RetryInfo]
+}
+
+// Reconcilers returns the "reconcilers" table.
+func (t *Tables) Reconcilers() statedb.Table[*Info] { return t.reconcilers }
+
+// Retries returns the "reconciler-retries" table.
+func (t *Tables) Retries() statedb.Table[*RetryInfo] { return t.retries }
+
+func newTables(db *statedb.DB) (*Tables, error) {
+	reconcilers, err := statedb.NewTable(db, ReconcilersTableName, InfoByID)
+	if err != nil {
+		return nil, err
+	}
+	retries, err := statedb.NewTable(db, RetriesTableName, RetryByKey, RetryByReconciler)
+	if err != nil {
+		return nil, err
+	}
+	return &Tables{reconcilers: reconcilers, retries: retries}, nil
+}
+
+// State is the state of a reconciler in the reconcilers table.
+type State string
+
+// The states of a reconciler.
+const (
+	StateRunning  State = "running"  // nothing failing
+	StateDegraded State = "degraded" // objects failing, a failed prune, or a broken limiter
+	StateStopped  State = "stopped"  // its job is not running
+)
+
+// Info is a row of the reconcilers table: the state of one reconciler as
+// of its last round. Times are zero until the event first happens. Rows are
+// immutable once in the table.
+type Info struct {
+	ID     string `json:"id" yaml:"id"` // module ID, then "/name" if named
+	Module string `json:"module" yaml:"module"`
+	Name   string `json:"name,omitempty" yaml:"name,omitempty"`
+	State  State  `json:"state" yaml:"state"`
+
+	Objects   int    `json:"objects" yaml:"objects"`     // in the table
+	Succeeded uint64 `json:"succeeded" yaml:"succeeded"` // operations since start
+	Failed    uint64 `json:"failed" yaml:"failed"`       // operations since start
+	// ConsecutiveFailures counts the operations that failed since the
+	// last one that succeeded.
+	ConsecutiveFailures int       `json:"consecutive-failures" yaml:"consecutive-failures"`
+	LastError           string    `json:"last-error,omitempty" yaml:"last-error,omitempty"`
+	LastErrorAt         time.Time `json:"last-error-at,omitzero" yaml:"last-error-at,omitempty"`
+
+	Retrying int `json:"retrying" yaml:"retrying"`   // objects failing
+	InFlight int `json:"in-flight" yaml:"in-flight"` // operations not yet committed
+	// OldestPending is when the status of the oldest object still to be
+	// reconciled (collected, or waiting for a retry) was written.
+	OldestPending time.Time `json:"oldest-pending,omitzero" yaml:"oldest-pending,omitempty"`
+
+	LastPrune         time.Time     `json:"last-prune,omitzero" yaml:"last-prune,omitempty"`
+	LastPruneDuration time.Duration `json:"last-prune-duration,omitempty" yaml:"last-prune-duration,omitempty"`
+	LastPruneError    string        `json:"last-prune-error,omitempty" yaml:"last-prune-error,omitempty"`
+	LastRefresh       time.Time     `json:"last-refresh,omitzero" yaml:"last-refresh,omitempty"` // last refresh sweep
+
+	// DriftRepaired counts what Prune and refreshed Updates reported
+	// repairing with ReportRepaired.
+	DriftRepaired uint64 `json:"drift-repaired" yaml:"drift-repaired"`
+}
+
+// TableHeader implements statedb.TableWritable, for db/show.
+func (*Info) TableHeader() []string {
+	return []string{"Module", "Name", "State", "Objects", "Succeeded", "Failed", "Retrying", "InFlight", "OldestPending", "LastError", "LastPrune", "LastRefresh"}
+}
+
+// TableRow implements statedb.TableWritable. Times show as ages.
+func (i *Info) TableRow() []string {
+	lastErr := i.LastError
+	if lastErr != "" {
+		lastErr += " (" + age(i.LastErrorAt) + ")"
+	}
+	prune := age(i.LastPrune)
+	if i.LastPruneError != "" {
+		prune += ": " + i.LastPruneError
+	}
+	return []string{
+		i.Module, i.Name, string(i.State), strconv.Itoa(i.Objects),
+		strconv.FormatUint(i.Succeeded, 10), strconv.FormatUint(i.Failed, 10),
+		strconv.Itoa(i.Retrying), strconv.Itoa(i.InFlight), age(i.OldestPending),
+		lastErr, prune, age(i.LastRefresh),
+	}
+}
+
+// RetryInfo is a row of the reconciler-retries table: one failing object of
+// one reconciler. Rows are immutable once in the table.
+type RetryInfo struct {
+	Reconciler  string    `json:"reconciler" yaml:"reconciler"` // Info.ID
+	Key         string    `json:"key" yaml:"key"`               // the object's primary key, in hex if not printable
+	Delete      bool      `json:"delete,omitempty" yaml:"delete,omitempty"`
+	Attempts    int       `json:"attempts" yaml:"attempts"`
+	FirstFailed time.Time `json:"first-failed" yaml:"first-failed"`
+	NextAttempt time.Time `json:"next-attempt" yaml:"next-attempt"` // zero while an attempt runs
+	LastError   string    `json:"last-error" yaml:"last-error"`
+}
+
+// TableHeader implements statedb.TableWritable, for db/show.
+func (*RetryInfo) TableHeader() []string {
+	return []string{"Reconciler", "Key", "Op", "Attempts", "FirstFailed", "NextAttempt", "LastError"}
+}
+
+// TableRow implements statedb.TableWritable.
+func (r *RetryInfo) TableRow() []string {
+	op, next := "update", "running"
+	if r.Delete {
+		op = "delete"
+	}
+	if !r.NextAttempt.IsZero() {
+		next = "in " + time.Until(r.NextAttempt).Round(time.Millisecond).String()
+	}
+	return []string{r.Reconciler, r.Key, op, strconv.Itoa(r.Attempts), age(r.FirstFailed), next, r.LastError}
+}
+
+// Indexes of the tables.
+var (
+	// InfoByID is the primary index of the reconcilers table.
+	InfoByID = statedb.Index[*Info, string]{
+		Name:       "id",
+		FromObject: func(i *Info) index.KeySet { return index.NewKeySet(index.String(i.ID)) },
+		FromKey:    index.String,
+		FromString: index.FromString,
+		Unique:     true,
+	}
+	// RetryByKey is the primary index of the retries table: the
+	// reconciler's ID and the object's key, as RetryKey makes them.
+	RetryByKey = statedb.Index[*RetryInfo, string]{
+		Name:       "key",
+		FromObject: func(r *RetryInfo) index.KeySet { return index.NewKeySet(index.String(RetryKey(r.Reconciler, r.Key))) },
+		FromKey:    index.String,
+		FromString: index.FromString,
+		Unique:     true,
+	}
+	// RetryByReconciler indexes the retries table by reconciler ID, to
+	// list one reconciler's failing objects without a scan.
+	RetryByReconciler = statedb.Index[*RetryInfo, string]{
+		Name:       "reconciler",
+		FromObject: func(r *RetryInfo) index.KeySet { return index.NewKeySet(index.String(r.Reconciler)) },
+		FromKey:    index.String,
+		FromString: index.FromString,
+		Unique:     false,
+	}
+)
+
+// RetryKey returns the primary key of a retries row: the reconciler's ID and
+// the object's key, separated by a space.
+func RetryKey(reconciler, key string) string { return reconciler + " " + key }
+
+// age renders how long ago t was, or "" for the zero time.
+func age(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return time.Since(t).Round(time.Millisecond).String() + " ago"
+}
