@@ -137,7 +137,7 @@ func BenchmarkRoundInline(b *testing.B) {
 				// Two passes, as the loop does: the second reads this
 				// round's own status writes, which it skips.
 				for range 2 {
-					l.round(ctx)
+					l.round(ctx, false)
 				}
 			}
 			reportPerObject(b, benchRound)

@@ -23,22 +23,33 @@ type healthReporter struct {
 // healthState is what health is made of after a round. Its functions are
 // called only if the report has to be remade.
 type healthState struct {
+	paused       bool
 	objects      int    // objects in the table; filled in by update
 	failing      int    // objects failing, waiting for a retry or retried now
 	retryVersion uint64 // changes whenever the failing objects do
 	pruneErr     error  // the last prune's error
 	limiterErr   error  // the round limiter's error
+	gateErr      error  // started before its tables were initialized
 }
 
 // update reports the state after a round if it differs from what was last
-// reported. While nothing fails, health is OK with the number of objects.
+// reported. While paused, health is OK with "Paused". While nothing fails,
+// health is OK with the number of objects.
 // Otherwise it is Degraded with "N error(s)", the wording of the StateDB
 // reconciler that scripts match on, then what fails, and up to
 // maxHealthErrors errors of failing objects, earliest next attempt first.
 // objects and retryErrors are called only when needed. It returns the
 // state for the reconcilers table.
 func (h *healthReporter) update(s healthState, objects func() int, retryErrors func(limit int) []error) State {
-	if s.failing == 0 && s.pruneErr == nil && s.limiterErr == nil {
+	if s.paused {
+		// Paused on purpose: OK, but saying so.
+		if !h.sent || !h.last.paused {
+			h.sent, h.ok, h.last = true, false, s
+			h.health.OK("Paused")
+		}
+		return StatePaused
+	}
+	if s.failing == 0 && s.pruneErr == nil && s.limiterErr == nil && s.gateErr == nil {
 		s.objects = objects()
 		if h.sent && h.ok && s.objects == h.last.objects {
 			return StateRunning
@@ -64,6 +75,10 @@ func (h *healthReporter) update(s healthState, objects func() int, retryErrors f
 	if s.limiterErr != nil {
 		what = append(what, "round limiter failing")
 		errs = append(errs, s.limiterErr)
+	}
+	if s.gateErr != nil {
+		what = append(what, "tables not initialized")
+		errs = append(errs, s.gateErr)
 	}
 	count := s.failing + len(errs)
 	errs = append(errs, retryErrors(maxHealthErrors)...)

@@ -32,6 +32,7 @@ type loop[Obj any] struct {
 	watch   <-chan struct{}  // closed when the table has new changes
 
 	limiterErr error // why the round limiter's last Wait failed, or nil
+	gateErr    error // why the loop started before its tables were initialized
 
 	interrupted []op[Obj] // returned by operate when the job was stopped
 
@@ -60,17 +61,25 @@ func (r *reconciler[Obj]) loop(ctx context.Context, health cell.Health) error {
 
 	retryTimer := retryTimer[Obj]{r: r}
 	defer retryTimer.stop()
+	if !l.startGate(ctx, health) {
+		return nil
+	}
 
 	for {
-		watch := l.watch
+		paused, pauseChanged := r.pause.state()
+		watch, retry := l.watch, retryTimer.C()
 		if !l.op.hasRoom() {
 			watch = nil // read no more changes until work drains
+		}
+		if paused {
+			watch, retry = nil, nil // start nothing; commit what finishes
 		}
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-pauseChanged:
 		case <-watch:
-		case <-retryTimer.C():
+		case <-retry:
 		case <-l.op.finished():
 		case <-l.prune.initialized():
 			l.prune.setInitialized()
@@ -81,11 +90,13 @@ func (r *reconciler[Obj]) loop(ctx context.Context, health cell.Health) error {
 		case <-r.pruneRequests:
 			l.prune.request()
 		}
-		l.waitForLimiter(ctx)
+		if paused, _ = r.pause.state(); !paused {
+			l.waitForLimiter(ctx)
+		}
 		if ctx.Err() != nil {
 			return nil
 		}
-		l.round(ctx)
+		l.round(ctx, paused)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -93,14 +104,19 @@ func (r *reconciler[Obj]) loop(ctx context.Context, health cell.Health) error {
 	}
 }
 
-// round runs the four stages once.
-func (l *loop[Obj]) round(ctx context.Context) {
+// round runs the four stages once. While paused it collects nothing and
+// does not prune: it only commits what finished and reports.
+func (l *loop[Obj]) round(ctx context.Context, paused bool) {
 	r := l.r
 	txn := r.db.ReadTxn()
 
 	// 1. Collect.
 	l.work, l.adds, l.retried = l.work[:0], 0, 0
-	l.collect(txn, r.now(), l.op.room())
+	budget := l.op.room()
+	if paused {
+		budget = 0
+	}
+	l.collect(txn, r.now(), budget)
 
 	// 2. Operate: returns the operations whose outcome is known, which with
 	// workers are those finished since the last round.
@@ -116,12 +132,12 @@ func (l *loop[Obj]) round(ctx context.Context) {
 	clear(l.work) // drop object references until the next round
 	l.work = l.work[:0]
 
-	if l.prune.due() {
+	if l.prune.due() && !paused {
 		l.prune.run(ctx, txn)
 	}
 
 	// 4. Report.
-	l.report(txn, len(done), failed, r.now())
+	l.report(txn, len(done), failed, r.now(), paused)
 }
 
 // stopped marks the reconciler stopped in the reconcilers table.

@@ -2,7 +2,10 @@ package reconciler
 
 import (
 	"fmt"
+	"slices"
 	"time"
+
+	"github.com/cilium/statedb"
 
 	"golang.org/x/time/rate"
 
@@ -26,6 +29,8 @@ import (
 //	concurrency        1               (WithConcurrency)
 //	operation timeout  none            (WithOperationTimeout)
 //	panic recovery     on              (WithoutPanicRecovery)
+//	start              at once         (WithStartAfter)
+//	dependencies       none            (WithDependency)
 type Option func(*options)
 
 // options holds every setting. defaultOptions documents the defaults in one
@@ -48,6 +53,12 @@ type options struct {
 	concurrency      int
 	operationTimeout time.Duration
 	recoverPanics    bool
+
+	startAfter   bool
+	startTimeout time.Duration
+	startTables  []statedb.TableMeta
+
+	dependencies []any // dependency[Obj] of the reconciled table's Obj
 }
 
 // defaultOptions returns the defaults listed in the doc of [Option]; keep
@@ -86,6 +97,10 @@ func (o *options) validate() error {
 		return fmt.Errorf("%T: concurrency must be positive, got %d: %w", *o, o.concurrency, ErrInvalidConfig)
 	case o.operationTimeout < 0:
 		return fmt.Errorf("%T: operation timeout must not be negative, got %s: %w", *o, o.operationTimeout, ErrInvalidConfig)
+	case o.startTimeout < 0:
+		return fmt.Errorf("%T: start timeout must not be negative, got %s: %w", *o, o.startTimeout, ErrInvalidConfig)
+	case slices.Contains(o.startTables, nil):
+		return fmt.Errorf("%T: WithStartAfter given a nil table: %w", *o, ErrInvalidConfig)
 	}
 	if err := checkLimiter("round", o.roundLimiter); err != nil {
 		return err

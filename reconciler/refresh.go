@@ -26,6 +26,9 @@ func (r *reconciler[Obj]) refreshLoop(ctx context.Context, health cell.Health) e
 			return nil
 		case <-timer.C:
 		}
+		if !r.waitWhilePaused(ctx, health) {
+			return nil
+		}
 		wait, err := r.refreshSweep(ctx, &last)
 		if ctx.Err() != nil {
 			return nil
@@ -40,6 +43,23 @@ func (r *reconciler[Obj]) refreshLoop(ctx context.Context, health cell.Health) e
 			continue
 		}
 		health.OK(fmt.Sprintf("Next refresh in %s", wait.Round(time.Millisecond)))
+	}
+}
+
+// waitWhilePaused returns once the reconciler is not paused (true), or ctx
+// ended (false).
+func (r *reconciler[Obj]) waitWhilePaused(ctx context.Context, health cell.Health) bool {
+	for {
+		paused, changed := r.pause.state()
+		if !paused {
+			return true
+		}
+		health.OK("Paused")
+		select {
+		case <-ctx.Done():
+			return false
+		case <-changed:
+		}
 	}
 }
 

@@ -81,6 +81,7 @@ func Register[Obj any](
 		metrics:       newObservers(o.metrics),
 		primary:       table.PrimaryIndexer(),
 		pruneRequests: make(chan struct{}, 1),
+		pause:         newPauser(),
 		progress:      newProgress(),
 		retries:       newRetryQueue[Obj](),
 		now:           time.Now,
@@ -105,7 +106,12 @@ func Register[Obj any](
 	// as long as the database lives.
 	runtime.AddCleanup(r, statedb.ChangeIterator[Obj].Close, changes)
 
+	depJobs, err := registerDependencies(r)
+	if err != nil {
+		return nil, err
+	}
 	params.JobGroup.Add(job.OneShot(r.jobName("reconcile"), r.loop))
+	params.JobGroup.Add(depJobs...)
 	if o.refreshInterval > 0 {
 		params.JobGroup.Add(job.OneShot(r.jobName("refresh"), r.refreshLoop))
 	}
@@ -167,6 +173,7 @@ type reconciler[Obj any] struct {
 	primary       statedb.Indexer[Obj]
 	pruneRequests chan struct{}
 	progress      *progress
+	pause         *pauser
 
 	// now and rand are replaced in tests.
 	now  func() time.Time

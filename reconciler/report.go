@@ -12,7 +12,7 @@ import (
 // WaitUntilReconciled, metrics, the reconciler's rows in the tables of
 // TablesCell, and health. committed and failed count the operations
 // committed in the round and those of them that failed.
-func (l *loop[Obj]) report(txn statedb.ReadTxn, committed, failed int, now time.Time) {
+func (l *loop[Obj]) report(txn statedb.ReadTxn, committed, failed int, now time.Time, paused bool) {
 	r := l.r
 	work := l.op.pending(now)
 
@@ -53,7 +53,10 @@ func (l *loop[Obj]) report(txn statedb.ReadTxn, committed, failed int, now time.
 		})
 	}
 
+	l.checkGate(txn)
 	state := l.health.update(healthState{
+		gateErr:      l.gateErr,
+		paused:       paused,
 		failing:      failing,
 		retryVersion: r.retries.version,
 		pruneErr:     l.prune.lastErr,

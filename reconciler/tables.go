@@ -77,6 +77,7 @@ type State string
 const (
 	StateRunning  State = "running"  // nothing failing
 	StateDegraded State = "degraded" // objects failing, a failed prune, or a broken limiter
+	StatePaused   State = "paused"   // by Reconciler.Pause
 	StateStopped  State = "stopped"  // its job is not running
 )
 

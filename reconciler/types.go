@@ -27,6 +27,18 @@ type Reconciler[Obj any] interface {
 	// and the lowest revision among objects waiting for a retry (zero if
 	// none), so a caller can tell whether failures remain below its revision.
 	WaitUntilReconciled(ctx context.Context, untilRevision statedb.Revision) (revision statedb.Revision, retryLowWatermark statedb.Revision, err error)
+
+	// Pause stops the reconciler from starting operations, prunes and
+	// refresh sweeps until Resume. Operations already running finish and
+	// their outcome is recorded. Changes to the table keep accumulating,
+	// dependency triggers keep marking objects, and on Resume every change
+	// made while paused converges: the latest version of each object and
+	// every delete. Health and the reconcilers table say it is paused.
+	// Pause does not block; pausing a paused reconciler does nothing.
+	Pause()
+
+	// Resume undoes Pause. Resuming a running reconciler does nothing.
+	Resume()
 }
 
 // Params holds what a reconciler needs from the hive. Take it as a

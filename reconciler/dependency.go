@@ -1,0 +1,160 @@
+package reconciler
+
+//lint:file-ignore U1000 staticcheck (v0.6, v0.7) misses that methods of a generic type are used through a generic interface (dependencyOf); the dependency tests cover them.
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+
+	"github.com/cilium/hive/cell"
+	"github.com/cilium/hive/job"
+	"github.com/cilium/statedb"
+
+	"github.com/converge-go/converge/status"
+)
+
+// WithDependency re-reconciles objects when something they depend on
+// changes: whenever an object of table is inserted, changed or deleted,
+// mapper is called with it (and whether it was deleted) and returns queries
+// on the reconciled table's primary index (for example
+// routeByName.Query(name)) for the objects to reconcile again. Each object
+// found whose status is Done or Error is marked Refreshing, in write
+// transactions of up to a thousand objects, so that the table stays the only
+// source of truth: Update sees a Refreshing object, and other reconcilers
+// sharing a status.Set are not disturbed. A query that finds nothing is
+// ignored, and an object already Pending or Refreshing is left as it is.
+//
+// Several dependencies may be given. Each costs one StateDB change iterator
+// on its table, created by Register, so that no change is missed between
+// registration and start, across stops and starts of the hive, or while the
+// reconciler is paused (marking goes on while paused; the objects are
+// reconciled on Resume), and one job ("dependency-<table>"). mapper runs on
+// that job's goroutine; it must not block. table must not be the
+// reconciled table itself, which would mark its own changes forever.
+//
+// Obj must be the reconciled table's object type; Register refuses the
+// option with ErrInvalidConfig otherwise, or if table or mapper is nil.
+func WithDependency[Obj, Dep any](table statedb.Table[Dep], mapper func(dep Dep, deleted bool) []statedb.Query[Obj]) Option {
+	return func(o *options) {
+		o.dependencies = append(o.dependencies, &dependency[Obj, Dep]{table: table, mapper: mapper})
+	}
+}
+
+// dependency is one WithDependency option.
+type dependency[Obj, Dep any] struct {
+	table  statedb.Table[Dep]
+	mapper func(Dep, bool) []statedb.Query[Obj]
+}
+
+// dependencyOf is a dependency of a reconciler of Obj, whatever its table's
+// object type.
+type dependencyOf[Obj any] interface {
+	register(r *reconciler[Obj]) (job.Job, error)
+}
+
+// registerDependencies checks the dependencies and returns their jobs.
+func registerDependencies[Obj any](r *reconciler[Obj]) ([]job.Job, error) {
+	var jobs []job.Job
+	for _, d := range r.opts.dependencies {
+		dep, ok := d.(dependencyOf[Obj])
+		if !ok {
+			return nil, fmt.Errorf("reconciler.Register: WithDependency's queries are not of the reconciled table's type %T: %w", *new(Obj), ErrInvalidConfig)
+		}
+		j, err := dep.register(r)
+		if err != nil {
+			return nil, err
+		}
+		jobs = append(jobs, j)
+	}
+	return jobs, nil
+}
+
+func (d *dependency[Obj, Dep]) register(r *reconciler[Obj]) (job.Job, error) {
+	switch {
+	case d.table == nil || d.mapper == nil:
+		return nil, fmt.Errorf("reconciler.Register: WithDependency needs a table and a mapper: %w", ErrInvalidConfig)
+	case d.table.Name() == r.table.Name():
+		return nil, fmt.Errorf("reconciler.Register: table %q cannot be a dependency of itself: %w", d.table.Name(), ErrInvalidConfig)
+	}
+	wtxn := r.db.WriteTxn(d.table)
+	changes, err := d.table.Changes(wtxn)
+	wtxn.Commit()
+	if err != nil {
+		return nil, fmt.Errorf("reconciler.Register: watching changes of dependency %q: %w", d.table.Name(), err)
+	}
+	t := &dependencyTracker[Obj, Dep]{r: r, d: d, changes: changes}
+	runtime.AddCleanup(t, statedb.ChangeIterator[Dep].Close, changes)
+	return job.OneShot(r.jobName("dependency-"+d.table.Name()), t.run), nil
+}
+
+// dependencyTracker is the job of one dependency.
+type dependencyTracker[Obj, Dep any] struct {
+	r       *reconciler[Obj]
+	d       *dependency[Obj, Dep]
+	changes statedb.ChangeIterator[Dep] // lives as long as the tracker
+}
+
+func (t *dependencyTracker[Obj, Dep]) run(ctx context.Context, health cell.Health) error {
+	var queries []statedb.Query[Obj]
+	for {
+		seq, watch := t.changes.Next(t.r.db.ReadTxn())
+		for change := range seq {
+			queries = append(queries, t.d.mapper(change.Object, change.Deleted)...)
+			if len(queries) >= refreshBatch {
+				if err := t.mark(queries); err != nil {
+					health.Degraded("Failed to mark objects that depend on "+t.d.table.Name(), err)
+				}
+				clear(queries)
+				queries = queries[:0]
+			}
+		}
+		if err := t.mark(queries); err != nil {
+			health.Degraded("Failed to mark objects that depend on "+t.d.table.Name(), err)
+		} else {
+			health.OK("Watching " + t.d.table.Name())
+		}
+		clear(queries)
+		queries = queries[:0]
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-watch:
+		}
+	}
+}
+
+// mark sets the objects that the queries find to Refreshing, unless they
+// already are Pending or Refreshing. A query that StateDB rejects (one on
+// an index the table does not have panics in Get) is a bug in the mapper:
+// nothing is marked and the error is returned.
+func (t *dependencyTracker[Obj, Dep]) mark(queries []statedb.Query[Obj]) (err error) {
+	if len(queries) == 0 {
+		return nil
+	}
+	r := t.r
+	now := r.now()
+	marked := 0
+	wtxn := r.db.WriteTxn(r.table)
+	defer func() {
+		if v := recover(); v != nil {
+			wtxn.Abort()
+			err = fmt.Errorf("WithDependency mapper for %q returned a bad query: %v", t.d.table.Name(), v)
+			r.log.Error("Reconciler dependency failed", "error", err)
+		}
+	}()
+	for _, q := range queries {
+		obj, _, found := r.table.Get(wtxn, q)
+		if !found || r.getStatus(obj).IsPendingOrRefreshing() {
+			continue
+		}
+		if _, _, err := r.table.Insert(wtxn, r.setStatus(r.clone(obj), status.RefreshingAt(now))); err == nil {
+			marked++
+		}
+	}
+	wtxn.Commit()
+	if marked > 0 && r.metrics.refresh != nil {
+		r.metrics.refresh.RefreshMarked(r.moduleID, r.opts.name, marked)
+	}
+	return nil
+}
