@@ -30,8 +30,9 @@ const pollInterval = 10 * time.Millisecond
 // that wait block the script until their condition holds, --timeout passes
 // (an error saying what was last seen) or the script's context ends; they
 // do not sleep but wake on StateDB watch channels and on the target's and
-// call logs' change channels, except reconciler/health, which polls
-// because cell.SimpleHealth has no change notification.
+// call logs' change channels, except reconciler/health and
+// reconciler/metrics, which poll because cell.SimpleHealth and expvar have
+// no change notification.
 func ScriptCommands(reg *Registry) map[string]script.Cmd {
 	return map[string]script.Cmd{
 		"reconciler/wait":         waitCmd(reg),
@@ -39,6 +40,7 @@ func ScriptCommands(reg *Registry) map[string]script.Cmd {
 		"reconciler/prune":        pruneCmd(reg),
 		"reconciler/health":       healthCmd(reg),
 		"reconciler/metrics":      metricsCmd(reg),
+		"reconciler/retries":      retriesCmd(reg),
 		"reconciler/target":       targetCmd(reg),
 		"reconciler/target/set":   targetSetCmd(reg),
 		"reconciler/target/unset": targetUnsetCmd(reg),

@@ -84,6 +84,7 @@ func TestCommandErrors(t *testing.T) {
 		{"reconciler/calls --in-flight --min=1 --timeout=30ms", "waiting for calls in flight (op"},
 		{"reconciler/metrics 'nothing like this' --timeout=30ms", `no line matches "nothing like this" in:`},
 		{"reconciler/metrics '('", "bad regexp"},
+		{"reconciler/retries", `no "reconciler-retries" table in the hive's StateDB: include reconciler.TablesCell`},
 	} {
 		err := r.run(tc.line)
 		if assert.Error(t, err, tc.line) {
@@ -122,6 +123,28 @@ func TestCommandsNeedWhatTheyUse(t *testing.T) {
 
 	assert.ErrorContains(t, reconcilertest.Add(bare, reconcilertest.Subject[*item]{Name: "x"}),
 		`reconcilertest.Add("x"): Subject.DB must not be nil`)
+}
+
+func TestRetriesCommandErrors(t *testing.T) {
+	f := newFixture(t, []string{"-tables"})
+	r := newScriptRunner(t, f.engine())
+	require.NoError(t, r.run("hive start"))
+	require.NoError(t, r.run("db/insert items a.yaml"))
+	require.NoError(t, r.run("reconciler/wait --key=a"))
+	for _, tc := range []struct{ line, err string }{
+		{"reconciler/retries '('", "bad regexp"},
+		{"reconciler/retries a b", "invalid usage: expected at most one regexp"},
+		{"reconciler/retries --timeout=30ms '^a: '", "timed out after 30ms waiting for a failing object to match: no failing objects"},
+		{"reconciler/retries --timeout=0s", "--timeout must be positive"},
+	} {
+		err := r.run(tc.line)
+		if assert.Error(t, err, tc.line) {
+			assert.Contains(t, err.Error(), tc.err, tc.line)
+		}
+	}
+	// Nothing fails: it prints nothing, and --absent holds at once.
+	require.NoError(t, r.run("reconciler/retries"))
+	require.NoError(t, r.run("reconciler/retries --absent --timeout=30ms"))
 }
 
 // newBareSubject strips the fixture's (populated) reconciler to the

@@ -69,6 +69,7 @@
 //	reconciler/calls --in-flight         the same for the calls started and not yet returned
 //	reconciler/fault [MODE|clear]        inject a fault (--key, --op, --next, --prob, --seed, --duration)
 //	reconciler/metrics [REGEXP...]       print the expvar metrics, or wait until each regexp matches a line
+//	reconciler/retries [REGEXP]          print the failing objects (reconciler.TablesCell), or wait until one matches (--absent)
 //
 // The commands find reconcilers in a [Registry] that the code registering
 // them fills with [Add]. They look them up when they run, so the registry
@@ -117,13 +118,24 @@
 // initialization removes what is no longer wanted. testdata/restart.txtar
 // in this package is an example.
 //
-// # Retries, pause and resume
+// # Failing objects, pause and resume
 //
-// Package reconciler does not yet expose its retry queue, nor a way to
-// pause and resume a reconciler. Commands to show the retry queue
-// (reconciler/retries) and to pause and resume (reconciler/pause,
-// reconciler/resume) will be added here together with those APIs, built on
-// them like the other commands are built on the public API. Until then,
-// reconciler/health lists the failing objects with their errors, and
-// reconciler/calls shows every attempt.
+// With [reconciler.TablesCell] in the hive, reconcilers keep a row per
+// failing object in the "reconciler-retries" table; reconciler/retries
+// prints a reconciler's rows (attempts, first failure, next attempt, last
+// error) and waits, on the table's watch channel, until a row matching a
+// regexp appears or, with --absent, is gone:
+//
+//	reconciler/fault --key=b error
+//	db/insert items b.yaml
+//	reconciler/retries '^b: update attempts=[2-9]'
+//	reconciler/fault --key=b clear
+//	reconciler/retries --absent
+//
+// Without TablesCell it fails, saying so; reconciler/health lists the
+// failing objects with their errors instead, and reconciler/calls shows
+// every attempt. The statedb command "db/show reconcilers" shows each
+// reconciler's state and figures. Commands to pause and resume a
+// reconciler (reconciler/pause, reconciler/resume) will be added here
+// together with that API.
 package reconcilertest

@@ -57,6 +57,7 @@ type fixtureFlags struct {
 	prune       time.Duration
 	reconcilers string
 	sameHive    bool
+	tables      bool
 }
 
 func parseFixtureFlags(args []string) (fixtureFlags, error) {
@@ -67,6 +68,7 @@ func parseFixtureFlags(args []string) (fixtureFlags, error) {
 	fs.DurationVar(&f.prune, "prune", 0, "WithPruning interval (0: WithoutPruning)")
 	fs.StringVar(&f.reconcilers, "reconcilers", "", "comma-separated names of reconcilers sharing Statuses")
 	fs.BoolVar(&f.sameHive, "same-hive", false, "use the hive's own commands: 'hive start' after 'hive stop' starts the same hive")
+	fs.BoolVar(&f.tables, "tables", false, "include reconciler.TablesCell, for reconciler/retries")
 	return f, fs.Parse(args)
 }
 
@@ -112,7 +114,7 @@ func newFixture(t testing.TB, args []string) *fixture {
 // items table, which has an initializer that "items/init" completes, and
 // the reconcilers.
 func (f *fixture) newHive() *hive.Hive {
-	return hive.New(
+	cells := []cell.Cell{
 		statedb.Cell,
 		job.Cell,
 		cell.Provide(cell.NewSimpleHealth),
@@ -121,7 +123,11 @@ func (f *fixture) newHive() *hive.Hive {
 			cell.Provide(job.Registry.NewGroup),
 			cell.Provide(f.register),
 		),
-	)
+	}
+	if f.flags.tables {
+		cells = append(cells, reconciler.TablesCell)
+	}
+	return hive.New(cells...)
 }
 
 func (f *fixture) register(p reconciler.Params, health *cell.SimpleHealth, reg *reconcilertest.Registry) (hive.ScriptCmdOut, error) {

@@ -75,6 +75,12 @@ type Subject[Obj any] struct {
 	// Metrics is the metrics.ExpVar given to reconciler.WithMetrics, for
 	// reconciler/metrics.
 	Metrics *metrics.ExpVar
+
+	// ModuleID is the module the reconciler was registered in
+	// (reconciler.Params' ModuleID). reconciler/retries uses it to find the
+	// reconciler's rows; without it, it uses the one reconciler of the
+	// reconcilers table with the Subject's name.
+	ModuleID cell.FullModuleID
 }
 
 // Add adds s to reg, replacing any subject with the same name. It returns

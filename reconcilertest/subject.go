@@ -31,6 +31,8 @@ type subject interface {
 	recorder() CallRecorder
 
 	health() (*cell.SimpleHealth, string)
+	// moduleID is Subject.ModuleID, if set.
+	moduleID() (cell.FullModuleID, bool)
 	metrics() *metrics.ExpVar
 	target() targetView
 	faults() faultControl
@@ -156,6 +158,10 @@ func (t *typedSubject[Obj]) health() (*cell.SimpleHealth, string) {
 }
 
 func (t *typedSubject[Obj]) metrics() *metrics.ExpVar { return t.s.Metrics }
+
+func (t *typedSubject[Obj]) moduleID() (cell.FullModuleID, bool) {
+	return t.s.ModuleID, len(t.s.ModuleID) > 0
+}
 
 func (t *typedSubject[Obj]) target() targetView {
 	if t.s.Target == nil {

@@ -1,0 +1,185 @@
+package reconcilertest
+
+import (
+	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cilium/hive/script"
+	"github.com/cilium/statedb"
+	"github.com/spf13/pflag"
+
+	"github.com/converge-go/converge/metrics"
+	"github.com/converge-go/converge/reconciler"
+)
+
+func retriesCmd(reg *Registry) script.Cmd {
+	return script.Command(
+		script.CmdUsage{
+			Summary: "print the reconciler's failing objects, or wait until one matches",
+			Args:    "[regexp]",
+			Flags: func(fs *pflag.FlagSet) {
+				nameFlag(fs)
+				timeoutFlag(fs)
+				fs.Bool("absent", false, "wait until no line matches the regexp (until no object fails, without one)")
+			},
+			Detail: []string{
+				"Prints the reconciler's rows of the reconciler-retries table, which",
+				"reconciler.TablesCell provides (the hive must include it), one line per",
+				"failing object, sorted by key:",
+				"",
+				"  KEY: OP attempts=N first-failed=AGE next=NEXT error=MESSAGE",
+				"",
+				"OP is update or delete, AGE how long ago the object first failed, and NEXT",
+				"'in DURATION' or 'running' while an attempt runs. With a regexp, waits until",
+				"a line matches it, for example '^b: .*attempts=[3-9]'; with --absent, until",
+				"no line does (or, without a regexp, until no object fails). The rows are",
+				"written once per round, so a retry shows up just after the Error status.",
+				"Waits on the table's watch channel.",
+			},
+			RegexpArgs: func(rawArgs ...string) []int {
+				if len(rawArgs) > 0 {
+					return []int{0}
+				}
+				return nil
+			},
+		},
+		func(s *script.State, args ...string) (script.WaitFunc, error) {
+			if len(args) > 1 {
+				return nil, fmt.Errorf("%w: expected at most one regexp", script.ErrUsage)
+			}
+			sub, err := lookup(s, reg)
+			if err != nil {
+				return nil, err
+			}
+			timeout, err := getTimeout(s)
+			if err != nil {
+				return nil, err
+			}
+			absent, err := s.Flags.GetBool("absent")
+			if err != nil {
+				return nil, err
+			}
+			var re *regexp.Regexp
+			if len(args) == 1 {
+				if re, err = regexp.Compile(args[0]); err != nil {
+					return nil, fmt.Errorf("bad regexp %q: %w", args[0], err)
+				}
+			}
+			tables, err := retryTables(sub.db())
+			if err != nil {
+				return nil, err
+			}
+			waiting := re != nil || absent
+			var lines []string
+			what := "for a failing object to match"
+			switch {
+			case absent && re == nil:
+				what = "for no object to fail"
+			case absent:
+				what = "for no failing object to match"
+			}
+			err = waitFor(s, timeout, what, func() (bool, watches, string, error) {
+				var w watches
+				lines, w, err = tables.lines(sub, time.Now())
+				if err != nil {
+					return false, watches{}, "", err
+				}
+				matched := slices.ContainsFunc(lines, func(l string) bool { return re == nil || re.MatchString(l) })
+				state := "failing objects:\n" + strings.Join(lines, "\n")
+				if len(lines) == 0 {
+					state = "no failing objects"
+				}
+				if !waiting {
+					return true, w, state, nil
+				}
+				return matched != absent, w, state, nil
+			})
+			if err != nil {
+				return nil, err
+			}
+			out := strings.Join(lines, "\n")
+			if out != "" {
+				out += "\n"
+			}
+			return func(*script.State) (string, string, error) { return out, "", nil }, nil
+		},
+	)
+}
+
+// retryTableSet is the tables of reconciler.TablesCell, found by name.
+type retryTableSet struct {
+	reconcilers statedb.Table[*reconciler.Info]
+	retries     statedb.Table[*reconciler.RetryInfo]
+}
+
+// retryTables finds the tables of reconciler.TablesCell in db.
+func retryTables(db *statedb.DB) (retryTableSet, error) {
+	var t retryTableSet
+	txn := db.ReadTxn()
+	recs, _ := db.GetTable(txn, reconciler.ReconcilersTableName).(statedb.Table[*reconciler.Info])
+	retries, _ := db.GetTable(txn, reconciler.RetriesTableName).(statedb.Table[*reconciler.RetryInfo])
+	if recs == nil || retries == nil {
+		return t, fmt.Errorf("no %q table in the hive's StateDB: include reconciler.TablesCell in the hive to keep the failing objects of reconcilers", reconciler.RetriesTableName)
+	}
+	t.reconcilers, t.retries = recs, retries
+	return t, nil
+}
+
+// lines returns the lines of sub's failing objects, and the channels that
+// close when they (or, while sub's ID is not known, the reconcilers table)
+// change.
+func (t retryTableSet) lines(sub subject, now time.Time) ([]string, watches, error) {
+	txn := sub.db().ReadTxn()
+	id, watch, err := t.reconcilerID(txn, sub)
+	if err != nil || id == "" {
+		return nil, watches{watch}, err
+	}
+	rows, watch := t.retries.ListWatch(txn, reconciler.RetryByReconciler.Query(id))
+	var lines []string
+	for r := range rows {
+		lines = append(lines, formatRetry(r, now))
+	}
+	slices.Sort(lines)
+	return lines, watches{watch}, nil
+}
+
+// reconcilerID returns the ID of sub in the reconcilers table: from its
+// ModuleID if the Subject has one, else the one row with sub's name. It
+// returns "" and the table's watch channel while there is no such row yet.
+func (t retryTableSet) reconcilerID(txn statedb.ReadTxn, sub subject) (string, <-chan struct{}, error) {
+	if mod, ok := sub.moduleID(); ok {
+		return metrics.Key(mod, sub.subjectName()), nil, nil
+	}
+	rows, watch := t.reconcilers.AllWatch(txn)
+	var ids []string
+	for r := range rows {
+		if r.Name == sub.subjectName() {
+			ids = append(ids, r.ID)
+		}
+	}
+	if len(ids) > 1 {
+		return "", nil, fmt.Errorf("several reconcilers named %q in table %q (%s): set Subject.ModuleID to choose one", sub.subjectName(), reconciler.ReconcilersTableName, quoteAll(ids))
+	}
+	if len(ids) == 0 {
+		return "", watch, nil
+	}
+	return ids[0], nil, nil
+}
+
+// formatRetry renders a row of the retries table as one line.
+func formatRetry(r *reconciler.RetryInfo, now time.Time) string {
+	op := "update"
+	if r.Delete {
+		op = "delete"
+	}
+	next := "running"
+	if !r.NextAttempt.IsZero() {
+		next = "in " + r.NextAttempt.Sub(now).Round(time.Millisecond).String()
+	}
+	return fmt.Sprintf("%s: %s attempts=%s first-failed=%s next=%s error=%s",
+		r.Key, op, strconv.Itoa(r.Attempts), now.Sub(r.FirstFailed).Round(time.Millisecond), next, r.LastError)
+}
