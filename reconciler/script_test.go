@@ -3,6 +3,7 @@ package reconciler_test
 import (
 	"context"
 	"flag"
+	"fmt"
 	"maps"
 	"strings"
 	"testing"
@@ -15,11 +16,13 @@ import (
 	"github.com/cilium/hive/script"
 	"github.com/cilium/hive/script/scripttest"
 	"github.com/cilium/statedb"
+	prom "github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	convergeindex "github.com/converge-go/converge/index"
 	"github.com/converge-go/converge/metrics"
+	convergeprom "github.com/converge-go/converge/metrics/prometheus"
 	"github.com/converge-go/converge/reconciler"
 	"github.com/converge-go/converge/reconcilertest"
 	"github.com/converge-go/converge/status"
@@ -46,6 +49,8 @@ type scriptFlags struct {
 	reconcilers string
 	timeout     time.Duration
 	newHive     bool
+	tables      bool
+	metrics     string
 }
 
 func parseScriptFlags(args []string) (scriptFlags, error) {
@@ -60,7 +65,15 @@ func parseScriptFlags(args []string) (scriptFlags, error) {
 	fs.StringVar(&f.reconcilers, "reconcilers", "", "comma-separated names of reconcilers sharing Statuses")
 	fs.DurationVar(&f.timeout, "op-timeout", 0, "WithOperationTimeout")
 	fs.BoolVar(&f.newHive, "new-hive", false, "'hive start' after 'hive stop' starts a new hive (reconcilertest.Restarter), not the same one")
-	return f, fs.Parse(args)
+	fs.BoolVar(&f.tables, "tables", false, "include reconciler.TablesCell (the reconcilers and reconciler-retries tables)")
+	fs.StringVar(&f.metrics, "metrics", "expvar", "the reconcilers' metrics: expvar (reconciler/metrics) or prometheus (prom/metrics)")
+	if err := fs.Parse(args); err != nil {
+		return f, err
+	}
+	if f.metrics != "expvar" && f.metrics != "prometheus" {
+		return f, fmt.Errorf("-metrics: want expvar or prometheus, got %q", f.metrics)
+	}
+	return f, nil
 }
 
 func itemKey(it *item) string   { return it.ID }
@@ -81,20 +94,41 @@ func newScriptEngine(t testing.TB, args []string) *script.Engine {
 	}
 	ops := reconcilertest.NewFaultyOps(itemKey, tgt, batch)
 	newHive := func() *hive.Hive {
-		m := metrics.NewUnpublishedExpVar() // a new process starts counting from zero
-		return hive.New(
+		// A new process starts counting from zero.
+		var (
+			m       metrics.Metrics
+			expVar  *metrics.ExpVar
+			promCmd = cell.Group()
+		)
+		switch flags.metrics {
+		case "prometheus":
+			pm := convergeprom.New()
+			preg := prom.NewPedanticRegistry()
+			preg.MustRegister(pm)
+			m = pm
+			promCmd = cell.Provide(func() hive.ScriptCmdOut { return hive.NewScriptCmd("prom/metrics", promMetricsCmd(preg)) })
+		default:
+			expVar = metrics.NewUnpublishedExpVar()
+			m = expVar
+		}
+		cells := []cell.Cell{
 			statedb.Cell,
 			job.Cell,
 			cell.Provide(cell.NewSimpleHealth),
+			promCmd,
 			cell.Module("test", "Script test module",
 				cell.Provide(job.Registry.NewGroup),
 				cell.Provide(func(p reconciler.Params, health *cell.SimpleHealth) (hive.ScriptCmdOut, error) {
-					return registerScriptReconcilers(p, flags, reconcilertest.Subject[*item]{
-						Target: tgt, Faults: ops, Health: health, Metrics: m,
+					return registerScriptReconcilers(p, flags, m, reconcilertest.Subject[*item]{
+						Target: tgt, Faults: ops, Health: health, Metrics: expVar, ModuleID: p.ModuleID,
 					}, reg)
 				}),
 			),
-		)
+		}
+		if flags.tables {
+			cells = append(cells, reconciler.TablesCell)
+		}
+		return hive.New(cells...)
 	}
 
 	var cmds map[string]script.Cmd
@@ -117,7 +151,7 @@ func newScriptEngine(t testing.TB, args []string) *script.Engine {
 // registerScriptReconcilers creates the items table, with an initializer
 // that the items/init command completes, and registers the reconcilers the
 // flags ask for, adding each to reg as base with its own fields filled in.
-func registerScriptReconcilers(p reconciler.Params, flags scriptFlags, base reconcilertest.Subject[*item], reg *reconcilertest.Registry) (hive.ScriptCmdOut, error) {
+func registerScriptReconcilers(p reconciler.Params, flags scriptFlags, m metrics.Metrics, base reconcilertest.Subject[*item], reg *reconcilertest.Registry) (hive.ScriptCmdOut, error) {
 	table, err := statedb.NewTable(p.DB, "items", itemID, convergeindex.NewStatusIndex((*item).getStatus))
 	if err != nil {
 		return hive.ScriptCmdOut{}, err
@@ -139,7 +173,7 @@ func registerScriptReconcilers(p reconciler.Params, flags scriptFlags, base reco
 	}
 	for _, name := range names {
 		opts := []reconciler.Option{
-			reconciler.WithMetrics(base.Metrics),
+			reconciler.WithMetrics(m),
 			reconciler.WithRetry(flags.retryMin, flags.retryMax),
 			reconciler.WithConcurrency(flags.workers),
 			reconciler.WithOperationTimeout(flags.timeout),

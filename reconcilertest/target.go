@@ -94,7 +94,8 @@ func (t *Target[Obj]) delete(ctx context.Context, rev statedb.Revision, obj Obj,
 }
 
 // Prune implements [reconciler.Operations]: it removes every key that no
-// object of objects has.
+// object of objects has, and reports how many it removed as drift repaired
+// ([reconciler.ReportRepaired]).
 func (t *Target[Obj]) Prune(ctx context.Context, txn statedb.ReadTxn, objects iter.Seq2[Obj, statedb.Revision]) error {
 	c := Call{Op: OpPrune, Txn: txn, Err: ctx.Err()}
 	id := t.begin(c)
@@ -114,6 +115,7 @@ func (t *Target[Obj]) Prune(ctx context.Context, txn statedb.ReadTxn, objects it
 		slices.Sort(c.Removed)
 		t.notify()
 		t.mu.Unlock()
+		reconciler.ReportRepaired(ctx, len(c.Removed))
 	}
 	t.finish(id, c)
 	return c.Err
