@@ -9,9 +9,11 @@ import (
 // Failure logs are rate limited per reconciler, so that a storm of failures
 // cannot flood the log: an object's first failure is logged at Warn level
 // if the reconciler has logged fewer than failLogBurst failures in the last
-// failLogInterval; otherwise it is counted, and the count is added to the
-// next line logged ("suppressed"). Later failures of an object that keeps
-// failing are logged at Debug level only.
+// failLogInterval; otherwise it is counted, and the count is added
+// ("suppressed") to the first Warn line once the window has passed: the
+// next first failure, or, if the next failure is a later failure of an
+// object that keeps failing, a Warn line for it. Later failures of an
+// object that keeps failing are otherwise logged at Debug level only.
 const (
 	failLogBurst    = 10
 	failLogInterval = 10 * time.Second
@@ -33,14 +35,23 @@ func (l *loop[Obj]) logFailure(o *op[Obj], now time.Time) {
 		what = "delete"
 	}
 	attempt := o.attempts + 1
+	if now.Sub(f.windowStart) >= failLogInterval {
+		f.windowStart, f.inWindow = now, 0
+	}
 	if attempt > 1 {
+		if f.suppressed > 0 && f.inWindow < failLogBurst {
+			// A storm's objects may only fail again, never for the first
+			// time: report what was suppressed with this failure.
+			f.inWindow++
+			r.log.Warn("Reconciler operation failed again; earlier failure logs were suppressed",
+				"operation", what, "key", l.key(o), "attempt", attempt, "error", o.err, "suppressed", f.suppressed)
+			f.suppressed = 0
+			return
+		}
 		if r.log.Enabled(context.Background(), slog.LevelDebug) {
 			r.log.Debug("Reconciler operation failed again", "operation", what, "key", l.key(o), "attempt", attempt, "error", o.err)
 		}
 		return
-	}
-	if now.Sub(f.windowStart) >= failLogInterval {
-		f.windowStart, f.inWindow = now, 0
 	}
 	if f.inWindow >= failLogBurst {
 		f.suppressed++
