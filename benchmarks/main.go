@@ -62,173 +62,6 @@ func main() {
 	}
 }
 
-var allWorkloads = []string{"incremental", "floor", "latency", "slow", "retry", "prune", "refresh"}
-
-// options are the parsed command line.
-type options struct {
-	cfg        config
-	workloads  []string
-	impls      []impl
-	repeats    int
-	quick      bool
-	cpuprofile string
-	memprofile string
-	trace      string
-}
-
-func parseFlags(args []string, stderr io.Writer) (options, error) {
-	var o options
-	fs := flag.NewFlagSet("benchmarks", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	workloads := fs.String("workloads", strings.Join(allWorkloads, ","), "comma-separated workloads to run, or \"all\": "+strings.Join(allWorkloads, ", "))
-	impls := fs.String("impls", "converge,upstream,floor", "comma-separated implementations to run (converge, upstream, floor); use one to profile it alone")
-	fs.IntVar(&o.repeats, "repeats", 3, "runs of each workload; the table shows the median")
-	fs.BoolVar(&o.quick, "quick", false, "shrink every size and run once, for a smoke run (explicit size flags still win)")
-	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run to `file`")
-	fs.StringVar(&o.memprofile, "memprofile", "", "write an allocation profile of the whole run to `file`")
-	fs.StringVar(&o.trace, "trace", "", "write an execution trace of the whole run to `file` (go tool trace); keep sizes small")
-	fs.IntVar(&o.cfg.objects, "objects", 1_000_000, "objects in the incremental, floor, prune and refresh workloads")
-	fs.IntVar(&o.cfg.txnSize, "txn", 1000, "objects per insert write transaction")
-	fs.IntVar(&o.cfg.latencySamples, "latency-samples", 1000, "latency samples per run")
-	fs.DurationVar(&o.cfg.latencyGap, "latency-gap", 5*time.Millisecond, "pause before each sample of the idle latency rows")
-	fs.IntVar(&o.cfg.slowObjects, "slow-objects", 2000, "objects in the slow target workload")
-	fs.DurationVar(&o.cfg.slowDelay, "slow-delay", time.Millisecond, "duration of each Update in the slow target workload")
-	fs.IntVar(&o.cfg.concurrency, "concurrency", 64, "converge workers in the slow target's second row")
-	fs.IntVar(&o.cfg.retryObjects, "retry-objects", 100_000, "objects in the retry storm workload")
-	fs.DurationVar(&o.cfg.retryMin, "retry-min", 10*time.Millisecond, "minimum retry backoff in the retry storm")
-	fs.DurationVar(&o.cfg.retryMax, "retry-max", 100*time.Millisecond, "maximum retry backoff in the retry storm")
-	fs.DurationVar(&o.cfg.timeout, "timeout", 5*time.Minute, "give up on a single run after this long")
-	if err := fs.Parse(args); err != nil {
-		return o, err
-	}
-	if fs.NArg() > 0 {
-		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
-	}
-	if o.quick {
-		set := map[string]bool{}
-		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-		shrink := func(name string, p *int, v int) {
-			if !set[name] {
-				*p = v
-			}
-		}
-		shrink("objects", &o.cfg.objects, 20_000)
-		shrink("latency-samples", &o.cfg.latencySamples, 200)
-		shrink("slow-objects", &o.cfg.slowObjects, 200)
-		shrink("retry-objects", &o.cfg.retryObjects, 5_000)
-		shrink("repeats", &o.repeats, 1)
-	}
-
-	for _, w := range splitList(*workloads) {
-		switch {
-		case w == "all":
-			o.workloads = append(o.workloads, allWorkloads...)
-		case slices.Contains(allWorkloads, w):
-			o.workloads = append(o.workloads, w)
-		default:
-			return o, fmt.Errorf("unknown workload %q (want one of %s)", w, strings.Join(allWorkloads, ", "))
-		}
-	}
-	for _, name := range splitList(*impls) {
-		i := slices.IndexFunc([]impl{implConverge, implUpstream, implFloor}, func(i impl) bool { return i.String() == name })
-		if i < 0 {
-			return o, fmt.Errorf("unknown implementation %q (want converge, upstream or floor)", name)
-		}
-		o.impls = append(o.impls, impl(i))
-	}
-	c := o.cfg
-	switch {
-	case len(o.workloads) == 0:
-		return o, errors.New("no workload selected")
-	case len(o.impls) == 0:
-		return o, errors.New("no implementation selected")
-	case o.repeats < 1:
-		return o, fmt.Errorf("-repeats must be at least 1, got %d", o.repeats)
-	case c.objects < 1 || c.txnSize < 1 || c.latencySamples < 1 || c.slowObjects < 1 || c.retryObjects < 1:
-		return o, errors.New("sizes must be positive")
-	case c.concurrency < 1:
-		return o, fmt.Errorf("-concurrency must be at least 1, got %d", c.concurrency)
-	case c.retryMin <= 0 || c.retryMax < c.retryMin:
-		return o, errors.New("-retry-min must be positive and at most -retry-max")
-	case c.latencyGap < 0 || c.slowDelay < 0 || c.timeout <= 0:
-		return o, errors.New("durations must not be negative, and -timeout must be positive")
-	}
-	return o, nil
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, f := range strings.Split(s, ",") {
-		if f = strings.TrimSpace(f); f != "" {
-			out = append(out, f)
-		}
-	}
-	return out
-}
-
-// runCase is one measured configuration of a workload, run once per
-// implementation and repeat.
-type runCase struct {
-	name     string // results key
-	workload string // the -workloads entry that selects it
-	impls    []impl // who runs it, before the -impls filter
-	fn       func(ctx context.Context, cfg config, im impl) (measurement, error)
-}
-
-func cases() []runCase {
-	both := []impl{implConverge, implUpstream}
-	return []runCase{
-		// The allocation baseline: the inserter alone.
-		{"insert only", "incremental", []impl{implNone}, func(ctx context.Context, c config, im impl) (measurement, error) {
-			return incremental(ctx, c, im, false)
-		}},
-		{"incremental single", "incremental", both, func(ctx context.Context, c config, im impl) (measurement, error) {
-			return incremental(ctx, c, im, false)
-		}},
-		{"incremental batch", "incremental", both, func(ctx context.Context, c config, im impl) (measurement, error) {
-			return incremental(ctx, c, im, true)
-		}},
-		{"floor", "floor", []impl{implFloor}, func(ctx context.Context, c config, im impl) (measurement, error) {
-			return incremental(ctx, c, im, false)
-		}},
-		{"latency back-to-back", "latency", both, func(ctx context.Context, c config, im impl) (measurement, error) {
-			return latency(ctx, c, im, 0)
-		}},
-		{"latency idle", "latency", both, func(ctx context.Context, c config, im impl) (measurement, error) {
-			return latency(ctx, c, im, c.latencyGap)
-		}},
-		{"slow default", "slow", both, func(ctx context.Context, c config, im impl) (measurement, error) {
-			return slowTarget(ctx, c, im, 0)
-		}},
-		{"slow concurrent", "slow", []impl{implConverge}, func(ctx context.Context, c config, im impl) (measurement, error) {
-			return slowTarget(ctx, c, im, c.concurrency)
-		}},
-		{"retry single", "retry", both, func(ctx context.Context, c config, im impl) (measurement, error) {
-			return retryStorm(ctx, c, im, false)
-		}},
-		{"retry batch", "retry", both, func(ctx context.Context, c config, im impl) (measurement, error) {
-			return retryStorm(ctx, c, im, true)
-		}},
-		{"prune", "prune", both, prune},
-		{"refresh", "refresh", both, refresh},
-	}
-}
-
-// results holds every measured value: case, implementation, metric.
-type results map[string]map[impl]map[string][]float64
-
-func (r results) add(c string, im impl, m measurement) {
-	if r[c] == nil {
-		r[c] = map[impl]map[string][]float64{}
-	}
-	if r[c][im] == nil {
-		r[c][im] = map[string][]float64{}
-	}
-	for k, v := range m.values {
-		r[c][im][k] = append(r[c][im][k], v)
-	}
-}
-
 // run parses args, runs the selected workloads and writes the table to
 // stdout and progress to stderr.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
@@ -260,7 +93,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	}
 
 	var todo []runCase
-	for _, c := range cases() {
+	for _, c := range cases(o.cfg) {
 		if !slices.Contains(o.workloads, c.workload) {
 			continue
 		}
@@ -272,10 +105,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 		}
 	}
 
-	info := runInfo{loadStart: loadAverage()}
-	began := time.Now()
-	res := results{}
-	if slices.Contains(o.workloads, "incremental") || slices.Contains(o.workloads, "floor") {
+	info := runInfo{start: readMachineState()}
+	fmt.Fprintf(stderr, "[machine] load average %s, calibration loop %s\n", fmtLoad(info.start.load), info.start.calibrate.Round(100*time.Microsecond))
+	if slices.ContainsFunc(o.workloads, func(w string) bool { return w == "incremental" || w == "floor" || w == "overhead" || w == "curve" }) {
 		// The first run of a fresh process at full size is slower than the
 		// rest (the heap grows from nothing, its pages fault in), and the
 		// first reconciler to run would pay for it. An untimed floor run
@@ -286,25 +118,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 		}
 		fmt.Fprintf(stderr, "[warm-up] untimed floor run (%s)\n", time.Since(start).Round(time.Millisecond))
 	}
-	for rep := range o.repeats {
-		for _, c := range todo {
-			order := slices.Clone(c.impls)
-			if rep%2 == 1 {
-				slices.Reverse(order) // alternate who goes first
-			}
-			for _, im := range order {
-				if err := ctx.Err(); err != nil {
-					return err
-				}
-				start := time.Now()
-				m, err := c.fn(ctx, o.cfg, im)
-				if err != nil {
-					return fmt.Errorf("%s, %s: %w", c.name, im, err)
-				}
-				res.add(c.name, im, m)
-				fmt.Fprintf(stderr, "[%d/%d] %-18s %-11s %s (%s)\n", rep+1, o.repeats, c.name, im, m, time.Since(start).Round(time.Millisecond))
-			}
-		}
+	res, err := runAll(ctx, o, todo, stderr)
+	if err != nil {
+		return err
 	}
 	settle()
 
@@ -318,7 +134,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 			return err
 		}
 	}
-	info.took, info.loadEnd = time.Since(began), loadAverage()
+	info.end = readMachineState()
+	info.took = info.end.at.Sub(info.start.at)
+	info.warnings = busyWarnings(info.start, info.end)
+	for _, w := range info.warnings {
+		fmt.Fprintf(stderr, "WARNING: machine busy, figures are noise: %s\n", w)
+	}
 	printReport(stdout, o, res, info)
 	return nil
 }
@@ -338,18 +159,9 @@ func (m measurement) String() string {
 
 // runInfo describes the whole run for the report's header.
 type runInfo struct {
-	took               time.Duration
-	loadStart, loadEnd string
-}
-
-// loadAverage returns the 1, 5 and 15 minute load averages, or "?". Other
-// work on the machine shows up as noise in the figures.
-func loadAverage() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if f := strings.Fields(string(b)); err == nil && len(f) >= 3 {
-		return strings.Join(f[:3], " ")
-	}
-	return "?"
+	took       time.Duration
+	start, end machineState
+	warnings   []string // reasons to distrust the figures
 }
 
 // machine describes where the figures come from.

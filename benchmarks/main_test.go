@@ -27,6 +27,10 @@ func TestQuickRun(t *testing.T) {
 		"-latency-gap", "1ms",
 		"-slow-objects", "100",
 		"-retry-objects", "1000",
+		"-fresh-queued", "500",
+		"-overhead-objects", "2000",
+		"-curve-sizes", "1000,3000",
+		"-max-repeats", "2",
 	}
 	var stdout, stderr bytes.Buffer
 	if err := run(context.Background(), args, &stdout, &stderr); err != nil {
@@ -38,7 +42,7 @@ func TestQuickRun(t *testing.T) {
 	lines := strings.Split(out, "\n")
 	header := -1
 	for i, l := range lines {
-		if f := strings.Fields(l); len(f) == 5 && f[0] == "workload" {
+		if f := strings.Fields(l); len(f) == 6 && f[0] == "workload" {
 			header = i
 			break
 		}
@@ -46,7 +50,7 @@ func TestQuickRun(t *testing.T) {
 	if header < 0 {
 		t.Fatalf("no table header in output")
 	}
-	if got := strings.Fields(lines[header]); strings.Join(got, " ") != "workload converge upstream converge/upstream better" {
+	if got := strings.Fields(lines[header]); strings.Join(got, " ") != "workload converge upstream converge/upstream spread better" {
 		t.Errorf("header = %q", got)
 	}
 	rows := []string{
@@ -68,6 +72,8 @@ func TestQuickRun(t *testing.T) {
 		"6 retry storm, batch ops",
 		"7 prune 3k objects",
 		"7 refresh sweep 3k objects",
+		"8 fresh write behind 500 refreshes",
+		"8 fresh write behind 500 retries",
 	}
 	body := strings.Join(lines[header+1:], "\n")
 	for _, name := range rows {
@@ -83,6 +89,20 @@ func TestQuickRun(t *testing.T) {
 		line, _, _ = strings.Cut(line, "\n")
 		if strings.Contains(line, " - ") {
 			t.Errorf("row %q has a missing figure: %q", name, line)
+		}
+	}
+	for _, want := range []string{
+		"Metrics overhead", "prometheus+TablesCell",
+		"Cost curve", "Cost per object at 3k vs 1k",
+		"Incremental ns/object",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in output", want)
+		}
+	}
+	for _, l := range lines {
+		if f := strings.Fields(l); len(f) > 2 && (f[0] == "1000" || f[0] == "3000") && strings.Contains(l, " - ") {
+			t.Errorf("cost curve line has a missing figure: %q", l)
 		}
 	}
 }
@@ -109,6 +129,8 @@ func TestBadFlags(t *testing.T) {
 		{"-impls", "nope"},
 		{"-repeats", "0"},
 		{"-objects", "0"},
+		{"-spread", "0"},
+		{"-curve-sizes", "10x"},
 		{"-retry-min", "1s", "-retry-max", "1ms"},
 		{"extra"},
 	} {

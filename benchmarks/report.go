@@ -5,6 +5,7 @@ import (
 	"io"
 	"math"
 	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 )
@@ -50,10 +51,11 @@ func fmtDuration(d time.Duration) string {
 type row struct {
 	name       string
 	unit       unit
-	conv       float64 // NaN if not measured
-	ref        float64 // NaN if not measured
-	refName    string  // "upstream" or "floor"
-	refInTable bool    // label the reference value with refName
+	conv       float64   // NaN if not measured
+	ref        float64   // NaN if not measured
+	refName    string    // "upstream" or "floor"
+	refInTable bool      // label the reference value with refName
+	stat       ratioStat // paired ratios over the runs
 }
 
 func median(vs []float64) float64 {
@@ -83,68 +85,72 @@ func (r results) net(c string, im impl, metric string) float64 {
 	return v
 }
 
-func (r results) rows(o options) []row {
-	n := o.cfg.objects
-	rows := []row{
-		{name: "1 incremental, single ops", unit: unitRate},
-		{name: "1 incremental, batch ops", unit: unitRate},
-		{name: "2 bytes/object, single", unit: unitBytes},
-		{name: "2 bytes/object, batch", unit: unitBytes},
-		{name: "2 allocs/object, single", unit: unitAllocs},
-		{name: "2 allocs/object, batch", unit: unitAllocs},
-		{name: "3 floor: single ops vs floor", unit: unitRate, refName: "floor", refInTable: true},
-		{name: "3 floor: bytes/object vs floor", unit: unitBytes, refName: "floor", refInTable: true},
-		{name: "4 latency back-to-back p50", unit: unitNanos},
-		{name: "4 latency back-to-back p99", unit: unitNanos},
-		{name: fmt.Sprintf("4 idle latency (%s pause) p50", o.cfg.latencyGap), unit: unitNanos},
-		{name: fmt.Sprintf("4 idle latency (%s pause) p99", o.cfg.latencyGap), unit: unitNanos},
-		{name: "5 slow target, default (1 worker)", unit: unitRate},
-		{name: fmt.Sprintf("5 slow target, %d workers", o.cfg.concurrency), unit: unitRate},
-		{name: "6 retry storm, single ops", unit: unitSecs},
-		{name: "6 retry storm, batch ops", unit: unitSecs},
-		{name: fmt.Sprintf("7 prune %s objects", count(n)), unit: unitSecs},
-		{name: fmt.Sprintf("7 refresh sweep %s objects", count(n)), unit: unitSecs},
+// source is where a row of the main table comes from.
+type source struct {
+	name string
+	unit unit
+	def  ratioDef
+}
+
+// mainSources are the rows of the main table, in order. Gated rows are
+// repeated until their ratio's spread is within -spread.
+func mainSources(c config) []source {
+	conv := func(cs, metric string) sample { return sample{cs, implConverge, metric} }
+	up := func(cs, metric string) sample { return sample{cs, implUpstream, metric} }
+	fl := func(cs, metric string) sample { return sample{cs, implFloor, metric} }
+	vsUp := func(name string, u unit, cs, metric string) source {
+		return source{name, u, ratioDef{conv: conv(cs, metric), ref: up(cs, metric)}}
 	}
-	type src struct{ c, metric string }
-	sources := []struct {
-		conv, ref src
-		refImpl   impl
-		net       bool
-	}{
-		{src{"incremental single", "obj/s"}, src{"incremental single", "obj/s"}, implUpstream, false},
-		{src{"incremental batch", "obj/s"}, src{"incremental batch", "obj/s"}, implUpstream, false},
-		{src{"incremental single", "B/obj"}, src{"incremental single", "B/obj"}, implUpstream, true},
-		{src{"incremental batch", "B/obj"}, src{"incremental batch", "B/obj"}, implUpstream, true},
-		{src{"incremental single", "allocs/obj"}, src{"incremental single", "allocs/obj"}, implUpstream, true},
-		{src{"incremental batch", "allocs/obj"}, src{"incremental batch", "allocs/obj"}, implUpstream, true},
-		{src{"incremental single", "obj/s"}, src{"floor", "obj/s"}, implFloor, false},
-		{src{"incremental single", "B/obj"}, src{"floor", "B/obj"}, implFloor, true},
-		{src{"latency back-to-back", "p50"}, src{"latency back-to-back", "p50"}, implUpstream, false},
-		{src{"latency back-to-back", "p99"}, src{"latency back-to-back", "p99"}, implUpstream, false},
-		{src{"latency idle", "p50"}, src{"latency idle", "p50"}, implUpstream, false},
-		{src{"latency idle", "p99"}, src{"latency idle", "p99"}, implUpstream, false},
-		{src{"slow default", "obj/s"}, src{"slow default", "obj/s"}, implUpstream, false},
-		{src{"slow concurrent", "obj/s"}, src{"slow default", "obj/s"}, implUpstream, false},
-		{src{"retry single", "s"}, src{"retry single", "s"}, implUpstream, false},
-		{src{"retry batch", "s"}, src{"retry batch", "s"}, implUpstream, false},
-		{src{"prune", "s"}, src{"prune", "s"}, implUpstream, false},
-		{src{"refresh", "s"}, src{"refresh", "s"}, implUpstream, false},
+	rows := []source{
+		vsUp("1 incremental, single ops", unitRate, "incremental single", "obj/s"),
+		vsUp("1 incremental, batch ops", unitRate, "incremental batch", "obj/s"),
+		vsUp("2 bytes/object, single", unitBytes, "incremental single", "B/obj"),
+		vsUp("2 bytes/object, batch", unitBytes, "incremental batch", "B/obj"),
+		vsUp("2 allocs/object, single", unitAllocs, "incremental single", "allocs/obj"),
+		vsUp("2 allocs/object, batch", unitAllocs, "incremental batch", "allocs/obj"),
+		{"3 floor: single ops vs floor", unitRate, ratioDef{conv: conv("incremental single", "obj/s"), ref: fl("floor", "obj/s")}},
+		{"3 floor: bytes/object vs floor", unitBytes, ratioDef{conv: conv("incremental single", "B/obj"), ref: fl("floor", "B/obj"), net: true}},
+		vsUp("4 latency back-to-back p50", unitNanos, "latency back-to-back", "p50"),
+		vsUp("4 latency back-to-back p99", unitNanos, "latency back-to-back", "p99"),
+		vsUp(fmt.Sprintf("4 idle latency (%s pause) p50", c.latencyGap), unitNanos, "latency idle", "p50"),
+		vsUp(fmt.Sprintf("4 idle latency (%s pause) p99", c.latencyGap), unitNanos, "latency idle", "p99"),
+		vsUp("5 slow target, default (1 worker)", unitRate, "slow default", "obj/s"),
+		{fmt.Sprintf("5 slow target, %d workers", c.concurrency), unitRate, ratioDef{conv: conv("slow concurrent", "obj/s"), ref: up("slow default", "obj/s")}},
+		vsUp("6 retry storm, single ops", unitSecs, "retry single", "s"),
+		vsUp("6 retry storm, batch ops", unitSecs, "retry batch", "s"),
+		vsUp(fmt.Sprintf("7 prune %s objects", count(c.objects)), unitSecs, "prune", "s"),
+		vsUp(fmt.Sprintf("7 refresh sweep %s objects", count(c.objects)), unitSecs, "refresh", "s"),
+		vsUp(fmt.Sprintf("8 fresh write behind %s refreshes", count(c.freshQueued)), unitNanos, "fresh refresh", "latency"),
+		vsUp(fmt.Sprintf("8 fresh write behind %s retries", count(c.freshQueued)), unitNanos, "fresh retry", "latency"),
 	}
-	var out []row
-	for i, s := range sources {
-		rw := rows[i]
-		if rw.refName == "" {
-			rw.refName = "upstream"
+	for i := range rows {
+		d := &rows[i].def
+		if d.conv.metric == "B/obj" || d.conv.metric == "allocs/obj" {
+			d.net = true
 		}
+		// Throughput: the ratios the spread target is about.
+		d.gate = d.conv.metric == "obj/s" && strings.HasPrefix(d.conv.c, "incremental")
+	}
+	return rows
+}
+
+func (r results) rows(o options) []row {
+	var out []row
+	for _, s := range mainSources(o.cfg) {
 		get := r.median
-		if s.net {
+		if s.def.net {
 			get = r.net
 		}
-		rw.conv = get(s.conv.c, implConverge, s.conv.metric)
-		rw.ref = get(s.ref.c, s.refImpl, s.ref.metric)
-		if math.IsNaN(rw.conv) && math.IsNaN(rw.ref) || s.refImpl == implFloor && math.IsNaN(rw.ref) {
+		rw := row{name: s.name, unit: s.unit, refName: "upstream"}
+		if s.def.ref.im == implFloor {
+			rw.refName, rw.refInTable = "floor", true
+		}
+		rw.conv = get(s.def.conv.c, s.def.conv.im, s.def.conv.metric)
+		rw.ref = get(s.def.ref.c, s.def.ref.im, s.def.ref.metric)
+		if math.IsNaN(rw.conv) && math.IsNaN(rw.ref) || s.def.ref.im == implFloor && math.IsNaN(rw.ref) {
 			continue // workload not run
 		}
+		rw.stat = r.ratioStats(s.def)
 		out = append(out, rw)
 	}
 	return out
@@ -168,14 +174,19 @@ func fmtValue(u unit, v float64) string {
 }
 
 // verdict says who wins and by how much, e.g. "converge 1.35× faster".
+// The ratio is the median of the paired ratios when there are any, else
+// the ratio of the medians.
 func verdict(rw row) (ratio, better string) {
 	if math.IsNaN(rw.conv) || math.IsNaN(rw.ref) || rw.conv <= 0 || rw.ref <= 0 {
 		return "-", "-"
 	}
-	ratio = fmt.Sprintf("%.2f", rw.conv/rw.ref)
 	f := rw.conv / rw.ref // > 1 means converge is better
+	if rw.stat.n > 0 {
+		f = rw.stat.median
+	}
+	ratio = fmt.Sprintf("%.2f", f)
 	if !rw.unit.higherBetter {
-		f = rw.ref / rw.conv
+		f = 1 / f
 	}
 	switch {
 	case f >= 1.005:
@@ -189,25 +200,34 @@ func verdict(rw row) (ratio, better string) {
 func printReport(w io.Writer, o options, res results, info runInfo) {
 	c := o.cfg
 	fmt.Fprintf(w, "converge vs upstream (github.com/cilium/statedb/reconciler), %s\n", time.Now().Format("2006-01-02 15:04 MST"))
-	fmt.Fprintf(w, "machine: %s; load average %s at start, %s at end\n", machine(), info.loadStart, info.loadEnd)
-	fmt.Fprintf(w, "sizes: objects=%d txn=%d latency-samples=%d slow-objects=%d (Update %s) retry-objects=%d (WithRetry(%s, %s)); median of %d run(s); took %s\n\n",
-		c.objects, c.txnSize, c.latencySamples, c.slowObjects, c.slowDelay, c.retryObjects, c.retryMin, c.retryMax, o.repeats, info.took.Round(time.Second))
+	fmt.Fprintf(w, "machine: %s\n", machine())
+	fmt.Fprintf(w, "load average %s at start, %s at end; calibration loop %s at start, %s at end; other processes used %.0f%% of the CPU time\n",
+		fmtLoad(info.start.load), fmtLoad(info.end.load), info.start.calibrate.Round(100*time.Microsecond), info.end.calibrate.Round(100*time.Microsecond), 100*othersShare(info.start, info.end))
+	fmt.Fprintf(w, "sizes: objects=%d txn=%d latency-samples=%d slow-objects=%d (Update %s) retry-objects=%d (WithRetry(%s, %s)) fresh-queued=%d\n",
+		c.objects, c.txnSize, c.latencySamples, c.slowObjects, c.slowDelay, c.retryObjects, c.retryMin, c.retryMax, c.freshQueued)
+	fmt.Fprintf(w, "runs: at least %d of each workload; throughput ratios repeated up to %d runs until their spread is within ±%.0f%%; took %s\n",
+		o.repeats, o.maxRepeats, o.spread, info.took.Round(time.Second))
+	for _, warn := range info.warnings {
+		fmt.Fprintf(w, "WARNING: machine busy, figures are noise: %s\n", warn)
+	}
+	fmt.Fprintln(w)
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "workload\tconverge\tupstream\tconverge/upstream\tbetter")
+	fmt.Fprintln(tw, "workload\tconverge\tupstream\tconverge/upstream\tspread\tbetter")
 	for _, rw := range res.rows(o) {
 		ref := fmtValue(rw.unit, rw.ref)
 		if rw.refInTable && ref != "-" {
 			ref = rw.refName + " " + ref
 		}
 		ratio, better := verdict(rw)
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", rw.name, fmtValue(rw.unit, rw.conv), ref, ratio, better)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", rw.name, fmtValue(rw.unit, rw.conv), ref, ratio, rw.stat, better)
 	}
 	tw.Flush()
 
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Notes:")
-	fmt.Fprintln(w, "- ratio is converge's figure divided by the reference; \"better\" says who wins and by how much.")
+	fmt.Fprintln(w, "- ratio is the median over runs of converge's figure divided by the reference's in the same run; \"better\" says who wins and by how much.")
+	fmt.Fprintln(w, "- spread: ±95% confidence interval of the mean ratio (Student t on log ratios), then the lowest and highest ratio, over n paired runs.")
 	if len(res["floor"]) > 0 {
 		fmt.Fprintln(w, "- rows marked floor compare with a bare Changes() + CompareAndSwap loop (1000 per txn) in the upstream column.")
 	}
@@ -227,4 +247,10 @@ func printReport(w io.Writer, o options, res results, info runInfo) {
 		fmt.Fprintf(w, "- upstream single ops reach %.2f of the floor.\n", up/fl)
 	}
 	fmt.Fprintln(w, "- latency rows use default options for both; the slow target's worker row is compared with upstream's only (serial) mode.")
+	if len(res["fresh refresh"])+len(res["fresh retry"]) > 0 {
+		fmt.Fprintf(w, "- fresh write rows: one insert's time from commit to Done while %d objects marked Refreshing, or failing on every attempt (WithRetry(%s, %s)), wait.\n",
+			c.freshQueued, c.retryMin, c.retryMax)
+	}
+	printOverhead(w, o, res)
+	printCurve(w, o, res)
 }

@@ -21,6 +21,11 @@ type config struct {
 	retryMin       time.Duration
 	retryMax       time.Duration
 	timeout        time.Duration // bound on any single run
+
+	overheadObjects int   // objects in the metrics overhead workload
+	curveSizes      []int // table sizes of the cost curve
+	freshQueued     int   // refreshes or failing retries queued before the fresh write
+	sampleHeap      bool  // incremental also records the peak heap per object
 }
 
 // measurement is what one run yields; unused fields stay zero.
@@ -60,10 +65,22 @@ func runEnv(ctx context.Context, cfg config, s setup, body func(ctx context.Cont
 // Done: objects per second, and bytes and allocations per object over the
 // whole process (the inserter included).
 func incremental(ctx context.Context, cfg config, im impl, batch bool) (measurement, error) {
+	return incrementalSetup(ctx, cfg, setup{impl: im, batch: batch})
+}
+
+// incrementalSetup is incremental with the run's hive described by s (its
+// objects are set here). With cfg.sampleHeap it also records the peak growth
+// of the heap per object ("heap/obj").
+func incrementalSetup(ctx context.Context, cfg config, s setup) (measurement, error) {
 	m := newMeasurement()
-	s := setup{impl: im, batch: batch, objects: cfg.objects}
+	s.objects = cfg.objects
+	im := s.impl
 	err := runEnv(ctx, cfg, s, func(ctx context.Context, e *env) error {
 		settle()
+		var heap *heapSampler
+		if cfg.sampleHeap {
+			heap = startHeapSampler()
+		}
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
 		t0 := time.Now()
@@ -76,6 +93,9 @@ func incremental(ctx context.Context, cfg config, im impl, batch bool) (measurem
 		d := time.Since(t0)
 		runtime.ReadMemStats(&after)
 		n := float64(cfg.objects)
+		if heap != nil {
+			m.set("heap/obj", heap.finish()/n)
+		}
 		m.set("obj/s", n/d.Seconds())
 		m.set("B/obj", float64(after.TotalAlloc-before.TotalAlloc)/n)
 		m.set("allocs/obj", float64(after.Mallocs-before.Mallocs)/n)

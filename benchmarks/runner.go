@@ -1,0 +1,167 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+)
+
+// runCase is one measured configuration of a workload, run once per
+// implementation and repeat.
+type runCase struct {
+	name     string // results key
+	workload string // the -workloads entry that selects it
+	impls    []impl // who runs it, before the -impls filter
+	fn       func(ctx context.Context, cfg config, im impl) (measurement, error)
+}
+
+func cases(cfg config) []runCase {
+	both := []impl{implConverge, implUpstream}
+	all := []runCase{
+		// The allocation baseline: the inserter alone.
+		{"insert only", "incremental", []impl{implNone}, func(ctx context.Context, c config, im impl) (measurement, error) {
+			return incremental(ctx, c, im, false)
+		}},
+		{"incremental single", "incremental", both, func(ctx context.Context, c config, im impl) (measurement, error) {
+			return incremental(ctx, c, im, false)
+		}},
+		{"incremental batch", "incremental", both, func(ctx context.Context, c config, im impl) (measurement, error) {
+			return incremental(ctx, c, im, true)
+		}},
+		{"floor", "floor", []impl{implFloor}, func(ctx context.Context, c config, im impl) (measurement, error) {
+			return incremental(ctx, c, im, false)
+		}},
+		{"latency back-to-back", "latency", both, func(ctx context.Context, c config, im impl) (measurement, error) {
+			return latency(ctx, c, im, 0)
+		}},
+		{"latency idle", "latency", both, func(ctx context.Context, c config, im impl) (measurement, error) {
+			return latency(ctx, c, im, c.latencyGap)
+		}},
+		{"slow default", "slow", both, func(ctx context.Context, c config, im impl) (measurement, error) {
+			return slowTarget(ctx, c, im, 0)
+		}},
+		{"slow concurrent", "slow", []impl{implConverge}, func(ctx context.Context, c config, im impl) (measurement, error) {
+			return slowTarget(ctx, c, im, c.concurrency)
+		}},
+		{"retry single", "retry", both, func(ctx context.Context, c config, im impl) (measurement, error) {
+			return retryStorm(ctx, c, im, false)
+		}},
+		{"retry batch", "retry", both, func(ctx context.Context, c config, im impl) (measurement, error) {
+			return retryStorm(ctx, c, im, true)
+		}},
+		{"prune", "prune", both, prune},
+		{"refresh", "refresh", both, refresh},
+		{"fresh refresh", "fresh", both, func(ctx context.Context, c config, im impl) (measurement, error) {
+			return freshWrite(ctx, c, im, false)
+		}},
+		{"fresh retry", "fresh", both, func(ctx context.Context, c config, im impl) (measurement, error) {
+			return freshWrite(ctx, c, im, true)
+		}},
+	}
+	all = append(all, overheadCases()...)
+	return append(all, curveCases(cfg.curveSizes)...)
+}
+
+// gatedRatios are the ratios repeated until their spread is within target.
+func gatedRatios(cfg config) []ratioDef {
+	var out []ratioDef
+	for _, s := range mainSources(cfg) {
+		if s.def.gate {
+			out = append(out, s.def)
+		}
+	}
+	return append(out, overheadRatios()...)
+}
+
+// runAll runs every case of todo o.repeats times; then, as long as some
+// gated ratio's confidence interval is wider than ±o.spread% and fewer
+// than o.maxRepeats runs were made, it runs the cases of the gated ratios
+// again. Within a run, the cases of a workload take turns going first, and
+// the implementations alternate who goes first, so that a slow spell of
+// the machine does not always fall on the same side. Progress goes to
+// progress.
+func runAll(ctx context.Context, o options, todo []runCase, progress io.Writer) (results, error) {
+	res := results{}
+	gated := map[string]bool{}
+	for _, d := range gatedRatios(o.cfg) {
+		gated[d.conv.c], gated[d.ref.c] = true, true
+	}
+	for rep := range o.maxRepeats {
+		batch := todo
+		if rep >= o.repeats {
+			wide := res.wideRatios(gatedRatios(o.cfg), o.spread/100)
+			if len(wide) == 0 {
+				break
+			}
+			fmt.Fprintf(progress, "[spread] wider than ±%.0f%%: %s; running them again\n", o.spread, strings.Join(wide, "; "))
+			batch = slices.DeleteFunc(slices.Clone(todo), func(c runCase) bool { return !gated[c.name] })
+		}
+		for _, c := range rotate(batch, rep) {
+			order := slices.Clone(c.impls)
+			if rep%2 == 1 {
+				slices.Reverse(order)
+			}
+			for _, im := range order {
+				if err := ctx.Err(); err != nil {
+					return res, err
+				}
+				start := time.Now()
+				m, err := c.fn(ctx, o.cfg, im)
+				if err != nil {
+					return res, fmt.Errorf("%s, %s: %w", c.name, im, err)
+				}
+				res.add(c.name, im, m)
+				fmt.Fprintf(progress, "[%d] %-22s %-11s %s (%s)\n", rep+1, c.name, im, m, time.Since(start).Round(time.Millisecond))
+			}
+		}
+	}
+	return res, nil
+}
+
+// wideRatios returns a description of each measured ratio of defs whose
+// confidence interval is wider than target.
+func (r results) wideRatios(defs []ratioDef, target float64) []string {
+	var out []string
+	for _, d := range defs {
+		st := r.ratioStats(d)
+		if st.n > 0 && !st.within(target) {
+			out = append(out, fmt.Sprintf("%s %s/%s %s", d.conv.c, d.conv.im, d.ref.c, st))
+		}
+	}
+	return out
+}
+
+// rotate returns cases with the cases of each workload rotated by rep: in
+// run rep, a different case of the workload goes first.
+func rotate(cases []runCase, rep int) []runCase {
+	out := make([]runCase, 0, len(cases))
+	for i := 0; i < len(cases); {
+		j := i
+		for j < len(cases) && cases[j].workload == cases[i].workload {
+			j++
+		}
+		group := slices.Clone(cases[i:j])
+		k := rep % len(group)
+		out = append(out, append(group[k:], group[:k]...)...)
+		i = j
+	}
+	return out
+}
+
+// results holds every measured value: case, implementation, metric.
+type results map[string]map[impl]map[string][]float64
+
+func (r results) add(c string, im impl, m measurement) {
+	if r[c] == nil {
+		r[c] = map[impl]map[string][]float64{}
+	}
+	if r[c][im] == nil {
+		r[c][im] = map[string][]float64{}
+	}
+	for k, v := range m.values {
+		r[c][im][k] = append(r[c][im][k], v)
+	}
+}
