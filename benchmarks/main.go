@@ -2,14 +2,20 @@
 // reconciler (github.com/cilium/statedb/reconciler) on the same workloads in
 // one process, alternating them, and prints one table comparing them:
 //
-//	go run ./benchmarks                     # everything, medians of 3 runs
+//	go run ./benchmarks                     # everything, medians of 3 or more runs
 //	go run ./benchmarks -quick              # small sizes, one run: a smoke run
+//	go run ./benchmarks -workloads curve -curve-sizes 10k,1M
 //	go run ./benchmarks -workloads incremental,latency -repeats 5
 //	go run ./benchmarks -impls converge -workloads incremental -cpuprofile cpu.out
 //
 // Every run gets a fresh hive (statedb.Cell, job.Cell and a module with the
 // table and the reconciler), and garbage is collected between runs. The
 // figures are measurements, not assertions: nothing fails on time.
+//
+// Ratios are computed run by run and shown with their spread; the
+// throughput ratios are repeated until their 95% confidence interval is
+// within -spread or -max-repeats runs were made (runner.go, spread.go). The
+// report warns when the machine was too busy to judge (busy.go).
 //
 // Workloads (-workloads, comma separated, default all):
 //
@@ -33,6 +39,14 @@
 //	             Prune has iterated them all.
 //	refresh      -objects objects Done an hour ago, refreshing every 10m with
 //	             no rate limit; time until all were refreshed back to Done.
+//	fresh        one insert's time to Done while -fresh-queued refreshes or
+//	             failing retries wait (fresh.go).
+//	overhead     the incremental workload with -overhead-objects objects and
+//	             converge's metrics disabled, expvar, Prometheus, TablesCell,
+//	             and Prometheus with TablesCell (overhead.go).
+//	curve        the cost curve over -curve-sizes: incremental, restart
+//	             backlog, two reconcilers sharing a status set, prune and
+//	             refresh, for both libraries (curve.go).
 package main
 
 import (

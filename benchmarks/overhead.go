@@ -139,10 +139,12 @@ func printOverhead(w io.Writer, o options, res results) {
 	tw.Flush()
 }
 
-// overheadSpread shows the overheads of the least and most favourable runs.
+// overheadSpread shows the 95% confidence interval of the overhead, in
+// percentage points, and the overheads of the least and most favourable
+// runs.
 func overheadSpread(st ratioStat) string {
 	if st.n < 2 || math.IsNaN(st.min) {
 		return "-"
 	}
-	return fmt.Sprintf("%+.1f%% to %+.1f%% (n=%d)", 100*(1-st.max), 100*(1-st.min), st.n)
+	return fmt.Sprintf("±%.1f pts (%+.1f%% to %+.1f%%, n=%d)", 100*st.ci*st.median, 100*(1-st.max), 100*(1-st.min), st.n)
 }

@@ -210,11 +210,17 @@ func printReport(w io.Writer, o options, res results, info runInfo) {
 	for _, warn := range info.warnings {
 		fmt.Fprintf(w, "WARNING: machine busy, figures are noise: %s\n", warn)
 	}
+	rows := res.rows(o)
+	if len(rows) == 0 {
+		printOverhead(w, o, res)
+		printCurve(w, o, res)
+		return
+	}
 	fmt.Fprintln(w)
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "workload\tconverge\tupstream\tconverge/upstream\tspread\tbetter")
-	for _, rw := range res.rows(o) {
+	for _, rw := range rows {
 		ref := fmtValue(rw.unit, rw.ref)
 		if rw.refInTable && ref != "-" {
 			ref = rw.refName + " " + ref

@@ -128,7 +128,7 @@ func (r results) wideRatios(defs []ratioDef, target float64) []string {
 	for _, d := range defs {
 		st := r.ratioStats(d)
 		if st.n > 0 && !st.within(target) {
-			out = append(out, fmt.Sprintf("%s %s/%s %s", d.conv.c, d.conv.im, d.ref.c, st))
+			out = append(out, fmt.Sprintf("%s %s", d.label(), st))
 		}
 	}
 	return out
@@ -164,4 +164,16 @@ func (r results) add(c string, im impl, m measurement) {
 	for k, v := range m.values {
 		r[c][im][k] = append(r[c][im][k], v)
 	}
+}
+
+// label names a ratio for progress lines, e.g. "incremental single
+// converge/upstream" or "overhead single expvar / overhead single disabled".
+func (d ratioDef) label() string {
+	if d.conv.c == d.ref.c {
+		return fmt.Sprintf("%s %s/%s", d.conv.c, d.conv.im, d.ref.im)
+	}
+	if d.conv.im == d.ref.im {
+		return fmt.Sprintf("%s / %s", d.conv.c, d.ref.c)
+	}
+	return fmt.Sprintf("%s %s / %s %s", d.conv.c, d.conv.im, d.ref.c, d.ref.im)
 }
