@@ -58,6 +58,7 @@ import (
 	"github.com/cilium/hive/hivetest"
 	"github.com/cilium/hive/job"
 	"github.com/cilium/statedb"
+	"github.com/cilium/statedb/index"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/time/rate"
 
@@ -158,6 +159,7 @@ type chaosTarget struct {
 	slowProb   float64
 	healed     bool
 	data       map[string]string
+	depSeen    map[string]string // per key, the dependency value its last update saw
 	calls      int
 	violations []string
 	changed    chan struct{} // closed and replaced on every call
@@ -208,6 +210,7 @@ func newChaosTarget(seed uint64, failProb, slowProb float64) *chaosTarget {
 		failProb:  failProb,
 		slowProb:  slowProb,
 		data:      map[string]string{},
+		depSeen:   map[string]string{},
 		changed:   make(chan struct{}),
 		holds:     map[string]*chaosHold{},
 		failNext:  map[string]int{},
@@ -334,9 +337,10 @@ func (c *chaosTarget) chance(p float64) (bool, int) {
 	return c.rng.Float64() < p, c.rng.IntN(1 << 20)
 }
 
-func (c *chaosTarget) set(key, value string) {
+func (c *chaosTarget) set(key, value, dep string) {
 	c.mu.Lock()
 	c.data[key] = value
+	c.depSeen[key] = dep
 	c.notify()
 	c.mu.Unlock()
 }
@@ -379,6 +383,7 @@ type chaosOps struct {
 	name      string // the reconciler's name, "" when it is alone
 	getStatus func(*item) status.Status
 	table     statedb.Table[*item]
+	deps      statedb.Table[*chaosDep]
 
 	// Guarded by c.mu.
 	initialized  bool
@@ -437,7 +442,7 @@ func (o *chaosOps) leave(key string) {
 	o.c.mu.Unlock()
 }
 
-func (o *chaosOps) update(ctx context.Context, it *item, inBatch bool) error {
+func (o *chaosOps) update(ctx context.Context, txn statedb.ReadTxn, it *item, inBatch bool) error {
 	c := o.c
 	if err := c.wait(ctx, it.ID); err != nil {
 		return err
@@ -464,7 +469,11 @@ func (o *chaosOps) update(ctx context.Context, it *item, inBatch bool) error {
 	if isPoison(it.Value) {
 		return reconciler.TerminalError(fmt.Errorf("update %s: poison value %q", it.ID, it.Value))
 	}
-	c.set(it.ID, it.Value)
+	dep := ""
+	if d, _, found := o.deps.Get(txn, chaosDepID.Query(depOf(it.ID))); found {
+		dep = d.Value
+	}
+	c.set(it.ID, it.Value, dep)
 	if f == faultApplyThenError {
 		return fmt.Errorf("update %s: applied, then: %w", it.ID, errChaos)
 	}
@@ -479,7 +488,7 @@ func (o *chaosOps) update(ctx context.Context, it *item, inBatch bool) error {
 	return nil
 }
 
-func (o *chaosOps) delete(ctx context.Context, it *item, inBatch bool) error {
+func (o *chaosOps) delete(ctx context.Context, _ statedb.ReadTxn, it *item, inBatch bool) error {
 	c := o.c
 	if err := c.wait(ctx, it.ID); err != nil {
 		return err
@@ -512,20 +521,20 @@ func (o *chaosOps) delete(ctx context.Context, it *item, inBatch bool) error {
 	return nil
 }
 
-func (o *chaosOps) Update(ctx context.Context, _ statedb.ReadTxn, rev statedb.Revision, it *item) error {
+func (o *chaosOps) Update(ctx context.Context, txn statedb.ReadTxn, rev statedb.Revision, it *item) error {
 	o.enter("update", it.ID, rev)
 	defer o.leave(it.ID)
-	return o.update(ctx, it, false)
+	return o.update(ctx, txn, it, false)
 }
 
 func (o *chaosOps) Delete(ctx context.Context, _ statedb.ReadTxn, rev statedb.Revision, it *item) error {
 	o.enter("delete", it.ID, rev)
 	defer o.leave(it.ID)
-	return o.delete(ctx, it, false)
+	return o.delete(ctx, nil, it, false)
 }
 
 // batch applies fn to every entry; sometimes the whole batch panics part way.
-func (o *chaosOps) batch(ctx context.Context, op string, batch []reconciler.BatchEntry[*item], fn func(context.Context, *item, bool) error) {
+func (o *chaosOps) batch(ctx context.Context, txn statedb.ReadTxn, op string, batch []reconciler.BatchEntry[*item], fn func(context.Context, statedb.ReadTxn, *item, bool) error) {
 	for i := range batch {
 		o.enter(op, batch[i].Object.ID, batch[i].Revision)
 	}
@@ -549,16 +558,16 @@ func (o *chaosOps) batch(ctx context.Context, op string, batch []reconciler.Batc
 			o.c.mu.Unlock()
 			panic(fmt.Sprintf("%s batch: chaos panic at entry %d of %d", op, i, len(batch)))
 		}
-		batch[i].Result = fn(ctx, batch[i].Object, true)
+		batch[i].Result = fn(ctx, txn, batch[i].Object, true)
 	}
 }
 
-func (o *chaosOps) UpdateBatch(ctx context.Context, _ statedb.ReadTxn, batch []reconciler.BatchEntry[*item]) {
-	o.batch(ctx, "update", batch, o.update)
+func (o *chaosOps) UpdateBatch(ctx context.Context, txn statedb.ReadTxn, batch []reconciler.BatchEntry[*item]) {
+	o.batch(ctx, txn, "update", batch, o.update)
 }
 
-func (o *chaosOps) DeleteBatch(ctx context.Context, _ statedb.ReadTxn, batch []reconciler.BatchEntry[*item]) {
-	o.batch(ctx, "delete", batch, o.delete)
+func (o *chaosOps) DeleteBatch(ctx context.Context, txn statedb.ReadTxn, batch []reconciler.BatchEntry[*item]) {
+	o.batch(ctx, txn, "delete", batch, o.delete)
 }
 
 func (o *chaosOps) Prune(ctx context.Context, txn statedb.ReadTxn, objs iter.Seq2[*item, statedb.Revision]) (err error) {
@@ -677,6 +686,42 @@ type chaosGen struct {
 	ops      []*chaosOps
 	health   *cell.SimpleHealth
 	markDone func(statedb.WriteTxn)
+	deps     statedb.RWTable[*chaosDep] // WithDependency of every reconciler
+	paused   bool
+}
+
+// chaosDep is an object of the dependency table. Dependency dN is what
+// every item kM with M % chaosDeps == N depends on: their Update records
+// the dependency's value it saw, which must be the current one at the end.
+type chaosDep struct{ ID, Value string }
+
+func (d *chaosDep) TableHeader() []string { return []string{"ID", "Value"} }
+func (d *chaosDep) TableRow() []string    { return []string{d.ID, d.Value} }
+
+const chaosDeps = 6
+
+var chaosDepID = statedb.Index[*chaosDep, string]{
+	Name:       "id",
+	FromObject: func(d *chaosDep) index.KeySet { return index.NewKeySet(index.String(d.ID)) },
+	FromKey:    index.String,
+	FromString: index.FromString,
+	Unique:     true,
+}
+
+// depOf returns the dependency of item key.
+func depOf(key string) string {
+	n, _ := strconv.Atoi(strings.TrimPrefix(key, "k"))
+	return fmt.Sprintf("d%d", n%chaosDeps)
+}
+
+// dependents maps a dependency to queries for the items that depend on it.
+func dependents(d *chaosDep, _ bool) []statedb.Query[*item] {
+	n, _ := strconv.Atoi(strings.TrimPrefix(d.ID, "d"))
+	var qs []statedb.Query[*item]
+	for k := n; k < chaosKeys; k += chaosDeps {
+		qs = append(qs, itemID.Query(fmt.Sprintf("k%02d", k)))
+	}
+	return qs
 }
 
 type chaosRun struct {
@@ -881,7 +926,7 @@ func (r *chaosRun) checkTable() {
 }
 
 func (r *chaosRun) step() {
-	switch p := r.rng.IntN(100); {
+	switch p := r.rng.IntN(109); {
 	case p < 28: // insert or update
 		k := r.key()
 		v := r.value()
@@ -945,6 +990,22 @@ func (r *chaosRun) step() {
 		n := 1 + r.rng.IntN(10)
 		r.waitCalls(r.recs[i].target, n, 10*time.Millisecond)
 		r.logf("%swait for %d calls", r.recs[i].label(), n)
+	case p < 101: // change what objects depend on
+		d := fmt.Sprintf("d%d", r.rng.IntN(chaosDeps))
+		wtxn := r.gen.db.WriteTxn(r.gen.deps)
+		var err error
+		if r.rng.IntN(4) == 0 {
+			_, _, err = r.gen.deps.Delete(wtxn, &chaosDep{ID: d})
+			r.logf("delete dependency %s", d)
+		} else {
+			v := r.value()
+			_, _, err = r.gen.deps.Insert(wtxn, &chaosDep{ID: d, Value: v})
+			r.logf("set dependency %s=%s", d, v)
+		}
+		wtxn.Commit()
+		require.NoError(r.t, err)
+	case p < 104: // pause, or resume
+		r.setPaused(!r.gen.paused)
 	default:
 		if r.restarts >= chaosMaxRestarts {
 			r.logf("(no restart: limit reached)")
@@ -1059,6 +1120,19 @@ func (r *chaosRun) scenario() {
 	}
 }
 
+// setPaused pauses or resumes every reconciler.
+func (r *chaosRun) setPaused(paused bool) {
+	for _, rc := range r.gen.recs {
+		if paused {
+			rc.Pause()
+		} else {
+			rc.Resume()
+		}
+	}
+	r.gen.paused = paused
+	r.logf("paused: %v", paused)
+}
+
 // waitCalls waits for n more calls on the target, or for the timeout.
 func (r *chaosRun) waitCalls(c *chaosTarget, n int, timeout time.Duration) {
 	c.mu.Lock()
@@ -1111,19 +1185,22 @@ func (r *chaosRun) startGen(desired map[string]string) {
 				if err != nil {
 					return err
 				}
+				if g.deps, err = statedb.NewTable(db, "deps", chaosDepID); err != nil {
+					return err
+				}
 				wtxn := db.WriteTxn(g.table)
 				g.markDone = g.table.RegisterInitializer(wtxn, "chaos")
 				wtxn.Commit()
 				for i, rec := range r.recs {
 					ops := g.ops[i]
-					ops.table = g.table
+					ops.table, ops.deps = g.table, g.deps
 					var batch reconciler.BatchOperations[*item]
 					if r.cfg.batch {
 						batch = ops
 					}
-					opts := r.opts
+					opts := append(slices.Clip(r.opts), reconciler.WithDependency(g.deps, dependents))
 					if rec.name != "" {
-						opts = append(slices.Clip(opts), reconciler.WithName(rec.name))
+						opts = append(opts, reconciler.WithName(rec.name))
 					}
 					rc, err := reconciler.Register(p, g.table, (*item).clone, rec.setStatus, rec.getStatus, ops, batch, opts...)
 					if err != nil {
@@ -1298,6 +1375,9 @@ func (r *chaosRun) healAndCheck(settings string) {
 		rec.target.heal()
 	}
 	r.logf("heal")
+	if r.gen.paused {
+		r.setPaused(false)
+	}
 	if r.initIn >= 0 {
 		r.markInitialized()
 	}
@@ -1387,6 +1467,9 @@ func (r *chaosRun) converged() string {
 	}
 	for _, rec := range r.recs {
 		data, _ := rec.target.snapshot()
+		rec.target.mu.Lock()
+		depSeen := maps.Clone(rec.target.depSeen)
+		rec.target.mu.Unlock()
 		inTable := map[string]bool{}
 		for obj := range g.table.All(g.db.ReadTxn()) {
 			inTable[obj.ID] = true
@@ -1406,6 +1489,13 @@ func (r *chaosRun) converged() string {
 			}
 			if !has || got != obj.Value {
 				problems = append(problems, fmt.Sprintf("%starget has %s=%q (present: %v), table %q", rec.label(), obj.ID, got, has, obj.Value))
+			}
+			want := ""
+			if d, _, found := g.deps.Get(g.db.ReadTxn(), chaosDepID.Query(depOf(obj.ID))); found {
+				want = d.Value
+			}
+			if seen := depSeen[obj.ID]; has && seen != want {
+				problems = append(problems, fmt.Sprintf("%s%s was last applied with dependency %s=%q, it is %q now", rec.label(), obj.ID, depOf(obj.ID), seen, want))
 			}
 		}
 		for k, v := range data {

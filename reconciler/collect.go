@@ -11,7 +11,10 @@ import (
 
 // collect is the first stage of a round: it turns up to budget changes of
 // the table, then work carried over from an earlier run of the loop, then
-// retries due at now, into l.work. With no budget (every
+// retries due at now, then deferred changes (refresh marks and the backlog
+// found at start; see deferredQueue) into l.work. Fresh changes thus never
+// wait behind a burst of refreshes, a retry storm or a backlog for more
+// than a round. With no budget (every
 // worker slot is taken) it reads nothing and leaves the changes for a later
 // round.
 func (l *loop[Obj]) collect(txn statedb.ReadTxn, now time.Time, budget int) {
@@ -19,14 +22,18 @@ func (l *loop[Obj]) collect(txn statedb.ReadTxn, now time.Time, budget int) {
 		l.watch = closedChan // look again as soon as there is room
 		return
 	}
-	var changes iter.Seq2[statedb.Change[Obj], statedb.Revision]
-	changes, l.watch = l.changes.Next(txn)
-	added := l.collectChanges(changes, budget, now)
+	added := 0
+	if !l.deferred.full() {
+		var changes iter.Seq2[statedb.Change[Obj], statedb.Revision]
+		changes, l.watch = l.changes.Next(txn)
+		added = l.collectChanges(changes, budget, now)
+	}
 	added += l.collectCarried(txn, budget-added, now)
 	retried := l.collectRetries(txn, now, budget-added)
+	added += l.collectDeferred(txn, budget-added-retried, now)
 	l.adds, l.retried = added+retried, retried
-	if len(l.r.carried) > 0 {
-		l.watch = closedChan // more carried work for the next round
+	if len(l.r.carried) > 0 || l.deferred.len() > 0 {
+		l.watch = closedChan // more work for the next round
 	}
 }
 
@@ -43,6 +50,16 @@ func (l *loop[Obj]) collectChanges(changes iter.Seq2[statedb.Change[Obj], stated
 		if !change.Deleted {
 			st = r.getStatus(change.Object)
 			if !st.IsPendingOrRefreshing() {
+				continue
+			}
+			if st.Kind == status.KindRefreshing || rev <= l.backlog {
+				l.deferred.push(change.Object, rev)
+				if r.retries.len() > 0 {
+					r.retries.removeKeyBytes(r.primary.ObjectToKey(change.Object))
+				}
+				if l.deferred.full() {
+					break
+				}
 				continue
 			}
 		}
@@ -88,6 +105,31 @@ func (l *loop[Obj]) collectRetries(txn statedb.ReadTxn, now time.Time, budget in
 		if l.recheck(txn, item, item.at) {
 			added++
 		}
+	}
+	return added
+}
+
+// collectDeferred takes up to budget deferred changes, oldest first,
+// dropping those whose object has changed since (see deferredQueue).
+func (l *loop[Obj]) collectDeferred(txn statedb.ReadTxn, budget int, now time.Time) (added int) {
+	r := l.r
+	for added < budget && l.deferred.len() > 0 {
+		d := l.deferred.pop()
+		if _, rev, found := r.table.Get(txn, r.primary.QueryFromObject(d.obj)); !found || rev != d.rev {
+			continue
+		}
+		st := r.getStatus(d.obj)
+		o := op[Obj]{obj: d.obj, rev: d.rev, statusID: st.ID(), since: st.UpdatedAt}
+		if o.since.IsZero() {
+			o.since = now
+		}
+		o.ready = o.since.UnixNano()
+		if r.opts.concurrency > 1 || len(r.carried) > 0 {
+			o.key = string(r.primary.ObjectToKey(d.obj))
+			delete(r.carried, o.key)
+		}
+		l.work = append(l.work, o)
+		added++
 	}
 	return added
 }

@@ -53,8 +53,15 @@ func (l *loop[Obj]) commit(ops []op[Obj], now time.Time) (failed int) {
 		} else {
 			st = status.ErrorAt(now, o.err)
 		}
-		if !r.writeStatus(wtxn, o, st) {
+		written, changed := r.writeStatus(wtxn, o, st)
+		if !written {
 			continue
+		}
+		if changed {
+			// The object changed and changed back to the version o
+			// applied (a revert, or another reconciler's status): what
+			// is parked behind o is a version no longer in the table.
+			l.op.dropParked(o)
 		}
 		switch {
 		case o.err == nil:
@@ -80,23 +87,24 @@ func (l *loop[Obj]) commit(ops []op[Obj], now time.Time) (failed int) {
 // writeStatus stores st as the status of the object o worked on. The write
 // is a compare-and-swap on the revision o saw. If the object has changed
 // since, the status is written only if the object still carries the status
-// that asked for o, meaning the only change was another reconciler's status;
-// a newer version is left alone to be reconciled in its own turn.
-func (r *reconciler[Obj]) writeStatus(wtxn statedb.WriteTxn, o *op[Obj], st status.Status) bool {
+// that asked for o: the same version, with only another reconciler's status
+// changed, or written again as it was (changed reports this case). A newer
+// version is left alone to be reconciled in its own turn.
+func (r *reconciler[Obj]) writeStatus(wtxn statedb.WriteTxn, o *op[Obj], st status.Status) (written, changed bool) {
 	cur, found, err := r.table.CompareAndSwap(wtxn, o.rev, r.setStatus(o.updated, st))
 	switch {
 	case err == nil:
-		return true
+		return true, false
 	case !found || !errors.Is(err, statedb.ErrRevisionNotEqual):
-		return false
+		return false, false
 	case o.statusID == 0 || r.getStatus(cur).ID() != o.statusID:
-		return false
+		return false, false
 	}
 	if _, _, err := r.table.Insert(wtxn, r.setStatus(r.clone(cur), st)); err != nil {
 		r.log.Error("Reconciler failed to write status", "error", err)
-		return false
+		return false, false
 	}
-	return true
+	return true, true
 }
 
 // scheduleRetry queues another attempt of o after its backoff, or after the

@@ -19,11 +19,14 @@ import (
 // mapper is called with it (and whether it was deleted) and returns queries
 // on the reconciled table's primary index (for example
 // routeByName.Query(name)) for the objects to reconcile again. Each object
-// found whose status is Done or Error is marked Refreshing, in write
-// transactions of up to a thousand objects, so that the table stays the only
-// source of truth: Update sees a Refreshing object, and other reconcilers
-// sharing a status.Set are not disturbed. A query that finds nothing is
-// ignored, and an object already Pending or Refreshing is left as it is.
+// found is given a new status, in write transactions of up to a thousand
+// objects, so that the table stays the only source of truth and other
+// reconcilers sharing a status.Set are not disturbed: a Done or Error object
+// is marked Refreshing, and a Pending or Refreshing one gets a new status of
+// the same kind and time. The new status identity matters when the object's
+// operation is already running with the dependency as it was: its outcome is
+// then not recorded and the object is reconciled again, so no change of a
+// dependency is missed. A query that finds nothing is ignored.
 //
 // Several dependencies may be given. Each costs one StateDB change iterator
 // on its table, created by Register, so that no change is missed between
@@ -124,8 +127,8 @@ func (t *dependencyTracker[Obj, Dep]) run(ctx context.Context, health cell.Healt
 	}
 }
 
-// mark sets the objects that the queries find to Refreshing, unless they
-// already are Pending or Refreshing. A query that StateDB rejects (one on
+// mark gives the objects that the queries find a new status, as
+// WithDependency describes. A query that StateDB rejects (one on
 // an index the table does not have panics in Get) is a bug in the mapper:
 // nothing is marked and the error is returned.
 func (t *dependencyTracker[Obj, Dep]) mark(queries []statedb.Query[Obj]) (err error) {
@@ -145,10 +148,19 @@ func (t *dependencyTracker[Obj, Dep]) mark(queries []statedb.Query[Obj]) (err er
 	}()
 	for _, q := range queries {
 		obj, _, found := r.table.Get(wtxn, q)
-		if !found || r.getStatus(obj).IsPendingOrRefreshing() {
+		if !found {
 			continue
 		}
-		if _, _, err := r.table.Insert(wtxn, r.setStatus(r.clone(obj), status.RefreshingAt(now))); err == nil {
+		var st status.Status
+		switch old := r.getStatus(obj); old.Kind {
+		case status.KindPending:
+			st = status.PendingAt(old.UpdatedAt)
+		case status.KindRefreshing:
+			st = status.RefreshingAt(old.UpdatedAt)
+		default:
+			st = status.RefreshingAt(now)
+		}
+		if _, _, err := r.table.Insert(wtxn, r.setStatus(r.clone(obj), st)); err == nil {
 			marked++
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/cilium/hive/cell"
 	"github.com/cilium/statedb"
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/converge-go/converge/metrics"
 	"github.com/converge-go/converge/reconciler"
@@ -72,8 +73,10 @@ func TestReconciliationCountCountsRoundsWithOperations(t *testing.T) {
 	pruned := make(chan struct{}, 10)
 	ops := &funcOps{prune: func(context.Context) error { pruned <- struct{}{}; return nil }}
 	f := startFixture(t, ops, nil, reconciler.WithMetrics(m))
-	f.upsert(&item{ID: "a"})
+	rev := f.upsert(&item{ID: "a"})
 	f.waitKind("a", status.KindDone)
+	_, _, err := f.rec.WaitUntilReconciled(context.Background(), rev)
+	require.NoError(t, err)
 	count := func() string { return m.ReconciliationCountVar.String() }
 	before := count()
 	for range 5 {

@@ -27,9 +27,11 @@ type loop[Obj any] struct {
 	prune   pruneSchedule
 	health  healthReporter
 
-	work    []op[Obj]        // collected this round
-	lastRev statedb.Revision // last change read
-	watch   <-chan struct{}  // closed when the table has new changes
+	work     []op[Obj]          // collected this round
+	deferred deferredQueue[Obj] // changes taken after fresh ones
+	backlog  statedb.Revision   // changes up to this revision were in the table at the first start
+	lastRev  statedb.Revision   // last change read
+	watch    <-chan struct{}    // closed when the table has new changes
 
 	limiterErr error // why the round limiter's last Wait failed, or nil
 	gateErr    error // why the loop started before its tables were initialized
@@ -54,6 +56,10 @@ func (r *reconciler[Obj]) loop(ctx context.Context, health cell.Health) error {
 		prune:   newPruneSchedule(r),
 		watch:   closedChan,
 	}
+	if r.backlog == 0 {
+		r.backlog = r.table.Revision(r.db.ReadTxn())
+	}
+	l.backlog = r.backlog
 	l.op = newOperator(ctx, r)
 	defer l.stopped()
 	defer l.carryOver()
@@ -170,6 +176,15 @@ func (l *loop[Obj]) carryOver() {
 		}
 	}
 	l.commit(left[:succeeded], r.now())
+	for l.deferred.len() > 0 {
+		d := l.deferred.pop() // carried work is checked again when taken
+		st := r.getStatus(d.obj)
+		key := string(r.primary.ObjectToKey(d.obj))
+		if c, ok := r.carried[key]; ok && c.rev > d.rev {
+			continue
+		}
+		left = append(left, op[Obj]{key: key, obj: d.obj, rev: d.rev, statusID: st.ID(), since: st.UpdatedAt})
+	}
 	for i := range left[succeeded:] {
 		o := &left[succeeded+i]
 		if o.key == "" {

@@ -22,6 +22,10 @@ type operator[Obj any] interface {
 	// applied after o, so that a failure of o need not be retried.
 	superseded(o *op[Obj]) bool
 
+	// dropParked forgets what is parked behind o: its version is no longer
+	// in the table.
+	dropParked(o *op[Obj])
+
 	// release is called with done once it is committed.
 	release(done []op[Obj])
 
@@ -85,6 +89,7 @@ func (in *inline[Obj]) operate(ctx context.Context, txn statedb.ReadTxn, work []
 
 func (*inline[Obj]) superseded(*op[Obj]) bool { return false }
 func (*inline[Obj]) release([]op[Obj])        {}
+func (*inline[Obj]) dropParked(*op[Obj])      {}
 func (in *inline[Obj]) room() int             { return in.roundSize }
 func (*inline[Obj]) hasRoom() bool            { return true }
 func (*inline[Obj]) finished() <-chan struct{} {

@@ -182,6 +182,7 @@ type reconciler[Obj any] struct {
 	changes statedb.ChangeIterator[Obj] // closed when the reconciler is unreachable
 	retries *retryQueue[Obj]
 	carried map[string]*retry[Obj] // by key: collected by a stopped run of the loop, not committed
+	backlog statedb.Revision       // the table's revision when the loop first started
 }
 
 // Prune implements Reconciler.

@@ -16,12 +16,15 @@ func (l *loop[Obj]) report(txn statedb.ReadTxn, committed, failed int, now time.
 	r := l.r
 	work := l.op.pending(now)
 
-	// Every change read is done, except those still in flight or parked.
+	// Every change read is done, except those still in flight, parked or
+	// deferred.
 	rev := l.lastRev
 	if work.lowChange != 0 {
 		rev = min(rev, work.lowChange-1)
 	}
-	r.progress.update(rev, r.retries.lowWatermark())
+	if low := l.deferred.lowRev(); low != 0 {
+		rev = min(rev, low-1)
+	}
 
 	failing := r.retries.len()
 	if committed > 0 || failing != l.reported.failing {
@@ -66,6 +69,10 @@ func (l *loop[Obj]) report(txn statedb.ReadTxn, committed, failed int, now time.
 	if r.info != nil {
 		r.info.write(r.db, l.info(state, r.table.NumObjects(txn), failing, work.n, oldest), r.retries.changes())
 	}
+
+	// Progress last, so that a WaitUntilReconciled that returns sees the
+	// round's figures published.
+	r.progress.update(rev, r.retries.lowWatermark())
 }
 
 // info returns the reconciler's row of the reconcilers table.

@@ -160,6 +160,13 @@ func (p *workerPool[Obj]) superseded(o *op[Obj]) bool {
 	return p.flights[o.key].hasParked
 }
 
+func (p *workerPool[Obj]) dropParked(o *op[Obj]) {
+	if f, ok := p.flights[o.key]; ok && f.hasParked {
+		f.parked, f.hasParked = op[Obj]{}, false
+		p.flights[o.key] = f
+	}
+}
+
 // release ends the flights of committed ops and dispatches the successors
 // parked behind them.
 func (p *workerPool[Obj]) release(done []op[Obj]) {
