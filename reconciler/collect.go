@@ -69,6 +69,7 @@ func (l *loop[Obj]) collectChanges(changes iter.Seq2[statedb.Change[Obj], stated
 			delete:   change.Deleted,
 			statusID: st.ID(),
 			since:    st.UpdatedAt,
+			refresh:  st.Kind == status.KindRefreshing,
 		}
 		if o.since.IsZero() {
 			o.since = now
@@ -119,7 +120,7 @@ func (l *loop[Obj]) collectDeferred(txn statedb.ReadTxn, budget int, now time.Ti
 			continue
 		}
 		st := r.getStatus(d.obj)
-		o := op[Obj]{obj: d.obj, rev: d.rev, statusID: st.ID(), since: st.UpdatedAt}
+		o := op[Obj]{obj: d.obj, rev: d.rev, statusID: st.ID(), since: st.UpdatedAt, refresh: st.Kind == status.KindRefreshing}
 		if o.since.IsZero() {
 			o.since = now
 		}
@@ -179,8 +180,9 @@ func (l *loop[Obj]) recheck(txn statedb.ReadTxn, item *retry[Obj], ready time.Ti
 		if !found || r.getStatus(cur).ID() != item.statusID {
 			return false
 		}
-		o.obj = r.setStatus(r.clone(cur), r.getStatus(item.obj))
-		o.rev, o.statusID = rev, item.statusID
+		asked := r.getStatus(item.obj)
+		o.obj = r.setStatus(r.clone(cur), asked)
+		o.rev, o.statusID, o.refresh = rev, item.statusID, asked.Kind == status.KindRefreshing
 	}
 	if o.attempts > 0 {
 		r.retries.start(item)

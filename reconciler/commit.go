@@ -65,7 +65,7 @@ func (l *loop[Obj]) commit(ops []op[Obj], now time.Time) (failed int) {
 		}
 		switch {
 		case o.err == nil:
-			fig.done(now.Sub(o.since), int(o.repaired), r.metrics.commit != nil) // since is set when collected
+			fig.done(now.Sub(o.since), r.metrics.commit != nil) // since is set when collected
 		case IsTerminal(o.err):
 		case !l.op.superseded(o):
 			r.scheduleRetry(o, st.ID(), now, prev)
@@ -74,6 +74,7 @@ func (l *loop[Obj]) commit(ops []op[Obj], now time.Time) (failed int) {
 	if wtxn != nil {
 		wtxn.Commit()
 	}
+	fig.stats.RefreshRepaired = int(r.refreshDrift.Swap(0))
 	l.totals.add(fig)
 	if r.metrics.commit != nil {
 		r.metrics.commit.Committed(r.moduleID, r.opts.name, fig.stats)
@@ -167,13 +168,11 @@ func (c *commitFigures) count(isDelete bool, out metrics.Outcome, wait int64, sl
 	}
 }
 
-// done records an object committed Done after latency, whose Update
-// reported repairing the given drift.
-func (c *commitFigures) done(latency time.Duration, repaired int, slices bool) {
+// done records an object committed Done after latency.
+func (c *commitFigures) done(latency time.Duration, slices bool) {
 	c.converged++
 	c.total += latency
 	c.longest = max(c.longest, latency)
-	c.stats.RefreshRepaired += repaired
 	if slices {
 		c.stats.Latencies = append(c.stats.Latencies, latency)
 	}

@@ -2,7 +2,9 @@ package reconciler
 
 import (
 	"context"
+	"errors"
 	"runtime/debug"
+	"slices"
 	"time"
 
 	"github.com/cilium/statedb"
@@ -21,8 +23,8 @@ type op[Obj any] struct {
 	attempts int       // failures of this version so far
 	ready    int64     // when the work became ready (Unix ns): since, a deletion, a retry's time
 	started  int64     // when the operation started (Unix ns)
-	repaired int32     // drift the operation reported repairing (ReportRepaired)
 	delete   bool
+	refresh  bool // an update asked for by a Refreshing status
 	ran      bool // the operation returned, and err is its outcome
 	err      error
 }
@@ -106,7 +108,9 @@ func (e *executor[Obj]) run(ctx context.Context, txn statedb.ReadTxn, ops []op[O
 			})
 		}
 		o.ran = true
-		o.repaired = int32(e.drift.take())
+		if n := e.drift.take(); n > 0 && o.refresh && !o.delete {
+			r.refreshDrift.Add(int64(n))
+		}
 		end := time.Now()
 		r.metrics.ReconciliationDuration(r.moduleID, r.opts.name, name, end.Sub(start))
 		start = end
@@ -130,14 +134,14 @@ func (e *executor[Obj]) runBatch(ctx context.Context, txn statedb.ReadTxn, ops [
 		e.deletes.started(start)
 		err := r.call(ctx, "delete batch", func(ctx context.Context) error {
 			r.batchOps.DeleteBatch(ctx, txn, e.deletes.entries)
-			return nil
+			return batchTimeout(ctx)
 		})
 		r.metrics.ReconciliationDuration(r.moduleID, r.opts.name, metrics.OpDelete, time.Since(start))
 		// A batch cut short by the end of ctx may leave entries it never
 		// got to with a nil Result: they did not run.
 		ran := ctx.Err() == nil
 		for i, o := range e.deletes.ops {
-			o.err = firstErr(err, e.deletes.entries[i].Result)
+			o.err = entryErr(e.deletes.entries[i].Result, err)
 			o.ran = ran
 		}
 		e.drift.take() // drift is counted for prunes and refreshes only
@@ -147,16 +151,19 @@ func (e *executor[Obj]) runBatch(ctx context.Context, txn statedb.ReadTxn, ops [
 		e.updates.started(start)
 		err := r.call(ctx, "update batch", func(ctx context.Context) error {
 			r.batchOps.UpdateBatch(ctx, txn, e.updates.entries)
-			return nil
+			return batchTimeout(ctx)
 		})
 		r.metrics.ReconciliationDuration(r.moduleID, r.opts.name, metrics.OpUpdate, time.Since(start))
 		ran := ctx.Err() == nil
 		for i, o := range e.updates.ops {
 			o.updated = e.updates.entries[i].Object
-			o.err = firstErr(err, e.updates.entries[i].Result)
+			o.err = entryErr(e.updates.entries[i].Result, err)
 			o.ran = ran
 		}
-		e.updates.ops[0].repaired = int32(e.drift.take()) // the batch's, summed by commit
+		// Drift reported by a batch counts if the batch refreshed anything.
+		if n := e.drift.take(); n > 0 && slices.ContainsFunc(e.updates.ops, func(o *op[Obj]) bool { return o.refresh }) {
+			r.refreshDrift.Add(int64(n))
+		}
 	}
 	e.deletes.reset()
 	e.updates.reset()
@@ -168,9 +175,17 @@ func (e *executor[Obj]) runBatch(ctx context.Context, txn statedb.ReadTxn, ops [
 // callers pass do not allocate.
 func (r *reconciler[Obj]) call(ctx context.Context, what string, fn func(context.Context) error) (err error) {
 	if r.opts.operationTimeout > 0 {
+		parent := ctx
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, r.opts.operationTimeout)
 		defer cancel()
+		defer func() {
+			// Mark an error of an operation whose own timeout expired,
+			// to tell it from one of a deadline of the operation's own.
+			if err != nil && ctx.Err() == context.DeadlineExceeded && parent.Err() == nil {
+				err = &timeoutError{err}
+			}
+		}()
 	}
 	if r.opts.recoverPanics {
 		defer func() {
@@ -190,9 +205,32 @@ func (r *reconciler[Obj]) recovered(what string, v any) error {
 	return panicError(v)
 }
 
-func firstErr(a, b error) error {
-	if a != nil {
-		return a
+// batchTimeout returns ctx's error if it ran out while a batch ran, so that
+// call marks it as the batch's timeout; nil otherwise. Entries the batch
+// did not get to then fail with it.
+func batchTimeout(ctx context.Context) error {
+	if ctx.Err() == context.DeadlineExceeded {
+		return ctx.Err()
 	}
-	return b
+	return nil
+}
+
+// timeoutError marks the error of an operation that exceeded the operation
+// timeout.
+type timeoutError struct{ err error }
+
+func (e *timeoutError) Error() string { return e.err.Error() }
+func (e *timeoutError) Unwrap() error { return e.err }
+
+// entryErr is the outcome of a batch entry: its Result, or the batch's
+// error (a panic or a timeout) if it has none. When the batch timed out, an
+// entry that failed with its context's deadline timed out too.
+func entryErr(result, batchErr error) error {
+	switch {
+	case result == nil:
+		return batchErr
+	case batchErr != nil && errors.Is(result, context.DeadlineExceeded) && errors.As(batchErr, new(*timeoutError)):
+		return &timeoutError{result}
+	}
+	return result
 }

@@ -63,7 +63,7 @@ func outcome(err error, timeout time.Duration) metrics.Outcome {
 		return metrics.OutcomeSuccess
 	case errors.Is(err, ErrPanic):
 		return metrics.OutcomePanic
-	case timeout > 0 && errors.Is(err, context.DeadlineExceeded):
+	case timeout > 0 && errors.As(err, new(*timeoutError)):
 		return metrics.OutcomeTimeout
 	case IsTerminal(err):
 		return metrics.OutcomeTerminal

@@ -78,10 +78,6 @@ func TestOutcomesCountedByResult(t *testing.T) {
 // shorter timeout), while the operation timeout has not passed, failed with
 // an error: it did not time out.
 func TestOwnDeadlineIsAnErrorNotATimeout(t *testing.T) {
-	t.Skip("bug in reconciler/observe.go outcome + execute.go call (not ours to edit): any error wrapping " +
-		"context.DeadlineExceeded counts as OutcomeTimeout when WithOperationTimeout is set, even if the " +
-		"operation's own context did not expire; call should mark errors of an expired operation context " +
-		"(ctx.Err() == DeadlineExceeded and the parent's nil) so outcome can tell them apart")
 	testOutcomes(t, []string{"ok", "own-deadline"},
 		map[string]string{"success": "2", "error": "1", "terminal": "0", "panic": "0", "timeout": "0"})
 }
@@ -395,10 +391,6 @@ func TestDriftPruneAndRefreshCounted(t *testing.T) {
 // Update of a new desired state (Pending) that reports what it changed is
 // applying a change, not repairing drift.
 func TestPendingUpdateIsNotRefreshDrift(t *testing.T) {
-	t.Skip("bug in reconciler/execute.go run and commit.go commit (not ours to edit): o.repaired is taken for " +
-		"every update and counted by commitFigures.done as RefreshRepaired whatever status asked for the work; " +
-		"it should count only when the op's status was Refreshing (the batch's drift, credited to ops[0], has " +
-		"the same problem and is lost when ops[0] fails)")
 	ops := &funcOps{update: func(ctx context.Context, _ statedb.Revision, it *item) error {
 		reconciler.ReportRepaired(ctx, 1)
 		return nil

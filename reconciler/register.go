@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"runtime"
+	"sync/atomic"
 	"time"
 
 	"github.com/cilium/hive/cell"
@@ -166,9 +167,10 @@ type reconciler[Obj any] struct {
 	ops       Operations[Obj]
 	batchOps  BatchOperations[Obj]
 
-	metrics observers
-	tables  *Tables          // nil without TablesCell
-	info    *infoWriter[Obj] // nil without TablesCell
+	metrics      observers
+	refreshDrift atomic.Int64     // drift reported by Updates of Refreshing objects, not yet committed
+	tables       *Tables          // nil without TablesCell
+	info         *infoWriter[Obj] // nil without TablesCell
 
 	primary       statedb.Indexer[Obj]
 	pruneRequests chan struct{}
