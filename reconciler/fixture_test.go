@@ -2,6 +2,7 @@ package reconciler_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -32,6 +33,17 @@ type fixture struct {
 // startFixture starts a hive whose reconciler uses ops and batch (which may
 // be nil). The hive is stopped when the test ends, or earlier with stop.
 func startFixture(t testing.TB, ops reconciler.Operations[*item], batch reconciler.BatchOperations[*item], opts ...reconciler.Option) *fixture {
+	return startFixtureWithSetup(t, nil, ops, batch, opts...)
+}
+
+// startFixtureWithTable is startFixture whose setup, if not nil, runs in
+// the hive's construction once the items table exists (before the
+// reconciler is registered) and returns more options.
+func startFixtureWithTable(t testing.TB, setup func(*statedb.DB, statedb.RWTable[*item]) []reconciler.Option, ops reconciler.Operations[*item], opts ...reconciler.Option) *fixture {
+	return startFixtureWithSetup(t, setup, ops, nil, opts...)
+}
+
+func startFixtureWithSetup(t testing.TB, setup func(*statedb.DB, statedb.RWTable[*item]) []reconciler.Option, ops reconciler.Operations[*item], batch reconciler.BatchOperations[*item], opts ...reconciler.Option) *fixture {
 	f := &fixture{t: t, index: convergeindex.NewStatusIndex((*item).getStatus)}
 	f.hive = hive.New(
 		statedb.Cell,
@@ -45,6 +57,9 @@ func startFixture(t testing.TB, ops reconciler.Operations[*item], batch reconcil
 				f.table, err = statedb.NewTable(db, "items", itemID, f.index)
 				if err != nil {
 					return err
+				}
+				if setup != nil {
+					opts = append(slices.Clip(opts), setup(db, f.table)...)
 				}
 				f.rec, err = reconciler.Register(p, f.table, (*item).clone, (*item).setStatus, (*item).getStatus, ops, batch, opts...)
 				return err

@@ -37,6 +37,7 @@ type loop[Obj any] struct {
 	gateErr    error // why the loop started before its tables were initialized
 
 	interrupted []op[Obj] // returned by operate when the job was stopped
+	wasPaused   bool      // whether the last round ran paused
 
 	// reported holds the figures last given to the metrics.
 	reported struct{ failing, inFlight int }
@@ -80,6 +81,9 @@ func (r *reconciler[Obj]) loop(ctx context.Context, health cell.Health) error {
 		if paused {
 			watch, retry = nil, nil // start nothing; commit what finishes
 		}
+		if paused != l.wasPaused {
+			pauseChanged = closedChan // report the change with a round now
+		}
 		select {
 		case <-ctx.Done():
 			return nil
@@ -103,6 +107,7 @@ func (r *reconciler[Obj]) loop(ctx context.Context, health cell.Health) error {
 			return nil
 		}
 		l.round(ctx, paused)
+		l.wasPaused = paused
 		if ctx.Err() != nil {
 			return nil
 		}
