@@ -56,16 +56,6 @@ func (rc *recorder) snapshot() (map[string]string, []string) {
 	return data, append([]string(nil), rc.calls...)
 }
 
-func healthOf(t *testing.T, f *fixture, scope string) (cell.Level, string) {
-	t.Helper()
-	h := f.health.GetChild(scope)
-	if h == nil {
-		return "", ""
-	}
-	h.Lock()
-	defer h.Unlock()
-	return h.Level, h.Status
-}
 
 // While paused nothing is applied and progress does not move; on Resume
 // every change made meanwhile converges: the latest version of each object
