@@ -24,7 +24,8 @@ func healthCmd(reg *Registry) script.Cmd {
 				"cell.SimpleHealth, as 'SCOPE: level=LEVEL message=MESSAGE error=ERROR'.",
 				"With --level or a regexp, waits until the level is that one and the line",
 				"matches the regexp. cell.SimpleHealth has no change notification, so this",
-				"checks every 10ms until the timeout.",
+				"checks every 10ms until the timeout. A paused reconciler (reconciler/pause)",
+				"reports level OK with the message 'Paused'.",
 			},
 			RegexpArgs: func(rawArgs ...string) []int {
 				if len(rawArgs) > 0 {

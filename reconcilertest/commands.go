@@ -36,8 +36,11 @@ const pollInterval = 10 * time.Millisecond
 func ScriptCommands(reg *Registry) map[string]script.Cmd {
 	return map[string]script.Cmd{
 		"reconciler/wait":         waitCmd(reg),
+		"reconciler/wait-object":  waitObjectCmd(reg),
 		"reconciler/status":       statusCmd(reg),
 		"reconciler/prune":        pruneCmd(reg),
+		"reconciler/pause":        pauseCmd(reg),
+		"reconciler/resume":       resumeCmd(reg),
 		"reconciler/health":       healthCmd(reg),
 		"reconciler/metrics":      metricsCmd(reg),
 		"reconciler/retries":      retriesCmd(reg),

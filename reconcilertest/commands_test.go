@@ -85,6 +85,12 @@ func TestCommandErrors(t *testing.T) {
 		{"reconciler/metrics 'nothing like this' --timeout=30ms", `no line matches "nothing like this" in:`},
 		{"reconciler/metrics '('", "bad regexp"},
 		{"reconciler/retries", `no "reconciler-retries" table in the hive's StateDB: include reconciler.TablesCell`},
+		{"reconciler/wait-object", "invalid usage: expected one KEY"},
+		{"reconciler/wait-object a b", "invalid usage: expected one KEY"},
+		{"reconciler/wait-object --timeout=0s a", "--timeout must be positive"},
+		{"reconciler/wait-object --timeout=30ms nosuch", `timed out after 30ms waiting for "nosuch" to appear in the table`},
+		{"reconciler/pause now", "invalid usage: unexpected arguments"},
+		{"reconciler/resume --timeout=-1s", "--timeout must be positive"},
 	} {
 		err := r.run(tc.line)
 		if assert.Error(t, err, tc.line) {
@@ -110,6 +116,8 @@ func TestCommandsNeedWhatTheyUse(t *testing.T) {
 		{"reconciler/fault error", "no Faults"},
 		{"reconciler/health", "no Health"},
 		{"reconciler/metrics", "no Metrics"},
+		{"reconciler/pause", "no Health in its Subject, so whether it paused cannot be seen"},
+		{"reconciler/resume", "no Health in its Subject"},
 	} {
 		err := r.run(tc.line)
 		if assert.Error(t, err, tc.line) {
@@ -117,6 +125,8 @@ func TestCommandsNeedWhatTheyUse(t *testing.T) {
 		}
 	}
 	require.NoError(t, r.run("reconciler/prune --no-wait"), "a prune can be asked for without seeing it")
+	require.NoError(t, r.run("reconciler/pause --no-wait"), "a pause can be asked for without seeing it")
+	require.NoError(t, r.run("reconciler/resume --no-wait"))
 
 	empty := newScriptRunner(t, &script.Engine{Cmds: reconcilertest.ScriptCommands(reconcilertest.NewRegistry())})
 	assert.ErrorContains(t, empty.run("reconciler/wait"), "no reconciler registered")

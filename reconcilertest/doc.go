@@ -59,8 +59,11 @@
 // reconciler/metrics, which poll.
 //
 //	reconciler/wait [--key=KEY]          wait until the table (or one object) is reconciled
+//	reconciler/wait-object KEY           wait with reconciler.WaitForObject until it is Done; fails if deleted, at Error (--stop-on-error)
 //	reconciler/status KEY [REGEXP]       print an object's status, or wait until it matches (--kind)
 //	reconciler/prune                     ask for a prune and wait until one ran; fails if it failed
+//	reconciler/pause                     pause the reconciler and wait until its health says Paused (--no-wait)
+//	reconciler/resume                    resume it and wait until its health no longer says Paused (--no-wait)
 //	reconciler/health [REGEXP]           print the reconcile job's health, or wait until it matches (--level)
 //	reconciler/target [KEY=VALUE...]     print the target, or wait until it holds these (--table, --empty)
 //	reconciler/target/set KEY=VALUE...   change the target behind the reconciler's back
@@ -135,7 +138,39 @@
 // Without TablesCell it fails, saying so; reconciler/health lists the
 // failing objects with their errors instead, and reconciler/calls shows
 // every attempt. The statedb command "db/show reconcilers" shows each
-// reconciler's state and figures. Commands to pause and resume a
-// reconciler (reconciler/pause, reconciler/resume) will be added here
-// together with that API.
+// reconciler's state and figures.
+//
+// reconciler/pause calls [reconciler.Reconciler.Pause] and returns once the
+// reconcile job's health says "Paused" (level OK), so that a script can
+// then check that nothing is called while changes pile up;
+// reconciler/resume undoes it, after which reconciler/wait waits for those
+// changes to converge. A paused reconciler's row of the reconcilers table
+// has the state "paused":
+//
+//	reconciler/pause
+//	db/insert items c.yaml
+//	db/delete items a.yaml
+//	! reconciler/calls --min=1 --timeout=100ms
+//	reconciler/health --level=OK '^job-reconcile: .*message=Paused'
+//	reconciler/resume
+//	reconciler/wait
+//	reconciler/target --table
+//
+// # Waiting for one object
+//
+// reconciler/wait-object KEY waits with [reconciler.WaitForObject], as an
+// application would, and prints what it saw: "KEY: Done", or, failing,
+// "KEY: deleted", "KEY: Error: MESSAGE" (with --stop-on-error) or
+// "KEY: timed out, last status KIND". Expect a failure with "!" and match
+// the line with "stdout". It can run in the background, to wait from before
+// the write:
+//
+//	reconciler/wait-object a &
+//	db/insert items a.yaml
+//	wait
+//	stdout '^a: Done$'
+//	reconciler/fault --key=b terminal
+//	db/insert items b.yaml
+//	! reconciler/wait-object --stop-on-error b
+//	stdout '^b: Error: '
 package reconcilertest

@@ -2,12 +2,14 @@ package reconcilertest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/cilium/hive/cell"
 	"github.com/cilium/statedb"
 
 	"github.com/converge-go/converge/metrics"
+	"github.com/converge-go/converge/reconciler"
 	"github.com/converge-go/converge/status"
 )
 
@@ -28,6 +30,13 @@ type subject interface {
 	statusOf(txn statedb.ReadTxn, key string) (st status.Status, found bool, watch <-chan struct{}, err error)
 	initialized(txn statedb.ReadTxn) (bool, []string)
 	prune()
+	pause()
+	resume()
+	// startWaitForObject looks for the object with key at once, then
+	// returns a function that waits for it with reconciler.WaitForObject
+	// (after waiting for it to appear, if it was not there). See
+	// waitObjectCmd for what the function returns.
+	startWaitForObject(ctx context.Context, key string, stopOnError bool) (func() (st status.Status, seen bool, err error), error)
 	recorder() CallRecorder
 
 	health() (*cell.SimpleHealth, string)
@@ -68,6 +77,8 @@ func (t *typedSubject[Obj]) subjectName() string { return t.s.Name }
 func (t *typedSubject[Obj]) tableName() string   { return t.s.Table.Name() }
 func (t *typedSubject[Obj]) db() *statedb.DB     { return t.s.DB }
 func (t *typedSubject[Obj]) prune()              { t.s.Reconciler.Prune() }
+func (t *typedSubject[Obj]) pause()              { t.s.Reconciler.Pause() }
+func (t *typedSubject[Obj]) resume()             { t.s.Reconciler.Resume() }
 
 func (t *typedSubject[Obj]) tableRevision(txn statedb.ReadTxn) statedb.Revision {
 	return t.s.Table.Revision(txn)
@@ -109,20 +120,60 @@ func (t *typedSubject[Obj]) describe(obj Obj) string {
 }
 
 func (t *typedSubject[Obj]) statusOf(txn statedb.ReadTxn, key string) (status.Status, bool, <-chan struct{}, error) {
-	objs, watch := t.s.Table.AllWatch(txn)
-	if t.s.Key != nil {
-		for obj := range objs {
-			if t.s.Key(obj) == key {
-				return t.s.GetStatus(obj), true, watch, nil
-			}
-		}
-		return status.Status{}, false, watch, nil
-	}
-	obj, found, err := getByPrimaryKey(txn, t.s.Table, key)
+	obj, found, watch, err := t.find(txn, key)
 	if err != nil || !found {
 		return status.Status{}, false, watch, err
 	}
 	return t.s.GetStatus(obj), true, watch, nil
+}
+
+// find returns the object with key, and a channel that closes on a change
+// of the table.
+func (t *typedSubject[Obj]) find(txn statedb.ReadTxn, key string) (obj Obj, found bool, watch <-chan struct{}, err error) {
+	objs, watch := t.s.Table.AllWatch(txn)
+	if t.s.Key != nil {
+		for obj := range objs {
+			if t.s.Key(obj) == key {
+				return obj, true, watch, nil
+			}
+		}
+		return obj, false, watch, nil
+	}
+	obj, found, err = getByPrimaryKey(txn, t.s.Table, key)
+	return obj, found, watch, err
+}
+
+func (t *typedSubject[Obj]) startWaitForObject(ctx context.Context, key string, stopOnError bool) (func() (status.Status, bool, error), error) {
+	first, found, _, err := t.find(t.s.DB.ReadTxn(), key)
+	if err != nil {
+		return nil, err
+	}
+	opts := []reconciler.WaitOption{reconciler.FailIfAbsent()} // seen once: absent means deleted
+	if stopOnError {
+		opts = append(opts, reconciler.StopOnError())
+	}
+	return func() (status.Status, bool, error) {
+		obj := first
+		for !found {
+			var watch <-chan struct{}
+			if obj, found, watch, err = t.find(t.s.DB.ReadTxn(), key); err != nil {
+				return status.Status{}, false, err
+			}
+			if found {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return status.Status{}, false, ctx.Err()
+			case <-watch:
+			}
+		}
+		got, err := reconciler.WaitForObject(ctx, t.s.DB, t.s.Table, t.s.Table.PrimaryIndexer().QueryFromObject(obj), t.s.GetStatus, opts...)
+		if errors.Is(err, reconciler.ErrObjectNotFound) || errors.Is(err, reconciler.ErrObjectDeleted) {
+			return status.Status{}, true, err // got may be the zero value
+		}
+		return t.s.GetStatus(got), true, err
+	}, nil
 }
 
 // getByPrimaryKey parses key with the primary index's FromString.
