@@ -23,7 +23,15 @@
 //     reconciler's status (the object's own status identity is unchanged),
 //     the result is still recorded rather than redone.
 //   - With [WithConcurrency], at most one operation per object is in flight
-//     and an object's versions are applied in revision order.
+//     and an object's versions are applied in revision order. Once the table
+//     is quiet, the target holds the latest version of every object and
+//     nothing of deleted ones, whatever was written meanwhile: reverts to an
+//     earlier value and identical re-inserts included.
+//   - New versions and deletes are taken before retries, refresh marks and
+//     the backlog found at start, so those never delay a write by more than
+//     a round.
+//   - Stopping the hive and starting it again resumes where it stopped:
+//     changes made meanwhile, deletes included, converge.
 //
 // # Errors returned by operations
 //
@@ -33,15 +41,31 @@
 // next attempt's time. A panicking operation is recovered, logged with its
 // stack and treated as an error wrapping [ErrPanic].
 //
-// # Health and metrics
+// # Health, metrics, tables and logs
 //
-// The reconcile job reports OK ("OK, N object(s)") while nothing fails, and
-// Degraded while objects wait for a retry or the last prune failed, listing
-// up to ten errors with their objects' keys and counting the rest. It
+// The reconcile job reports OK ("OK, N object(s)") while nothing fails,
+// "Paused" while paused, and Degraded ("N error(s): M object(s) failing",
+// the StateDB reconciler's wording followed by what fails) while objects
+// wait for a retry, the last prune failed, the round limiter fails or
+// WithStartAfter gave up waiting; it lists up to ten errors with their
+// objects' keys, earliest next attempt first, and counts the rest. It
 // recovers by itself when the failures clear. Terminal errors are settled
-// and do not degrade health. Figures go to the [metrics.Metrics] given with
-// [WithMetrics] (or Params.DefaultMetrics); see package metrics for the
-// expvar implementation.
+// and do not degrade health.
+//
+// Figures go to the [metrics.Metrics] given with [WithMetrics] (or
+// Params.DefaultMetrics), and to each optional interface of package metrics
+// that it implements; see package metrics and metrics/prometheus. With
+// [TablesCell] in the hive, every reconciler keeps its row of the
+// "reconcilers" table and the rows of its failing objects in
+// "reconciler-retries" current. An object's first failure is logged with
+// its key and error, at most ten lines per ten seconds per reconciler.
+//
+// # Control
+//
+// [WithDependency] re-reconciles objects when what they depend on changes
+// in another table; [Reconciler.Pause] and [Reconciler.Resume] hold
+// everything back and let it go; [WithStartAfter] waits for tables to be
+// initialized; [WaitForObject] waits for one object.
 //
 // # Lifecycle
 //
