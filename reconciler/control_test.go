@@ -56,7 +56,6 @@ func (rc *recorder) snapshot() (map[string]string, []string) {
 	return data, append([]string(nil), rc.calls...)
 }
 
-
 // While paused nothing is applied and progress does not move; on Resume
 // every change made meanwhile converges: the latest version of each object
 // and every delete. Pausing twice and resuming twice are harmless.
