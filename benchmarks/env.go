@@ -36,6 +36,7 @@ type setup struct {
 	preloadAs    preloadKind   // status of the preloaded objects
 	metrics      metricsVariant
 	tables       bool // include reconciler.TablesCell (converge only)
+	deps         bool // a "deps" table, and WithDependency on it (converge only)
 	updateTarget int  // ops.reached closes after this many updates
 }
 
@@ -46,6 +47,7 @@ type env struct {
 	h     *hive.Hive
 	db    *statedb.DB
 	tbl   statedb.RWTable[*object]
+	deps  statedb.RWTable[*object] // with setup.deps
 	ops   *ops
 	conv  reconciler.Reconciler[*object]
 	up    upstream.Reconciler[*object]
@@ -114,6 +116,11 @@ func start(ctx context.Context, s setup) (*env, error) {
 					return err
 				}
 				e.db, e.tbl = db, tbl
+				if s.deps {
+					if e.deps, err = statedb.NewTable(db, "deps", idIndex); err != nil {
+						return err
+					}
+				}
 				// Appended before the reconciler's jobs, so it runs first.
 				lc.Append(cell.Hook{OnStart: func(cell.HookContext) error {
 					e.preload()
@@ -141,7 +148,11 @@ func (e *env) register(p reconciler.Params, up upstream.Params, jobs job.Group) 
 		if e.s.batch {
 			batch = convBatch{e.ops}
 		}
-		e.conv, err = reconciler.Register(p, e.tbl, (*object).clone, convSet, convGet, e.ops, batch, e.s.convOptions()...)
+		opts := e.s.convOptions()
+		if e.s.deps {
+			opts = append(opts, e.depsOption())
+		}
+		e.conv, err = reconciler.Register(p, e.tbl, (*object).clone, convSet, convGet, e.ops, batch, opts...)
 	case implUpstream:
 		var batch upstream.BatchOperations[*object]
 		if e.s.batch {

@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-var allWorkloads = []string{"incremental", "floor", "latency", "slow", "retry", "prune", "refresh", "fresh", "overhead", "curve"}
+var allWorkloads = []string{"incremental", "floor", "latency", "slow", "retry", "prune", "refresh", "fresh", "deps", "overhead", "curve"}
 
 // options are the parsed command line.
 type options struct {

@@ -60,6 +60,7 @@ func cases(cfg config) []runCase {
 		{"fresh retry", "fresh", both, func(ctx context.Context, c config, im impl) (measurement, error) {
 			return freshWrite(ctx, c, im, true)
 		}},
+		{"dependency trigger", "deps", []impl{implConverge}, dependencyTrigger},
 	}
 	all = append(all, overheadCases()...)
 	return append(all, curveCases(cfg.curveSizes)...)
