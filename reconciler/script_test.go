@@ -5,6 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"maps"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +18,7 @@ import (
 	"github.com/cilium/hive/script"
 	"github.com/cilium/hive/script/scripttest"
 	"github.com/cilium/statedb"
+	"github.com/cilium/statedb/index"
 	prom "github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -51,6 +54,9 @@ type scriptFlags struct {
 	newHive     bool
 	tables      bool
 	metrics     string
+	startAfter  time.Duration
+	dependency  bool
+	roundSize   int
 }
 
 func parseScriptFlags(args []string) (scriptFlags, error) {
@@ -67,11 +73,17 @@ func parseScriptFlags(args []string) (scriptFlags, error) {
 	fs.BoolVar(&f.newHive, "new-hive", false, "'hive start' after 'hive stop' starts a new hive (reconcilertest.Restarter), not the same one")
 	fs.BoolVar(&f.tables, "tables", false, "include reconciler.TablesCell (the reconcilers and reconciler-retries tables)")
 	fs.StringVar(&f.metrics, "metrics", "expvar", "the reconcilers' metrics: expvar (reconciler/metrics) or prometheus (prom/metrics)")
+	fs.DurationVar(&f.startAfter, "start-after", -1, "WithStartAfter(TIMEOUT, others): start once items and others (others/init) are initialized; 0 waits as long as it takes")
+	fs.BoolVar(&f.dependency, "dependency", false, "WithDependency on the deps table: a dep re-reconciles the items it lists; see depOps")
+	fs.IntVar(&f.roundSize, "round-size", 0, "WithRoundLimits objects per round (0: the default)")
 	if err := fs.Parse(args); err != nil {
 		return f, err
 	}
 	if f.metrics != "expvar" && f.metrics != "prometheus" {
 		return f, fmt.Errorf("-metrics: want expvar or prometheus, got %q", f.metrics)
+	}
+	if f.dependency && f.batch {
+		return f, fmt.Errorf("-dependency does not support -batch")
 	}
 	return f, nil
 }
@@ -88,11 +100,19 @@ func newScriptEngine(t testing.TB, args []string) *script.Engine {
 	log := hivetest.Logger(t)
 	reg := reconcilertest.NewRegistry()
 	tgt := reconcilertest.NewTarget(itemKey, itemValue)
-	var batch reconciler.BatchOperations[*item]
+	var (
+		inner reconciler.Operations[*item] = tgt
+		batch reconciler.BatchOperations[*item]
+		deps  *depOps
+	)
 	if flags.batch {
 		batch = tgt
 	}
-	ops := reconcilertest.NewFaultyOps(itemKey, tgt, batch)
+	if flags.dependency {
+		deps = &depOps{Target: tgt}
+		inner = deps
+	}
+	ops := reconcilertest.NewFaultyOps(itemKey, inner, batch)
 	newHive := func() *hive.Hive {
 		// A new process starts counting from zero.
 		var (
@@ -118,10 +138,10 @@ func newScriptEngine(t testing.TB, args []string) *script.Engine {
 			promCmd,
 			cell.Module("test", "Script test module",
 				cell.Provide(job.Registry.NewGroup),
-				cell.Provide(func(p reconciler.Params, health *cell.SimpleHealth) (hive.ScriptCmdOut, error) {
+				cell.Provide(func(p reconciler.Params, health *cell.SimpleHealth) (hive.ScriptCmdsOut, error) {
 					return registerScriptReconcilers(p, flags, m, reconcilertest.Subject[*item]{
 						Target: tgt, Faults: ops, Health: health, Metrics: expVar, ModuleID: p.ModuleID,
-					}, reg)
+					}, reg, deps)
 				}),
 			),
 		}
@@ -149,23 +169,37 @@ func newScriptEngine(t testing.TB, args []string) *script.Engine {
 }
 
 // registerScriptReconcilers creates the items table, with an initializer
-// that the items/init command completes, and registers the reconcilers the
-// flags ask for, adding each to reg as base with its own fields filled in.
-func registerScriptReconcilers(p reconciler.Params, flags scriptFlags, m metrics.Metrics, base reconcilertest.Subject[*item], reg *reconcilertest.Registry) (hive.ScriptCmdOut, error) {
+// that the items/init command completes, and the tables of -start-after and
+// -dependency, and registers the reconcilers the flags ask for, adding each
+// to reg as base with its own fields filled in.
+func registerScriptReconcilers(p reconciler.Params, flags scriptFlags, m metrics.Metrics, base reconcilertest.Subject[*item], reg *reconcilertest.Registry, deps *depOps) (hive.ScriptCmdsOut, error) {
+	var out hive.ScriptCmdsOut
 	table, err := statedb.NewTable(p.DB, "items", itemID, convergeindex.NewStatusIndex((*item).getStatus))
 	if err != nil {
-		return hive.ScriptCmdOut{}, err
+		return out, err
 	}
-	wtxn := p.DB.WriteTxn(table)
-	done := table.RegisterInitializer(wtxn, "script")
-	wtxn.Commit()
-	initCmd := script.Command(script.CmdUsage{Summary: "mark the items table initialized"},
-		func(*script.State, ...string) (script.WaitFunc, error) {
-			wtxn := p.DB.WriteTxn(table)
-			done(wtxn)
-			wtxn.Commit()
-			return nil, nil
-		})
+	cmds := map[string]script.Cmd{
+		"items/init": initCmd(p.DB, table, "mark the items table initialized"),
+		"items/fill": fillCmd(p.DB, table),
+	}
+	var extra []reconciler.Option
+	if flags.startAfter >= 0 {
+		others, err := statedb.NewTable(p.DB, "others", depID)
+		if err != nil {
+			return out, err
+		}
+		cmds["others/init"] = initCmd(p.DB, others, "mark the others table initialized")
+		extra = append(extra, reconciler.WithStartAfter(flags.startAfter, others))
+	}
+	if deps != nil {
+		if deps.table, err = statedb.NewTable(p.DB, "deps", depID); err != nil {
+			return out, err
+		}
+		extra = append(extra, reconciler.WithDependency(deps.table, itemsOfDep))
+	}
+	if flags.roundSize > 0 {
+		extra = append(extra, reconciler.WithRoundLimits(flags.roundSize, nil))
+	}
 
 	names := []string{""}
 	if flags.reconcilers != "" {
@@ -179,6 +213,7 @@ func registerScriptReconcilers(p reconciler.Params, flags scriptFlags, m metrics
 			reconciler.WithOperationTimeout(flags.timeout),
 			reconciler.WithoutPruning(),
 		}
+		opts = append(opts, extra...)
 		if flags.prune > 0 {
 			opts = append(opts, reconciler.WithPruning(flags.prune))
 		}
@@ -193,13 +228,100 @@ func registerScriptReconcilers(p reconciler.Params, flags scriptFlags, m metrics
 		}
 		r, err := reconciler.Register(p, table, (*item).clone, set, get, base.Faults, base.Faults.Batch(), opts...)
 		if err != nil {
-			return hive.ScriptCmdOut{}, err
+			return out, err
 		}
 		sub := base
 		sub.Name, sub.DB, sub.Table, sub.Reconciler, sub.GetStatus = name, p.DB, table, r, get
 		if err := reconcilertest.Add(reg, sub); err != nil {
-			return hive.ScriptCmdOut{}, err
+			return out, err
 		}
 	}
-	return hive.NewScriptCmd("items/init", initCmd), nil
+	return hive.NewScriptCmds(cmds), nil
+}
+
+// initCmd registers an initializer of table and returns a command that
+// completes it.
+func initCmd[Obj any](db *statedb.DB, table statedb.RWTable[Obj], summary string) script.Cmd {
+	wtxn := db.WriteTxn(table)
+	done := table.RegisterInitializer(wtxn, "script")
+	wtxn.Commit()
+	return script.Command(script.CmdUsage{Summary: summary},
+		func(*script.State, ...string) (script.WaitFunc, error) {
+			wtxn := db.WriteTxn(table)
+			done(wtxn)
+			wtxn.Commit()
+			return nil, nil
+		})
+}
+
+// fillCmd inserts COUNT Pending items in one transaction, PREFIX000,
+// PREFIX001 and so on, each with the value "1".
+func fillCmd(db *statedb.DB, table statedb.RWTable[*item]) script.Cmd {
+	return script.Command(script.CmdUsage{Summary: "insert COUNT Pending items PREFIX000, PREFIX001... with value 1", Args: "prefix count"},
+		func(_ *script.State, args ...string) (script.WaitFunc, error) {
+			if len(args) != 2 {
+				return nil, script.ErrUsage
+			}
+			n, err := strconv.Atoi(args[1])
+			if err != nil {
+				return nil, err
+			}
+			wtxn := db.WriteTxn(table)
+			defer wtxn.Abort() // after Commit, does nothing
+			for i := range n {
+				if _, _, err := table.Insert(wtxn, &item{ID: fmt.Sprintf("%s%03d", args[0], i), Value: "1", Status: status.Pending()}); err != nil {
+					return nil, err
+				}
+			}
+			wtxn.Commit()
+			return nil, nil
+		})
+}
+
+// dep is an object of the deps table (-dependency) and of the others table
+// (-start-after). The items it lists depend on it.
+type dep struct {
+	ID    string   `yaml:"id"`
+	Items []string `yaml:"items"`
+	Value string   `yaml:"value"`
+}
+
+func (d *dep) TableHeader() []string { return []string{"ID", "Items", "Value"} }
+func (d *dep) TableRow() []string    { return []string{d.ID, strings.Join(d.Items, ","), d.Value} }
+
+var depID = statedb.Index[*dep, string]{
+	Name:       "id",
+	FromObject: func(d *dep) index.KeySet { return index.NewKeySet(index.String(d.ID)) },
+	FromKey:    index.String,
+	FromString: index.FromString,
+	Unique:     true,
+}
+
+// itemsOfDep is the WithDependency mapper of -dependency: the items d
+// lists, whether it was changed or deleted.
+func itemsOfDep(d *dep, _ bool) []statedb.Query[*item] {
+	qs := make([]statedb.Query[*item], len(d.Items))
+	for i, id := range d.Items {
+		qs[i] = itemID.Query(id)
+	}
+	return qs
+}
+
+// depOps are the operations of -dependency. Like operations that read the
+// deps table, they give the target an item's value followed by each dep
+// that lists it, as the operation's transaction shows them ("1+d=2"), so a
+// script can tell which version of a dep an update saw.
+type depOps struct {
+	*reconcilertest.Target[*item]
+	table statedb.Table[*dep] // set when the hive is populated
+}
+
+func (o *depOps) Update(ctx context.Context, txn statedb.ReadTxn, rev statedb.Revision, it *item) error {
+	withDeps := it.clone()
+	for d := range o.table.All(txn) {
+		if slices.Contains(d.Items, it.ID) {
+			withDeps.Value += "+" + d.ID + "=" + d.Value
+		}
+	}
+	return o.Target.Update(ctx, txn, rev, withDeps)
 }
