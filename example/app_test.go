@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"expvar"
 	"io"
 	"io/fs"
 	"net/http"
@@ -45,6 +44,10 @@ type testApp struct {
 	files  statedb.RWTable[*File]
 	rec    reconciler.Reconciler[*File]
 	stop   func()
+
+	templates   statedb.RWTable[*Template]
+	reconcilers statedb.Table[*reconciler.Info]
+	retries     statedb.Table[*reconciler.RetryInfo]
 }
 
 // testConfig is a config for tests: slow background work unless a test
@@ -77,6 +80,7 @@ func startApp(t *testing.T, cfg config, setup func(dir string), extra ...cell.Ce
 	var srv *server
 	app := newTestApp(cfg, append(extra, cell.Invoke(func(s *server, db *statedb.DB, files filesTable, r reconciler.Reconciler[*File]) {
 		srv, a.db, a.files, a.rec = s, db, files.RWTable, r
+		a.templates, a.reconcilers, a.retries = s.templates, s.reconcilers, s.retries
 	}))...)
 	log := hivetest.Logger(t)
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
@@ -236,48 +240,69 @@ func startFailure(t *testing.T, cfg config) error {
 	return err
 }
 
-// vars returns the reconciler's expvar maps by name.
-func (a *testApp) vars() map[string]map[string]float64 {
-	a.t.Helper()
-	code, body := a.do(http.MethodGet, "/debug/vars", nil)
-	require.Equal(a.t, http.StatusOK, code)
-	var all map[string]json.RawMessage
-	require.NoError(a.t, json.Unmarshal([]byte(body), &all))
-	out := map[string]map[string]float64{}
-	for _, name := range []string{"reconciliation_count", "reconciliation_operations", "reconciliation_total_errors", "prune_count", "convergence_count"} {
-		m := map[string]float64{}
-		require.Contains(a.t, all, name)
-		require.NoError(a.t, json.Unmarshal(all[name], &m), name)
-		out[name] = m
+// info returns the reconciler's row of the reconcilers table (a zero Info
+// before the reconciler wrote it) and a channel closed when it changes.
+func (a *testApp) info() (*reconciler.Info, <-chan struct{}) {
+	info, _, watch, found := a.reconcilers.GetWatch(a.db.ReadTxn(), reconciler.InfoByID.Query("files"))
+	if !found {
+		info = &reconciler.Info{}
 	}
-	return out
+	return info, watch
+}
+
+// waitInfo waits, on StateDB watch channels, until cond holds for the
+// reconciler's row of the reconcilers table, and returns it.
+func (a *testApp) waitInfo(what string, cond func(*reconciler.Info) bool) *reconciler.Info {
+	a.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	for {
+		info, watch := a.info()
+		if cond(info) {
+			return info
+		}
+		select {
+		case <-watch:
+		case <-ctx.Done():
+			a.t.Fatalf("timed out waiting for %s; the reconcilers row is %+v", what, info)
+		}
+	}
 }
 
 // prune asks for a prune and waits until one more has run.
 func (a *testApp) prune() {
 	a.t.Helper()
-	before := pruneCount(a.t)
+	before, _ := a.info()
 	a.rec.Prune()
-	waitPrune(a.t, before)
+	a.waitPruneAfter(before.LastPrune)
 }
 
-// pruneCount returns the number of prunes the reconciler of files has run
-// in this process, from its published expvar metrics.
-func pruneCount(t *testing.T) float64 {
-	t.Helper()
-	counts, _ := expvar.Get("prune_count").(*expvar.Map)
-	if counts == nil || counts.Get("files") == nil {
-		return 0
+// waitPruneAfter waits until a prune that started after t has run.
+func (a *testApp) waitPruneAfter(t time.Time) *reconciler.Info {
+	a.t.Helper()
+	return a.waitInfo("a prune", func(i *reconciler.Info) bool { return i.LastPrune.After(t) })
+}
+
+// scrape returns the series of /metrics whose names start with prefix, by
+// name and labels as exposed, such as
+// `converge_prune_total{module="files",name=""}`.
+func (a *testApp) scrape(prefix string) map[string]float64 {
+	a.t.Helper()
+	code, body := a.do(http.MethodGet, "/metrics", nil)
+	require.Equal(a.t, http.StatusOK, code, body)
+	out := map[string]float64{}
+	for line := range strings.Lines(body) {
+		line = strings.TrimSpace(line)
+		if !strings.HasPrefix(line, prefix) {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		require.Positive(a.t, i, line)
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		require.NoError(a.t, err, line)
+		out[line[:i]] = v
 	}
-	n, err := strconv.ParseFloat(counts.Get("files").String(), 64)
-	require.NoError(t, err)
-	return n
-}
-
-// waitPrune waits until more than before prunes have run.
-func waitPrune(t *testing.T, before float64) {
-	t.Helper()
-	require.Eventually(t, func() bool { return pruneCount(t) > before }, waitFor, 5*time.Millisecond, "no prune ran")
+	return out
 }
 
 // journalNames returns the names the ownership journal of dir lists.

@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/converge-go/converge/reconciler"
 	"github.com/converge-go/converge/status"
 )
 
@@ -146,9 +147,12 @@ func TestPruneOnlyOwnedFiles(t *testing.T) {
 	// The directory holds the journal: no --adopt needed.
 	cfg := testConfig()
 	cfg.Dir = a.dir
-	before := pruneCount(t)
 	b := startApp(t, cfg, nil)
-	waitPrune(t, before) // the first prune, once the initial files are loaded
+	// The first prune, once the initial files are loaded, removes extra and
+	// reports it as drift repaired.
+	info := b.waitPruneAfter(time.Time{})
+	require.Empty(t, info.LastPruneError)
+	require.Equal(t, uint64(1), info.DriftRepaired)
 	b.waitReconciled()
 	require.Equal(t, []string{"hello.txt", "motd", "secret.conf", tmpPrefix + "0123", "users-file"}, b.dirNames())
 	require.Equal(t, "mine", b.readFile("users-file"))
@@ -167,8 +171,8 @@ func TestPruneInterval(t *testing.T) {
 	cfg.PruneInterval = 20 * time.Millisecond
 	a := startApp(t, cfg, nil)
 	a.waitReconciled()
-	before := pruneCount(t)
-	waitPrune(t, before+1)
+	first := a.waitPruneAfter(time.Time{})
+	a.waitPruneAfter(first.LastPrune)
 	require.Equal(t, initialNames, a.dirNames())
 }
 
@@ -222,6 +226,11 @@ func TestRefreshRepairsOnlyDrift(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, os.SameFile(steadyBefore, steadyAfter), "an unchanged file must not be rewritten")
 	require.Equal(t, steadyBefore.ModTime(), steadyAfter.ModTime())
+
+	// Each repair was reported with reconciler.ReportRepaired: at least
+	// one for motd, secret.conf and hello.txt each.
+	a.waitInfo("3 repairs", func(i *reconciler.Info) bool { return i.DriftRepaired >= 3 })
+	require.GreaterOrEqual(t, a.scrape("converge_drift_repaired_total")[`converge_drift_repaired_total{module="files",name="",operation="refresh"}`], 3.0)
 }
 
 func TestFaultAndRecovery(t *testing.T) {
@@ -290,26 +299,6 @@ func TestPruneFailureRecovers(t *testing.T) {
 
 	require.NoError(t, os.Remove(a.dir))
 	a.waitHealth(cell.StatusOK)
-}
-
-func TestMetrics(t *testing.T) {
-	a := startApp(t, testConfig(), nil)
-	a.waitReconciled()
-	vars := a.vars
-	before := vars()
-	require.Positive(t, before["reconciliation_count"]["files"])
-	require.Positive(t, before["reconciliation_operations"]["files/update"])
-	require.Contains(t, before["reconciliation_total_errors"], "files")
-
-	a.put("counted", "x")
-	a.waitKind("counted", status.KindDone)
-	a.rec.Prune()
-	require.Eventually(t, func() bool {
-		after := vars()
-		return after["reconciliation_operations"]["files/update"] > before["reconciliation_operations"]["files/update"] &&
-			after["prune_count"]["files"] > before["prune_count"]["files"] &&
-			after["convergence_count"]["files"] > before["convergence_count"]["files"]
-	}, waitFor, 10*time.Millisecond)
 }
 
 func TestStateDBHandler(t *testing.T) {

@@ -1,22 +1,15 @@
 package main
 
 import (
-	"bytes"
-	_ "embed"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
-	"log/slog"
-	"os"
 	"strconv"
 	"strings"
 	"unicode"
 
-	"github.com/cilium/hive/cell"
 	"github.com/cilium/statedb"
 	sindex "github.com/cilium/statedb/index"
-	"go.yaml.in/yaml/v3"
 
 	"github.com/converge-go/converge/index"
 	"github.com/converge-go/converge/status"
@@ -29,8 +22,11 @@ type File struct {
 	// Name is the file's name inside the target directory. It is a single
 	// path element; see validateName.
 	Name string `json:"name" yaml:"name"`
-	// Content is written to the file verbatim.
+	// Content is written to the file verbatim, or, if Template is set,
+	// replaces "{{content}}" in the template's text.
 	Content string `json:"content" yaml:"content"`
+	// Template, if set, names the Template the file is rendered from.
+	Template string `json:"template,omitempty" yaml:"template,omitempty"`
 	// Mode holds the file's permission bits.
 	Mode Mode `json:"mode" yaml:"mode"`
 	// Status is the file's reconciliation status, written by the reconciler.
@@ -54,12 +50,12 @@ func (f *File) SetStatus(st status.Status) *File {
 
 // TableHeader implements statedb.TableWritable (db/show, "db show files").
 func (*File) TableHeader() []string {
-	return []string{"Name", "Mode", "Size", "Status"}
+	return []string{"Name", "Mode", "Size", "Template", "Status"}
 }
 
 // TableRow implements statedb.TableWritable.
 func (f *File) TableRow() []string {
-	return []string{f.Name, f.Mode.String(), strconv.Itoa(len(f.Content)), f.Status.String()}
+	return []string{f.Name, f.Mode.String(), strconv.Itoa(len(f.Content)), f.Template, f.Status.String()}
 }
 
 var _ statedb.TableWritable = &File{}
@@ -155,7 +151,7 @@ type filesTable struct {
 // reconciler does not prune until loadInitialFiles has inserted the initial
 // set: a prune of an empty table would delete every file the example wrote.
 func newFilesTable(db *statedb.DB) (filesTable, error) {
-	tbl, err := statedb.NewTable(db, "files", nameIndex, statusIndex)
+	tbl, err := statedb.NewTable(db, "files", nameIndex, statusIndex, templateIndex)
 	if err != nil {
 		return filesTable{}, err
 	}
@@ -163,95 +159,4 @@ func newFilesTable(db *statedb.DB) (filesTable, error) {
 	done := tbl.RegisterInitializer(wtxn, "initial-files")
 	wtxn.Commit()
 	return filesTable{tbl, done}, nil
-}
-
-// fileSpec is one entry of the initial YAML file. It has no status: every
-// loaded file starts Pending.
-type fileSpec struct {
-	Name    string `yaml:"name"`
-	Content string `yaml:"content"`
-	Mode    *Mode  `yaml:"mode"`
-}
-
-// parseFiles decodes the initial desired set, a YAML document of the form
-//
-//	files:
-//	  - name: hello.txt
-//	    content: "Hello\n"
-//	    mode: 0644        # optional, default 0644
-//
-// Unknown fields, invalid or duplicate names and oversized contents are
-// errors naming the source and the entry. An empty document is an empty set.
-func parseFiles(source string, data []byte) ([]*File, error) {
-	var doc struct {
-		Files []fileSpec `yaml:"files"`
-	}
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("%s: invalid YAML: %w", source, err)
-	}
-	files := make([]*File, 0, len(doc.Files))
-	seen := make(map[string]int, len(doc.Files))
-	for i, spec := range doc.Files {
-		where := fmt.Sprintf("%s: files[%d]", source, i)
-		if err := validateName(spec.Name); err != nil {
-			return nil, fmt.Errorf("%s: %w", where, err)
-		}
-		if j, dup := seen[spec.Name]; dup {
-			return nil, fmt.Errorf("%s: duplicate name %q (also files[%d])", where, spec.Name, j)
-		}
-		seen[spec.Name] = i
-		if len(spec.Content) > maxContentLen {
-			return nil, fmt.Errorf("%s (%q): content is larger than %d bytes", where, spec.Name, maxContentLen)
-		}
-		mode := defaultMode
-		if spec.Mode != nil {
-			mode = *spec.Mode
-		}
-		files = append(files, &File{Name: spec.Name, Content: spec.Content, Mode: mode})
-	}
-	return files, nil
-}
-
-// embeddedFiles is the default initial desired set.
-//
-//go:embed files.yaml
-var embeddedFiles []byte
-
-// loadInitialFiles reads the initial desired set when the hive is built, so
-// a bad file fails the start with a clear error, and inserts it when the
-// hive starts. Only after that commit is the table marked initialized, which
-// lets the reconciler run its first prune: pruning before would delete the
-// wanted files the example wrote in an earlier run.
-func loadInitialFiles(lc cell.Lifecycle, cfg config, log *slog.Logger, db *statedb.DB, files filesTable) error {
-	source, data := "files.yaml (embedded)", embeddedFiles
-	if cfg.FilesPath != "" {
-		source = cfg.FilesPath
-		var err error
-		if data, err = os.ReadFile(cfg.FilesPath); err != nil {
-			return fmt.Errorf("initial desired files: %w", err)
-		}
-	}
-	initial, err := parseFiles(source, data)
-	if err != nil {
-		return fmt.Errorf("initial desired files: %w", err)
-	}
-	lc.Append(cell.Hook{OnStart: func(cell.HookContext) error {
-		wtxn := db.WriteTxn(files)
-		for _, f := range initial {
-			f.Status = status.Pending()
-			if _, _, err := files.Insert(wtxn, f); err != nil {
-				wtxn.Abort()
-				return err
-			}
-		}
-		wtxn.Commit()
-		wtxn = db.WriteTxn(files)
-		files.markInitialized(wtxn)
-		wtxn.Commit()
-		log.Info("Loaded the initial desired files", "source", source, "count", len(initial), "directory", cfg.Dir)
-		return nil
-	}})
-	return nil
 }

@@ -6,36 +6,55 @@ import (
 	"errors"
 	"expvar"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"strings"
 	"time"
 
 	"github.com/cilium/hive/cell"
 	"github.com/cilium/statedb"
 
-	"github.com/converge-go/converge/status"
+	"github.com/converge-go/converge/reconciler"
 )
 
 // server is the HTTP API. Its routes:
 //
-//	PUT    /files/{name}   create or replace a desired file (body = content, ?mode=0644)
-//	GET    /files/{name}   one desired file with its status, as JSON
-//	DELETE /files/{name}   remove a desired file
-//	GET    /files          every desired file with its status, as JSON
-//	GET    /health         the hive's health, as JSON (503 unless OK)
-//	GET    /debug/vars     expvar, including the reconciler's metrics
-//	GET    /statedb/...    StateDB's own handler: /statedb/dump, /statedb/dump/files, ...
+//	PUT    /files/{name}      create or replace a desired file (body = content, ?mode=0644, ?template=NAME)
+//	GET    /files/{name}      one desired file with its status, as JSON
+//	DELETE /files/{name}      remove a desired file
+//	GET    /files             every desired file with its status, as JSON
+//	PUT    /templates/{name}  create or replace a template (body = text); rewrites the files using it
+//	GET    /templates/{name}  one template, as JSON
+//	DELETE /templates/{name}  remove a template; the files using it fail until it is back
+//	GET    /templates         every template, as JSON
+//	GET    /reconcilers       the reconcilers table (reconciler.TablesCell), as JSON
+//	GET    /retries           the reconciler-retries table: failing files, as JSON
+//	POST   /pause             pause the reconciler: nothing is written until /resume
+//	POST   /resume            resume it: what changed meanwhile converges
+//	GET    /health            the hive's health, as JSON (503 unless OK)
+//	GET    /metrics           the reconciler's metrics, for Prometheus
+//	GET    /debug/vars        expvar: Go's runtime variables
+//	GET    /statedb/...       StateDB's own handler: /statedb/dump, /statedb/dump/files, ...
 type server struct {
-	log    *slog.Logger
-	db     *statedb.DB
-	files  statedb.RWTable[*File]
-	health *health
-	mux    *http.ServeMux
-	http   *http.Server
+	log         *slog.Logger
+	db          *statedb.DB
+	files       statedb.RWTable[*File]
+	templates   statedb.RWTable[*Template]
+	reconcilers statedb.Table[*reconciler.Info]
+	retries     statedb.Table[*reconciler.RetryInfo]
+	health      *health
+	mux         *http.ServeMux
+	http        *http.Server
+
+	// control pauses and resumes the reconciler. It is set by an invoke
+	// after the server is constructed (see filesModule): taking the
+	// reconciler as a constructor argument would register its jobs before
+	// the server's start hook, and start them before the address is bound.
+	control interface {
+		Pause()
+		Resume()
+	}
 
 	addr   string
 	ln     net.Listener
@@ -43,16 +62,39 @@ type server struct {
 	done   chan struct{}      // closed when Serve returns
 }
 
-func newServer(lc cell.Lifecycle, cfg config, log *slog.Logger, db *statedb.DB, files filesTable, h *health) *server {
+type serverParams struct {
+	cell.In
+
+	Lifecycle   cell.Lifecycle
+	Config      config
+	Log         *slog.Logger
+	DB          *statedb.DB
+	Files       filesTable
+	Templates   statedb.RWTable[*Template]
+	Reconcilers statedb.Table[*reconciler.Info]      // from reconciler.TablesCell
+	Retries     statedb.Table[*reconciler.RetryInfo] // from reconciler.TablesCell
+	Health      *health
+	Metrics     promMetrics
+}
+
+func newServer(p serverParams) *server {
 	s := &server{
-		log: log, db: db, files: files.RWTable, health: h,
-		addr: cfg.Addr, mux: http.NewServeMux(), done: make(chan struct{}),
+		log: p.Log, db: p.DB, files: p.Files.RWTable, templates: p.Templates,
+		reconcilers: p.Reconcilers, retries: p.Retries, health: p.Health,
+		addr: p.Config.Addr, mux: http.NewServeMux(), done: make(chan struct{}),
 	}
 	s.mux.HandleFunc("GET /{$}", s.index)
 	s.mux.HandleFunc("GET /files", s.list)
+	s.mux.HandleFunc("GET /templates", s.listTemplates)
+	s.mux.HandleFunc("/templates/{name}", s.template)
+	s.mux.HandleFunc("GET /reconcilers", s.listReconcilers)
+	s.mux.HandleFunc("GET /retries", s.listRetries)
+	s.mux.HandleFunc("POST /pause", s.pause)
+	s.mux.HandleFunc("POST /resume", s.resume)
 	s.mux.HandleFunc("GET /health", s.serveHealth)
+	s.mux.Handle("GET /metrics", p.Metrics.handler)
 	s.mux.Handle("GET /debug/vars", expvar.Handler())
-	s.mux.Handle("/statedb/", http.StripPrefix("/statedb", db.HTTPHandler()))
+	s.mux.Handle("/statedb/", http.StripPrefix("/statedb", p.DB.HTTPHandler()))
 
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
@@ -60,9 +102,9 @@ func newServer(lc cell.Lifecycle, cfg config, log *slog.Logger, db *statedb.DB, 
 		Handler:           s,
 		ReadHeaderTimeout: 10 * time.Second,
 		BaseContext:       func(net.Listener) context.Context { return ctx },
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		ErrorLog:          slog.NewLogLogger(p.Log.Handler(), slog.LevelWarn),
 	}
-	lc.Append(cell.Hook{OnStart: s.start, OnStop: s.stop})
+	p.Lifecycle.Append(cell.Hook{OnStart: s.start, OnStop: s.stop})
 	return s
 }
 
@@ -110,100 +152,6 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mux.ServeHTTP(w, r)
 }
 
-func (s *server) file(w http.ResponseWriter, r *http.Request, raw string) {
-	name, err := url.PathUnescape(raw)
-	if err != nil {
-		http.Error(w, "invalid file name: "+err.Error(), http.StatusBadRequest)
-		return
-	}
-	if err := validateName(name); err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	switch r.Method {
-	case http.MethodGet, http.MethodHead:
-		f, _, found := s.files.Get(s.db.ReadTxn(), nameIndex.Query(name))
-		if !found {
-			http.Error(w, fmt.Sprintf("no desired file %q", name), http.StatusNotFound)
-			return
-		}
-		writeJSON(w, http.StatusOK, f)
-	case http.MethodPut:
-		s.put(w, r, name)
-	case http.MethodDelete:
-		s.delete(w, name)
-	default:
-		w.Header().Set("Allow", "GET, HEAD, PUT, DELETE")
-		http.Error(w, r.Method+" is not allowed on /files/{name}: use PUT, GET or DELETE", http.StatusMethodNotAllowed)
-	}
-}
-
-func (s *server) put(w http.ResponseWriter, r *http.Request, name string) {
-	mode := defaultMode
-	if q := r.URL.Query().Get("mode"); q != "" {
-		var err error
-		if mode, err = parseMode(q); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-	}
-	tooLarge := fmt.Sprintf("content is larger than the limit of %d bytes", maxContentLen)
-	if r.ContentLength > maxContentLen {
-		http.Error(w, tooLarge, http.StatusRequestEntityTooLarge)
-		return
-	}
-	content, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxContentLen))
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			http.Error(w, tooLarge, http.StatusRequestEntityTooLarge)
-			return
-		}
-		http.Error(w, "reading the body: "+err.Error(), http.StatusBadRequest)
-		return
-	}
-	f := &File{Name: name, Content: string(content), Mode: mode, Status: status.Pending()}
-	wtxn := s.db.WriteTxn(s.files)
-	_, replaced, err := s.files.Insert(wtxn, f)
-	if err != nil {
-		wtxn.Abort()
-		http.Error(w, err.Error(), http.StatusInternalServerError)
-		return
-	}
-	wtxn.Commit()
-	code := http.StatusCreated
-	if replaced {
-		code = http.StatusOK
-	}
-	s.log.Info("Desired file stored", "name", name, "bytes", len(content), "mode", mode)
-	writeJSON(w, code, f)
-}
-
-func (s *server) delete(w http.ResponseWriter, name string) {
-	wtxn := s.db.WriteTxn(s.files)
-	_, found, err := s.files.Delete(wtxn, &File{Name: name})
-	if err != nil || !found {
-		wtxn.Abort()
-		if err == nil {
-			http.Error(w, fmt.Sprintf("no desired file %q", name), http.StatusNotFound)
-		} else {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
-		}
-		return
-	}
-	wtxn.Commit()
-	s.log.Info("Desired file deleted", "name", name)
-	w.WriteHeader(http.StatusNoContent)
-}
-
-func (s *server) list(w http.ResponseWriter, _ *http.Request) {
-	files := statedb.Collect(s.files.All(s.db.ReadTxn()))
-	if files == nil {
-		files = []*File{} // "[]", not "null"
-	}
-	writeJSON(w, http.StatusOK, files)
-}
-
 // serveHealth answers 200 when the overall level is OK and 503 otherwise, so
 // that probes notice a degraded reconciler.
 func (s *server) serveHealth(w http.ResponseWriter, _ *http.Request) {
@@ -220,13 +168,20 @@ func (s *server) serveHealth(w http.ResponseWriter, _ *http.Request) {
 
 func (s *server) index(w http.ResponseWriter, _ *http.Request) {
 	fmt.Fprint(w, `converge example: desired files reconciled into a directory
-  PUT    /files/{name}   create or replace (body = content, ?mode=0644)
-  GET    /files/{name}   one file and its status
-  DELETE /files/{name}   remove
-  GET    /files          all files and their statuses
-  GET    /health         health (503 unless OK)
-  GET    /debug/vars     metrics (expvar)
-  GET    /statedb/dump   StateDB contents
+  PUT    /files/{name}      create or replace (body = content, ?mode=0644, ?template=NAME)
+  GET    /files/{name}      one file and its status
+  DELETE /files/{name}      remove
+  GET    /files             all files and their statuses
+  PUT    /templates/{name}  create or replace a template (body = text, with {{name}} and {{content}})
+  GET    /templates         all templates
+  GET    /reconcilers       the reconcilers table
+  GET    /retries           failing files and their next attempt
+  POST   /pause             stop writing until /resume
+  POST   /resume            apply what changed meanwhile
+  GET    /health            health (503 unless OK)
+  GET    /metrics           Prometheus metrics
+  GET    /debug/vars        Go runtime variables (expvar)
+  GET    /statedb/dump      StateDB contents
 `)
 }
 

@@ -5,6 +5,19 @@
 // wanted, and periodically refreshes the files to repair drift. An HTTP API
 // edits the table and shows statuses, health and metrics.
 //
+// It also shows what converge adds to the StateDB reconciler:
+//
+//   - metrics for Prometheus (metrics/prometheus), registered on the
+//     example's own registry and served at /metrics;
+//   - reconciler.TablesCell: the reconcilers and reconciler-retries tables,
+//     served at /reconcilers and /retries and in the StateDB dump;
+//   - a dependency (reconciler.WithDependency): a file may be rendered from
+//     a template of the "templates" table, and changing the template
+//     rewrites exactly the files that use it;
+//   - drift repaired by refreshes and prunes, counted with
+//     reconciler.ReportRepaired;
+//   - Pause and Resume, at POST /pause and POST /resume.
+//
 // Run it (from the module root):
 //
 //	go run ./example
@@ -37,7 +50,15 @@
 //	curl localhost:8080/files                  # desired files and their statuses
 //	curl -X DELETE localhost:8080/files/greeting
 //	curl localhost:8080/health                 # 200 when OK, 503 when Degraded
-//	curl localhost:8080/debug/vars             # expvar: reconciliation_count, prune_count, ...
+//	curl -X PUT --data-binary '{{name}}: {{content}}' localhost:8080/templates/banner
+//	                                           # rewrites hello.txt and motd, which use banner
+//	curl -X PUT -d hi 'localhost:8080/files/note?template=banner'
+//	curl localhost:8080/reconcilers            # the reconcilers table: state, counts, last prune, ...
+//	curl localhost:8080/retries                # failing files, their attempts and next attempt
+//	curl -X POST localhost:8080/pause          # nothing is written until
+//	curl -X POST localhost:8080/resume         # resume
+//	curl localhost:8080/metrics                # Prometheus: converge_reconcile_total, ...
+//	curl localhost:8080/debug/vars             # expvar: Go's runtime variables
 //	curl localhost:8080/statedb/dump           # the StateDB tables as JSON
 //
 // Things to try:
@@ -73,7 +94,6 @@ import (
 	"github.com/spf13/pflag"
 	"golang.org/x/time/rate"
 
-	"github.com/converge-go/converge/metrics"
 	"github.com/converge-go/converge/reconciler"
 )
 
@@ -90,10 +110,11 @@ func newApp(extra ...cell.Cell) *hive.Hive {
 	cells := []cell.Cell{
 		statedb.Cell,
 		job.Cell,
+		reconciler.TablesCell, // the reconcilers and reconciler-retries tables
 		cell.Config(defaultConfig()),
 		cell.Provide(
 			newHealth,
-			metrics.NewExpVar, // published: visible at /debug/vars
+			newPromMetrics, // served at /metrics
 		),
 		filesModule,
 	}
@@ -111,6 +132,7 @@ var filesModule = cell.Module(
 	),
 	cell.Provide(
 		newFilesTable,
+		newTemplatesTable,
 		newReconciler,
 		newServer,
 	),
@@ -120,17 +142,21 @@ var filesModule = cell.Module(
 	// is written unless the directory is the example's to use.
 	cell.Invoke(
 		config.validate,
-		func(*server) {},                      // listen on --addr
-		func(*ownedDir) {},                    // claim --dir, or refuse it
-		loadInitialFiles,                      // insert the initial set, then mark the table initialized
-		func(reconciler.Reconciler[*File]) {}, // the reconciler's jobs
+		func(*server) {},   // listen on --addr
+		func(*ownedDir) {}, // claim --dir, or refuse it
+		loadInitialFiles,   // insert the initial set, then mark the table initialized
+		// The reconciler's jobs; the server pauses and resumes it.
+		func(s *server, r reconciler.Reconciler[*File]) { s.control = r },
 	),
 )
 
 // newReconciler registers the reconciler of the files table. Its jobs run in
 // the module's job group, so they start and stop with the hive and report
-// health under "files.job-reconcile".
-func newReconciler(p reconciler.Params, cfg config, files filesTable, t *target, m *metrics.ExpVar) (reconciler.Reconciler[*File], error) {
+// health under "files.job-reconcile". It keeps its row of the reconcilers
+// table and the rows of its failing files (p.Tables, from
+// reconciler.TablesCell), reports metrics to Prometheus, and depends on
+// the templates table: a changed template rewrites the files that use it.
+func newReconciler(p reconciler.Params, cfg config, files filesTable, templates statedb.RWTable[*Template], t *target, m promMetrics) (reconciler.Reconciler[*File], error) {
 	return reconciler.Register(
 		p,
 		files.RWTable,
@@ -139,7 +165,8 @@ func newReconciler(p reconciler.Params, cfg config, files filesTable, t *target,
 		(*File).GetStatus,
 		t,
 		nil,
-		reconciler.WithMetrics(m),
+		reconciler.WithMetrics(m.Metrics),
+		templateDependency(p.DB, files, templates),
 		reconciler.WithPruning(cfg.PruneInterval),
 		reconciler.WithRefreshing(cfg.RefreshInterval, rate.NewLimiter(100, 100)),
 		// A modest maximum so that files recover soon after a fault clears.

@@ -24,9 +24,10 @@ import (
 // fails with an error until the name is freed. The reconciler calls the
 // operations one at a time.
 type target struct {
-	dir  *ownedDir
-	log  *slog.Logger
-	read fileReader
+	dir       *ownedDir
+	log       *slog.Logger
+	read      fileReader
+	templates statedb.Table[*Template]
 }
 
 var _ reconciler.Operations[*File] = (*target)(nil)
@@ -34,13 +35,14 @@ var _ reconciler.Operations[*File] = (*target)(nil)
 type targetParams struct {
 	cell.In
 
-	Dir  *ownedDir
-	Log  *slog.Logger
-	Read fileReader `optional:"true"` // tests simulate unreadable files with it
+	Dir       *ownedDir
+	Log       *slog.Logger
+	Templates statedb.RWTable[*Template]
+	Read      fileReader `optional:"true"` // tests simulate unreadable files with it
 }
 
 func newTarget(p targetParams) *target {
-	t := &target{dir: p.Dir, log: p.Log, read: p.Read}
+	t := &target{dir: p.Dir, log: p.Log, read: p.Read, templates: p.Templates}
 	if t.read == nil {
 		t.read = (*os.Root).ReadFile
 	}
@@ -54,20 +56,34 @@ var errNotOwned = errors.New("exists and the example did not write it: remove it
 // Update writes the file atomically: a temporary file in the state
 // directory is written, synced, recorded in the journal and then renamed
 // (or, for a new name, linked) into place, so a reader sees either the old
-// or the new content, never a partial one. When the reconciler refreshes
-// the file (its status is Refreshing), Update first checks the file on
-// disk for drift and writes only if it drifted.
-func (t *target) Update(ctx context.Context, _ statedb.ReadTxn, _ statedb.Revision, f *File) error {
+// or the new content, never a partial one. A file with a template is
+// rendered from the template as of txn.
+//
+// When the reconciler refreshes the file (its status is Refreshing: the
+// periodic refresh, or the dependency after its template changed), Update
+// writes only if the file should change. If the example last wrote what is
+// wanted now, a difference on disk is drift: it is repaired and reported
+// with reconciler.ReportRepaired. If what is wanted changed since (a new
+// template), the write is an ordinary update, not drift.
+func (t *target) Update(ctx context.Context, txn statedb.ReadTxn, _ statedb.Revision, f *File) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := t.update(f); err != nil {
+	content, err := render(txn, t.templates, f)
+	if err == nil {
+		want := f.Clone() // f is stored with its Done status: keep its own content
+		want.Content = content
+		err = t.update(ctx, want, f.Status.Kind == status.KindRefreshing)
+	}
+	if err != nil {
 		return fmt.Errorf("write %s: %w", f.Name, err)
 	}
 	return nil
 }
 
-func (t *target) update(f *File) error {
+// update writes f, whose content is the one to write. If refreshing, it
+// first checks whether the file on disk needs it.
+func (t *target) update(ctx context.Context, f *File, refreshing bool) error {
 	root, err := t.dir.open()
 	if err != nil {
 		return err
@@ -82,7 +98,11 @@ func (t *target) update(f *File) error {
 	case exists && !owned:
 		return errNotOwned
 	}
-	if f.Status.Kind == status.KindRefreshing {
+	if refreshing {
+		if !owned || entry.SHA256 != digest([]byte(f.Content)) || entry.Mode != f.Mode {
+			t.log.Info("Rewriting a file whose desired content changed", "name", f.Name, "template", f.Template)
+			return t.write(root, f, exists)
+		}
 		drift := "missing"
 		if exists {
 			drift = t.drifted(root, f, info, entry)
@@ -91,6 +111,11 @@ func (t *target) update(f *File) error {
 			return nil
 		}
 		t.log.Info("Repairing drifted file", "name", f.Name, "drift", drift)
+		if err := t.write(root, f, exists); err != nil {
+			return err
+		}
+		reconciler.ReportRepaired(ctx, 1)
+		return nil
 	}
 	return t.write(root, f, exists)
 }
@@ -138,33 +163,39 @@ func (t *target) Delete(ctx context.Context, _ statedb.ReadTxn, _ statedb.Revisi
 	if _, owned := t.dir.owned(f.Name); !owned {
 		return nil
 	}
-	return t.remove(root, f.Name)
+	_, err = t.remove(root, f.Name)
+	return err
 }
 
-// remove removes a file the example owns and forgets it. A directory in
-// its place is not the example's and is left alone.
-func (t *target) remove(root *os.Root, name string) error {
+// remove removes a file the example owns and forgets it, and reports
+// whether a file was removed. A directory in its place is not the
+// example's and is left alone.
+func (t *target) remove(root *os.Root, name string) (removed bool, err error) {
 	info, err := root.Lstat(name)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 	case err != nil:
-		return fmt.Errorf("remove %s: %w", name, err)
+		return false, fmt.Errorf("remove %s: %w", name, err)
 	case info.IsDir():
 		t.log.Warn("Not removing a directory that took the place of a file", "name", name)
 	default:
-		if err := root.Remove(name); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("remove %s: %w", name, err)
+		switch err := root.Remove(name); {
+		case err == nil:
+			removed = true
+		case !errors.Is(err, fs.ErrNotExist):
+			return false, fmt.Errorf("remove %s: %w", name, err)
 		}
 	}
 	if _, err := t.dir.record(root, name, nil); err != nil {
-		return fmt.Errorf("remove %s: %w", name, err)
+		return removed, fmt.Errorf("remove %s: %w", name, err)
 	}
-	return nil
+	return removed, nil
 }
 
 // Prune removes the files the example wrote that are no longer desired,
-// and temporary files left by an interrupted write. It does not list the
-// directory: files the journal does not name are not the example's.
+// and temporary files left by an interrupted write, and reports the files
+// it removed as drift repaired. It does not list the directory: files the
+// journal does not name are not the example's.
 func (t *target) Prune(ctx context.Context, _ statedb.ReadTxn, objects iter.Seq2[*File, statedb.Revision]) error {
 	root, err := t.dir.open()
 	if err != nil {
@@ -184,7 +215,11 @@ func (t *target) Prune(ctx context.Context, _ statedb.ReadTxn, objects iter.Seq2
 		}
 		if !want[name] {
 			t.log.Info("Pruning a file no longer desired", "name", name)
-			errs = append(errs, t.remove(root, name))
+			removed, err := t.remove(root, name)
+			if removed {
+				reconciler.ReportRepaired(ctx, 1)
+			}
+			errs = append(errs, err)
 		}
 	}
 	errs = append(errs, removeTemporaries(root))

@@ -3,35 +3,72 @@ package main
 import (
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 
+	"github.com/cilium/statedb"
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/converge-go/converge/reconciler"
 	"github.com/converge-go/converge/status"
 )
 
 func TestEmbeddedFiles(t *testing.T) {
-	files, err := parseFiles("files.yaml", embeddedFiles)
+	set, err := parseFiles("files.yaml", embeddedFiles)
 	require.NoError(t, err)
 	var names []string
-	for _, f := range files {
+	for _, f := range set.Files {
 		names = append(names, f.Name)
 		if f.Name == "secret.conf" {
 			require.Equal(t, Mode(0o600), f.Mode)
+			require.Empty(t, f.Template)
 		} else {
 			require.Equal(t, defaultMode, f.Mode)
+			require.Equal(t, "banner", f.Template)
 		}
 	}
 	require.Equal(t, initialNames, names)
+	require.Len(t, set.Templates, 1)
+	require.Equal(t, "banner", set.Templates[0].Name)
+}
+
+func TestRender(t *testing.T) {
+	db := statedb.New()
+	templates, err := newTemplatesTable(db)
+	require.NoError(t, err)
+	wtxn := db.WriteTxn(templates)
+	templates.Insert(wtxn, &Template{Name: "t", Text: "[{{name}}] {{content}} {{other}}"})
+	templates.Insert(wtxn, &Template{Name: "huge", Text: strings.Repeat("{{content}}", 2)})
+	wtxn.Commit()
+	txn := db.ReadTxn()
+
+	got, err := render(txn, templates, &File{Name: "a", Content: "x", Template: "t"})
+	require.NoError(t, err)
+	require.Equal(t, "[a] x {{other}}", got)
+	got, err = render(txn, templates, &File{Name: "a", Content: "verbatim {{name}}"})
+	require.NoError(t, err)
+	require.Equal(t, "verbatim {{name}}", got)
+
+	_, err = render(txn, templates, &File{Name: "a", Template: "missing"})
+	require.ErrorIs(t, err, errNoTemplate)
+	require.True(t, reconciler.IsTerminal(err))
+	_, err = render(txn, templates, &File{Name: "a", Content: strings.Repeat("x", maxContentLen/2+1), Template: "huge"})
+	require.ErrorContains(t, err, "more than the limit")
+	require.True(t, reconciler.IsTerminal(err))
+
+	for _, bad := range []string{"", "a/b", `a\b`, "a\nb", strings.Repeat("n", maxNameLen+1)} {
+		require.ErrorIs(t, validateTemplateName(bad), errInvalidTemplateName, bad)
+	}
+	require.NoError(t, validateTemplateName("banner"))
 }
 
 func TestFileEncoding(t *testing.T) {
 	f := &File{Name: "a", Content: "x\n", Mode: 0o600, Status: status.Error(errors.New("disk full"))}
-	require.Equal(t, []string{"Name", "Mode", "Size", "Status"}, f.TableHeader())
+	require.Equal(t, []string{"Name", "Mode", "Size", "Template", "Status"}, f.TableHeader())
 	row := f.TableRow()
-	require.Equal(t, []string{"a", "0600", "2"}, row[:3])
-	require.Contains(t, row[3], "disk full")
+	require.Equal(t, []string{"a", "0600", "2", ""}, row[:4])
+	require.Contains(t, row[4], "disk full")
 
 	data, err := json.Marshal(f)
 	require.NoError(t, err)
