@@ -125,7 +125,7 @@ func TestTemplateChangeRewritesItsFiles(t *testing.T) {
 	a.waitKind("plain", status.KindDone)
 	a.waitReconciled()
 	require.Equal(t, "# hello.txt: written by the converge example; edits are undone.\nHello from converge!\n"+
-		"This file is reconciled from a StateDB table into this directory.\n\n", a.readFile("hello.txt"))
+		"This file is reconciled from a StateDB table into this directory.\n", a.readFile("hello.txt"))
 
 	stat := func(name string) os.FileInfo {
 		info, err := os.Stat(filepath.Join(a.dir, name))
