@@ -255,3 +255,37 @@ func TestDependencyTriggers(t *testing.T) {
 		reconciler.WithDependency(nilTable, mapper))
 	require.True(t, errors.Is(err, reconciler.ErrInvalidConfig), "%v", err)
 }
+
+// A mapper that panics on one change neither stops the program nor loses
+// the triggers of other changes; the dependency job's health says so.
+func TestDependencyMapperPanicIsRecovered(t *testing.T) {
+	rc := newRecorder()
+	var deps statedb.RWTable[*item]
+	mapper := func(d *item, _ bool) []statedb.Query[*item] {
+		if d.Value == "boom" {
+			panic("mapper bug")
+		}
+		return []statedb.Query[*item]{itemID.Query(d.Value)}
+	}
+	f := startFixtureWithTable(t, func(db *statedb.DB, _ statedb.RWTable[*item]) []reconciler.Option {
+		var err error
+		deps, err = statedb.NewTable(db, "deps", itemID)
+		require.NoError(t, err)
+		return []reconciler.Option{reconciler.WithDependency(deps, mapper)}
+	}, rc.ops())
+	f.upsert(&item{ID: "a", Value: "1"})
+	f.waitReconciled()
+	_, base := rc.snapshot()
+
+	wtxn := f.db.WriteTxn(deps)
+	deps.Insert(wtxn, &item{ID: "d1", Value: "boom"})
+	deps.Insert(wtxn, &item{ID: "d2", Value: "a"})
+	wtxn.Commit()
+	require.Eventually(t, func() bool {
+		_, calls := rc.snapshot()
+		return len(calls) == len(base)+1
+	}, 20*time.Second, time.Millisecond, "the other change still triggers a")
+	waitHealth(t, f.health, "job-dependency-deps", func(level cell.Level, msg string) bool {
+		return level == cell.StatusDegraded && strings.Contains(msg, "mapper bug")
+	})
+}

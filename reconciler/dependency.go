@@ -33,7 +33,8 @@ import (
 // registration and start, across stops and starts of the hive, or while the
 // reconciler is paused (marking goes on while paused; the objects are
 // reconciled on Resume), and one job ("dependency-<table>"). mapper runs on
-// that job's goroutine; it must not block. table must not be the
+// that job's goroutine; it must not block. A mapper that panics is
+// recovered (unless WithoutPanicRecovery) and the job's health says so. table must not be the
 // reconciled table itself, which would mark its own changes forever.
 //
 // Obj must be the reconciled table's object type; Register refuses the
@@ -100,23 +101,41 @@ type dependencyTracker[Obj, Dep any] struct {
 
 func (t *dependencyTracker[Obj, Dep]) run(ctx context.Context, health cell.Health) error {
 	var queries []statedb.Query[Obj]
+	reported := false
 	for {
 		seq, watch := t.changes.Next(t.r.db.ReadTxn())
+		var mapErr, markErr error
+		seen := 0
 		for change := range seq {
-			queries = append(queries, t.d.mapper(change.Object, change.Deleted)...)
+			seen++
+			mapped, err := t.mapped(change)
+			if err != nil {
+				mapErr = err
+				continue
+			}
+			queries = append(queries, mapped...)
 			if len(queries) >= refreshBatch {
 				if err := t.mark(queries); err != nil {
-					health.Degraded("Failed to mark objects that depend on "+t.d.table.Name(), err)
+					markErr = err
 				}
 				clear(queries)
 				queries = queries[:0]
 			}
 		}
+		// Health changes with the outcome of the changes seen; a pass
+		// that saw none leaves it as it is.
 		if err := t.mark(queries); err != nil {
-			health.Degraded("Failed to mark objects that depend on "+t.d.table.Name(), err)
-		} else {
+			markErr = err
+		}
+		switch {
+		case markErr != nil:
+			health.Degraded("Failed to mark objects that depend on "+t.d.table.Name(), markErr)
+		case mapErr != nil:
+			health.Degraded("Failed to map a change of "+t.d.table.Name(), mapErr)
+		case seen > 0 || !reported:
 			health.OK("Watching " + t.d.table.Name())
 		}
+		reported = true
 		clear(queries)
 		queries = queries[:0]
 		select {
@@ -125,6 +144,20 @@ func (t *dependencyTracker[Obj, Dep]) run(ctx context.Context, health cell.Healt
 		case <-watch:
 		}
 	}
+}
+
+// mapped calls the mapper, turning a panic into an error unless
+// WithoutPanicRecovery was given: a bug in the mapper must not stop the
+// program, nor the objects of other changes from being marked.
+func (t *dependencyTracker[Obj, Dep]) mapped(change statedb.Change[Dep]) (qs []statedb.Query[Obj], err error) {
+	if t.r.opts.recoverPanics {
+		defer func() {
+			if v := recover(); v != nil {
+				err = t.r.recovered("WithDependency mapper of "+t.d.table.Name(), v)
+			}
+		}()
+	}
+	return t.d.mapper(change.Object, change.Deleted), nil
 }
 
 // mark gives the objects that the queries find a new status, as

@@ -2,6 +2,7 @@ package reconciler_test
 
 import (
 	"log/slog"
+	"sync"
 	"strings"
 	"testing"
 	"time"
@@ -69,8 +70,11 @@ func TestRoundLimiterBrokenAtRunTimeDegradesHealth(t *testing.T) {
 // offers nothing to wait on, so it is checked until a deadline.
 func waitHealth(t *testing.T, h *cell.SimpleHealth, scope string, ok func(level cell.Level, message string) bool) {
 	t.Helper()
-	var last string
-	require.Eventually(t, func() bool {
+	var (
+		mu   sync.Mutex
+		last = "no such scope"
+	)
+	matched := assert.Eventually(t, func() bool {
 		child := h.GetChild(scope)
 		if child == nil {
 			return false
@@ -81,8 +85,14 @@ func waitHealth(t *testing.T, h *cell.SimpleHealth, scope string, ok func(level 
 			msg += ": " + child.Error.Error()
 		}
 		child.Unlock()
+		mu.Lock()
 		last = string(level) + " " + msg
+		mu.Unlock()
 		return ok(level, msg)
-	}, 20*time.Second, time.Millisecond, "health of %s never matched", scope)
-	_ = last
+	}, 20*time.Second, time.Millisecond)
+	if !matched {
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("health of %s never matched; last: %s", scope, last)
+	}
 }
