@@ -2,8 +2,8 @@ package reconciler_test
 
 import (
 	"log/slog"
-	"sync"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
