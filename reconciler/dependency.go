@@ -18,7 +18,9 @@ import (
 // changes: whenever an object of table is inserted, changed or deleted,
 // mapper is called with it (and whether it was deleted) and returns queries
 // on the reconciled table's primary index (for example
-// routeByName.Query(name)) for the objects to reconcile again. Each object
+// routeByName.Query(name)) for the objects to reconcile again; a query
+// marks the first object it finds, so one on a non-unique index marks one
+// object only. Each object
 // found is given a new status, in write transactions of up to a thousand
 // objects, so that the table stays the only source of truth and other
 // reconcilers sharing a status.Set are not disturbed: a Done or Error object
