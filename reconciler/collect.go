@@ -11,10 +11,10 @@ import (
 
 // collect is the first stage of a round: it turns up to budget changes of
 // the table, then work carried over from an earlier run of the loop, then
-// retries due at now, then deferred changes (refresh marks and the backlog
+// retries due at now and deferred changes (refresh marks and the backlog
 // found at start; see deferredQueue) into l.work. Fresh changes thus never
 // wait behind a burst of refreshes, a retry storm or a backlog for more
-// than a round. With no budget (every
+// than a round, and none of those waits forever behind the others. With no budget (every
 // worker slot is taken) it reads nothing and leaves the changes for a later
 // round.
 func (l *loop[Obj]) collect(txn statedb.ReadTxn, now time.Time, budget int) {
@@ -22,14 +22,23 @@ func (l *loop[Obj]) collect(txn statedb.ReadTxn, now time.Time, budget int) {
 		l.watch = closedChan // look again as soon as there is room
 		return
 	}
+	// Fresh changes come first but leave an eighth of the budget, when
+	// there is other work, so that a stream of writes cannot starve it.
+	// Retries and deferred changes share what is left, so that neither
+	// starves the other.
+	reserve := 0
+	if at, ok := l.r.retries.next(); (ok && !at.After(now)) || l.deferred.len() > 0 || len(l.r.carried) > 0 {
+		reserve = budget / 8
+	}
 	added := 0
 	if !l.deferred.full() {
 		var changes iter.Seq2[statedb.Change[Obj], statedb.Revision]
 		changes, l.watch = l.changes.Next(txn)
-		added = l.collectChanges(changes, budget, now)
+		added = l.collectChanges(changes, budget-reserve, now)
 	}
 	added += l.collectCarried(txn, budget-added, now)
-	retried := l.collectRetries(txn, now, budget-added)
+	deferredShare := min(l.deferred.len(), (budget-added+1)/2)
+	retried := l.collectRetries(txn, now, budget-added-deferredShare)
 	added += l.collectDeferred(txn, budget-added-retried, now)
 	l.adds, l.retried = added+retried, retried
 	if len(l.r.carried) > 0 || l.deferred.len() > 0 {

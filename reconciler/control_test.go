@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -288,4 +289,46 @@ func TestDependencyMapperPanicIsRecovered(t *testing.T) {
 	waitHealth(t, f.health, "job-dependency-deps", func(level cell.Level, msg string) bool {
 		return level == cell.StatusDegraded && strings.Contains(msg, "mapper bug")
 	})
+}
+
+// Retries that are due every round must not starve refresh marks (nor
+// objects marked by a dependency, nor the backlog found at start): they
+// share the budget left after fresh changes.
+func TestRefreshesAreNotStarvedByEndlessRetries(t *testing.T) {
+	const healthy, failing, round = 50, 1000, 10
+	var refreshed, failures atomic.Int32
+	ops := &funcOps{update: func(_ context.Context, _ statedb.Revision, it *item) error {
+		if strings.HasPrefix(it.ID, "fail") {
+			failures.Add(1)
+			return reconciler.RetryAfter(0, errors.New("always"))
+		}
+		if it.Status.Kind == status.KindRefreshing {
+			refreshed.Add(1)
+		}
+		return nil
+	}}
+	f := startFixture(t, ops, nil, reconciler.WithRoundLimits(round, nil))
+	objs := make([]*item, healthy)
+	for i := range objs {
+		objs[i] = &item{ID: fmt.Sprintf("ok%02d", i)}
+	}
+	f.upsert(objs...)
+	f.waitReconciled()
+	objs = make([]*item, failing)
+	for i := range objs {
+		objs[i] = &item{ID: fmt.Sprintf("fail%04d", i)}
+	}
+	f.upsert(objs...)
+	// Once every failing object has failed twice, due retries are more than
+	// a round can take, for as long as the test runs.
+	require.Eventually(t, func() bool { return failures.Load() >= 2*failing }, 20*time.Second, time.Millisecond)
+
+	wtxn := f.db.WriteTxn(f.table)
+	for i := range healthy {
+		obj, _, _ := f.table.Get(wtxn, itemID.Query(fmt.Sprintf("ok%02d", i)))
+		f.table.Insert(wtxn, obj.clone().setStatus(status.Refreshing()))
+	}
+	wtxn.Commit()
+	require.Eventually(t, func() bool { return refreshed.Load() >= healthy }, 20*time.Second, time.Millisecond,
+		"only %d of %d refreshes while %d objects fail endlessly", refreshed.Load(), healthy, failing)
 }

@@ -54,6 +54,7 @@ func (l *loop[Obj]) startGate(ctx context.Context, health cell.Health) bool {
 			return false
 		case <-watch:
 		case <-timeout:
+			l.gateWatch = watch
 			l.gateErr = fmt.Errorf("started after %s without waiting any longer for tables to be initialized: %s",
 				r.opts.startTimeout, strings.Join(waiting, ", "))
 			r.log.Warn("Reconciler started before its tables were initialized", "tables", waiting, "waited", r.opts.startTimeout)
@@ -81,12 +82,16 @@ func (l *loop[Obj]) uninitialized(txn statedb.ReadTxn) ([]string, <-chan struct{
 	return names, watch
 }
 
-// checkGate clears l.gateErr once the tables it names are initialized.
+// checkGate clears l.gateErr once the tables it names are initialized;
+// until then l.gateWatch wakes the loop when one of them is.
 func (l *loop[Obj]) checkGate(txn statedb.ReadTxn) {
 	if l.gateErr == nil {
 		return
 	}
-	if waiting, _ := l.uninitialized(txn); len(waiting) == 0 {
-		l.gateErr = nil
+	waiting, watch := l.uninitialized(txn)
+	if len(waiting) == 0 {
+		l.gateErr, l.gateWatch = nil, nil
+		return
 	}
+	l.gateWatch = watch
 }

@@ -33,8 +33,9 @@ type loop[Obj any] struct {
 	lastRev  statedb.Revision   // last change read
 	watch    <-chan struct{}    // closed when the table has new changes
 
-	limiterErr error // why the round limiter's last Wait failed, or nil
-	gateErr    error // why the loop started before its tables were initialized
+	limiterErr error           // why the round limiter's last Wait failed, or nil
+	gateErr    error           // why the loop started before its tables were initialized
+	gateWatch  <-chan struct{} // while gateErr is set: closed when one of those tables is
 
 	interrupted []op[Obj] // returned by operate when the job was stopped
 	wasPaused   bool      // whether the last round ran paused
@@ -99,6 +100,8 @@ func (r *reconciler[Obj]) loop(ctx context.Context, health cell.Health) error {
 			l.prune.request()
 		case <-r.pruneRequests:
 			l.prune.request()
+		case <-l.gateWatch:
+			l.gateWatch = nil // checkGate sets it again if need be
 		}
 		if paused, _ = r.pause.state(); !paused {
 			l.waitForLimiter(ctx)
