@@ -58,7 +58,8 @@ func (r *reconciler[Obj]) loop(ctx context.Context, health cell.Health) error {
 		prune:   newPruneSchedule(r),
 		watch:   closedChan,
 	}
-	if r.backlog == 0 {
+	if !r.startedOnce {
+		r.startedOnce = true
 		r.backlog = r.table.Revision(r.db.ReadTxn())
 	}
 	l.backlog = r.backlog

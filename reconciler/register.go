@@ -181,10 +181,11 @@ type reconciler[Obj any] struct {
 	now  func() time.Time
 	rand func() float64
 
-	changes statedb.ChangeIterator[Obj] // closed when the reconciler is unreachable
-	retries *retryQueue[Obj]
-	carried map[string]*retry[Obj] // by key: collected by a stopped run of the loop, not committed
-	backlog statedb.Revision       // the table's revision when the loop first started
+	changes     statedb.ChangeIterator[Obj] // closed when the reconciler is unreachable
+	retries     *retryQueue[Obj]
+	carried     map[string]*retry[Obj] // by key: collected by a stopped run of the loop, not committed
+	backlog     statedb.Revision       // the table's revision when the loop first started
+	startedOnce bool                   // the loop has started before: backlog is set
 }
 
 // Prune implements Reconciler.
