@@ -44,6 +44,9 @@ func (l *loop[Obj]) commit(ops []op[Obj], now time.Time) (failed int) {
 			}
 			continue
 		}
+		if l.op.reapplies(o) {
+			continue // the same version runs again; its outcome counts
+		}
 		if wtxn == nil {
 			wtxn = r.db.WriteTxn(r.table)
 		}

@@ -148,6 +148,7 @@ func (l *loop[Obj]) round(ctx context.Context, paused bool) {
 	l.work = l.work[:0]
 
 	if l.prune.due() && !paused {
+		l.op.pruning(txn)
 		l.prune.run(ctx, txn)
 	}
 

@@ -26,6 +26,13 @@ type operator[Obj any] interface {
 	// in the table.
 	dropParked(o *op[Obj])
 
+	// reapplies reports whether o's version is parked to be applied again
+	// (a prune may have undone it): its own outcome is then not recorded.
+	reapplies(o *op[Obj]) bool
+
+	// pruning is called before a prune runs with txn.
+	pruning(txn statedb.ReadTxn)
+
 	// release is called with done once it is committed.
 	release(done []op[Obj])
 
@@ -90,6 +97,8 @@ func (in *inline[Obj]) operate(ctx context.Context, txn statedb.ReadTxn, work []
 func (*inline[Obj]) superseded(*op[Obj]) bool { return false }
 func (*inline[Obj]) release([]op[Obj])        {}
 func (*inline[Obj]) dropParked(*op[Obj])      {}
+func (*inline[Obj]) pruning(statedb.ReadTxn)  {}
+func (*inline[Obj]) reapplies(*op[Obj]) bool  { return false }
 func (in *inline[Obj]) room() int             { return in.roundSize }
 func (*inline[Obj]) hasRoom() bool            { return true }
 func (*inline[Obj]) finished() <-chan struct{} {

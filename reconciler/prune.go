@@ -17,10 +17,11 @@ import (
 // channels, tells it what fired, and between commit and report runs the
 // prune when it is due.
 //
-// Prune runs on the loop's goroutine, between rounds, even with workers:
-// operations in flight are all for objects in the round's snapshot (or
-// newer ones parked behind them), and none starts until the prune returns,
-// so it cannot remove what an operation is applying for a newer object.
+// Prune runs on the loop's goroutine, between rounds, even with workers,
+// and no operation starts until it returns. An operation in flight whose
+// object was deleted meanwhile may see its work removed by the prune; if
+// the object then comes back as that very version, it is applied again
+// rather than taken as done (see workerPool.pruning).
 type pruneSchedule struct {
 	prune func(ctx context.Context, txn statedb.ReadTxn) pruneResult
 

@@ -51,8 +51,13 @@ type flight[Obj any] struct {
 	since     time.Time // when the status the op in flight answers was written
 	statusID  uint64    // identity of the status the op in flight answers
 	retry     bool      // the op in flight is a retry, not a change
+	obj       Obj       // the object of the op in flight
 	parked    op[Obj]
 	hasParked bool
+	// pruned: a prune ran while the op was in flight, with its object
+	// absent (deleted meanwhile), and may have removed what the op applied.
+	// A change back to the same version must then be applied again.
+	pruned bool
 }
 
 func newWorkerPool[Obj any](ctx context.Context, r *reconciler[Obj]) *workerPool[Obj] {
@@ -119,7 +124,7 @@ func (p *workerPool[Obj]) dispatch(ops []op[Obj]) {
 	for i := range ops {
 		o := ops[i]
 		if f, ok := p.flights[o.key]; ok {
-			if !o.delete && o.statusID != 0 && o.statusID == f.statusID {
+			if !o.delete && o.statusID != 0 && o.statusID == f.statusID && !f.pruned {
 				// Back to the version in flight: nothing after it.
 				f.parked, f.hasParked = op[Obj]{}, false
 			} else {
@@ -128,7 +133,7 @@ func (p *workerPool[Obj]) dispatch(ops []op[Obj]) {
 			p.flights[o.key] = f
 			continue
 		}
-		p.flights[o.key] = flight[Obj]{rev: o.rev, since: o.since, statusID: o.statusID, retry: o.attempts > 0}
+		p.flights[o.key] = flight[Obj]{rev: o.rev, since: o.since, statusID: o.statusID, retry: o.attempts > 0, obj: o.obj}
 		ops[queued] = o
 		queued++
 	}
@@ -161,9 +166,28 @@ func (p *workerPool[Obj]) superseded(o *op[Obj]) bool {
 }
 
 func (p *workerPool[Obj]) dropParked(o *op[Obj]) {
-	if f, ok := p.flights[o.key]; ok && f.hasParked {
+	if f, ok := p.flights[o.key]; ok && f.hasParked && !f.pruned {
 		f.parked, f.hasParked = op[Obj]{}, false
 		p.flights[o.key] = f
+	}
+}
+
+func (p *workerPool[Obj]) reapplies(o *op[Obj]) bool {
+	f := p.flights[o.key]
+	return f.pruned && f.hasParked && !f.parked.delete && f.parked.statusID == o.statusID
+}
+
+// pruning marks the flights whose object is not in txn, the snapshot a
+// prune is about to run with: the prune may remove what they apply.
+func (p *workerPool[Obj]) pruning(txn statedb.ReadTxn) {
+	for key, f := range p.flights {
+		if f.pruned {
+			continue
+		}
+		if _, _, found := p.r.table.Get(txn, p.r.primary.QueryFromObject(f.obj)); !found {
+			f.pruned = true
+			p.flights[key] = f
+		}
 	}
 }
 
