@@ -206,6 +206,9 @@ func (l *loop[Obj]) carryOver() {
 		if r.carried == nil {
 			r.carried = map[string]*retry[Obj]{}
 		}
+		if c, ok := r.carried[o.key]; ok && c.rev > o.rev {
+			continue // a newer version of the object is carried already
+		}
 		r.carried[o.key] = &retry[Obj]{
 			key: o.key, obj: o.obj, rev: o.rev, delete: o.delete,
 			statusID: o.statusID, since: o.since, attempts: o.attempts,
