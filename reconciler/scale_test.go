@@ -215,11 +215,12 @@ func runScale(t *testing.T, n, workers int, batch bool) {
 	t.Logf("health: %s %q; error of %d bytes in %d lines, ending %q", level, reason, len(msg), len(lines), lines[len(lines)-1])
 	// With workers, a few failing objects may be in flight rather than
 	// waiting for their retry, and so not counted.
-	var listed, omitted int
-	_, err := fmt.Sscanf(reason, "%d object(s) failing", &listed)
+	var errs, listed, omitted int
+	_, err := fmt.Sscanf(reason, "%d error(s): %d object(s) failing", &errs, &listed)
 	require.NoError(t, err, "health reason %q", reason)
 	assert.GreaterOrEqual(t, listed, failing-workers)
 	assert.LessOrEqual(t, listed, failing)
+	assert.Equal(t, listed, errs, "nothing but objects fails")
 	require.Len(t, lines, 11)
 	_, err = fmt.Sscanf(lines[10], "%d more error(s) omitted", &omitted)
 	require.NoError(t, err, "last line %q", lines[10])
