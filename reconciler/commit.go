@@ -51,9 +51,12 @@ func (l *loop[Obj]) commit(ops []op[Obj], now time.Time) (failed int) {
 			wtxn = r.db.WriteTxn(r.table)
 		}
 		var st status.Status
-		if o.err == nil {
+		switch {
+		case o.err == nil:
 			st = status.DoneAt(now)
-		} else {
+		case IsTerminal(o.err):
+			st = status.TerminalErrorAt(now, o.err)
+		default:
 			st = status.ErrorAt(now, o.err)
 		}
 		written, changed := r.writeStatus(wtxn, o, st)

@@ -34,9 +34,8 @@ type waitOptions struct {
 
 // StopOnError makes [WaitForObject] return as soon as the object's status is
 // Error, with an error wrapping [ErrObjectFailed], instead of waiting for a
-// retry to succeed. A status does not record whether its error was terminal
-// (see [TerminalError]), so this returns on retryable errors too: use it
-// when the first failure is the answer the caller needs.
+// retry to succeed: use it when the first failure is the answer the caller
+// needs. Without it, WaitForObject returns on terminal errors only.
 func StopOnError() WaitOption {
 	return func(o *waitOptions) { o.stopOnError = true }
 }
@@ -61,8 +60,11 @@ func FailIfAbsent() WaitOption {
 // It returns:
 //
 //   - the object and a nil error once its status is Done;
+//   - the object and an error wrapping [ErrObjectFailed] once its status is
+//     a terminal Error ([status.Status.Terminal], written for errors marked
+//     with [TerminalError]); the error is terminal too ([IsTerminal]);
 //   - with [StopOnError], the object and an error wrapping [ErrObjectFailed]
-//     once its status is Error;
+//     once its status is any Error;
 //   - the object as last seen and an error wrapping [ErrObjectDeleted] if
 //     the object is deleted after WaitForObject has seen it;
 //   - with [FailIfAbsent], an error wrapping [ErrObjectNotFound] if no object
@@ -73,11 +75,9 @@ func FailIfAbsent() WaitOption {
 //   - an error wrapping [ErrInvalidConfig] if db, table or getStatus is nil.
 //
 // Pending, Refreshing and Unset statuses keep it waiting, and so, without
-// [StopOnError], do Error statuses: the reconciler retries them and a later
-// attempt may succeed. A status does not record whether its error was
-// terminal ([TerminalError]); a terminal error is retried only when the
-// object changes, so without StopOnError a ctx deadline is what bounds the
-// wait for an object that failed terminally. Either way, bound ctx.
+// [StopOnError], do retryable Error statuses: the reconciler retries them
+// and a later attempt may succeed. Bound ctx: an object whose target keeps
+// failing is retried for ever.
 //
 // If no object matches yet, it waits for one to appear (unless
 // [FailIfAbsent]), so it may be called before the insertion it waits for
@@ -111,6 +111,8 @@ func WaitForObject[Obj any](ctx context.Context, db *statedb.DB, table statedb.T
 			switch {
 			case lastSt.Kind == status.KindDone:
 				return obj, nil
+			case lastSt.Kind == status.KindError && lastSt.Terminal:
+				return obj, fmt.Errorf("WaitForObject: table %q: %w: %w", table.Name(), ErrObjectFailed, TerminalError(errors.New(lastSt.Error)))
 			case lastSt.Kind == status.KindError && o.stopOnError:
 				return obj, fmt.Errorf("WaitForObject: table %q: %w: %s", table.Name(), ErrObjectFailed, lastSt.Error)
 			}

@@ -188,28 +188,25 @@ func TestWaitForObjectTerminalError(t *testing.T) {
 	f := startFixture(t, terminalOps(), nil)
 	f.upsert(&item{ID: "a", Value: "bad"})
 
-	// Without StopOnError a terminal error, which the status cannot tell
-	// from a retryable one, keeps the waiter waiting until ctx ends...
-	w := startWaiter(t, f, "a", nil)
-	w.await(status.KindError)
-	timedOut := startWaiter(t, f, "a", nil)
-	timedOut.await(status.KindError)
-	timedOut.cancel()
-	obj, err := timedOut.result()
-	require.ErrorIs(t, err, context.Canceled)
-	require.ErrorContains(t, err, "last status Error: invalid value")
+	// A terminal error ends the wait without StopOnError: the status
+	// records that no retry will come, and the error says so too.
+	obj, err := reconciler.WaitForObject(waitCtx(t), f.db, f.table, itemID.Query("a"), (*item).getStatus)
+	require.ErrorIs(t, err, reconciler.ErrObjectFailed)
+	require.True(t, reconciler.IsTerminal(err), "%v is terminal", err)
+	require.ErrorContains(t, err, "invalid value")
 	require.Equal(t, "a", obj.ID)
 	require.Equal(t, status.KindError, obj.Status.Kind)
+	require.True(t, obj.Status.Terminal)
 
-	// ... StopOnError returns it at once...
+	// StopOnError returns it the same way.
 	obj, err = reconciler.WaitForObject(waitCtx(t), f.db, f.table, itemID.Query("a"), (*item).getStatus, reconciler.StopOnError())
 	require.ErrorIs(t, err, reconciler.ErrObjectFailed)
 	require.ErrorContains(t, err, "invalid value")
-	require.Equal(t, status.KindError, obj.Status.Kind)
+	require.True(t, obj.Status.Terminal)
 
-	// ... and a change to the object ends it.
+	// A change to the object is reconciled again.
 	f.upsert(&item{ID: "a", Value: "good"})
-	obj, err = w.result()
+	obj, err = reconciler.WaitForObject(waitCtx(t), f.db, f.table, itemID.Query("a"), (*item).getStatus)
 	require.NoError(t, err)
 	require.Equal(t, "good", obj.Value)
 	require.Equal(t, status.KindDone, obj.Status.Kind)
@@ -229,8 +226,11 @@ func TestWaitForObjectStopOnErrorReturnsRetryableErrors(t *testing.T) {
 }
 
 func TestWaitForObjectDeleted(t *testing.T) {
-	f := startFixture(t, terminalOps(), nil)
-	f.upsert(&item{ID: "a", Value: "bad"})
+	ops := &funcOps{update: func(context.Context, statedb.Revision, *item) error {
+		return errors.New("target unreachable") // retried: the wait goes on
+	}}
+	f := startFixture(t, ops, nil)
+	f.upsert(&item{ID: "a"})
 
 	w := startWaiter(t, f, "a", nil)
 	w.await(status.KindError)

@@ -99,6 +99,9 @@ func waitForTable(s *script.State, sub subject, timeout time.Duration) (script.W
 // formatStatus renders a status without its time, for stable output:
 // "Done", "Error: disk full".
 func formatStatus(st status.Status) string {
+	if st.Kind == status.KindError && st.Terminal {
+		return "Error (terminal): " + st.Error
+	}
 	if st.Kind == status.KindError {
 		return st.Kind.String() + ": " + st.Error
 	}

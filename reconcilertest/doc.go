@@ -160,8 +160,8 @@
 //
 // reconciler/wait-object KEY waits with [reconciler.WaitForObject], as an
 // application would, and prints what it saw: "KEY: Done", or, failing,
-// "KEY: deleted", "KEY: Error: MESSAGE" (with --stop-on-error) or
-// "KEY: timed out, last status KIND". Expect a failure with "!" and match
+// "KEY: deleted", "KEY: Error (terminal): MESSAGE", "KEY: Error: MESSAGE"
+// (with --stop-on-error) or "KEY: timed out, last status KIND". Expect a failure with "!" and match
 // the line with "stdout". It can run in the background, to wait from before
 // the write:
 //
@@ -171,6 +171,6 @@
 //	stdout '^a: Done$'
 //	reconciler/fault --key=b terminal
 //	db/insert items b.yaml
-//	! reconciler/wait-object --stop-on-error b
-//	stdout '^b: Error: '
+//	! reconciler/wait-object b
+//	stdout '^b: Error \(terminal\): '
 package reconcilertest

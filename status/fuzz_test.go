@@ -84,6 +84,7 @@ func checkStatusDecode(t *testing.T, c codec, data []byte, decoders []codec) {
 	}
 	if st.Kind != status.KindError {
 		require.Empty(t, st.Error, "%s: error text on a %s status", c.name, st.Kind)
+		require.False(t, st.Terminal, "%s: terminal flag on a %s status", c.name, st.Kind)
 	}
 
 	out, err := c.marshal(st)
@@ -137,7 +138,7 @@ func checkSetDecode(t *testing.T, c codec, data []byte, decoders []codec) {
 }
 
 func sameStatus(a, b status.Status) bool {
-	return a.Kind == b.Kind && a.Error == b.Error && a.UpdatedAt.Equal(b.UpdatedAt)
+	return a.Kind == b.Kind && a.Error == b.Error && a.Terminal == b.Terminal && a.UpdatedAt.Equal(b.UpdatedAt)
 }
 
 func sameSet(a, b status.Set) bool {

@@ -23,6 +23,11 @@ type Status struct {
 	UpdatedAt time.Time `json:"updated-at" yaml:"updated-at"`
 	// Error is the error text when Kind is KindError, and empty otherwise.
 	Error string `json:"error,omitempty" yaml:"error,omitempty"`
+	// Terminal is set on an Error status whose error retrying cannot fix
+	// (see [TerminalErrorAt]): the reconciler does not retry it, and waiting
+	// for the object to become Done is pointless until it changes. It is
+	// false on every other kind.
+	Terminal bool `json:"terminal,omitempty" yaml:"terminal,omitempty"`
 
 	// id identifies the write that created this status. Zero means none.
 	id uint64
@@ -36,6 +41,13 @@ func nextID() uint64 { return lastID.Add(1) }
 
 func newStatus(k Kind, at time.Time, errText string) Status {
 	return Status{Kind: k, UpdatedAt: at, Error: errText, id: nextID()}
+}
+
+func errorText(err error) string {
+	if err == nil {
+		return "<nil>"
+	}
+	return err.Error()
 }
 
 // Pending returns a status that asks the reconciler to apply the object. Set
@@ -67,11 +79,16 @@ func DoneAt(at time.Time) Status { return newStatus(KindDone, at, "") }
 
 // ErrorAt is [Error] stamped with at.
 func ErrorAt(at time.Time, err error) Status {
-	text := "<nil>"
-	if err != nil {
-		text = err.Error()
-	}
-	return newStatus(KindError, at, text)
+	return newStatus(KindError, at, errorText(err))
+}
+
+// TerminalErrorAt is [ErrorAt] with [Status.Terminal] set: it records a
+// failure that retrying cannot fix. Reconcilers write it for errors marked
+// terminal; an object carrying it is not retried until it changes.
+func TerminalErrorAt(at time.Time, err error) Status {
+	s := newStatus(KindError, at, errorText(err))
+	s.Terminal = true
+	return s
 }
 
 // IsPendingOrRefreshing reports whether the status asks for reconciliation.
@@ -91,6 +108,9 @@ func (s Status) String() string {
 	if s.Kind == KindUnset {
 		return s.Kind.String()
 	}
+	if s.Kind == KindError && s.Terminal {
+		return "Error (terminal): " + s.Error + ago(s.UpdatedAt)
+	}
 	if s.Kind == KindError {
 		return "Error: " + s.Error + ago(s.UpdatedAt)
 	}
@@ -103,13 +123,17 @@ type statusFields struct {
 	Kind      Kind      `json:"kind" yaml:"kind"`
 	UpdatedAt time.Time `json:"updated-at" yaml:"updated-at"`
 	Error     string    `json:"error,omitempty" yaml:"error,omitempty"`
+	Terminal  bool      `json:"terminal,omitempty" yaml:"terminal,omitempty"`
 }
 
 func (s *Status) fromFields(f statusFields) error {
 	if f.Error != "" && f.Kind != KindError {
 		return fmt.Errorf("%w: error text on a %s status", ErrMalformed, f.Kind)
 	}
-	*s = Status{Kind: f.Kind, UpdatedAt: f.UpdatedAt, Error: f.Error}
+	if f.Terminal && f.Kind != KindError {
+		return fmt.Errorf("%w: terminal flag on a %s status", ErrMalformed, f.Kind)
+	}
+	*s = Status{Kind: f.Kind, UpdatedAt: f.UpdatedAt, Error: f.Error, Terminal: f.Terminal}
 	if s.Kind != KindUnset {
 		// A decoded status is a new write in this process: give it its own
 		// identity so it is never mistaken for an earlier one.

@@ -22,6 +22,7 @@ func statusesToEncode() map[string]status.Status {
 		"done":       status.Done(),
 		"error":      status.Error(errors.New(`disk "full": 100%`)),
 		"error nil":  status.Error(nil),
+		"terminal":   status.TerminalErrorAt(time.Date(2024, 3, 1, 0, 0, 0, 0, time.UTC), errors.New("invalid")),
 		"error multiline": {
 			Kind: status.KindError, Error: "line one\nline two: ünïcödé",
 			UpdatedAt: time.Date(2024, 2, 29, 23, 59, 59, 123456789, zone),
@@ -37,6 +38,7 @@ func requireSameStatus(t testing.TB, want, got status.Status) {
 	t.Helper()
 	require.Equal(t, want.Kind, got.Kind)
 	require.Equal(t, want.Error, got.Error)
+	require.Equal(t, want.Terminal, got.Terminal)
 	require.True(t, want.UpdatedAt.Equal(got.UpdatedAt), "updated-at: want %v, got %v", want.UpdatedAt, got.UpdatedAt)
 }
 
@@ -103,6 +105,11 @@ func TestStatusJSONFields(t *testing.T) {
 	data, err = json.Marshal(status.Status{Kind: status.KindError, UpdatedAt: at, Error: "boom"})
 	require.NoError(t, err)
 	assert.JSONEq(t, `{"kind":"Error","updated-at":"2024-01-02T03:04:05.000000006Z","error":"boom"}`, string(data))
+
+	// Terminal is encoded only when set.
+	data, err = json.Marshal(status.Status{Kind: status.KindError, UpdatedAt: at, Error: "boom", Terminal: true})
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"kind":"Error","updated-at":"2024-01-02T03:04:05.000000006Z","error":"boom","terminal":true}`, string(data))
 
 	// The identity is never encoded, whatever the encoding.
 	st := status.Pending()
@@ -304,5 +311,14 @@ func TestStatusInNamedFieldDecodesWholeObject(t *testing.T) {
 		assert.Equal(t, "x", o.Name, c.name)
 		assert.Equal(t, 3, o.Count, c.name)
 		assert.Equal(t, status.KindDone, o.Status.Kind, c.name)
+	}
+}
+
+func TestStatusTerminalOnlyOnErrors(t *testing.T) {
+	for _, c := range allCodecs {
+		var st status.Status
+		err := c.unmarshal([]byte(`{"kind":"Done","terminal":true}`), &st)
+		require.ErrorIs(t, err, status.ErrMalformed, c.name)
+		require.ErrorContains(t, err, "terminal flag on a Done status", c.name)
 	}
 }

@@ -146,6 +146,7 @@ func TestStatusString(t *testing.T) {
 		// A status without a time says so rather than "never ago".
 		{"done without time", status.Status{Kind: status.KindDone}, "Done"},
 		{"error without time", status.Status{Kind: status.KindError, Error: "boom"}, "Error: boom"},
+		{"terminal error", status.Status{Kind: status.KindError, UpdatedAt: fiveMinAgo, Error: "invalid", Terminal: true}, "Error (terminal): invalid (5m ago)"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
