@@ -1,6 +1,7 @@
 package reconciler
 
 import (
+	"errors"
 	"iter"
 	"time"
 
@@ -59,6 +60,9 @@ func (l *loop[Obj]) collectChanges(changes iter.Seq2[statedb.Change[Obj], stated
 		if !change.Deleted {
 			st = r.getStatus(change.Object)
 			if !st.IsPendingOrRefreshing() {
+				if st.Kind == status.KindError && !st.Terminal {
+					l.adoptError(change.Object, rev, st, now)
+				}
 				continue
 			}
 			if st.Kind == status.KindRefreshing || rev <= l.backlog {
@@ -102,6 +106,39 @@ func (l *loop[Obj]) collectChanges(changes iter.Seq2[statedb.Change[Obj], stated
 		}
 	}
 	return added
+}
+
+// adoptError queues a retry, due at now, for obj, found in the table with
+// the retryable Error status st, unless this reconciler already retries
+// that status. Its own failures are always known; an unknown one was
+// written back by a user after its retry was dropped (a revert, or the
+// re-insert of an object read before a later attempt committed), or was in
+// the table before the reconciler started. Left alone, such an object
+// would stay failed for good. The attempt hands Update a Pending status.
+func (l *loop[Obj]) adoptError(obj Obj, rev statedb.Revision, st status.Status, now time.Time) {
+	r := l.r
+	key := r.primary.ObjectToKey(obj)
+	if r.retries.knows(key, st.ID()) {
+		return
+	}
+	if c, ok := r.carried[string(key)]; ok && c.statusID == st.ID() {
+		return
+	}
+	since := st.UpdatedAt
+	if since.IsZero() {
+		since = now
+	}
+	r.retries.add(&retry[Obj]{
+		key:      string(key),
+		obj:      r.setStatus(r.clone(obj), status.PendingAt(since)),
+		rev:      rev,
+		statusID: st.ID(),
+		since:    since,
+		attempts: 1,
+		err:      errors.New(st.Error),
+		first:    since,
+		at:       now,
+	})
 }
 
 // collectRetries turns retries due at now into ops, up to budget.

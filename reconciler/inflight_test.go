@@ -88,11 +88,13 @@ func waitEntered(t *testing.T, g *gatedTarget, want string) {
 
 // insertAs writes obj as it is, status included: re-inserting an object
 // value read earlier keeps that value's status identity.
-func (f *fixture) insertAs(obj *item) {
+func (f *fixture) insertAs(obj *item) statedb.Revision {
 	wtxn := f.db.WriteTxn(f.table)
 	_, _, err := f.table.Insert(wtxn, obj)
 	require.NoError(f.t, err)
+	rev := f.table.Revision(wtxn)
 	wtxn.Commit()
+	return rev
 }
 
 // settle makes sure the reconciler has read every change written so far,

@@ -79,6 +79,17 @@ func (q *retryQueue[Obj]) add(item *retry[Obj]) {
 	}
 }
 
+// knows reports whether key has a retry, waiting or running, for the
+// status of identity statusID. The conversion in the map index does not
+// allocate.
+func (q *retryQueue[Obj]) knows(key []byte, statusID uint64) bool {
+	if item, ok := q.byKey[string(key)]; ok && item.statusID == statusID {
+		return true
+	}
+	item, ok := q.running[string(key)]
+	return ok && item.statusID == statusID
+}
+
 // start records that item, just taken with popDue, is being attempted.
 func (q *retryQueue[Obj]) start(item *retry[Obj]) {
 	q.running[item.key] = item
