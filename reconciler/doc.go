@@ -37,8 +37,11 @@
 //
 // Any error marks the object Error and schedules a retry with backoff
 // (see [WithRetry] and [WithRetryJitter]). Wrap it with [TerminalError] to
-// stop retrying until the object changes, or with [RetryAfter] to choose the
-// next attempt's time. A panicking operation is recovered, logged with its
+// stop retrying until the object changes (the status records it:
+// [status.Status.Terminal]), or with [RetryAfter] to choose the next
+// attempt's time. A retryable Error status that no retry is for, written
+// back into the table by a user or found there at start, is retried at
+// once. A panicking operation is recovered, logged with its
 // stack and treated as an error wrapping [ErrPanic].
 //
 // # Health, metrics, tables and logs
