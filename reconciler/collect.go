@@ -60,7 +60,7 @@ func (l *loop[Obj]) collectChanges(changes iter.Seq2[statedb.Change[Obj], stated
 		if !change.Deleted {
 			st = r.getStatus(change.Object)
 			if !st.IsPendingOrRefreshing() {
-				if st.Kind == status.KindError && !st.Terminal {
+				if st.Kind == status.KindError && !st.Terminal && !l.own.has(rev) {
 					l.adoptError(change.Object, rev, st, now)
 				}
 				continue

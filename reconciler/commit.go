@@ -23,7 +23,10 @@ func (l *loop[Obj]) commit(ops []op[Obj], now time.Time) (failed int) {
 	r := l.r
 	fig := &l.figures
 	fig.reset()
-	var wtxn statedb.WriteTxn
+	var (
+		wtxn statedb.WriteTxn
+		lo   statedb.Revision // the table's revision before the commit wrote
+	)
 	for i := range ops {
 		o := &ops[i]
 		var prev *retry[Obj]
@@ -49,6 +52,7 @@ func (l *loop[Obj]) commit(ops []op[Obj], now time.Time) (failed int) {
 		}
 		if wtxn == nil {
 			wtxn = r.db.WriteTxn(r.table)
+			lo = r.table.Revision(wtxn)
 		}
 		var st status.Status
 		switch {
@@ -78,6 +82,9 @@ func (l *loop[Obj]) commit(ops []op[Obj], now time.Time) (failed int) {
 		}
 	}
 	if wtxn != nil {
+		if hi := r.table.Revision(wtxn); hi > lo {
+			l.own.add(lo+1, hi, l.lastRev)
+		}
 		wtxn.Commit()
 	}
 	fig.stats.RefreshRepaired = int(r.refreshDrift.Swap(0))

@@ -31,6 +31,7 @@ type loop[Obj any] struct {
 	deferred deferredQueue[Obj] // changes taken after fresh ones
 	backlog  statedb.Revision   // changes up to this revision were in the table at the first start
 	lastRev  statedb.Revision   // last change read
+	own      ownWrites          // revisions of the statuses commits wrote
 	watch    <-chan struct{}    // closed when the table has new changes
 
 	limiterErr error           // why the round limiter's last Wait failed, or nil
