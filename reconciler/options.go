@@ -219,7 +219,11 @@ func WithConcurrency(n int) Option {
 
 // WithOperationTimeout ends each Update, Delete, batch or Prune call's
 // context after d. A timed-out operation fails and is retried like any
-// other. The default, zero, sets no timeout.
+// other. A batch still running at the deadline fails as a whole but for
+// the entries it reported failed: an entry it never got to has a nil
+// Result, like one that succeeded, so both are retried, and an update may
+// be applied twice (operations must be idempotent anyway). The default,
+// zero, sets no timeout.
 func WithOperationTimeout(d time.Duration) Option {
 	return func(o *options) { o.operationTimeout = d }
 }
