@@ -21,6 +21,8 @@ import (
 	"github.com/cilium/statedb"
 	"github.com/cilium/statedb/index"
 
+	"github.com/converge-go/converge/metrics"
+	convprom "github.com/converge-go/converge/metrics/prometheus"
 	"github.com/converge-go/converge/status"
 )
 
@@ -118,31 +120,68 @@ func reportPerObject(b *testing.B, objects int) {
 func BenchmarkRoundInline(b *testing.B) {
 	for _, batch := range []bool{false, true} {
 		b.Run(map[bool]string{false: "single", true: "batch"}[batch], func(b *testing.B) {
-			r := newBenchReconciler(b, batch)
-			wtxn := r.db.WriteTxn(r.table)
-			changes, err := r.table.Changes(wtxn)
-			wtxn.Commit()
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer changes.Close()
-			ctx := context.Background()
-			health, _ := cell.NewSimpleHealth()
-			l := &loop[*benchObj]{r: r, changes: changes, op: newOperator(ctx, r),
-				health: healthReporter{health: health}}
-			for b.Loop() {
-				b.StopTimer()
-				insertPending(r, benchRound)
-				b.StartTimer()
-				// Two passes, as the loop does: the second reads this
-				// round's own status writes, which it skips.
-				for range 2 {
-					l.round(ctx, false)
-				}
-			}
-			reportPerObject(b, benchRound)
+			benchRounds(b, batch)
 		})
 	}
+}
+
+// BenchmarkRoundMetrics is BenchmarkRoundInline with each kind of metrics:
+// the seed's four methods doing nothing (disabled), expvar and the
+// Prometheus adapter. The difference per object is what metrics cost a
+// round, measured without the inserter and the scheduling that make the
+// end-to-end overhead figure of go run ./benchmarks noisy.
+func BenchmarkRoundMetrics(b *testing.B) {
+	for _, batch := range []bool{false, true} {
+		for _, v := range []struct {
+			name string
+			new  func() metrics.Metrics
+		}{
+			{"disabled", func() metrics.Metrics { return benchNoMetrics{} }},
+			{"expvar", func() metrics.Metrics { return metrics.NewUnpublishedExpVar() }},
+			{"prometheus", func() metrics.Metrics { return convprom.New() }},
+		} {
+			name := map[bool]string{false: "single", true: "batch"}[batch] + "/" + v.name
+			b.Run(name, func(b *testing.B) {
+				benchRounds(b, batch, WithMetrics(v.new()))
+			})
+		}
+	}
+}
+
+// benchNoMetrics implements only the seed's four methods, doing nothing.
+type benchNoMetrics struct{}
+
+func (benchNoMetrics) ReconciliationDuration(cell.FullModuleID, string, string, time.Duration) {}
+func (benchNoMetrics) ReconciliationErrors(cell.FullModuleID, string, int, int)                {}
+func (benchNoMetrics) PruneError(cell.FullModuleID, string, error)                             {}
+func (benchNoMetrics) PruneDuration(cell.FullModuleID, string, time.Duration)                  {}
+
+// benchRounds runs whole rounds of benchRound pending objects, written
+// untimed before each, and reports the time per object.
+func benchRounds(b *testing.B, batch bool, opts ...Option) {
+	r := newBenchReconciler(b, batch, opts...)
+	wtxn := r.db.WriteTxn(r.table)
+	changes, err := r.table.Changes(wtxn)
+	wtxn.Commit()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer changes.Close()
+	ctx := context.Background()
+	health, _ := cell.NewSimpleHealth()
+	l := &loop[*benchObj]{r: r, changes: changes, op: newOperator(ctx, r),
+		health: healthReporter{health: health}}
+	for b.Loop() {
+		b.StopTimer()
+		insertPending(r, benchRound)
+		b.StartTimer()
+		// Two passes, as the loop does: the second reads this round's
+		// own status writes, which it skips.
+		for range 2 {
+			l.round(ctx, false)
+		}
+	}
+	reportPerObject(b, benchRound)
 }
 
 // BenchmarkCommit measures committing 1000 successful updates: one write
