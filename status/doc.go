@@ -4,7 +4,8 @@
 // A [Status] has a [Kind]: [KindPending] and [KindRefreshing] ask the
 // reconciler to act on the object, [KindDone] and [KindError] record what it
 // did. Writers of desired state set [Pending] whenever they change an object;
-// the reconciler replaces it with [Done] or [Error]. Every status built by the
+// the reconciler replaces it with [Done] or [Error], or, for a failure that
+// retrying cannot fix, [TerminalErrorAt] ([Status.Terminal] set). Every status built by the
 // constructors carries a hidden identity. The reconciler uses it to tell an
 // object that changed (it carries a fresh Pending status) from one whose only
 // change was a status written by another reconciler, so it never redoes or
