@@ -51,11 +51,7 @@ func pauseOrResumeCmd(reg *Registry, pause bool, usage script.CmdUsage) script.C
 		if len(args) > 0 {
 			return nil, fmt.Errorf("%w: unexpected arguments %q", script.ErrUsage, args)
 		}
-		sub, err := lookup(s, reg)
-		if err != nil {
-			return nil, err
-		}
-		timeout, err := getTimeout(s)
+		sub, timeout, err := lookupTimed(s, reg)
 		if err != nil {
 			return nil, err
 		}

@@ -29,11 +29,7 @@ func pruneCmd(reg *Registry) script.Cmd {
 			if len(args) > 0 {
 				return nil, fmt.Errorf("%w: unexpected arguments %q", script.ErrUsage, args)
 			}
-			sub, err := lookup(s, reg)
-			if err != nil {
-				return nil, err
-			}
-			timeout, err := getTimeout(s)
+			sub, timeout, err := lookupTimed(s, reg)
 			if err != nil {
 				return nil, err
 			}

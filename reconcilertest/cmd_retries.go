@@ -51,11 +51,7 @@ func retriesCmd(reg *Registry) script.Cmd {
 			if len(args) > 1 {
 				return nil, fmt.Errorf("%w: expected at most one regexp", script.ErrUsage)
 			}
-			sub, err := lookup(s, reg)
-			if err != nil {
-				return nil, err
-			}
-			timeout, err := getTimeout(s)
+			sub, timeout, err := lookupTimed(s, reg)
 			if err != nil {
 				return nil, err
 			}

@@ -37,11 +37,7 @@ func statusCmd(reg *Registry) script.Cmd {
 			if len(args) < 1 || len(args) > 2 {
 				return nil, fmt.Errorf("%w: expected KEY [REGEXP]", script.ErrUsage)
 			}
-			sub, err := lookup(s, reg)
-			if err != nil {
-				return nil, err
-			}
-			timeout, err := getTimeout(s)
+			sub, timeout, err := lookupTimed(s, reg)
 			if err != nil {
 				return nil, err
 			}

@@ -34,11 +34,7 @@ func waitCmd(reg *Registry) script.Cmd {
 			if len(args) > 0 {
 				return nil, fmt.Errorf("%w: unexpected arguments %q (select an object with --key)", script.ErrUsage, args)
 			}
-			sub, err := lookup(s, reg)
-			if err != nil {
-				return nil, err
-			}
-			timeout, err := getTimeout(s)
+			sub, timeout, err := lookupTimed(s, reg)
 			if err != nil {
 				return nil, err
 			}

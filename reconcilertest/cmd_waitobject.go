@@ -41,11 +41,7 @@ func waitObjectCmd(reg *Registry) script.Cmd {
 			if len(args) != 1 {
 				return nil, fmt.Errorf("%w: expected one KEY", script.ErrUsage)
 			}
-			sub, err := lookup(s, reg)
-			if err != nil {
-				return nil, err
-			}
-			timeout, err := getTimeout(s)
+			sub, timeout, err := lookupTimed(s, reg)
 			if err != nil {
 				return nil, err
 			}

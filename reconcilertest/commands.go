@@ -83,6 +83,20 @@ func getTimeout(s *script.State) (time.Duration, error) {
 	return d, nil
 }
 
+// lookupTimed is lookup and getTimeout together, as most commands start:
+// the reconciler --name selects and how long to wait for it.
+func lookupTimed(s *script.State, reg *Registry) (subject, time.Duration, error) {
+	sub, err := lookup(s, reg)
+	if err != nil {
+		return nil, 0, err
+	}
+	timeout, err := getTimeout(s)
+	if err != nil {
+		return nil, 0, err
+	}
+	return sub, timeout, nil
+}
+
 // errTimeout marks a wait that gave up.
 var errTimeout = errors.New("timed out")
 
