@@ -1090,6 +1090,23 @@ func (r *chaosRun) keyMove(key string, move int) {
 	r.logf("@%d set %s=%s", rev, key, v)
 }
 
+// restoredInError returns key=value with a retryable Error status for
+// every reconciler, each with a fresh identity, as decoding a saved table
+// gives.
+func (r *chaosRun) restoredInError(key, value string) *item {
+	obj := &item{ID: key, Value: value}
+	st := status.ErrorAt(time.Now().Add(-time.Hour), errors.New("restored"))
+	if r.cfg.set {
+		obj.Statuses = status.NewSet()
+		for _, rec := range r.recs {
+			obj.Statuses = obj.Statuses.Set(rec.name, status.ErrorAt(st.UpdatedAt, errors.New("restored")))
+		}
+	} else {
+		obj.Status = st
+	}
+	return obj
+}
+
 // anyDone reports whether a reconciler's status on obj is Done.
 func (r *chaosRun) anyDone(obj *item) bool {
 	for _, rec := range r.recs {
@@ -1257,15 +1274,26 @@ func (r *chaosRun) startGen(desired map[string]string) {
 	r.gen = g
 
 	// Populate in a few transactions while the reconcilers already run.
+	// Some objects come with a retryable Error status of their own, as
+	// restored from a file: no reconciler has a retry for it, and each
+	// must still apply them.
 	keys := slices.Sorted(maps.Keys(desired))
+	var restored []string
 	for len(keys) > 0 {
 		n := min(len(keys), 1+r.rng.IntN(chaosKeys))
 		changes := make([]chaosChange, n)
 		for i, k := range keys[:n] {
 			changes[i] = chaosChange{key: k, value: desired[k]}
+			if r.rng.IntN(4) == 0 {
+				changes[i].obj = r.restoredInError(k, desired[k])
+				restored = append(restored, k)
+			}
 		}
 		r.write(changes...)
 		keys = keys[n:]
+	}
+	if len(restored) > 0 {
+		r.logf("restored in Error: %s", strings.Join(restored, " "))
 	}
 	r.initIn = 0
 	if r.rng.IntN(2) == 0 {
