@@ -67,8 +67,13 @@ func (l *loop[Obj]) collectChanges(changes iter.Seq2[statedb.Change[Obj], stated
 			}
 			if st.Kind == status.KindRefreshing || rev <= l.backlog {
 				l.deferred.push(change.Object, rev)
+				// Like a fresh change, it supersedes what is queued or
+				// carried over for an older version.
 				if r.retries.len() > 0 {
 					r.retries.removeKeyBytes(r.primary.ObjectToKey(change.Object))
+				}
+				if len(r.carried) > 0 {
+					delete(r.carried, string(r.primary.ObjectToKey(change.Object)))
 				}
 				if l.deferred.full() {
 					break
