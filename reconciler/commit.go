@@ -11,22 +11,79 @@ import (
 )
 
 // commit is the third stage of a round: it records the outcome of finished
-// ops. Statuses of updates are written in one write transaction, stamped
-// with now, and failures are queued for retry, unless a newer version of the
-// object waits behind them (see operator.superseded). Then the commit's
-// figures go to the metrics and the reconciler's totals. It returns the
-// number of failed ops.
+// ops. It runs in three steps, so that the table is locked only for the
+// writes themselves (an inserter waiting on the lock waits for nothing
+// else):
+//
+//  1. the status of each update is decided and set on its clone (prepare);
+//  2. the statuses are written in one write transaction, stamped with now
+//     (write);
+//  3. the figures are counted, failures logged and queued for retry, unless
+//     a newer version of the object waits behind them (see
+//     operator.superseded), and the figures go to the metrics and the
+//     reconciler's totals (settle).
+//
+// It returns the number of failed ops.
 func (l *loop[Obj]) commit(ops []op[Obj], now time.Time) (failed int) {
 	if len(ops) == 0 {
 		return 0
 	}
+	if l.prepare(ops, now) > 0 {
+		l.write(ops)
+	}
+	return l.settle(ops, now)
+}
+
+// prepare sets on each update's clone the status its outcome calls for
+// and marks it to be written. Updates parked to run again are not written.
+// It returns the number of ops marked.
+func (l *loop[Obj]) prepare(ops []op[Obj], now time.Time) (writes int) {
+	r := l.r
+	for i := range ops {
+		o := &ops[i]
+		o.write, o.written, o.changed = false, false, false
+		if o.delete || l.op.reapplies(o) {
+			continue // a reapplied version runs again; its outcome counts
+		}
+		var st status.Status
+		switch {
+		case o.err == nil:
+			st = status.DoneAt(now)
+		case IsTerminal(o.err):
+			st = status.TerminalErrorAt(now, o.err)
+		default:
+			st = status.ErrorAt(now, o.err)
+		}
+		o.updated = r.setStatus(o.updated, st)
+		o.write = true
+		writes++
+	}
+	return writes
+}
+
+// write stores the prepared statuses in one write transaction, and records
+// the revisions it wrote as the loop's own.
+func (l *loop[Obj]) write(ops []op[Obj]) {
+	r := l.r
+	wtxn := r.db.WriteTxn(r.table)
+	lo := r.table.Revision(wtxn) // the table's revision before the writes
+	for i := range ops {
+		if o := &ops[i]; o.write {
+			o.written, o.changed = r.writeStatus(wtxn, o)
+		}
+	}
+	if hi := r.table.Revision(wtxn); hi > lo {
+		l.own.add(lo+1, hi, l.lastRev)
+	}
+	wtxn.Commit()
+}
+
+// settle does what follows the writes for each op: figures, failure
+// logs, retries and the parked versions a write made stale.
+func (l *loop[Obj]) settle(ops []op[Obj], now time.Time) (failed int) {
 	r := l.r
 	fig := &l.figures
 	fig.reset()
-	var (
-		wtxn statedb.WriteTxn
-		lo   statedb.Revision // the table's revision before the commit wrote
-	)
 	for i := range ops {
 		o := &ops[i]
 		var prev *retry[Obj]
@@ -41,33 +98,15 @@ func (l *loop[Obj]) commit(ops []op[Obj], now time.Time) (failed int) {
 		} else {
 			l.totals.consecutive = 0
 		}
-		if o.delete {
+		switch {
+		case o.delete:
 			if o.err != nil && !l.op.superseded(o) {
 				r.scheduleRetry(o, 0, now, prev)
 			}
 			continue
-		}
-		if l.op.reapplies(o) {
-			continue // the same version runs again; its outcome counts
-		}
-		if wtxn == nil {
-			wtxn = r.db.WriteTxn(r.table)
-			lo = r.table.Revision(wtxn)
-		}
-		var st status.Status
-		switch {
-		case o.err == nil:
-			st = status.DoneAt(now)
-		case IsTerminal(o.err):
-			st = status.TerminalErrorAt(now, o.err)
-		default:
-			st = status.ErrorAt(now, o.err)
-		}
-		written, changed := r.writeStatus(wtxn, o, st)
-		if !written {
+		case !o.written:
 			continue
-		}
-		if changed {
+		case o.changed:
 			// The object changed and changed back to the version o
 			// applied (a revert, or another reconciler's status): what
 			// is parked behind o is a version no longer in the table.
@@ -78,14 +117,8 @@ func (l *loop[Obj]) commit(ops []op[Obj], now time.Time) (failed int) {
 			fig.done(now.Sub(o.since), r.metrics.commit != nil) // since is set when collected
 		case IsTerminal(o.err):
 		case !l.op.superseded(o):
-			r.scheduleRetry(o, st.ID(), now, prev)
+			r.scheduleRetry(o, r.getStatus(o.updated).ID(), now, prev)
 		}
-	}
-	if wtxn != nil {
-		if hi := r.table.Revision(wtxn); hi > lo {
-			l.own.add(lo+1, hi, l.lastRev)
-		}
-		wtxn.Commit()
 	}
 	fig.stats.RefreshRepaired = int(r.refreshDrift.Swap(0))
 	l.totals.add(fig)
@@ -98,14 +131,15 @@ func (l *loop[Obj]) commit(ops []op[Obj], now time.Time) (failed int) {
 	return failed
 }
 
-// writeStatus stores st as the status of the object o worked on. The write
-// is a compare-and-swap on the revision o saw. If the object has changed
-// since, the status is written only if the object still carries the status
-// that asked for o: the same version, with only another reconciler's status
-// changed, or written again as it was (changed reports this case). A newer
-// version is left alone to be reconciled in its own turn.
-func (r *reconciler[Obj]) writeStatus(wtxn statedb.WriteTxn, o *op[Obj], st status.Status) (written, changed bool) {
-	cur, found, err := r.table.CompareAndSwap(wtxn, o.rev, r.setStatus(o.updated, st))
+// writeStatus stores o.updated, which carries the status o's outcome calls
+// for. The write is a compare-and-swap on the revision o saw. If the object
+// has changed since, the status is written only if the object still
+// carries the status that asked for o: the same version, with only another
+// reconciler's status changed, or written again as it was (changed reports
+// this case). A newer version is left alone to be reconciled in its own
+// turn.
+func (r *reconciler[Obj]) writeStatus(wtxn statedb.WriteTxn, o *op[Obj]) (written, changed bool) {
+	cur, found, err := r.table.CompareAndSwap(wtxn, o.rev, o.updated)
 	switch {
 	case err == nil:
 		return true, false
@@ -114,7 +148,7 @@ func (r *reconciler[Obj]) writeStatus(wtxn statedb.WriteTxn, o *op[Obj], st stat
 	case o.statusID == 0 || r.getStatus(cur).ID() != o.statusID:
 		return false, false
 	}
-	if _, _, err := r.table.Insert(wtxn, r.setStatus(r.clone(cur), st)); err != nil {
+	if _, _, err := r.table.Insert(wtxn, r.setStatus(r.clone(cur), r.getStatus(o.updated))); err != nil {
 		r.log.Error("Reconciler failed to write status", "error", err)
 		return false, false
 	}

@@ -26,7 +26,10 @@ type op[Obj any] struct {
 	delete   bool
 	refresh  bool // an update asked for by a Refreshing status
 	ran      bool // the operation returned, and err is its outcome
-	err      error
+	// Set by commit: the status is to be written (write), was written
+	// (written), over a changed object (changed).
+	write, written, changed bool
+	err                     error
 }
 
 // executor runs operations. The loop has one and so does every worker; its
