@@ -74,17 +74,9 @@ func (g benchGroup) Scoped(string) job.ScopedGroup { return g }
 // newBenchReconciler registers a reconciler on a fresh table through
 // Register, so that it is configured as in production, and returns its
 // internals.
-func newBenchReconciler(b *testing.B, batch bool, opts ...Option) *reconciler[*benchObj] {
+func newBenchReconciler(b testing.TB, batch bool, opts ...Option) *reconciler[*benchObj] {
 	b.Helper()
-	db := statedb.New()
-	if err := db.Start(); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { db.Stop() })
-	tbl, err := statedb.NewTable(db, "bench", benchIDIndex)
-	if err != nil {
-		b.Fatal(err)
-	}
+	db, tbl := newBenchTable(b)
 	var batchOps BatchOperations[*benchObj]
 	if batch {
 		batchOps = benchOps{}
@@ -95,6 +87,21 @@ func newBenchReconciler(b *testing.B, batch bool, opts ...Option) *reconciler[*b
 		b.Fatal(err)
 	}
 	return r.(*reconciler[*benchObj])
+}
+
+// newBenchTable starts a database with one table of benchObj.
+func newBenchTable(b testing.TB) (*statedb.DB, statedb.RWTable[*benchObj]) {
+	b.Helper()
+	db := statedb.New()
+	if err := db.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { db.Stop() })
+	tbl, err := statedb.NewTable(db, "bench", benchIDIndex)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return db, tbl
 }
 
 // insertPending writes objects 0..n-1 as Pending in one transaction.

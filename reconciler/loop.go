@@ -149,8 +149,12 @@ func (l *loop[Obj]) round(ctx context.Context, paused bool) {
 	l.work = l.work[:0]
 
 	if l.prune.due() && !paused {
-		l.op.pruning(txn)
-		l.prune.run(ctx, txn)
+		// A snapshot taken now, not the round's: the commit may have
+		// marked Done an object written back after the round began, and
+		// the prune must not remove it from the target.
+		ptxn := r.db.ReadTxn()
+		l.op.pruning(ptxn)
+		l.prune.run(ctx, ptxn)
 	}
 
 	// 4. Report.
