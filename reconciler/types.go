@@ -82,7 +82,9 @@ type Operations[Obj any] interface {
 	Delete(ctx context.Context, txn statedb.ReadTxn, revision statedb.Revision, obj Obj) error
 
 	// Prune removes from the target whatever is not in objects, the full
-	// desired set. A failed prune is not retried before the next one.
+	// desired set: the table as of txn, read after the statuses of the
+	// round before it were written. A failed prune is tried again after
+	// the retry backoff (see [WithPruning]).
 	Prune(ctx context.Context, txn statedb.ReadTxn, objects iter.Seq2[Obj, statedb.Revision]) error
 }
 
