@@ -1072,17 +1072,21 @@ func (r *chaosRun) keyMove(key string, move int) {
 			// included: a read-modify-write that spans transactions
 			// writes back statuses that reconcilers have replaced. Not a
 			// Done status: no reconciler can tell a stale Done from a
-			// true one without remembering every object it applied.
-			if old := r.read[key]; old != nil && !r.anyDone(old) && r.rng.IntN(2) == 0 {
+			// true one without remembering every object it applied. Nor
+			// one that undoes a dependency's mark (see undoesMark).
+			if old := r.read[key]; old != nil && !r.anyDone(old) && !r.undoesMark(key, old, obj) && r.rng.IntN(2) == 0 {
 				r.read[key] = obj
 				rev := r.write(chaosChange{key: key, obj: old})
 				r.logf("@%d re-insert %s=%s as read earlier (%s)", rev, key, old.Value, r.statuses(old))
 				return
 			}
-			r.read[key] = obj
-			rev := r.write(chaosChange{key: key, obj: obj})
-			r.logf("@%d re-insert %s=%s as it is (%s)", rev, key, obj.Value, r.statuses(obj))
-			return
+			// The object as it is, read and written in one transaction:
+			// an identical re-insert, which leaves marks in place.
+			if rev, obj, ok := r.reinsertAsIs(key); ok {
+				r.read[key] = obj
+				r.logf("@%d re-insert %s=%s as it is (%s)", rev, key, obj.Value, r.statuses(obj))
+				return
+			}
 		}
 	}
 	v := r.value()
@@ -1108,6 +1112,45 @@ func (r *chaosRun) restoredInError(key, value string) *item {
 }
 
 // anyDone reports whether a reconciler's status on obj is Done.
+// reinsertAsIs writes key's object back as it is, statuses included, in
+// the write transaction that reads it.
+func (r *chaosRun) reinsertAsIs(key string) (statedb.Revision, *item, bool) {
+	g := r.gen
+	wtxn := g.db.WriteTxn(g.table)
+	defer wtxn.Abort()
+	obj, _, found := g.table.Get(wtxn, itemID.Query(key))
+	if !found {
+		return 0, nil, false
+	}
+	_, _, err := g.table.Insert(wtxn, obj.clone())
+	require.NoError(r.t, err)
+	for _, rec := range r.recs {
+		rec.target.reinserted(r.statusIDs(obj)...)
+	}
+	rev := g.table.Revision(wtxn)
+	wtxn.Commit()
+	return rev, obj, true
+}
+
+// undoesMark reports whether writing back old, read earlier, over cur
+// would replace a status that a dependency (or a refresh) marked since:
+// a Pending or Refreshing status the test did not write. That undoes the
+// mark as it would undo any write the reader missed, and the reconciler
+// may then take old's status for the version it already applied with the
+// dependency as it was; no reconciler can tell.
+func (r *chaosRun) undoesMark(key string, old, cur *item) bool {
+	for _, rec := range r.recs {
+		st := rec.getStatus(cur)
+		if st.ID() == rec.getStatus(old).ID() || (st.Kind != status.KindPending && st.Kind != status.KindRefreshing) {
+			continue
+		}
+		if !slices.ContainsFunc(r.written[key], func(w *item) bool { return rec.getStatus(w).ID() == st.ID() }) {
+			return true
+		}
+	}
+	return false
+}
+
 func (r *chaosRun) anyDone(obj *item) bool {
 	for _, rec := range r.recs {
 		if rec.getStatus(obj).Kind == status.KindDone {
