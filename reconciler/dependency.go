@@ -28,7 +28,9 @@ import (
 // the same kind and time. The new status identity matters when the object's
 // operation is already running with the dependency as it was: its outcome is
 // then not recorded and the object is reconciled again, so no change of a
-// dependency is missed. A query that finds nothing is ignored.
+// dependency is missed. A mark is a write like any other: a writer that
+// puts back an object it read before the mark (without CompareAndSwap)
+// undoes it. A query that finds nothing is ignored.
 //
 // Several dependencies may be given. Each costs one StateDB change iterator
 // on its table, created by Register, so that no change is missed between
