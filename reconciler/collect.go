@@ -67,14 +67,7 @@ func (l *loop[Obj]) collectChanges(changes iter.Seq2[statedb.Change[Obj], stated
 			}
 			if st.Kind == status.KindRefreshing || rev <= l.backlog {
 				l.deferred.push(change.Object, rev)
-				// Like a fresh change, it supersedes what is queued or
-				// carried over for an older version.
-				if r.retries.len() > 0 {
-					r.retries.removeKeyBytes(r.primary.ObjectToKey(change.Object))
-				}
-				if len(r.carried) > 0 {
-					delete(r.carried, string(r.primary.ObjectToKey(change.Object)))
-				}
+				r.supersede(change.Object, nil)
 				if l.deferred.full() {
 					break
 				}
@@ -93,17 +86,12 @@ func (l *loop[Obj]) collectChanges(changes iter.Seq2[statedb.Change[Obj], stated
 			o.since = now
 		}
 		o.ready = o.since.UnixNano()
-		// A new version supersedes the queued retry of an older one, and
-		// work carried over for it.
+		var key []byte
 		if needKeys {
-			o.key = string(r.primary.ObjectToKey(change.Object))
-			r.retries.removeKey(o.key)
-		} else if r.retries.len() > 0 {
-			r.retries.removeKeyBytes(r.primary.ObjectToKey(change.Object))
+			key = r.primary.ObjectToKey(change.Object)
+			o.key = string(key)
 		}
-		if len(r.carried) > 0 {
-			delete(r.carried, string(r.primary.ObjectToKey(change.Object)))
-		}
+		r.supersede(change.Object, key)
 		l.work = append(l.work, o)
 		added++
 		if added >= budget {
@@ -111,6 +99,23 @@ func (l *loop[Obj]) collectChanges(changes iter.Seq2[statedb.Change[Obj], stated
 		}
 	}
 	return added
+}
+
+// supersede drops what waits for an older version of obj's object: its
+// queued retry and the work carried over for it. Every change read, fresh
+// or deferred, does this. key is obj's primary key, or nil to compute it
+// when there is something to drop.
+func (r *reconciler[Obj]) supersede(obj Obj, key []byte) {
+	if r.retries.len() == 0 && len(r.carried) == 0 {
+		return
+	}
+	if key == nil {
+		key = r.primary.ObjectToKey(obj)
+	}
+	r.retries.removeKeyBytes(key)
+	if len(r.carried) > 0 {
+		delete(r.carried, string(key))
+	}
 }
 
 // adoptError queues a retry, due at now, for obj, found in the table with
