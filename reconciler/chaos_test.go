@@ -1086,9 +1086,10 @@ func (r *chaosRun) keyMove(key string, move int) {
 			// included: a read-modify-write that spans transactions
 			// writes back statuses that reconcilers have replaced. Not a
 			// Done status: no reconciler can tell a stale Done from a
-			// true one without remembering every object it applied. Nor
-			// one that undoes a dependency's mark (see undoesMark).
-			if old := r.read[key]; old != nil && !r.anyDone(old) && !r.undoesMark(key, old, obj) && r.rng.IntN(2) == 0 {
+			// true one without remembering every object it applied. (A
+			// write-back may also undo a dependency's mark; see
+			// writeBackUndoesMark.)
+			if old := r.read[key]; old != nil && !r.anyDone(old) && r.rng.IntN(2) == 0 {
 				r.read[key] = obj
 				rev := r.write(chaosChange{key: key, obj: old})
 				r.logf("@%d re-insert %s=%s as read earlier (%s)", rev, key, old.Value, r.statuses(old))
@@ -1160,25 +1161,6 @@ func (r *chaosRun) writeBackUndoesMark(key string, obj *item) bool {
 	}
 	at, ok := r.writtenAt[obj]
 	return !ok || at <= changed
-}
-
-// undoesMark reports whether writing back old, read earlier, over cur
-// would replace a status that a dependency (or a refresh) marked since:
-// a Pending or Refreshing status the test did not write. That undoes the
-// mark as it would undo any write the reader missed, and the reconciler
-// may then take old's status for the version it already applied with the
-// dependency as it was; no reconciler can tell.
-func (r *chaosRun) undoesMark(key string, old, cur *item) bool {
-	for _, rec := range r.recs {
-		st := rec.getStatus(cur)
-		if st.ID() == rec.getStatus(old).ID() || (st.Kind != status.KindPending && st.Kind != status.KindRefreshing) {
-			continue
-		}
-		if !slices.ContainsFunc(r.written[key], func(w *item) bool { return rec.getStatus(w).ID() == st.ID() }) {
-			return true
-		}
-	}
-	return false
 }
 
 func (r *chaosRun) anyDone(obj *item) bool {
