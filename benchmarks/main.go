@@ -26,7 +26,9 @@
 //	             single and with batch operations.
 //	floor        the same inserter against a bare Changes() + CompareAndSwap
 //	             loop that marks pending objects Done, 1000 per transaction:
-//	             the least any StateDB reconciler must do.
+//	             the least any StateDB reconciler must do. It runs in the
+//	             same turn as the single-ops runs, right after or before
+//	             converge's, so that each ratio pairs adjacent runs.
 //	latency      one object at a time, with default options, from commit to
 //	             Done: p50 and p99, back to back (the next object is written
 //	             as soon as the previous is Done) and idle (-latency-gap
@@ -108,12 +110,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 
 	var todo []runCase
 	for _, c := range cases(o.cfg) {
-		if !slices.Contains(o.workloads, c.workload) {
-			continue
-		}
-		c.impls = slices.DeleteFunc(slices.Clone(c.impls), func(im impl) bool {
-			return im != implNone && !slices.Contains(o.impls, im)
-		})
+		c.impls, c.joins = c.selected(o.workloads, o.impls), nil
 		if len(c.impls) > 0 {
 			todo = append(todo, c)
 		}

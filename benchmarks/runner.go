@@ -14,53 +14,79 @@ import (
 type runCase struct {
 	name     string // results key
 	workload string // the -workloads entry that selects it
-	impls    []impl // who runs it, before the -impls filter
-	fn       func(ctx context.Context, cfg config, im impl) (measurement, error)
+	impls    []impl // who runs it, before the -impls filter, in even runs' order
+	// joins are implementations of another workload that run in this case,
+	// after impls, when their workload is selected. The floor joins the
+	// single-ops case with converge in the middle, so that both of
+	// converge's ratios (against upstream and the floor) pair runs made one
+	// right after the other.
+	joins []join
+	fn    func(ctx context.Context, cfg config, im impl) (measurement, error)
+}
+
+// join adds im to a case when workload is selected.
+type join struct {
+	im       impl
+	workload string
+}
+
+// selected returns who runs c in a run of workloads by impls, in even
+// runs' order (odd runs reverse it), or nil if nobody does.
+func (c runCase) selected(workloads []string, impls []impl) []impl {
+	var out []impl
+	if slices.Contains(workloads, c.workload) {
+		out = slices.Clone(c.impls)
+	}
+	for _, j := range c.joins {
+		if slices.Contains(workloads, j.workload) {
+			out = append(out, j.im)
+		}
+	}
+	return slices.DeleteFunc(out, func(im impl) bool {
+		return im != implNone && !slices.Contains(impls, im)
+	})
 }
 
 func cases(cfg config) []runCase {
 	both := []impl{implConverge, implUpstream}
 	all := []runCase{
 		// The allocation baseline: the inserter alone.
-		{"insert only", "incremental", []impl{implNone}, func(ctx context.Context, c config, im impl) (measurement, error) {
+		{"insert only", "incremental", []impl{implNone}, nil, func(ctx context.Context, c config, im impl) (measurement, error) {
 			return incremental(ctx, c, im, false)
 		}},
-		{"incremental single", "incremental", both, func(ctx context.Context, c config, im impl) (measurement, error) {
+		{"incremental single", "incremental", []impl{implUpstream, implConverge}, []join{{implFloor, "floor"}}, func(ctx context.Context, c config, im impl) (measurement, error) {
 			return incremental(ctx, c, im, false)
 		}},
-		{"incremental batch", "incremental", both, func(ctx context.Context, c config, im impl) (measurement, error) {
+		{"incremental batch", "incremental", both, nil, func(ctx context.Context, c config, im impl) (measurement, error) {
 			return incremental(ctx, c, im, true)
 		}},
-		{"floor", "floor", []impl{implFloor}, func(ctx context.Context, c config, im impl) (measurement, error) {
-			return incremental(ctx, c, im, false)
-		}},
-		{"latency back-to-back", "latency", both, func(ctx context.Context, c config, im impl) (measurement, error) {
+		{"latency back-to-back", "latency", both, nil, func(ctx context.Context, c config, im impl) (measurement, error) {
 			return latency(ctx, c, im, 0)
 		}},
-		{"latency idle", "latency", both, func(ctx context.Context, c config, im impl) (measurement, error) {
+		{"latency idle", "latency", both, nil, func(ctx context.Context, c config, im impl) (measurement, error) {
 			return latency(ctx, c, im, c.latencyGap)
 		}},
-		{"slow default", "slow", both, func(ctx context.Context, c config, im impl) (measurement, error) {
+		{"slow default", "slow", both, nil, func(ctx context.Context, c config, im impl) (measurement, error) {
 			return slowTarget(ctx, c, im, 0)
 		}},
-		{"slow concurrent", "slow", []impl{implConverge}, func(ctx context.Context, c config, im impl) (measurement, error) {
+		{"slow concurrent", "slow", []impl{implConverge}, nil, func(ctx context.Context, c config, im impl) (measurement, error) {
 			return slowTarget(ctx, c, im, c.concurrency)
 		}},
-		{"retry single", "retry", both, func(ctx context.Context, c config, im impl) (measurement, error) {
+		{"retry single", "retry", both, nil, func(ctx context.Context, c config, im impl) (measurement, error) {
 			return retryStorm(ctx, c, im, false)
 		}},
-		{"retry batch", "retry", both, func(ctx context.Context, c config, im impl) (measurement, error) {
+		{"retry batch", "retry", both, nil, func(ctx context.Context, c config, im impl) (measurement, error) {
 			return retryStorm(ctx, c, im, true)
 		}},
-		{"prune", "prune", both, prune},
-		{"refresh", "refresh", both, refresh},
-		{"fresh refresh", "fresh", both, func(ctx context.Context, c config, im impl) (measurement, error) {
+		{"prune", "prune", both, nil, prune},
+		{"refresh", "refresh", both, nil, refresh},
+		{"fresh refresh", "fresh", both, nil, func(ctx context.Context, c config, im impl) (measurement, error) {
 			return freshWrite(ctx, c, im, false)
 		}},
-		{"fresh retry", "fresh", both, func(ctx context.Context, c config, im impl) (measurement, error) {
+		{"fresh retry", "fresh", both, nil, func(ctx context.Context, c config, im impl) (measurement, error) {
 			return freshWrite(ctx, c, im, true)
 		}},
-		{"dependency trigger", "deps", []impl{implConverge}, dependencyTrigger},
+		{"dependency trigger", "deps", []impl{implConverge}, nil, dependencyTrigger},
 	}
 	all = append(all, overheadCases()...)
 	return append(all, curveCases(cfg.curveSizes)...)

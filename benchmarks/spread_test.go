@@ -91,3 +91,30 @@ func TestRotate(t *testing.T) {
 		}
 	}
 }
+
+func TestSelectedJoinsTheFloorBesideConverge(t *testing.T) {
+	var single runCase
+	for _, c := range cases(config{}) {
+		if c.name == "incremental single" {
+			single = c
+		}
+	}
+	all := []impl{implConverge, implUpstream, implFloor}
+	for _, tc := range []struct {
+		workloads []string
+		impls     []impl
+		want      []impl
+	}{
+		{[]string{"incremental", "floor"}, all, []impl{implUpstream, implConverge, implFloor}},
+		{[]string{"incremental"}, all, []impl{implUpstream, implConverge}},
+		{[]string{"floor"}, all, []impl{implFloor}},
+		{[]string{"incremental", "floor"}, []impl{implFloor}, []impl{implFloor}},
+		{[]string{"incremental", "floor"}, []impl{implConverge}, []impl{implConverge}},
+		{[]string{"latency"}, all, nil},
+	} {
+		got := single.selected(tc.workloads, tc.impls)
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("selected(%v, %v) = %v, want %v", tc.workloads, tc.impls, got, tc.want)
+		}
+	}
+}
