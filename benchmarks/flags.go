@@ -33,7 +33,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	workloads := fs.String("workloads", strings.Join(allWorkloads, ","), "comma-separated workloads to run, or \"all\": "+strings.Join(allWorkloads, ", "))
 	impls := fs.String("impls", "converge,upstream,floor", "comma-separated implementations to run (converge, upstream, floor); use one to profile it alone")
 	fs.IntVar(&o.repeats, "repeats", 3, "runs of each workload at least; the tables show medians")
-	fs.IntVar(&o.maxRepeats, "max-repeats", 20, "runs at most of the incremental, floor and overhead workloads, repeated until their throughput ratios are known within -spread")
+	fs.IntVar(&o.maxRepeats, "max-repeats", 30, "runs at most of the incremental, floor and overhead workloads, repeated until their throughput ratios are known within -spread")
 	fs.Float64Var(&o.spread, "spread", 5, "target half-width, in percent, of the 95% confidence interval of each throughput ratio")
 	curveSizes := fs.String("curve-sizes", "10k,100k,1M,4M", "table sizes of the cost curve workload (k and M suffixes)")
 	fs.IntVar(&o.cfg.overheadObjects, "overhead-objects", 1_000_000, "objects in the metrics overhead workload")

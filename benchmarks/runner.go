@@ -105,17 +105,14 @@ func gatedRatios(cfg config) []ratioDef {
 
 // runAll runs every case of todo o.repeats times; then, as long as some
 // gated ratio's confidence interval is wider than ±o.spread% and fewer
-// than o.maxRepeats runs were made, it runs the cases of the gated ratios
-// again. Within a run, the cases of a workload take turns going first, and
+// than o.maxRepeats runs were made, it runs again the cases of the ratios
+// still too wide (and only those: a ratio known well enough stops costing
+// time). Within a run, the cases of a workload take turns going first, and
 // the implementations alternate who goes first, so that a slow spell of
 // the machine does not always fall on the same side. Progress goes to
 // progress.
 func runAll(ctx context.Context, o options, todo []runCase, progress io.Writer) (results, error) {
 	res := results{}
-	gated := map[string]bool{}
-	for _, d := range gatedRatios(o.cfg) {
-		gated[d.conv.c], gated[d.ref.c] = true, true
-	}
 	for rep := range o.maxRepeats {
 		batch := todo
 		if rep >= o.repeats {
@@ -123,8 +120,14 @@ func runAll(ctx context.Context, o options, todo []runCase, progress io.Writer) 
 			if len(wide) == 0 {
 				break
 			}
-			fmt.Fprintf(progress, "[spread] wider than ±%.0f%%: %s; running them again\n", o.spread, strings.Join(wide, "; "))
-			batch = slices.DeleteFunc(slices.Clone(todo), func(c runCase) bool { return !gated[c.name] })
+			again := map[string]bool{}
+			desc := make([]string, len(wide))
+			for i, d := range wide {
+				again[d.conv.c], again[d.ref.c] = true, true
+				desc[i] = fmt.Sprintf("%s %s", d.label(), res.ratioStats(d))
+			}
+			fmt.Fprintf(progress, "[spread] wider than ±%.0f%%: %s; running them again\n", o.spread, strings.Join(desc, "; "))
+			batch = slices.DeleteFunc(slices.Clone(todo), func(c runCase) bool { return !again[c.name] })
 		}
 		for _, c := range rotate(batch, rep) {
 			order := slices.Clone(c.impls)
@@ -148,14 +151,15 @@ func runAll(ctx context.Context, o options, todo []runCase, progress io.Writer) 
 	return res, nil
 }
 
-// wideRatios returns a description of each measured ratio of defs whose
-// confidence interval is wider than target.
-func (r results) wideRatios(defs []ratioDef, target float64) []string {
-	var out []string
+// wideRatios returns the ratios of defs, measured at least once, whose
+// confidence interval is wider than target. A case left out of later runs
+// keeps its pairs: a ratio pairs the i-th values of its two cases, which
+// were measured in the same run as long as both were run every time.
+func (r results) wideRatios(defs []ratioDef, target float64) []ratioDef {
+	var out []ratioDef
 	for _, d := range defs {
-		st := r.ratioStats(d)
-		if st.n > 0 && !st.within(target) {
-			out = append(out, fmt.Sprintf("%s %s", d.label(), st))
+		if st := r.ratioStats(d); st.n > 0 && !st.within(target) {
+			out = append(out, d)
 		}
 	}
 	return out

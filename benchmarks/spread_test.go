@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"math"
 	"slices"
 	"strings"
@@ -40,7 +42,7 @@ func TestRatioStatsPairs(t *testing.T) {
 		t.Errorf("paired ratios of 2: %+v", st)
 	}
 	if wide := r.wideRatios([]ratioDef{{conv: sample{"c", implConverge, "obj/s"}, ref: sample{"c", implUpstream, "obj/s"}}}, 0.05); len(wide) != 0 {
-		t.Errorf("wide = %q", wide)
+		t.Errorf("wide = %v", wide)
 	}
 }
 
@@ -116,5 +118,41 @@ func TestSelectedJoinsTheFloorBesideConverge(t *testing.T) {
 		if !slices.Equal(got, tc.want) {
 			t.Errorf("selected(%v, %v) = %v, want %v", tc.workloads, tc.impls, got, tc.want)
 		}
+	}
+}
+
+// TestRunAllRepeatsOnlyWideRatios checks that once the minimum runs are
+// made, only the cases of ratios still wider than -spread run again.
+func TestRunAllRepeatsOnlyWideRatios(t *testing.T) {
+	runs := map[string]int{}
+	fake := func(name string, noisy bool) runCase {
+		return runCase{name: name, workload: "incremental", impls: []impl{implConverge, implUpstream}, fn: func(_ context.Context, _ config, im impl) (measurement, error) {
+			v := 100.0
+			if im == implConverge {
+				runs[name]++
+				if noisy && runs[name]%2 == 1 {
+					v = 150 // every other converge run is 1.5× faster
+				}
+			}
+			return measurement{values: map[string]float64{"obj/s": v}}, nil
+		}}
+	}
+	todo := []runCase{fake("incremental single", false), fake("incremental batch", true)}
+	o := options{repeats: 3, maxRepeats: 7, spread: 5}
+	var progress bytes.Buffer
+	res, err := runAll(context.Background(), o, todo, &progress)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Steady: its ratio is exact after the minimum 3 runs of both sides.
+	if got := len(res["incremental single"][implConverge]["obj/s"]); got != 3 {
+		t.Errorf("steady case ran %d times, want 3", got)
+	}
+	if got := len(res["incremental batch"][implConverge]["obj/s"]); got != 7 {
+		t.Errorf("noisy case ran %d times, want 7 (max)", got)
+	}
+	if !strings.Contains(progress.String(), "[spread] wider than ±5%: incremental batch converge/upstream") ||
+		strings.Contains(progress.String(), "incremental single converge/upstream ±") {
+		t.Errorf("progress names the wrong ratios:\n%s", progress.String())
 	}
 }
