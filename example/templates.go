@@ -51,7 +51,7 @@ var templateIndex = statedb.Index[*File, string]{
 	Name: "template",
 	FromObject: func(f *File) sindex.KeySet {
 		if f.Template == "" {
-			return sindex.NewKeySet()
+			return sindex.EmptyKeySet
 		}
 		return sindex.NewKeySet(sindex.String(f.Template))
 	},

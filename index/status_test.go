@@ -71,7 +71,9 @@ func TestNewStatusIndexDefinition(t *testing.T) {
 	for _, k := range []status.Kind{status.KindUnset, status.KindPending, status.KindRefreshing, status.KindDone, status.KindError} {
 		assert.Equal(t, k.Key(), idx.FromKey(k), "FromKey(%s)", k)
 		keys := idx.FromObject(object{Status: status.Status{Kind: k}})
-		assert.Equal(t, k.Key(), keys.First(), "FromObject of a %s object", k)
+		first, ok := keys.First()
+		assert.True(t, ok, "FromObject of a %s object has a key", k)
+		assert.Equal(t, k.Key(), first, "FromObject of a %s object", k)
 		n := 0
 		keys.Foreach(func(statedbindex.Key) { n++ })
 		assert.Equal(t, 1, n, "one key per object")

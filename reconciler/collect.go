@@ -88,7 +88,7 @@ func (l *loop[Obj]) collectChanges(changes iter.Seq2[statedb.Change[Obj], stated
 		o.ready = o.since.UnixNano()
 		var key []byte
 		if needKeys {
-			key = r.primary.ObjectToKey(change.Object)
+			key = r.keyBytes(change.Object)
 			o.key = string(key)
 		}
 		r.supersede(change.Object, key)
@@ -110,7 +110,7 @@ func (r *reconciler[Obj]) supersede(obj Obj, key []byte) {
 		return
 	}
 	if key == nil {
-		key = r.primary.ObjectToKey(obj)
+		key = r.keyBytes(obj)
 	}
 	r.retries.removeKeyBytes(key)
 	if len(r.carried) > 0 {
@@ -127,7 +127,7 @@ func (r *reconciler[Obj]) supersede(obj Obj, key []byte) {
 // would stay failed for good. The attempt hands Update a Pending status.
 func (l *loop[Obj]) adoptError(obj Obj, rev statedb.Revision, st status.Status, now time.Time) {
 	r := l.r
-	key := r.primary.ObjectToKey(obj)
+	key := r.keyBytes(obj)
 	if r.retries.knows(key, st.ID()) {
 		return
 	}
@@ -172,7 +172,7 @@ func (l *loop[Obj]) collectDeferred(txn statedb.ReadTxn, budget int, now time.Ti
 	r := l.r
 	for added < budget && l.deferred.len() > 0 {
 		d := l.deferred.pop()
-		if _, rev, found := r.table.Get(txn, r.primary.QueryFromObject(d.obj)); !found || rev != d.rev {
+		if _, rev, found := r.lookup(txn, d.obj); !found || rev != d.rev {
 			continue
 		}
 		st := r.getStatus(d.obj)
@@ -182,7 +182,7 @@ func (l *loop[Obj]) collectDeferred(txn statedb.ReadTxn, budget int, now time.Ti
 		}
 		o.ready = o.since.UnixNano()
 		if r.opts.concurrency > 1 || len(r.carried) > 0 {
-			o.key = string(r.primary.ObjectToKey(d.obj))
+			o.key = r.keyOf(d.obj)
 			delete(r.carried, o.key)
 		}
 		l.work = append(l.work, o)
@@ -219,7 +219,7 @@ func (l *loop[Obj]) collectCarried(txn statedb.ReadTxn, budget int, now time.Tim
 // attempt.
 func (l *loop[Obj]) recheck(txn statedb.ReadTxn, item *retry[Obj], ready time.Time) bool {
 	r := l.r
-	cur, rev, found := r.table.Get(txn, r.primary.QueryFromObject(item.obj))
+	cur, rev, found := r.lookup(txn, item.obj)
 	o := op[Obj]{
 		key:      item.key,
 		since:    item.since,

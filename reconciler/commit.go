@@ -162,7 +162,7 @@ func (r *reconciler[Obj]) writeStatus(wtxn statedb.WriteTxn, o *op[Obj]) (writte
 func (r *reconciler[Obj]) scheduleRetry(o *op[Obj], statusID uint64, now time.Time, prev *retry[Obj]) {
 	key := o.key
 	if key == "" {
-		key = string(r.primary.ObjectToKey(o.obj))
+		key = r.keyOf(o.obj)
 	}
 	attempts := o.attempts + 1
 	wait, ok := retryAfter(o.err)

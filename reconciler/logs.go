@@ -75,5 +75,5 @@ func (l *loop[Obj]) key(o *op[Obj]) string {
 	if o.key != "" {
 		return displayKey(o.key)
 	}
-	return displayKey(string(l.r.primary.ObjectToKey(o.obj)))
+	return displayKey(l.r.keyOf(o.obj))
 }

@@ -194,7 +194,7 @@ func (l *loop[Obj]) carryOver() {
 	for l.deferred.len() > 0 {
 		d := l.deferred.pop() // carried work is checked again when taken
 		st := r.getStatus(d.obj)
-		key := string(r.primary.ObjectToKey(d.obj))
+		key := r.keyOf(d.obj)
 		if c, ok := r.carried[key]; ok && c.rev > d.rev {
 			continue
 		}
@@ -203,7 +203,7 @@ func (l *loop[Obj]) carryOver() {
 	for i := range left[succeeded:] {
 		o := &left[succeeded+i]
 		if o.key == "" {
-			o.key = string(r.primary.ObjectToKey(o.obj))
+			o.key = r.keyOf(o.obj)
 		}
 		if o.attempts > 0 {
 			r.retries.settle(o.key)

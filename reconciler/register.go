@@ -200,3 +200,25 @@ func (r *reconciler[Obj]) Prune() {
 func (r *reconciler[Obj]) WaitUntilReconciled(ctx context.Context, untilRevision statedb.Revision) (statedb.Revision, statedb.Revision, error) {
 	return r.progress.wait(ctx, untilRevision)
 }
+
+// keyBytes returns obj's primary key, or nil if its primary indexer gives it
+// none. StateDB does not store an object without a primary key, so every
+// object read from the table has one.
+func (r *reconciler[Obj]) keyBytes(obj Obj) []byte {
+	key, _ := r.primary.ObjectToKey(obj)
+	return key
+}
+
+// keyOf returns obj's primary key as a string, "" if it has none.
+func (r *reconciler[Obj]) keyOf(obj Obj) string { return string(r.keyBytes(obj)) }
+
+// lookup returns the object of the table with obj's primary key. An object
+// without a primary key is never found.
+func (r *reconciler[Obj]) lookup(txn statedb.ReadTxn, obj Obj) (Obj, statedb.Revision, bool) {
+	q, ok := r.primary.QueryFromObject(obj)
+	if !ok {
+		var zero Obj
+		return zero, 0, false
+	}
+	return r.table.Get(txn, q)
+}

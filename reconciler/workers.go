@@ -184,7 +184,7 @@ func (p *workerPool[Obj]) pruning(txn statedb.ReadTxn) {
 		if f.pruned {
 			continue
 		}
-		if _, _, found := p.r.table.Get(txn, p.r.primary.QueryFromObject(f.obj)); !found {
+		if _, _, found := p.r.lookup(txn, f.obj); !found {
 			f.pruned = true
 			p.flights[key] = f
 		}

@@ -168,7 +168,11 @@ func (t *typedSubject[Obj]) startWaitForObject(ctx context.Context, key string, 
 			case <-watch:
 			}
 		}
-		got, err := reconciler.WaitForObject(ctx, t.s.DB, t.s.Table, t.s.Table.PrimaryIndexer().QueryFromObject(obj), t.s.GetStatus, opts...)
+		query, ok := t.s.Table.PrimaryIndexer().QueryFromObject(obj)
+		if !ok {
+			return status.Status{}, false, fmt.Errorf("the object has no primary key")
+		}
+		got, err := reconciler.WaitForObject(ctx, t.s.DB, t.s.Table, query, t.s.GetStatus, opts...)
 		if errors.Is(err, reconciler.ErrObjectNotFound) || errors.Is(err, reconciler.ErrObjectDeleted) {
 			return status.Status{}, true, err // got may be the zero value
 		}

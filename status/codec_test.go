@@ -4,12 +4,10 @@ import (
 	"encoding/json"
 
 	yamlv3 "go.yaml.in/yaml/v3"
-	gopkgyaml "gopkg.in/yaml.v3"
 )
 
 // codec is one encoding under test. Status and Set must work with
-// encoding/json and with both YAML v3 libraries: go.yaml.in/yaml/v3 (what
-// StateDB uses) and its predecessor gopkg.in/yaml.v3.
+// encoding/json and with go.yaml.in/yaml/v3, the YAML library StateDB uses.
 type codec struct {
 	name      string
 	marshal   func(any) ([]byte, error)
@@ -35,15 +33,6 @@ var (
 			return yamlv3.Unmarshal(data, &n) == nil
 		},
 	}
-	gopkgYAMLCodec = codec{
-		name:      "gopkg.in/yaml.v3",
-		marshal:   gopkgyaml.Marshal,
-		unmarshal: gopkgyaml.Unmarshal,
-		valid: func(data []byte) bool {
-			var n gopkgyaml.Node
-			return gopkgyaml.Unmarshal(data, &n) == nil
-		},
-	}
-	allCodecs  = []codec{jsonCodec, yamlCodec, gopkgYAMLCodec}
-	yamlCodecs = []codec{yamlCodec, gopkgYAMLCodec}
+	allCodecs  = []codec{jsonCodec, yamlCodec}
+	yamlCodecs = []codec{yamlCodec}
 )

@@ -3,6 +3,8 @@ package status
 import (
 	"encoding/json"
 	"fmt"
+	"iter"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -35,10 +37,10 @@ func NewSet() Set {
 }
 
 func (s Set) find(name string) (int, bool) {
-	return slices.BinarySearchFunc(s.entries, name, func(e entry, n string) int {
-		return strings.Compare(e.name, n)
-	})
+	return slices.BinarySearchFunc(s.entries, name, compareName)
 }
+
+func compareName(e entry, name string) int { return strings.Compare(e.name, name) }
 
 // Get returns the status of the named reconciler. A name without an entry
 // reads as Pending, stamped with the set's creation time and identity, so a
@@ -64,27 +66,68 @@ func (s Set) Set(name string, st Status) Set {
 	return s
 }
 
-// Pending returns a copy of s in which every named status is Pending with one
-// fresh identity. Call it when the object changes. Names are kept so that the
-// set still shows which reconcilers are involved.
-func (s Set) Pending() Set {
+// Pending returns a copy of s in which every status is Pending, with one
+// fresh identity and time. Call it when the object changes. The names
+// already in s are kept, so that the set still shows which reconcilers are
+// involved, and names are added to them (a name already present is not
+// repeated). The caller's slice is neither kept nor modified.
+func (s Set) Pending(names ...string) Set {
 	s.id = nextID()
 	s.createdAt = time.Now()
-	entries := make([]entry, len(s.entries))
+	pending := Status{Kind: KindPending, UpdatedAt: s.createdAt, id: s.id}
+	entries := make([]entry, len(s.entries), len(s.entries)+len(names))
 	for i, e := range s.entries {
-		entries[i] = entry{e.name, Status{Kind: KindPending, UpdatedAt: s.createdAt, id: s.id}}
+		entries[i] = entry{e.name, pending}
+	}
+	for _, name := range names {
+		i, found := slices.BinarySearchFunc(entries, name, compareName)
+		if !found {
+			entries = slices.Insert(entries, i, entry{name, pending})
+		}
 	}
 	s.entries = entries
 	return s
 }
 
-// All returns the statuses by reconciler name. The map is a new copy.
-func (s Set) All() map[string]Status {
-	m := make(map[string]Status, len(s.entries))
-	for _, e := range s.entries {
-		m[e.name] = e.status
+// Delete returns a copy of s without the named reconciler's entry. The
+// name then reads as Pending again (see [Set.Get]), and a later
+// [Set.Pending] does not add it back unless given the name. Deleting a name
+// that is not in s returns s unchanged.
+func (s Set) Delete(name string) Set {
+	i, ok := s.find(name)
+	if !ok {
+		return s
 	}
-	return m
+	entries := make([]entry, 0, len(s.entries)-1)
+	entries = append(entries, s.entries[:i]...)
+	s.entries = append(entries, s.entries[i+1:]...)
+	return s
+}
+
+// All returns an iterator over the entries of s by reconciler name, in
+// name order. Use maps.Collect(s.All()) for a map.
+func (s Set) All() iter.Seq2[string, Status] {
+	return func(yield func(string, Status) bool) {
+		for _, e := range s.entries {
+			if !yield(e.name, e.status) {
+				return
+			}
+		}
+	}
+}
+
+// IsPendingOrRefreshing reports whether the status of any name in s is
+// Pending or Refreshing. An empty set has none, as in the StateDB
+// reconciler's StatusSet, although a reconciler reads its missing entry as
+// Pending (see [Set.Get]).
+func (s Set) IsPendingOrRefreshing() bool {
+	return slices.ContainsFunc(s.entries, func(e entry) bool { return e.status.IsPendingOrRefreshing() })
+}
+
+// IsDone reports whether the status of every name in s is Done. An empty
+// set is done, as in the StateDB reconciler's StatusSet.
+func (s Set) IsDone() bool {
+	return !slices.ContainsFunc(s.entries, func(e entry) bool { return e.status.Kind != KindDone })
 }
 
 // String summarises the set for tables, for example
@@ -125,7 +168,7 @@ func (s Set) String() string {
 
 // MarshalJSON encodes the set as an object from reconciler name to status.
 func (s Set) MarshalJSON() ([]byte, error) {
-	return json.Marshal(s.All())
+	return json.Marshal(maps.Collect(s.All()))
 }
 
 // UnmarshalJSON decodes what [Set.MarshalJSON] wrote. Each decoded status
@@ -141,7 +184,7 @@ func (s *Set) UnmarshalJSON(data []byte) error {
 
 // MarshalYAML encodes the set as a mapping from reconciler name to status.
 func (s Set) MarshalYAML() (any, error) {
-	return s.All(), nil
+	return maps.Collect(s.All()), nil
 }
 
 // UnmarshalYAML decodes what [Set.MarshalYAML] wrote, using the

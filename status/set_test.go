@@ -34,7 +34,7 @@ func TestNewSetGetUnknownIsPending(t *testing.T) {
 	assert.Equal(t, a.ID(), b.ID())
 	assert.Equal(t, a.UpdatedAt, b.UpdatedAt)
 	assert.Equal(t, a.ID(), s.Get("a").ID(), "Get is stable")
-	assert.Empty(t, s.All())
+	assert.Empty(t, maps.Collect(s.All()))
 
 	other := status.NewSet()
 	assert.NotEqual(t, a.ID(), other.Get("a").ID(), "each set has its own identity")
@@ -49,7 +49,7 @@ func TestSetSetReturnsCopy(t *testing.T) {
 	s1 := s0.Set("a", done)
 	assert.Equal(t, status.KindPending, s0.Get("a").Kind, "receiver unchanged")
 	assert.Equal(t, pendingID, s0.Get("a").ID())
-	assert.Empty(t, s0.All())
+	assert.Empty(t, maps.Collect(s0.All()))
 
 	got := s1.Get("a")
 	assert.Equal(t, status.KindDone, got.Kind)
@@ -61,14 +61,14 @@ func TestSetSetReturnsCopy(t *testing.T) {
 	s2 := s1.Set("a", failed)
 	assert.Equal(t, done.ID(), s1.Get("a").ID())
 	assert.Equal(t, failed.ID(), s2.Get("a").ID())
-	assert.Len(t, s2.All(), 1, "replaced, not added")
+	assert.Len(t, maps.Collect(s2.All()), 1, "replaced, not added")
 
 	// Two sets derived from one are independent.
 	s3 := s1.Set("b", status.Done())
 	s4 := s1.Set("c", status.Done())
-	assert.ElementsMatch(t, []string{"a", "b"}, slices.Collect(maps.Keys(s3.All())))
-	assert.ElementsMatch(t, []string{"a", "c"}, slices.Collect(maps.Keys(s4.All())))
-	assert.ElementsMatch(t, []string{"a"}, slices.Collect(maps.Keys(s1.All())))
+	assert.ElementsMatch(t, []string{"a", "b"}, slices.Collect(maps.Keys(maps.Collect(s3.All()))))
+	assert.ElementsMatch(t, []string{"a", "c"}, slices.Collect(maps.Keys(maps.Collect(s4.All()))))
+	assert.ElementsMatch(t, []string{"a"}, slices.Collect(maps.Keys(maps.Collect(s1.All()))))
 }
 
 func TestSetManyNamesStaySortedAndIndependent(t *testing.T) {
@@ -80,7 +80,7 @@ func TestSetManyNamesStaySortedAndIndependent(t *testing.T) {
 		history = append(history, s)
 	}
 	for i, h := range history {
-		assert.Len(t, h.All(), i+1, "set after %d inserts", i+1)
+		assert.Len(t, maps.Collect(h.All()), i+1, "set after %d inserts", i+1)
 		for _, n := range names[:i+1] {
 			assert.Equal(t, status.KindDone, h.Get(n).Kind, "name %q", n)
 		}
@@ -104,7 +104,7 @@ func TestSetSortedByName(t *testing.T) {
 	// Replacing keeps the order.
 	s = s.Set("b", done).Set("a", done)
 	assert.Equal(t, "Done: a b c (10m ago)", s.String())
-	assert.Len(t, s.All(), 3)
+	assert.Len(t, maps.Collect(s.All()), 3)
 }
 
 func TestSetPending(t *testing.T) {
@@ -113,16 +113,16 @@ func TestSetPending(t *testing.T) {
 		Set("b", status.Error(errors.New("boom"))).
 		Set("c", status.Refreshing())
 	before := map[string]status.Status{}
-	maps.Copy(before, s.All())
+	maps.Copy(before, maps.Collect(s.All()))
 	oldSetID := s.Get("unknown").ID()
 
 	p := s.Pending()
 
 	// Receiver unchanged.
-	assert.Equal(t, before, s.All())
+	assert.Equal(t, before, maps.Collect(s.All()))
 	assert.Equal(t, oldSetID, s.Get("unknown").ID())
 
-	all := p.All()
+	all := maps.Collect(p.All())
 	require.ElementsMatch(t, []string{"a", "b", "c"}, slices.Collect(maps.Keys(all)), "names are kept")
 	id := p.Get("a").ID()
 	require.NotZero(t, id)
@@ -151,13 +151,13 @@ func TestSetPending(t *testing.T) {
 
 func TestSetAllCopies(t *testing.T) {
 	s := status.NewSet().Set("a", status.Done()).Set("b", status.Done())
-	m := s.All()
+	m := maps.Collect(s.All())
 	require.Len(t, m, 2)
 	delete(m, "a")
 	m["c"] = status.Error(errors.New("x"))
 	m["b"] = status.Status{}
 
-	again := s.All()
+	again := maps.Collect(s.All())
 	assert.Len(t, again, 2)
 	assert.Equal(t, status.KindDone, again["a"].Kind)
 	assert.Equal(t, status.KindDone, again["b"].Kind)
@@ -219,8 +219,8 @@ func TestZeroSet(t *testing.T) {
 	st := s.Get("any")
 	assert.Equal(t, status.KindPending, st.Kind, "every name in the zero Set reads as pending")
 	assert.True(t, st.IsPendingOrRefreshing())
-	assert.NotNil(t, s.All())
-	assert.Empty(t, s.All())
+	assert.NotNil(t, maps.Collect(s.All()))
+	assert.Empty(t, maps.Collect(s.All()))
 
 	s2 := s.Set("a", status.Done())
 	assert.Equal(t, status.KindDone, s2.Get("a").Kind)
@@ -235,7 +235,7 @@ func TestZeroSet(t *testing.T) {
 		require.NoError(t, err, c.name)
 		var out status.Set
 		require.NoError(t, c.unmarshal(data, &out), "%s: %s", c.name, data)
-		assert.Empty(t, out.All(), c.name)
+		assert.Empty(t, maps.Collect(out.All()), c.name)
 		assert.Equal(t, status.KindPending, out.Get("x").Kind, c.name)
 		assert.NotZero(t, out.Get("x").ID(), "%s: a decoded set has an identity", c.name)
 	}
@@ -258,7 +258,7 @@ func exampleSet() status.Set {
 
 func requireSameSet(t testing.TB, want, got status.Set) {
 	t.Helper()
-	wantAll, gotAll := want.All(), got.All()
+	wantAll, gotAll := maps.Collect(want.All()), maps.Collect(got.All())
 	require.ElementsMatch(t, slices.Collect(maps.Keys(wantAll)), slices.Collect(maps.Keys(gotAll)))
 	for name, w := range wantAll {
 		requireSameStatus(t, w, gotAll[name])
@@ -336,11 +336,11 @@ func TestSetJSONShape(t *testing.T) {
 func TestSetDecodeReplacesContents(t *testing.T) {
 	s := status.NewSet().Set("old", status.Done())
 	require.NoError(t, json.Unmarshal([]byte(`{"new":{"kind":"Pending"}}`), &s))
-	assert.ElementsMatch(t, []string{"new"}, slices.Collect(maps.Keys(s.All())))
+	assert.ElementsMatch(t, []string{"new"}, slices.Collect(maps.Keys(maps.Collect(s.All()))))
 
 	s = status.NewSet().Set("old", status.Done())
 	require.NoError(t, yamlCodec.unmarshal([]byte("new: {kind: Pending}\n"), &s))
-	assert.ElementsMatch(t, []string{"new"}, slices.Collect(maps.Keys(s.All())))
+	assert.ElementsMatch(t, []string{"new"}, slices.Collect(maps.Keys(maps.Collect(s.All()))))
 }
 
 func TestSetMalformed(t *testing.T) {
