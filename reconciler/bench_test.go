@@ -176,8 +176,8 @@ func benchRounds(b *testing.B, batch bool, opts ...Option) {
 	defer changes.Close()
 	ctx := context.Background()
 	health, _ := cell.NewSimpleHealth()
-	l := &loop[*benchObj]{r: r, changes: changes, op: newOperator(ctx, r),
-		health: healthReporter{health: health}}
+	l := &loop[*benchObj]{r: r, changes: changes, exec: newExecutor(ctx, r),
+		health: healthReporter{health: health}, watch: closedChan}
 	for b.Loop() {
 		b.StopTimer()
 		insertPending(r, benchRound)
@@ -198,7 +198,7 @@ func benchRounds(b *testing.B, batch bool, opts ...Option) {
 // BenchmarkCommitFloor's time is).
 func BenchmarkCommit(b *testing.B) {
 	r := newBenchReconciler(b, false)
-	l := &loop[*benchObj]{r: r, op: &inline[*benchObj]{}}
+	l := &loop[*benchObj]{r: r, exec: &inline[*benchObj]{}}
 	insertPending(r, benchRound)
 	ops := make([]op[*benchObj], 0, benchRound)
 	var locked time.Duration
@@ -206,7 +206,7 @@ func BenchmarkCommit(b *testing.B) {
 		b.StopTimer()
 		ops = ops[:0]
 		for obj, rev := range r.table.All(r.db.ReadTxn()) {
-			ops = append(ops, op[*benchObj]{obj: obj, updated: obj.clone(), rev: rev, statusID: obj.st.ID(), since: obj.st.UpdatedAt})
+			ops = append(ops, op[*benchObj]{task: task[*benchObj]{obj: obj, rev: rev, statusID: obj.st.ID(), since: obj.st.UpdatedAt}, updated: obj.clone(), ran: true})
 		}
 		b.StartTimer()
 		now := time.Now()
@@ -214,8 +214,8 @@ func BenchmarkCommit(b *testing.B) {
 		t0 := time.Now()
 		l.write(ops)
 		locked += time.Since(t0)
-		if failed := l.settle(ops, now); failed != 0 {
-			b.Fatalf("%d failed", failed)
+		if out := l.settle(ops, now); out.failed != 0 {
+			b.Fatalf("%d failed", out.failed)
 		}
 	}
 	reportPerObject(b, benchRound)
@@ -233,7 +233,7 @@ func BenchmarkCommitFloor(b *testing.B) {
 		b.StopTimer()
 		ops = ops[:0]
 		for obj, rev := range r.table.All(r.db.ReadTxn()) {
-			ops = append(ops, op[*benchObj]{updated: obj.clone(), rev: rev})
+			ops = append(ops, op[*benchObj]{updated: obj.clone(), task: task[*benchObj]{rev: rev}})
 		}
 		b.StartTimer()
 		wtxn := r.db.WriteTxn(r.table)
@@ -252,55 +252,56 @@ func BenchmarkCommitFloor(b *testing.B) {
 // statuses plus 1000 retries queued (and then dropped, untimed).
 func BenchmarkCommitErrors(b *testing.B) {
 	r := newBenchReconciler(b, false)
-	l := &loop[*benchObj]{r: r, op: &inline[*benchObj]{}}
+	l := &loop[*benchObj]{r: r, exec: &inline[*benchObj]{}}
 	insertPending(r, benchRound)
 	ops := make([]op[*benchObj], 0, benchRound)
 	errFail := fmt.Errorf("bench failure")
 	for b.Loop() {
 		b.StopTimer()
-		r.retries = newRetryQueue[*benchObj]()
+		r.keys = newLifecycles[*benchObj]()
 		ops = ops[:0]
 		for obj, rev := range r.table.All(r.db.ReadTxn()) {
-			ops = append(ops, op[*benchObj]{obj: obj, updated: obj.clone(), rev: rev, statusID: obj.st.ID(), err: errFail})
+			ops = append(ops, op[*benchObj]{task: task[*benchObj]{obj: obj, rev: rev, statusID: obj.st.ID()}, updated: obj.clone(), err: errFail, ran: true})
 		}
 		b.StartTimer()
-		if failed := l.commit(ops, time.Now()); failed != benchRound {
-			b.Fatalf("%d failed", failed)
+		if out := l.commit(ops, time.Now()); out.failed != benchRound {
+			b.Fatalf("%d failed", out.failed)
 		}
 	}
 	reportPerObject(b, benchRound)
 }
 
-func benchRetries(n int) []*retry[*benchObj] {
-	items := make([]*retry[*benchObj], n)
+// benchWaiting returns n keyStates of failed updates with due times spread
+// so that the heap does real work.
+func benchWaiting(lc *lifecycles[*benchObj], n int) []*keyState[*benchObj] {
 	t0 := time.Unix(1_000_000, 0)
-	for i := range items {
-		// Spread the due times so that the heap does real work.
-		items[i] = &retry[*benchObj]{
-			key: strconv.Itoa(i),
-			rev: statedb.Revision(i + 1),
-			at:  t0.Add(time.Duration((i*7919)%n) * time.Millisecond),
-		}
+	states := make([]*keyState[*benchObj], n)
+	for i := range states {
+		s := lc.observe(strconv.Itoa(i), task[*benchObj]{rev: statedb.Revision(i + 1), statusID: uint64(i + 1)})
+		lc.start(s)
+		lc.settle(s, errBench, false, true, t0.Add(time.Duration((i*7919)%n)*time.Millisecond).UnixNano(), 1, t0)
+		states[i] = s
 	}
-	return items
+	return states
 }
 
-// BenchmarkRetryQueueAddPop adds n retries to an empty queue and takes them
-// all back when due: 1000 is a round's worth, 100,000 a retry storm.
-func BenchmarkRetryQueueAddPop(b *testing.B) {
+var errBench = fmt.Errorf("bench failure")
+
+// BenchmarkRetriesDue fills the retry heap with n failed keys and takes
+// them all back when due: 1000 is a round's worth, 100,000 a retry storm.
+func BenchmarkRetriesDue(b *testing.B) {
 	for _, n := range []int{benchRound, 100_000} {
 		b.Run(strconv.Itoa(n), func(b *testing.B) {
-			items := benchRetries(n)
-			due := time.Unix(2_000_000, 0)
-			q := newRetryQueue[*benchObj]()
+			due := time.Unix(2_000_000, 0).UnixNano()
 			for b.Loop() {
-				for _, it := range items {
-					q.add(it)
-				}
+				lc := newLifecycles[*benchObj]()
+				benchWaiting(lc, n)
 				for {
-					if _, ok := q.popDue(due); !ok {
+					s, ok := lc.popDue(due)
+					if !ok {
 						break
 					}
+					lc.forget(s)
 				}
 			}
 			reportPerObject(b, n)
@@ -308,52 +309,27 @@ func BenchmarkRetryQueueAddPop(b *testing.B) {
 	}
 }
 
-// BenchmarkRetryQueueReplace replaces entries of a queue holding 10,000
-// retries, as when objects keep failing or change while queued.
-func BenchmarkRetryQueueReplace(b *testing.B) {
-	const size = 10_000
-	items := benchRetries(size)
-	q := newRetryQueue[*benchObj]()
-	for _, it := range items {
-		q.add(it)
-	}
-	i := 0
+// BenchmarkObserveWhileRetrying measures what collecting a change costs
+// while retries wait: the lookup of its key (a miss here, the common case).
+func BenchmarkObserveWhileRetrying(b *testing.B) {
+	lc := newLifecycles[*benchObj]()
+	benchWaiting(lc, benchRound)
+	key := string(index.Uint64(123_456_789))
 	for b.Loop() {
-		it := items[i%size]
-		it.at = it.at.Add(time.Millisecond)
-		q.add(it)
-		i++
-	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/replace")
-}
-
-// BenchmarkRetryQueueSupersede measures what collecting a change costs
-// while retries are queued: the lookup by key bytes that drops the queued
-// retry of an older version (a miss here, the common case).
-func BenchmarkRetryQueueSupersede(b *testing.B) {
-	q := newRetryQueue[*benchObj]()
-	for _, it := range benchRetries(benchRound) {
-		q.add(it)
-	}
-	key := index.Uint64(123_456_789)
-	for b.Loop() {
-		q.removeKeyBytes(key)
+		lc.dropRetry(key)
 	}
 }
 
-// BenchmarkLowWatermark measures the low watermark after its holder left,
-// which rescans the queue.
+// BenchmarkLowWatermark measures the retry low watermark after its holder
+// left, which rescans the heap.
 func BenchmarkLowWatermark(b *testing.B) {
-	items := benchRetries(benchRound)
-	q := newRetryQueue[*benchObj]()
 	for b.Loop() {
 		b.StopTimer()
-		for _, it := range items {
-			q.add(it)
-		}
-		q.removeKey(items[0].key) // holds the lowest revision
+		lc := newLifecycles[*benchObj]()
+		states := benchWaiting(lc, benchRound)
+		lc.forget(states[0]) // holds the lowest revision
 		b.StartTimer()
-		q.lowWatermark()
+		lc.retryLowWatermark()
 	}
 }
 

@@ -10,206 +10,144 @@ import (
 	"github.com/converge-go/converge/status"
 )
 
-// collect is the first stage of a round: it turns up to budget changes of
-// the table, then work carried over from an earlier run of the loop, then
-// retries due at now and deferred changes (refresh marks and the backlog
-// found at start; see deferredQueue) into l.work. Fresh changes thus never
-// wait behind a burst of refreshes, a retry storm or a backlog for more
-// than a round, and none of those waits forever behind the others. With no budget (every
-// worker slot is taken) it reads nothing and leaves the changes for a later
-// round.
-func (l *loop[Obj]) collect(txn statedb.ReadTxn, now time.Time, budget int) {
-	if budget <= 0 {
+// collect is the first stage of a round: it returns the work to start, at
+// most room ops, taken in this order and by this budget rule:
+//
+//  1. queued keys (work cut short by a stop or a pause, or a successor
+//     released by the last commit) keep their place and come first;
+//  2. fresh changes (new Pending versions and deletes) may take all that
+//     is left, but for a reserve of an eighth kept while retries are due or
+//     changes are deferred, so that a stream of writes cannot starve those;
+//  3. due retries and deferred changes (Refreshing marks and the backlog
+//     found at the first start) share the rest, half each, and either takes
+//     what the other leaves.
+//
+// Every share is a non-negative int no larger than room, so no option
+// value makes one negative or overflow. Reading a change that is deferred,
+// dropped or parked behind a running version costs no budget, and the
+// deferred queue has no cap, so a fresh change is never held back by a
+// backlog or a burst of refresh marks: only by room. With no room it reads
+// nothing and looks again next round.
+func (l *loop[Obj]) collect(txn statedb.ReadTxn, now time.Time, room int) []op[Obj] {
+	lc := l.r.keys
+	l.work = l.work[:0]
+	if room <= 0 {
 		l.watch = closedChan // look again as soon as there is room
-		return
+		return nil
 	}
-	// Fresh changes come first but leave an eighth of the budget, when
-	// there is other work, so that a stream of writes cannot starve it.
-	// Retries and deferred changes share what is left, so that neither
-	// starves the other.
+	for _, s := range lc.takeQueued(room) {
+		l.start(s)
+	}
+	left := room - len(l.work)
+	due, dueOK := lc.nextDue()
 	reserve := 0
-	if at, ok := l.r.retries.next(); (ok && !at.After(now)) || l.deferred.len() > 0 || len(l.r.carried) > 0 {
-		reserve = budget / 8
+	if (dueOK && due <= now.UnixNano()) || l.r.deferred.len() > 0 {
+		reserve = left / 8
 	}
-	added := 0
-	if !l.deferred.full() {
-		var changes iter.Seq2[statedb.Change[Obj], statedb.Revision]
-		changes, l.watch = l.changes.Next(txn)
-		added = l.collectChanges(changes, budget-reserve, now)
+	if budget := left - reserve; budget > 0 {
+		var seq iter.Seq2[statedb.Change[Obj], statedb.Revision]
+		seq, l.watch = l.changes.Next(txn)
+		l.collectChanges(seq, budget, now)
+	} else {
+		l.watch = closedChan // changes wait for room
 	}
-	added += l.collectCarried(txn, budget-added, now)
-	deferredShare := min(l.deferred.len(), (budget-added+1)/2)
-	retried := l.collectRetries(txn, now, budget-added-deferredShare)
-	added += l.collectDeferred(txn, budget-added-retried, now)
-	l.adds, l.retried = added+retried, retried
-	if len(l.r.carried) > 0 || l.deferred.len() > 0 {
+	left = room - len(l.work)
+	deferredShare := min(l.r.deferred.len(), left/2)
+	l.collectRetries(txn, now, left-deferredShare)
+	l.collectDeferred(txn, now, room-len(l.work))
+	if len(lc.queued) > 0 || l.r.deferred.len() > 0 {
 		l.watch = closedChan // more work for the next round
 	}
+	return l.work
+}
+
+// start adds the job of s to the round's work.
+func (l *loop[Obj]) start(s *keyState[Obj]) {
+	l.r.keys.start(s)
+	l.work = append(l.work, op[Obj]{task: s.task, s: s, key: s.key})
 }
 
 // collectChanges reads changes, turning those that need work into ops,
-// until budget ops were added or the changes run out. It records the last
-// revision read in l.lastRev. now stands in for the time of a status
-// written without one.
-func (l *loop[Obj]) collectChanges(changes iter.Seq2[statedb.Change[Obj], statedb.Revision], budget int, now time.Time) (added int) {
-	r := l.r
-	needKeys := r.opts.concurrency > 1 // workers track flights by key
+// until budget ops were added or the changes run out. A change read is
+// consumed, so the budget is checked once a change has been acted on.
+func (l *loop[Obj]) collectChanges(changes iter.Seq2[statedb.Change[Obj], statedb.Revision], budget int, now time.Time) {
+	added := 0
 	for change, rev := range changes {
-		l.lastRev = rev
-		var st status.Status
-		if !change.Deleted {
-			st = r.getStatus(change.Object)
-			if !st.IsPendingOrRefreshing() {
-				if st.Kind == status.KindError && !st.Terminal && !l.own.has(rev) {
-					l.adoptError(change.Object, rev, st, now)
-				}
-				continue
-			}
-			if st.Kind == status.KindRefreshing || rev <= l.backlog {
-				l.deferred.push(change.Object, rev)
-				r.supersede(change.Object, nil)
-				if l.deferred.full() {
-					break
-				}
-				continue
+		l.r.lastRev = rev
+		if l.collectChange(change, rev, now) {
+			if added++; added >= budget {
+				break
 			}
 		}
-		o := op[Obj]{
-			obj:      change.Object,
-			rev:      rev,
-			delete:   change.Deleted,
-			statusID: st.ID(),
-			since:    st.UpdatedAt,
-			refresh:  st.Kind == status.KindRefreshing,
-		}
-		if o.since.IsZero() {
-			o.since = now
-		}
-		o.ready = o.since.UnixNano()
-		var key []byte
-		if needKeys {
-			key = r.keyBytes(change.Object)
-			o.key = string(key)
-		}
-		r.supersede(change.Object, key)
-		l.work = append(l.work, o)
-		added++
-		if added >= budget {
-			break
-		}
-	}
-	return added
-}
-
-// supersede drops what waits for an older version of obj's object: its
-// queued retry and the work carried over for it. Every change read, fresh
-// or deferred, does this. key is obj's primary key, or nil to compute it
-// when there is something to drop.
-func (r *reconciler[Obj]) supersede(obj Obj, key []byte) {
-	if r.retries.len() == 0 && len(r.carried) == 0 {
-		return
-	}
-	if key == nil {
-		key = r.keyBytes(obj)
-	}
-	r.retries.removeKeyBytes(key)
-	if len(r.carried) > 0 {
-		delete(r.carried, string(key))
 	}
 }
 
-// adoptError queues a retry, due at now, for obj, found in the table with
-// the retryable Error status st, unless this reconciler already retries
-// that status. Its own failures are always known; an unknown one was
-// written back by a user after its retry was dropped (a revert, or the
-// re-insert of an object read before a later attempt committed), or was in
-// the table before the reconciler started. Left alone, such an object
-// would stay failed for good. The attempt hands Update a Pending status.
-func (l *loop[Obj]) adoptError(obj Obj, rev statedb.Revision, st status.Status, now time.Time) {
+// collectChange acts on one change and reports whether it added an op.
+func (l *loop[Obj]) collectChange(change statedb.Change[Obj], rev statedb.Revision, now time.Time) bool {
+	r, lc := l.r, l.r.keys
+	j := task[Obj]{obj: change.Object, rev: rev, delete: change.Deleted, since: now, ready: now.UnixNano()}
+	if !change.Deleted {
+		st := r.getStatus(change.Object)
+		if !st.IsPendingOrRefreshing() {
+			if st.Kind == status.KindError && !st.Terminal && !l.own.has(rev) {
+				l.adopt(change.Object, rev, st, now)
+			}
+			return false
+		}
+		j.statusID, j.refresh = st.ID(), st.Kind == status.KindRefreshing
+		if !st.UpdatedAt.IsZero() {
+			j.since, j.ready = st.UpdatedAt, st.UpdatedAt.UnixNano()
+		}
+		if j.refresh || rev <= l.r.backlog {
+			l.r.deferred.push(change.Object, rev)
+			if lc.tracked() {
+				if key, ok := r.keyOf(change.Object); ok {
+					lc.dropRetry(key) // a newer version waits in the deferred queue
+				}
+			}
+			return false
+		}
+	}
+	if r.opts.concurrency == 1 && !lc.tracked() {
+		l.work = append(l.work, op[Obj]{task: j}) // untracked: see keyState
+		return true
+	}
+	key, ok := r.keyOf(change.Object)
+	if !ok {
+		r.noKey("a change of the table", change.Object)
+		return false
+	}
+	if s := lc.observe(key, j); s != nil {
+		l.start(s)
+		return true
+	}
+	return false
+}
+
+// adopt hands lifecycles.adopt an Error status found on obj.
+func (l *loop[Obj]) adopt(obj Obj, rev statedb.Revision, st status.Status, now time.Time) {
 	r := l.r
-	key := r.keyBytes(obj)
-	if r.retries.knows(key, st.ID()) {
-		return
-	}
-	if c, ok := r.carried[string(key)]; ok && c.statusID == st.ID() {
+	key, ok := r.keyOf(obj)
+	if !ok {
+		r.noKey("an Error status", obj)
 		return
 	}
 	since := st.UpdatedAt
 	if since.IsZero() {
 		since = now
 	}
-	r.retries.add(&retry[Obj]{
-		key:      string(key),
+	j := task[Obj]{
 		obj:      r.setStatus(r.clone(obj), status.PendingAt(since)),
 		rev:      rev,
 		statusID: st.ID(),
 		since:    since,
-		attempts: 1,
-		err:      errors.New(st.Error),
-		first:    since,
-		at:       now,
-	})
-}
-
-// collectRetries turns retries due at now into ops, up to budget.
-func (l *loop[Obj]) collectRetries(txn statedb.ReadTxn, now time.Time, budget int) (added int) {
-	r := l.r
-	for added < budget {
-		item, ok := r.retries.popDue(now)
-		if !ok {
-			break
-		}
-		if l.recheck(txn, item, item.at) {
-			added++
-		}
+		ready:    now.UnixNano(),
 	}
-	return added
+	r.keys.adopt(key, j, st.ID(), errors.New(st.Error), now)
 }
 
-// collectDeferred takes up to budget deferred changes, oldest first,
-// dropping those whose object has changed since (see deferredQueue).
-func (l *loop[Obj]) collectDeferred(txn statedb.ReadTxn, budget int, now time.Time) (added int) {
-	r := l.r
-	for added < budget && l.deferred.len() > 0 {
-		d := l.deferred.pop()
-		if _, rev, found := r.lookup(txn, d.obj); !found || rev != d.rev {
-			continue
-		}
-		st := r.getStatus(d.obj)
-		o := op[Obj]{obj: d.obj, rev: d.rev, statusID: st.ID(), since: st.UpdatedAt, refresh: st.Kind == status.KindRefreshing}
-		if o.since.IsZero() {
-			o.since = now
-		}
-		o.ready = o.since.UnixNano()
-		if r.opts.concurrency > 1 || len(r.carried) > 0 {
-			o.key = r.keyOf(d.obj)
-			delete(r.carried, o.key)
-		}
-		l.work = append(l.work, o)
-		added++
-	}
-	return added
-}
-
-// collectCarried takes up to budget of the ops that an earlier run of the
-// loop had collected but not committed when it stopped (see carryOver).
-func (l *loop[Obj]) collectCarried(txn statedb.ReadTxn, budget int, now time.Time) (added int) {
-	r := l.r
-	for key, item := range r.carried {
-		if added >= budget {
-			break
-		}
-		delete(r.carried, key)
-		if l.recheck(txn, item, now) {
-			added++
-		}
-	}
-	return added
-}
-
-// recheck adds an op for item, a retry or a carried op, if it is still
-// needed. It is dropped if its object changed, was deleted, or was
-// re-inserted after a delete: the change that did it brings its own work.
+// collectRetries takes retries due at now, up to budget. A retry whose
+// object changed since is dropped: the change brings its own work.
 //
 // An update is retried on the object as it is in the table (Update may have
 // modified it, and another reconciler may have written its own status since)
@@ -217,32 +155,154 @@ func (l *loop[Obj]) collectCarried(txn statedb.ReadTxn, budget int, now time.Tim
 // work, Pending or Refreshing, rather than the Error status the failure
 // wrote: an operation that reads the status sees the same request on every
 // attempt.
-func (l *loop[Obj]) recheck(txn statedb.ReadTxn, item *retry[Obj], ready time.Time) bool {
-	r := l.r
-	cur, rev, found := r.lookup(txn, item.obj)
-	o := op[Obj]{
-		key:      item.key,
-		since:    item.since,
-		attempts: item.attempts,
-		delete:   item.delete,
-		ready:    ready.UnixNano(),
-	}
-	if item.delete {
-		if found {
-			return false
+func (l *loop[Obj]) collectRetries(txn statedb.ReadTxn, now time.Time, budget int) {
+	r, lc := l.r, l.r.keys
+	for added := 0; added < budget; {
+		s, ok := lc.popDue(now.UnixNano())
+		if !ok {
+			return
 		}
-		o.obj, o.rev = item.obj, item.rev
-	} else {
-		if !found || r.getStatus(cur).ID() != item.statusID {
-			return false
+		cur, rev, found := r.lookup(txn, s.task.obj)
+		switch {
+		case s.task.delete && found:
+			lc.forget(s) // inserted again: the insert brings its work
+			continue
+		case s.task.delete:
+		case !found || r.getStatus(cur).ID() != s.errID:
+			lc.forget(s) // changed or deleted since
+			continue
+		default:
+			// The attempt answers the Error status in the table: that
+			// is the status its commit expects to find.
+			asked := r.getStatus(s.task.obj)
+			s.task.obj, s.task.rev, s.task.statusID = r.setStatus(r.clone(cur), asked), rev, s.errID
 		}
-		asked := r.getStatus(item.obj)
-		o.obj = r.setStatus(r.clone(cur), asked)
-		o.rev, o.statusID, o.refresh = rev, item.statusID, asked.Kind == status.KindRefreshing
+		s.task.ready = s.due
+		l.start(s)
+		added++
 	}
-	if o.attempts > 0 {
-		r.retries.start(item)
+}
+
+// collectDeferred takes up to budget deferred changes, oldest first,
+// dropping those whose object has changed since (see deferredQueue).
+func (l *loop[Obj]) collectDeferred(txn statedb.ReadTxn, now time.Time, budget int) {
+	r, lc := l.r, l.r.keys
+	for added := 0; added < budget && l.r.deferred.len() > 0; {
+		d := l.r.deferred.pop()
+		if _, rev, found := r.lookup(txn, d.obj); !found || rev != d.rev {
+			continue
+		}
+		st := r.getStatus(d.obj)
+		j := task[Obj]{obj: d.obj, rev: d.rev, statusID: st.ID(), since: st.UpdatedAt, refresh: st.Kind == status.KindRefreshing}
+		if j.since.IsZero() {
+			j.since = now
+		}
+		j.ready = j.since.UnixNano()
+		if r.opts.concurrency == 1 && !lc.tracked() {
+			l.work = append(l.work, op[Obj]{task: j})
+			added++
+			continue
+		}
+		key, ok := r.keyOf(d.obj)
+		if !ok {
+			r.noKey("a deferred change", d.obj)
+			continue
+		}
+		if s := lc.observe(key, j); s != nil {
+			l.start(s)
+			added++
+		}
 	}
-	l.work = append(l.work, o)
-	return true
+}
+
+// deferredQueue holds the changes that wait behind fresh ones: objects
+// marked Refreshing (by the refresh sweep or a dependency) and the backlog
+// of Pending objects that were in the table when the loop first started.
+// A deferred change is taken only if its object is still at the revision it
+// was deferred at: if it changed since, the iterator brings the newer
+// version in its own turn. It has no cap: its entries are two words each,
+// and a cap would hold fresh changes back behind it. It is owned by the
+// loop goroutine.
+type deferredQueue[Obj any] struct {
+	ring       []deferred[Obj]
+	head, size int
+}
+
+type deferred[Obj any] struct {
+	obj Obj
+	rev statedb.Revision
+}
+
+func (q *deferredQueue[Obj]) len() int { return q.size }
+
+// push defers a change.
+func (q *deferredQueue[Obj]) push(obj Obj, rev statedb.Revision) {
+	if q.size == len(q.ring) {
+		grown := make([]deferred[Obj], max(2*len(q.ring), 64))
+		for i := range q.size {
+			grown[i] = q.ring[(q.head+i)%len(q.ring)]
+		}
+		q.ring, q.head = grown, 0
+	}
+	q.ring[(q.head+q.size)%len(q.ring)] = deferred[Obj]{obj, rev}
+	q.size++
+}
+
+// pop takes the oldest deferred change.
+func (q *deferredQueue[Obj]) pop() deferred[Obj] {
+	d := q.ring[q.head]
+	q.ring[q.head] = deferred[Obj]{}
+	q.head = (q.head + 1) % len(q.ring)
+	q.size--
+	return d
+}
+
+// lowRev returns the revision of the oldest deferred change, 0 if none.
+func (q *deferredQueue[Obj]) lowRev() statedb.Revision {
+	if q.size == 0 {
+		return 0
+	}
+	return q.ring[q.head].rev
+}
+
+// ownWrites remembers the revisions at which the loop's commits wrote
+// statuses, so that collect can tell an Error status it wrote itself from
+// one a user wrote back without looking the key up: in a retry storm those
+// are most of the changes read. Every status a commit writes takes a
+// revision within the commit's range, and nobody else writes the table in
+// that transaction. The ranges are in increasing order, one per commit
+// that wrote; a new run of the loop starts empty.
+type ownWrites struct {
+	ranges []revRange
+}
+
+type revRange struct{ lo, hi statedb.Revision }
+
+// add records that a commit wrote the revisions lo to hi (both included),
+// and forgets the ranges that changes up to read have passed.
+func (w *ownWrites) add(lo, hi, read statedb.Revision) {
+	w.forget(read)
+	if n := len(w.ranges); n > 0 && w.ranges[n-1].hi+1 == lo {
+		w.ranges[n-1].hi = hi
+		return
+	}
+	w.ranges = append(w.ranges, revRange{lo, hi})
+}
+
+// has reports whether rev was written by a commit. Calls must come in
+// increasing order of rev, as changes are read.
+func (w *ownWrites) has(rev statedb.Revision) bool {
+	w.forget(rev - 1)
+	return len(w.ranges) > 0 && w.ranges[0].lo <= rev
+}
+
+// forget drops the ranges that end at or before rev.
+func (w *ownWrites) forget(rev statedb.Revision) {
+	i := 0
+	for i < len(w.ranges) && w.ranges[i].hi <= rev {
+		i++
+	}
+	if i > 0 {
+		w.ranges = append(w.ranges[:0], w.ranges[i:]...)
+	}
 }

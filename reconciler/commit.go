@@ -2,6 +2,7 @@ package reconciler
 
 import (
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/cilium/statedb"
@@ -11,22 +12,19 @@ import (
 )
 
 // commit is the third stage of a round: it records the outcome of finished
-// ops. It runs in three steps, so that the table is locked only for the
-// writes themselves (an inserter waiting on the lock waits for nothing
-// else):
+// ops and tells each key's lifecycle what came of it. It locks the table
+// only for the writes themselves:
 //
-//  1. the status of each update is decided and set on its clone (prepare);
-//  2. the statuses are written in one write transaction, stamped with now
-//     (write);
-//  3. the figures are counted, failures logged and queued for retry, unless
-//     a newer version of the object waits behind them (see
-//     operator.superseded), and the figures go to the metrics and the
-//     reconciler's totals (settle).
+//  1. decide the status each update calls for and set it on its clone;
+//  2. write the statuses in one write transaction, each a compare-and-swap
+//     on the revision the op applied (see writeStatus);
+//  3. settle each op in its key's lifecycle (done, retry with backoff, or
+//     its successor queued), log failures, and report the figures.
 //
-// It returns the number of failed ops.
-func (l *loop[Obj]) commit(ops []op[Obj], now time.Time) (failed int) {
+// Ops that never started (ran == false) go back to the queue.
+func (l *loop[Obj]) commit(ops []op[Obj], now time.Time) (out commitOutcome) {
 	if len(ops) == 0 {
-		return 0
+		return out
 	}
 	if l.prepare(ops, now) > 0 {
 		l.write(ops)
@@ -34,16 +32,25 @@ func (l *loop[Obj]) commit(ops []op[Obj], now time.Time) (failed int) {
 	return l.settle(ops, now)
 }
 
-// prepare sets on each update's clone the status its outcome calls for
-// and marks it to be written. Updates parked to run again are not written.
-// It returns the number of ops marked.
+// commitOutcome is what a commit did.
+type commitOutcome struct {
+	committed, failed int
+}
+
+// prepare sets on each update's clone the status its outcome calls for and
+// returns how many there are to write.
 func (l *loop[Obj]) prepare(ops []op[Obj], now time.Time) (writes int) {
 	r := l.r
 	for i := range ops {
 		o := &ops[i]
-		o.write, o.written, o.changed = false, false, false
-		if o.delete || l.op.reapplies(o) {
-			continue // a reapplied version runs again; its outcome counts
+		if !o.ran || o.delete {
+			continue
+		}
+		if _, ok := r.keyOf(o.updated); !ok {
+			// Update changed the object's primary key away: its changes
+			// cannot be stored. Record that on the object as it was.
+			o.err = fmt.Errorf("%w: Update left the object without one", ErrNoPrimaryKey)
+			o.updated = r.clone(o.obj)
 		}
 		var st status.Status
 		switch {
@@ -55,95 +62,55 @@ func (l *loop[Obj]) prepare(ops []op[Obj], now time.Time) (writes int) {
 			st = status.ErrorAt(now, o.err)
 		}
 		o.updated = r.setStatus(o.updated, st)
-		o.write = true
 		writes++
 	}
 	return writes
 }
 
 // write stores the prepared statuses in one write transaction, and records
-// the revisions it wrote as the loop's own.
+// the revisions it wrote as the loop's own. An op whose status is written
+// keeps ran; one whose status is not (its object changed) is marked by
+// clearing updated's status identity in written.
 func (l *loop[Obj]) write(ops []op[Obj]) {
 	r := l.r
 	wtxn := r.db.WriteTxn(r.table)
 	lo := r.table.Revision(wtxn) // the table's revision before the writes
 	for i := range ops {
-		if o := &ops[i]; o.write {
-			o.written, o.changed = r.writeStatus(wtxn, o)
+		if o := &ops[i]; o.ran && !o.delete {
+			o.written, o.over = r.writeStatus(wtxn, o)
 		}
 	}
 	if hi := r.table.Revision(wtxn); hi > lo {
-		l.own.add(lo+1, hi, l.lastRev)
+		l.own.add(lo+1, hi, l.r.lastRev)
 	}
 	wtxn.Commit()
 }
 
-// settle does what follows the writes for each op: figures, failure
-// logs, retries and the parked versions a write made stale.
-func (l *loop[Obj]) settle(ops []op[Obj], now time.Time) (failed int) {
-	r := l.r
-	fig := &l.figures
-	fig.reset()
-	for i := range ops {
-		o := &ops[i]
-		var prev *retry[Obj]
-		if o.attempts > 0 {
-			prev = r.retries.settle(o.key) // a failure is queued again below
-		}
-		out := outcome(o.err, r.opts.operationTimeout)
-		fig.count(o.delete, out, o.started-o.ready, r.metrics.commit != nil)
-		if o.err != nil {
-			failed++
-			l.failed(o, now)
-		} else {
-			l.totals.consecutive = 0
-		}
-		switch {
-		case o.delete:
-			if o.err != nil && !l.op.superseded(o) {
-				r.scheduleRetry(o, 0, now, prev)
-			}
-			continue
-		case !o.written:
-			continue
-		case o.changed:
-			// The object changed and changed back to the version o
-			// applied (a revert, or another reconciler's status): what
-			// is parked behind o is a version no longer in the table.
-			l.op.dropParked(o)
-		}
-		switch {
-		case o.err == nil:
-			fig.done(now.Sub(o.since), r.metrics.commit != nil) // since is set when collected
-		case IsTerminal(o.err):
-		case !l.op.superseded(o):
-			r.scheduleRetry(o, r.getStatus(o.updated).ID(), now, prev)
-		}
-	}
-	fig.stats.RefreshRepaired = int(r.refreshDrift.Swap(0))
-	l.totals.add(fig)
-	if r.metrics.commit != nil {
-		r.metrics.commit.Committed(r.moduleID, r.opts.name, fig.stats)
-	}
-	if fig.converged > 0 && r.metrics.queue != nil {
-		r.metrics.queue.Converged(r.moduleID, r.opts.name, fig.converged, fig.total, fig.longest)
-	}
-	return failed
-}
-
 // writeStatus stores o.updated, which carries the status o's outcome calls
-// for. The write is a compare-and-swap on the revision o saw. If the object
-// has changed since, the status is written only if the object still
-// carries the status that asked for o: the same version, with only another
-// reconciler's status changed, or written again as it was (changed reports
-// this case). A newer version is left alone to be reconciled in its own
-// turn.
-func (r *reconciler[Obj]) writeStatus(wtxn statedb.WriteTxn, o *op[Obj]) (written, changed bool) {
+// for, with a compare-and-swap on the revision o applied. If the object has
+// changed since, the status is still written if the object carries the
+// very status that asked for o (the same version, with only another
+// reconciler's status changed, or written back as it was), unless a delete
+// of the key or a prune came between: then the same status no longer means
+// the same version (see keyState). A newer version is left alone, to be
+// reconciled in its own turn. over reports a write over a changed object:
+// the table then holds the version o applied, and whatever was read since
+// is older than it.
+func (r *reconciler[Obj]) writeStatus(wtxn statedb.WriteTxn, o *op[Obj]) (written, over bool) {
 	cur, found, err := r.table.CompareAndSwap(wtxn, o.rev, o.updated)
 	switch {
 	case err == nil:
+		if !found {
+			_, hasKey := r.keyOf(o.updated)
+			if !hasKey {
+				r.noKey("a status write (setStatus removed it)", o.updated)
+				return false, false
+			}
+		}
 		return true, false
 	case !found || !errors.Is(err, statedb.ErrRevisionNotEqual):
+		return false, false
+	case o.s != nil && (o.s.deleteSeen || o.s.pruned):
 		return false, false
 	case o.statusID == 0 || r.getStatus(cur).ID() != o.statusID:
 		return false, false
@@ -155,36 +122,89 @@ func (r *reconciler[Obj]) writeStatus(wtxn statedb.WriteTxn, o *op[Obj]) (writte
 	return true, true
 }
 
-// scheduleRetry queues another attempt of o after its backoff, or after the
-// delay the operation asked for with RetryAfter. statusID is the identity of
-// the Error status written for an update; prev is the retry o was an
-// attempt of, if any.
-func (r *reconciler[Obj]) scheduleRetry(o *op[Obj], statusID uint64, now time.Time, prev *retry[Obj]) {
-	key := o.key
-	if key == "" {
-		key = r.keyOf(o.obj)
+// settle does what follows the writes for each op: its key's lifecycle,
+// figures and failure logs.
+func (l *loop[Obj]) settle(ops []op[Obj], now time.Time) (out commitOutcome) {
+	r, lc := l.r, l.r.keys
+	fig := &l.figures
+	fig.reset()
+	for i := range ops {
+		o := &ops[i]
+		if !o.ran {
+			l.requeue(o)
+			continue
+		}
+		out.committed++
+		attempts := 0
+		if o.s != nil {
+			attempts = o.s.attempts
+		}
+		fig.count(o.delete, outcome(o.err, r.opts.operationTimeout), o.started-o.ready, r.metrics.commit != nil)
+		if o.err != nil {
+			out.failed++
+			l.failed(o, attempts+1, now)
+		} else {
+			l.totals.succeededLast()
+		}
+		settled := o.err == nil || (!o.delete && IsTerminal(o.err))
+		written := o.delete || o.written
+		if o.err == nil && written && !o.delete {
+			fig.done(now.Sub(o.since), r.metrics.commit != nil)
+		}
+		s := o.s
+		if s == nil {
+			if settled {
+				continue // untracked and done: nothing to remember
+			}
+			key, ok := r.keyOf(o.obj)
+			if !ok {
+				r.noKey("a failed operation", o.obj)
+				continue
+			}
+			s = lc.track(key, o.task)
+		}
+		var retryAt int64
+		var errID uint64
+		if !settled {
+			wait, ok := retryAfter(o.err)
+			if !ok {
+				wait = backoff(s.attempts+1, r.opts.retryMin, r.opts.retryMax, r.opts.retryJitter, r.rand())
+			}
+			retryAt = addSat(now.UnixNano(), wait)
+			if !o.delete {
+				errID = r.getStatus(o.updated).ID()
+			}
+		}
+		if o.over {
+			lc.dropNext(s) // older than what the table holds
+		}
+		lc.settle(s, o.err, settled, written, retryAt, errID, now)
 	}
-	attempts := o.attempts + 1
-	wait, ok := retryAfter(o.err)
-	if !ok {
-		wait = backoff(attempts, r.opts.retryMin, r.opts.retryMax, r.opts.retryJitter, r.rand())
+	fig.stats.RefreshRepaired = int(r.refreshDrift.Swap(0))
+	l.totals.add(fig)
+	if r.metrics.commit != nil {
+		r.metrics.commit.Committed(r.moduleID, r.opts.name, fig.stats)
 	}
-	first := now
-	if prev != nil {
-		first = prev.first
+	if fig.converged > 0 && r.metrics.queue != nil {
+		r.metrics.queue.Converged(r.moduleID, r.opts.name, fig.converged, fig.total, fig.longest)
 	}
-	r.retries.add(&retry[Obj]{
-		key:      key,
-		obj:      o.obj,
-		rev:      o.rev,
-		delete:   o.delete,
-		statusID: statusID,
-		since:    o.since,
-		attempts: attempts,
-		err:      o.err,
-		first:    first,
-		at:       now.Add(wait),
-	})
+	return out
+}
+
+// requeue puts the key of o, an op that never started (the gate closed or
+// the loop stopped), back in the queue.
+func (l *loop[Obj]) requeue(o *op[Obj]) {
+	r, lc := l.r, l.r.keys
+	s := o.s
+	if s == nil {
+		key, ok := r.keyOf(o.obj)
+		if !ok {
+			r.noKey("an operation not started", o.obj)
+			return
+		}
+		s = lc.track(key, o.task)
+	}
+	lc.requeue(s)
 }
 
 // commitFigures gathers the figures of one commit. Its slices are reused

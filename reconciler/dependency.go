@@ -24,8 +24,9 @@ import (
 // found is given a new status, in write transactions of up to a thousand
 // objects, so that the table stays the only source of truth and other
 // reconcilers sharing a status.Set are not disturbed: a Done or Error object
-// is marked Refreshing, and a Pending or Refreshing one gets a new status of
-// the same kind and time. The new status identity matters when the object's
+// is marked Refreshing, a Pending or Refreshing one gets a new status of
+// the same kind and time, and one whose status is Unset (never to be
+// reconciled) is left alone. The new status identity matters when the object's
 // operation is already running with the dependency as it was: its outcome is
 // then not recorded and the object is reconciled again, so no change of a
 // dependency is missed. A mark is a write like any other: a writer that
@@ -190,6 +191,8 @@ func (t *dependencyTracker[Obj, Dep]) mark(queries []statedb.Query[Obj]) (err er
 		}
 		var st status.Status
 		switch old := r.getStatus(obj); old.Kind {
+		case status.KindUnset:
+			continue // never reconciled: a mark must not change that
 		case status.KindPending:
 			st = status.PendingAt(old.UpdatedAt)
 		case status.KindRefreshing:
@@ -197,7 +200,12 @@ func (t *dependencyTracker[Obj, Dep]) mark(queries []statedb.Query[Obj]) (err er
 		default:
 			st = status.RefreshingAt(now)
 		}
-		if _, _, err := r.table.Insert(wtxn, r.setStatus(r.clone(obj), st)); err == nil {
+		marked1 := r.setStatus(r.clone(obj), st)
+		if _, ok := r.keyOf(marked1); !ok {
+			r.noKey("a dependency mark (setStatus removed it)", marked1)
+			continue
+		}
+		if _, _, err := r.table.Insert(wtxn, marked1); err == nil {
 			marked++
 		}
 	}

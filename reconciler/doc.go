@@ -22,16 +22,27 @@
 //     version of the object. If the only change since is another
 //     reconciler's status (the object's own status identity is unchanged),
 //     the result is still recorded rather than redone.
-//   - With [WithConcurrency], at most one operation per object is in flight
-//     and an object's versions are applied in revision order. Once the table
-//     is quiet, the target holds the latest version of every object and
-//     nothing of deleted ones, whatever was written meanwhile: reverts to an
-//     earlier value and identical re-inserts included.
+//   - At most one operation per object is in flight, with any number of
+//     workers, and an object's versions are applied in revision order;
+//     at most one newer version (or a delete) waits behind the one in
+//     flight. Once the table is quiet, the target holds the latest version
+//     of every object and nothing of deleted ones, whatever was written
+//     meanwhile: reverts to an earlier value, identical re-inserts, and a
+//     delete followed by the very object again included (after a delete, an
+//     object with the same status identity is new work).
+//   - An operation starts only while the reconciler may start one: not
+//     paused, no prune running, not stopping; this is asked at the moment
+//     it starts.
 //   - New versions and deletes are taken before retries, refresh marks and
 //     the backlog found at start, so those never delay a write by more than
-//     a round.
+//     a round, however many there are.
 //   - Stopping the hive and starting it again resumes where it stopped:
-//     changes made meanwhile, deletes included, converge.
+//     work cut short by the stop is carried over (and WaitUntilReconciled
+//     counts it), and changes made meanwhile, deletes included, converge.
+//   - Durations, times and sizes saturate: no option value, however large,
+//     makes the reconciler spin or stop.
+//   - A batch result belongs to its entry, wherever [BatchOperations] left
+//     it in the slice.
 //
 // # Errors returned by operations
 //

@@ -3,97 +3,73 @@ package reconciler
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/cilium/hive/cell"
 	"github.com/cilium/statedb"
 )
 
-// loop is the state of the reconcile job. Every wake-up runs one round of
-// four stages, in this order, on the job's goroutine:
-//
-//  1. collect: read the table's changes and the retries that are due;
-//  2. operate: apply them (see operator: inline, or on workers);
-//  3. commit: write the outcome of finished operations back to the table
-//     and queue failures for retry;
-//  4. report: progress for WaitUntilReconciled, metrics and health.
-//
-// Between commit and report a prune runs when one is due (see
-// pruneSchedule).
+// loop is the state of the reconcile job while it runs. What outlives a
+// stop (the keys' lifecycles, the change iterator) belongs to the
+// reconciler; the loop holds the reading position and the figures.
 type loop[Obj any] struct {
 	r       *reconciler[Obj]
 	changes statedb.ChangeIterator[Obj]
-	op      operator[Obj]
+	exec    executor[Obj]
 	prune   pruneSchedule
 	health  healthReporter
 
-	work     []op[Obj]          // collected this round
-	deferred deferredQueue[Obj] // changes taken after fresh ones
-	backlog  statedb.Revision   // changes up to this revision were in the table at the first start
-	lastRev  statedb.Revision   // last change read
-	own      ownWrites          // revisions of the statuses commits wrote
-	watch    <-chan struct{}    // closed when the table has new changes
+	own   ownWrites       // revisions of the statuses commits wrote
+	watch <-chan struct{} // closed when the table has changes not read
+	work  []op[Obj]       // collect's buffer
 
 	limiterErr error           // why the round limiter's last Wait failed, or nil
 	gateErr    error           // why the loop started before its tables were initialized
 	gateWatch  <-chan struct{} // while gateErr is set: closed when one of those tables is
+	wasPaused  bool            // whether the last round ran paused
 
-	interrupted []op[Obj] // returned by operate when the job was stopped
-	wasPaused   bool      // whether the last round ran paused
-
-	// reported holds the figures last given to the metrics.
-	reported struct{ failing, inFlight int }
-
-	adds, retried int           // taken for work this round, and of those, retries
-	figures       commitFigures // of the last commit
-	totals        totals        // since the loop started, for the reconcilers table
-	failLog       failLog
+	reported struct{ failing, inFlight int } // as last given to the metrics
+	figures  commitFigures                   // of the last commit
+	totals   totals                          // since the loop started, for the reconcilers table
+	failLog  failLog
 }
 
-// loop runs until ctx ends. It returns nil on a normal stop.
-func (r *reconciler[Obj]) loop(ctx context.Context, health cell.Health) error {
-	l := &loop[Obj]{
-		r:       r,
-		changes: r.changes,
-		health:  healthReporter{health: health},
-		prune:   newPruneSchedule(r),
-		watch:   closedChan,
-	}
+// run is the reconcile job: it waits for something to do and runs a round,
+// until ctx ends. It returns nil on a normal stop.
+func (r *reconciler[Obj]) run(ctx context.Context, health cell.Health) error {
 	if !r.startedOnce {
 		r.startedOnce = true
 		r.backlog = r.table.Revision(r.db.ReadTxn())
 	}
-	l.backlog = r.backlog
-	l.op = newOperator(ctx, r)
+	l := &loop[Obj]{r: r, changes: r.changes, watch: closedChan,
+		health: healthReporter{health: health}, prune: newPruneSchedule(r)}
+	r.gate.setStopping(false)
+	l.exec = newExecutor(ctx, r)
 	defer l.stopped()
-	defer l.carryOver()
 	defer l.prune.stop()
-
-	retryTimer := retryTimer[Obj]{r: r}
-	defer retryTimer.stop()
+	retry := retryTimer{}
+	defer retry.stop()
 	if !l.startGate(ctx, health) {
 		return nil
 	}
-
 	for {
-		paused, pauseChanged := r.pause.state()
-		watch, retry := l.watch, retryTimer.C()
-		if !l.op.hasRoom() {
-			watch = nil // read no more changes until work drains
+		paused, pauseChanged := r.gate.state()
+		watch, retryC := l.watch, retry.C()
+		if l.exec.room() <= 0 || paused {
+			watch, retryC = nil, nil // read nothing new; commit what finishes
 		}
-		if paused {
-			watch, retry = nil, nil // start nothing; commit what finishes
-		}
-		if paused != l.wasPaused {
-			pauseChanged = closedChan // report the change with a round now
+		if paused != l.wasPaused || (!paused && len(r.keys.queued) > 0) {
+			pauseChanged = closedChan // a round now
 		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-pauseChanged:
 		case <-watch:
-		case <-retry:
-		case <-l.op.finished():
+		case <-retryC:
+		case <-l.exec.finished():
 		case <-l.prune.initialized():
 			l.prune.setInitialized()
 		case <-l.prune.tick():
@@ -105,7 +81,7 @@ func (r *reconciler[Obj]) loop(ctx context.Context, health cell.Health) error {
 		case <-l.gateWatch:
 			l.gateWatch = nil // checkGate sets it again if need be
 		}
-		if paused, _ = r.pause.state(); !paused {
+		if paused, _ = r.gate.state(); !paused {
 			l.waitForLimiter(ctx)
 		}
 		if ctx.Err() != nil {
@@ -113,113 +89,52 @@ func (r *reconciler[Obj]) loop(ctx context.Context, health cell.Health) error {
 		}
 		l.round(ctx, paused)
 		l.wasPaused = paused
-		if ctx.Err() != nil {
-			return nil
-		}
-		retryTimer.set(l.op.hasRoom())
+		retry.set(r, l.exec.room() > 0)
 	}
 }
 
-// round runs the four stages once. While paused it collects nothing and
-// does not prune: it only commits what finished and reports.
+// round runs the stages once, in order. While paused it collects nothing
+// and does not prune: it commits what finished and reports.
 func (l *loop[Obj]) round(ctx context.Context, paused bool) {
-	r := l.r
-	txn := r.db.ReadTxn()
-
-	// 1. Collect.
-	l.work, l.adds, l.retried = l.work[:0], 0, 0
-	budget := l.op.room()
+	now, txn := l.r.now(), l.r.db.ReadTxn()
+	room := l.exec.room()
 	if paused {
-		budget = 0
+		room = 0
 	}
-	l.collect(txn, r.now(), budget)
-
-	// 2. Operate: returns the operations whose outcome is known, which with
-	// workers are those finished since the last round.
-	done := l.op.operate(ctx, txn, l.work)
-	if ctx.Err() != nil {
-		l.interrupted = done // some may not have run: carried over
-		return
+	work := l.collect(txn, now, room)                                    // 1. queued, fresh, retries, deferred
+	finished := l.exec.operate(ctx, txn, work)                           // 2. started at the gate; what finished
+	outcome := l.commit(cutShort(finished, ctx.Err() != nil), l.r.now()) // 3. statuses written, keys settled
+	if !paused {
+		l.pruneIfDue(ctx) // 4. no operation starts meanwhile
 	}
-
-	// 3. Commit.
-	failed := l.commit(done, r.now())
-	l.op.release(done)
-	clear(l.work) // drop object references until the next round
-	l.work = l.work[:0]
-
-	if l.prune.due() && !paused {
-		// A snapshot taken now, not the round's: the commit may have
-		// marked Done an object written back after the round began, and
-		// the prune must not remove it from the target.
-		ptxn := r.db.ReadTxn()
-		l.op.pruning(ptxn)
-		l.prune.run(ctx, ptxn)
-	}
-
-	// 4. Report.
-	l.report(txn, len(done), failed, r.now(), paused)
+	l.report(txn, work, outcome, l.r.now(), paused) // 5. progress, metrics, tables, health
 }
 
-// stopped marks the reconciler stopped in the reconcilers table.
+// stopped ends a run of the loop: it stops the executor, commits what
+// finished and queues what did not for the next start (the change
+// iterator has moved past those changes), and marks the reconciler stopped.
 func (l *loop[Obj]) stopped() {
 	r := l.r
-	if r.info == nil {
-		return
+	r.gate.setStopping(true)
+	left := l.exec.stop() // waits for the operations under way to return
+	l.commit(cutShort(left, true), r.now())
+	r.progress.update(l.progressRev(), r.keys.retryLowWatermark())
+	if r.info != nil {
+		txn := r.db.ReadTxn()
+		r.info.write(r.db, l.info(StateStopped, r.table.NumObjects(txn), r.keys.retrying, 0, r.keys.oldestSince()), r.keys.changes())
 	}
-	txn := r.db.ReadTxn()
-	failing := r.retries.len()
-	r.info.write(r.db, l.info(StateStopped, r.table.NumObjects(txn), failing, 0, r.retries.oldestSince()), r.retries.changes())
 }
 
-// carryOver stops the operator and deals with the work that it and an
-// interrupted round had not committed: operations that succeeded are
-// committed now, so that they are not redone; the rest is kept for the next
-// run of the loop if the job starts again (hive stop, then start), since
-// the change iterator has moved past those changes. A retry among them
-// stops counting as running until it is taken again.
-func (l *loop[Obj]) carryOver() {
-	r := l.r
-	left := l.op.stop() // waits for operations in flight to return
-	left = append(left, l.interrupted...)
-	l.interrupted = nil
-	succeeded := 0
-	for i := range left {
-		if left[i].ran && left[i].err == nil {
-			left[succeeded], left[i] = left[i], left[succeeded]
-			succeeded++
+// cutShort returns ops, with the failures marked as not run if cut: ops
+// cut short by a stop fail because of it, which is not an outcome, and
+// are queued for the next start with their attempts kept.
+func cutShort[Obj any](ops []op[Obj], cut bool) []op[Obj] {
+	for i := range ops {
+		if cut && ops[i].err != nil {
+			ops[i].ran = false
 		}
 	}
-	l.commit(left[:succeeded], r.now())
-	for l.deferred.len() > 0 {
-		d := l.deferred.pop() // carried work is checked again when taken
-		st := r.getStatus(d.obj)
-		key := r.keyOf(d.obj)
-		if c, ok := r.carried[key]; ok && c.rev > d.rev {
-			continue
-		}
-		left = append(left, op[Obj]{key: key, obj: d.obj, rev: d.rev, statusID: st.ID(), since: st.UpdatedAt})
-	}
-	for i := range left[succeeded:] {
-		o := &left[succeeded+i]
-		if o.key == "" {
-			o.key = r.keyOf(o.obj)
-		}
-		if o.attempts > 0 {
-			r.retries.settle(o.key)
-		}
-		if r.carried == nil {
-			r.carried = map[string]*retry[Obj]{}
-		}
-		if c, ok := r.carried[o.key]; ok && c.rev > o.rev {
-			continue // a newer version of the object is carried already
-		}
-		r.carried[o.key] = &retry[Obj]{
-			key: o.key, obj: o.obj, rev: o.rev, delete: o.delete,
-			statusID: o.statusID, since: o.since, attempts: o.attempts,
-			err: o.err, first: o.since,
-		}
-	}
+	return ops
 }
 
 // waitForLimiter paces rounds with the round limiter, if any. A limiter
@@ -247,12 +162,9 @@ func (l *loop[Obj]) waitForLimiter(ctx context.Context) {
 var errRoundLimiter = errors.New("round limiter")
 
 // retryTimer wakes the loop when the earliest retry is due.
-type retryTimer[Obj any] struct {
-	r *reconciler[Obj]
-	t *time.Timer
-}
+type retryTimer struct{ t *time.Timer }
 
-func (t *retryTimer[Obj]) C() <-chan time.Time {
+func (t *retryTimer) C() <-chan time.Time {
 	if t.t == nil {
 		return nil
 	}
@@ -260,20 +172,20 @@ func (t *retryTimer[Obj]) C() <-chan time.Time {
 }
 
 // set arms the timer for the earliest retry, if any can be taken. While
-// every worker slot is taken no retry could be dispatched, so the timer is
-// left off; the next finished operation wakes the loop instead. The timer
-// fires a jitter window past the earliest retry, so that retries spread by
-// jitter are taken in few rounds, not one each.
-func (t *retryTimer[Obj]) set(canTake bool) {
-	r := t.r
+// the executor has no room no retry could be started, so the timer is left
+// off; the next finished operation wakes the loop instead. The timer fires
+// a jitter window past the earliest retry, so that retries spread by jitter
+// are taken in few rounds, not one each.
+func (t *retryTimer) set(r interface {
+	nextRetry() (time.Duration, bool)
+}, canTake bool) {
 	if t.t != nil {
 		t.t.Stop()
 	}
-	at, ok := r.retries.next()
+	d, ok := r.nextRetry()
 	if !ok || !canTake {
 		return
 	}
-	d := at.Sub(r.now()) + time.Duration(float64(r.opts.retryMin)*r.opts.retryJitter)
 	if t.t == nil {
 		t.t = time.NewTimer(d)
 		return
@@ -281,10 +193,20 @@ func (t *retryTimer[Obj]) set(canTake bool) {
 	t.t.Reset(d)
 }
 
-func (t *retryTimer[Obj]) stop() {
+func (t *retryTimer) stop() {
 	if t.t != nil {
 		t.t.Stop()
 	}
+}
+
+// nextRetry returns how long until the retry timer should fire.
+func (r *reconciler[Obj]) nextRetry() (time.Duration, bool) {
+	due, ok := r.keys.nextDue()
+	if !ok {
+		return 0, false
+	}
+	window := durationOf(float64(r.opts.retryMin) * r.opts.retryJitter)
+	return durationOf(float64(due) - float64(r.now().UnixNano()) + float64(window)), true
 }
 
 // closedChan is a closed channel: receiving from it never blocks.
@@ -293,3 +215,89 @@ var closedChan = func() <-chan struct{} {
 	close(ch)
 	return ch
 }()
+
+// WithStartAfter holds back every operation until the reconciled table and
+// tables (for example the tables that operations read, or dependencies)
+// are initialized, or until timeout passes, whichever comes first. Changes
+// made meanwhile are not lost: they are reconciled once it starts. If the
+// timeout passes first, the reconciler starts anyway and its health is
+// Degraded, naming the tables still waited for, until they are initialized.
+// A timeout of zero waits for as long as it takes. Pruning waits for the
+// reconciled table's initialization in any case.
+//
+// By default the reconciler starts at once: objects are reconciled as soon
+// as they are written, even while the table is still being filled.
+func WithStartAfter(timeout time.Duration, tables ...statedb.TableMeta) Option {
+	return func(o *options) {
+		o.startAfter = true
+		o.startTimeout = timeout
+		o.startTables = tables
+	}
+}
+
+// startGate waits, before the loop's first round, for the tables of
+// WithStartAfter to be initialized. It returns false if ctx ended. If it
+// gave up waiting, l.gateErr says why until the tables are initialized.
+func (l *loop[Obj]) startGate(ctx context.Context, health cell.Health) bool {
+	r := l.r
+	if !r.opts.startAfter {
+		return true
+	}
+	var timeout <-chan time.Time
+	if r.opts.startTimeout > 0 {
+		t := time.NewTimer(r.opts.startTimeout)
+		defer t.Stop()
+		timeout = t.C
+	}
+	for {
+		waiting, watch := l.uninitialized(r.db.ReadTxn())
+		if len(waiting) == 0 {
+			return true
+		}
+		health.OK("Waiting for tables to be initialized: " + strings.Join(waiting, ", "))
+		select {
+		case <-ctx.Done():
+			return false
+		case <-watch:
+		case <-timeout:
+			l.gateWatch = watch
+			l.gateErr = fmt.Errorf("started after %s without waiting any longer for tables to be initialized: %s",
+				r.opts.startTimeout, strings.Join(waiting, ", "))
+			r.log.Warn("Reconciler started before its tables were initialized", "tables", waiting, "waited", r.opts.startTimeout)
+			return true
+		}
+	}
+}
+
+// uninitialized returns the names of the tables of WithStartAfter not yet
+// initialized in txn, and a channel closed when the first of them is.
+func (l *loop[Obj]) uninitialized(txn statedb.ReadTxn) ([]string, <-chan struct{}) {
+	var (
+		names []string
+		watch <-chan struct{}
+	)
+	tables := append([]statedb.TableMeta{l.r.table}, l.r.opts.startTables...)
+	for _, t := range tables {
+		if ok, w := t.Initialized(txn); !ok {
+			names = append(names, t.Name())
+			if watch == nil {
+				watch = w
+			}
+		}
+	}
+	return names, watch
+}
+
+// checkGate clears l.gateErr once the tables it names are initialized;
+// until then l.gateWatch wakes the loop when one of them is.
+func (l *loop[Obj]) checkGate(txn statedb.ReadTxn) {
+	if l.gateErr == nil {
+		return
+	}
+	waiting, watch := l.uninitialized(txn)
+	if len(waiting) == 0 {
+		l.gateErr, l.gateWatch = nil, nil
+		return
+	}
+	l.gateWatch = watch
+}

@@ -93,8 +93,8 @@ func (o *options) validate() error {
 		return fmt.Errorf("%T: retry jitter must be in [0, 1), got %v: %w", *o, o.retryJitter, ErrInvalidConfig)
 	case o.roundSize <= 0:
 		return fmt.Errorf("%T: round size must be positive, got %d: %w", *o, o.roundSize, ErrInvalidConfig)
-	case o.concurrency <= 0:
-		return fmt.Errorf("%T: concurrency must be positive, got %d: %w", *o, o.concurrency, ErrInvalidConfig)
+	case o.concurrency <= 0 || o.concurrency > maxConcurrency:
+		return fmt.Errorf("%T: concurrency must be in [1, %d], got %d: %w", *o, maxConcurrency, o.concurrency, ErrInvalidConfig)
 	case o.operationTimeout < 0:
 		return fmt.Errorf("%T: operation timeout must not be negative, got %s: %w", *o, o.operationTimeout, ErrInvalidConfig)
 	case o.startTimeout < 0:
@@ -200,7 +200,12 @@ func WithRoundLimits(numObjects int, limiter *rate.Limiter) Option {
 	}
 }
 
-// WithConcurrency runs Update and Delete on up to n workers (default 1).
+// maxConcurrency bounds WithConcurrency: each worker is a goroutine,
+// started with the reconciler.
+const maxConcurrency = 1 << 16
+
+// WithConcurrency runs Update and Delete on up to n workers (default 1, at
+// most 65536).
 // With n == 1 operations run on the reconciler's own goroutine, one after
 // another, in revision order. With n > 1 each round's work is shared out
 // among the workers; at most one operation per object is in flight, a newer

@@ -18,10 +18,10 @@ import (
 // prune when it is due.
 //
 // Prune runs on the loop's goroutine, between rounds, even with workers,
-// and no operation starts until it returns. An operation in flight whose
-// object was deleted meanwhile may see its work removed by the prune; if
-// the object then comes back as that very version, it is applied again
-// rather than taken as done (see workerPool.pruning).
+// with the gate closed: no operation starts until it returns. An operation
+// under way whose object is absent from the prune's snapshot may see its
+// work removed by the prune; if the object then comes back as that very
+// version, it is applied again rather than taken as done (see keyState).
 type pruneSchedule struct {
 	prune func(ctx context.Context, txn statedb.ReadTxn) pruneResult
 
@@ -88,6 +88,28 @@ func (s *pruneSchedule) request() { s.requested = true }
 
 // due reports whether a prune should run now.
 func (s *pruneSchedule) due() bool { return s.isInit && s.requested }
+
+// pruneIfDue prunes if a prune is due, with a snapshot taken now, not the
+// round's: the commit may have marked Done an object written back after the
+// round began, and the prune must not remove it from the target.
+func (l *loop[Obj]) pruneIfDue(ctx context.Context) {
+	if !l.prune.due() {
+		return
+	}
+	r := l.r
+	r.gate.setPruning(true)
+	defer r.gate.setPruning(false)
+	txn := r.db.ReadTxn()
+	for _, s := range r.keys.active {
+		if s.phase != phaseRunning {
+			continue
+		}
+		if _, _, found := r.lookup(txn, s.task.obj); !found && !s.task.delete {
+			r.keys.markPruned(s)
+		}
+	}
+	l.prune.run(ctx, txn)
+}
 
 // run prunes and schedules a retry if it failed.
 func (s *pruneSchedule) run(ctx context.Context, txn statedb.ReadTxn) {

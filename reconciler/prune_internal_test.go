@@ -5,6 +5,7 @@ import (
 	"iter"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/cilium/hive/cell"
 	"github.com/cilium/statedb"
@@ -79,10 +80,10 @@ func TestPruneSeesWhatTheCommitBeforeItWrote(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	health, _ := cell.NewSimpleHealth()
-	l := &loop[*benchObj]{r: r, changes: r.changes, op: newOperator(ctx, r),
-		prune: newPruneSchedule(r), health: healthReporter{health: health}}
+	l := &loop[*benchObj]{r: r, changes: r.changes, exec: newExecutor(ctx, r),
+		prune: newPruneSchedule(r), health: healthReporter{health: health}, watch: closedChan}
 	defer l.prune.stop()
-	defer l.op.stop()
+	defer l.exec.stop()
 	l.prune.setInitialized()
 	write := func(o *benchObj) {
 		wtxn := db.WriteTxn(tbl)
@@ -106,11 +107,11 @@ func TestPruneSeesWhatTheCommitBeforeItWrote(t *testing.T) {
 
 	// The update finishes.
 	select {
-	case <-l.op.finished():
+	case <-l.exec.finished():
 	default:
 	}
 	close(g.gate)
-	<-l.op.finished()
+	<-l.exec.finished()
 
 	// The next round's snapshot has no object 1. While it commits the
 	// update, object 1 is written back as it was, status included; the
@@ -126,11 +127,25 @@ func TestPruneSeesWhatTheCommitBeforeItWrote(t *testing.T) {
 	l.round(ctx, false)
 	r.setStatus = benchSetStatus
 
-	for range 3 {
+	// Rounds go on until object 1 is Done: the delete, then the
+	// write-back, are applied in turn, each when the one before finished.
+	deadline := time.After(10 * time.Second)
+	for {
+		obj, _, found := tbl.Get(db.ReadTxn(), benchIDIndex.Query(1))
+		require.True(t, found)
+		if obj.st.Kind == status.KindDone && len(r.keys.active) == 0 {
+			break
+		}
 		l.round(ctx, false)
+		if len(r.keys.queued) > 0 {
+			continue
+		}
+		select {
+		case <-l.exec.finished():
+		case <-l.watch:
+		case <-deadline:
+			t.Fatalf("object 1 not Done: %+v", obj.st)
+		}
 	}
-	obj, _, found := tbl.Get(db.ReadTxn(), benchIDIndex.Query(1))
-	require.True(t, found)
-	assert.Equal(t, status.KindDone, obj.st.Kind, "status of object 1")
 	assert.True(t, g.has(1), "the target lost object 1, which the table holds as Done")
 }

@@ -50,7 +50,7 @@ func (r *reconciler[Obj]) refreshLoop(ctx context.Context, health cell.Health) e
 // ended (false).
 func (r *reconciler[Obj]) waitWhilePaused(ctx context.Context, health cell.Health) bool {
 	for {
-		paused, changed := r.pause.state()
+		paused, changed := r.gate.state()
 		if !paused {
 			return true
 		}

@@ -82,9 +82,9 @@ func Register[Obj any](
 		metrics:       newObservers(o.metrics),
 		primary:       table.PrimaryIndexer(),
 		pruneRequests: make(chan struct{}, 1),
-		pause:         newPauser(),
+		gate:          newGate(),
 		progress:      newProgress(),
-		retries:       newRetryQueue[Obj](),
+		keys:          newLifecycles[Obj](),
 		now:           time.Now,
 		rand:          rand.Float64,
 	}
@@ -111,7 +111,7 @@ func Register[Obj any](
 	if err != nil {
 		return nil, err
 	}
-	params.JobGroup.Add(job.OneShot(r.jobName("reconcile"), r.loop))
+	params.JobGroup.Add(job.OneShot(r.jobName("reconcile"), r.run))
 	params.JobGroup.Add(depJobs...)
 	if o.refreshInterval > 0 {
 		params.JobGroup.Add(job.OneShot(r.jobName("refresh"), r.refreshLoop))
@@ -153,8 +153,8 @@ func checkArgs[Obj any](
 	return fmt.Errorf("reconciler.Register: %w: %w", ErrInvalidConfig, errors.Join(errs...))
 }
 
-// reconciler implements Reconciler. Fields below retries are owned by the
-// loop goroutine.
+// reconciler implements Reconciler. Fields below now are owned by the
+// reconcile job's goroutine; they outlive a stop of the job.
 type reconciler[Obj any] struct {
 	opts      options
 	log       *slog.Logger
@@ -175,17 +175,18 @@ type reconciler[Obj any] struct {
 	primary       statedb.Indexer[Obj]
 	pruneRequests chan struct{}
 	progress      *progress
-	pause         *pauser
+	gate          *gate
 
 	// now and rand are replaced in tests.
 	now  func() time.Time
 	rand func() float64
 
 	changes     statedb.ChangeIterator[Obj] // closed when the reconciler is unreachable
-	retries     *retryQueue[Obj]
-	carried     map[string]*retry[Obj] // by key: collected by a stopped run of the loop, not committed
-	backlog     statedb.Revision       // the table's revision when the loop first started
-	startedOnce bool                   // the loop has started before: backlog is set
+	keys        *lifecycles[Obj]            // what is known about each key
+	deferred    deferredQueue[Obj]          // changes taken after fresh ones
+	lastRev     statedb.Revision            // last change read
+	backlog     statedb.Revision            // the table's revision when the job first started
+	startedOnce bool                        // the job has started before: backlog is set
 }
 
 // Prune implements Reconciler.
@@ -201,16 +202,14 @@ func (r *reconciler[Obj]) WaitUntilReconciled(ctx context.Context, untilRevision
 	return r.progress.wait(ctx, untilRevision)
 }
 
-// keyBytes returns obj's primary key, or nil if its primary indexer gives it
-// none. StateDB does not store an object without a primary key, so every
-// object read from the table has one.
-func (r *reconciler[Obj]) keyBytes(obj Obj) []byte {
-	key, _ := r.primary.ObjectToKey(obj)
-	return key
+// keyOf returns obj's primary key. StateDB does not store an object whose
+// primary indexer gives it no key, so every object read from the table has
+// one; ok is false only for an object a user function changed (see
+// ErrNoPrimaryKey).
+func (r *reconciler[Obj]) keyOf(obj Obj) (key string, ok bool) {
+	k, ok := r.primary.ObjectToKey(obj)
+	return string(k), ok
 }
-
-// keyOf returns obj's primary key as a string, "" if it has none.
-func (r *reconciler[Obj]) keyOf(obj Obj) string { return string(r.keyBytes(obj)) }
 
 // lookup returns the object of the table with obj's primary key. An object
 // without a primary key is never found.
@@ -221,4 +220,12 @@ func (r *reconciler[Obj]) lookup(txn statedb.ReadTxn, obj Obj) (Obj, statedb.Rev
 		return zero, 0, false
 	}
 	return r.table.Get(txn, q)
+}
+
+// noKey logs that an object without a primary key was met where, and is
+// left alone. It happens only when a user function (clone, setStatus, or
+// Update on its argument) changed the fields the primary index reads.
+func (r *reconciler[Obj]) noKey(where string, obj Obj) {
+	r.log.Error("Reconciler met an object without a primary key; leaving it alone",
+		"where", where, "error", ErrNoPrimaryKey, "object", fmt.Sprintf("%v", obj))
 }

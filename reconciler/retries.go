@@ -3,290 +3,203 @@ package reconciler
 import (
 	"encoding/hex"
 	"fmt"
-	"maps"
 	"math"
 	"slices"
+	"strings"
 	"time"
 	"unicode"
 
 	"github.com/cilium/statedb"
 )
 
-// retry is an object waiting for another attempt.
-type retry[Obj any] struct {
-	key      string
-	obj      Obj // the deleted object, or the object as last written
-	rev      statedb.Revision
-	delete   bool
-	statusID uint64    // identity of the Error status written for it
-	since    time.Time // when reconciliation of this version was asked for
-	attempts int       // failures so far
-	err      error
-	first    time.Time // when this version first failed
-	at       time.Time // when to try again
-	seq      uint64    // insertion order, to break ties
-	pos      int       // position in the heap
+// retryHeap holds the keyStates of the waiting phase, a binary min-heap
+// ordered by (due, seq). Adding, removing and taking the earliest cost
+// O(log n), so a round never scans it. The ordering keys sit next to the
+// pointer, so sifting compares without touching the keyStates.
+type retryHeap[Obj any] []heapEntry[Obj]
+
+type heapEntry[Obj any] struct {
+	due int64
+	seq uint64
+	s   *keyState[Obj]
 }
 
-// retryQueue holds failing objects ordered by the time of their next attempt.
-// Adding, replacing and removing an object cost O(log n); taking the due
-// objects costs O(log n) each, so a round never scans the whole queue.
-//
-// A retry taken for an attempt stays counted, in running, until the
-// attempt's outcome is committed (see start and settle): the object is still
-// failing until then, for health and for the retry low watermark.
-// It is owned by the reconciler's loop goroutine.
-type retryQueue[Obj any] struct {
-	byKey   map[string]*retry[Obj] // waiting in heap
-	heap    retryHeap[Obj]
-	running map[string]*retry[Obj] // taken for an attempt, not yet settled
-
-	// dirty holds the keys changed since the last changes() call, when
-	// tracking; spareDirty is the other half of its double buffer.
-	dirty, spareDirty map[string]*retry[Obj]
-	seq               uint64
-	version           uint64 // changes on every add or remove, for cheap "has it changed"
-
-	low      statedb.Revision // lowest rev in the queue, valid if !lowDirty
-	lowDirty bool
-
-	oldest      time.Time // earliest since in the heap, valid if !oldestDirty
-	oldestDirty bool
-}
-
-func newRetryQueue[Obj any]() *retryQueue[Obj] {
-	return &retryQueue[Obj]{byKey: map[string]*retry[Obj]{}, running: map[string]*retry[Obj]{}}
-}
-
-// len returns the number of failing objects: waiting or running.
-func (q *retryQueue[Obj]) len() int { return len(q.heap) + len(q.running) }
-
-// add queues item, replacing any entry of the same key, waiting or running.
-func (q *retryQueue[Obj]) add(item *retry[Obj]) {
-	q.removeKey(item.key)
-	q.settle(item.key)
-	q.seq++
-	item.seq = q.seq
-	q.byKey[item.key] = item
-	q.heap.push(item)
-	q.version++
-	q.changed(item.key, item)
-	if !q.lowDirty && (len(q.heap) == 1 || item.rev < q.low) {
-		q.low = item.rev
+func (h retryHeap[Obj]) less(i, j int) bool {
+	if h[i].due != h[j].due {
+		return h[i].due < h[j].due
 	}
-	if !q.oldestDirty && (len(q.heap) == 1 || item.since.Before(q.oldest)) {
-		q.oldest = item.since
+	return h[i].seq < h[j].seq
+}
+
+func (h retryHeap[Obj]) move(to int, e heapEntry[Obj]) {
+	h[to] = e
+	e.s.pos = to
+}
+
+// push adds s; seq breaks ties between equal due times, in insertion order.
+func (h *retryHeap[Obj]) push(s *keyState[Obj], seq uint64) {
+	*h = append(*h, heapEntry[Obj]{due: s.due, seq: seq, s: s})
+	h.up(len(*h) - 1)
+}
+
+// remove deletes the entry at position i.
+func (h *retryHeap[Obj]) remove(i int) {
+	old := *h
+	old[i].s.pos = -1
+	last := len(old) - 1
+	if i != last {
+		old.move(i, old[last])
+	}
+	old[last] = heapEntry[Obj]{}
+	*h = old[:last]
+	if i != last && !h.down(i) {
+		h.up(i)
 	}
 }
 
-// knows reports whether key has a retry, waiting or running, for the
-// status of identity statusID. The conversion in the map index does not
-// allocate.
-func (q *retryQueue[Obj]) knows(key []byte, statusID uint64) bool {
-	if item, ok := q.byKey[string(key)]; ok && item.statusID == statusID {
-		return true
+func (h retryHeap[Obj]) up(i int) {
+	e := h[i]
+	for i > 0 {
+		parent := (i - 1) / 2
+		if h[parent].due < e.due || (h[parent].due == e.due && h[parent].seq < e.seq) {
+			break
+		}
+		h.move(i, h[parent])
+		i = parent
 	}
-	item, ok := q.running[string(key)]
-	return ok && item.statusID == statusID
+	h.move(i, e)
 }
 
-// start records that item, just taken with popDue, is being attempted.
-func (q *retryQueue[Obj]) start(item *retry[Obj]) {
-	q.running[item.key] = item
-	q.version++
-	q.changed(item.key, item)
+// down sifts the entry at i towards the leaves and reports whether it moved.
+func (h retryHeap[Obj]) down(i int) bool {
+	start, e, n := i, h[i], len(h)
+	for {
+		child := 2*i + 1
+		if child >= n {
+			break
+		}
+		if r := child + 1; r < n && h.less(r, child) {
+			child = r
+		}
+		if e.due < h[child].due || (e.due == h[child].due && e.seq < h[child].seq) {
+			break
+		}
+		h.move(i, h[child])
+		i = child
+	}
+	h.move(i, e)
+	return i != start
 }
 
-// trackChanges makes the queue remember which keys changed (see changes),
-// for the retries table.
-func (q *retryQueue[Obj]) trackChanges() {
-	q.dirty, q.spareDirty = map[string]*retry[Obj]{}, map[string]*retry[Obj]{}
+// backoff returns the wait before the next attempt after the given number
+// of failures (at least 1): minimum doubled per further failure, capped at
+// maximum, then spread by ±jitter. u is a uniform random number in [0, 1).
+// It saturates: whatever the options, the result is in [0, MaxInt64].
+func backoff(attempts int, minimum, maximum time.Duration, jitter, u float64) time.Duration {
+	d := float64(minimum) * math.Pow(2, float64(max(attempts, 1)-1))
+	d = min(d, float64(maximum))
+	d *= 1 + jitter*(2*u-1)
+	return durationOf(d)
 }
 
-// changed notes that key now holds item (nil: nothing), if tracking.
-func (q *retryQueue[Obj]) changed(key string, item *retry[Obj]) {
-	if q.dirty != nil {
-		q.dirty[key] = item
+// durationOf converts ns to a Duration, saturating at the bounds.
+func durationOf(ns float64) time.Duration {
+	switch {
+	case !(ns > 0): // NaN too
+		return 0
+	case ns >= math.MaxInt64:
+		return math.MaxInt64
 	}
+	return time.Duration(ns)
 }
 
-// changes returns the keys changed since the last call, with what each
-// holds now (nil: no longer failing). The map is valid until the next call.
-func (q *retryQueue[Obj]) changes() map[string]*retry[Obj] {
-	d := q.dirty
-	if len(d) > 0 {
-		q.dirty = q.spareDirty
-		q.spareDirty = d
-		clear(q.dirty)
+// addSat returns t + d in Unix nanoseconds, saturating at MaxInt64: a
+// retry years away stays years away instead of wrapping into the past.
+func addSat(t int64, d time.Duration) int64 {
+	if d > 0 && t > math.MaxInt64-int64(d) {
+		return math.MaxInt64
 	}
-	return d
+	return t + int64(d)
 }
 
-// settle forgets the attempt on key, if one is running, and returns it:
-// its outcome has been committed (and a failure queued again with add).
-func (q *retryQueue[Obj]) settle(key string) *retry[Obj] {
-	if len(q.running) == 0 {
-		return nil
+// retryLowWatermark returns the lowest revision of a failing object,
+// waiting or being attempted again, or 0.
+func (lc *lifecycles[Obj]) retryLowWatermark() statedb.Revision {
+	if !lc.heapLowOK && len(lc.heap) > 0 {
+		lc.heapLow = math.MaxUint64
+		for _, e := range lc.heap {
+			lc.heapLow = min(lc.heapLow, e.s.task.rev)
+		}
+		lc.heapLowOK = true
 	}
-	item, ok := q.running[key]
-	if ok {
-		delete(q.running, key)
-		q.version++
-		q.changed(key, nil)
+	var low statedb.Revision
+	if len(lc.heap) > 0 {
+		low = lc.heapLow
 	}
-	return item
-}
-
-// removeKey drops the waiting entry of key, if any; a running attempt stays
-// until settled. The conversion in the map index does not allocate.
-func (q *retryQueue[Obj]) removeKey(key string) {
-	if len(q.byKey) == 0 {
-		return
-	}
-	if item, ok := q.byKey[key]; ok {
-		q.remove(item)
-	}
-}
-
-func (q *retryQueue[Obj]) removeKeyBytes(key []byte) {
-	if len(q.byKey) == 0 {
-		return
-	}
-	if item, ok := q.byKey[string(key)]; ok {
-		q.remove(item)
-	}
-}
-
-func (q *retryQueue[Obj]) remove(item *retry[Obj]) {
-	delete(q.byKey, item.key)
-	q.heap.remove(item.pos)
-	item.pos = -1
-	q.version++
-	q.changed(item.key, nil)
-	if item.rev == q.low {
-		q.lowDirty = true
-	}
-	if item.since.Equal(q.oldest) {
-		q.oldestDirty = true
-	}
-}
-
-// popDue removes and returns the earliest entry if it is due at now.
-func (q *retryQueue[Obj]) popDue(now time.Time) (*retry[Obj], bool) {
-	if len(q.heap) == 0 || q.heap[0].at > now.UnixNano() {
-		return nil, false
-	}
-	item := q.heap[0].item
-	q.remove(item)
-	return item, true
-}
-
-// next returns the time of the earliest attempt.
-func (q *retryQueue[Obj]) next() (time.Time, bool) {
-	if len(q.heap) == 0 {
-		return time.Time{}, false
-	}
-	return q.heap[0].item.at, true
-}
-
-// lowWatermark returns the lowest revision of a failing object, waiting or
-// running, or 0. It rescans the waiting ones only after the entry holding
-// their lowest revision left.
-func (q *retryQueue[Obj]) lowWatermark() statedb.Revision {
-	low := q.waitingLow()
-	for _, item := range q.running {
-		if low == 0 || item.rev < low {
-			low = item.rev
+	for _, s := range lc.active {
+		if s.attempts > 0 && (low == 0 || s.task.rev < low) {
+			low = s.task.rev
 		}
 	}
 	return low
 }
 
-// oldestSince returns the earliest time at which a failing object, waiting
-// or running, was asked to be reconciled, or the zero time.
-func (q *retryQueue[Obj]) oldestSince() time.Time {
-	if len(q.heap) == 0 {
-		q.oldest, q.oldestDirty = time.Time{}, false
-	} else if q.oldestDirty {
-		q.oldest = q.heap[0].item.since
-		for _, e := range q.heap {
-			if e.item.since.Before(q.oldest) {
-				q.oldest = e.item.since
-			}
-		}
-		q.oldestDirty = false
+// errors returns up to limit errors of failing objects: those being
+// attempted now (by key), then those waiting, earliest attempt first. It
+// visits O(limit log limit) entries of the heap, not all of them.
+func (lc *lifecycles[Obj]) errors(limit int) []error {
+	errs := make([]error, 0, min(limit, lc.retrying))
+	add := func(s *keyState[Obj]) {
+		errs = append(errs, fmt.Errorf("%s: %w", displayKey(s.key), s.err))
 	}
-	oldest := q.oldest
-	for _, item := range q.running {
-		if oldest.IsZero() || item.since.Before(oldest) {
-			oldest = item.since
+	var again []*keyState[Obj]
+	for _, s := range lc.active {
+		if s.attempts > 0 {
+			again = append(again, s)
 		}
 	}
-	return oldest
-}
-
-func (q *retryQueue[Obj]) waitingLow() statedb.Revision {
-	if len(q.heap) == 0 {
-		q.low, q.lowDirty = 0, false
-		return 0
-	}
-	if q.lowDirty {
-		q.low = math.MaxUint64
-		for _, e := range q.heap {
-			q.low = min(q.low, e.item.rev)
-		}
-		q.lowDirty = false
-	}
-	return q.low
-}
-
-// errors returns up to limit errors of failing objects, earliest attempt
-// first: those being attempted now (by key), then those waiting, by the
-// time of their next attempt. It visits O(limit log limit) entries of the
-// heap, not all of them.
-func (q *retryQueue[Obj]) errors(limit int) []error {
-	errs := make([]error, 0, min(limit, q.len()))
-	add := func(item *retry[Obj]) {
-		errs = append(errs, fmt.Errorf("%s: %w", displayKey(item.key), item.err))
-	}
-	for _, key := range slices.Sorted(maps.Keys(q.running)) {
+	slices.SortFunc(again, func(a, b *keyState[Obj]) int { return strings.Compare(a.key, b.key) })
+	for _, s := range again {
 		if len(errs) == limit {
 			return errs
 		}
-		add(q.running[key])
+		add(s)
 	}
 	// The smallest entries of a heap are found by walking it from the
 	// root, always expanding the smallest entry seen so far.
-	var frontier retryHeap[Obj]
-	pos := []int{} // frontier[i] is q.heap[pos[i]]
+	h := lc.heap
+	frontier := []int{}
 	push := func(i int) {
-		if i < len(q.heap) {
-			frontier = append(frontier, q.heap[i])
-			pos = append(pos, i)
+		if i < len(h) {
+			frontier = append(frontier, i)
 		}
 	}
 	push(0)
 	for len(errs) < limit && len(frontier) > 0 {
 		best := 0
 		for i := range frontier {
-			if frontier.less(i, best) {
+			if h.less(frontier[i], frontier[best]) {
 				best = i
 			}
 		}
-		i := pos[best]
-		add(frontier[best].item)
-		last := len(frontier) - 1
-		frontier[best], pos[best] = frontier[last], pos[last]
-		frontier, pos = frontier[:last], pos[:last]
+		i := frontier[best]
+		add(h[i].s)
+		frontier[best] = frontier[len(frontier)-1]
+		frontier = frontier[:len(frontier)-1]
 		push(2*i + 1)
 		push(2*i + 2)
 	}
 	return errs
 }
 
-// displayKey renders a primary key for messages: as is when it is printable
-// text, in hex otherwise (for example for integer keys).
+// displayKey renders a primary key for messages and the retries table: as
+// is when it is printable text, in hex ("0x" followed by the bytes)
+// otherwise. A printable key that itself starts with "0x" is shown in hex
+// too, so that no two keys are shown the same.
 func displayKey(key string) string {
+	if strings.HasPrefix(key, "0x") {
+		return "0x" + hex.EncodeToString([]byte(key))
+	}
 	for _, r := range key {
 		if !unicode.IsPrint(r) {
 			return "0x" + hex.EncodeToString([]byte(key))

@@ -93,11 +93,11 @@ type Info struct {
 	Objects   int    `json:"objects" yaml:"objects"`     // in the table
 	Succeeded uint64 `json:"succeeded" yaml:"succeeded"` // operations since start
 	Failed    uint64 `json:"failed" yaml:"failed"`       // operations since start
-	// ConsecutiveFailures counts the operations that failed since the
-	// last one that succeeded.
-	ConsecutiveFailures int       `json:"consecutive-failures" yaml:"consecutive-failures"`
-	LastError           string    `json:"last-error,omitempty" yaml:"last-error,omitempty"`
-	LastErrorAt         time.Time `json:"last-error-at,omitzero" yaml:"last-error-at,omitempty"`
+	// FailuresSinceSuccess counts the operations, of any object, that
+	// failed since the last operation that succeeded.
+	FailuresSinceSuccess int       `json:"failures-since-success" yaml:"failures-since-success"`
+	LastError            string    `json:"last-error,omitempty" yaml:"last-error,omitempty"`
+	LastErrorAt          time.Time `json:"last-error-at,omitzero" yaml:"last-error-at,omitempty"`
 
 	Retrying int `json:"retrying" yaml:"retrying"`   // objects failing
 	InFlight int `json:"in-flight" yaml:"in-flight"` // operations not yet committed

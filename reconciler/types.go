@@ -2,8 +2,11 @@ package reconciler
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"iter"
 	"log/slog"
+	"time"
 
 	"github.com/cilium/hive/cell"
 	"github.com/cilium/hive/job"
@@ -23,18 +26,25 @@ type Reconciler[Obj any] interface {
 
 	// WaitUntilReconciled blocks until every change of the table up to and
 	// including untilRevision has been handed to the operations and its
-	// outcome recorded, or until ctx ends. It returns the revision reached
-	// and the lowest revision among objects waiting for a retry (zero if
-	// none), so a caller can tell whether failures remain below its revision.
+	// outcome recorded, or until ctx ends: work queued, running, carried
+	// over a stop of the hive or deferred counts as not done. It returns
+	// the revision reached and the lowest revision among objects that
+	// failed and wait for (or are in) another attempt (zero if none), so a
+	// caller can tell whether failures remain below its revision.
 	WaitUntilReconciled(ctx context.Context, untilRevision statedb.Revision) (revision statedb.Revision, retryLowWatermark statedb.Revision, err error)
 
 	// Pause stops the reconciler from starting operations, prunes and
-	// refresh sweeps until Resume. Operations already running finish and
-	// their outcome is recorded. Changes to the table keep accumulating,
-	// dependency triggers keep marking objects, and on Resume every change
-	// made while paused converges: the latest version of each object and
-	// every delete. Health and the reconcilers table say it is paused.
-	// Pause does not block; pausing a paused reconciler does nothing.
+	// refresh sweeps until Resume. Once Pause has returned no operation
+	// starts: not the rest of a round already collected, not work queued
+	// for workers, not a newer version waiting behind an operation that
+	// finishes; an operation whose start had been decided as Pause was
+	// called may still begin as it returns. Operations already running
+	// finish and their outcome is recorded. Changes to the table keep
+	// accumulating, dependency triggers keep marking objects, and on Resume
+	// every change made while paused converges: the latest version of each
+	// object and every delete. Health and the reconcilers table say it is
+	// paused. Pause does not block; pausing a paused reconciler does
+	// nothing.
 	Pause()
 
 	// Resume undoes Pause. Resuming a running reconciler does nothing.
@@ -89,11 +99,16 @@ type Operations[Obj any] interface {
 }
 
 // BatchEntry is one object of a batch operation. The operation reports the
-// object's outcome by setting Result.
+// object's outcome by setting Result. Each entry carries what binds its
+// Result to its object, so an implementation may reorder the slice it is
+// given (sort it, group it); an entry it overwrites with one it made itself
+// loses that binding, and its object is tried again.
 type BatchEntry[Obj any] struct {
 	Object   Obj
 	Revision statedb.Revision
 	Result   error
+
+	original *op[Obj] // the op this entry stands for
 }
 
 // BatchOperations applies many objects in one call, for targets where that
@@ -104,4 +119,87 @@ type BatchEntry[Obj any] struct {
 type BatchOperations[Obj any] interface {
 	UpdateBatch(ctx context.Context, txn statedb.ReadTxn, batch []BatchEntry[Obj])
 	DeleteBatch(ctx context.Context, txn statedb.ReadTxn, batch []BatchEntry[Obj])
+}
+
+// ErrInvalidConfig is wrapped by the errors [Register] returns for missing
+// arguments and for options with values out of range.
+var ErrInvalidConfig = errors.New("invalid reconciler configuration")
+
+// ErrPanic is wrapped by the error recorded for an operation that panicked.
+var ErrPanic = errors.New("operation panicked")
+
+// ErrRetryRequested is the error recorded when an operation returns
+// RetryAfter with a nil error.
+var ErrRetryRequested = errors.New("retry requested")
+
+// ErrNoPrimaryKey is wrapped by the error recorded for an update after
+// which the object has no primary key: Update changed the fields the
+// table's primary index reads, so the object cannot be stored. The object
+// is marked Error, as it was before Update, and retried. StateDB stores no
+// object without a primary key, so it arises only from such a change;
+// elsewhere (a clone or setStatus that drops the key) the object is left
+// alone and the reconciler logs an error naming this.
+var ErrNoPrimaryKey = errors.New("object has no primary key")
+
+// ErrIndexNotFound is returned by [WaitForReconciliation] when the given
+// status index is not an index of the table.
+var ErrIndexNotFound = errors.New("index not found")
+
+type terminalError struct{ err error }
+
+func (e *terminalError) Error() string { return e.err.Error() }
+func (e *terminalError) Unwrap() error { return e.err }
+
+// TerminalError marks err as one that retrying cannot fix. From Update (or
+// an UpdateBatch entry), the object is marked Error with err's text and is
+// not retried until it changes. It is counted in the error metrics but,
+// being settled, not in health. From Delete it makes no difference: a
+// deleted object cannot change any more, and a delete must not be lost, so
+// it is retried with backoff like any failure. Errors wrapping the returned
+// error are recognised too. TerminalError(nil) is nil.
+func TerminalError(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &terminalError{err}
+}
+
+// IsTerminal reports whether err is or wraps an error made by [TerminalError].
+func IsTerminal(err error) bool {
+	var t *terminalError
+	return errors.As(err, &t)
+}
+
+type retryAfterError struct {
+	after time.Duration
+	err   error
+}
+
+func (e *retryAfterError) Error() string { return e.err.Error() }
+func (e *retryAfterError) Unwrap() error { return e.err }
+
+// RetryAfter asks for the next attempt after d instead of after the backoff.
+// d <= 0 means as soon as possible. The object is marked Error with err's
+// text (or [ErrRetryRequested] if err is nil), and the backoff still grows as
+// for any failure, so a later plain error backs off from where it was.
+// Errors wrapping the returned error are recognised too.
+func RetryAfter(d time.Duration, err error) error {
+	if err == nil {
+		err = ErrRetryRequested
+	}
+	return &retryAfterError{after: max(d, 0), err: err}
+}
+
+// retryAfter returns the delay requested with RetryAfter, if any.
+func retryAfter(err error) (time.Duration, bool) {
+	var r *retryAfterError
+	if errors.As(err, &r) {
+		return r.after, true
+	}
+	return 0, false
+}
+
+// panicError records a recovered panic.
+func panicError(v any) error {
+	return fmt.Errorf("%w: %v", ErrPanic, v)
 }

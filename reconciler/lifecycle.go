@@ -1,0 +1,536 @@
+package reconciler
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cilium/statedb"
+)
+
+// The life of one key.
+//
+// Everything the reconciler knows about one primary key lives in one
+// keyState, and every change of a keyState is made by a method of
+// lifecycles, in this file, on the loop's goroutine. A key with no keyState
+// needs nothing from the reconciler (its next change, if any, is still in
+// the change iterator or the deferred queue).
+//
+//	       observe (a change read: a new version or a delete)
+//	       adopt   (an Error status nobody retries)
+//	       requeue (work the gate held back, or cut short by a stop)
+//	             │
+//	             ▼          start
+//	┌──────► queued ─────────────────► running ───────────────┐
+//	│     (to be handed             (in the executor:         │ settle
+//	│      to the executor)          waiting for the gate,    │ (after commit)
+//	│                                or under way)            │
+//	│                                  │ observe: the newest  │
+//	│                                  │ change becomes its   ▼
+//	│                                  │ successor (next)   done, terminal or superseded:
+//	│                                  │                      gone, or the successor → running
+//	│ due                                                   failed:
+//	└──────── waiting ◄───────────────────────────────────── waiting (retry with backoff)
+//
+// Invariants:
+//
+//   - At most one operation per key is in the executor (the running phase),
+//     and at most one successor waits behind it: the newest version or a
+//     delete. A change read while running replaces the successor; a change
+//     back to the very version running (same status identity) clears it.
+//   - Once a delete of the key has been read while a version runs, status
+//     identity no longer tells versions apart (deleteSeen): an object with
+//     the same identity is new work, and the running version's status is
+//     written only if the object is still exactly that revision.
+//   - A prune that runs while a version runs with its object absent may
+//     undo what it applies (pruned): the same rule holds.
+//   - An operation starts only through gate.enter, asked at the moment it
+//     starts.
+//   - A retry is a keyState in the waiting phase; a newer change of its key
+//     replaces it.
+//
+// With one worker, the loop skips the keyState of a fresh change when no
+// key has one (the common case): the change is applied and committed in the
+// same round, so there is nothing to remember unless it fails or the round
+// is cut short, and then settle or requeue create it (see track).
+type keyState[Obj any] struct {
+	key   string
+	phase phase
+
+	task    task[Obj] // queued or waiting: to apply next; running: being applied
+	next    task[Obj] // running: the successor, if hasNext
+	hasNext bool
+
+	// Failures of task: attempts so far, the last error, when the first
+	// happened, when the next attempt is due (Unix ns, saturated), and the
+	// identity of the Error status written for it (0 if none).
+	attempts int
+	err      error
+	first    time.Time
+	due      int64
+	errID    uint64
+
+	deleteSeen bool // running: a delete of the key was read since task started
+	pruned     bool // running: a prune ran with task's object absent
+
+	pos    int // position in the retry heap while waiting, else -1
+	active int // position in lifecycles.active while queued or running, else -1
+}
+
+type phase uint8
+
+const (
+	phaseQueued phase = iota + 1
+	phaseRunning
+	phaseWaiting
+)
+
+// task is one version of one object to apply, or one deleted object.
+type task[Obj any] struct {
+	obj      Obj
+	rev      statedb.Revision
+	statusID uint64    // identity of the status that asked for it; 0 for a delete
+	since    time.Time // when that status was written (a delete: when read)
+	ready    int64     // when it became ready to run (Unix ns), for queue waits
+	delete   bool
+	refresh  bool // asked for by a Refreshing status
+}
+
+// lifecycles is the set of keyStates of one reconciler. It lives as long
+// as the reconciler, across stops and starts of its loop, and is owned by
+// the loop's goroutine.
+type lifecycles[Obj any] struct {
+	byKey  map[string]*keyState[Obj]
+	queued []*keyState[Obj] // FIFO of the queued phase
+	active []*keyState[Obj] // queued and running, for progress and reports
+	heap   retryHeap[Obj]   // the waiting phase, by due time
+
+	seq uint64 // insertion order of the heap
+
+	// The lowest revision and earliest since in the heap, valid while
+	// the flag is set: rescanned only after the holder left.
+	heapLow      statedb.Revision
+	heapOldest   time.Time
+	heapLowOK    bool
+	heapOldestOK bool
+	retrying     int    // keyStates with a failed attempt: waiting, or queued or running again
+	version      uint64 // changes whenever the failing keys or their errors do
+
+	// dirty holds the keys whose failure changed since the last call of
+	// changes (nil: not tracking); spare is its double buffer.
+	dirty, spare map[string]*keyState[Obj]
+}
+
+func newLifecycles[Obj any]() *lifecycles[Obj] {
+	return &lifecycles[Obj]{byKey: map[string]*keyState[Obj]{}}
+}
+
+// tracked reports whether any key has a keyState.
+func (lc *lifecycles[Obj]) tracked() bool { return len(lc.byKey) > 0 }
+
+// observe records a change read from the table: j, a new version of key
+// (with a Pending or Refreshing status) or its delete. It returns the
+// keyState to start now, or nil if the change waits behind a running
+// version (or is already queued).
+func (lc *lifecycles[Obj]) observe(key string, j task[Obj]) *keyState[Obj] {
+	s, ok := lc.byKey[key]
+	if !ok {
+		s = lc.add(key, j)
+		return s
+	}
+	switch s.phase {
+	case phaseRunning:
+		switch {
+		case j.delete:
+			s.next, s.hasNext, s.deleteSeen = j, true, true
+		case !s.deleteSeen && !s.pruned && j.statusID != 0 && j.statusID == s.task.statusID:
+			// Back to the version running: nothing after it.
+			s.next, s.hasNext = task[Obj]{}, false
+		default:
+			s.next, s.hasNext = j, true
+		}
+		return nil
+	case phaseWaiting:
+		lc.unwait(s)
+		lc.replace(s, j)
+		s.phase = phaseQueued
+		lc.activate(s)
+		return s
+	default: // queued: the newer change takes its place in the queue
+		lc.replace(s, j)
+		return nil
+	}
+}
+
+// adopt records an Error status, not terminal and not written by this
+// reconciler's last commits, found on obj (j asks to apply it again): a
+// user wrote it back after its retry was dropped, or it was in the table
+// at start. Left alone the object would stay failed for good, so it is
+// retried at now, unless the key's keyState already knows that status.
+func (lc *lifecycles[Obj]) adopt(key string, j task[Obj], errID uint64, err error, now time.Time) {
+	s, ok := lc.byKey[key]
+	if ok && s.errID == errID {
+		return
+	}
+	if ok && s.phase == phaseRunning {
+		s.next, s.hasNext = j, true // a newer version: apply it after
+		return
+	}
+	if !ok {
+		s = &keyState[Obj]{key: key, pos: -1, active: -1}
+		lc.byKey[key] = s
+	} else if s.phase == phaseWaiting {
+		lc.unwait(s)
+	} else {
+		lc.deactivate(s)
+		lc.unqueue(s)
+	}
+	lc.replace(s, j)
+	s.attempts, s.err, s.first, s.errID = 1, err, j.since, errID
+	lc.retrying++
+	lc.wait(s, now.UnixNano())
+}
+
+// takeQueued returns up to n queued keyStates, oldest first, for start.
+func (lc *lifecycles[Obj]) takeQueued(n int) []*keyState[Obj] {
+	n = min(n, len(lc.queued))
+	taken := lc.queued[:n:n]
+	lc.queued = lc.queued[n:]
+	if len(lc.queued) == 0 {
+		lc.queued = nil
+	}
+	return taken
+}
+
+// popDue removes and returns the waiting keyState due first, if it is due
+// at now (Unix ns). Its phase is left to start or forget.
+func (lc *lifecycles[Obj]) popDue(now int64) (*keyState[Obj], bool) {
+	if len(lc.heap) == 0 || lc.heap[0].due > now {
+		return nil, false
+	}
+	s := lc.heap[0].s
+	lc.unwait(s)
+	return s, true
+}
+
+// nextDue returns when the earliest retry is due (Unix ns).
+func (lc *lifecycles[Obj]) nextDue() (int64, bool) {
+	if len(lc.heap) == 0 {
+		return 0, false
+	}
+	return lc.heap[0].due, true
+}
+
+// start moves s to the running phase: its task is handed to the executor.
+func (lc *lifecycles[Obj]) start(s *keyState[Obj]) {
+	if s.phase == phaseWaiting {
+		lc.unwait(s)
+	}
+	lc.activate(s)
+	s.phase = phaseRunning
+	s.next, s.hasNext, s.deleteSeen, s.pruned = task[Obj]{}, false, false, false
+	if s.attempts > 0 {
+		lc.changed(s) // "running" in the retries table
+	}
+}
+
+// forget drops s: nothing is left to do for its key.
+func (lc *lifecycles[Obj]) forget(s *keyState[Obj]) {
+	if s.phase == phaseWaiting {
+		lc.unwait(s)
+	}
+	lc.deactivate(s)
+	if s.attempts > 0 {
+		lc.retrying--
+		lc.version++
+		if lc.dirty != nil {
+			lc.dirty[s.key] = nil
+		}
+	}
+	s.phase = 0
+	delete(lc.byKey, s.key)
+}
+
+// settle ends the running phase of s once the outcome of its task is
+// committed. settled says the outcome needs no retry (success, or a
+// terminal error of an update); written, whether the status was written
+// (always true for a delete). A failure waits until retryAt (Unix ns);
+// errID is the identity of the Error status written for it. A successor
+// supersedes the outcome: it is what the object is now, and is queued.
+func (lc *lifecycles[Obj]) settle(s *keyState[Obj], err error, settled, written bool, retryAt int64, errID uint64, now time.Time) {
+	switch {
+	case s.hasNext:
+		next := s.next
+		lc.replace(s, next)
+		lc.enqueue(s)
+	case settled || !written:
+		// Done, terminal, or the object changed: a newer version comes
+		// with its own change.
+		lc.forget(s)
+	default:
+		if s.attempts == 0 {
+			s.first = now
+			lc.retrying++
+		}
+		s.attempts++
+		s.err, s.errID = err, errID
+		lc.deactivate(s)
+		lc.wait(s, retryAt)
+	}
+}
+
+// requeue puts s back in the queue: its task never started (the gate
+// closed, or the loop stopped and it is carried over to the next start).
+// The successor, if any, is what the object is now, and takes the task's
+// place; a retry keeps its attempts.
+func (lc *lifecycles[Obj]) requeue(s *keyState[Obj]) {
+	if s.hasNext {
+		next := s.next
+		lc.replace(s, next)
+	}
+	lc.enqueue(s)
+	if s.attempts > 0 {
+		lc.changed(s)
+	}
+}
+
+// dropNext forgets the successor of s: the commit found the table holding
+// the version s ran, written back after the successor was read.
+func (lc *lifecycles[Obj]) dropNext(s *keyState[Obj]) {
+	s.next, s.hasNext = task[Obj]{}, false
+}
+
+// dropRetry forgets the retry of key, if it waits for one: a newer
+// version of the object was read.
+func (lc *lifecycles[Obj]) dropRetry(key string) {
+	if s, ok := lc.byKey[key]; ok && s.phase == phaseWaiting {
+		lc.forget(s)
+	}
+}
+
+// enqueue moves s to the queued phase, at the back of the queue.
+func (lc *lifecycles[Obj]) enqueue(s *keyState[Obj]) {
+	if s.phase == phaseWaiting {
+		lc.unwait(s)
+	}
+	s.next, s.hasNext, s.deleteSeen, s.pruned = task[Obj]{}, false, false, false
+	lc.activate(s)
+	if s.phase != phaseQueued {
+		s.phase = phaseQueued
+		lc.queued = append(lc.queued, s)
+	}
+}
+
+// track returns the keyState of key for j, an untracked task of the inline
+// executor that failed or never started, in the running phase. A keyState
+// made for an older change of the key earlier in the same commit gives way
+// to j.
+func (lc *lifecycles[Obj]) track(key string, j task[Obj]) *keyState[Obj] {
+	s, ok := lc.byKey[key]
+	if !ok {
+		s = &keyState[Obj]{key: key, pos: -1, active: -1}
+		lc.byKey[key] = s
+	} else if s.phase == phaseWaiting {
+		lc.unwait(s)
+	} else {
+		lc.unqueue(s)
+	}
+	lc.replace(s, j)
+	s.phase = phaseRunning
+	lc.activate(s)
+	return s
+}
+
+// unqueue removes s from the queue, if it is there.
+func (lc *lifecycles[Obj]) unqueue(s *keyState[Obj]) {
+	if s.phase != phaseQueued {
+		return
+	}
+	for i, q := range lc.queued {
+		if q == s {
+			lc.queued = append(lc.queued[:i], lc.queued[i+1:]...)
+			return
+		}
+	}
+}
+
+// markPruned records that a prune runs while s's task is running and its
+// object is absent from the prune's snapshot.
+func (lc *lifecycles[Obj]) markPruned(s *keyState[Obj]) { s.pruned = true }
+
+// add creates the keyState of key, queued with j, and returns it to start.
+func (lc *lifecycles[Obj]) add(key string, j task[Obj]) *keyState[Obj] {
+	s := &keyState[Obj]{key: key, task: j, phase: phaseQueued, pos: -1, active: -1}
+	lc.byKey[key] = s
+	lc.activate(s)
+	return s
+}
+
+// replace makes j the task of s, a new version: the failures of the old one
+// no longer count.
+func (lc *lifecycles[Obj]) replace(s *keyState[Obj], j task[Obj]) {
+	lc.resetFailure(s)
+	s.task = j
+}
+
+func (lc *lifecycles[Obj]) resetFailure(s *keyState[Obj]) {
+	if s.attempts > 0 {
+		lc.retrying--
+		lc.version++
+		if lc.dirty != nil {
+			lc.dirty[s.key] = nil
+		}
+	}
+	s.attempts, s.err, s.first, s.errID = 0, nil, time.Time{}, 0
+}
+
+// wait puts s in the retry heap, due at due.
+func (lc *lifecycles[Obj]) wait(s *keyState[Obj], due int64) {
+	s.phase, s.due = phaseWaiting, due
+	lc.seq++
+	lc.heap.push(s, lc.seq)
+	if len(lc.heap) == 1 {
+		lc.heapLow, lc.heapOldest, lc.heapLowOK, lc.heapOldestOK = s.task.rev, s.task.since, true, true
+	}
+	if lc.heapLowOK && s.task.rev < lc.heapLow {
+		lc.heapLow = s.task.rev
+	}
+	if lc.heapOldestOK && s.task.since.Before(lc.heapOldest) {
+		lc.heapOldest = s.task.since
+	}
+	lc.changed(s)
+}
+
+func (lc *lifecycles[Obj]) unwait(s *keyState[Obj]) {
+	if s.pos >= 0 {
+		lc.heap.remove(s.pos)
+		if s.task.rev == lc.heapLow {
+			lc.heapLowOK = false
+		}
+		if s.task.since.Equal(lc.heapOldest) {
+			lc.heapOldestOK = false
+		}
+	}
+	lc.changed(s)
+}
+
+func (lc *lifecycles[Obj]) activate(s *keyState[Obj]) {
+	if s.active < 0 {
+		s.active = len(lc.active)
+		lc.active = append(lc.active, s)
+	}
+}
+
+func (lc *lifecycles[Obj]) deactivate(s *keyState[Obj]) {
+	if i := s.active; i >= 0 {
+		last := len(lc.active) - 1
+		lc.active[i] = lc.active[last]
+		lc.active[i].active = i
+		lc.active[last] = nil
+		lc.active = lc.active[:last]
+		s.active = -1
+	}
+}
+
+// changed notes that the failure of s changed, for health and the retries
+// table.
+func (lc *lifecycles[Obj]) changed(s *keyState[Obj]) {
+	if s.attempts == 0 {
+		return
+	}
+	lc.version++
+	if lc.dirty != nil {
+		lc.dirty[s.key] = s
+	}
+}
+
+// trackChanges makes changes report which keys' failures changed, for the
+// retries table.
+func (lc *lifecycles[Obj]) trackChanges() {
+	lc.dirty, lc.spare = map[string]*keyState[Obj]{}, map[string]*keyState[Obj]{}
+}
+
+// changes returns the keys whose failure changed since the last call, with
+// their keyState, or nil if the key no longer fails. The map is valid until
+// the next call.
+func (lc *lifecycles[Obj]) changes() map[string]*keyState[Obj] {
+	d := lc.dirty
+	if len(d) > 0 {
+		lc.dirty, lc.spare = lc.spare, d
+		clear(lc.dirty)
+	}
+	return d
+}
+
+// gate answers the one question asked before every operation starts: may
+// an operation start now? Not while paused, not while a prune runs, not
+// once the loop is stopping. Pause, Resume and the loop change it from any
+// goroutine; workers wait on it. Once Pause has returned, enter returns
+// false until Resume.
+type gate struct {
+	mu       sync.Mutex
+	paused   bool
+	pruning  bool
+	stopping bool
+	changed  chan struct{} // closed and replaced on every change
+	open     atomic.Bool   // !paused && !pruning && !stopping, for a lock-free look
+	wake     func()        // called on every change, with mu held (workers' broadcast)
+}
+
+func newGate() *gate {
+	g := &gate{changed: make(chan struct{})}
+	g.open.Store(true)
+	return g
+}
+
+// enter reports whether an operation may start now.
+func (g *gate) enter() bool { return g.open.Load() }
+
+// update applies f, which reports whether it changed anything, and if so
+// tells whoever waits.
+func (g *gate) update(f func() bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !f() {
+		return
+	}
+	g.open.Store(!g.paused && !g.pruning && !g.stopping)
+	close(g.changed)
+	g.changed = make(chan struct{})
+	if g.wake != nil {
+		g.wake()
+	}
+}
+
+// state returns whether the reconciler is paused and a channel closed on
+// the next change.
+func (g *gate) state() (paused bool, changed <-chan struct{}) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.paused, g.changed
+}
+
+// setWake sets the function called on every change (nil: none).
+func (g *gate) setWake(wake func()) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.wake = wake
+}
+
+func (g *gate) setPaused(v bool) {
+	g.update(func() bool { old := g.paused; g.paused = v; return old != v })
+}
+
+func (g *gate) setPruning(v bool) {
+	g.update(func() bool { old := g.pruning; g.pruning = v; return old != v })
+}
+
+func (g *gate) setStopping(v bool) {
+	g.update(func() bool { old := g.stopping; g.stopping = v; return old != v })
+}
+
+// Pause implements Reconciler.
+func (r *reconciler[Obj]) Pause() { r.gate.setPaused(true) }
+
+// Resume implements Reconciler.
+func (r *reconciler[Obj]) Resume() { r.gate.setPaused(false) }

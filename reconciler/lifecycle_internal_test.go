@@ -1,0 +1,190 @@
+package reconciler
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestBackoffDoublesUpToTheMaximum(t *testing.T) {
+	const lo, hi = 10 * time.Millisecond, 100 * time.Millisecond
+	want := []time.Duration{10, 20, 40, 80, 100, 100}
+	for i, w := range want {
+		assert.Equal(t, w*time.Millisecond, backoff(i+1, lo, hi, 0, 0.5), "attempt %d", i+1)
+	}
+	assert.Equal(t, hi, backoff(1000, lo, hi, 0, 0.5), "huge attempt counts do not overflow")
+	assert.Equal(t, lo, backoff(0, lo, hi, 0, 0.5), "attempt 0 counts as the first")
+}
+
+func TestBackoffJitterStaysInBounds(t *testing.T) {
+	const lo, hi, jitter = 10 * time.Millisecond, 100 * time.Millisecond, 0.25
+	for attempt := 1; attempt <= 8; attempt++ {
+		base := backoff(attempt, lo, hi, 0, 0)
+		for _, u := range []float64{0, 0.1, 0.5, 0.9, 0.999999} {
+			d := backoff(attempt, lo, hi, jitter, u)
+			require.GreaterOrEqual(t, d, time.Duration(float64(base)*(1-jitter)), "attempt %d u %v", attempt, u)
+			require.Less(t, d, time.Duration(float64(base)*(1+jitter))+1, "attempt %d u %v", attempt, u)
+			require.GreaterOrEqual(t, d, time.Duration(float64(lo)*(1-jitter)))
+			require.LessOrEqual(t, d, time.Duration(float64(hi)*(1+jitter)))
+		}
+		assert.NotEqual(t, backoff(attempt, lo, hi, jitter, 0.1), backoff(attempt, lo, hi, jitter, 0.9),
+			"jitter spreads retries")
+	}
+}
+
+func TestBackoffAndDueTimesSaturate(t *testing.T) {
+	// Bug 9 of the outside review: maxima near MaxInt64 overflowed the
+	// jitter, and a due time past 2262 wrapped into the past.
+	huge := time.Duration(math.MaxInt64)
+	for _, u := range []float64{0, 0.5, 0.999999} {
+		d := backoff(70, time.Millisecond, huge, 0.9, u)
+		assert.GreaterOrEqual(t, d, time.Duration(0), "u=%v", u)
+	}
+	assert.Equal(t, huge, backoff(200, huge, huge, 0.9, 0.999999), "saturates at MaxInt64")
+	now := time.Now().UnixNano()
+	assert.Equal(t, int64(math.MaxInt64), addSat(now, huge), "a retry centuries away stays in the future")
+	assert.Equal(t, now+5, addSat(now, 5))
+	assert.Equal(t, time.Duration(0), durationOf(math.NaN()))
+	assert.Equal(t, huge, durationOf(math.Inf(1)))
+}
+
+func testTask(rev uint64, id uint64) task[int] {
+	return task[int]{obj: int(rev), rev: rev, statusID: id, since: time.Unix(int64(rev), 0)}
+}
+
+// The successor rules of keyState (invariants 11 and 13): a change back to
+// the version running clears the successor, unless a delete of the key or
+// a prune came between.
+func TestLifecycleSuccessorRules(t *testing.T) {
+	lc := newLifecycles[int]()
+	s := lc.observe("a", testTask(1, 100))
+	require.NotNil(t, s)
+	lc.start(s)
+	assert.Nil(t, lc.observe("a", testTask(2, 200)), "a newer version waits")
+	assert.True(t, s.hasNext)
+	assert.Nil(t, lc.observe("a", testTask(3, 100)), "back to the version running")
+	assert.False(t, s.hasNext, "nothing after the version running")
+
+	assert.Nil(t, lc.observe("a", task[int]{rev: 4, delete: true}))
+	assert.True(t, s.hasNext && s.next.delete)
+	assert.Nil(t, lc.observe("a", testTask(5, 100)), "deleted, then the same object again")
+	assert.True(t, s.hasNext, "after a delete the same identity is new work")
+	assert.Equal(t, uint64(5), s.next.rev)
+
+	lc.settle(s, nil, true, false, 0, 0, time.Now())
+	assert.Equal(t, phaseQueued, s.phase, "the successor is queued")
+	assert.Equal(t, []*keyState[int]{s}, lc.takeQueued(10))
+	lc.start(s)
+	assert.False(t, s.deleteSeen, "a new version starts afresh")
+	lc.markPruned(s)
+	assert.Nil(t, lc.observe("a", testTask(6, 100)))
+	assert.True(t, s.hasNext, "after a prune the same identity is new work")
+	lc.settle(s, nil, true, true, 0, 0, time.Now())
+	lc.start(lc.takeQueued(1)[0])
+	lc.settle(s, nil, true, true, 0, 0, time.Now())
+	assert.False(t, lc.tracked(), "done: nothing left")
+	assert.Empty(t, lc.active)
+}
+
+// A model of the lifecycles driven by random moves: every keyState is in
+// exactly one place for its phase, the counters agree, and retries come
+// out of the heap in due order.
+func TestLifecycleMatchesAModel(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	lc := newLifecycles[int]()
+	lc.trackChanges()
+	now := time.Unix(1000, 0)
+	check := func() {
+		queued, active, waiting, retrying := 0, 0, 0, 0
+		for key, s := range lc.byKey {
+			require.Equal(t, key, s.key)
+			switch s.phase {
+			case phaseQueued:
+				queued++
+				require.GreaterOrEqual(t, s.active, 0)
+				require.Less(t, s.pos, 0)
+			case phaseRunning:
+				require.GreaterOrEqual(t, s.active, 0)
+				require.Less(t, s.pos, 0)
+			case phaseWaiting:
+				waiting++
+				require.GreaterOrEqual(t, s.pos, 0)
+				require.Less(t, s.active, 0)
+			default:
+				t.Fatalf("key %s in phase %d", key, s.phase)
+			}
+			if s.active >= 0 {
+				active++
+			}
+			if s.attempts > 0 {
+				retrying++
+			}
+		}
+		require.Equal(t, active, len(lc.active))
+		require.Equal(t, waiting, len(lc.heap))
+		require.Equal(t, retrying, lc.retrying)
+		for i, e := range lc.heap {
+			require.Equal(t, i, e.s.pos)
+		}
+		for i, s := range lc.active {
+			require.Equal(t, i, s.active)
+		}
+		_ = queued
+	}
+	running := map[string]*keyState[int]{}
+	for step := range 20000 {
+		key := fmt.Sprintf("k%d", rng.IntN(50))
+		rev := uint64(step + 1)
+		switch rng.IntN(6) {
+		case 0, 1:
+			j := testTask(rev, uint64(rng.IntN(3)+1))
+			if rng.IntN(4) == 0 {
+				j = task[int]{rev: rev, delete: true}
+			}
+			if s := lc.observe(key, j); s != nil {
+				lc.start(s)
+				running[key] = s
+			}
+		case 2:
+			lc.adopt(key, testTask(rev, 1), uint64(rng.IntN(3)+10), errors.New("e"), now)
+		case 3: // finish a running key
+			for k, s := range running {
+				delete(running, k)
+				failed := rng.IntN(2) == 0
+				lc.settle(s, errors.New("e"), !failed, true, now.Add(time.Duration(rng.IntN(1000))*time.Millisecond).UnixNano(), 7, now)
+				break
+			}
+		case 4:
+			now = now.Add(100 * time.Millisecond)
+			var prev int64
+			for {
+				s, ok := lc.popDue(now.UnixNano())
+				if !ok {
+					break
+				}
+				require.LessOrEqual(t, s.due, now.UnixNano())
+				require.GreaterOrEqual(t, s.due, prev, "popped out of order")
+				prev = s.due
+				lc.start(s)
+				running[s.key] = s
+			}
+		case 5:
+			for _, s := range lc.takeQueued(rng.IntN(3)) {
+				lc.start(s)
+				running[s.key] = s
+			}
+		}
+		for k, s := range running {
+			if s.phase != phaseRunning || lc.byKey[k] != s {
+				delete(running, k)
+			}
+		}
+		check()
+	}
+}

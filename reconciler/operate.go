@@ -1,0 +1,443 @@
+package reconciler
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cilium/statedb"
+
+	"github.com/converge-go/converge/metrics"
+)
+
+// op is one job handed to the executor, and its outcome.
+type op[Obj any] struct {
+	task[Obj]
+	s       *keyState[Obj] // nil: an untracked task of the inline executor (see keyState)
+	key     string         // s's key, or for an untracked job "" until needed
+	updated Obj            // an update's clone, as Update left it
+	started int64          // when the operation started (Unix ns)
+	err     error
+	ran     bool // the operation returned and err is its outcome
+	written bool // commit wrote the status of an update
+	over    bool // ... over a changed object carrying the same status: the version it applied
+}
+
+// executor is the operate stage of a round: it runs the ops collected in
+// the round and returns those whose outcome is known. There are two:
+// inline, which runs them on the loop's goroutine (WithConcurrency(1)), and
+// workerPool, which hands them to worker goroutines and returns what they
+// finished since the last round. Either starts an operation only when
+// gate.enter allows, at the moment it starts; an op it never started comes
+// back with ran == false. Every method is called from the loop's goroutine.
+type executor[Obj any] interface {
+	operate(ctx context.Context, txn statedb.ReadTxn, work []op[Obj]) (finished []op[Obj])
+	// room is how many more ops it takes now.
+	room() int
+	// finished is signalled when ops finish outside operate; nil for inline.
+	finished() <-chan struct{}
+	// load describes the ops it holds, as of now.
+	load(now time.Time) execLoad
+	// stop waits for the operations under way to return and gives back
+	// every op not yet returned by operate.
+	stop() (left []op[Obj])
+}
+
+// execLoad describes what an executor holds.
+type execLoad struct {
+	waiting int // not started: queued for a worker, or held by the gate
+	// unfinished is the total, and longest the longest, time the
+	// operations under way have run.
+	unfinished, longest time.Duration
+}
+
+func newExecutor[Obj any](ctx context.Context, r *reconciler[Obj]) executor[Obj] {
+	if r.opts.concurrency > 1 {
+		return newWorkerPool(ctx, r)
+	}
+	return &inline[Obj]{run: runner[Obj]{r: r}, size: r.opts.roundSize}
+}
+
+// inline runs the ops of a round one after another on the loop's
+// goroutine, in the order collected, and returns them all.
+type inline[Obj any] struct {
+	run  runner[Obj]
+	size int
+}
+
+func (in *inline[Obj]) operate(ctx context.Context, txn statedb.ReadTxn, work []op[Obj]) []op[Obj] {
+	in.run.run(ctx, txn, work)
+	return work
+}
+func (in *inline[Obj]) room() int              { return in.size }
+func (*inline[Obj]) finished() <-chan struct{} { return nil }
+func (*inline[Obj]) load(time.Time) execLoad   { return execLoad{} }
+func (*inline[Obj]) stop() []op[Obj]           { return nil }
+
+// workerPool runs ops on n goroutines. The lifecycle keeps one op per key
+// in it; workers take ops from queue when the gate is open and put them,
+// finished, on done. They never touch the table or the keyStates.
+type workerPool[Obj any] struct {
+	r     *reconciler[Obj]
+	ctx   context.Context
+	limit int // most ops held at once
+
+	held int // ops handed over and not yet returned; loop goroutine only
+
+	mu      sync.Mutex
+	cond    *sync.Cond
+	queue   []op[Obj] // waiting for a worker and the gate
+	done    []op[Obj] // finished, for the loop
+	spare   []op[Obj] // the other half of done's double buffer
+	stopped bool
+	signal  chan struct{} // signalled when done gains ops
+	wg      sync.WaitGroup
+
+	// running holds, per worker, when its current operations started
+	// (Unix ns), or 0 while it waits.
+	running []atomic.Int64
+}
+
+func newWorkerPool[Obj any](ctx context.Context, r *reconciler[Obj]) *workerPool[Obj] {
+	p := &workerPool[Obj]{
+		r:       r,
+		ctx:     ctx,
+		limit:   max(r.opts.roundSize, 2*r.opts.concurrency), // concurrency is bounded by validate
+		signal:  make(chan struct{}, 1),
+		running: make([]atomic.Int64, r.opts.concurrency),
+	}
+	p.cond = sync.NewCond(&p.mu)
+	r.gate.setWake(p.broadcast)
+	p.wg.Add(r.opts.concurrency)
+	for i := range r.opts.concurrency {
+		go p.work(&p.running[i])
+	}
+	return p
+}
+
+func (p *workerPool[Obj]) broadcast() {
+	p.mu.Lock()
+	p.cond.Broadcast()
+	p.mu.Unlock()
+}
+
+// operate queues work and returns the ops finished so far.
+func (p *workerPool[Obj]) operate(_ context.Context, _ statedb.ReadTxn, work []op[Obj]) []op[Obj] {
+	if len(work) > 0 {
+		p.held += len(work)
+		p.mu.Lock()
+		p.queue = append(p.queue, work...)
+		p.mu.Unlock()
+		if len(work) == 1 {
+			p.cond.Signal()
+		} else {
+			p.cond.Broadcast()
+		}
+	}
+	// Let workers that are about to finish do so first, so that one write
+	// transaction commits several results rather than one each. A few
+	// yields cost under a microsecond when nothing else is runnable; with 64
+	// busy workers they raised throughput by a third (go run ./benchmarks
+	// -workloads slow).
+	for range gatherYields {
+		runtime.Gosched()
+	}
+	p.mu.Lock()
+	done := p.done
+	p.done = p.spare[:0]
+	p.mu.Unlock()
+	p.spare = done
+	p.held -= len(done)
+	return done
+}
+
+// gatherYields is how many times a round yields before taking the finished
+// operations.
+const gatherYields = 3
+
+func (p *workerPool[Obj]) room() int                 { return p.limit - p.held }
+func (p *workerPool[Obj]) finished() <-chan struct{} { return p.signal }
+
+func (p *workerPool[Obj]) load(now time.Time) execLoad {
+	p.mu.Lock()
+	w := execLoad{waiting: len(p.queue)}
+	p.mu.Unlock()
+	for i := range p.running {
+		if started := p.running[i].Load(); started != 0 {
+			d := time.Duration(now.UnixNano() - started)
+			w.unfinished += d
+			w.longest = max(w.longest, d)
+		}
+	}
+	return w
+}
+
+// stop makes the workers exit once their current operations return, waits
+// for them, and returns what operate has not: finished, and never started.
+func (p *workerPool[Obj]) stop() []op[Obj] {
+	p.mu.Lock()
+	p.stopped = true
+	p.cond.Broadcast()
+	p.mu.Unlock()
+	p.wg.Wait()
+	p.r.gate.setWake(nil)
+	left := append(p.done, p.queue...)
+	p.done, p.queue, p.held = nil, nil, 0
+	return left
+}
+
+// take waits until there is work and the gate is open, and returns up to a
+// fair share of the queue: one op, or with BatchOperations an equal share
+// per worker up to the round size.
+func (p *workerPool[Obj]) take(buf []op[Obj]) ([]op[Obj], bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for !p.stopped && (len(p.queue) == 0 || !p.r.gate.enter()) {
+		p.cond.Wait()
+	}
+	if p.stopped {
+		return buf, false
+	}
+	n := 1
+	if p.r.batchOps != nil {
+		workers := p.r.opts.concurrency
+		n = min(len(p.queue)/workers+1, len(p.queue), p.r.opts.roundSize)
+	}
+	buf = append(buf[:0], p.queue[:n]...)
+	clear(p.queue[:n])
+	p.queue = p.queue[n:]
+	return buf, true
+}
+
+func (p *workerPool[Obj]) work(running *atomic.Int64) {
+	defer p.wg.Done()
+	run := runner[Obj]{r: p.r}
+	var chunk []op[Obj]
+	for {
+		var ok bool
+		chunk, ok = p.take(chunk)
+		if !ok {
+			return
+		}
+		running.Store(time.Now().UnixNano())
+		run.run(p.ctx, p.r.db.ReadTxn(), chunk)
+		running.Store(0)
+		p.mu.Lock()
+		p.done = append(p.done, chunk...)
+		p.mu.Unlock()
+		clear(chunk)
+		select {
+		case p.signal <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// runner calls the operations. The loop has one and so does every worker;
+// its buffers are reused from one call to the next.
+type runner[Obj any] struct {
+	r       *reconciler[Obj]
+	updates []BatchEntry[Obj]
+	deletes []BatchEntry[Obj]
+	ops     []*op[Obj] // the ops of the batch running, in the order given
+
+	// drift counts ReportRepaired calls; ctx is the context given to run
+	// with drift attached, made once for each new parent context.
+	drift  driftCounter
+	parent context.Context
+	ctx    context.Context
+}
+
+// withDrift returns ctx with the runner's drift counter attached. The loop
+// and each worker always run with the same context, so this allocates once.
+func (e *runner[Obj]) withDrift(ctx context.Context) context.Context {
+	if ctx != e.parent {
+		e.parent, e.ctx = ctx, context.WithValue(ctx, driftKey{}, &e.drift)
+	}
+	return e.ctx
+}
+
+// run applies ops, recording each outcome. Each operation starts only if
+// the gate allows it then; the ops it does not start (the gate closed, or
+// ctx ended) keep ran == false.
+func (e *runner[Obj]) run(ctx context.Context, txn statedb.ReadTxn, ops []op[Obj]) {
+	ctx = e.withDrift(ctx)
+	if e.r.batchOps != nil {
+		e.runBatches(ctx, txn, ops)
+		return
+	}
+	r := e.r
+	// One clock read per operation: each operation's end is the next one's
+	// start.
+	start := time.Now()
+	for i := range ops {
+		if ctx.Err() != nil || !r.gate.enter() {
+			return
+		}
+		o := &ops[i]
+		o.started = start.UnixNano()
+		name := metrics.OpUpdate
+		if o.delete {
+			name = metrics.OpDelete
+			o.err = r.call(ctx, name, func(ctx context.Context) error {
+				return r.ops.Delete(ctx, txn, o.rev, o.obj)
+			})
+		} else {
+			o.updated = r.clone(o.obj)
+			o.err = r.call(ctx, name, func(ctx context.Context) error {
+				return r.ops.Update(ctx, txn, o.rev, o.updated)
+			})
+		}
+		o.ran = true
+		if n := e.drift.take(); n > 0 && o.refresh && !o.delete {
+			r.refreshDrift.Add(int64(n))
+		}
+		end := time.Now()
+		r.metrics.ReconciliationDuration(r.moduleID, r.opts.name, name, end.Sub(start))
+		start = end
+	}
+}
+
+// errBatchEntryLost is the outcome of an op whose batch entry the batch
+// operation overwrote: its result is unknown, so it is tried again.
+var errBatchEntryLost = errors.New("batch operation lost the entry: no result for it")
+
+// runBatches applies ops with BatchOperations: deletes first, then updates.
+// Each entry carries its op, so results are matched to objects whatever
+// order the implementation leaves the entries in.
+func (e *runner[Obj]) runBatches(ctx context.Context, txn statedb.ReadTxn, ops []op[Obj]) {
+	r := e.r
+	for i := range ops {
+		o := &ops[i]
+		if o.delete {
+			e.deletes = append(e.deletes, BatchEntry[Obj]{Object: o.obj, Revision: o.rev, original: o})
+		} else {
+			o.updated = r.clone(o.obj)
+			e.updates = append(e.updates, BatchEntry[Obj]{Object: o.updated, Revision: o.rev, original: o})
+		}
+	}
+	e.batch(ctx, txn, metrics.OpDelete, e.deletes)
+	e.batch(ctx, txn, metrics.OpUpdate, e.updates)
+	clear(e.deletes) // drop references to objects until the next call
+	clear(e.updates)
+	e.deletes, e.updates = e.deletes[:0], e.updates[:0]
+}
+
+func (e *runner[Obj]) batch(ctx context.Context, txn statedb.ReadTxn, name string, entries []BatchEntry[Obj]) {
+	if len(entries) == 0 || ctx.Err() != nil || !e.r.gate.enter() {
+		return
+	}
+	r := e.r
+	// The implementation may reorder or overwrite the entries: keep the
+	// ops as given.
+	ops := e.ops[:0]
+	start := time.Now()
+	for i := range entries {
+		ops = append(ops, entries[i].original)
+		ops[i].started = start.UnixNano()
+	}
+	defer func() { clear(ops); e.ops = ops[:0] }()
+	err := r.call(ctx, name+" batch", func(ctx context.Context) error {
+		if name == metrics.OpDelete {
+			r.batchOps.DeleteBatch(ctx, txn, entries)
+		} else {
+			r.batchOps.UpdateBatch(ctx, txn, entries)
+		}
+		return batchTimeout(ctx)
+	})
+	r.metrics.ReconciliationDuration(r.moduleID, r.opts.name, name, time.Since(start))
+	if ctx.Err() != nil && err == nil {
+		// Cut short by a stop: an entry it never got to has a nil Result
+		// and did not run. Nothing is known; all are tried again.
+		return
+	}
+	for i := range entries {
+		if o := entries[i].original; o != nil && !o.ran {
+			o.err, o.ran = entryErr(entries[i].Result, err), true
+			if name == metrics.OpUpdate {
+				o.updated = entries[i].Object
+			}
+		}
+	}
+	refreshed := false
+	for _, o := range ops {
+		if !o.ran {
+			o.err, o.ran = errBatchEntryLost, true
+		}
+		refreshed = refreshed || (o.refresh && !o.delete)
+	}
+	// Drift reported by a batch counts if the batch refreshed anything.
+	if n := e.drift.take(); n > 0 && refreshed {
+		r.refreshDrift.Add(int64(n))
+	}
+}
+
+// call invokes one operation, named what for the log, with the operation
+// timeout and, unless disabled, turns a panic into an error wrapping
+// ErrPanic, logged with its stack. fn does not escape, so the closures the
+// callers pass do not allocate.
+func (r *reconciler[Obj]) call(ctx context.Context, what string, fn func(context.Context) error) (err error) {
+	if r.opts.operationTimeout > 0 {
+		parent := ctx
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, r.opts.operationTimeout)
+		defer cancel()
+		defer func() {
+			// Mark an error of an operation whose own timeout expired,
+			// to tell it from one of a deadline of the operation's own.
+			if err != nil && ctx.Err() == context.DeadlineExceeded && parent.Err() == nil {
+				err = &timeoutError{err}
+			}
+		}()
+	}
+	if r.opts.recoverPanics {
+		defer func() {
+			if v := recover(); v != nil {
+				err = r.recovered(what, v)
+			}
+		}()
+	}
+	return fn(ctx)
+}
+
+// recovered logs a recovered panic with its stack and returns it as an
+// error wrapping ErrPanic. It must be called from the deferred function.
+func (r *reconciler[Obj]) recovered(what string, v any) error {
+	r.log.Error("Reconciler operation panicked; recorded as its error",
+		"operation", what, "panic", v, "stack", string(debug.Stack()))
+	return panicError(v)
+}
+
+// batchTimeout returns ctx's error if it ran out while a batch ran, so that
+// call marks it as the batch's timeout; nil otherwise. Entries the batch
+// did not get to then fail with it.
+func batchTimeout(ctx context.Context) error {
+	if ctx.Err() == context.DeadlineExceeded {
+		return ctx.Err()
+	}
+	return nil
+}
+
+// timeoutError marks the error of an operation that exceeded the operation
+// timeout.
+type timeoutError struct{ err error }
+
+func (e *timeoutError) Error() string { return e.err.Error() }
+func (e *timeoutError) Unwrap() error { return e.err }
+
+// entryErr is the outcome of a batch entry: its Result, or the batch's
+// error (a panic or a timeout) if it has none. When the batch timed out, an
+// entry that failed with its context's deadline timed out too.
+func entryErr(result, batchErr error) error {
+	switch {
+	case result == nil:
+		return batchErr
+	case batchErr != nil && errors.Is(result, context.DeadlineExceeded) && errors.As(batchErr, new(*timeoutError)):
+		return &timeoutError{result}
+	}
+	return result
+}
