@@ -1,12 +1,15 @@
 package reconciler
 
 import (
+	"encoding/json"
+	"fmt"
 	"strconv"
 	"time"
 
 	"github.com/cilium/hive/cell"
 	"github.com/cilium/statedb"
 	"github.com/cilium/statedb/index"
+	yaml "go.yaml.in/yaml/v3"
 )
 
 // Names of the tables that [TablesCell] provides.
@@ -105,7 +108,8 @@ type Info struct {
 	// reconciled (collected, or waiting for a retry) was written.
 	OldestPending time.Time `json:"oldest-pending,omitzero" yaml:"oldest-pending,omitempty"`
 
-	LastPrune         time.Time     `json:"last-prune,omitzero" yaml:"last-prune,omitempty"`
+	LastPrune time.Time `json:"last-prune,omitzero" yaml:"last-prune,omitempty"`
+	// LastPruneDuration is encoded as a Go duration string ("375µs").
 	LastPruneDuration time.Duration `json:"last-prune-duration,omitempty" yaml:"last-prune-duration,omitempty"`
 	LastPruneError    string        `json:"last-prune-error,omitempty" yaml:"last-prune-error,omitempty"`
 	LastRefresh       time.Time     `json:"last-refresh,omitzero" yaml:"last-refresh,omitempty"` // last refresh sweep
@@ -113,6 +117,70 @@ type Info struct {
 	// DriftRepaired counts what Prune and refreshed Updates reported
 	// repairing with ReportRepaired.
 	DriftRepaired uint64 `json:"drift-repaired" yaml:"drift-repaired"`
+}
+
+// infoEncoding is Info as encoded: durations as Go duration strings, like
+// every other duration the reconciler shows.
+type infoEncoding struct {
+	infoFields
+	LastPruneDuration string `json:"last-prune-duration,omitempty" yaml:"last-prune-duration,omitempty"`
+}
+
+// infoFields is Info without the methods that would recurse.
+type infoFields Info
+
+// MarshalJSON encodes the row, LastPruneDuration as a duration string.
+func (i Info) MarshalJSON() ([]byte, error) { return json.Marshal(i.encoding()) }
+
+// MarshalYAML encodes the row as MarshalJSON does, in block style.
+func (i Info) MarshalYAML() (any, error) {
+	data, err := i.MarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, err
+	}
+	var block func(n *yaml.Node)
+	block = func(n *yaml.Node) {
+		n.Style &^= yaml.FlowStyle | yaml.DoubleQuotedStyle
+		for _, c := range n.Content {
+			block(c)
+		}
+	}
+	block(&doc)
+	return doc.Content[0], nil
+}
+
+func (i Info) encoding() infoEncoding {
+	e := infoEncoding{infoFields: infoFields(i)}
+	e.infoFields.LastPruneDuration = 0
+	if i.LastPruneDuration != 0 {
+		e.LastPruneDuration = i.LastPruneDuration.String()
+	}
+	return e
+}
+
+// UnmarshalJSON decodes what MarshalJSON wrote.
+func (i *Info) UnmarshalJSON(data []byte) error {
+	var e infoEncoding
+	if err := json.Unmarshal(data, &e); err != nil {
+		return err
+	}
+	return i.decode(e)
+}
+
+func (i *Info) decode(e infoEncoding) error {
+	*i = Info(e.infoFields)
+	if e.LastPruneDuration != "" {
+		d, err := time.ParseDuration(e.LastPruneDuration)
+		if err != nil {
+			return fmt.Errorf("last-prune-duration: %w", err)
+		}
+		i.LastPruneDuration = d
+	}
+	return nil
 }
 
 // TableHeader implements statedb.TableWritable, for db/show.

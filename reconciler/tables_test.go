@@ -2,6 +2,7 @@ package reconciler_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"github.com/cilium/statedb"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	yaml "go.yaml.in/yaml/v3"
 
 	convergeindex "github.com/converge-go/converge/index"
 	"github.com/converge-go/converge/reconciler"
@@ -289,4 +291,19 @@ func TestTableRowsReadAsTables(t *testing.T) {
 	assert.Equal(t, "delete", rr[2])
 	assert.Equal(t, "running", rr[5])
 	assert.False(t, strings.Contains(strings.Join(rr, ""), "\n"))
+}
+
+func TestInfoEncodesDurationsAsStrings(t *testing.T) {
+	in := reconciler.Info{ID: "m/x", State: reconciler.StateRunning, LastPruneDuration: 375 * time.Microsecond, FailuresSinceSuccess: 2}
+	data, err := json.Marshal(in)
+	require.NoError(t, err)
+	assert.Contains(t, string(data), `"last-prune-duration":"375µs"`)
+	assert.Contains(t, string(data), `"failures-since-success":2`)
+	var out reconciler.Info
+	require.NoError(t, json.Unmarshal(data, &out))
+	assert.Equal(t, in, out)
+	y, err := yaml.Marshal(in)
+	require.NoError(t, err)
+	assert.Contains(t, string(y), "last-prune-duration: 375µs")
+	assert.Error(t, json.Unmarshal([]byte(`{"last-prune-duration":"soon"}`), &out))
 }
