@@ -16,21 +16,25 @@ import (
 // needs nothing from the reconciler (its next change, if any, is still in
 // the change iterator or the deferred queue).
 //
-//	       observe (a change read: a new version or a delete)
-//	       adopt   (an Error status nobody retries)
-//	       requeue (work the gate held back, or cut short by a stop)
-//	             │
-//	             ▼          start
-//	┌──────► queued ─────────────────► running ───────────────┐
-//	│     (to be handed             (in the executor:         │ settle
-//	│      to the executor)          waiting for the gate,    │ (after commit)
-//	│                                or under way)            │
-//	│                                  │ observe: the newest  │
-//	│                                  │ change becomes its   ▼
-//	│                                  │ successor (next)   done, terminal or superseded:
-//	│                                  │                      gone, or the successor → running
-//	│ due                                                   failed:
-//	└──────── waiting ◄───────────────────────────────────── waiting (retry with backoff)
+//	                      start
+//	    queued ─────────────────────────────► running
+//	(not yet in the           ▲             (in the executor: waiting for
+//	 executor)                │ due          the gate, or under way; a
+//	    ▲                     │              change read meanwhile becomes
+//	    │                  waiting           its successor, next)
+//	    │               (retry heap)                   │
+//	    │                     ▲                        │ settle, after
+//	    │                     └────── failed ──────────┤ its commit
+//	    └───────────────── successor, if any ──────────┤
+//	                                                   └─► gone: done,
+//	                                                       terminal, or the
+//	                                                       object changed
+//
+// A keyState is created by observe (a change read: a new version or a
+// delete), adopt (an Error status that no retry is for, which waits) or
+// track (an untracked task that failed or never started), and ends with
+// forget. requeue puts a running one back in the queue: the gate held its
+// task back, or a stop cut it short.
 //
 // Invariants:
 //

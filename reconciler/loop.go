@@ -60,7 +60,7 @@ func (r *reconciler[Obj]) run(ctx context.Context, health cell.Health) error {
 		if l.exec.room() <= 0 || paused {
 			watch, retryC = nil, nil // read nothing new; commit what finishes
 		}
-		if paused != l.wasPaused || (!paused && len(r.keys.queued) > 0) {
+		if paused != l.wasPaused || (watch != nil && len(r.keys.queued) > 0) {
 			pauseChanged = closedChan // a round now
 		}
 		select {
