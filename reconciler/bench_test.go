@@ -198,7 +198,7 @@ func benchRounds(b *testing.B, batch bool, opts ...Option) {
 // BenchmarkCommitFloor's time is).
 func BenchmarkCommit(b *testing.B) {
 	r := newBenchReconciler(b, false)
-	l := &loop[*benchObj]{r: r, exec: &inline[*benchObj]{}}
+	l := &loop[*benchObj]{r: r, exec: &executor[*benchObj]{}}
 	insertPending(r, benchRound)
 	ops := make([]op[*benchObj], 0, benchRound)
 	var locked time.Duration
@@ -252,7 +252,7 @@ func BenchmarkCommitFloor(b *testing.B) {
 // statuses plus 1000 retries queued (and then dropped, untimed).
 func BenchmarkCommitErrors(b *testing.B) {
 	r := newBenchReconciler(b, false)
-	l := &loop[*benchObj]{r: r, exec: &inline[*benchObj]{}}
+	l := &loop[*benchObj]{r: r, exec: &executor[*benchObj]{}}
 	insertPending(r, benchRound)
 	ops := make([]op[*benchObj], 0, benchRound)
 	errFail := fmt.Errorf("bench failure")

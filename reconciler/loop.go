@@ -17,7 +17,7 @@ import (
 type loop[Obj any] struct {
 	r       *reconciler[Obj]
 	changes statedb.ChangeIterator[Obj]
-	exec    executor[Obj]
+	exec    *executor[Obj]
 	prune   pruneSchedule
 	health  healthReporter
 

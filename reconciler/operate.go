@@ -28,23 +28,68 @@ type op[Obj any] struct {
 }
 
 // executor is the operate stage of a round: it runs the ops collected in
-// the round and returns those whose outcome is known. There are two:
-// inline, which runs them on the loop's goroutine (WithConcurrency(1)), and
-// workerPool, which hands them to worker goroutines and returns what they
-// finished since the last round. Either starts an operation only when
-// gate.enter allows, at the moment it starts; an op it never started comes
-// back with ran == false. Every method is called from the loop's goroutine.
-type executor[Obj any] interface {
-	operate(ctx context.Context, txn statedb.ReadTxn, work []op[Obj]) (finished []op[Obj])
-	// room is how many more ops it takes now.
-	room() int
-	// finished is signalled when ops finish outside operate; nil for inline.
-	finished() <-chan struct{}
-	// load describes the ops it holds, as of now.
-	load(now time.Time) execLoad
-	// stop waits for the operations under way to return and gives back
-	// every op not yet returned by operate.
-	stop() (left []op[Obj])
+// the round and returns those whose outcome is known. It has two modes:
+// inline (WithConcurrency(1)), which runs them on the loop's goroutine and
+// returns them all, and a workerPool, which hands them to worker goroutines
+// and returns what they finished since the last round. Either starts an
+// operation only when gate.enter allows, at the moment it starts; an op it
+// never started comes back with ran == false. Every method is called from
+// the loop's goroutine.
+type executor[Obj any] struct {
+	inline runner[Obj]      // inline mode
+	size   int              // inline mode: the round size
+	pool   *workerPool[Obj] // nil in inline mode
+}
+
+func newExecutor[Obj any](ctx context.Context, r *reconciler[Obj]) *executor[Obj] {
+	if r.opts.concurrency > 1 {
+		return &executor[Obj]{pool: newWorkerPool(ctx, r)}
+	}
+	return &executor[Obj]{inline: runner[Obj]{r: r}, size: r.opts.roundSize}
+}
+
+// operate runs work, or hands it to the workers, and returns the ops
+// finished: inline, all of work; with workers, what finished since the
+// last call.
+func (e *executor[Obj]) operate(ctx context.Context, txn statedb.ReadTxn, work []op[Obj]) (finished []op[Obj]) {
+	if e.pool != nil {
+		return e.pool.operate(work)
+	}
+	e.inline.run(ctx, txn, work)
+	return work
+}
+
+// room is how many more ops it takes now.
+func (e *executor[Obj]) room() int {
+	if e.pool != nil {
+		return e.pool.limit - e.pool.held
+	}
+	return e.size
+}
+
+// finished is signalled when ops finish outside operate; nil inline.
+func (e *executor[Obj]) finished() <-chan struct{} {
+	if e.pool != nil {
+		return e.pool.signal
+	}
+	return nil
+}
+
+// load describes the ops it holds, as of now.
+func (e *executor[Obj]) load(now time.Time) execLoad {
+	if e.pool != nil {
+		return e.pool.load(now)
+	}
+	return execLoad{}
+}
+
+// stop waits for the operations under way to return and gives back every
+// op not yet returned by operate.
+func (e *executor[Obj]) stop() (left []op[Obj]) {
+	if e.pool != nil {
+		return e.pool.stop()
+	}
+	return nil
 }
 
 // execLoad describes what an executor holds.
@@ -54,29 +99,6 @@ type execLoad struct {
 	// operations under way have run.
 	unfinished, longest time.Duration
 }
-
-func newExecutor[Obj any](ctx context.Context, r *reconciler[Obj]) executor[Obj] {
-	if r.opts.concurrency > 1 {
-		return newWorkerPool(ctx, r)
-	}
-	return &inline[Obj]{run: runner[Obj]{r: r}, size: r.opts.roundSize}
-}
-
-// inline runs the ops of a round one after another on the loop's
-// goroutine, in the order collected, and returns them all.
-type inline[Obj any] struct {
-	run  runner[Obj]
-	size int
-}
-
-func (in *inline[Obj]) operate(ctx context.Context, txn statedb.ReadTxn, work []op[Obj]) []op[Obj] {
-	in.run.run(ctx, txn, work)
-	return work
-}
-func (in *inline[Obj]) room() int              { return in.size }
-func (*inline[Obj]) finished() <-chan struct{} { return nil }
-func (*inline[Obj]) load(time.Time) execLoad   { return execLoad{} }
-func (*inline[Obj]) stop() []op[Obj]           { return nil }
 
 // workerPool runs ops on n goroutines. The lifecycle keeps one op per key
 // in it; workers take ops from queue when the gate is open and put them,
@@ -126,7 +148,7 @@ func (p *workerPool[Obj]) broadcast() {
 }
 
 // operate queues work and returns the ops finished so far.
-func (p *workerPool[Obj]) operate(_ context.Context, _ statedb.ReadTxn, work []op[Obj]) []op[Obj] {
+func (p *workerPool[Obj]) operate(work []op[Obj]) []op[Obj] {
 	if len(work) > 0 {
 		p.held += len(work)
 		p.mu.Lock()
@@ -158,9 +180,6 @@ func (p *workerPool[Obj]) operate(_ context.Context, _ statedb.ReadTxn, work []o
 // gatherYields is how many times a round yields before taking the finished
 // operations.
 const gatherYields = 3
-
-func (p *workerPool[Obj]) room() int                 { return p.limit - p.held }
-func (p *workerPool[Obj]) finished() <-chan struct{} { return p.signal }
 
 func (p *workerPool[Obj]) load(now time.Time) execLoad {
 	p.mu.Lock()
