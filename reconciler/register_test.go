@@ -68,7 +68,8 @@ func TestRegisterRejectsBadInput(t *testing.T) {
 		{"negative refresh", func(a *args) { a.opts = []reconciler.Option{reconciler.WithRefreshing(-time.Second, nil)} }, "refresh interval must not be negative"},
 		{"jitter one", func(a *args) { a.opts = []reconciler.Option{reconciler.WithRetryJitter(1)} }, "retry jitter must be in [0, 1)"},
 		{"jitter negative", func(a *args) { a.opts = []reconciler.Option{reconciler.WithRetryJitter(-0.1)} }, "retry jitter"},
-		{"zero workers", func(a *args) { a.opts = []reconciler.Option{reconciler.WithConcurrency(0)} }, "concurrency must be positive"},
+		{"zero workers", func(a *args) { a.opts = []reconciler.Option{reconciler.WithConcurrency(0)} }, "concurrency must be in [1, 65536]"},
+		{"too many workers", func(a *args) { a.opts = []reconciler.Option{reconciler.WithConcurrency(1 << 20)} }, "concurrency must be in [1, 65536]"},
 		{"negative timeout", func(a *args) { a.opts = []reconciler.Option{reconciler.WithOperationTimeout(-1)} }, "operation timeout must not be negative"},
 	}
 	for _, tc := range cases {
