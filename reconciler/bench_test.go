@@ -212,7 +212,7 @@ func BenchmarkCommit(b *testing.B) {
 		now := time.Now()
 		l.prepare(ops, now)
 		t0 := time.Now()
-		l.write(ops)
+		l.write(ops, now)
 		locked += time.Since(t0)
 		if out := l.settle(ops, now); out.failed != 0 {
 			b.Fatalf("%d failed", out.failed)

@@ -36,7 +36,11 @@ func (l *loop[Obj]) collect(txn statedb.ReadTxn, now time.Time, room int) []op[O
 		return nil
 	}
 	for _, s := range lc.takeQueued(room) {
-		l.start(s)
+		if l.current(txn, s) {
+			l.start(s)
+		} else {
+			lc.forget(s)
+		}
 	}
 	left := room - len(l.work)
 	due, dueOK := lc.nextDue()
@@ -147,40 +151,53 @@ func (l *loop[Obj]) adopt(obj Obj, rev statedb.Revision, st status.Status, now t
 }
 
 // collectRetries takes retries due at now, up to budget. A retry whose
-// object changed since is dropped: the change brings its own work.
-//
-// An update is retried on the object as it is in the table (Update may have
-// modified it, and another reconciler may have written its own status since)
-// but with this reconciler's status put back to the one that asked for the
-// work, Pending or Refreshing, rather than the Error status the failure
-// wrote: an operation that reads the status sees the same request on every
-// attempt.
+// object changed since is dropped (see current).
 func (l *loop[Obj]) collectRetries(txn statedb.ReadTxn, now time.Time, budget int) {
-	r, lc := l.r, l.r.keys
+	lc := l.r.keys
 	for added := 0; added < budget; {
 		s, ok := lc.popDue(now.UnixNano())
 		if !ok {
 			return
 		}
-		cur, rev, found := r.lookup(txn, s.task.obj)
-		switch {
-		case s.task.delete && found:
-			lc.forget(s) // inserted again: the insert brings its work
-			continue
-		case s.task.delete:
-		case !found || r.getStatus(cur).ID() != s.errID:
-			lc.forget(s) // changed or deleted since
-			continue
-		default:
+		if !s.task.delete {
 			// The attempt answers the Error status in the table: that
 			// is the status its commit expects to find.
-			asked := r.getStatus(s.task.obj)
-			s.task.obj, s.task.rev, s.task.statusID = r.setStatus(r.clone(cur), asked), rev, s.errID
+			s.task.statusID = s.errID
+		}
+		if !l.current(txn, s) {
+			lc.forget(s)
+			continue
 		}
 		s.task.ready = s.due
 		l.start(s)
 		added++
 	}
+}
+
+// current reports whether the task of s, queued or due for a retry, is
+// still what the table asks for, and if so brings its object up to date.
+// Work queued before a stop, or a retry, may have been overtaken by a
+// change not read yet: that change brings its own work, and the task is
+// dropped. A delete is current while the key is absent; an update while
+// the object carries the status the task answers, whatever else changed
+// (another reconciler's status, say). The update is then applied to the
+// object as it is in the table (Update may have modified it, and another
+// reconciler may have written its own status since) but with this
+// reconciler's status put back to the one that asked for the work, Pending
+// or Refreshing, rather than the Error status a failure wrote: an
+// operation that reads the status sees the same request on every attempt.
+func (l *loop[Obj]) current(txn statedb.ReadTxn, s *keyState[Obj]) bool {
+	r := l.r
+	cur, rev, found := r.lookup(txn, s.task.obj)
+	switch {
+	case s.task.delete:
+		return !found
+	case !found || r.getStatus(cur).ID() != s.task.statusID:
+		return false
+	case rev != s.task.rev:
+		s.task.obj, s.task.rev = r.setStatus(r.clone(cur), r.getStatus(s.task.obj)), rev
+	}
+	return true
 }
 
 // collectDeferred takes up to budget deferred changes, oldest first,

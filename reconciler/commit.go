@@ -27,7 +27,7 @@ func (l *loop[Obj]) commit(ops []op[Obj], now time.Time) (out commitOutcome) {
 		return out
 	}
 	if l.prepare(ops, now) > 0 {
-		l.write(ops)
+		l.write(ops, now)
 	}
 	return l.settle(ops, now)
 }
@@ -45,12 +45,6 @@ func (l *loop[Obj]) prepare(ops []op[Obj], now time.Time) (writes int) {
 		o := &ops[i]
 		if !o.ran || o.delete {
 			continue
-		}
-		if _, ok := r.keyOf(o.updated); !ok {
-			// Update changed the object's primary key away: its changes
-			// cannot be stored. Record that on the object as it was.
-			o.err = fmt.Errorf("%w: Update left the object without one", ErrNoPrimaryKey)
-			o.updated = r.clone(o.obj)
 		}
 		var st status.Status
 		switch {
@@ -71,13 +65,21 @@ func (l *loop[Obj]) prepare(ops []op[Obj], now time.Time) (writes int) {
 // the revisions it wrote as the loop's own. An op whose status is written
 // keeps ran; one whose status is not (its object changed) is marked by
 // clearing updated's status identity in written.
-func (l *loop[Obj]) write(ops []op[Obj]) {
+func (l *loop[Obj]) write(ops []op[Obj], now time.Time) {
 	r := l.r
 	wtxn := r.db.WriteTxn(r.table)
 	lo := r.table.Revision(wtxn) // the table's revision before the writes
 	for i := range ops {
 		if o := &ops[i]; o.ran && !o.delete {
 			o.written, o.over = r.writeStatus(wtxn, o)
+			if !o.written && o.noKey {
+				// Update changed the fields the primary index reads: its
+				// changes cannot be stored. Record that on the object as
+				// it was.
+				o.err = fmt.Errorf("%w: Update left the object without one", ErrNoPrimaryKey)
+				o.updated = r.setStatus(r.clone(o.obj), status.ErrorAt(now, o.err))
+				o.written, o.over = r.writeStatus(wtxn, o)
+			}
 		}
 	}
 	if hi := r.table.Revision(wtxn); hi > lo {
@@ -99,14 +101,15 @@ func (l *loop[Obj]) write(ops []op[Obj]) {
 func (r *reconciler[Obj]) writeStatus(wtxn statedb.WriteTxn, o *op[Obj]) (written, over bool) {
 	cur, found, err := r.table.CompareAndSwap(wtxn, o.rev, o.updated)
 	switch {
-	case err == nil:
-		if !found {
-			_, hasKey := r.keyOf(o.updated)
-			if !hasKey {
-				r.noKey("a status write (setStatus removed it)", o.updated)
-				return false, false
-			}
+	case err == nil && !found:
+		// StateDB stores nothing for an object without a primary key and
+		// says so only this way (a compare-and-swap needs the object).
+		if o.noKey {
+			r.noKey("a status write (setStatus removed it)", o.updated)
 		}
+		o.noKey = true
+		return false, false
+	case err == nil:
 		return true, false
 	case !found || !errors.Is(err, statedb.ErrRevisionNotEqual):
 		return false, false

@@ -25,6 +25,7 @@ type op[Obj any] struct {
 	ran     bool // the operation returned and err is its outcome
 	written bool // commit wrote the status of an update
 	over    bool // ... over a changed object carrying the same status: the version it applied
+	noKey   bool // the status could not be written: the object had no primary key
 }
 
 // executor is the operate stage of a round: it runs the ops collected in
