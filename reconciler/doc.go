@@ -34,7 +34,7 @@
 //     paused, no prune running, not stopping; this is asked at the moment
 //     it starts.
 //   - New versions and deletes are taken before retries, refresh marks and
-//     the backlog found at start, so those never delay a write by more than
+//     the backlog found at registration, so those never delay a write by more than
 //     a round, however many there are.
 //   - Stopping the hive and starting it again resumes where it stopped:
 //     work cut short by the stop is carried over (and WaitUntilReconciled

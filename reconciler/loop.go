@@ -39,10 +39,6 @@ type loop[Obj any] struct {
 // run is the reconcile job: it waits for something to do and runs a round,
 // until ctx ends. It returns nil on a normal stop.
 func (r *reconciler[Obj]) run(ctx context.Context, health cell.Health) error {
-	if !r.startedOnce {
-		r.startedOnce = true
-		r.backlog = r.table.Revision(r.db.ReadTxn())
-	}
 	l := &loop[Obj]{r: r, changes: r.changes, watch: closedChan,
 		health: healthReporter{health: health}, prune: newPruneSchedule(r)}
 	r.gate.setStopping(false)

@@ -91,8 +91,11 @@ func Register[Obj any](
 
 	// Track changes from now on, not from when the job's goroutine gets to
 	// run, so that no delete between registration and start is missed.
+	// What is in the table now is the backlog, taken after fresh changes;
+	// what is written from now on, even before the job starts, is fresh.
 	wtxn := params.DB.WriteTxn(table)
 	changes, err := table.Changes(wtxn)
+	r.backlog = table.Revision(wtxn)
 	wtxn.Commit()
 	if err != nil {
 		return nil, fmt.Errorf("reconciler.Register: watching changes of table %q: %w", table.Name(), err)
@@ -181,12 +184,11 @@ type reconciler[Obj any] struct {
 	now  func() time.Time
 	rand func() float64
 
-	changes     statedb.ChangeIterator[Obj] // closed when the reconciler is unreachable
-	keys        *lifecycles[Obj]            // what is known about each key
-	deferred    deferredQueue[Obj]          // changes taken after fresh ones
-	lastRev     statedb.Revision            // last change read
-	backlog     statedb.Revision            // the table's revision when the job first started
-	startedOnce bool                        // the job has started before: backlog is set
+	changes  statedb.ChangeIterator[Obj] // closed when the reconciler is unreachable
+	keys     *lifecycles[Obj]            // what is known about each key
+	deferred deferredQueue[Obj]          // changes taken after fresh ones
+	lastRev  statedb.Revision            // last change read
+	backlog  statedb.Revision            // the table's revision at registration
 }
 
 // Prune implements Reconciler.
