@@ -1,6 +1,7 @@
 package reconciler
 
 import (
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -469,8 +470,13 @@ func (lc *lifecycles[Obj]) changes() map[string]*keyState[Obj] {
 // gate answers the one question asked before every operation starts: may
 // an operation start now? Not while paused, not while a prune runs, not
 // once the loop is stopping. Pause, Resume and the loop change it from any
-// goroutine; workers wait on it. Once Pause has returned, enter returns
-// false until Resume.
+// goroutine; workers wait on it.
+//
+// A start is enter, then the call of the operation, then entered. Closing
+// the gate (Pause, a prune) waits for the starts under way, so that once
+// it returns no operation begins: an operation that begins afterwards was
+// called before the gate closed, within the few instructions between
+// entered and the call.
 type gate struct {
 	mu       sync.Mutex
 	paused   bool
@@ -478,17 +484,32 @@ type gate struct {
 	stopping bool
 	changed  chan struct{} // closed and replaced on every change
 	open     atomic.Bool   // !paused && !pruning && !stopping, for a lock-free look
+	starting atomic.Int64  // starts between enter and entered
 	wake     func()        // called on every change, with mu held (workers' broadcast)
 }
+
+// enter reports whether an operation may start now; if so the caller calls
+// entered just before calling the operation.
+func (g *gate) enter() bool {
+	g.starting.Add(1)
+	if g.open.Load() {
+		return true
+	}
+	g.starting.Add(-1)
+	return false
+}
+
+// entered ends a start begun with enter.
+func (g *gate) entered() { g.starting.Add(-1) }
+
+// isOpen reports whether the gate is open, without starting anything.
+func (g *gate) isOpen() bool { return g.open.Load() }
 
 func newGate() *gate {
 	g := &gate{changed: make(chan struct{})}
 	g.open.Store(true)
 	return g
 }
-
-// enter reports whether an operation may start now.
-func (g *gate) enter() bool { return g.open.Load() }
 
 // update applies f, which reports whether it changed anything, and if so
 // tells whoever waits.
@@ -498,7 +519,11 @@ func (g *gate) update(f func() bool) {
 	if !f() {
 		return
 	}
-	g.open.Store(!g.paused && !g.pruning && !g.stopping)
+	open := !g.paused && !g.pruning && !g.stopping
+	g.open.Store(open)
+	for !open && g.starting.Load() > 0 {
+		runtime.Gosched() // a start under way: it calls its operation next
+	}
 	close(g.changed)
 	g.changed = make(chan struct{})
 	if g.wake != nil {

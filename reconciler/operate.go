@@ -216,7 +216,7 @@ func (p *workerPool[Obj]) stop() []op[Obj] {
 func (p *workerPool[Obj]) take(buf []op[Obj]) ([]op[Obj], bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for !p.stopped && (len(p.queue) == 0 || !p.r.gate.enter()) {
+	for !p.stopped && (len(p.queue) == 0 || !p.r.gate.isOpen()) {
 		p.cond.Wait()
 	}
 	if p.stopped {
@@ -295,20 +295,24 @@ func (e *runner[Obj]) run(ctx context.Context, txn statedb.ReadTxn, ops []op[Obj
 	// start.
 	start := time.Now()
 	for i := range ops {
+		o := &ops[i]
+		if !o.delete {
+			o.updated = r.clone(o.obj)
+		}
 		if ctx.Err() != nil || !r.gate.enter() {
 			return
 		}
-		o := &ops[i]
 		o.started = start.UnixNano()
 		name := metrics.OpUpdate
 		if o.delete {
 			name = metrics.OpDelete
 			o.err = r.call(ctx, name, func(ctx context.Context) error {
+				r.gate.entered()
 				return r.ops.Delete(ctx, txn, o.rev, o.obj)
 			})
 		} else {
-			o.updated = r.clone(o.obj)
 			o.err = r.call(ctx, name, func(ctx context.Context) error {
+				r.gate.entered()
 				return r.ops.Update(ctx, txn, o.rev, o.updated)
 			})
 		}
@@ -348,7 +352,7 @@ func (e *runner[Obj]) runBatches(ctx context.Context, txn statedb.ReadTxn, ops [
 }
 
 func (e *runner[Obj]) batch(ctx context.Context, txn statedb.ReadTxn, name string, entries []BatchEntry[Obj]) {
-	if len(entries) == 0 || ctx.Err() != nil || !e.r.gate.enter() {
+	if len(entries) == 0 || ctx.Err() != nil {
 		return
 	}
 	r := e.r
@@ -361,7 +365,11 @@ func (e *runner[Obj]) batch(ctx context.Context, txn statedb.ReadTxn, name strin
 		ops[i].started = start.UnixNano()
 	}
 	defer func() { clear(ops); e.ops = ops[:0] }()
+	if !r.gate.enter() {
+		return
+	}
 	err := r.call(ctx, name+" batch", func(ctx context.Context) error {
+		r.gate.entered()
 		if name == metrics.OpDelete {
 			r.batchOps.DeleteBatch(ctx, txn, entries)
 		} else {
