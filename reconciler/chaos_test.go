@@ -45,12 +45,14 @@ import (
 	"iter"
 	"log/slog"
 	"maps"
+	"math"
 	"math/rand/v2"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -154,11 +156,15 @@ func isPoison(value string) bool { return strings.HasPrefix(value, "poison") }
 // run. It holds key→value pairs, decides faults from a seeded RNG, and
 // records violations of the reconciler's guarantees that it can see.
 type chaosTarget struct {
-	mu         sync.Mutex
-	rng        *rand.Rand
-	failProb   float64
-	slowProb   float64
-	healed     bool
+	mu       sync.Mutex
+	rng      *rand.Rand
+	failProb float64
+	slowProb float64
+	healed   bool
+	// paused: every reconciler's Pause has returned, and Resume is not
+	// called yet. Operations read it (and pruning) first thing, without a
+	// lock, so that the check is as close as can be to the call.
+	paused     atomic.Bool
 	data       map[string]string
 	depSeen    map[string]string // per key, the dependency value its last update saw
 	calls      int
@@ -394,6 +400,7 @@ type chaosOps struct {
 	lastRev      map[string]statedb.Revision
 	prunes       int // completed prunes
 	pruneRunning bool
+	pruning      atomic.Bool // pruneRunning, for the lock-free look of gate
 	lastPruneOK  bool
 	// applied counts, per status identity, the updates that succeeded. A
 	// success more than once (plus the times the test wrote that status
@@ -416,7 +423,15 @@ func (o *chaosOps) label() string {
 	return " reconciler " + o.name
 }
 
-func (o *chaosOps) enter(op, key string, rev statedb.Revision) {
+// gateSeen is what an operation saw first thing: whether every reconciler
+// was paused, and whether its reconciler's prune ran.
+type gateSeen struct{ paused, pruning bool }
+
+func (o *chaosOps) gate() gateSeen {
+	return gateSeen{o.c.paused.Load(), o.pruning.Load()}
+}
+
+func (o *chaosOps) enter(g gateSeen, op, key string, rev statedb.Revision) {
 	c := o.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -424,6 +439,12 @@ func (o *chaosOps) enter(op, key string, rev statedb.Revision) {
 	c.notify()
 	if o.stopped {
 		o.violate("%s %s@%d started after Stop returned", op, key, rev)
+	}
+	if g.paused {
+		o.violate("%s %s@%d started while paused", op, key, rev)
+	}
+	if g.pruning {
+		o.violate("%s %s@%d started while a prune ran", op, key, rev)
 	}
 	o.inFlight[key]++
 	o.running++
@@ -523,27 +544,50 @@ func (o *chaosOps) delete(ctx context.Context, _ statedb.ReadTxn, it *item, inBa
 }
 
 func (o *chaosOps) Update(ctx context.Context, txn statedb.ReadTxn, rev statedb.Revision, it *item) error {
-	o.enter("update", it.ID, rev)
+	g := o.gate()
+	o.enter(g, "update", it.ID, rev)
 	defer o.leave(it.ID)
 	return o.update(ctx, txn, it, false)
 }
 
 func (o *chaosOps) Delete(ctx context.Context, _ statedb.ReadTxn, rev statedb.Revision, it *item) error {
-	o.enter("delete", it.ID, rev)
+	g := o.gate()
+	o.enter(g, "delete", it.ID, rev)
 	defer o.leave(it.ID)
 	return o.delete(ctx, nil, it, false)
 }
 
 // batch applies fn to every entry; sometimes the whole batch panics part way.
-func (o *chaosOps) batch(ctx context.Context, txn statedb.ReadTxn, op string, batch []reconciler.BatchEntry[*item], fn func(context.Context, statedb.ReadTxn, *item, bool) error) {
+func (o *chaosOps) batch(g gateSeen, ctx context.Context, txn statedb.ReadTxn, op string, batch []reconciler.BatchEntry[*item], fn func(context.Context, statedb.ReadTxn, *item, bool) error) {
 	for i := range batch {
-		o.enter(op, batch[i].Object.ID, batch[i].Revision)
+		o.enter(g, op, batch[i].Object.ID, batch[i].Revision)
 	}
 	defer func() {
 		for i := range batch {
 			o.leave(batch[i].Object.ID)
 		}
 	}()
+	// Like a user's BatchOperations, sometimes reorder the entries (sort
+	// them, group them), and sometimes replace one with an entry of its
+	// own making, which the reconciler cannot bind to its object: it
+	// tries that object again.
+	o.c.mu.Lock()
+	reorder, overwrite := o.c.rng.IntN(3) == 0, o.c.rng.IntN(8) == 0
+	if reorder {
+		o.c.rng.Shuffle(len(batch), func(i, j int) { batch[i], batch[j] = batch[j], batch[i] })
+	}
+	o.c.mu.Unlock()
+	if overwrite {
+		defer func() {
+			e := &batch[len(batch)-1]
+			if op == "update" && e.Result == nil {
+				o.c.mu.Lock()
+				o.applied[o.getStatus(e.Object).ID()]-- // it is applied again
+				o.c.mu.Unlock()
+			}
+			*e = reconciler.BatchEntry[*item]{Object: e.Object, Revision: e.Revision, Result: e.Result}
+		}()
+	}
 	panics, at := o.c.chance(o.c.failProb / 4)
 	at %= len(batch)
 	for i := range batch {
@@ -578,11 +622,11 @@ func (o *chaosOps) batch(ctx context.Context, txn statedb.ReadTxn, op string, ba
 }
 
 func (o *chaosOps) UpdateBatch(ctx context.Context, txn statedb.ReadTxn, batch []reconciler.BatchEntry[*item]) {
-	o.batch(ctx, txn, "update", batch, o.update)
+	o.batch(o.gate(), ctx, txn, "update", batch, o.update)
 }
 
 func (o *chaosOps) DeleteBatch(ctx context.Context, txn statedb.ReadTxn, batch []reconciler.BatchEntry[*item]) {
-	o.batch(ctx, txn, "delete", batch, o.delete)
+	o.batch(o.gate(), ctx, txn, "delete", batch, o.delete)
 }
 
 func (o *chaosOps) Prune(ctx context.Context, txn statedb.ReadTxn, objs iter.Seq2[*item, statedb.Revision]) (err error) {
@@ -597,12 +641,14 @@ func (o *chaosOps) Prune(ctx context.Context, txn statedb.ReadTxn, objs iter.Seq
 		o.violate("prune before the table was initialized")
 	}
 	o.pruneRunning = true
+	o.pruning.Store(true)
 	c.mu.Unlock()
 	ok := false
 	defer func() {
 		c.mu.Lock()
 		o.prunes++
 		o.pruneRunning = false
+		o.pruning.Store(false)
 		o.lastPruneOK = ok
 		c.notify()
 		c.mu.Unlock()
@@ -799,14 +845,18 @@ func runChaos(t *testing.T, cfg chaosConfig, seed uint64) {
 			setStatus: (*item).setStatus,
 		}}
 	}
-	roundSize := []int{1, 3, 10, 1000}[rng.IntN(4)]
+	roundSize := []int{1, 3, 10, 1000, math.MaxInt}[rng.IntN(5)]
+	retryMax := 10 * time.Millisecond
+	if rng.IntN(6) == 0 && failProb < 0.25 {
+		retryMax = time.Duration(math.MaxInt64) // saturates; failures stay few
+	}
 	pruneInterval := time.Hour // only the initial prune and Prune() calls
 	if rng.IntN(5) == 0 {
 		pruneInterval = time.Duration(5+rng.IntN(30)) * time.Millisecond
 	}
 	run.opts = []reconciler.Option{
 		reconciler.WithConcurrency(cfg.workers),
-		reconciler.WithRetry(time.Millisecond, 10*time.Millisecond),
+		reconciler.WithRetry(time.Millisecond, retryMax),
 		reconciler.WithRoundLimits(roundSize, nil),
 		reconciler.WithPruning(pruneInterval),
 	}
@@ -820,8 +870,8 @@ func runChaos(t *testing.T, cfg chaosConfig, seed uint64) {
 		run.refresh = true
 		run.opts = append(run.opts, reconciler.WithRefreshing(time.Duration(20+rng.IntN(50))*time.Millisecond, rate.NewLimiter(2000, 100)))
 	}
-	settings := fmt.Sprintf("fail=%.2f slow=%.2f round=%d prune=%s manual-prune=%v timeout=%s refresh=%v",
-		failProb, slowProb, roundSize, pruneInterval, run.manualPrune, timeout, run.refresh)
+	settings := fmt.Sprintf("fail=%.2f slow=%.2f round=%d retry-max=%s prune=%s manual-prune=%v timeout=%s refresh=%v",
+		failProb, slowProb, roundSize, retryMax, pruneInterval, run.manualPrune, timeout, run.refresh)
 
 	level := slog.LevelError + 1 // panics are logged at Error; keep quiet by default
 	if os.Getenv("CONVERGE_CHAOS_LOG") != "" {
@@ -1219,6 +1269,15 @@ func (r *chaosRun) scenario() {
 	if mode == "parked behind" {
 		r.keyMove(k, 1)
 	}
+	if mode == "held in flight" && r.rng.IntN(3) == 0 {
+		// Deleted, a new value, and at once the object in flight again,
+		// status identity included: after a delete, the same identity is
+		// new work.
+		r.keyMove(k, 0)
+		r.keyMove(k, 1)
+		rev := r.write(chaosChange{key: k, obj: first})
+		r.logf("@%d revert %s=%s, the value in flight, after a delete", rev, k, first.Value)
+	}
 	for n := r.rng.IntN(3); n > 0; n-- {
 		r.keyMove(k, r.rng.IntN(4))
 	}
@@ -1234,6 +1293,9 @@ func (r *chaosRun) scenario() {
 
 // setPaused pauses or resumes every reconciler.
 func (r *chaosRun) setPaused(paused bool) {
+	if !paused {
+		r.markPaused(false) // before Resume: starts are allowed from now on
+	}
 	for _, rc := range r.gen.recs {
 		if paused {
 			rc.Pause()
@@ -1241,8 +1303,19 @@ func (r *chaosRun) setPaused(paused bool) {
 			rc.Resume()
 		}
 	}
+	if paused {
+		r.markPaused(true) // every Pause has returned: no start from now on
+	}
 	r.gen.paused = paused
 	r.logf("paused: %v", paused)
+}
+
+// markPaused tells the targets whether every reconciler is paused, so
+// that they flag an operation that starts meanwhile.
+func (r *chaosRun) markPaused(paused bool) {
+	for _, rec := range r.recs {
+		rec.target.paused.Store(paused)
+	}
 }
 
 // waitCalls waits for n more calls on the target, or for the timeout.
@@ -1270,6 +1343,7 @@ func (r *chaosRun) waitCalls(c *chaosTarget, n int, timeout time.Duration) {
 // startGen starts a hive over a new table holding desired, all Pending, and
 // marks the table initialized now or after a few steps.
 func (r *chaosRun) startGen(desired map[string]string) {
+	r.markPaused(false) // a new generation's reconcilers are not paused
 	r.gens++
 	clear(r.written) // statuses of an earlier generation mean nothing to this one
 	clear(r.read)
