@@ -74,18 +74,31 @@ func TestErrorWrittenBackIsRetried(t *testing.T) {
 // the retry when it came due.
 func TestErrorWrittenBackOverALaterFailureIsRetried(t *testing.T) {
 	var calls atomic.Int32
-	release := make(chan struct{})
-	ops := &funcOps{update: func(_ context.Context, _ statedb.Revision, it *item) error {
+	proceed, release := make(chan struct{}), make(chan struct{})
+	wait := func(ctx context.Context, ch <-chan struct{}) error {
+		select {
+		case <-ch:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	ops := &funcOps{update: func(ctx context.Context, _ statedb.Revision, it *item) error {
 		switch calls.Add(1) {
-		case 1, 2:
+		case 1:
+			return errors.New("target down")
+		case 2: // fails once the test has read the first failure
+			if err := wait(ctx, proceed); err != nil {
+				return err
+			}
 			return errors.New("target down")
 		}
-		<-release
-		return nil
+		return wait(ctx, release)
 	}}
 	f := startFixture(t, ops, nil, reconciler.WithRetry(time.Millisecond, time.Millisecond))
 	f.upsert(&item{ID: "a", Value: "v1"})
 	first := f.waitKind("a", status.KindError)
+	close(proceed)
 	// Wait for the second failure's status, then write the first back.
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

@@ -25,10 +25,14 @@ type gatedBenchOps struct {
 	data    map[uint64]bool
 }
 
-func (g *gatedBenchOps) Update(_ context.Context, _ statedb.ReadTxn, _ statedb.Revision, o *benchObj) error {
+func (g *gatedBenchOps) Update(ctx context.Context, _ statedb.ReadTxn, _ statedb.Revision, o *benchObj) error {
 	if o.id == g.held {
 		g.entered <- struct{}{}
-		<-g.gate
+		select {
+		case <-g.gate:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
