@@ -30,6 +30,9 @@ package reconciler_test
 // Environment:
 //
 //	CONVERGE_CHAOS_SEEDS=N  run N seeds per configuration (default 10)
+//	CONVERGE_CHAOS_FOR=D    run seeds for duration D instead (for example 10m),
+//	                        shared equally by the configurations; prints the
+//	                        seed range each covered
 //	CONVERGE_CHAOS_FIRST=K  number seeds from K (default 1), to cover new ground
 //	CONVERGE_CHAOS_SEED=S   run seed S only (replay); or -run 'TestChaos/<config>/seed=S$'
 //	CONVERGE_CHAOS_LOG=1    log the hive and reconciler at debug level
@@ -123,13 +126,34 @@ func TestChaos(t *testing.T) {
 		{1, false, false}, {1, true, false}, {4, false, false}, {4, true, false},
 		{1, false, true}, {4, false, true}, {4, true, true},
 	}
+	// CONVERGE_CHAOS_FOR runs seeds for a while instead of a count: each
+	// configuration gets an equal share of the time, from the first seed on.
+	var share time.Duration
+	if s := os.Getenv("CONVERGE_CHAOS_FOR"); s != "" && os.Getenv("CONVERGE_CHAOS_SEED") == "" {
+		d, err := time.ParseDuration(s)
+		require.NoError(t, err, "CONVERGE_CHAOS_FOR")
+		share = d / time.Duration(len(configs))
+	}
 	for _, cfg := range configs {
 		t.Run(cfg.String(), func(t *testing.T) {
-			for _, seed := range seeds {
+			if share == 0 {
+				for _, seed := range seeds {
+					t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+						runChaos(t, cfg, seed)
+					})
+				}
+				return
+			}
+			first := envInt(t, "CONVERGE_CHAOS_FIRST", 1)
+			seed, end := first, time.Now().Add(share)
+			for ; time.Now().Before(end) && !t.Failed(); seed++ {
 				t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 					runChaos(t, cfg, seed)
 				})
 			}
+			msg := fmt.Sprintf("chaos %s: seeds %d to %d in %s", cfg, first, seed-1, share)
+			t.Log(msg)
+			fmt.Println(msg)
 		})
 	}
 }
