@@ -7,18 +7,25 @@ package reconciler_test
 // keep the status identities they carry), and the same moves
 // made on purpose while the object's operation is held in flight, while a
 // newer version is parked behind it, or while it waits for a retry;
-// operations that fail, fail after applying, fail terminally, ask for a
-// retry, panic or are slow (honouring ctx), random Reconciler.Prune calls,
-// and restarts: a new hive and a freshly populated table over the same
-// target, or the same hive stopped, changed while stopped, and started again.
+// a delete, a new value and the object in flight again while its update is
+// held; operations that fail, fail after applying, fail terminally, ask for
+// a retry, panic or are slow (honouring ctx); batches that reorder their
+// entries or replace one with an entry of their own; random
+// Reconciler.Prune calls, Pause and Resume at any moment; option values at
+// the edges (round sizes of 1 and math.MaxInt, a retry maximum of
+// MaxInt64); and restarts: a new hive and a freshly populated table over
+// the same target, or the same hive stopped, changed while stopped, and
+// started again.
 // At the end the faults are turned off and the system must converge: the
 // target holds exactly the table's key→value pairs, every object is Done
 // (or Error for a "poison" value, which always fails terminally and must
 // never reach the target), and health is OK. Along the way the targets
 // check that at most one operation per object is in flight, an object's
 // operations come in revision order, no operation starts after Stop
-// returned, Prune comes only after initialization and with the whole table,
-// and no update is redone once it succeeded for a status. The "-set"
+// returned, none starts after every Pause returned and before Resume, none
+// while its reconciler's prune runs, Prune comes only after initialization
+// and with the whole table, and no update is redone once it succeeded for a
+// status. The "-set"
 // configurations run two reconcilers sharing the objects through a
 // status.Set, each with its own target.
 //
@@ -40,6 +47,7 @@ package reconciler_test
 // A long run:
 //
 //	CONVERGE_CHAOS_SEEDS=1000 go test -run TestChaos -failfast -timeout 60m ./reconciler/
+//	CONVERGE_CHAOS_FOR=10m go test -run TestChaos -v -timeout 20m ./reconciler/ | grep ^chaos
 
 import (
 	"context"
