@@ -50,6 +50,11 @@ func errorText(err error) string {
 	return err.Error()
 }
 
+// GetError returns the error text of an Error status, "" for other kinds.
+// It matches the StateDB reconciler's Status.GetError, whose Error field is
+// a pointer; here the field itself is the text.
+func (s Status) GetError() string { return s.Error }
+
 // Pending returns a status that asks the reconciler to apply the object. Set
 // it whenever the object's desired state changes.
 func Pending() Status { return newStatus(KindPending, time.Now(), "") }
