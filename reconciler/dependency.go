@@ -1,7 +1,5 @@
 package reconciler
 
-//lint:file-ignore U1000 staticcheck (v0.6, v0.7) misses that methods of a generic type are used through a generic interface (dependencyOf); the dependency tests cover them.
-
 import (
 	"context"
 	"fmt"
@@ -46,7 +44,14 @@ import (
 // option with ErrInvalidConfig otherwise, or if table or mapper is nil.
 func WithDependency[Obj, Dep any](table statedb.Table[Dep], mapper func(dep Dep, deleted bool) []statedb.Query[Obj]) Option {
 	return func(o *options) {
-		o.dependencies = append(o.dependencies, &dependency[Obj, Dep]{table: table, mapper: mapper})
+		d := &dependency[Obj, Dep]{table: table, mapper: mapper}
+		o.dependencies = append(o.dependencies, func(r any) (job.Job, error) {
+			rr, ok := r.(*reconciler[Obj])
+			if !ok {
+				return nil, fmt.Errorf("reconciler.Register: WithDependency's queries are not of the reconciled table's object type: %w", ErrInvalidConfig)
+			}
+			return d.register(rr)
+		})
 	}
 }
 
@@ -56,21 +61,11 @@ type dependency[Obj, Dep any] struct {
 	mapper func(Dep, bool) []statedb.Query[Obj]
 }
 
-// dependencyOf is a dependency of a reconciler of Obj, whatever its table's
-// object type.
-type dependencyOf[Obj any] interface {
-	register(r *reconciler[Obj]) (job.Job, error)
-}
-
 // registerDependencies checks the dependencies and returns their jobs.
 func registerDependencies[Obj any](r *reconciler[Obj]) ([]job.Job, error) {
 	var jobs []job.Job
 	for _, d := range r.opts.dependencies {
-		dep, ok := d.(dependencyOf[Obj])
-		if !ok {
-			return nil, fmt.Errorf("reconciler.Register: WithDependency's queries are not of the reconciled table's type %T: %w", *new(Obj), ErrInvalidConfig)
-		}
-		j, err := dep.register(r)
+		j, err := d(r)
 		if err != nil {
 			return nil, err
 		}

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/cilium/hive/job"
 	"github.com/cilium/statedb"
 
 	"golang.org/x/time/rate"
@@ -58,7 +59,9 @@ type options struct {
 	startTimeout time.Duration
 	startTables  []statedb.TableMeta
 
-	dependencies []any // dependency[Obj] of the reconciled table's Obj
+	// dependencies register the jobs of WithDependency, given the
+	// *reconciler[Obj]; they refuse one of another object type.
+	dependencies []func(r any) (job.Job, error)
 }
 
 // defaultOptions returns the defaults listed in the doc of [Option]; keep
