@@ -159,16 +159,11 @@ func (l *loop[Obj]) collectRetries(txn statedb.ReadTxn, now time.Time, budget in
 		if !ok {
 			return
 		}
-		if !s.task.delete {
-			// The attempt answers the Error status in the table: that
-			// is the status its commit expects to find.
-			s.task.statusID = s.errID
-		}
+		lc.attempt(s)
 		if !l.current(txn, s) {
 			lc.forget(s)
 			continue
 		}
-		s.task.ready = s.due
 		l.start(s)
 		added++
 	}
@@ -195,7 +190,7 @@ func (l *loop[Obj]) current(txn statedb.ReadTxn, s *keyState[Obj]) bool {
 	case !found || r.getStatus(cur).ID() != s.task.statusID:
 		return false
 	case rev != s.task.rev:
-		s.task.obj, s.task.rev = r.setStatus(r.clone(cur), r.getStatus(s.task.obj)), rev
+		r.keys.retarget(s, r.setStatus(r.clone(cur), r.getStatus(s.task.obj)), rev)
 	}
 	return true
 }

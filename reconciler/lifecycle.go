@@ -226,6 +226,23 @@ func (lc *lifecycles[Obj]) nextDue() (int64, bool) {
 	return lc.heap[0].due, true
 }
 
+// attempt readies the task of s, just taken due from the retry heap, for
+// another attempt: an update answers the Error status written for it,
+// which its commit expects to find in the table.
+func (lc *lifecycles[Obj]) attempt(s *keyState[Obj]) {
+	if !s.task.delete {
+		s.task.statusID = s.errID
+	}
+	s.task.ready = s.due
+}
+
+// retarget points the task of s at obj, the same version of the object
+// found at revision rev: only another reconciler's status, or this one's
+// Error status, changed since.
+func (lc *lifecycles[Obj]) retarget(s *keyState[Obj], obj Obj, rev statedb.Revision) {
+	s.task.obj, s.task.rev = obj, rev
+}
+
 // start moves s to the running phase: its task is handed to the executor.
 func (lc *lifecycles[Obj]) start(s *keyState[Obj]) {
 	if s.phase == phaseWaiting {
