@@ -190,3 +190,64 @@ func waitKeyless(t *testing.T, db *statedb.DB, table statedb.Table[*keyless], wa
 		}
 	}
 }
+
+// A refresh mark whose setStatus drops the key leaves that object alone
+// and still refreshes the others.
+func TestRefreshMarkWithoutPrimaryKey(t *testing.T) {
+	ops := &keylessOps{applied: map[string]bool{}}
+	var (
+		db    *statedb.DB
+		table statedb.RWTable[*keyless]
+	)
+	setStatus := func(o *keyless, s status.Status) *keyless {
+		o.Status = s
+		if o.ID == "a" && s.Kind == status.KindRefreshing {
+			o.Gone = true
+		}
+		return o
+	}
+	h := hive.New(statedb.Cell, job.Cell, cell.Provide(cell.NewSimpleHealth),
+		cell.Module("test", "test",
+			cell.Provide(job.Registry.NewGroup),
+			cell.Invoke(func(d *statedb.DB, p reconciler.Params) error {
+				db = d
+				var err error
+				if table, err = statedb.NewTable(d, "keyless", keylessID); err != nil {
+					return err
+				}
+				_, err = reconciler.Register(p, table,
+					func(o *keyless) *keyless { c := *o; return &c }, setStatus,
+					func(o *keyless) status.Status { return o.Status },
+					ops, nil, reconciler.WithRefreshing(10*time.Millisecond, nil))
+				return err
+			})))
+	require.NoError(t, h.Start(hivetest.Logger(t), context.Background()))
+	t.Cleanup(func() { require.NoError(t, h.Stop(hivetest.Logger(t), context.Background())) })
+
+	wtxn := db.WriteTxn(table)
+	for _, id := range []string{"a", "b"} {
+		_, _, err := table.Insert(wtxn, &keyless{ID: id, Status: status.Pending()})
+		require.NoError(t, err)
+	}
+	wtxn.Commit()
+	first := waitKeyless(t, db, table, map[string]status.Kind{"a": status.KindDone, "b": status.KindDone})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for refreshes := 0; refreshes < 3; {
+		obj, _, watch, found := table.GetWatch(db.ReadTxn(), keylessID.Query("b"))
+		require.True(t, found)
+		if obj.Status.Kind == status.KindDone && obj.Status.ID() != first["b"].Status.ID() {
+			refreshes++
+			first["b"] = obj
+			continue
+		}
+		select {
+		case <-watch:
+		case <-ctx.Done():
+			t.Fatalf("b was not refreshed: %+v", obj.Status)
+		}
+	}
+	a, _, found := table.Get(db.ReadTxn(), keylessID.Query("a"))
+	require.True(t, found, "a is still in the table")
+	assert.Equal(t, first["a"].Status.ID(), a.Status.ID(), "a was left alone")
+}

@@ -120,8 +120,12 @@ func (r *reconciler[Obj]) markRefreshing(batch []refreshCandidate[Obj]) {
 	wtxn := r.db.WriteTxn(r.table)
 	marked := 0
 	for _, c := range batch {
-		if _, _, err := r.table.CompareAndSwap(wtxn, c.rev, r.setStatus(r.clone(c.obj), status.RefreshingAt(now))); err == nil {
+		obj := r.setStatus(r.clone(c.obj), status.RefreshingAt(now))
+		switch _, had, err := r.table.CompareAndSwap(wtxn, c.rev, obj); {
+		case err == nil && had:
 			marked++
+		case err == nil: // StateDB stored nothing: obj has no primary key
+			r.noKey("a refresh mark (setStatus removed it)", obj)
 		}
 	}
 	wtxn.Commit()
