@@ -44,6 +44,19 @@
 //   - A batch result belongs to its entry, wherever [BatchOperations] left
 //     it in the slice.
 //
+// # Objects without a primary key
+//
+// StateDB v0.9 lets a primary indexer say an object has no key, and then
+// stores nothing for it, so every object the reconciler reads from the
+// table (changes, retries, prunes, refresh sweeps, dependency queries) has
+// one. Only a user function can make one: an Update that changes the
+// fields the primary index reads gets an Error status wrapping
+// [ErrNoPrimaryKey], written on the object as it was, and is retried; a
+// clone or setStatus that drops the key (for a status write, a refresh or a
+// dependency mark) is logged at Error level with [ErrNoPrimaryKey] and
+// that object is left alone. Other objects are never affected, and nothing
+// panics.
+//
 // # Errors returned by operations
 //
 // Any error marks the object Error and schedules a retry with backoff
