@@ -87,6 +87,10 @@ func ErrorAt(at time.Time, err error) Status {
 	return newStatus(KindError, at, errorText(err))
 }
 
+// TerminalError is [Error] with [Status.Terminal] set: a failure that
+// retrying cannot fix, stamped now. See [TerminalErrorAt].
+func TerminalError(err error) Status { return TerminalErrorAt(time.Now(), err) }
+
 // TerminalErrorAt is [ErrorAt] with [Status.Terminal] set: it records a
 // failure that retrying cannot fix. Reconcilers write it for errors marked
 // terminal; an object carrying it is not retried until it changes.

@@ -160,3 +160,15 @@ func TestStatusStringFresh(t *testing.T) {
 	assert.Regexp(t, `^Pending \((0s|\d+ms) ago\)$`, status.Pending().String())
 	assert.Regexp(t, `^Error: <nil> \((0s|\d+ms) ago\)$`, status.Error(nil).String())
 }
+
+func TestTerminalError(t *testing.T) {
+	before := time.Now()
+	s := status.TerminalError(errors.New("invalid"))
+	assert.Equal(t, status.KindError, s.Kind)
+	assert.True(t, s.Terminal)
+	assert.Equal(t, "invalid", s.Error)
+	assert.Equal(t, "invalid", s.GetError())
+	assert.False(t, s.UpdatedAt.Before(before))
+	assert.NotZero(t, s.ID())
+	assert.NotEqual(t, s.ID(), status.TerminalError(errors.New("invalid")).ID(), "each call a fresh identity")
+}
