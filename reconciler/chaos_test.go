@@ -193,10 +193,10 @@ type chaosTarget struct {
 	failProb float64
 	slowProb float64
 	healed   bool
-	// paused: every reconciler's Pause has returned, and Resume is not
-	// called yet. Operations read it (and pruning) first thing, without a
-	// lock, so that the check is as close as can be to the call.
-	paused     atomic.Bool
+	// pausedAt is when every reconciler's Pause had returned (Unix ns),
+	// 0 while not paused. Operations read it (and pruningAt) first thing,
+	// without a lock, as close to the call as a target can be.
+	pausedAt   atomic.Int64
 	data       map[string]string
 	depSeen    map[string]string // per key, the dependency value its last update saw
 	calls      int
@@ -432,7 +432,7 @@ type chaosOps struct {
 	lastRev      map[string]statedb.Revision
 	prunes       int // completed prunes
 	pruneRunning bool
-	pruning      atomic.Bool // pruneRunning, for the lock-free look of gate
+	pruningAt    atomic.Int64 // when the running prune began (Unix ns), 0 if none
 	lastPruneOK  bool
 	// applied counts, per status identity, the updates that succeeded. A
 	// success more than once (plus the times the test wrote that status
@@ -459,8 +459,19 @@ func (o *chaosOps) label() string {
 // was paused, and whether its reconciler's prune ran.
 type gateSeen struct{ paused, pruning bool }
 
+// startGrace is how long after Pause returned (or a prune began) an
+// operation may still show its first line. The reconciler decides at the
+// gate, just before it calls the operation; the operation's first line
+// comes a few instructions later, but the goroutine may be descheduled in
+// between. A start later than this after Pause returned is the
+// reconciler's, not the scheduler's; the bugs this checks for start much
+// later (after a commit, a round, a release by the test).
+const startGrace = 20 * time.Millisecond
+
 func (o *chaosOps) gate() gateSeen {
-	return gateSeen{o.c.paused.Load(), o.pruning.Load()}
+	now := time.Now().UnixNano()
+	late := func(at int64) bool { return at != 0 && now-at > int64(startGrace) }
+	return gateSeen{late(o.c.pausedAt.Load()), late(o.pruningAt.Load())}
 }
 
 func (o *chaosOps) enter(g gateSeen, op, key string, rev statedb.Revision) {
@@ -673,14 +684,14 @@ func (o *chaosOps) Prune(ctx context.Context, txn statedb.ReadTxn, objs iter.Seq
 		o.violate("prune before the table was initialized")
 	}
 	o.pruneRunning = true
-	o.pruning.Store(true)
+	o.pruningAt.Store(time.Now().UnixNano())
 	c.mu.Unlock()
 	ok := false
 	defer func() {
 		c.mu.Lock()
 		o.prunes++
 		o.pruneRunning = false
-		o.pruning.Store(false)
+		o.pruningAt.Store(0)
 		o.lastPruneOK = ok
 		c.notify()
 		c.mu.Unlock()
@@ -1346,7 +1357,11 @@ func (r *chaosRun) setPaused(paused bool) {
 // that they flag an operation that starts meanwhile.
 func (r *chaosRun) markPaused(paused bool) {
 	for _, rec := range r.recs {
-		rec.target.paused.Store(paused)
+		if paused {
+			rec.target.pausedAt.Store(time.Now().UnixNano())
+		} else {
+			rec.target.pausedAt.Store(0)
+		}
 	}
 }
 

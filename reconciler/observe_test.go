@@ -223,8 +223,11 @@ func TestLatencyHistogramCountsObjectsReconciled(t *testing.T) {
 			f.upsert(objs...)
 			f.waitReconciled()
 
-			eventually(t, "every object counted", func() bool { return histCount(ex, "convergence_duration_histogram", "test") == strconv.Itoa(n) })
-			assert.Equal(t, strconv.Itoa(n), ev(ex, "convergence_count", "test"))
+			// The commit reports the histogram, then the count: wait for both.
+			eventually(t, "every object counted", func() bool {
+				return histCount(ex, "convergence_duration_histogram", "test") == strconv.Itoa(n) &&
+					ev(ex, "convergence_count", "test") == strconv.Itoa(n)
+			})
 			assert.Equal(t, strconv.Itoa(n), ev(ex, "reconciliation_outcomes", "test/update/success"))
 			assert.Equal(t, strconv.Itoa(flaky), ev(ex, "reconciliation_outcomes", "test/update/error"))
 

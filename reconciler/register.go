@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -91,11 +92,8 @@ func Register[Obj any](
 
 	// Track changes from now on, not from when the job's goroutine gets to
 	// run, so that no delete between registration and start is missed.
-	// What is in the table now is the backlog, taken after fresh changes;
-	// what is written from now on, even before the job starts, is fresh.
 	wtxn := params.DB.WriteTxn(table)
 	changes, err := table.Changes(wtxn)
-	r.backlog = table.Revision(wtxn)
 	wtxn.Commit()
 	if err != nil {
 		return nil, fmt.Errorf("reconciler.Register: watching changes of table %q: %w", table.Name(), err)
@@ -113,6 +111,16 @@ func Register[Obj any](
 	depJobs, err := registerDependencies(r)
 	if err != nil {
 		return nil, err
+	}
+	// What the table holds when the hive starts is the backlog, taken
+	// after fresh changes; what is written once Start returned is fresh.
+	// The start hook marks it before Start returns, whenever the job's
+	// goroutine gets to run.
+	if params.Lifecycle != nil {
+		params.Lifecycle.Append(cell.Hook{OnStart: func(cell.HookContext) error {
+			r.takeBacklog()
+			return nil
+		}})
 	}
 	params.JobGroup.Add(job.OneShot(r.jobName("reconcile"), r.run))
 	params.JobGroup.Add(depJobs...)
@@ -184,11 +192,12 @@ type reconciler[Obj any] struct {
 	now  func() time.Time
 	rand func() float64
 
-	changes  statedb.ChangeIterator[Obj] // closed when the reconciler is unreachable
-	keys     *lifecycles[Obj]            // what is known about each key
-	deferred deferredQueue[Obj]          // changes taken after fresh ones
-	lastRev  statedb.Revision            // last change read
-	backlog  statedb.Revision            // the table's revision at registration
+	changes     statedb.ChangeIterator[Obj] // closed when the reconciler is unreachable
+	keys        *lifecycles[Obj]            // what is known about each key
+	deferred    deferredQueue[Obj]          // changes taken after fresh ones
+	lastRev     statedb.Revision            // last change read
+	backlog     statedb.Revision            // the table's revision at the first start (see takeBacklog)
+	backlogOnce sync.Once
 }
 
 // Prune implements Reconciler.
@@ -202,6 +211,15 @@ func (r *reconciler[Obj]) Prune() {
 // WaitUntilReconciled implements Reconciler.
 func (r *reconciler[Obj]) WaitUntilReconciled(ctx context.Context, untilRevision statedb.Revision) (statedb.Revision, statedb.Revision, error) {
 	return r.progress.wait(ctx, untilRevision)
+}
+
+// takeBacklog records, the first time it is called, the table's revision
+// as the end of the backlog: the start hook calls it, and the job in case
+// there is none.
+func (r *reconciler[Obj]) takeBacklog() {
+	r.backlogOnce.Do(func() {
+		r.backlog = r.table.Revision(r.db.ReadTxn())
+	})
 }
 
 // keyOf returns obj's primary key. StateDB does not store an object whose
