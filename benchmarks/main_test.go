@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -101,8 +102,18 @@ func TestQuickRun(t *testing.T) {
 		}
 	}
 	for _, l := range lines {
-		if f := strings.Fields(l); len(f) > 2 && (f[0] == "1000" || f[0] == "3000") && strings.Contains(l, " - ") {
+		if f := strings.Fields(l); len(f) > 2 && (f[0] == "1k" || f[0] == "3k") && strings.Contains(l, " - ") {
 			t.Errorf("cost curve line has a missing figure: %q", l)
+		}
+	}
+	for _, size := range []string{"1k", "3k"} {
+		for _, im := range []string{"converge", "upstream", "floor"} {
+			if !slices.ContainsFunc(lines, func(l string) bool {
+				f := strings.Fields(l)
+				return len(f) > 3 && f[0] == size && f[1] == im
+			}) {
+				t.Errorf("no cost curve line for %s at %s", im, size)
+			}
 		}
 	}
 }
