@@ -25,6 +25,7 @@ type options struct {
 	spread     float64 // target half-width of gated ratios' confidence intervals, in percent
 	quick      bool
 	soak       soakConfig
+	plotDir    string // write SVG charts here if set
 	cpuprofile string
 	memprofile string
 	trace      string
@@ -66,6 +67,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.soak.delay, "soak-delay", 200*time.Microsecond, "soak: duration of each Update and Delete")
 	fs.Uint64Var(&o.soak.seed, "soak-seed", 1, "soak: seed of the writes' random choices")
 	fs.DurationVar(&o.soak.settle, "soak-settle", 0, "soak: bound on the final convergence (default 10 refresh intervals + 1m)")
+	fs.StringVar(&o.plotDir, "plot", "", "write SVG charts of what ran (cost curve, incremental throughput per run, soak series) into `dir`")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}

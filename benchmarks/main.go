@@ -55,6 +55,9 @@
 //	             judged by a rule printed before it starts (soak.go,
 //	             soak_verdict.go); the program exits with status 1 if the
 //	             verdict is a failure.
+//
+// -plot DIR writes SVG charts of what ran: the cost curve, the incremental
+// workload's throughput run by run, the soak's series (plot.go).
 package main
 
 import (
@@ -173,6 +176,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 		fmt.Fprintf(stdout, "machine: %s\n", machine())
 		for _, w := range info.warnings {
 			fmt.Fprintf(stdout, "WARNING: machine busy during the run: %s\n", w)
+		}
+	}
+	if o.plotDir != "" {
+		files, err := writePlots(o, res, soak)
+		if err != nil {
+			return fmt.Errorf("-plot: %w", err)
+		}
+		for _, f := range files {
+			fmt.Fprintf(stderr, "[plot] wrote %s\n", f)
 		}
 	}
 	if soak != nil && !soak.pass {

@@ -5,6 +5,8 @@ import (
 	"context"
 	"io"
 	"math"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -21,6 +23,7 @@ func TestMain(m *testing.M) {
 // smaller sizes still) so that it cannot rot. It asserts the table's shape,
 // never a time.
 func TestQuickRun(t *testing.T) {
+	dir := t.TempDir()
 	args := []string{
 		"-quick",
 		"-objects", "3000",
@@ -32,6 +35,7 @@ func TestQuickRun(t *testing.T) {
 		"-overhead-objects", "2000",
 		"-curve-sizes", "1000,3000",
 		"-max-repeats", "2",
+		"-plot", dir,
 	}
 	var stdout, stderr bytes.Buffer
 	if err := run(context.Background(), args, &stdout, &stderr); err != nil {
@@ -114,6 +118,14 @@ func TestQuickRun(t *testing.T) {
 			}) {
 				t.Errorf("no cost curve line for %s at %s", im, size)
 			}
+		}
+	}
+	for _, name := range []string{"curve.svg", "throughput.svg"} {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Error(err)
+		} else if !bytes.Contains(b, []byte("<svg")) {
+			t.Errorf("%s is not an SVG", name)
 		}
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -137,9 +139,10 @@ func TestSoakJudge(t *testing.T) {
 // interval: a test of the tool, not of the verdict, which timing on a busy
 // machine may fail. It asserts the rule is stated before the first sample,
 // that the run ends with the target equal to the table (that is not a
-// matter of time: the run waits for it).
+// matter of time: the run waits for it), and that -plot writes its files.
 func TestSoakRun(t *testing.T) {
-	args := []string{"-workloads", "soak", "-quick", "-duration", "2s", "-soak-interval", "200ms"}
+	dir := t.TempDir()
+	args := []string{"-workloads", "soak", "-quick", "-duration", "2s", "-soak-interval", "200ms", "-plot", dir}
 	var stdout, stderr bytes.Buffer
 	err := run(context.Background(), args, &stdout, &stderr)
 	out := stdout.String()
@@ -160,5 +163,18 @@ func TestSoakRun(t *testing.T) {
 	}
 	if (err == nil) != strings.Contains(out, "soak verdict: PASS") {
 		t.Errorf("run returned %v with the verdict line %q", err, out[verdict:])
+	}
+	for _, name := range []string{"soak.svg", "soak.csv"} {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Error(err)
+			continue
+		}
+		if name == "soak.svg" && !bytes.Contains(b, []byte("<svg")) {
+			t.Errorf("%s is not an SVG", name)
+		}
+		if name == "soak.csv" && bytes.Count(b, []byte("\n")) < 5 {
+			t.Errorf("%s has fewer than 4 samples:\n%s", name, b)
+		}
 	}
 }
