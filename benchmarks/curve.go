@@ -12,7 +12,7 @@ import (
 // both libraries, with single operations:
 //
 //	incremental  the incremental workload; throughput, bytes allocated and
-//	             peak heap per object
+//	             peak heap per object; the floor runs it too
 //	backlog      the table filled with pending objects before the reconciler
 //	             starts, as after a restart; time until all are Done
 //	shared       two reconcilers sharing a status set on one table, objects
@@ -37,7 +37,11 @@ func curveCases(sizes []int) []runCase {
 			}
 		}
 		add := func(w string, fn func(context.Context, config, impl) (measurement, error)) {
-			out = append(out, runCase{name: curveCaseName(w, size), workload: "curve", impls: both, fn: sized(fn)})
+			impls := both
+			if w == "incremental" {
+				impls = []impl{implConverge, implUpstream, implFloor}
+			}
+			out = append(out, runCase{name: curveCaseName(w, size), workload: "curve", impls: impls, fn: sized(fn)})
 		}
 		add("incremental", func(ctx context.Context, c config, im impl) (measurement, error) {
 			c.sampleHeap = true

@@ -26,7 +26,7 @@ func printCurve(w io.Writer, o options, res results) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "objects\timpl\tincremental\tns/obj\tB/obj\theap/obj\tbacklog ns/obj\tshared set ns/obj\tprune ns/obj\trefresh ns/obj\t")
 	for _, size := range sizes {
-		for _, im := range []impl{implConverge, implUpstream} {
+		for _, im := range curveImpls(res, size) {
 			inc := curveCaseName("incremental", size)
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s", count(size), im,
 				fmtValue(unitRate, res.median(inc, im, "obj/s")),
@@ -34,6 +34,10 @@ func printCurve(w io.Writer, o options, res results) {
 				fmtValue(unitBytes, res.median(inc, im, "B/obj")),
 				fmtValue(unitBytes, res.median(inc, im, "heap/obj")))
 			for _, wl := range curveWorkloads[1:] {
+				if im == implFloor {
+					fmt.Fprint(tw, "\t") // the floor runs the incremental workload only
+					continue
+				}
 				fmt.Fprintf(tw, "\t%s", fmtNs(res.nsPerObject(wl, size, im)))
 			}
 			fmt.Fprintln(tw, "\t")
@@ -45,7 +49,7 @@ func printCurve(w io.Writer, o options, res results) {
 	}
 	first, last := sizes[0], sizes[len(sizes)-1]
 	fmt.Fprintf(w, "\nCost per object at %s vs %s (flat: within ±%.0f%%):\n", count(last), count(first), 100*curveFlat)
-	for _, im := range []impl{implConverge, implUpstream} {
+	for _, im := range curveImpls(res, first) {
 		var parts, grows []string
 		check := func(name string, a, b float64) {
 			g := b / a
@@ -78,7 +82,7 @@ func plotCurve(w io.Writer, res results, sizes []int) {
 	const width = 50
 	top := 0.0
 	for _, size := range sizes {
-		for _, im := range []impl{implConverge, implUpstream} {
+		for _, im := range curveImpls(res, size) {
 			if v := res.nsPerObject("incremental", size, im); v > top {
 				top = v
 			}
@@ -87,9 +91,9 @@ func plotCurve(w io.Writer, res results, sizes []int) {
 	if !(top > 0) {
 		return
 	}
-	fmt.Fprintln(w, "\nIncremental ns/object (c = converge, u = upstream):")
+	fmt.Fprintln(w, "\nIncremental ns/object (c = converge, u = upstream, f = floor):")
 	for _, size := range sizes {
-		for _, im := range []impl{implConverge, implUpstream} {
+		for _, im := range curveImpls(res, size) {
 			v := res.nsPerObject("incremental", size, im)
 			if math.IsNaN(v) {
 				continue
@@ -98,6 +102,18 @@ func plotCurve(w io.Writer, res results, sizes []int) {
 			fmt.Fprintf(w, "  %5s %-*s %s\n", count(size), width, bar, fmtNs(v))
 		}
 	}
+}
+
+// curveImpls returns who ran the curve's incremental workload at size:
+// converge, upstream and the floor, as selected.
+func curveImpls(res results, size int) []impl {
+	var out []impl
+	for _, im := range []impl{implConverge, implUpstream, implFloor} {
+		if len(res[curveCaseName("incremental", size)][im]) > 0 {
+			out = append(out, im)
+		}
+	}
+	return out
 }
 
 func fmtNs(v float64) string {

@@ -12,6 +12,9 @@ import (
 
 var allWorkloads = []string{"incremental", "floor", "latency", "slow", "retry", "prune", "refresh", "fresh", "deps", "overhead", "curve"}
 
+// soakWorkload runs only when named: it takes -duration, not a few runs.
+const soakWorkload = "soak"
+
 // options are the parsed command line.
 type options struct {
 	cfg        config
@@ -21,6 +24,8 @@ type options struct {
 	maxRepeats int     // runs at most of the cases of gated ratios
 	spread     float64 // target half-width of gated ratios' confidence intervals, in percent
 	quick      bool
+	soak       soakConfig
+	plotDir    string // write SVG charts here if set
 	cpuprofile string
 	memprofile string
 	trace      string
@@ -30,7 +35,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("benchmarks", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	workloads := fs.String("workloads", strings.Join(allWorkloads, ","), "comma-separated workloads to run, or \"all\": "+strings.Join(allWorkloads, ", "))
+	workloads := fs.String("workloads", strings.Join(allWorkloads, ","), "comma-separated workloads to run, or \"all\": "+strings.Join(allWorkloads, ", ")+"; and "+soakWorkload+", which runs only when named")
 	impls := fs.String("impls", "converge,upstream,floor", "comma-separated implementations to run (converge, upstream, floor); use one to profile it alone")
 	fs.IntVar(&o.repeats, "repeats", 3, "runs of each workload at least; the tables show medians")
 	fs.IntVar(&o.maxRepeats, "max-repeats", 30, "runs at most of the incremental, floor and overhead workloads, repeated until their throughput ratios are known within -spread")
@@ -53,6 +58,16 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.cfg.retryMin, "retry-min", 10*time.Millisecond, "minimum retry backoff in the retry storm")
 	fs.DurationVar(&o.cfg.retryMax, "retry-max", 100*time.Millisecond, "maximum retry backoff in the retry storm")
 	fs.DurationVar(&o.cfg.timeout, "timeout", 5*time.Minute, "give up on a single run after this long")
+	fs.DurationVar(&o.soak.duration, "duration", 30*time.Minute, "soak: how long the churn runs, warm-up included")
+	fs.DurationVar(&o.soak.interval, "soak-interval", 10*time.Second, "soak: time between samples; pauses, prunes, drift, retry backoff and refresh are scaled to it")
+	fs.DurationVar(&o.soak.warmup, "soak-warmup", 0, "soak: samples up to this time are not judged (default a fifth of -duration)")
+	fs.Float64Var(&o.soak.rate, "soak-rate", 2000, "soak: object writes per second")
+	fs.IntVar(&o.soak.keys, "soak-keys", 20_000, "soak: key space of the objects (about 4/5 of the keys are in the table)")
+	fs.IntVar(&o.soak.workers, "soak-workers", 8, "soak: WithConcurrency")
+	fs.DurationVar(&o.soak.delay, "soak-delay", 200*time.Microsecond, "soak: duration of each Update and Delete")
+	fs.Uint64Var(&o.soak.seed, "soak-seed", 1, "soak: seed of the writes' random choices")
+	fs.DurationVar(&o.soak.settle, "soak-settle", 0, "soak: bound on the final convergence (default 10 refresh intervals + 1m)")
+	fs.StringVar(&o.plotDir, "plot", "", "write SVG charts of what ran (cost curve, incremental throughput per run, soak series) into `dir`")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -75,6 +90,16 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		shrink("max-repeats", &o.maxRepeats, 1)
 		shrink("overhead-objects", &o.cfg.overheadObjects, 20_000)
 		shrink("fresh-queued", &o.cfg.freshQueued, 5_000)
+		shrink("soak-keys", &o.soak.keys, 2_000)
+		if !set["duration"] {
+			o.soak.duration = 3 * time.Second
+		}
+		if !set["soak-interval"] {
+			o.soak.interval = 200 * time.Millisecond
+		}
+		if !set["soak-rate"] {
+			o.soak.rate = 1000
+		}
 		if !set["curve-sizes"] {
 			*curveSizes = "2k,20k"
 		}
@@ -89,10 +114,10 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		switch {
 		case w == "all":
 			o.workloads = append(o.workloads, allWorkloads...)
-		case slices.Contains(allWorkloads, w):
+		case slices.Contains(allWorkloads, w), w == soakWorkload:
 			o.workloads = append(o.workloads, w)
 		default:
-			return o, fmt.Errorf("unknown workload %q (want one of %s)", w, strings.Join(allWorkloads, ", "))
+			return o, fmt.Errorf("unknown workload %q (want one of %s, %s)", w, strings.Join(allWorkloads, ", "), soakWorkload)
 		}
 	}
 	for _, name := range splitList(*impls) {
@@ -122,6 +147,19 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, errors.New("-retry-min must be positive and at most -retry-max")
 	case c.latencyGap < 0 || c.slowDelay < 0 || c.timeout <= 0:
 		return o, errors.New("durations must not be negative, and -timeout must be positive")
+	}
+	if slices.Contains(o.workloads, soakWorkload) {
+		s := o.soak
+		switch {
+		case s.interval <= 0 || s.duration < s.interval:
+			return o, errors.New("-soak-interval must be positive and at most -duration")
+		case s.interval < 50*time.Millisecond:
+			return o, errors.New("-soak-interval must be at least 50ms (its pause is a fiftieth of it)")
+		case !(s.rate >= 1) || s.keys < 1 || s.workers < 1:
+			return o, errors.New("-soak-rate must be at least 1, -soak-keys and -soak-workers positive")
+		case s.warmup < 0 || s.delay < 0 || s.settle < 0:
+			return o, errors.New("-soak-warmup, -soak-delay and -soak-settle must not be negative")
+		}
 	}
 	return o, nil
 }

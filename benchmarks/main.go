@@ -48,7 +48,16 @@
 //	             and Prometheus with TablesCell (overhead.go).
 //	curve        the cost curve over -curve-sizes: incremental, restart
 //	             backlog, two reconcilers sharing a status set, prune and
-//	             refresh, for both libraries (curve.go).
+//	             refresh, for both libraries, and the floor's incremental
+//	             run (curve.go).
+//	soak         run only when named: one converge reconciler under a
+//	             steady churn for -duration, sampled every -soak-interval,
+//	             judged by a rule printed before it starts (soak.go,
+//	             soak_verdict.go); the program exits with status 1 if the
+//	             verdict is a failure.
+//
+// -plot DIR writes SVG charts of what ran: the cost curve, the incremental
+// workload's throughput run by run, the soak's series (plot.go).
 package main
 
 import (
@@ -71,6 +80,9 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if errors.Is(err, errSoakFailed) {
+			os.Exit(1) // the verdict is printed
+		}
 		if !errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(os.Stderr, "benchmarks:", err)
 		}
@@ -133,6 +145,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	if err != nil {
 		return err
 	}
+	var soak *soakResult
+	if slices.Contains(o.workloads, soakWorkload) {
+		settle()
+		if soak, err = runSoak(ctx, o.soak, stdout, stderr); err != nil {
+			return fmt.Errorf("soak: %w", err)
+		}
+	}
 	settle()
 
 	if o.memprofile != "" {
@@ -151,7 +170,26 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	for _, w := range info.warnings {
 		fmt.Fprintf(stderr, "WARNING: machine busy, figures are noise: %s\n", w)
 	}
-	printReport(stdout, o, res, info)
+	if len(todo) > 0 {
+		printReport(stdout, o, res, info)
+	} else if len(info.warnings) > 0 {
+		fmt.Fprintf(stdout, "machine: %s\n", machine())
+		for _, w := range info.warnings {
+			fmt.Fprintf(stdout, "WARNING: machine busy during the run: %s\n", w)
+		}
+	}
+	if o.plotDir != "" {
+		files, err := writePlots(o, res, soak)
+		if err != nil {
+			return fmt.Errorf("-plot: %w", err)
+		}
+		for _, f := range files {
+			fmt.Fprintf(stderr, "[plot] wrote %s\n", f)
+		}
+	}
+	if soak != nil && !soak.pass {
+		return errSoakFailed
+	}
 	return nil
 }
 

@@ -5,6 +5,9 @@ import (
 	"context"
 	"io"
 	"math"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +23,7 @@ func TestMain(m *testing.M) {
 // smaller sizes still) so that it cannot rot. It asserts the table's shape,
 // never a time.
 func TestQuickRun(t *testing.T) {
+	dir := t.TempDir()
 	args := []string{
 		"-quick",
 		"-objects", "3000",
@@ -31,6 +35,7 @@ func TestQuickRun(t *testing.T) {
 		"-overhead-objects", "2000",
 		"-curve-sizes", "1000,3000",
 		"-max-repeats", "2",
+		"-plot", dir,
 	}
 	var stdout, stderr bytes.Buffer
 	if err := run(context.Background(), args, &stdout, &stderr); err != nil {
@@ -101,8 +106,26 @@ func TestQuickRun(t *testing.T) {
 		}
 	}
 	for _, l := range lines {
-		if f := strings.Fields(l); len(f) > 2 && (f[0] == "1000" || f[0] == "3000") && strings.Contains(l, " - ") {
+		if f := strings.Fields(l); len(f) > 2 && (f[0] == "1k" || f[0] == "3k") && strings.Contains(l, " - ") {
 			t.Errorf("cost curve line has a missing figure: %q", l)
+		}
+	}
+	for _, size := range []string{"1k", "3k"} {
+		for _, im := range []string{"converge", "upstream", "floor"} {
+			if !slices.ContainsFunc(lines, func(l string) bool {
+				f := strings.Fields(l)
+				return len(f) > 3 && f[0] == size && f[1] == im
+			}) {
+				t.Errorf("no cost curve line for %s at %s", im, size)
+			}
+		}
+	}
+	for _, name := range []string{"curve.svg", "throughput.svg"} {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Error(err)
+		} else if !bytes.Contains(b, []byte("<svg")) {
+			t.Errorf("%s is not an SVG", name)
 		}
 	}
 }
