@@ -11,7 +11,8 @@ package reconciler_test
 // held; operations that fail, fail after applying, fail terminally, ask for
 // a retry, panic or are slow (honouring ctx); batches that reorder their
 // entries or replace one with an entry of their own; random
-// Reconciler.Prune calls, Pause and Resume at any moment; option values at
+// Reconciler.Prune calls, Pause and Resume at any moment, Pause also from
+// inside an operation of a round for which a prune is due; option values at
 // the edges (round sizes of 1 and math.MaxInt, a retry maximum of
 // MaxInt64); and restarts: a new hive and a freshly populated table over
 // the same target, or the same hive stopped, changed while stopped, and
@@ -22,8 +23,8 @@ package reconciler_test
 // never reach the target), and health is OK. Along the way the targets
 // check that at most one operation per object is in flight, an object's
 // operations come in revision order, no operation starts after Stop
-// returned, none starts after every Pause returned and before Resume, none
-// while its reconciler's prune runs, Prune comes only after initialization
+// returned, none starts after every Pause returned and before Resume, nor
+// does a prune, none while its reconciler's prune runs, Prune comes only after initialization
 // and with the whole table, and no update is redone once it succeeded for a
 // status. The "-set"
 // configurations run two reconcilers sharing the objects through a
@@ -196,12 +197,16 @@ type chaosTarget struct {
 	// pausedAt is when every reconciler's Pause had returned (Unix ns),
 	// 0 while not paused. Operations read it (and pruningAt) first thing,
 	// without a lock, as close to the call as a target can be.
-	pausedAt   atomic.Int64
-	data       map[string]string
-	depSeen    map[string]string // per key, the dependency value its last update saw
-	calls      int
-	violations []string
-	changed    chan struct{} // closed and replaced on every call
+	pausedAt atomic.Int64
+	// pausedInRound is set when an operation of a loop without workers
+	// paused its own reconciler: the loop is in that operation's round, so
+	// no prune may begin until Resume, however soon after Pause.
+	pausedInRound atomic.Bool
+	data          map[string]string
+	depSeen       map[string]string // per key, the dependency value its last update saw
+	calls         int
+	violations    []string
+	changed       chan struct{} // closed and replaced on every call
 
 	// holds blocks the next operation on a key until released; held
 	// receives the key when it starts blocking.
@@ -219,6 +224,10 @@ type chaosHold struct {
 	released bool
 	started  chan struct{} // closed when an operation blocks on the hold
 	release  chan struct{}
+	// inside, if set, is called by the held operation once released,
+	// before it returns; done is closed after.
+	inside func()
+	done   chan struct{}
 }
 
 // release lets the operation held by h, if any, go on; later operations
@@ -284,6 +293,10 @@ func (c *chaosTarget) wait(ctx context.Context, key string) error {
 	c.mu.Unlock()
 	select {
 	case <-h.release:
+		if h.inside != nil {
+			h.inside()
+			close(h.done)
+		}
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
@@ -673,8 +686,15 @@ func (o *chaosOps) DeleteBatch(ctx context.Context, txn statedb.ReadTxn, batch [
 }
 
 func (o *chaosOps) Prune(ctx context.Context, txn statedb.ReadTxn, objs iter.Seq2[*item, statedb.Revision]) (err error) {
+	g := o.gate()
 	c := o.c
 	c.mu.Lock()
+	if g.paused {
+		o.violate("prune started while paused")
+	}
+	if o.c.pausedInRound.Load() {
+		o.violate("prune started after an operation of the round paused the reconciler")
+	}
 	c.calls++
 	c.notify()
 	if o.stopped {
@@ -1130,6 +1150,10 @@ func (r *chaosRun) step() {
 		require.NoError(r.t, err)
 		r.depChangedAt[d] = len(r.steps)
 	case p < 104: // pause, or resume
+		if !r.gen.paused && r.rng.IntN(2) == 0 {
+			r.pauseFromAnOperation()
+			return
+		}
 		r.setPaused(!r.gen.paused)
 	default:
 		if r.restarts >= chaosMaxRestarts {
@@ -1353,6 +1377,89 @@ func (r *chaosRun) setPaused(paused bool) {
 	r.logf("paused: %v", paused)
 }
 
+// pauseFromAnOperation pauses every reconciler from inside an operation,
+// in the middle of a round, after asking for a prune: the round must not
+// start anything more, its due prune included.
+func (r *chaosRun) pauseFromAnOperation() {
+	k := r.key()
+	i := r.rng.IntN(len(r.recs))
+	c := r.recs[i].target
+	recs := slices.Clone(r.gen.recs)
+	// An operation on another key held first keeps a loop without
+	// workers in its round while the prune is asked for and k written, so
+	// that the next round may be the prune's and also run k's operation.
+	var first *chaosHold
+	if j := r.key(); j != k {
+		first = c.hold(j)
+		v := r.value()
+		rev := r.write(chaosChange{key: j, value: v})
+		r.logf("@%d set %s=%s, %soperation held", rev, j, v, r.recs[i].label())
+		r.waitStarted(first, 20*time.Millisecond)
+	}
+	h := c.hold(k)
+	h.done = make(chan struct{})
+	h.inside = func() {
+		for _, rc := range recs {
+			rc.Pause()
+		}
+		if r.cfg.workers <= 1 {
+			c.pausedInRound.Store(true)
+		}
+		r.markPaused(true)
+	}
+	if r.manualPrune {
+		for _, rc := range recs {
+			rc.Prune()
+		}
+	}
+	v := r.value()
+	rev := r.write(chaosChange{key: k, value: v})
+	r.logf("@%d set %s=%s, %soperation to pause every reconciler", rev, k, v, r.recs[i].label())
+	if first != nil {
+		c.release(first)
+	}
+	timer := time.NewTimer(20 * time.Millisecond)
+	defer timer.Stop()
+	select {
+	case <-h.started:
+	case <-timer.C:
+		c.mu.Lock()
+		taken := h.taken
+		if !taken {
+			delete(c.holds, k)
+		}
+		c.mu.Unlock()
+		if !taken {
+			r.logf("%s: operation did not start; paused from the test", k)
+			r.setPaused(true)
+			return
+		}
+		<-h.started
+	}
+	c.release(h)
+	timer.Reset(10 * time.Second)
+	select {
+	case <-h.done:
+		r.gen.paused = true
+		r.logf("paused: true, from the operation on %s", k)
+	case <-timer.C: // cut short (a timeout): pause from here
+		r.logf("%s: operation cut short; paused from the test", k)
+		r.setPaused(true)
+	}
+}
+
+// waitStarted waits up to d for an operation to block on h.
+func (r *chaosRun) waitStarted(h *chaosHold, d time.Duration) bool {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-h.started:
+		return true
+	case <-timer.C:
+		return false
+	}
+}
+
 // markPaused tells the targets whether every reconciler is paused, so
 // that they flag an operation that starts meanwhile.
 func (r *chaosRun) markPaused(paused bool) {
@@ -1361,6 +1468,7 @@ func (r *chaosRun) markPaused(paused bool) {
 			rec.target.pausedAt.Store(time.Now().UnixNano())
 		} else {
 			rec.target.pausedAt.Store(0)
+			rec.target.pausedInRound.Store(false)
 		}
 	}
 }

@@ -567,8 +567,25 @@ func (g *gate) setPaused(v bool) {
 	g.update(func() bool { old := g.paused; g.paused = v; return old != v })
 }
 
-func (g *gate) setPruning(v bool) {
-	g.update(func() bool { old := g.pruning; g.pruning = v; return old != v })
+// beginPrune closes the gate for a prune and reports true, unless the
+// reconciler is paused or stopping: Pause holds off prunes as it holds off
+// operations, so a prune due as Pause returns waits for Resume. The caller
+// ends the prune with endPrune.
+func (g *gate) beginPrune() bool {
+	began := false
+	g.update(func() bool {
+		if g.paused || g.stopping || g.pruning {
+			return false
+		}
+		g.pruning, began = true, true
+		return true
+	})
+	return began
+}
+
+// endPrune opens the gate closed by beginPrune.
+func (g *gate) endPrune() {
+	g.update(func() bool { old := g.pruning; g.pruning = false; return old })
 }
 
 func (g *gate) setStopping(v bool) {

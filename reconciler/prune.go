@@ -97,8 +97,10 @@ func (l *loop[Obj]) pruneIfDue(ctx context.Context) {
 		return
 	}
 	r := l.r
-	r.gate.setPruning(true)
-	defer r.gate.setPruning(false)
+	if !r.gate.beginPrune() {
+		return // paused since the round began: the prune stays due
+	}
+	defer r.gate.endPrune()
 	txn := r.db.ReadTxn()
 	for _, s := range r.keys.active {
 		if s.phase != phaseRunning {

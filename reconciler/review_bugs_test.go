@@ -6,6 +6,7 @@ package reconciler_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"sync"
 	"sync/atomic"
@@ -457,4 +458,66 @@ func itoa(i int) string {
 		b = append([]byte{digits[i%10]}, b...)
 	}
 	return string(b)
+}
+
+// A prune already due in a round during which Pause is called (here from an
+// Update of that round) waits for Resume: Pause holds off prunes as it holds
+// off operations. The prune and the change are made ready together, and the
+// loop takes one of them first at random, so the test repeats.
+func TestPauseHoldsOffAPruneDueInTheRound(t *testing.T) {
+	var paused atomic.Bool
+	var mu sync.Mutex
+	var bad int
+	var rec atomic.Pointer[reconciler.Reconciler[*item]]
+	blocking := make(chan struct{}, 1)
+	release := make(chan struct{})
+	pruned := make(chan struct{}, 1)
+	ops := &funcOps{
+		update: func(ctx context.Context, _ statedb.Revision, it *item) error {
+			switch it.Value {
+			case "block":
+				blocking <- struct{}{}
+				select {
+				case <-release:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			case "pause":
+				(*rec.Load()).Pause()
+				paused.Store(true)
+			}
+			return nil
+		},
+		prune: func(ctx context.Context) error {
+			if paused.Load() {
+				mu.Lock()
+				bad++
+				mu.Unlock()
+			}
+			select {
+			case pruned <- struct{}{}:
+			default:
+			}
+			return nil
+		},
+	}
+	f := startFixture(t, ops, nil, reconciler.WithPruning(0))
+	r := f.rec
+	rec.Store(&r)
+	const rounds = 12
+	for i := range rounds {
+		drain(pruned)
+		f.upsert(&item{ID: fmt.Sprintf("a%d", i), Value: "block"})
+		recv(t, blocking, "the blocking update")
+		f.rec.Prune() // waits in its channel while the loop is in the update
+		f.upsert(&item{ID: fmt.Sprintf("b%d", i), Value: "pause"})
+		release <- struct{}{}
+		f.waitKind(fmt.Sprintf("b%d", i), status.KindDone)
+		paused.Store(false)
+		f.rec.Resume()
+		recv(t, pruned, "the prune after Resume")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Zero(t, bad, "prunes that ran after Pause returned, in %d rounds", rounds)
 }
