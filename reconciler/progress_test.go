@@ -92,3 +92,34 @@ func TestRetryInFlightKeepsTheLowWatermark(t *testing.T) {
 	close(release)
 	f.waitKind("bad", status.KindDone)
 }
+
+// Revisions are the table's own: a wait for a revision above the table's
+// returns only with ctx, or once the table has changed up to it.
+func TestWaitUntilReconciledAboveTheTableRevision(t *testing.T) {
+	f := startFixture(t, &funcOps{}, nil)
+	f.upsert(&item{ID: "a"})
+	f.waitReconciled()
+	rev := f.table.Revision(f.db.ReadTxn()) // a's Done included
+
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	reached, _, err := f.rec.WaitUntilReconciled(ctx, rev+1)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Equal(t, rev, reached, "the table's revision, no further")
+
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		_, _, err := f.rec.WaitUntilReconciled(ctx, rev+1)
+		done <- err
+	}()
+	next := f.upsert(&item{ID: "b"})
+	require.Greater(t, next, rev)
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the wait did not return once the table reached the revision")
+	}
+}

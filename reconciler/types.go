@@ -31,6 +31,13 @@ type Reconciler[Obj any] interface {
 	// the revision reached and the lowest revision among objects that
 	// failed and wait for (or are in) another attempt (zero if none), so a
 	// caller can tell whether failures remain below its revision.
+	//
+	// Revisions are the table's own: the revision reached is at most the
+	// table's revision (Table.Revision, the revision of its last change),
+	// so a wait for a higher revision (one taken from another table's
+	// write, or from the database as a whole) returns only once this table
+	// has changed up to it, or when ctx ends. Wait for the table's
+	// revision after your write, or for the revision a write returned.
 	WaitUntilReconciled(ctx context.Context, untilRevision statedb.Revision) (revision statedb.Revision, retryLowWatermark statedb.Revision, err error)
 
 	// Pause stops the reconciler from starting operations, prunes and
