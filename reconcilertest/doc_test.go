@@ -53,7 +53,7 @@ func TestRouteScripts(t *testing.T) {
 }
 
 // TestDocumentedExample checks that the script test shown in the package
-// documentation and in the README's "Testing your reconciler" is
+// documentation and in docs/testing.md is
 // TestRouteScripts and testdata/routes/retry.txtar, but for the testdata
 // directory, and that both list exactly the commands ScriptCommands has.
 func TestDocumentedExample(t *testing.T) {
@@ -98,11 +98,8 @@ func TestDocumentedExample(t *testing.T) {
 		assert.Equal(t, commands, listed(blocks[2]))
 	})
 
-	t.Run("README", func(t *testing.T) {
-		readme := read("../README.md")
-		_, section, ok := strings.Cut(readme, "\n## Testing your reconciler\n")
-		require.True(t, ok, "README has no section Testing your reconciler")
-		section, _, _ = strings.Cut(section, "\n## ")
+	t.Run("docs/testing.md", func(t *testing.T) {
+		section := read("../docs/testing.md")
 		fences := regexp.MustCompile("(?s)```[a-z]*\n(.*?)```").FindAllStringSubmatch(section, -1)
 		require.Len(t, fences, 3, "the test, the script and the commands")
 		assert.Equal(t, testFunc, fences[0][1])
