@@ -200,7 +200,8 @@ type chaosTarget struct {
 	pausedAt atomic.Int64
 	// pausedInRound is set when an operation of a loop without workers
 	// paused its own reconciler: the loop is in that operation's round, so
-	// no prune may begin until Resume, however soon after Pause.
+	// no operation or prune of it may begin until Resume, however soon
+	// after Pause.
 	pausedInRound atomic.Bool
 	data          map[string]string
 	depSeen       map[string]string // per key, the dependency value its last update saw
@@ -470,7 +471,7 @@ func (o *chaosOps) label() string {
 
 // gateSeen is what an operation saw first thing: whether every reconciler
 // was paused, and whether its reconciler's prune ran.
-type gateSeen struct{ paused, pruning bool }
+type gateSeen struct{ paused, pruning, pausedInRound bool }
 
 // startGrace is how long after Pause returned (or a prune began) an
 // operation may still show its first line. The reconciler decides at the
@@ -484,7 +485,7 @@ const startGrace = 20 * time.Millisecond
 func (o *chaosOps) gate() gateSeen {
 	now := time.Now().UnixNano()
 	late := func(at int64) bool { return at != 0 && now-at > int64(startGrace) }
-	return gateSeen{late(o.c.pausedAt.Load()), late(o.pruningAt.Load())}
+	return gateSeen{late(o.c.pausedAt.Load()), late(o.pruningAt.Load()), o.c.pausedInRound.Load()}
 }
 
 func (o *chaosOps) enter(g gateSeen, op, key string, rev statedb.Revision) {
@@ -498,6 +499,9 @@ func (o *chaosOps) enter(g gateSeen, op, key string, rev statedb.Revision) {
 	}
 	if g.paused {
 		o.violate("%s %s@%d started while paused", op, key, rev)
+	}
+	if g.pausedInRound {
+		o.violate("%s %s@%d started after an operation of the round paused the reconciler", op, key, rev)
 	}
 	if g.pruning {
 		o.violate("%s %s@%d started while a prune ran", op, key, rev)
