@@ -60,6 +60,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -229,6 +230,9 @@ type chaosHold struct {
 	// before it returns; done is closed after.
 	inside func()
 	done   chan struct{}
+	// cut is closed when the held operation's context ends before the
+	// hold is released.
+	cut chan struct{}
 }
 
 // release lets the operation held by h, if any, go on; later operations
@@ -272,7 +276,7 @@ func newChaosTarget(seed uint64, failProb, slowProb float64) *chaosTarget {
 func (c *chaosTarget) hold(key string) *chaosHold {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	h := &chaosHold{started: make(chan struct{}), release: make(chan struct{})}
+	h := &chaosHold{started: make(chan struct{}), release: make(chan struct{}), cut: make(chan struct{})}
 	if old := c.holds[key]; old != nil {
 		c.open(old)
 	}
@@ -300,6 +304,7 @@ func (c *chaosTarget) wait(ctx context.Context, key string) error {
 		}
 		return nil
 	case <-ctx.Done():
+		close(h.cut)
 		return ctx.Err()
 	}
 }
@@ -1116,6 +1121,10 @@ func (r *chaosRun) step() {
 	case p < 56: // revert, or re-insert the object as it is
 		r.keyMove(r.key(), 2+r.rng.IntN(2))
 	case p < 64:
+		if r.rng.IntN(4) == 0 {
+			r.writeBackAfterPrune()
+			return
+		}
 		r.scenario()
 	case p < 68:
 		if !r.manualPrune {
@@ -1340,14 +1349,32 @@ func (r *chaosRun) scenario() {
 	if mode == "parked behind" {
 		r.keyMove(k, 1)
 	}
-	if mode == "held in flight" && r.rng.IntN(3) == 0 {
-		// Deleted, a new value, and at once the object in flight again,
-		// status identity included: after a delete, the same identity is
-		// new work.
-		r.keyMove(k, 0)
-		r.keyMove(k, 1)
-		rev := r.write(chaosChange{key: k, obj: first})
-		r.logf("@%d revert %s=%s, the value in flight, after a delete", rev, k, first.Value)
+	if mode == "held in flight" {
+		switch r.rng.IntN(3) {
+		case 0:
+			// Deleted, a new value, and at once the object in flight
+			// again, status identity included: after a delete, the same
+			// identity is new work.
+			r.keyMove(k, 0)
+			r.keyMove(k, 1)
+			rev := r.write(chaosChange{key: k, obj: first})
+			r.logf("@%d revert %s=%s, the value in flight, after a delete", rev, k, first.Value)
+		case 1:
+			// The same, but the update is let go once the delete is
+			// written, and the delete that follows it is held in turn:
+			// the new value and the revert arrive while the delete of
+			// the very object being reverted to is in flight.
+			r.keyMove(k, 0)
+			next := c.hold(k)
+			c.release(h)
+			h = next
+			if r.waitStarted(h, 20*time.Millisecond) {
+				r.logf("%s: update released, delete held", k)
+			}
+			r.keyMove(k, 1)
+			rev := r.write(chaosChange{key: k, obj: first})
+			r.logf("@%d revert %s=%s, the value of the update, while its delete is held", rev, k, first.Value)
+		}
 	}
 	for n := r.rng.IntN(3); n > 0; n-- {
 		r.keyMove(k, r.rng.IntN(4))
@@ -1359,6 +1386,93 @@ func (r *chaosRun) scenario() {
 	if h != nil {
 		c.release(h)
 		r.logf("%s: released", k)
+	}
+}
+
+// writeBackAfterPrune holds k's operation on one target in flight, deletes
+// k, has that reconciler prune while the operation is held (the prune may
+// remove what the operation applies), and then lets the operation go while
+// a writer it wakes puts k back as it was read before the delete, status
+// identity included. The write-back lands while the operation returns, so
+// it may fall between the changes a round has read and that round's
+// commit; the object is then new work, not the version the operation
+// applied. Sometimes the hive is stopped and started again as the
+// operation returns.
+func (r *chaosRun) writeBackAfterPrune() {
+	k := r.key()
+	i := r.rng.IntN(len(r.recs))
+	c := r.recs[i].target
+	h := c.hold(k)
+	v := r.value()
+	rev := r.write(chaosChange{key: k, value: v})
+	r.logf("@%d set %s=%s, %soperation held for a write-back after a prune", rev, k, v, r.recs[i].label())
+	if !r.waitStarted(h, 20*time.Millisecond) {
+		c.release(h)
+		r.logf("%s: operation did not start", k)
+		return
+	}
+	read, _, found := r.gen.table.Get(r.gen.db.ReadTxn(), itemID.Query(k))
+	if !found || r.anyDone(read) {
+		c.release(h)
+		r.logf("%s: released, nothing to write back", k)
+		return
+	}
+	rev = r.write(chaosChange{key: k})
+	r.logf("@%d delete %s", rev, k)
+	if r.manualPrune {
+		ops := r.gen.ops[i]
+		c.mu.Lock()
+		before := ops.prunes
+		c.mu.Unlock()
+		r.gen.recs[i].Prune()
+		// Paused, or without workers (the loop is in the held
+		// operation), the prune waits: go on without it.
+		deadline := time.NewTimer(20 * time.Millisecond)
+	waitPrune:
+		for {
+			c.mu.Lock()
+			pruned, changed := ops.prunes > before, c.changed
+			c.mu.Unlock()
+			if pruned {
+				break
+			}
+			select {
+			case <-changed:
+			case <-deadline.C:
+				break waitPrune
+			}
+		}
+		deadline.Stop()
+		r.logf("%sPrune() while %s is held", r.recs[i].label(), k)
+	}
+	yields := r.rng.IntN(4)
+	restart := r.restarts < chaosMaxRestarts && r.rng.IntN(4) == 0
+	written := make(chan statedb.Revision, 1)
+	c.mu.Lock()
+	h.done = make(chan struct{})
+	h.inside = func() {
+		go func() {
+			for range yields {
+				runtime.Gosched()
+			}
+			// The test goroutine waits for this write: r is not
+			// shared.
+			written <- r.write(chaosChange{key: k, obj: read})
+		}()
+	}
+	c.mu.Unlock()
+	c.release(h)
+	select {
+	case rev = <-written:
+		r.logf("@%d write-back %s=%s as read before the delete (%s), from inside its operation", rev, k, read.Value, r.statuses(read))
+	case <-h.cut:
+		// The operation was cut short (a timeout) and woke no writer.
+		rev = r.write(chaosChange{key: k, obj: read})
+		r.logf("@%d write-back %s=%s from the test: the operation was cut short", rev, k, read.Value)
+	}
+	if restart {
+		r.restarts++
+		r.restartInPlace()
 	}
 }
 

@@ -1,0 +1,145 @@
+package reconciler_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cilium/statedb"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/converge-go/converge/reconciler"
+	"github.com/converge-go/converge/status"
+)
+
+// holdingTarget is a key→value target whose next operation on a key,
+// update or delete, can be held until the test lets it go.
+type holdingTarget struct {
+	mu    sync.Mutex
+	data  map[string]string
+	holds map[string]*heldOp
+}
+
+// heldOp is one held operation: started is closed when it blocks, and
+// closing release lets it go on.
+type heldOp struct {
+	started, release chan struct{}
+}
+
+func newHoldingTarget() *holdingTarget {
+	return &holdingTarget{data: map[string]string{}, holds: map[string]*heldOp{}}
+}
+
+// hold makes the next operation on key block until the hold's release is
+// closed (or its context ends).
+func (h *holdingTarget) hold(key string) *heldOp {
+	op := &heldOp{started: make(chan struct{}), release: make(chan struct{})}
+	h.mu.Lock()
+	h.holds[key] = op
+	h.mu.Unlock()
+	return op
+}
+
+func (h *holdingTarget) wait(ctx context.Context, key string) error {
+	h.mu.Lock()
+	op := h.holds[key]
+	delete(h.holds, key)
+	h.mu.Unlock()
+	if op == nil {
+		return nil
+	}
+	close(op.started)
+	select {
+	case <-op.release:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (h *holdingTarget) ops() *funcOps {
+	return &funcOps{
+		update: func(ctx context.Context, _ statedb.Revision, it *item) error {
+			if err := h.wait(ctx, it.ID); err != nil {
+				return err
+			}
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			h.data[it.ID] = it.Value
+			return nil
+		},
+		delete: func(ctx context.Context, _ statedb.Revision, it *item) error {
+			if err := h.wait(ctx, it.ID); err != nil {
+				return err
+			}
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			delete(h.data, it.ID)
+			return nil
+		},
+	}
+}
+
+func (h *holdingTarget) get(key string) (string, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	v, ok := h.data[key]
+	return v, ok
+}
+
+func waitHeld(t *testing.T, op *heldOp, what string) {
+	t.Helper()
+	select {
+	case <-op.started:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("%s never started", what)
+	}
+}
+
+// Bug 5, in the order the outside randomized test met it: a's update is
+// in flight when a is deleted; the update is let go and the delete that
+// follows it is held; while the delete runs, a new value is written and at
+// once the very object of the update, status identity included. After a
+// delete that identity is new work: the object must be applied again, not
+// taken as done.
+func TestReviewBug5RevertWhileItsDeleteRuns(t *testing.T) {
+	for _, workers := range []int{1, 2, 4} {
+		t.Run(fmt.Sprintf("workers=%d", workers), func(t *testing.T) {
+			tg := newHoldingTarget()
+			f := startFixture(t, tg.ops(), nil, reconciler.WithConcurrency(workers))
+
+			update := tg.hold("a")
+			f.upsert(&item{ID: "a", Value: "v1"})
+			waitHeld(t, update, "the update of a=v1")
+			inFlight, ok := f.get("a")
+			require.True(t, ok)
+			f.remove("a")
+			if workers > 1 { // with one worker the loop waits in the update
+				f.settle(1) // the delete has been read while the update runs
+			}
+			del := tg.hold("a")
+			close(update.release)
+			waitHeld(t, del, "the delete of a")
+			f.upsert(&item{ID: "a", Value: "v2"})
+			f.insertAs(inFlight)
+			if workers > 1 {
+				f.settle(2)
+			}
+			close(del.release)
+
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			rev := f.table.Revision(f.db.ReadTxn())
+			_, _, err := f.rec.WaitUntilReconciled(ctx, rev)
+			require.NoError(t, err)
+			obj := f.waitKind("a", status.KindDone)
+			assert.Equal(t, "v1", obj.Value)
+			got, ok := tg.get("a")
+			assert.True(t, ok, "the table holds a Done, the target nothing")
+			assert.Equal(t, "v1", got)
+		})
+	}
+}
