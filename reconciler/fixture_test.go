@@ -44,6 +44,12 @@ func startFixtureWithTable(t testing.TB, setup func(*statedb.DB, statedb.RWTable
 }
 
 func startFixtureWithSetup(t testing.TB, setup func(*statedb.DB, statedb.RWTable[*item]) []reconciler.Option, ops reconciler.Operations[*item], batch reconciler.BatchOperations[*item], opts ...reconciler.Option) *fixture {
+	return startFixtureWithSetter(t, setup, (*item).setStatus, ops, batch, opts...)
+}
+
+// startFixtureWithSetter is startFixtureWithSetup with the status setter
+// given to the reconciler.
+func startFixtureWithSetter(t testing.TB, setup func(*statedb.DB, statedb.RWTable[*item]) []reconciler.Option, setStatus func(*item, status.Status) *item, ops reconciler.Operations[*item], batch reconciler.BatchOperations[*item], opts ...reconciler.Option) *fixture {
 	f := &fixture{t: t, index: convergeindex.NewStatusIndex((*item).getStatus)}
 	f.hive = hive.New(
 		statedb.Cell,
@@ -61,7 +67,7 @@ func startFixtureWithSetup(t testing.TB, setup func(*statedb.DB, statedb.RWTable
 				if setup != nil {
 					opts = append(slices.Clip(opts), setup(db, f.table)...)
 				}
-				f.rec, err = reconciler.Register(p, f.table, (*item).clone, (*item).setStatus, (*item).getStatus, ops, batch, opts...)
+				f.rec, err = reconciler.Register(p, f.table, (*item).clone, setStatus, (*item).getStatus, ops, batch, opts...)
 				return err
 			}),
 		),
