@@ -184,6 +184,9 @@ const (
 	faultSlow
 )
 
+// pruneHoldKey is the key under which a hold blocks the next prune.
+const pruneHoldKey = "(prune)"
+
 func isPoison(value string) bool { return strings.HasPrefix(value, "poison") }
 
 // chaosTarget is the target system shared by every generation (hive) of a
@@ -725,6 +728,9 @@ func (o *chaosOps) Prune(ctx context.Context, txn statedb.ReadTxn, objs iter.Seq
 		c.notify()
 		c.mu.Unlock()
 	}()
+	if err := c.wait(ctx, pruneHoldKey); err != nil {
+		return err
+	}
 
 	want := map[string]bool{}
 	for it := range objs {
@@ -1127,6 +1133,10 @@ func (r *chaosRun) step() {
 		}
 		r.scenario()
 	case p < 68:
+		if r.rng.IntN(3) == 0 {
+			r.pruneWhileBusy()
+			return
+		}
 		if !r.manualPrune {
 			r.logf("(no Prune() in this seed)")
 			return
@@ -1474,6 +1484,64 @@ func (r *chaosRun) writeBackAfterPrune() {
 		r.restarts++
 		r.restartInPlace()
 	}
+}
+
+// pruneWhileBusy holds operations on a few keys, so that with workers the
+// workers are busy, writes more keys so that work is queued behind them,
+// and holds a prune asked for meanwhile. While the prune is held it lets
+// the operations go: the workers are free, and the queued work must still
+// wait for the prune to end.
+func (r *chaosRun) pruneWhileBusy() {
+	if !r.manualPrune {
+		r.logf("(no Prune() in this seed)")
+		return
+	}
+	i := r.rng.IntN(len(r.recs))
+	c := r.recs[i].target
+	var holds []*chaosHold
+	var busy, queued []chaosChange
+	chosen := map[string]bool{}
+	for n := 2 + r.rng.IntN(4); n > 0; n-- {
+		k := r.key()
+		if chosen[k] {
+			continue
+		}
+		chosen[k] = true
+		holds = append(holds, c.hold(k))
+		busy = append(busy, chaosChange{key: k, value: r.value()})
+	}
+	rev := r.write(busy...)
+	r.logf("@%d %soperations held on %s", rev, r.recs[i].label(), describeChanges(busy))
+	for _, h := range holds {
+		r.waitStarted(h, 10*time.Millisecond)
+	}
+	for n := 1 + r.rng.IntN(3); n > 0; n-- {
+		queued = append(queued, chaosChange{key: r.key(), value: r.value()})
+	}
+	rev = r.write(queued...)
+	r.logf("@%d %s, queued behind them", rev, describeChanges(queued))
+	ph := c.hold(pruneHoldKey)
+	r.gen.recs[i].Prune()
+	if r.waitStarted(ph, 20*time.Millisecond) {
+		// A start sooner than startGrace after the prune began is not
+		// told from one that passed the gate before it.
+		<-time.After(startGrace)
+		r.logf("%sprune held", r.recs[i].label())
+	}
+	for _, h := range holds {
+		c.release(h)
+	}
+	r.waitCalls(c, len(queued), 20*time.Millisecond)
+	c.release(ph)
+	r.logf("%sprune and operations released", r.recs[i].label())
+}
+
+func describeChanges(changes []chaosChange) string {
+	words := make([]string, len(changes))
+	for i, ch := range changes {
+		words[i] = ch.key + "=" + ch.value
+	}
+	return strings.Join(words, " ")
 }
 
 // setPaused pauses or resumes every reconciler.
