@@ -1457,6 +1457,17 @@ func (r *chaosRun) writeBackAfterPrune() {
 	}
 	yields := r.rng.IntN(4)
 	restart := r.restarts < chaosMaxRestarts && r.rng.IntN(4) == 0
+	if restart && r.rng.IntN(2) == 0 {
+		// The write-back is read while the operation is held, so it
+		// waits to be applied again after it; the hive stops as the
+		// operation returns.
+		rev = r.write(chaosChange{key: k, obj: read})
+		r.logf("@%d write-back %s=%s as read before the delete (%s), while its operation is held", rev, k, read.Value, r.statuses(read))
+		c.release(h)
+		r.restarts++
+		r.restartInPlace()
+		return
+	}
 	written := make(chan statedb.Revision, 1)
 	c.mu.Lock()
 	h.done = make(chan struct{})
