@@ -172,13 +172,23 @@ func (lc *lifecycles[Obj]) observe(key string, j task[Obj]) *keyState[Obj] {
 // user wrote it back after its retry was dropped, or it was in the table
 // at start. Left alone the object would stay failed for good, so it is
 // retried at now, unless the key's keyState already knows that status.
+// While that status's retry runs, it is the version running written back:
+// as in observe, that clears the successor, unless a delete or a prune
+// came in between, when it is new work that replaces the successor.
 func (lc *lifecycles[Obj]) adopt(key string, j task[Obj], errID uint64, err error, now time.Time) {
 	s, ok := lc.byKey[key]
-	if ok && s.errID == errID {
+	if ok && s.phase == phaseRunning {
+		switch {
+		case s.errID != errID:
+			s.next, s.hasNext = j, true // a newer version: apply it after
+		case s.deleteSeen || s.pruned:
+			s.next, s.hasNext = j, true // the version running, but after a delete
+		default:
+			s.next, s.hasNext = task[Obj]{}, false // back to the version running
+		}
 		return
 	}
-	if ok && s.phase == phaseRunning {
-		s.next, s.hasNext = j, true // a newer version: apply it after
+	if ok && s.errID == errID {
 		return
 	}
 	if !ok {
