@@ -1174,7 +1174,11 @@ func (r *chaosRun) step() {
 		r.depChangedAt[d] = len(r.steps)
 	case p < 104: // pause, or resume
 		if !r.gen.paused && r.rng.IntN(2) == 0 {
-			r.pauseFromAnOperation()
+			if r.rng.IntN(2) == 0 {
+				r.pauseWhileBusy()
+			} else {
+				r.pauseFromAnOperation()
+			}
 			return
 		}
 		r.setPaused(!r.gen.paused)
@@ -1502,8 +1506,16 @@ func (r *chaosRun) writeBackAfterPrune() {
 // and holds a prune asked for meanwhile. While the prune is held it lets
 // the operations go: the workers are free, and the queued work must still
 // wait for the prune to end.
-func (r *chaosRun) pruneWhileBusy() {
-	if !r.manualPrune {
+func (r *chaosRun) pruneWhileBusy() { r.whileBusy(false) }
+
+// pauseWhileBusy is pruneWhileBusy with Pause in place of the prune, and a
+// newer version of one held key parked behind its operation: once every
+// Pause has returned, neither the parked version nor the queued work may
+// start, however the workers come free.
+func (r *chaosRun) pauseWhileBusy() { r.whileBusy(true) }
+
+func (r *chaosRun) whileBusy(pause bool) {
+	if !pause && !r.manualPrune {
 		r.logf("(no Prune() in this seed)")
 		return
 	}
@@ -1529,8 +1541,25 @@ func (r *chaosRun) pruneWhileBusy() {
 	for n := 1 + r.rng.IntN(3); n > 0; n-- {
 		queued = append(queued, chaosChange{key: r.key(), value: r.value()})
 	}
+	if pause {
+		queued = append(queued, chaosChange{key: busy[0].key, value: r.value()})
+	}
 	rev = r.write(queued...)
 	r.logf("@%d %s, queued behind them", rev, describeChanges(queued))
+	if pause {
+		if !r.gen.paused {
+			r.setPaused(true)
+		}
+		// A start sooner than startGrace after Pause returned is not
+		// told from one that passed the gate before it.
+		<-time.After(startGrace)
+		for _, h := range holds {
+			c.release(h)
+		}
+		r.waitCalls(c, len(queued), 20*time.Millisecond)
+		r.logf("%soperations released while paused", r.recs[i].label())
+		return
+	}
 	ph := c.hold(pruneHoldKey)
 	r.gen.recs[i].Prune()
 	if r.waitStarted(ph, 20*time.Millisecond) {
