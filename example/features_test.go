@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cilium/hive/cell"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/converge-go/converge/reconciler"
@@ -21,7 +22,8 @@ import (
 // it (issue 13, "Beyond the fixes").
 
 // /metrics serves converge's Prometheus adapter, with the example's module
-// label; /debug/vars still serves Go's expvar variables.
+// label; /debug/vars serves the same figures as converge's expvar metrics,
+// beside Go's own variables.
 func TestMetrics(t *testing.T) {
 	a := startApp(t, testConfig(), nil)
 	a.waitReconciled()
@@ -41,9 +43,17 @@ func TestMetrics(t *testing.T) {
 	require.Greater(t, after[updates], before[updates])
 	require.Greater(t, after[prunes], before[prunes])
 
+	// /debug/vars has Go's variables and the reconciler's, histograms
+	// included, keyed by the reconciler's module.
 	code, body := a.do(http.MethodGet, "/debug/vars", nil)
 	require.Equal(t, http.StatusOK, code)
-	require.Contains(t, body, `"memstats"`)
+	var vars map[string]json.RawMessage
+	require.NoError(t, json.Unmarshal([]byte(body), &vars))
+	require.Contains(t, vars, "memstats")
+	for _, name := range []string{"reconciliation_operations", "reconciliation_duration_histogram", "queue_wait_histogram", "prune_count"} {
+		require.Contains(t, vars, name)
+		assert.Contains(t, string(vars[name]), `"files`, "%s has no figures of the files reconciler", name)
+	}
 }
 
 // The reconcilers and reconciler-retries tables of reconciler.TablesCell

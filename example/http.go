@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -34,8 +36,11 @@ import (
 //	POST   /resume            resume it: what changed meanwhile converges
 //	GET    /health            the hive's health, as JSON (503 unless OK)
 //	GET    /metrics           the reconciler's metrics, for Prometheus
-//	GET    /debug/vars        expvar: Go's runtime variables
+//	GET    /debug/vars        expvar: Go's runtime variables and the reconciler's metrics
 //	GET    /statedb/...       StateDB's own handler: /statedb/dump, /statedb/dump/files, ...
+//
+// Requests from a web page the user visits are refused with 403 (see
+// checkOrigin), and query parameters a route does not take with 400.
 type server struct {
 	log         *slog.Logger
 	db          *statedb.DB
@@ -141,15 +146,96 @@ func (s *server) Addr() string { return s.ln.Addr().String() }
 // Done is closed when the server stops serving, by Stop or by failure.
 func (s *server) Done() <-chan struct{} { return s.done }
 
-// ServeHTTP routes /files/{name} itself rather than through the ServeMux:
-// the mux cleans paths and redirects "/files/../x" to "/x", while a bad name
-// deserves a 400 that says what is wrong with it.
+// ServeHTTP first refuses what a web page the user visits could send (see
+// checkOrigin) and query parameters no route takes. It routes
+// /files/{name} itself rather than through the ServeMux: the mux cleans
+// paths and redirects "/files/../x" to "/x", while a bad name deserves a
+// 400 that says what is wrong with it.
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if raw, ok := strings.CutPrefix(r.URL.EscapedPath(), "/files/"); ok {
-		s.file(w, r, raw)
+	if err := s.checkOrigin(r); err != nil {
+		s.log.Warn("Refused a request from outside", "method", r.Method, "path", r.URL.Path, "reason", err)
+		http.Error(w, err.Error(), http.StatusForbidden)
 		return
 	}
-	s.mux.ServeHTTP(w, r)
+	if raw, ok := strings.CutPrefix(r.URL.EscapedPath(), "/files/"); ok {
+		var params []string
+		if r.Method == http.MethodPut {
+			params = []string{"mode", "template"}
+		}
+		if knownParams(w, r, params...) {
+			s.file(w, r, raw)
+		}
+		return
+	}
+	// StateDB's handler takes its own parameters.
+	if strings.HasPrefix(r.URL.Path, "/statedb/") || knownParams(w, r) {
+		s.mux.ServeHTTP(w, r)
+	}
+}
+
+// checkOrigin refuses the requests a web page in the user's browser could
+// make: one whose Host is neither a loopback name nor the address listened
+// on (a DNS-rebinding page reaches 127.0.0.1 under a name of its own), and
+// a cross-site one (an Origin other than the API's own, or a browser's
+// Sec-Fetch-Site: cross-site). Tools such as curl send neither header.
+func (s *server) checkOrigin(r *http.Request) error {
+	if !s.ownHost(r.Host) {
+		return fmt.Errorf("host %q is not this API's address: use %s or localhost", r.Host, s.Addr())
+	}
+	if r.Header.Get("Sec-Fetch-Site") == "cross-site" {
+		return errors.New("cross-site requests are refused")
+	}
+	if origin := r.Header.Get("Origin"); origin != "" && origin != "http://"+r.Host {
+		return fmt.Errorf("requests from origin %q are refused", origin)
+	}
+	return nil
+}
+
+// ownHost reports whether hostport, a request's Host, names this server:
+// localhost or a loopback address, or the address listened on, with the
+// port listened on if it has one.
+func (s *server) ownHost(hostport string) bool {
+	listenHost, listenPort, err := net.SplitHostPort(s.Addr())
+	if err != nil {
+		return false
+	}
+	host, port, err := net.SplitHostPort(hostport)
+	if err != nil { // no port
+		host, port = strings.TrimSuffix(strings.TrimPrefix(hostport, "["), "]"), ""
+	}
+	if port != "" && port != listenPort {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	if ip == nil {
+		return false
+	}
+	listenIP := net.ParseIP(listenHost)
+	return ip.IsLoopback() || ip.Equal(listenIP) || (listenIP != nil && listenIP.IsUnspecified())
+}
+
+// knownParams answers 400 and returns false if r has a query parameter
+// that is not one of allowed.
+func knownParams(w http.ResponseWriter, r *http.Request, allowed ...string) bool {
+	query, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		http.Error(w, "invalid query: "+err.Error(), http.StatusBadRequest)
+		return false
+	}
+	for name := range query {
+		if !slices.Contains(allowed, name) {
+			msg := fmt.Sprintf("unknown query parameter %q for %s %s", name, r.Method, r.URL.Path)
+			if len(allowed) > 0 {
+				msg += "; it takes " + strings.Join(allowed, ", ")
+			}
+			http.Error(w, msg, http.StatusBadRequest)
+			return false
+		}
+	}
+	return true
 }
 
 // serveHealth answers 200 when the overall level is OK and 503 otherwise, so
@@ -173,6 +259,8 @@ func (s *server) index(w http.ResponseWriter, _ *http.Request) {
   DELETE /files/{name}      remove
   GET    /files             all files and their statuses
   PUT    /templates/{name}  create or replace a template (body = text, with {{name}} and {{content}})
+  GET    /templates/{name}  one template
+  DELETE /templates/{name}  remove a template; the files using it fail until it is back
   GET    /templates         all templates
   GET    /reconcilers       the reconcilers table
   GET    /retries           failing files and their next attempt
@@ -180,7 +268,7 @@ func (s *server) index(w http.ResponseWriter, _ *http.Request) {
   POST   /resume            apply what changed meanwhile
   GET    /health            health (503 unless OK)
   GET    /metrics           Prometheus metrics
-  GET    /debug/vars        Go runtime variables (expvar)
+  GET    /debug/vars        Go runtime variables and the reconciler's metrics (expvar)
   GET    /statedb/dump      StateDB contents
 `)
 }

@@ -58,7 +58,7 @@
 //	curl -X POST localhost:8080/pause          # nothing is written until
 //	curl -X POST localhost:8080/resume         # resume
 //	curl localhost:8080/metrics                # Prometheus: converge_reconcile_total, ...
-//	curl localhost:8080/debug/vars             # expvar: Go's runtime variables
+//	curl localhost:8080/debug/vars             # expvar: Go's runtime variables and the reconciler's metrics
 //	curl localhost:8080/statedb/dump           # the StateDB tables as JSON
 //
 // Things to try:
@@ -165,7 +165,7 @@ func newReconciler(p reconciler.Params, cfg config, files filesTable, templates 
 		(*File).GetStatus,
 		t,
 		nil,
-		reconciler.WithMetrics(m.Metrics),
+		reconciler.WithMetrics(m.teeMetrics),
 		templateDependency(p.DB, files, templates),
 		reconciler.WithPruning(cfg.PruneInterval),
 		reconciler.WithRefreshing(cfg.RefreshInterval, rate.NewLimiter(100, 100)),

@@ -126,8 +126,9 @@ func (l *limitedWriter) Write(p []byte) (int, error) {
 // validateTemplateName.
 var errInvalidTemplateName = errors.New("invalid template name")
 
-// validateTemplateName accepts a name that fits in a URL path element and
-// a log line: not empty, no "/" or "\", no control characters.
+// validateTemplateName accepts a name that needs no escaping in a URL, a
+// query parameter or a log line: letters, digits, ".", "-" and "_", not
+// starting with ".".
 func validateTemplateName(name string) error {
 	bad := func(why string) error { return fmt.Errorf("%w %q: %s", errInvalidTemplateName, name, why) }
 	switch {
@@ -135,10 +136,14 @@ func validateTemplateName(name string) error {
 		return fmt.Errorf("%w: the name is empty", errInvalidTemplateName)
 	case len(name) > maxNameLen:
 		return bad(fmt.Sprintf("longer than %d bytes", maxNameLen))
-	case strings.ContainsAny(name, `/\`):
-		return bad(`must not contain "/" or "\"`)
-	case strings.IndexFunc(name, unicode.IsControl) >= 0:
-		return bad("contains control characters")
+	case strings.HasPrefix(name, "."):
+		return bad(`must not start with "."`)
+	case strings.IndexFunc(name, notTemplateNameRune) >= 0:
+		return bad(`may hold only letters, digits, ".", "-" and "_"`)
 	}
 	return nil
+}
+
+func notTemplateNameRune(r rune) bool {
+	return !(unicode.IsLetter(r) || unicode.IsDigit(r) || r == '.' || r == '-' || r == '_')
 }
