@@ -25,16 +25,11 @@ func callsCmd(reg *Registry) script.Cmd {
 				fs.String("via", "", "only calls made as entries of a batch operation (batch) or as single operations (single)")
 			},
 			Detail: []string{
-				"Prints the calls the reconciler made, one per line in the order they",
-				"returned, as recorded by the Subject's Faults (every attempt, with injected",
-				"failures) or, without Faults, its Target. With --min or --exactly, waits",
-				"until the number of matching calls is reached; --exactly fails at once",
-				"if there are already more. With --target, reads the calls that reached",
-				"the Target, which record updated values and the keys prunes removed.",
-				"With --reset, forgets the recorded calls (of Faults and Target) afterwards.",
-				"With --in-flight, reads the calls that have started and not returned,",
-				"such as those a delay fault holds, in the order they started; --reset",
-				"does not apply to them.",
+				"The command prints the calls the reconciler made, one per line in the order they returned, as recorded by the Subject's Faults (every attempt, with injected failures) or, without Faults, by its Target.",
+				"With --min or --exactly, it waits until the number of matching calls is reached; --exactly fails at once if there are already more.",
+				"With --target, it reads the calls that reached the Target, which record updated values and the keys prunes removed.",
+				"With --reset, it forgets the recorded calls (of Faults and Target) afterwards.",
+				"With --in-flight, it reads the calls that have started and not returned, such as those a delay fault holds, in the order they started; --reset does not apply to them.",
 			},
 		},
 		func(s *script.State, args ...string) (script.WaitFunc, error) {
@@ -47,7 +42,7 @@ func callsCmd(reg *Registry) script.Cmd {
 			}
 			rec := sub.recorder()
 			if fromTarget, _ := s.Flags.GetBool("target"); fromTarget {
-				if tgt := sub.target(); tgt != nil {
+				if tgt := sub.targetRecorder(); tgt != nil {
 					rec = tgt
 				} else {
 					return nil, fmt.Errorf("reconciler %q has no Target in its Subject", sub.subjectName())
@@ -123,7 +118,7 @@ func callsCmd(reg *Registry) script.Cmd {
 			}
 			out := formatCalls(matched)
 			if reset, _ := s.Flags.GetBool("reset"); reset {
-				for _, r := range []CallRecorder{sub.recorder(), sub.target()} {
+				for _, r := range []CallRecorder{sub.recorder(), sub.targetRecorder()} {
 					if r != nil {
 						r.ResetCalls()
 					}

@@ -23,13 +23,11 @@ func faultCmd(reg *Registry) script.Cmd {
 				fs.Duration("duration", 0, "delay of 'delay' (default: until cleared) and of 'retry-after'")
 			},
 			Detail: []string{
-				"Modes: 'error' fails the call (wrapping ErrInjected), 'terminal' fails it",
-				"with reconciler.TerminalError, 'retry-after' with reconciler.RetryAfter",
-				"(--duration), 'panic' panics (part way through a batch), 'delay' holds the",
-				"call for --duration, or until cleared, unless its context ends first.",
-				"The newest fault matching a call decides. 'clear' removes the faults for",
-				"--key (or all) and releases delayed calls. Without arguments, lists the",
-				"active faults. Needs the Subject's Faults (see NewFaultyOps).",
+				"The modes: 'error' fails the call (wrapping ErrInjected), 'terminal' fails it with reconciler.TerminalError, 'retry-after' with reconciler.RetryAfter (--duration), 'panic' panics (part way through a batch), and 'delay' holds the call for --duration, or until cleared, unless its context ends first.",
+				"The newest fault matching a call decides.",
+				"'clear' removes the faults for --key (or all) and releases delayed calls.",
+				"Without arguments, the command lists the active faults.",
+				"It needs the Subject's Faults (see NewFaultyOps).",
 			},
 		},
 		func(s *script.State, args ...string) (script.WaitFunc, error) {

@@ -20,12 +20,10 @@ func healthCmd(reg *Registry) script.Cmd {
 				fs.String("level", "", "wait until the level is this one (OK, Degraded, Stopped)")
 			},
 			Detail: []string{
-				"Prints the health the reconcile job reported, from the Subject's",
-				"cell.SimpleHealth, as 'SCOPE: level=LEVEL message=MESSAGE error=ERROR'.",
-				"With --level or a regexp, waits until the level is that one and the line",
-				"matches the regexp. cell.SimpleHealth has no change notification, so this",
-				"checks every 10ms until the timeout. A paused reconciler (reconciler/pause)",
-				"reports level OK with the message 'Paused'.",
+				"The command prints the health the reconcile job reported, from the Subject's cell.SimpleHealth, as 'SCOPE: level=LEVEL message=MESSAGE error=ERROR'.",
+				"With --level or a regexp, it waits until the level is that one and the line matches the regexp.",
+				"As cell.SimpleHealth has no change notification, it checks every 10ms until the timeout.",
+				"A paused reconciler (reconciler/pause) reports level OK with the message 'Paused'.",
 			},
 			RegexpArgs: func(rawArgs ...string) []int {
 				if len(rawArgs) > 0 {

@@ -20,11 +20,10 @@ func metricsCmd(reg *Registry) script.Cmd {
 				timeoutFlag(fs)
 			},
 			Detail: []string{
-				"Prints the Subject's metrics.ExpVar as one 'VARIABLE KEY: VALUE' line per",
-				"figure, sorted, for example 'reconciliation_current_errors mymodule: 0'",
-				"(keys are the module ID, and '/NAME' for a named reconciler; see",
-				"metrics.ExpVar). With regexps, waits until each matches a line. expvar",
-				"has no change notification, so this checks every 10ms until the timeout.",
+				"The command prints the Subject's metrics.ExpVar as one 'VARIABLE KEY: VALUE' line per figure, sorted, for example 'reconciliation_current_errors mymodule: 0'.",
+				"The keys are the module ID, with '/NAME' for a named reconciler (see metrics.ExpVar).",
+				"With regexps, it waits until each matches a line.",
+				"As expvar has no change notification, it checks every 10ms until the timeout.",
 			},
 			RegexpArgs: func(rawArgs ...string) []int {
 				idx := make([]int, len(rawArgs))

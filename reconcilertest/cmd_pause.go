@@ -16,12 +16,11 @@ func pauseCmd(reg *Registry) script.Cmd {
 		Summary: "pause the reconciler and wait until it says it is paused",
 		Flags:   pauseFlags,
 		Detail: []string{
-			"Calls Reconciler.Pause, then waits until the reconcile job's health says",
-			"'Paused' (level OK): from then on no operation, prune or refresh sweep",
-			"starts until reconciler/resume, while changes to the table accumulate.",
-			"Operations already running finish first. Pausing a paused reconciler does",
-			"nothing. Waiting needs the Subject's Health (checked every 10ms); with",
-			"--no-wait it only calls Pause.",
+			"The command calls Reconciler.Pause, then waits until the reconcile job's health says 'Paused' (level OK).",
+			"From then on no operation, prune or refresh sweep starts until reconciler/resume, while changes to the table accumulate.",
+			"Operations already running finish first.",
+			"Pausing a paused reconciler does nothing.",
+			"Waiting needs the Subject's Health, which it checks every 10ms; with --no-wait it only calls Pause.",
 		},
 	})
 }
@@ -31,11 +30,10 @@ func resumeCmd(reg *Registry) script.Cmd {
 		Summary: "resume a paused reconciler and wait until it no longer says it is paused",
 		Flags:   pauseFlags,
 		Detail: []string{
-			"Calls Reconciler.Resume, then waits until the reconcile job's health no",
-			"longer says 'Paused': the reconciler has started a round, and every change",
-			"made while it was paused converges (reconciler/wait waits for that).",
-			"Resuming a running reconciler does nothing. Waiting needs the Subject's",
-			"Health (checked every 10ms); with --no-wait it only calls Resume.",
+			"The command calls Reconciler.Resume, then waits until the reconcile job's health no longer says 'Paused'.",
+			"The reconciler has then started a round, and every change made while it was paused converges (reconciler/wait waits for that).",
+			"Resuming a running reconciler does nothing.",
+			"Waiting needs the Subject's Health, which it checks every 10ms; with --no-wait it only calls Resume.",
 		},
 	})
 }

@@ -10,19 +10,17 @@ import (
 func pruneCmd(reg *Registry) script.Cmd {
 	return script.Command(
 		script.CmdUsage{
-			Summary: "ask the reconciler to prune and wait until it has",
+			Summary: "ask the reconciler to prune and wait until it has pruned",
 			Flags: func(fs *pflag.FlagSet) {
 				nameFlag(fs)
 				timeoutFlag(fs)
 				fs.Bool("no-wait", false, "only ask for the prune (Reconciler.Prune) and return")
 			},
 			Detail: []string{
-				"Calls Reconciler.Prune and waits for a prune whose desired set includes",
-				"every change of the table made before the command, then prints it. Fails",
-				"if that prune failed. A prune happens only once the table is initialized.",
-				"Waiting needs the calls recorded by the Subject's Faults or Target: wrap",
-				"operations of your own with NewFaultyOps (without faults it passes every",
-				"call through) or use --no-wait.",
+				"The command calls Reconciler.Prune and waits for a prune whose desired set includes every change of the table made before the command, then prints it.",
+				"It fails if that prune failed.",
+				"A prune happens only once the table is initialized.",
+				"Waiting needs the calls recorded by the Subject's Faults or Target: wrap operations of your own with NewFaultyOps (without faults it passes every call through), or use --no-wait.",
 			},
 		},
 		func(s *script.State, args ...string) (script.WaitFunc, error) {

@@ -27,18 +27,14 @@ func retriesCmd(reg *Registry) script.Cmd {
 				fs.Bool("absent", false, "wait until no line matches the regexp (until no object fails, without one)")
 			},
 			Detail: []string{
-				"Prints the reconciler's rows of the reconciler-retries table, which",
-				"reconciler.TablesCell provides (the hive must include it), one line per",
-				"failing object, sorted by key:",
+				"The command prints the reconciler's rows of the reconciler-retries table, which reconciler.TablesCell provides (the hive must include it), one line per failing object, sorted by key:",
 				"",
 				"  KEY: OP attempts=N first-failed=AGE next=NEXT error=MESSAGE",
 				"",
-				"OP is update or delete, AGE how long ago the object first failed, and NEXT",
-				"'in DURATION' or 'running' while an attempt runs. With a regexp, waits until",
-				"a line matches it, for example '^b: .*attempts=[3-9]'; with --absent, until",
-				"no line does (or, without a regexp, until no object fails). The rows are",
-				"written once per round, so a retry shows up just after the Error status.",
-				"Waits on the table's watch channel.",
+				"OP is update or delete, AGE how long ago the object first failed, and NEXT 'in DURATION', or 'running' while an attempt runs.",
+				"With a regexp, it waits until a line matches it, for example '^b: .*attempts=[3-9]'; with --absent, until no line does (or, without a regexp, until no object fails).",
+				"The rows are written once per round, so a retry shows up just after the Error status.",
+				"It waits on the table's watch channel.",
 			},
 			RegexpArgs: func(rawArgs ...string) []int {
 				if len(rawArgs) > 0 {

@@ -21,10 +21,9 @@ func statusCmd(reg *Registry) script.Cmd {
 				fs.String("kind", "", "wait until the status has this kind (Pending, Refreshing, Done, Error)")
 			},
 			Detail: []string{
-				"Prints the status of the object with the given key as 'KEY: KIND' or",
-				"'KEY: Error: MESSAGE'. With --kind or a regexp, waits until the status has",
-				"that kind and the printed line matches the regexp. The object must be in",
-				"the table.",
+				"The command prints the status of the object with the given key as 'KEY: KIND' or 'KEY: Error: MESSAGE'.",
+				"With --kind or a regexp, it waits until the status has that kind and the printed line matches the regexp.",
+				"The object must be in the table.",
 			},
 			RegexpArgs: func(rawArgs ...string) []int {
 				if len(rawArgs) > 1 {

@@ -3,6 +3,7 @@ package reconcilertest
 import (
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 
 	"github.com/cilium/hive/script"
@@ -12,7 +13,7 @@ import (
 func targetCmd(reg *Registry) script.Cmd {
 	return script.Command(
 		script.CmdUsage{
-			Summary: "print the recording target, or wait until it holds what is expected",
+			Summary: "print the target, or wait until it holds what is expected",
 			Args:    "[key=value...]",
 			Flags: func(fs *pflag.FlagSet) {
 				nameFlag(fs)
@@ -21,11 +22,12 @@ func targetCmd(reg *Registry) script.Cmd {
 				fs.Bool("empty", false, "wait until the target is empty")
 			},
 			Detail: []string{
-				"Without arguments, prints what the Subject's Target holds, one sorted",
-				"'key=value' line per entry. With key=value arguments, waits until the",
-				"target holds exactly those. With --table, waits until the target equals",
-				"the table (every object, whatever its status; see Target.Diff) and shows",
-				"the differences if it times out. With --empty, waits until it is empty.",
+				"The target is the Subject's Target, or its TargetReader.",
+				"Without arguments, the command prints what the target holds, one 'key=value' line per entry, sorted.",
+				"With key=value arguments, it waits until the target holds exactly those.",
+				"With --table, it waits until the target equals the table, every object whatever its status (see Target.Diff), and shows the differences if it times out.",
+				"With --empty, it waits until the target is empty.",
+				"A Target wakes the command on every change; another TargetReader is checked every 10ms.",
 			},
 		},
 		func(s *script.State, args ...string) (script.WaitFunc, error) {
@@ -58,20 +60,30 @@ func targetCmd(reg *Registry) script.Cmd {
 			case table:
 				err = waitFor(s, timeout, "for the target to equal the table", func() (bool, watches, string, error) {
 					txn := sub.db().ReadTxn()
-					var tableWatch, stateWatch <-chan struct{}
-					_, _, tableWatch = sub.unreconciled(txn)
-					state, stateWatch = tgt.StateWatch()
-					diff := tgt.diff(txn)
+					_, _, tableWatch := sub.unreconciled(txn)
+					diff, stateWatch, err := tgt.diff(txn)
+					if err != nil {
+						return false, watches{}, "", err
+					}
 					return diff == "", watches{tableWatch, stateWatch}, "\n" + diff, nil
 				})
+				if err == nil {
+					state, _, err = tgt.read()
+				}
 			case empty || len(want) > 0:
 				err = waitFor(s, timeout, "for the target to hold ["+formatState(want)+"]", func() (bool, watches, string, error) {
-					var watch <-chan struct{}
-					state, watch = tgt.StateWatch()
+					var (
+						watch <-chan struct{}
+						err   error
+					)
+					state, watch, err = tgt.read()
+					if err != nil {
+						return false, watches{}, "", err
+					}
 					return maps.Equal(state, want), watches{watch}, "it holds [" + formatState(state) + "]", nil
 				})
 			default:
-				state, _ = tgt.StateWatch()
+				state, _, err = tgt.read()
 			}
 			if err != nil {
 				return nil, err
@@ -88,19 +100,19 @@ func targetCmd(reg *Registry) script.Cmd {
 func targetSetCmd(reg *Registry) script.Cmd {
 	return script.Command(
 		script.CmdUsage{
-			Summary: "change the recording target behind the reconciler's back",
+			Summary: "change the target behind the reconciler's back",
 			Args:    "key=value...",
 			Flags:   nameFlag,
 			Detail: []string{
-				"Stores each value under its key in the Subject's Target without the",
-				"reconciler knowing, to simulate drift or leftovers that prune must remove.",
+				"The command stores each value under its key in the target without the reconciler knowing, to simulate drift, or leftovers that a prune must remove.",
+				"The target must be a TargetWriter, as a Target is; on a read-only TargetReader the command fails.",
 			},
 		},
 		func(s *script.State, args ...string) (script.WaitFunc, error) {
 			if len(args) == 0 {
 				return nil, fmt.Errorf("%w: expected one or more key=value arguments", script.ErrUsage)
 			}
-			_, tgt, err := lookupTarget(s, reg)
+			w, err := lookupTargetWriter(s, reg, "reconciler/target/set")
 			if err != nil {
 				return nil, err
 			}
@@ -108,8 +120,8 @@ func targetSetCmd(reg *Registry) script.Cmd {
 			if err != nil {
 				return nil, err
 			}
-			for k, v := range pairs {
-				tgt.Set(k, v)
+			for _, k := range slices.Sorted(maps.Keys(pairs)) {
+				w.Set(k, pairs[k])
 			}
 			return nil, nil
 		},
@@ -119,20 +131,24 @@ func targetSetCmd(reg *Registry) script.Cmd {
 func targetUnsetCmd(reg *Registry) script.Cmd {
 	return script.Command(
 		script.CmdUsage{
-			Summary: "remove keys from the recording target behind the reconciler's back",
+			Summary: "remove keys from the target behind the reconciler's back",
 			Args:    "key...",
 			Flags:   nameFlag,
+			Detail: []string{
+				"The command removes each key from the target without the reconciler knowing.",
+				"The target must be a TargetWriter, as a Target is; on a read-only TargetReader the command fails.",
+			},
 		},
 		func(s *script.State, args ...string) (script.WaitFunc, error) {
 			if len(args) == 0 {
 				return nil, fmt.Errorf("%w: expected one or more keys", script.ErrUsage)
 			}
-			_, tgt, err := lookupTarget(s, reg)
+			w, err := lookupTargetWriter(s, reg, "reconciler/target/unset")
 			if err != nil {
 				return nil, err
 			}
 			for _, k := range args {
-				tgt.Remove(k)
+				w.Remove(k)
 			}
 			return nil, nil
 		},
@@ -146,9 +162,23 @@ func lookupTarget(s *script.State, reg *Registry) (subject, targetView, error) {
 	}
 	tgt := sub.target()
 	if tgt == nil {
-		return nil, nil, fmt.Errorf("reconciler %q has no Target in its Subject", sub.subjectName())
+		return nil, nil, fmt.Errorf("reconciler %q has no Target or TargetReader in its Subject", sub.subjectName())
 	}
 	return sub, tgt, nil
+}
+
+// lookupTargetWriter finds the target of the reconciler --name selects, for
+// the command cmd, which changes it.
+func lookupTargetWriter(s *script.State, reg *Registry, cmd string) (TargetWriter, error) {
+	sub, tgt, err := lookupTarget(s, reg)
+	if err != nil {
+		return nil, err
+	}
+	w, ok := tgt.reader().(TargetWriter)
+	if !ok {
+		return nil, fmt.Errorf("the target of reconciler %q (%T) is read-only: %s needs a TargetReader that is also a reconcilertest.TargetWriter", sub.subjectName(), tgt.reader(), cmd)
+	}
+	return w, nil
 }
 
 // parsePairs parses key=value arguments.

@@ -23,11 +23,9 @@ func waitCmd(reg *Registry) script.Cmd {
 				fs.String("key", "", "wait for this object only, until its status is Done or Error")
 			},
 			Detail: []string{
-				"Without --key, waits until the reconciler has handled every change of the",
-				"table up to now (deletes included) and no object is Pending or Refreshing.",
+				"Without --key, the command waits until the reconciler has handled every change of the table up to now (deletes included) and no object is Pending or Refreshing.",
 				"Objects in Error waiting for a retry do not hold it up.",
-				"With --key, waits until that object's status is Done or Error; the object",
-				"must be in the table.",
+				"With --key, it waits until that object's status is Done or Error; the object must be in the table.",
 			},
 		},
 		func(s *script.State, args ...string) (script.WaitFunc, error) {

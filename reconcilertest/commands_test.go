@@ -3,11 +3,15 @@ package reconcilertest_test
 import (
 	"bufio"
 	"context"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/cilium/hive/script"
 	"github.com/stretchr/testify/assert"
@@ -112,7 +116,8 @@ func TestCommandsNeedWhatTheyUse(t *testing.T) {
 	for _, tc := range []struct{ line, err string }{
 		{"reconciler/prune", "neither Faults nor Target"},
 		{"reconciler/calls", "neither Faults nor Target"},
-		{"reconciler/target", "no Target"},
+		{"reconciler/target", "no Target or TargetReader"},
+		{"reconciler/target/set a=1", "no Target or TargetReader"},
 		{"reconciler/fault error", "no Faults"},
 		{"reconciler/health", "no Health"},
 		{"reconciler/metrics", "no Metrics"},
@@ -162,4 +167,53 @@ func TestRetriesCommandErrors(t *testing.T) {
 func newBareSubject(t *testing.T, f *fixture) reconcilertest.Subject[*item] {
 	require.NotNil(t, f.last.Reconciler)
 	return reconcilertest.Subject[*item]{DB: f.last.DB, Table: f.last.Table, Reconciler: f.last.Reconciler, GetStatus: f.last.GetStatus}
+}
+
+// TestHelpReadsAsSentences checks the usage that "help reconciler/" prints.
+// help wraps each Detail entry on its own, starting it on a new line, so
+// an entry must be one or more whole sentences (or a blank line, or an
+// indented display after a sentence ending in ':'): an entry ending
+// mid-sentence breaks the sentence across lines at a random place.
+func TestHelpReadsAsSentences(t *testing.T) {
+	cmds := reconcilertest.ScriptCommands(reconcilertest.NewRegistry())
+	for _, name := range slices.Sorted(maps.Keys(cmds)) {
+		u := cmds[name].Usage()
+		assert.NotEmpty(t, u.Summary, name)
+		assert.NotContains(t, u.Summary, "\n", name)
+		assert.False(t, strings.HasSuffix(u.Summary, "."), "%s: a summary is a man page's NAME line, without a full stop", name)
+		introduced := false // the last sentence ended in ':'
+		for _, d := range u.Detail {
+			switch {
+			case d == "":
+			case strings.HasPrefix(d, "  "):
+				assert.True(t, introduced, "%s: the display line %q follows a sentence ending in ':'", name, d)
+			default:
+				first, _ := utf8.DecodeRuneInString(d)
+				assert.False(t, unicode.IsLower(first), "%s: %q starts mid-sentence", name, d)
+				assert.True(t, strings.HasSuffix(d, ".") || strings.HasSuffix(d, ":"), "%s: %q ends mid-sentence", name, d)
+				introduced = strings.HasSuffix(d, ":")
+			}
+		}
+	}
+
+	// What help prints: each entry is a run of whole lines.
+	const name = "reconciler/target/set"
+	r := newScriptRunner(t, &script.Engine{Cmds: map[string]script.Cmd{"help": script.Help(), name: cmds[name]}})
+	require.NoError(t, r.run("help "+name))
+	out := r.s.Stdout()
+	_, rest, ok := strings.Cut(out, "\n\n") // after the synopsis and summary
+	require.True(t, ok, out)
+	block, _, _ := strings.Cut(rest, "\n\n") // before the flags
+	lines := strings.Split(block, "\n")
+	detail := cmds[name].Usage().Detail
+	require.NotEmpty(t, detail)
+	for _, want := range detail {
+		var got []string
+		for len(lines) > 0 && len(strings.Join(got, " ")) < len(want) {
+			got = append(got, strings.TrimPrefix(lines[0], "\t"))
+			lines = lines[1:]
+		}
+		assert.Equal(t, want, strings.Join(got, " "), "in:\n%s", out)
+	}
+	assert.Empty(t, lines, "help printed more than the Detail, in:\n%s", out)
 }

@@ -65,9 +65,9 @@
 //	reconciler/pause                     pause the reconciler and wait until its health says Paused (--no-wait)
 //	reconciler/resume                    resume it and wait until its health no longer says Paused (--no-wait)
 //	reconciler/health [REGEXP]           print the reconcile job's health, or wait until it matches (--level)
-//	reconciler/target [KEY=VALUE...]     print the target, or wait until it holds these (--table, --empty)
-//	reconciler/target/set KEY=VALUE...   change the target behind the reconciler's back
-//	reconciler/target/unset KEY...       remove from the target behind the reconciler's back
+//	reconciler/target [KEY=VALUE...]     print the target (a Target or TargetReader), or wait until it holds these (--table, --empty)
+//	reconciler/target/set KEY=VALUE...   change the target (a TargetWriter) behind the reconciler's back
+//	reconciler/target/unset KEY...       remove from the target (a TargetWriter) behind the reconciler's back
 //	reconciler/calls                     print the recorded calls, or wait for a number (--op, --key, --via, --min, --exactly)
 //	reconciler/calls --in-flight         the same for the calls started and not yet returned
 //	reconciler/fault [MODE|clear]        inject a fault (--key, --op, --next, --prob, --seed, --duration)
@@ -87,6 +87,28 @@
 // implements the operations in memory for any object type, records every
 // call and compares itself with a table ([Target.Diff]). Both record calls
 // ([Call]); FaultyOps also records the attempts that its faults stopped.
+//
+// # A target of your own
+//
+// The reconciler/target commands read a [Target], or any target system that
+// implements [TargetReader]: Keys lists the keys it holds, Get reads one
+// key's value. Implement it on your target, or on a small view of it, and
+// set [Subject.TargetReader] when adding the reconciler, with [Subject.Key]
+// and [Subject.Value] giving the key and value each object should have
+// there, for reconciler/target --table:
+//
+//	return reconcilertest.Add(reg, reconcilertest.Subject[*Route]{
+//		DB: p.DB, Table: routes, Reconciler: r, GetStatus: (*Route).GetStatus,
+//		TargetReader: kernelRoutes, Key: routeKey, Value: routeVia,
+//	})
+//
+// The commands check such a target every 10ms while they wait, as it has no
+// change notification. reconciler/target/set and reconciler/target/unset
+// also need a [TargetWriter]; on a target without one they fail, saying it
+// is read-only. To inject faults into your target's operations and record
+// their calls, for reconciler/fault, reconciler/calls and reconciler/prune,
+// wrap them with [NewFaultyOps]. testdata/map_target.txtar in this package
+// is an example.
 //
 // # Restarts
 //

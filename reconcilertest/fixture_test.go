@@ -58,6 +58,7 @@ type fixtureFlags struct {
 	reconcilers string
 	sameHive    bool
 	tables      bool
+	mapTarget   string
 }
 
 func parseFixtureFlags(args []string) (fixtureFlags, error) {
@@ -69,6 +70,7 @@ func parseFixtureFlags(args []string) (fixtureFlags, error) {
 	fs.StringVar(&f.reconcilers, "reconcilers", "", "comma-separated names of reconcilers sharing Statuses")
 	fs.BoolVar(&f.sameHive, "same-hive", false, "use the hive's own commands: 'hive start' after 'hive stop' starts the same hive")
 	fs.BoolVar(&f.tables, "tables", false, "include reconciler.TablesCell, for reconciler/retries")
+	fs.StringVar(&f.mapTarget, "map-target", "", "reconcile into a mapTarget, a TargetReader of the test's own, instead of a Target: read-only or writable")
 	return f, fs.Parse(args)
 }
 
@@ -84,6 +86,11 @@ type fixture struct {
 	hive      *hive.Hive                    // the hive of -same-hive
 	hiveCmds  map[string]script.Cmd         // its commands
 	last      reconcilertest.Subject[*item] // the subject added last
+
+	// With -map-target, the reconciler's operations are mapTarget's
+	// instead of target's, and the commands read it through reader.
+	mapTarget *mapTarget
+	reader    reconcilertest.TargetReader
 }
 
 func newFixture(t testing.TB, args []string) *fixture {
@@ -91,11 +98,24 @@ func newFixture(t testing.TB, args []string) *fixture {
 	require.NoError(t, err)
 	f := &fixture{flags: flags, reg: reconcilertest.NewRegistry()}
 	f.target = reconcilertest.NewTarget(itemKey, itemValue)
+	var ops reconciler.Operations[*item] = f.target
 	var batch reconciler.BatchOperations[*item]
 	if flags.batch {
 		batch = f.target
 	}
-	f.faults = reconcilertest.NewFaultyOps(itemKey, f.target, batch)
+	if flags.mapTarget != "" {
+		require.False(t, flags.batch, "-map-target has no batch operations")
+		f.mapTarget = newMapTarget()
+		ops, f.reader = f.mapTarget, f.mapTarget
+		switch flags.mapTarget {
+		case "read-only":
+		case "writable":
+			f.reader = writableMapTarget{f.mapTarget}
+		default:
+			require.Failf(t, "bad -map-target", "want read-only or writable, got %q", flags.mapTarget)
+		}
+	}
+	f.faults = reconcilertest.NewFaultyOps(itemKey, ops, batch)
 	log := hivetest.Logger(t)
 	if flags.sameHive {
 		f.hive = f.newHive()
@@ -175,6 +195,10 @@ func (f *fixture) register(p reconciler.Params, health *cell.SimpleHealth, reg *
 		f.last = reconcilertest.Subject[*item]{
 			Name: name, DB: p.DB, Table: table, Reconciler: r, GetStatus: get,
 			Target: f.target, Faults: f.faults, Health: health, Metrics: m,
+		}
+		if f.reader != nil {
+			f.last.Target, f.last.TargetReader = nil, f.reader
+			f.last.Key, f.last.Value = itemKey, itemValue
 		}
 		if err := reconcilertest.Add(reg, f.last); err != nil {
 			return hive.ScriptCmdOut{}, err

@@ -53,13 +53,26 @@ type Subject[Obj any] struct {
 	GetStatus  func(Obj) status.Status // the getStatus given to reconciler.Register
 
 	// Key gives an object's key, as used by reconciler/status and
-	// reconciler/wait --key. If nil, the key of Target or Faults is used,
-	// and without either the table's primary index parses the key (as
-	// statedb's db/get does; the index needs FromString).
+	// reconciler/wait --key, and as the target holds it. If nil, the key
+	// of Target or Faults is used, and without either the table's primary
+	// index parses the key (as statedb's db/get does; the index needs
+	// FromString).
 	Key func(Obj) string
 
 	// Target is the recording target, for reconciler/target and friends.
+	// Set it or TargetReader, not both.
 	Target *Target[Obj]
+
+	// TargetReader is a target system of your own, for reconciler/target:
+	// see [TargetReader]. If it is also a [TargetWriter],
+	// reconciler/target/set and reconciler/target/unset change it. Set it
+	// or Target, not both; with Target, the commands read Target.
+	TargetReader TargetReader
+
+	// Value gives the value the target should hold for an object, under
+	// its Key, for reconciler/target --table with a TargetReader. If nil,
+	// the value of Target is used.
+	Value func(Obj) string
 
 	// Faults wraps the operations given to the reconciler, for
 	// reconciler/fault.
@@ -97,11 +110,20 @@ func Add[Obj any](reg *Registry, s Subject[Obj]) error {
 	check(s.Table != nil, "Subject.Table")
 	check(s.Reconciler != nil, "Subject.Reconciler")
 	check(s.GetStatus != nil, "Subject.GetStatus")
+	if s.Target != nil && s.TargetReader != nil {
+		errs = append(errs, errors.New("set Subject.Target or Subject.TargetReader, not both"))
+	}
 	if len(errs) > 0 {
 		return fmt.Errorf("reconcilertest.Add(%q): %w", s.Name, errors.Join(errs...))
 	}
-	if s.Key == nil && s.Target != nil {
-		s.Key = s.Target.key
+	if s.Target != nil {
+		s.TargetReader = s.Target
+		if s.Key == nil {
+			s.Key = s.Target.key
+		}
+		if s.Value == nil {
+			s.Value = s.Target.value
+		}
 	}
 	if s.Key == nil && s.Faults != nil {
 		s.Key = s.Faults.key

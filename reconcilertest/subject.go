@@ -44,17 +44,23 @@ type subject interface {
 	moduleID() (cell.FullModuleID, bool)
 	metrics() *metrics.ExpVar
 	target() targetView
+	// targetRecorder is the Subject's Target, nil if it has none.
+	targetRecorder() CallRecorder
 	faults() faultControl
 }
 
-// targetView is the untyped view of a Target.
+// targetView is the untyped view of a Subject's target: its Target or
+// TargetReader.
 type targetView interface {
-	StateWatch() (map[string]string, <-chan struct{})
-	Set(key, value string)
-	Remove(key string)
-	CallRecorder
-	// diff compares the target with the table in txn; see Target.Diff.
-	diff(txn statedb.ReadTxn) string
+	// read returns what the target holds and a channel that is closed at
+	// its next change (for a TargetReader other than Target, after
+	// pollInterval).
+	read() (map[string]string, <-chan struct{}, error)
+	// reader is the target itself, for reconciler/target/set and unset.
+	reader() TargetReader
+	// diff compares the target with the table in txn as Target.Diff does,
+	// and returns a channel as read does.
+	diff(txn statedb.ReadTxn) (string, <-chan struct{}, error)
 }
 
 // faultControl is the untyped view of a FaultyOps.
@@ -66,12 +72,53 @@ type faultControl interface {
 
 type typedSubject[Obj any] struct{ s Subject[Obj] }
 
-type typedTarget[Obj any] struct {
-	*Target[Obj]
+// recordingTarget is the view of a Target, which wakes waiters on every
+// change.
+type recordingTarget[Obj any] struct {
+	t     *Target[Obj]
 	table statedb.Table[Obj]
 }
 
-func (t typedTarget[Obj]) diff(txn statedb.ReadTxn) string { return t.Diff(txn, t.table) }
+func (v recordingTarget[Obj]) reader() TargetReader { return v.t }
+
+func (v recordingTarget[Obj]) read() (map[string]string, <-chan struct{}, error) {
+	state, watch := v.t.StateWatch()
+	return state, watch, nil
+}
+
+func (v recordingTarget[Obj]) diff(txn statedb.ReadTxn) (string, <-chan struct{}, error) {
+	_, watch := v.t.StateWatch() // before the read, so that no change is missed
+	return v.t.Diff(txn, v.table), watch, nil
+}
+
+// readerTarget is the view of any other TargetReader, which is polled.
+type readerTarget[Obj any] struct {
+	r          TargetReader
+	table      statedb.Table[Obj]
+	key, value func(Obj) string // nil if not given
+}
+
+func (v readerTarget[Obj]) reader() TargetReader { return v.r }
+
+func (v readerTarget[Obj]) read() (map[string]string, <-chan struct{}, error) {
+	state, err := readTarget(v.r)
+	return state, pollAfter(), err
+}
+
+func (v readerTarget[Obj]) diff(txn statedb.ReadTxn) (string, <-chan struct{}, error) {
+	if v.key == nil || v.value == nil {
+		return "", nil, errors.New("comparing a TargetReader with the table needs Subject.Key and Subject.Value")
+	}
+	got, err := readTarget(v.r)
+	if err != nil {
+		return "", nil, err
+	}
+	want := map[string]string{}
+	for obj := range v.table.All(txn) {
+		want[v.key(obj)] = v.value(obj)
+	}
+	return diffState(got, want), pollAfter(), nil
+}
 
 func (t *typedSubject[Obj]) subjectName() string { return t.s.Name }
 func (t *typedSubject[Obj]) tableName() string   { return t.s.Table.Name() }
@@ -208,6 +255,13 @@ func (t *typedSubject[Obj]) recorder() CallRecorder {
 	return nil
 }
 
+func (t *typedSubject[Obj]) targetRecorder() CallRecorder {
+	if t.s.Target == nil {
+		return nil
+	}
+	return t.s.Target
+}
+
 func (t *typedSubject[Obj]) health() (*cell.SimpleHealth, string) {
 	return t.s.Health, t.s.HealthScope
 }
@@ -219,10 +273,13 @@ func (t *typedSubject[Obj]) moduleID() (cell.FullModuleID, bool) {
 }
 
 func (t *typedSubject[Obj]) target() targetView {
-	if t.s.Target == nil {
-		return nil
+	switch {
+	case t.s.Target != nil:
+		return recordingTarget[Obj]{t.s.Target, t.s.Table}
+	case t.s.TargetReader != nil:
+		return readerTarget[Obj]{t.s.TargetReader, t.s.Table, t.s.Key, t.s.Value}
 	}
-	return typedTarget[Obj]{t.s.Target, t.s.Table}
+	return nil
 }
 
 func (t *typedSubject[Obj]) faults() faultControl {

@@ -18,7 +18,8 @@ import (
 // [reconciler.Operations] and [reconciler.BatchOperations] for any object
 // type: Update stores value(obj) under key(obj), Delete removes the key,
 // Prune removes every key not in the desired set. It records every call in
-// order (see [Call]) and can be compared with a table.
+// order (see [Call]) and can be compared with a table. It is a
+// [TargetReader] and a [TargetWriter], for the reconciler/target commands.
 //
 // A Target lives outside the hive, so it keeps its state across a
 // restart, like a real target system. Every operation returns ctx's error
@@ -153,8 +154,26 @@ func (t *Target[Obj]) StateWatch() (map[string]string, <-chan struct{}) {
 	return maps.Clone(t.state), t.changed
 }
 
-// Set stores value under key behind the reconciler's back, to simulate
-// drift or leftovers in the target. It is not recorded as a call.
+// Keys implements [TargetReader]: it returns the keys the target holds,
+// sorted. The error is always nil.
+func (t *Target[Obj]) Keys() ([]string, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return slices.Sorted(maps.Keys(t.state)), nil
+}
+
+// Get implements [TargetReader]: it returns the value the target holds
+// under key, and whether it holds key. The error is always nil.
+func (t *Target[Obj]) Get(key string) (string, bool, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	v, ok := t.state[key]
+	return v, ok, nil
+}
+
+// Set implements [TargetWriter]: it stores value under key behind the
+// reconciler's back, to simulate drift or leftovers in the target. It is
+// not recorded as a call.
 func (t *Target[Obj]) Set(key, value string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -162,8 +181,8 @@ func (t *Target[Obj]) Set(key, value string) {
 	t.notify()
 }
 
-// Remove deletes key behind the reconciler's back. It is not recorded as a
-// call.
+// Remove implements [TargetWriter]: it deletes key behind the reconciler's
+// back. It is not recorded as a call.
 func (t *Target[Obj]) Remove(key string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
