@@ -145,15 +145,7 @@ func (lc *lifecycles[Obj]) observe(key string, j task[Obj]) *keyState[Obj] {
 	}
 	switch s.phase {
 	case phaseRunning:
-		switch {
-		case j.delete:
-			s.next, s.hasNext, s.deleteSeen = j, true, true
-		case !s.deleteSeen && !s.pruned && j.statusID != 0 && j.statusID == s.task.statusID:
-			// Back to the version running: nothing after it.
-			s.next, s.hasNext = task[Obj]{}, false
-		default:
-			s.next, s.hasNext = j, true
-		}
+		lc.follow(s, j)
 		return nil
 	case phaseWaiting:
 		lc.unwait(s)
@@ -167,25 +159,35 @@ func (lc *lifecycles[Obj]) observe(key string, j task[Obj]) *keyState[Obj] {
 	}
 }
 
+// follow records j, a change of s's key read while s runs, as what comes
+// after it. A delete replaces the successor and marks deleteSeen. A change
+// back to the very version running (the same status identity, a Pending
+// one or the Error status its retry answers) clears the successor, since
+// applying the version running is all that is needed, unless a delete or
+// a prune came in between: then it is new work, as any other change is.
+func (lc *lifecycles[Obj]) follow(s *keyState[Obj], j task[Obj]) {
+	switch {
+	case j.delete:
+		s.next, s.hasNext, s.deleteSeen = j, true, true
+	case !s.deleteSeen && !s.pruned && j.statusID != 0 && j.statusID == s.task.statusID:
+		s.next, s.hasNext = task[Obj]{}, false
+	default:
+		s.next, s.hasNext = j, true
+	}
+}
+
 // adopt records an Error status, not terminal and not written by this
 // reconciler's last commits, found on obj (j asks to apply it again): a
 // user wrote it back after its retry was dropped, or it was in the table
 // at start. Left alone the object would stay failed for good, so it is
 // retried at now, unless the key's keyState already knows that status.
-// While that status's retry runs, it is the version running written back:
-// as in observe, that clears the successor, unless a delete or a prune
-// came in between, when it is new work that replaces the successor.
+// While a version of the key runs, the status is a change like any other
+// (see follow): the retry running for that very status is the version
+// running written back.
 func (lc *lifecycles[Obj]) adopt(key string, j task[Obj], errID uint64, err error, now time.Time) {
 	s, ok := lc.byKey[key]
 	if ok && s.phase == phaseRunning {
-		switch {
-		case s.errID != errID:
-			s.next, s.hasNext = j, true // a newer version: apply it after
-		case s.deleteSeen || s.pruned:
-			s.next, s.hasNext = j, true // the version running, but after a delete
-		default:
-			s.next, s.hasNext = task[Obj]{}, false // back to the version running
-		}
+		lc.follow(s, j)
 		return
 	}
 	if ok && s.errID == errID {
