@@ -136,33 +136,13 @@ func TestReviewBug3WriteBackBeforeTheCommitAfterAPrune(t *testing.T) {
 	}
 	f = startFixtureWithSetter(t, nil, setter, tg, nil, reconciler.WithConcurrency(2), reconciler.WithPruning(0))
 
-	f.upsert(&item{ID: "a", Value: "v1"})
-	recv(t, tg.held, "the update of a")
-	var ok bool
-	read, ok = f.get("a")
-	require.True(t, ok)
-	f.remove("a")
-	f.settle(1) // the delete is read while the update runs
-	f.rec.Prune()
-	recv(t, tg.pruned, "the prune")
-	_, applied := tg.get("a")
-	require.False(t, applied, "the prune left a in the target")
+	read = deleteAndPruneWhileHeld(t, f, tg)
 
 	armed.Store(true)
 	close(tg.release)
 	recv(t, wroteBack, "the write-back")
 
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	_, _, err := f.rec.WaitUntilReconciled(ctx, f.table.Revision(f.db.ReadTxn()))
-	require.NoError(t, err)
-	f.waitReconciled()
-	obj, ok := f.get("a")
-	require.True(t, ok)
-	assert.Equal(t, status.KindDone, obj.Status.Kind)
-	got, ok := tg.get("a")
-	assert.True(t, ok, "the table says Done, the target lacks a")
-	assert.Equal(t, "v1", got)
+	waitApplied(t, f, tg.get, "a", "v1")
 }
 
 // Bug 4: as bug 3, but the write-back is read while the update runs, so the
@@ -174,16 +154,7 @@ func TestReviewBug4StopKeepsTheReapplyOfAPrunedFlight(t *testing.T) {
 	tg.returnAtStop = true
 	f := startFixture(t, tg, nil, reconciler.WithConcurrency(2), reconciler.WithPruning(0))
 
-	f.upsert(&item{ID: "a", Value: "v1"})
-	recv(t, tg.held, "the update of a")
-	read, ok := f.get("a")
-	require.True(t, ok)
-	f.remove("a")
-	f.settle(1)
-	f.rec.Prune()
-	recv(t, tg.pruned, "the prune")
-	_, applied := tg.get("a")
-	require.False(t, applied, "the prune left a in the target")
+	read := deleteAndPruneWhileHeld(t, f, tg)
 	f.insertAs(read)
 	f.settle(2) // the write-back is read while the update runs
 
@@ -193,15 +164,7 @@ func TestReviewBug4StopKeepsTheReapplyOfAPrunedFlight(t *testing.T) {
 	require.NoError(t, f.hive.Stop(log, ctx)) // the update returns success
 	require.NoError(t, f.hive.Start(log, ctx))
 
-	_, _, err := f.rec.WaitUntilReconciled(ctx, f.table.Revision(f.db.ReadTxn()))
-	require.NoError(t, err)
-	f.waitReconciled()
-	obj, ok := f.get("a")
-	require.True(t, ok)
-	assert.Equal(t, status.KindDone, obj.Status.Kind)
-	got, ok := tg.get("a")
-	assert.True(t, ok, "the table says Done, the target lacks a")
-	assert.Equal(t, "v1", got)
+	waitApplied(t, f, tg.get, "a", "v1")
 }
 
 // Found by the chaos test after the redesign: as bug 3, but what runs when
@@ -228,13 +191,39 @@ func TestErrorWrittenBackAfterADeleteWhileItsRetryRuns(t *testing.T) {
 	f.settle(2) // the write-back is read while the retry runs
 	close(tg.release)
 
+	waitApplied(t, f, tg.get, "a", "v1")
+}
+
+// deleteAndPruneWhileHeld writes a=v1, and while its update is held (v1
+// applied already) deletes a and has a prune remove it from the target.
+// It returns a as read while its update was held.
+func deleteAndPruneWhileHeld(t *testing.T, f *fixture, tg *pruneTarget) *item {
+	t.Helper()
+	f.upsert(&item{ID: "a", Value: "v1"})
+	recv(t, tg.held, "the update of a")
+	read, ok := f.get("a")
+	require.True(t, ok)
+	f.remove("a")
+	f.settle(1) // the delete is read while the update runs
+	f.rec.Prune()
+	recv(t, tg.pruned, "the prune")
+	_, applied := tg.get("a")
+	require.False(t, applied, "the prune left a in the target")
+	return read
+}
+
+// waitApplied waits for the reconciler to have handled every change so
+// far and for key to be Done, and checks that the target holds key=value.
+func waitApplied(t *testing.T, f *fixture, target func(string) (string, bool), key, value string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	_, _, err := f.rec.WaitUntilReconciled(ctx, f.table.Revision(f.db.ReadTxn()))
 	require.NoError(t, err)
-	obj := f.waitKind("a", status.KindDone)
-	assert.Equal(t, "v1", obj.Value)
-	got, ok := tg.get("a")
-	assert.True(t, ok, "the table says Done, the target lacks a")
-	assert.Equal(t, "v1", got)
+	f.waitReconciled()
+	obj := f.waitKind(key, status.KindDone)
+	assert.Equal(t, value, obj.Value)
+	got, ok := target(key)
+	assert.True(t, ok, "the table says Done, the target lacks %s", key)
+	assert.Equal(t, value, got)
 }

@@ -8,11 +8,9 @@ import (
 	"time"
 
 	"github.com/cilium/statedb"
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/converge-go/converge/reconciler"
-	"github.com/converge-go/converge/status"
 )
 
 // holdingTarget is a key→value target whose next operation on a key,
@@ -130,16 +128,7 @@ func TestReviewBug5RevertWhileItsDeleteRuns(t *testing.T) {
 			}
 			close(del.release)
 
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			rev := f.table.Revision(f.db.ReadTxn())
-			_, _, err := f.rec.WaitUntilReconciled(ctx, rev)
-			require.NoError(t, err)
-			obj := f.waitKind("a", status.KindDone)
-			assert.Equal(t, "v1", obj.Value)
-			got, ok := tg.get("a")
-			assert.True(t, ok, "the table holds a Done, the target nothing")
-			assert.Equal(t, "v1", got)
+			waitApplied(t, f, tg.get, "a", "v1")
 		})
 	}
 }
