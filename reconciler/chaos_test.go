@@ -1403,8 +1403,9 @@ func (r *chaosRun) scenario() {
 	}
 }
 
-// writeBackAfterPrune holds k's operation on one target in flight, deletes
-// k, has that reconciler prune while the operation is held (the prune may
+// writeBackAfterPrune holds k's operation (sometimes its retry) on one
+// target in flight, deletes k, has that reconciler prune while the
+// operation is held (the prune may
 // remove what the operation applies), and then lets the operation go while
 // a writer it wakes puts k back as it was read before the delete, status
 // identity included. The write-back lands while the operation returns, so
@@ -1416,10 +1417,25 @@ func (r *chaosRun) writeBackAfterPrune() {
 	k := r.key()
 	i := r.rng.IntN(len(r.recs))
 	c := r.recs[i].target
-	h := c.hold(k)
+	// Sometimes the first attempt fails and its retry is held: what is
+	// read then, and written back, carries the Error status the retry
+	// answers.
+	retry := r.rng.IntN(3) == 0
+	var h *chaosHold
+	if retry {
+		c.mu.Lock()
+		c.failNext[k] = 1
+		c.mu.Unlock()
+	} else {
+		h = c.hold(k)
+	}
 	v := r.value()
 	rev := r.write(chaosChange{key: k, value: v})
-	r.logf("@%d set %s=%s, %soperation held for a write-back after a prune", rev, k, v, r.recs[i].label())
+	r.logf("@%d set %s=%s, %soperation held for a write-back after a prune (retry: %v)", rev, k, v, r.recs[i].label(), retry)
+	if retry {
+		r.waitCalls(c, 1, 20*time.Millisecond)
+		h = c.hold(k)
+	}
 	if !r.waitStarted(h, 20*time.Millisecond) {
 		c.release(h)
 		r.logf("%s: operation did not start", k)
