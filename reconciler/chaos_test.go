@@ -1477,12 +1477,19 @@ func (r *chaosRun) writeBackAfterPrune() {
 	}
 	yields := r.rng.IntN(4)
 	restart := r.restarts < chaosMaxRestarts && r.rng.IntN(4) == 0
-	if restart && r.rng.IntN(2) == 0 {
-		// The write-back is read while the operation is held, so it
-		// waits to be applied again after it; the hive stops as the
-		// operation returns.
+	if stop := restart && r.rng.IntN(2) == 0; stop || r.rng.IntN(3) == 0 {
+		// The write-back comes while the operation is held, so that it
+		// is read while it runs and waits to be applied again after
+		// it; sometimes the hive stops as the operation returns.
 		rev = r.write(chaosChange{key: k, obj: read})
 		r.logf("@%d write-back %s=%s as read before the delete (%s), while its operation is held", rev, k, read.Value, r.statuses(read))
+		if !stop {
+			// A few milliseconds for a loop with workers to read it;
+			// any order is a valid schedule.
+			<-time.After(5 * time.Millisecond)
+			c.release(h)
+			return
+		}
 		c.release(h)
 		r.restarts++
 		r.restartInPlace()
