@@ -963,6 +963,9 @@ func runChaos(t *testing.T, cfg chaosConfig, seed uint64) {
 		}
 		if t.Failed() {
 			from := max(0, len(run.steps)-60)
+			if os.Getenv("CONVERGE_CHAOS_ALLSTEPS") != "" {
+				from = 0
+			}
 			t.Logf("chaos %s seed=%d (%s) failed; last steps:\n  %s", cfg, seed, settings,
 				strings.Join(run.steps[from:], "\n  "))
 			t.Logf("replay: CONVERGE_CHAOS_SEED=%d go test -run 'TestChaos/%s/seed=%d$' -v ./reconciler/", seed, cfg, seed)
@@ -1124,8 +1127,8 @@ func (r *chaosRun) step() {
 		rev := r.write(chaosChange{key: k})
 		r.logf("@%d delete %s", rev, k)
 		r.keyMove(k, r.rng.IntN(2)+1)
-	case p < 56: // revert, or re-insert the object as it is
-		r.keyMove(r.key(), 2+r.rng.IntN(2))
+	case p < 56: // revert, re-insert the object as it is, or put it back after a delete
+		r.keyMove(r.key(), 2+r.rng.IntN(3))
 	case p < 64:
 		if r.rng.IntN(4) == 0 {
 			r.writeBackAfterPrune()
@@ -1211,13 +1214,19 @@ func (r *chaosRun) earlier(key string) *item {
 }
 
 // keyMove makes one change to key: 0 delete, 1 a new value, 2 a revert to
-// an earlier value, 3 an identical re-insert of the object as it is now.
+// an earlier value, 3 an identical re-insert of the object as it is now,
+// 4 a delete and then the object put back as it was before it.
 func (r *chaosRun) keyMove(key string, move int) {
 	switch move {
 	case 0:
 		rev := r.write(chaosChange{key: key})
 		r.logf("@%d delete %s", rev, key)
 		return
+	case 4:
+		if obj, _, found := r.gen.table.Get(r.gen.db.ReadTxn(), itemID.Query(key)); found {
+			r.putBackAfterDelete(key, obj)
+			return
+		}
 	case 2:
 		if obj := r.earlier(key); obj != nil {
 			rev := r.write(chaosChange{key: key, obj: obj})
@@ -1251,6 +1260,27 @@ func (r *chaosRun) keyMove(key string, move int) {
 	v := r.value()
 	rev := r.write(chaosChange{key: key, value: v})
 	r.logf("@%d set %s=%s", rev, key, v)
+}
+
+// putBackAfterDelete deletes key and then writes obj, its object read
+// just before, back as it was, statuses included: Done ones too. A Done
+// status from before a delete says nothing about the target once the
+// delete has run, so a reconciler that read the delete must apply obj
+// again; one that did not still holds obj's version, unless the delete is
+// still to run. Sometimes the test waits, briefly, for a reconciler to read
+// the delete first.
+func (r *chaosRun) putBackAfterDelete(key string, obj *item) {
+	rev := r.write(chaosChange{key: key})
+	r.logf("@%d delete %s", rev, key)
+	if r.rng.IntN(2) == 0 {
+		i := r.rng.IntN(len(r.recs))
+		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(1+r.rng.IntN(10))*time.Millisecond)
+		reached, _, err := r.gen.recs[i].WaitUntilReconciled(ctx, rev)
+		cancel()
+		r.logf("%swait for @%d: reached @%d, err=%v", r.recs[i].label(), rev, reached, err)
+	}
+	rev = r.write(chaosChange{key: key, obj: obj})
+	r.logf("@%d put %s=%s back as it was before its delete (%s)", rev, key, obj.Value, r.statuses(obj))
 }
 
 // restoredInError returns key=value with a retryable Error status for
@@ -1391,7 +1421,7 @@ func (r *chaosRun) scenario() {
 		}
 	}
 	for n := r.rng.IntN(3); n > 0; n-- {
-		r.keyMove(k, r.rng.IntN(4))
+		r.keyMove(k, r.rng.IntN(5))
 	}
 	if r.rng.IntN(2) == 0 {
 		rev := r.write(chaosChange{key: k, obj: first})
@@ -1912,7 +1942,7 @@ func (r *chaosRun) restartInPlace() {
 	}
 	r.logf("hive stopped")
 	for n := r.rng.IntN(5); n > 0; n-- {
-		r.keyMove(r.key(), r.rng.IntN(4))
+		r.keyMove(r.key(), r.rng.IntN(5))
 	}
 	for _, ops := range g.ops {
 		ops.c.mu.Lock()

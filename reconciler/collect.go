@@ -90,14 +90,25 @@ func (l *loop[Obj]) collectChanges(changes iter.Seq2[statedb.Change[Obj], stated
 func (l *loop[Obj]) collectChange(change statedb.Change[Obj], rev statedb.Revision, now time.Time) bool {
 	r, lc := l.r, l.r.keys
 	j := task[Obj]{obj: change.Object, rev: rev, delete: change.Deleted, since: now, ready: now.UnixNano()}
-	if !change.Deleted {
-		st := r.getStatus(change.Object)
-		if !st.IsPendingOrRefreshing() {
-			if st.Kind == status.KindError && !st.Terminal && !l.own.has(rev) {
-				l.adopt(change.Object, rev, st, now)
-			}
+	if change.Deleted {
+		if key, ok := r.primary.ObjectToKey(change.Object); ok {
+			lc.sawDelete(key)
+		}
+	} else if st := r.getStatus(change.Object); !st.IsPendingOrRefreshing() {
+		switch {
+		case l.own.has(rev):
+			return false
+		case l.stale(change.Object, st):
+			// Put back with a status older than what is known of its key:
+			// apply it as if Pending (see lifecycles.stale).
+			j.obj, j.statusID = r.setStatus(r.clone(change.Object), status.PendingAt(now)), st.ID()
+		case st.Kind == status.KindError && !st.Terminal:
+			l.adopt(change.Object, rev, st, now)
+			return false
+		default:
 			return false
 		}
+	} else {
 		j.statusID, j.refresh = st.ID(), st.Kind == status.KindRefreshing
 		if !st.UpdatedAt.IsZero() {
 			j.since, j.ready = st.UpdatedAt, st.UpdatedAt.UnixNano()
@@ -126,6 +137,17 @@ func (l *loop[Obj]) collectChange(change statedb.Change[Obj], rev statedb.Revisi
 		return true
 	}
 	return false
+}
+
+// stale reports whether st, a status of obj that asks for no work, is
+// older than what is known of obj's key (see lifecycles.stale).
+func (l *loop[Obj]) stale(obj Obj, st status.Status) bool {
+	lc := l.r.keys
+	if !lc.superseded.any() && !lc.tracked() {
+		return false
+	}
+	key, ok := l.r.primary.ObjectToKey(obj)
+	return ok && lc.stale(key, st.ID())
 }
 
 // adopt hands lifecycles.adopt an Error status found on obj.

@@ -30,6 +30,14 @@
 //     meanwhile: reverts to an earlier value, identical re-inserts, and a
 //     delete followed by the very object again included (after a delete, an
 //     object with the same status identity is new work).
+//   - An object put back as it was before, with a status older than what
+//     the reconciler knows of its key, is applied again even if that status
+//     is Done: after a delete of the key the reconciler read (it remembers
+//     the last 8192 such keys at least), or over a newer version it holds or
+//     was committing. A Done status written back over a newer version that
+//     was applied and committed before, with no delete read in between, is
+//     believed, as in the StateDB reconciler: to put an object back, write
+//     it with a Pending status, or use CompareAndSwap.
 //   - An operation starts only while the reconciler may start one: not
 //     paused, no prune running, not stopping; this is asked at the moment
 //     it starts.

@@ -1,12 +1,15 @@
 package reconciler
 
 import (
+	"hash/maphash"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/cilium/statedb"
+
+	"github.com/converge-go/converge/internal/ident"
 )
 
 // The life of one key.
@@ -53,6 +56,11 @@ import (
 //     starts.
 //   - A retry is a keyState in the waiting phase; a newer change of its key
 //     replaces it.
+//   - An object put back with a status older than what the reconciler
+//     knows of its key (a delete read since, or a newer version it holds or
+//     applied; see stale) is new work, although its status (Done, say, on
+//     a value read earlier) asks for none: that status speaks of a target
+//     that has changed since.
 //
 // With one worker, the loop skips the keyState of a fresh change when no
 // key has one (the common case): the change is applied and committed in the
@@ -124,7 +132,43 @@ type lifecycles[Obj any] struct {
 	// dirty holds the keys whose failure changed since the last call of
 	// changes (nil: not tracking); spare is its double buffer.
 	dirty, spare map[string]*keyState[Obj]
+
+	superseded supersededKeys
 }
+
+// supersededKeys remembers, for some keys, a cut: every status of this
+// reconciler with an identity no greater than the cut, found on an object
+// of the key, was created before something that has since changed the
+// target, so it no longer says what the target holds (identities increase,
+// see package ident). A key gets a cut
+//
+//   - when its delete is read: the greatest identity handed out then (the
+//     delete removes the object from the target, whatever status it had);
+//   - when a commit finds the object it applied written back, in the
+//     meantime, with a status older than the one that asked for the
+//     version applied: just below that status (the target holds a newer
+//     version than the one written back).
+//
+// An object found with such a status is put back as it was before: it is
+// new work, whatever its status says (see lifecycles.stale).
+//
+// It remembers the last supersededGeneration keys at least and twice as
+// many at most: when the current generation is full it becomes the old one,
+// and the old one is dropped. Beyond that, a put-back object is trusted as
+// its status says (a refresh, if enabled, repairs it). Keys are kept as
+// 64-bit hashes: two keys sharing one cost a needless Update, never a lost
+// one. The zero value is empty.
+type supersededKeys struct {
+	seed     maphash.Seed
+	cur, old map[uint64]uint64 // key hash → cut
+}
+
+// any reports whether a cut was recorded.
+func (k *supersededKeys) any() bool { return k.cur != nil }
+
+// supersededGeneration is the number of keys one generation of
+// supersededKeys holds: about 150 KiB of memory.
+const supersededGeneration = 1 << 13
 
 func newLifecycles[Obj any]() *lifecycles[Obj] {
 	return &lifecycles[Obj]{byKey: map[string]*keyState[Obj]{}}
@@ -386,6 +430,61 @@ func (lc *lifecycles[Obj]) unqueue(s *keyState[Obj]) {
 			return
 		}
 	}
+}
+
+// sawDelete records that a delete of key was read (see supersededKeys).
+func (lc *lifecycles[Obj]) sawDelete(key []byte) { lc.supersede(key, ident.Last()) }
+
+// sawOlder records that a commit found the object of key written back with
+// a status older than statusID, the identity of the status that asked for
+// the version it applied (see supersededKeys).
+func (lc *lifecycles[Obj]) sawOlder(key []byte, statusID uint64) { lc.supersede(key, statusID-1) }
+
+// supersede raises the cut of key to cut.
+func (lc *lifecycles[Obj]) supersede(key []byte, cut uint64) {
+	k := &lc.superseded
+	if k.cur == nil {
+		k.seed = maphash.MakeSeed()
+		k.cur = make(map[uint64]uint64)
+	}
+	h := maphash.Bytes(k.seed, key)
+	if c, ok := k.cur[h]; ok {
+		k.cur[h] = max(c, cut)
+		return
+	}
+	if len(k.cur) >= supersededGeneration {
+		clear(k.old)
+		k.old, k.cur = k.cur, k.old
+		if k.cur == nil {
+			k.cur = make(map[uint64]uint64, supersededGeneration)
+		}
+	}
+	k.cur[h] = max(k.old[h], cut)
+}
+
+// stale reports whether statusID, the identity of a status that asks for
+// no work (Done, or an Error) found on an object of key, is older than what
+// the reconciler knows of key: older than the status of a version it holds
+// for key (queued, running or waiting for a retry), or no newer than the
+// cut of key (see supersededKeys). The object was then put back as it was
+// before, and must be applied again.
+func (lc *lifecycles[Obj]) stale(key []byte, statusID uint64) bool {
+	if statusID == 0 {
+		return false
+	}
+	if s, ok := lc.byKey[string(key)]; ok && !s.task.delete && statusID < s.task.statusID {
+		return true
+	}
+	k := &lc.superseded
+	if k.cur == nil {
+		return false
+	}
+	h := maphash.Bytes(k.seed, key)
+	if cut, ok := k.cur[h]; ok && statusID <= cut {
+		return true
+	}
+	cut, ok := k.old[h]
+	return ok && statusID <= cut
 }
 
 // markPruned records that a prune runs while s's task is running and its

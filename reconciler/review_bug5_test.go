@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/converge-go/converge/reconciler"
+	"github.com/converge-go/converge/status"
 )
 
 // holdingTarget is a key→value target whose next operation on a key,
@@ -129,6 +130,56 @@ func TestReviewBug5RevertWhileItsDeleteRuns(t *testing.T) {
 			close(del.release)
 
 			waitApplied(t, f, tg.get, "a", "v1")
+		})
+	}
+}
+
+// Bug 5 as the outside randomized test met it: an object is deleted, and
+// once the delete has run, the object read before it is inserted again as
+// it was, its Done status included. That Done speaks of what the delete
+// has removed from the target: the object must be applied again.
+func TestReviewBug5PutBackAfterItsDelete(t *testing.T) {
+	for _, workers := range []int{1, 4} {
+		t.Run(fmt.Sprintf("workers=%d", workers), func(t *testing.T) {
+			tg := newHoldingTarget()
+			f := startFixture(t, tg.ops(), nil, reconciler.WithConcurrency(workers))
+			f.upsert(&item{ID: "a", Value: "v1"})
+			saved := f.waitKind("a", status.KindDone)
+			f.remove("a")
+			f.settle(1) // the delete has been read and run
+			_, ok := tg.get("a")
+			require.False(t, ok, "the delete of a ran")
+			f.insertAs(saved)
+			waitApplied(t, f, tg.get, "a", "v1")
+		})
+	}
+}
+
+// Bug 5 in the words of the review: a's update is in flight; a is deleted,
+// a new value is written, and the object is put back as it was before,
+// Done status included. The delete was read, so that Done no longer says
+// anything about the target: the object put back is applied after the
+// update, not taken as done, and the new value is not left standing.
+func TestReviewBug5PutBackWhileTheNextUpdateRuns(t *testing.T) {
+	for _, workers := range []int{1, 2, 4} {
+		t.Run(fmt.Sprintf("workers=%d", workers), func(t *testing.T) {
+			tg := newHoldingTarget()
+			f := startFixture(t, tg.ops(), nil, reconciler.WithConcurrency(workers))
+			f.upsert(&item{ID: "a", Value: "v0"})
+			saved := f.waitKind("a", status.KindDone)
+
+			update := tg.hold("a")
+			f.upsert(&item{ID: "a", Value: "v1"})
+			waitHeld(t, update, "the update of a=v1")
+			f.remove("a")
+			if workers > 1 { // with one worker the loop waits in the update
+				f.settle(1) // the delete has been read while the update runs
+			}
+			f.upsert(&item{ID: "a", Value: "v2"})
+			f.insertAs(saved)
+			close(update.release)
+
+			waitApplied(t, f, tg.get, "a", "v0")
 		})
 	}
 }

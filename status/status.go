@@ -3,8 +3,9 @@ package status
 import (
 	"encoding/json"
 	"fmt"
-	"sync/atomic"
 	"time"
+
+	"github.com/converge-go/converge/internal/ident"
 )
 
 // Status is the reconciliation status of an object for one reconciler.
@@ -33,11 +34,9 @@ type Status struct {
 	id uint64
 }
 
-// lastID hands out status identities. Identities are meaningful only within
-// one process and are never encoded.
-var lastID atomic.Uint64
-
-func nextID() uint64 { return lastID.Add(1) }
+// nextID hands out status identities (see package ident): they increase,
+// are meaningful only within one process and are never encoded.
+func nextID() uint64 { return ident.Next() }
 
 func newStatus(k Kind, at time.Time, errText string) Status {
 	return Status{Kind: k, UpdatedAt: at, Error: errText, id: nextID()}
