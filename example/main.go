@@ -74,7 +74,12 @@
 // Things to try:
 //
 //	echo junk > $DIR/stray                    # left alone: the example did not write it
-//	echo edited > $DIR/motd                   # restored within about --refresh
+//	echo edited > $DIR/motd                   # restored within about --refresh ("Repairing drifted file")
+//	rm $DIR/motd                              # restored too ("Restoring a missing file")
+//	rm $DIR/motd && mkdir $DIR/motd           # a directory in the way: the example leaves it alone,
+//	                                          # motd goes to Error and is retried, and the log says
+//	                                          # (once a minute at most) to remove the directory
+//	rmdir $DIR/motd                           # motd is written again
 //	rm -r $DIR && touch $DIR                  # the directory is now a file, so
 //	curl -X PUT -d x localhost:8080/files/x   # writes fail: x goes to Error
 //	curl localhost:8080/health                # and health to Degraded (503)
