@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -127,4 +128,21 @@ func TestHelpListsEnvironmentAndExitStatus(t *testing.T) {
 		"2  refused to start because of what it was given", "a port already in use", "1  any other failure"} {
 		require.Contains(t, help, want)
 	}
+}
+
+// A start failure that is not about the input exits 1, printed as it is;
+// one that is exits 2, without the hive's wrapping.
+func TestStartFailureStatus(t *testing.T) {
+	other := errors.New("start hook: something broke")
+	code, err := startFailureStatus(fmt.Errorf("hive: %w", other), map[string]string{"dir": `CONVERGE_EXAMPLE_DIR="x"`})
+	require.Equal(t, exitFailure, code)
+	require.EqualError(t, err, "hive: start hook: something broke")
+
+	usage := fmt.Errorf("could not build: %w", refuse("dir", errors.New("target directory x is not a directory")))
+	code, err = startFailureStatus(usage, nil)
+	require.Equal(t, exitUsage, code)
+	require.EqualError(t, err, "target directory x is not a directory")
+	code, err = startFailureStatus(usage, map[string]string{"dir": `CONVERGE_EXAMPLE_DIR="x"`})
+	require.Equal(t, exitUsage, code)
+	require.EqualError(t, err, `target directory x is not a directory (--dir is set by CONVERGE_EXAMPLE_DIR="x")`)
 }

@@ -254,16 +254,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "example:", err)
 		return exitUsage
 	}
-	// failed prints why the example could not start, naming the variable
-	// that set the flag at fault, and returns the exit status.
 	failed := func(err error) int {
-		code := exitFailure
-		if usageErr := (*usageError)(nil); errors.As(err, &usageErr) {
-			code, err = exitUsage, usageErr // without the hive's wrapping
-			if setting := fromEnv[usageErr.flag]; setting != "" {
-				err = fmt.Errorf("%w (--%s is set by %s)", err, usageErr.flag, setting)
-			}
-		}
+		code, err := startFailureStatus(err, fromEnv)
 		fmt.Fprintln(stderr, "example:", err)
 		return code
 	}
@@ -296,6 +288,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitFailure
 	}
 	return exitOK
+}
+
+// startFailureStatus returns the exit status for err, which prevented the start,
+// and the error to print: a usage error without the hive's wrapping,
+// naming the environment variable that set the flag at fault (fromEnv, as
+// applyEnv returns it), and exit status 2; any other error as it is, and 1.
+func startFailureStatus(err error, fromEnv map[string]string) (int, error) {
+	usageErr := (*usageError)(nil)
+	if !errors.As(err, &usageErr) {
+		return exitFailure, err
+	}
+	if setting := fromEnv[usageErr.flag]; setting != "" {
+		return exitUsage, fmt.Errorf("%w (--%s is set by %s)", usageErr, usageErr.flag, setting)
+	}
+	return exitUsage, usageErr
 }
 
 // envHelp lists the environment variables that set the flags, for --help.
