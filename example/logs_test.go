@@ -148,6 +148,14 @@ func TestRefreshLogsSayWhatHappened(t *testing.T) {
 	for name := range want {
 		require.Positive(t, r.count("INFO", restored, name), "%s:\n%s", name, r.stderr)
 	}
+	// and counts them as drift repaired.
+	var infos []reconciler.Info
+	require.Eventually(t, func() bool {
+		code, body := r.do(http.MethodGet, "/reconcilers", "")
+		require.Equal(t, http.StatusOK, code, body)
+		require.NoError(t, json.Unmarshal([]byte(body), &infos))
+		return len(infos) == 1 && infos[0].DriftRepaired >= uint64(len(want))
+	}, waitFor, 5*time.Millisecond, "restores not counted as drift repaired: %+v", &infos)
 
 	// One file removed, another edited.
 	before := r.count("INFO", restored, "motd")

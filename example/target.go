@@ -71,8 +71,9 @@ var errDirInTheWay = errors.New("a directory is in the way: remove it and the fi
 // periodic refresh, or the dependency after its template changed), Update
 // writes only if the file should change. If the example last wrote what is
 // wanted now, a difference on disk is drift: it is repaired and reported
-// with reconciler.ReportRepaired. If what is wanted changed since (a new
-// template), the write is an ordinary update, not drift.
+// with reconciler.ReportRepaired, as is a missing file restored. If what
+// is wanted changed since (a new template), the write is an ordinary
+// update, not drift. The log says which of these happened.
 func (t *target) Update(ctx context.Context, txn statedb.ReadTxn, _ statedb.Revision, f *File) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -121,7 +122,7 @@ func (t *target) update(ctx context.Context, f *File, refreshing bool) error {
 		// file is missing (removed, or the directory recreated, which
 		// leaves the journal without it), or it changed on disk.
 		var repaired bool
-		repaired, err = t.refresh(root, f, info, exists, entry)
+		repaired, err = t.refresh(root, f, info, exists, entry, owned)
 		if err == nil && repaired {
 			reconciler.ReportRepaired(ctx, 1)
 		}
@@ -133,19 +134,21 @@ func (t *target) update(ctx context.Context, f *File, refreshing bool) error {
 }
 
 // refresh writes f if it needs it, logging why, and reports whether it
-// repaired drift. info and exists are f's Lstat, entry its record in the
-// journal (a zero entry if none: a file that exists has one).
-func (t *target) refresh(root *os.Root, f *File, info fs.FileInfo, exists bool, entry journalEntry) (repaired bool, err error) {
+// repaired drift. info and exists are f's Lstat; entry and owned its
+// record in the journal (a file that exists is owned). A change of what is
+// wanted is not drift, even if the file is also missing; a missing file the
+// journal does not list (the directory was recreated) is.
+func (t *target) refresh(root *os.Root, f *File, info fs.FileInfo, exists bool, entry journalEntry, owned bool) (repaired bool, err error) {
 	switch {
+	case owned && entry.SHA256 != digest([]byte(f.Content)):
+		t.log.Info("Rewriting a file whose desired content changed", "name", f.Name, "template", f.Template)
+		return false, t.write(root, f, exists)
+	case owned && entry.Mode != f.Mode:
+		t.log.Info("Rewriting a file whose desired mode changed", "name", f.Name, "mode", f.Mode)
+		return false, t.write(root, f, exists)
 	case !exists:
 		t.log.Info("Restoring a missing file", "name", f.Name, "template", f.Template)
 		return true, t.write(root, f, false)
-	case entry.SHA256 != digest([]byte(f.Content)):
-		t.log.Info("Rewriting a file whose desired content changed", "name", f.Name, "template", f.Template)
-		return false, t.write(root, f, true)
-	case entry.Mode != f.Mode:
-		t.log.Info("Rewriting a file whose desired mode changed", "name", f.Name, "mode", f.Mode)
-		return false, t.write(root, f, true)
 	}
 	drift := t.drifted(root, f, info, entry)
 	if drift == "" {
