@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -52,14 +53,30 @@ func (def config) Flags(flags *pflag.FlagSet) {
 	flags.Bool("adopt", def.Adopt, "take over --dir even if it holds files the example did not write (they are never changed or removed)")
 }
 
-// usageError is a configuration the example refuses to run with. main
-// exits with status 2 on one.
-type usageError struct{ msg string }
+// usageError is input the example refuses to start with: a flag or
+// environment variable value, a target directory it will not or cannot
+// use, an address it cannot listen on. run exits with status 2 on one and
+// prints it once; flag names the flag it is about ("dir"), if any, so run
+// can name the environment variable that set it.
+type usageError struct {
+	flag string
+	err  error
+}
 
-func (e *usageError) Error() string { return e.msg }
+func (e *usageError) Error() string { return e.err.Error() }
+func (e *usageError) Unwrap() error { return e.err }
 
-func usageErrorf(format string, args ...any) error {
-	return &usageError{fmt.Sprintf(format, args...)}
+func usageErrorf(flag, format string, args ...any) error {
+	return &usageError{flag: flag, err: fmt.Errorf(format, args...)}
+}
+
+// refuse marks err, a failure to use the value of flag at start, as a
+// usage error. nil stays nil.
+func refuse(flag string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &usageError{flag: flag, err: err}
 }
 
 // validate checks the config when the hive is built, so a bad flag fails
@@ -67,15 +84,59 @@ func usageErrorf(format string, args ...any) error {
 func (cfg config) validate() error {
 	switch {
 	case cfg.Dir == "":
-		return usageErrorf("--dir must not be empty")
+		return usageErrorf("dir", "--dir must not be empty")
 	case cfg.Addr == "":
-		return usageErrorf("--addr must not be empty")
+		return usageErrorf("addr", "--addr must not be empty")
 	case cfg.RefreshInterval < 0:
-		return usageErrorf("--refresh must not be negative, got %s", cfg.RefreshInterval)
+		return usageErrorf("refresh", "--refresh must not be negative, got %s", cfg.RefreshInterval)
 	case cfg.PruneInterval < 0:
-		return usageErrorf("--prune must not be negative, got %s", cfg.PruneInterval)
+		return usageErrorf("prune", "--prune must not be negative, got %s", cfg.PruneInterval)
 	case cfg.RetryMax <= 0:
-		return usageErrorf("--retry-max must be positive, got %s", cfg.RetryMax)
+		return usageErrorf("retry-max", "--retry-max must be positive, got %s", cfg.RetryMax)
 	}
 	return nil
+}
+
+// envName is the environment variable that sets flag: envPrefix and the
+// flag's name in upper case, dashes as underscores, as the hive binds it.
+func envName(flag string) string {
+	return envPrefix + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
+
+// applyEnv sets every flag that was not given on the command line from its
+// environment variable, if that is set and not empty (the hive, too, takes
+// an empty variable as unset). A value the flag does not accept is an
+// error naming the variable and the flag. It returns the flags set, mapped
+// to their variables and values as `VAR="value"`.
+func applyEnv(flags *pflag.FlagSet, lookup func(string) (string, bool)) (map[string]string, error) {
+	var names []string
+	flags.VisitAll(func(f *pflag.Flag) {
+		if !f.Changed {
+			names = append(names, f.Name)
+		}
+	})
+	fromEnv := map[string]string{}
+	for _, name := range names {
+		variable := envName(name)
+		value, ok := lookup(variable)
+		if !ok || value == "" {
+			continue
+		}
+		if err := flags.Set(name, value); err != nil {
+			return nil, &usageError{flag: name, err: fmt.Errorf("%s=%q: %s (sets --%s)", variable, value, parseProblem(flags.Lookup(name), err), name)}
+		}
+		fromEnv[name] = fmt.Sprintf("%s=%q", variable, value)
+	}
+	return fromEnv, nil
+}
+
+// parseProblem says what is wrong with a value flag f did not accept.
+func parseProblem(f *pflag.Flag, err error) string {
+	switch f.Value.Type() {
+	case "duration":
+		return "not a duration, such as 10s, 1m30s or 0"
+	case "bool":
+		return "not true or false"
+	}
+	return err.Error()
 }

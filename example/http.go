@@ -113,11 +113,12 @@ func newServer(p serverParams) *server {
 	return s
 }
 
-// start listens before returning, so a busy address fails the hive's start.
+// start listens before returning, so a busy or invalid address fails the
+// hive's start, with a usage error (exit status 2).
 func (s *server) start(cell.HookContext) error {
 	ln, err := net.Listen("tcp", s.addr)
 	if err != nil {
-		return fmt.Errorf("http: %w", err)
+		return refuse("addr", fmt.Errorf("--addr %s: cannot listen: %w", s.addr, err))
 	}
 	s.ln = ln
 	s.log.Info("Serving HTTP", "address", "http://"+ln.Addr().String())

@@ -115,11 +115,14 @@ func loadInitialFiles(lc cell.Lifecycle, cfg config, log *slog.Logger, db *state
 		source = cfg.FilesPath
 		var err error
 		if data, err = os.ReadFile(cfg.FilesPath); err != nil {
-			return fmt.Errorf("initial desired files: %w", err)
+			return refuse("files", fmt.Errorf("--files: %w", err))
 		}
 	}
 	initial, err := parseFiles(source, data)
-	if err != nil {
+	switch {
+	case err != nil && cfg.FilesPath != "":
+		return refuse("files", fmt.Errorf("--files: %w", err))
+	case err != nil: // the embedded set: not the user's input
 		return fmt.Errorf("initial desired files: %w", err)
 	}
 	lc.Append(cell.Hook{OnStart: func(cell.HookContext) error {

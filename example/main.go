@@ -25,22 +25,32 @@
 // With no flags it reconciles into $TMPDIR/converge-example (/tmp when
 // TMPDIR is unset; created, and printed at start) and listens on
 // 127.0.0.1:8080. The initial desired set is example/files.yaml, embedded
-// in the binary. Flags (--help lists them with their defaults; each can
-// also be set as CONVERGE_EXAMPLE_DIR, CONVERGE_EXAMPLE_RETRY_MAX, ...):
+// in the binary. Flags (--help lists them with their defaults and
+// variables), each also set by the environment variable named after it;
+// a flag given on the command line wins:
 //
-//	--dir DIR          target directory
-//	--addr HOST:PORT   HTTP address
-//	--files FILE       initial desired set (YAML, see files.yaml)
-//	--refresh 10s      how old a file's status gets before it is checked for drift (0: never)
-//	--prune 10s        how often files no longer wanted are removed (0: never)
-//	--retry-max 5s     longest wait between retries of a failing file
-//	--adopt            use a non-empty directory the example did not create
+//	--dir DIR          CONVERGE_EXAMPLE_DIR        target directory
+//	--addr HOST:PORT   CONVERGE_EXAMPLE_ADDR       HTTP address
+//	--files FILE       CONVERGE_EXAMPLE_FILES      initial desired set (YAML, see files.yaml)
+//	--refresh 10s      CONVERGE_EXAMPLE_REFRESH    how old a file's status gets before it is checked for drift (0: never)
+//	--prune 10s        CONVERGE_EXAMPLE_PRUNE      how often files no longer wanted are removed (0: never)
+//	--retry-max 5s     CONVERGE_EXAMPLE_RETRY_MAX  longest wait between retries of a failing file
+//	--adopt            CONVERGE_EXAMPLE_ADOPT      use a non-empty directory the example did not create
+//
+// Exit status: 2 when the example refuses to start because of what it was
+// given (a bad flag or environment variable value, a failed validation, a
+// target directory it refuses or cannot use, an --addr it cannot listen
+// on, including a port already in use, an unreadable or invalid --files);
+// 1 for failures after the start succeeded (the HTTP server failing while
+// running, a failed stop) and start failures not caused by the input; 0
+// after a clean stop. The error that stops a start is printed once, as
+// "example: ..." on stderr, naming the flag, and the variable if one set it.
 //
 // The example is safe to point at a directory that holds other files: it
 // records the files it writes in DIR/.converge-example/journal.json and
 // never changes or removes any other. It refuses a non-empty directory
 // without that record unless --adopt is given, and refuses a symbolic link
-// as the directory. Refusals exit with status 2, other failures with 1.
+// as the directory. Refusals exit with status 2.
 //
 // Drive it with curl (DIR is the printed directory):
 //
@@ -64,7 +74,12 @@
 // Things to try:
 //
 //	echo junk > $DIR/stray                    # left alone: the example did not write it
-//	echo edited > $DIR/motd                   # restored within about --refresh
+//	echo edited > $DIR/motd                   # restored within about --refresh ("Repairing drifted file")
+//	rm $DIR/motd                              # restored too ("Restoring a missing file")
+//	rm $DIR/motd && mkdir $DIR/motd           # a directory in the way: the example leaves it alone,
+//	                                          # motd goes to Error and is retried, and the log says
+//	                                          # (once a minute at most) to remove the directory
+//	rmdir $DIR/motd                           # motd is written again
 //	rm -r $DIR && touch $DIR                  # the directory is now a file, so
 //	curl -X PUT -d x localhost:8080/files/x   # writes fail: x goes to Error
 //	curl localhost:8080/health                # and health to Degraded (503)
@@ -84,6 +99,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -181,16 +197,32 @@ func main() {
 	os.Exit(code)
 }
 
-// Exit statuses of run.
+// Exit statuses of run. The rule, also printed by --help (see exitRule):
+// 2 when the example refuses to start because of what the user gave it, 1
+// for any other failure.
 const (
 	exitOK      = 0
-	exitFailure = 1 // the start failed or the app failed while running
-	exitUsage   = 2 // bad flags, or a target directory the example refuses
+	exitFailure = 1 // failed after starting (the HTTP server, the stop), or a start failure not caused by the input
+	exitUsage   = 2 // refused to start because of the input: flags, environment, --dir, --addr
 )
 
-// run parses the flags, starts the hive, waits until ctx ends (main ends it
-// on SIGINT or SIGTERM) or the HTTP server fails, stops the hive and
-// returns the exit status.
+// exitRule explains the exit statuses in --help.
+const exitRule = `Exit status:
+
+  0  stopped by Ctrl-C (SIGINT) or SIGTERM, and the stop succeeded (or --help)
+  2  refused to start because of what it was given: a bad flag or environment
+     variable value, a failed validation, a --dir it refuses or cannot use
+     (not a directory, not empty and not the example's, a symbolic link, ...),
+     an --addr it cannot listen on (an invalid address, a port already in use),
+     an unreadable or invalid --files
+  1  any other failure: the HTTP server failed while running, the stop failed,
+     or the start failed for a reason other than the input
+`
+
+// run parses the flags and the environment, starts the hive, waits until
+// ctx ends (main ends it on SIGINT or SIGTERM) or the HTTP server fails,
+// stops the hive and returns the exit status. An error that prevents the
+// start is printed once, as "example: ..." on stderr.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var (
 		srv *server
@@ -201,7 +233,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	flags.SetOutput(io.Discard) // errors and usage are printed below
 	app.RegisterFlags(flags)
 	usage := func(w io.Writer) {
-		fmt.Fprintf(w, "Usage: go run ./example [flags]\n\nReconciles desired files into a directory, with an HTTP API. Flags:\n\n%s", flags.FlagUsages())
+		fmt.Fprintf(w, "Usage: go run ./example [flags]\n\nReconciles desired files into a directory, with an HTTP API. Flags:\n\n%s\n%s\n%s",
+			flags.FlagUsages(), envHelp(flags), exitRule)
 	}
 	err := flags.Parse(args)
 	if errors.Is(err, pflag.ErrHelp) {
@@ -216,24 +249,28 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		usage(stderr)
 		return exitUsage
 	}
-
-	log := slog.New(slog.NewTextHandler(stderr, nil))
-	if err := app.Populate(log); err != nil {
-		if usageErr := (*usageError)(nil); errors.As(err, &usageErr) {
-			err = usageErr
-		}
+	fromEnv, err := applyEnv(flags, os.LookupEnv)
+	if err != nil {
 		fmt.Fprintln(stderr, "example:", err)
 		return exitUsage
+	}
+	failed := func(err error) int {
+		code, err := startFailureStatus(err, fromEnv)
+		fmt.Fprintln(stderr, "example:", err)
+		return code
+	}
+
+	// The hive logs the errors of invokes and start hooks; run prints
+	// them, once.
+	log := slog.New(dropStartErrors{slog.NewTextHandler(stderr, nil)})
+	if err := app.Populate(log); err != nil {
+		return failed(err)
 	}
 	startCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	if err := app.Start(log, startCtx); err != nil {
 		stopStarted(app, log)
-		fmt.Fprintln(stderr, "example:", err)
-		if refused := (*refusedError)(nil); errors.As(err, &refused) {
-			return exitUsage
-		}
-		return exitFailure
+		return failed(err)
 	}
 	dir, err := filepath.Abs(cfg.Dir)
 	if err != nil {
@@ -241,16 +278,64 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stderr, "\nconverge example: reconciling into %s, API on http://%s (Ctrl-C to stop)\n\n", dir, srv.Addr())
 
-	failed := false
+	serverFailed := false
 	select {
 	case <-ctx.Done():
 	case <-srv.Done(): // the server failed; its error is logged
-		failed = true
+		serverFailed = true
 	}
-	if err := stopStarted(app, log); err != nil || failed {
+	if err := stopStarted(app, log); err != nil || serverFailed {
 		return exitFailure
 	}
 	return exitOK
+}
+
+// startFailureStatus returns the exit status for err, which prevented the start,
+// and the error to print: a usage error without the hive's wrapping,
+// naming the environment variable that set the flag at fault (fromEnv, as
+// applyEnv returns it), and exit status 2; any other error as it is, and 1.
+func startFailureStatus(err error, fromEnv map[string]string) (int, error) {
+	usageErr := (*usageError)(nil)
+	if !errors.As(err, &usageErr) {
+		return exitFailure, err
+	}
+	if setting := fromEnv[usageErr.flag]; setting != "" {
+		return exitUsage, fmt.Errorf("%w (--%s is set by %s)", usageErr, usageErr.flag, setting)
+	}
+	return exitUsage, usageErr
+}
+
+// envHelp lists the environment variables that set the flags, for --help.
+func envHelp(flags *pflag.FlagSet) string {
+	var b strings.Builder
+	b.WriteString("Environment: each flag can also be set by a variable; the command line wins.\n\n")
+	flags.VisitAll(func(f *pflag.Flag) {
+		fmt.Fprintf(&b, "  %-28s --%s\n", envName(f.Name), f.Name)
+	})
+	return b.String()
+}
+
+// dropStartErrors is a slog.Handler that leaves out the hive's own error
+// records of a failed invoke or start hook, and of the failed start: run
+// prints that error itself, so it appears once.
+type dropStartErrors struct{ slog.Handler }
+
+func (h dropStartErrors) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level == slog.LevelError {
+		switch r.Message {
+		case "Invoke failed", "Start hook failed", "Failed to start hive":
+			return nil
+		}
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h dropStartErrors) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return dropStartErrors{h.Handler.WithAttrs(attrs)}
+}
+
+func (h dropStartErrors) WithGroup(name string) slog.Handler {
+	return dropStartErrors{h.Handler.WithGroup(name)}
 }
 
 // stopStarted stops whatever part of the hive started.

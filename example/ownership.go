@@ -47,8 +47,9 @@ type journalEntry struct {
 	SHA256  string    `json:"sha256"`
 }
 
-// refusedError is a target directory the example will not use. main exits
-// with status 2 on one, as on a usage error.
+// refusedError is a target directory the example will not use. At start,
+// it fails the start with a usage error (exit status 2); later, the
+// operation that met it.
 type refusedError struct{ msg string }
 
 func (e *refusedError) Error() string { return e.msg }
@@ -68,13 +69,15 @@ type ownedDir struct {
 }
 
 // newOwnedDir claims the target directory in a start hook, which fails the
-// start if the directory is not the example's to use.
+// start if the directory is not the example's to use. Any failure then is
+// about --dir (a usage error, exit status 2): the directory is refused, or
+// cannot be created or opened.
 func newOwnedDir(lc cell.Lifecycle, cfg config, log *slog.Logger) *ownedDir {
 	d := &ownedDir{path: cfg.Dir, adopt: cfg.Adopt, log: log}
 	lc.Append(cell.Hook{OnStart: func(cell.HookContext) error {
 		root, err := d.open()
 		if err != nil {
-			return err
+			return refuse("dir", err)
 		}
 		return root.Close()
 	}})
@@ -108,7 +111,7 @@ func (d *ownedDir) open() (*os.Root, error) {
 	case info.Mode()&fs.ModeSymlink != 0:
 		return nil, &refusedError{fmt.Sprintf("target directory %s is a symbolic link: the example does not follow one; give the directory's own path", d.path)}
 	case !info.IsDir():
-		return nil, fmt.Errorf("target directory %s: not a directory", d.path)
+		return nil, fmt.Errorf("target directory %s is not a directory; choose another --dir", d.path)
 	}
 	root, err := os.OpenRoot(d.path)
 	if err != nil {

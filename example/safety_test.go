@@ -157,7 +157,7 @@ func TestSymlinkSwappedInIsNotFollowed(t *testing.T) {
 
 // Issue 13, defect 2: with the address taken, the example exited 1 but had
 // already written files. Now the listener is bound before the directory is
-// touched.
+// touched, and the address taken is a usage error (exit status 2).
 func TestFailedStartWritesNothing(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -167,7 +167,7 @@ func TestFailedStartWritesNothing(t *testing.T) {
 	require.NoError(t, os.Mkdir(empty, 0o755))
 	for _, dir := range []string{missing, empty} {
 		code, stderr := runExample(t, "--dir", dir, "--addr", ln.Addr().String())
-		require.Equal(t, exitFailure, code, stderr)
+		require.Equal(t, exitUsage, code, stderr)
 		require.Contains(t, stderr, "address already in use")
 	}
 	requireAbsent(t, missing)

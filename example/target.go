@@ -8,7 +8,10 @@ import (
 	"iter"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"slices"
+	"sync"
+	"time"
 
 	"github.com/cilium/hive/cell"
 	"github.com/cilium/statedb"
@@ -28,6 +31,7 @@ type target struct {
 	log       *slog.Logger
 	read      fileReader
 	templates statedb.Table[*Template]
+	limiter   logLimiter // for problems a retry meets again and again
 }
 
 var _ reconciler.Operations[*File] = (*target)(nil)
@@ -42,7 +46,7 @@ type targetParams struct {
 }
 
 func newTarget(p targetParams) *target {
-	t := &target{dir: p.Dir, log: p.Log, read: p.Read, templates: p.Templates}
+	t := &target{dir: p.Dir, log: p.Log, read: p.Read, templates: p.Templates, limiter: logLimiter{every: time.Minute, now: time.Now}}
 	if t.read == nil {
 		t.read = (*os.Root).ReadFile
 	}
@@ -52,6 +56,10 @@ func newTarget(p targetParams) *target {
 // errNotOwned is wrapped by the error of an Update whose name is taken by
 // a file the example did not write.
 var errNotOwned = errors.New("exists and the example did not write it: remove it or use another name")
+
+// errDirInTheWay is wrapped by the error of an Update of a file the example
+// wrote whose name a directory took since.
+var errDirInTheWay = errors.New("a directory is in the way: remove it and the file will be written")
 
 // Update writes the file atomically: a temporary file in the state
 // directory is written, synced, recorded in the journal and then renamed
@@ -63,8 +71,9 @@ var errNotOwned = errors.New("exists and the example did not write it: remove it
 // periodic refresh, or the dependency after its template changed), Update
 // writes only if the file should change. If the example last wrote what is
 // wanted now, a difference on disk is drift: it is repaired and reported
-// with reconciler.ReportRepaired. If what is wanted changed since (a new
-// template), the write is an ordinary update, not drift.
+// with reconciler.ReportRepaired, as is a missing file restored. If what
+// is wanted changed since (a new template), the write is an ordinary
+// update, not drift. The log says which of these happened.
 func (t *target) Update(ctx context.Context, txn statedb.ReadTxn, _ statedb.Revision, f *File) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -97,27 +106,56 @@ func (t *target) update(ctx context.Context, f *File, refreshing bool) error {
 		return err
 	case exists && !owned:
 		return errNotOwned
+	case exists && info.IsDir():
+		// The example wrote a file here, and someone put a directory in
+		// its place. It is not the example's to remove: fail, and say
+		// once in a while what to do, until the directory is gone.
+		t.logLimited(f.Name, slog.LevelWarn, "A directory is in the way of a file; remove the directory and the file will be written",
+			"name", f.Name, "directory", filepath.Join(t.dir.path, f.Name))
+		return errDirInTheWay
 	}
-	if refreshing {
-		if !owned || entry.SHA256 != digest([]byte(f.Content)) || entry.Mode != f.Mode {
-			t.log.Info("Rewriting a file whose desired content changed", "name", f.Name, "template", f.Template)
-			return t.write(root, f, exists)
+	if !refreshing {
+		err = t.write(root, f, exists)
+	} else {
+		// Say what the refresh found: the example last wrote other content
+		// or another mode than is wanted now (a template changed), or the
+		// file is missing (removed, or the directory recreated, which
+		// leaves the journal without it), or it changed on disk.
+		var repaired bool
+		repaired, err = t.refresh(root, f, info, exists, entry, owned)
+		if err == nil && repaired {
+			reconciler.ReportRepaired(ctx, 1)
 		}
-		drift := "missing"
-		if exists {
-			drift = t.drifted(root, f, info, entry)
-		}
-		if drift == "" {
-			return nil
-		}
-		t.log.Info("Repairing drifted file", "name", f.Name, "drift", drift)
-		if err := t.write(root, f, exists); err != nil {
-			return err
-		}
-		reconciler.ReportRepaired(ctx, 1)
-		return nil
 	}
-	return t.write(root, f, exists)
+	if err == nil {
+		t.forgetLimited(f.Name) // a later fault is reported at once
+	}
+	return err
+}
+
+// refresh writes f if it needs it, logging why, and reports whether it
+// repaired drift. info and exists are f's Lstat; entry and owned its
+// record in the journal (a file that exists is owned). A change of what is
+// wanted is not drift, even if the file is also missing; a missing file the
+// journal does not list (the directory was recreated) is.
+func (t *target) refresh(root *os.Root, f *File, info fs.FileInfo, exists bool, entry journalEntry, owned bool) (repaired bool, err error) {
+	switch {
+	case owned && entry.SHA256 != digest([]byte(f.Content)):
+		t.log.Info("Rewriting a file whose desired content changed", "name", f.Name, "template", f.Template)
+		return false, t.write(root, f, exists)
+	case owned && entry.Mode != f.Mode:
+		t.log.Info("Rewriting a file whose desired mode changed", "name", f.Name, "mode", f.Mode)
+		return false, t.write(root, f, exists)
+	case !exists:
+		t.log.Info("Restoring a missing file", "name", f.Name, "template", f.Template)
+		return true, t.write(root, f, false)
+	}
+	drift := t.drifted(root, f, info, entry)
+	if drift == "" {
+		return false, nil
+	}
+	t.log.Info("Repairing drifted file", "name", f.Name, "drift", drift)
+	return true, t.write(root, f, true)
 }
 
 // write writes f's content to its name, replacing the existing file if
@@ -224,4 +262,52 @@ func (t *target) Prune(ctx context.Context, _ statedb.ReadTxn, objects iter.Seq2
 	}
 	errs = append(errs, removeTemporaries(root))
 	return errors.Join(errs...)
+}
+
+// logLimited logs msg about the file name unless the same message was
+// logged for it within the last minute: a retry meets the same problem
+// every few seconds, and one line says it.
+func (t *target) logLimited(name string, level slog.Level, msg string, args ...any) {
+	if t.limiter.allow(name, msg) {
+		t.log.Log(context.Background(), level, msg, args...)
+	}
+}
+
+// forgetLimited forgets the messages logged for name, once it is fine.
+func (t *target) forgetLimited(name string) { t.limiter.forget(name) }
+
+// logLimiter allows a message per key at most once every interval. now is
+// the clock, replaced in tests.
+type logLimiter struct {
+	every time.Duration
+	now   func() time.Time
+
+	mu   sync.Mutex
+	last map[string]map[string]time.Time // key, message: when last allowed
+}
+
+// allow reports whether msg may be logged for key now, and if so records
+// it.
+func (l *logLimiter) allow(key, msg string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.now()
+	if last, ok := l.last[key][msg]; ok && now.Sub(last) < l.every {
+		return false
+	}
+	if l.last == nil {
+		l.last = map[string]map[string]time.Time{}
+	}
+	if l.last[key] == nil {
+		l.last[key] = map[string]time.Time{}
+	}
+	l.last[key][msg] = now
+	return true
+}
+
+// forget lets every message for key be logged again at once.
+func (l *logLimiter) forget(key string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.last, key)
 }

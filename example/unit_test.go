@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cilium/statedb"
 	"github.com/stretchr/testify/require"
@@ -101,4 +102,24 @@ func TestValidateName(t *testing.T) {
 	for _, bad := range []string{"", ".", "..", "../x", "/etc/passwd", `a\b`, "a/b", "a\x00b", "a\nb", stateDir} {
 		require.ErrorIs(t, validateName(bad), errInvalidName, bad)
 	}
+}
+
+// The log limiter lets a message about a key through once per interval,
+// by its clock, and at once again after forget.
+func TestLogLimiter(t *testing.T) {
+	now := time.Unix(1000, 0)
+	l := logLimiter{every: time.Minute, now: func() time.Time { return now }}
+	require.True(t, l.allow("motd", "in the way"))
+	require.False(t, l.allow("motd", "in the way"))
+	require.True(t, l.allow("motd", "other reason"), "another message")
+	require.True(t, l.allow("hello.txt", "in the way"), "another file")
+	now = now.Add(time.Minute - time.Nanosecond)
+	require.False(t, l.allow("motd", "in the way"))
+	now = now.Add(time.Nanosecond)
+	require.True(t, l.allow("motd", "in the way"), "a minute later")
+	require.False(t, l.allow("motd", "in the way"))
+	require.True(t, l.allow("hello.txt", "in the way"), "a minute later")
+	l.forget("motd")
+	require.True(t, l.allow("motd", "in the way"), "after forget")
+	require.False(t, l.allow("hello.txt", "in the way"), "forget is per file")
 }
