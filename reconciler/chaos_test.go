@@ -236,6 +236,10 @@ type chaosHold struct {
 	// cut is closed when the held operation's context ends before the
 	// hold is released.
 	cut chan struct{}
+	// afterApply holds the update once it has applied its object, not
+	// before; succeedAtStop makes it report success, not its context's
+	// error, when that context ends while it is held (a stop).
+	afterApply, succeedAtStop bool
 }
 
 // release lets the operation held by h, if any, go on; later operations
@@ -276,10 +280,16 @@ func newChaosTarget(seed uint64, failProb, slowProb float64) *chaosTarget {
 
 // hold makes the next operation on key block until the returned hold is
 // released (or its context ends).
-func (c *chaosTarget) hold(key string) *chaosHold {
+func (c *chaosTarget) hold(key string) *chaosHold { return c.setHold(key, false) }
+
+// holdAfterApply makes the next update of key block once it has applied
+// its object, until the returned hold is released (or its context ends).
+func (c *chaosTarget) holdAfterApply(key string) *chaosHold { return c.setHold(key, true) }
+
+func (c *chaosTarget) setHold(key string, afterApply bool) *chaosHold {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	h := &chaosHold{started: make(chan struct{}), release: make(chan struct{}), cut: make(chan struct{})}
+	h := &chaosHold{started: make(chan struct{}), release: make(chan struct{}), cut: make(chan struct{}), afterApply: afterApply}
 	if old := c.holds[key]; old != nil {
 		c.open(old)
 	}
@@ -287,11 +297,13 @@ func (c *chaosTarget) hold(key string) *chaosHold {
 	return h
 }
 
-// wait blocks the operation on key if a hold is set for it.
-func (c *chaosTarget) wait(ctx context.Context, key string) error {
+// wait blocks the operation on key if a hold is set for it: before it
+// applies anything, or, with applied, an update that has just applied its
+// object if the hold is for that moment.
+func (c *chaosTarget) wait(ctx context.Context, key string, applied bool) error {
 	c.mu.Lock()
 	h := c.holds[key]
-	if h == nil || h.taken || c.healed {
+	if h == nil || h.taken || c.healed || h.afterApply != applied {
 		c.mu.Unlock()
 		return nil
 	}
@@ -308,6 +320,12 @@ func (c *chaosTarget) wait(ctx context.Context, key string) error {
 		return nil
 	case <-ctx.Done():
 		close(h.cut)
+		c.mu.Lock()
+		succeed := h.succeedAtStop
+		c.mu.Unlock()
+		if succeed {
+			return nil
+		}
 		return ctx.Err()
 	}
 }
@@ -534,7 +552,7 @@ func (o *chaosOps) leave(key string) {
 
 func (o *chaosOps) update(ctx context.Context, txn statedb.ReadTxn, it *item, inBatch bool) error {
 	c := o.c
-	if err := c.wait(ctx, it.ID); err != nil {
+	if err := c.wait(ctx, it.ID, false); err != nil {
 		return err
 	}
 	if c.forcedFailure(it.ID) {
@@ -564,6 +582,9 @@ func (o *chaosOps) update(ctx context.Context, txn statedb.ReadTxn, it *item, in
 		dep = d.Value
 	}
 	c.set(it.ID, it.Value, dep)
+	if err := c.wait(ctx, it.ID, true); err != nil {
+		return fmt.Errorf("update %s: applied, then: %w", it.ID, err)
+	}
 	if f == faultApplyThenError {
 		return fmt.Errorf("update %s: applied, then: %w", it.ID, errChaos)
 	}
@@ -580,7 +601,7 @@ func (o *chaosOps) update(ctx context.Context, txn statedb.ReadTxn, it *item, in
 
 func (o *chaosOps) delete(ctx context.Context, _ statedb.ReadTxn, it *item, inBatch bool) error {
 	c := o.c
-	if err := c.wait(ctx, it.ID); err != nil {
+	if err := c.wait(ctx, it.ID, false); err != nil {
 		return err
 	}
 	if c.forcedFailure(it.ID) {
@@ -728,7 +749,7 @@ func (o *chaosOps) Prune(ctx context.Context, txn statedb.ReadTxn, objs iter.Seq
 		c.notify()
 		c.mu.Unlock()
 	}()
-	if err := c.wait(ctx, pruneHoldKey); err != nil {
+	if err := c.wait(ctx, pruneHoldKey, false); err != nil {
 		return err
 	}
 
@@ -1451,20 +1472,27 @@ func (r *chaosRun) writeBackAfterPrune() {
 	// read then, and written back, carries the Error status the retry
 	// answers.
 	retry := r.rng.IntN(3) == 0
+	// Sometimes the update is held once it has applied its object: then
+	// the prune removes what it applied.
+	applyFirst := r.rng.IntN(2) == 0
+	hold := c.hold
+	if applyFirst {
+		hold = c.holdAfterApply
+	}
 	var h *chaosHold
 	if retry {
 		c.mu.Lock()
 		c.failNext[k] = 1
 		c.mu.Unlock()
 	} else {
-		h = c.hold(k)
+		h = hold(k)
 	}
 	v := r.value()
 	rev := r.write(chaosChange{key: k, value: v})
-	r.logf("@%d set %s=%s, %soperation held for a write-back after a prune (retry: %v)", rev, k, v, r.recs[i].label(), retry)
+	r.logf("@%d set %s=%s, %soperation held for a write-back after a prune (retry: %v, held after applying: %v)", rev, k, v, r.recs[i].label(), retry, applyFirst)
 	if retry {
 		r.waitCalls(c, 1, 20*time.Millisecond)
-		h = c.hold(k)
+		h = hold(k)
 	}
 	if !r.waitStarted(h, 20*time.Millisecond) {
 		c.release(h)
@@ -1517,6 +1545,21 @@ func (r *chaosRun) writeBackAfterPrune() {
 			// A few milliseconds for a loop with workers to read it;
 			// any order is a valid schedule.
 			<-time.After(5 * time.Millisecond)
+			c.release(h)
+			return
+		}
+		if applyFirst && r.rng.IntN(2) == 0 {
+			// The hive stops while the update, which applied its
+			// object before the prune removed it, is still held: it
+			// reports success as the stop cuts it short, with the
+			// write-back waiting to apply the object again.
+			c.mu.Lock()
+			h.succeedAtStop = true
+			c.mu.Unlock()
+			<-time.After(5 * time.Millisecond) // for a loop with workers to read the write-back
+			r.logf("%s: the hive stops while the operation is held; it reports success", k)
+			r.restarts++
+			r.restartInPlace()
 			c.release(h)
 			return
 		}

@@ -84,6 +84,7 @@ func (l *loop[Obj]) collectChanges(changes iter.Seq2[statedb.Change[Obj], stated
 			}
 		}
 	}
+	l.r.keys.readUpTo(l.r.lastRev)
 }
 
 // collectChange acts on one change and reports whether it added an op.
@@ -143,6 +144,11 @@ func (l *loop[Obj]) collectChange(change statedb.Change[Obj], rev statedb.Revisi
 // older than what is known of obj's key (see lifecycles.stale).
 func (l *loop[Obj]) stale(obj Obj, st status.Status) bool {
 	lc := l.r.keys
+	if p := lc.pruned; p.txn != nil && st.ID() != 0 && st.ID() <= p.cut {
+		if _, _, found := l.r.lookup(p.txn, obj); !found {
+			return true // the prune may have removed it (see pruneSnapshot)
+		}
+	}
 	if !lc.superseded.any() && !lc.tracked() {
 		return false
 	}

@@ -33,8 +33,9 @@
 //   - An object put back as it was before, with a status older than what
 //     the reconciler knows of its key, is applied again even if that status
 //     is Done: after a delete of the key the reconciler read (it remembers
-//     the last 8192 such keys at least), or over a newer version it holds or
-//     was committing. A Done status written back over a newer version that
+//     the last 8192 such keys at least), after a prune that ran without the
+//     object while the delete was still unread, or over a newer version it
+//     holds or was committing. A Done status written back over a newer version that
 //     was applied and committed before, with no delete read in between, is
 //     believed, as in the StateDB reconciler: to put an object back, write
 //     it with a Pending status, or use CompareAndSwap.

@@ -134,6 +134,21 @@ type lifecycles[Obj any] struct {
 	dirty, spare map[string]*keyState[Obj]
 
 	superseded supersededKeys
+	pruned     pruneSnapshot[Obj]
+}
+
+// pruneSnapshot is the snapshot the last prune ran with, kept until the
+// changes read pass its revision. A prune may remove from the target an
+// object whose delete the loop has not read yet, and if the object is put
+// back before the loop reads the changes, the delete never shows: the
+// change iterator gives only the object put back. Such an object, absent
+// from the snapshot and carrying a status no newer than cut (the greatest
+// identity handed out when the snapshot was taken), is new work (see
+// loop.stale). The zero value holds no snapshot.
+type pruneSnapshot[Obj any] struct {
+	txn statedb.ReadTxn
+	rev statedb.Revision
+	cut uint64
 }
 
 // supersededKeys remembers, for some keys, a cut: every status of this
@@ -460,6 +475,22 @@ func (lc *lifecycles[Obj]) supersede(key []byte, cut uint64) {
 		}
 	}
 	k.cur[h] = max(k.old[h], cut)
+}
+
+// sawPrune records the snapshot of a prune that ran while changes up to its
+// revision rev were still unread; cut is the greatest status identity
+// handed out when it was taken (see pruneSnapshot).
+func (lc *lifecycles[Obj]) sawPrune(txn statedb.ReadTxn, rev statedb.Revision, cut uint64) {
+	lc.pruned = pruneSnapshot[Obj]{txn: txn, rev: rev, cut: cut}
+}
+
+// readUpTo drops the prune's snapshot once the changes up to its revision
+// have been read: a delete it saw shows as one, or as a put-back read with
+// the snapshot still kept.
+func (lc *lifecycles[Obj]) readUpTo(rev statedb.Revision) {
+	if lc.pruned.txn != nil && rev >= lc.pruned.rev {
+		lc.pruned = pruneSnapshot[Obj]{}
+	}
 }
 
 // stale reports whether statusID, the identity of a status that asks for

@@ -7,6 +7,7 @@ import (
 
 	"github.com/cilium/statedb"
 
+	"github.com/converge-go/converge/internal/ident"
 	"github.com/converge-go/converge/metrics"
 )
 
@@ -22,6 +23,8 @@ import (
 // under way whose object is absent from the prune's snapshot may see its
 // work removed by the prune; if the object then comes back as that very
 // version, it is applied again rather than taken as done (see keyState).
+// So is an object put back, before its delete was read, with a status from
+// before the prune (see pruneSnapshot).
 type pruneSchedule struct {
 	prune func(ctx context.Context, txn statedb.ReadTxn) pruneResult
 
@@ -109,6 +112,9 @@ func (l *loop[Obj]) pruneIfDue(ctx context.Context) {
 		if _, _, found := r.lookup(txn, s.task.obj); !found && !s.task.delete {
 			r.keys.markPruned(s)
 		}
+	}
+	if rev := r.table.Revision(txn); rev > r.lastRev {
+		r.keys.sawPrune(txn, rev, ident.Last())
 	}
 	l.prune.run(ctx, txn)
 }

@@ -29,11 +29,14 @@ type pruneTarget struct {
 	failed       atomic.Bool
 	heldOnce     atomic.Bool
 
-	mu      sync.Mutex
-	data    map[string]string
-	held    chan struct{} // receives when the update of key blocks
-	release chan struct{}
-	pruned  chan struct{} // receives when a prune has finished
+	mu       sync.Mutex
+	data     map[string]string
+	held     chan struct{} // receives when the update of key blocks
+	release  chan struct{}
+	pruned   chan struct{}   // receives when a prune has finished
+	onPrune  func()          // if set, called by Prune once it has removed what the table lacks
+	onUpdate func(id string) // if set, called by Update once it has applied its object
+	deletes  atomic.Int32    // Delete calls
 }
 
 func newPruneTarget(key string) *pruneTarget {
@@ -53,6 +56,9 @@ func (p *pruneTarget) Update(ctx context.Context, _ statedb.ReadTxn, _ statedb.R
 	p.mu.Lock()
 	p.data[it.ID] = it.Value
 	p.mu.Unlock()
+	if p.onUpdate != nil {
+		p.onUpdate(it.ID)
+	}
 	if it.ID != p.key {
 		return nil
 	}
@@ -71,6 +77,7 @@ func (p *pruneTarget) Update(ctx context.Context, _ statedb.ReadTxn, _ statedb.R
 }
 
 func (p *pruneTarget) Delete(_ context.Context, _ statedb.ReadTxn, _ statedb.Revision, it *item) error {
+	p.deletes.Add(1)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	delete(p.data, it.ID)
@@ -89,6 +96,9 @@ func (p *pruneTarget) Prune(_ context.Context, _ statedb.ReadTxn, objs iter.Seq2
 		}
 	}
 	p.mu.Unlock()
+	if p.onPrune != nil {
+		p.onPrune()
+	}
 	select {
 	case p.pruned <- struct{}{}:
 	default:
