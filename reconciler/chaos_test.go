@@ -1151,7 +1151,7 @@ func (r *chaosRun) step() {
 	case p < 56: // revert, re-insert the object as it is, or put it back after a delete
 		r.keyMove(r.key(), 2+r.rng.IntN(3))
 	case p < 64:
-		if r.rng.IntN(4) == 0 {
+		if r.rng.IntN(2) == 0 {
 			r.writeBackAfterPrune()
 			return
 		}
@@ -1548,7 +1548,7 @@ func (r *chaosRun) writeBackAfterPrune() {
 			c.release(h)
 			return
 		}
-		if applyFirst && r.rng.IntN(2) == 0 {
+		if applyFirst {
 			// The hive stops while the update, which applied its
 			// object before the prune removed it, is still held: it
 			// reports success as the stop cuts it short, with the
