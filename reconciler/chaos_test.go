@@ -87,6 +87,7 @@ const (
 	chaosDefaultSeeds = 10
 	chaosKeys         = 30
 	chaosMaxRestarts  = 3
+	chaosMaxHeldStops = 2 // stops while an update is held, besides the restarts
 	chaosHealTimeout  = 20 * time.Second
 )
 
@@ -899,6 +900,7 @@ type chaosRun struct {
 	gen         *chaosGen
 	gens        int
 	restarts    int
+	heldStops   int // stops while an update is held (writeBackAfterPrune)
 	initIn      int // steps until the current generation is marked initialized; <0 once done
 	steps       []string
 	// model is what the test wrote: the table's key→value pairs must equal
@@ -1534,6 +1536,23 @@ func (r *chaosRun) writeBackAfterPrune() {
 		r.logf("%sPrune() while %s is held", r.recs[i].label(), k)
 	}
 	yields := r.rng.IntN(4)
+	if applyFirst && r.heldStops < chaosMaxHeldStops && r.rng.IntN(3) == 0 {
+		// The hive stops while the update, which applied its object
+		// before the prune removed it, is still held: it reports
+		// success as the stop cuts it short, with the write-back
+		// waiting to apply the object again.
+		r.heldStops++
+		rev = r.write(chaosChange{key: k, obj: read})
+		r.logf("@%d write-back %s=%s as read before the delete (%s), while its operation is held", rev, k, read.Value, r.statuses(read))
+		c.mu.Lock()
+		h.succeedAtStop = true
+		c.mu.Unlock()
+		<-time.After(20 * time.Millisecond) // for a loop with workers to read the write-back
+		r.logf("%s: the hive stops while the operation is held; it reports success", k)
+		r.restartInPlace()
+		c.release(h)
+		return
+	}
 	restart := r.restarts < chaosMaxRestarts && r.rng.IntN(4) == 0
 	if stop := restart && r.rng.IntN(2) == 0; stop || r.rng.IntN(3) == 0 {
 		// The write-back comes while the operation is held, so that it
@@ -1545,21 +1564,6 @@ func (r *chaosRun) writeBackAfterPrune() {
 			// A few milliseconds for a loop with workers to read it;
 			// any order is a valid schedule.
 			<-time.After(5 * time.Millisecond)
-			c.release(h)
-			return
-		}
-		if applyFirst {
-			// The hive stops while the update, which applied its
-			// object before the prune removed it, is still held: it
-			// reports success as the stop cuts it short, with the
-			// write-back waiting to apply the object again.
-			c.mu.Lock()
-			h.succeedAtStop = true
-			c.mu.Unlock()
-			<-time.After(5 * time.Millisecond) // for a loop with workers to read the write-back
-			r.logf("%s: the hive stops while the operation is held; it reports success", k)
-			r.restarts++
-			r.restartInPlace()
 			c.release(h)
 			return
 		}
@@ -1997,15 +2001,20 @@ func (r *chaosRun) restartInPlace() {
 }
 
 func (r *chaosRun) checkViolations() {
+	if all := r.violations(); len(all) > 0 {
+		r.t.Fatalf("seed %d: %d violation(s):\n  %s", r.seed, len(all), strings.Join(all, "\n  "))
+	}
+}
+
+// violations returns what the targets recorded against the guarantees.
+func (r *chaosRun) violations() []string {
 	var all []string
 	for _, rec := range r.recs {
 		rec.target.mu.Lock()
 		all = append(all, rec.target.violations...)
 		rec.target.mu.Unlock()
 	}
-	if len(all) > 0 {
-		r.t.Fatalf("seed %d: %d violation(s):\n  %s", r.seed, len(all), strings.Join(all, "\n  "))
-	}
+	return all
 }
 
 // waitFor polls cond whenever a target or the table changes (and every few
@@ -2038,8 +2047,12 @@ func (r *chaosRun) waitFor(what string, timeout time.Duration, cond func() strin
 		case <-tableWatch:
 		case <-tick.C:
 		case <-deadline.C:
-			r.checkViolations()
-			r.t.Fatalf("seed %d: %s: not reached within %s: %s", r.seed, what, timeout, problem)
+			// Both: a violation may explain the problem, or not.
+			msg := fmt.Sprintf("seed %d: %s: not reached within %s: %s", r.seed, what, timeout, problem)
+			if all := r.violations(); len(all) > 0 {
+				msg += fmt.Sprintf("\nand %d violation(s):\n  %s", len(all), strings.Join(all, "\n  "))
+			}
+			r.t.Fatal(msg)
 		}
 	}
 }
