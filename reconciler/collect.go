@@ -97,6 +97,8 @@ func (l *loop[Obj]) collectChange(change statedb.Change[Obj], rev statedb.Revisi
 		}
 	} else if st := r.getStatus(change.Object); !st.IsPendingOrRefreshing() {
 		switch {
+		case st.Kind != status.KindError && !lc.mayBeStale():
+			return false // a Done, most often this reconciler's own: nothing to ask
 		case l.own.has(rev):
 			return false
 		case l.stale(change.Object, st):
@@ -144,13 +146,13 @@ func (l *loop[Obj]) collectChange(change statedb.Change[Obj], rev statedb.Revisi
 // older than what is known of obj's key (see lifecycles.stale).
 func (l *loop[Obj]) stale(obj Obj, st status.Status) bool {
 	lc := l.r.keys
+	if !lc.mayBeStale() {
+		return false
+	}
 	if p := lc.pruned; p.txn != nil && st.ID() != 0 && st.ID() <= p.cut {
 		if _, _, found := l.r.lookup(p.txn, obj); !found {
 			return true // the prune may have removed it (see pruneSnapshot)
 		}
-	}
-	if !lc.superseded.any() && !lc.tracked() {
-		return false
 	}
 	key, ok := l.r.primary.ObjectToKey(obj)
 	return ok && lc.stale(key, st.ID())

@@ -484,6 +484,12 @@ func (lc *lifecycles[Obj]) sawPrune(txn statedb.ReadTxn, rev statedb.Revision, c
 	lc.pruned = pruneSnapshot[Obj]{txn: txn, rev: rev, cut: cut}
 }
 
+// mayBeStale reports whether any status can be stale (see stale): a key
+// is tracked, a cut recorded, or a prune's snapshot kept.
+func (lc *lifecycles[Obj]) mayBeStale() bool {
+	return lc.tracked() || lc.superseded.any() || lc.pruned.txn != nil
+}
+
 // readUpTo drops the prune's snapshot once the changes up to its revision
 // have been read: a delete it saw shows as one, or as a put-back read with
 // the snapshot still kept.
