@@ -190,6 +190,14 @@ const pruneHoldKey = "(prune)"
 
 func isPoison(value string) bool { return strings.HasPrefix(value, "poison") }
 
+// isLater reports whether value's update asks to be retried in a century
+// (RetryAfter): the reconciler must not ask again for that version, let
+// alone spin. The test replaces such values before it checks convergence.
+func isLater(value string) bool { return strings.HasPrefix(value, "later") }
+
+// chaosLater is the RetryAfter of an update of a later value.
+const chaosLater = 100 * 365 * 24 * time.Hour
+
 // chaosTarget is the target system shared by every generation (hive) of a
 // run. It holds key→value pairs, decides faults from a seeded RNG, and
 // records violations of the reconciler's guarantees that it can see.
@@ -483,6 +491,9 @@ type chaosOps struct {
 	// lastApplied is, per key, the identity of the status of its last
 	// successful update.
 	lastApplied map[string]uint64
+	// laterAsked counts, per status identity, the updates of a later value
+	// (see isLater).
+	laterAsked map[uint64]int
 }
 
 func (o *chaosOps) violate(format string, args ...any) {
@@ -578,6 +589,16 @@ func (o *chaosOps) update(ctx context.Context, txn statedb.ReadTxn, it *item, in
 	if isPoison(it.Value) {
 		return reconciler.TerminalError(fmt.Errorf("update %s: poison value %q", it.ID, it.Value))
 	}
+	if isLater(it.Value) {
+		st := o.getStatus(it)
+		c.mu.Lock()
+		o.laterAsked[st.ID()]++
+		if n, allowed := o.laterAsked[st.ID()], 1+c.reinserts[st.ID()]; n > allowed {
+			o.violate("update %s=%s for status %s (id %d) asked %d times within a RetryAfter of %s", it.ID, it.Value, st, st.ID(), n, chaosLater)
+		}
+		c.mu.Unlock()
+		return reconciler.RetryAfter(chaosLater, fmt.Errorf("update %s: later value %q", it.ID, it.Value))
+	}
 	dep := ""
 	if d, _, found := o.deps.Get(txn, chaosDepID.Query(depOf(it.ID))); found {
 		dep = d.Value
@@ -670,9 +691,9 @@ func (o *chaosOps) batch(g gateSeen, ctx context.Context, txn statedb.ReadTxn, o
 	if overwrite {
 		defer func() {
 			e := &batch[len(batch)-1]
-			if op == "update" && e.Result == nil {
+			if op == "update" {
 				o.c.mu.Lock()
-				o.applied[o.getStatus(e.Object).ID()]-- // it is applied again
+				o.askedAgain(e) // it is applied again
 				o.c.mu.Unlock()
 			}
 			*e = reconciler.BatchEntry[*item]{Object: e.Object, Revision: e.Revision, Result: e.Result}
@@ -685,9 +706,9 @@ func (o *chaosOps) batch(g gateSeen, ctx context.Context, txn statedb.ReadTxn, o
 			// The reconciler records the whole batch as failed, so the
 			// updates applied so far will be applied again.
 			o.c.mu.Lock()
-			for _, e := range batch[:i] {
-				if op == "update" && e.Result == nil {
-					o.applied[o.getStatus(e.Object).ID()]--
+			for j := range batch[:i] {
+				if op == "update" {
+					o.askedAgain(&batch[j])
 				}
 			}
 			o.c.mu.Unlock()
@@ -702,12 +723,23 @@ func (o *chaosOps) batch(g gateSeen, ctx context.Context, txn statedb.ReadTxn, o
 	// this check and the reconciler's.
 	if dl, ok := ctx.Deadline(); ok && op == "update" && time.Until(dl) < 10*time.Millisecond {
 		o.c.mu.Lock()
-		for _, e := range batch {
-			if e.Result == nil {
-				o.applied[o.getStatus(e.Object).ID()]--
-			}
+		for j := range batch {
+			o.askedAgain(&batch[j])
 		}
 		o.c.mu.Unlock()
+	}
+}
+
+// askedAgain records that the reconciler will ask again for the update of
+// e, whose result it cannot take: one success, or one later value's
+// RetryAfter, more is allowed. It must be called with o.c.mu held.
+func (o *chaosOps) askedAgain(e *reconciler.BatchEntry[*item]) {
+	id := o.getStatus(e.Object).ID()
+	switch {
+	case e.Result == nil:
+		o.applied[id]--
+	case isLater(e.Object.Value) && strings.Contains(e.Result.Error(), "later value"):
+		o.laterAsked[id]--
 	}
 }
 
@@ -1019,8 +1051,11 @@ func (r *chaosRun) key() string { return fmt.Sprintf("k%02d", r.rng.IntN(chaosKe
 
 func (r *chaosRun) value() string {
 	r.values++
-	if r.rng.IntN(10) == 0 {
+	switch n := r.rng.IntN(40); {
+	case n < 4:
 		return fmt.Sprintf("poison-%d.%d", r.gens, r.values)
+	case n == 4:
+		return fmt.Sprintf("later-%d.%d", r.gens, r.values)
 	}
 	return fmt.Sprintf("v%d.%d", r.gens, r.values)
 }
@@ -1832,7 +1867,7 @@ func (r *chaosRun) startGen(desired map[string]string) {
 	for _, rec := range r.recs {
 		g.ops = append(g.ops, &chaosOps{
 			c: rec.target, gen: r.gens, name: rec.name, getStatus: rec.getStatus,
-			inFlight: map[string]int{}, lastRev: map[string]statedb.Revision{}, applied: map[uint64]int{}, lastApplied: map[string]uint64{},
+			inFlight: map[string]int{}, lastRev: map[string]statedb.Revision{}, applied: map[uint64]int{}, lastApplied: map[string]uint64{}, laterAsked: map[uint64]int{},
 		})
 		g.indexes = append(g.indexes, convergeindex.NewNamedStatusIndex("status-"+rec.name, rec.getStatus))
 	}
@@ -2070,6 +2105,16 @@ func (r *chaosRun) healAndCheck(settings string) {
 		r.markInitialized()
 	}
 	g := r.gen
+	// Values retried only in a century are replaced, as a user fixes
+	// them: the new version must not wait behind that retry.
+	for _, k := range slices.Sorted(maps.Keys(r.model)) {
+		if isLater(r.model[k]) {
+			r.values++
+			v := fmt.Sprintf("v%d.%d", r.gens, r.values)
+			rev := r.write(chaosChange{key: k, value: v})
+			r.logf("@%d set %s=%s in place of a later value", rev, k, v)
+		}
+	}
 
 	for i, rec := range r.recs {
 		// The first prune after initialization must happen by itself. If
