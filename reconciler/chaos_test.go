@@ -190,13 +190,14 @@ const pruneHoldKey = "(prune)"
 
 func isPoison(value string) bool { return strings.HasPrefix(value, "poison") }
 
-// isLater reports whether value's update asks to be retried in a century
-// (RetryAfter): the reconciler must not ask again for that version, let
+// isLater reports whether value's update asks to be retried in about 292
+// years, the longest RetryAfter there is (past the year 2262, where Unix
+// nanoseconds end): the reconciler must not ask again for that version, let
 // alone spin. The test replaces such values before it checks convergence.
 func isLater(value string) bool { return strings.HasPrefix(value, "later") }
 
 // chaosLater is the RetryAfter of an update of a later value.
-const chaosLater = 100 * 365 * 24 * time.Hour
+const chaosLater = time.Duration(math.MaxInt64)
 
 // chaosTarget is the target system shared by every generation (hive) of a
 // run. It holds key→value pairs, decides faults from a seeded RNG, and
