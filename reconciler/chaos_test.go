@@ -1986,6 +1986,12 @@ func (r *chaosRun) stopGen() {
 			ops.violate("%d operation(s) (prune: %v) still running after Stop returned", ops.running, ops.pruneRunning)
 		}
 		ops.stopped = true
+		// A failure that returns as the hive stops is taken for the stop's
+		// doing, and its update asked again after the start: so may a
+		// later value's.
+		for id := range ops.laterAsked {
+			ops.c.reinserts[id]++
+		}
 		ops.c.mu.Unlock()
 	}
 	if took > 5*time.Second {
@@ -2007,6 +2013,12 @@ func (r *chaosRun) restartInPlace() {
 			ops.violate("%d operation(s) (prune: %v) still running after Stop returned", ops.running, ops.pruneRunning)
 		}
 		ops.stopped = true
+		// A failure that returns as the hive stops is taken for the stop's
+		// doing, and its update asked again after the start: so may a
+		// later value's.
+		for id := range ops.laterAsked {
+			ops.c.reinserts[id]++
+		}
 		ops.c.mu.Unlock()
 	}
 	// An update that succeeded but was cut short before its status was
