@@ -2024,14 +2024,18 @@ func (r *chaosRun) restartInPlace() {
 	// An update that succeeded but was cut short before its status was
 	// written (a batch stopped part way cannot tell which entries ran) may
 	// be applied again after the start: the object is still Pending, or
-	// still Error from an earlier attempt.
+	// still Error from an earlier attempt, or carries a status from before
+	// a delete and is applied with a Pending status of the reconciler's
+	// making, which only the last update of the key has seen.
 	for obj := range g.table.All(g.db.ReadTxn()) {
 		for i, rec := range r.recs {
+			rec.target.mu.Lock()
+			last := g.ops[i].lastApplied[obj.ID]
+			rec.target.mu.Unlock()
 			if st := rec.getStatus(obj); st.Kind != status.KindDone {
-				rec.target.mu.Lock()
-				last := g.ops[i].lastApplied[obj.ID]
-				rec.target.mu.Unlock()
 				rec.target.reinserted(st.ID(), last)
+			} else if last != st.ID() {
+				rec.target.reinserted(last)
 			}
 		}
 	}

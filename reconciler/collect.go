@@ -52,6 +52,7 @@ func (l *loop[Obj]) collect(txn statedb.ReadTxn, now time.Time, room int) []op[O
 		var seq iter.Seq2[statedb.Change[Obj], statedb.Revision]
 		seq, l.watch = l.changes.Next(txn)
 		l.collectChanges(seq, budget, now)
+		l.r.keys.readUpTo(l.r.lastRev, l.r.table.Revision(txn))
 	} else {
 		l.watch = closedChan // changes wait for room
 	}
@@ -84,7 +85,6 @@ func (l *loop[Obj]) collectChanges(changes iter.Seq2[statedb.Change[Obj], stated
 			}
 		}
 	}
-	l.r.keys.readUpTo(l.r.lastRev)
 }
 
 // collectChange acts on one change and reports whether it added an op.

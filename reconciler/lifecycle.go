@@ -146,9 +146,10 @@ type lifecycles[Obj any] struct {
 // identity handed out when the snapshot was taken), is new work (see
 // loop.stale). The zero value holds no snapshot.
 type pruneSnapshot[Obj any] struct {
-	txn statedb.ReadTxn
-	rev statedb.Revision
-	cut uint64
+	txn   statedb.ReadTxn
+	rev   statedb.Revision
+	cut   uint64
+	until statedb.Revision // once known, kept until the changes read reach it
 }
 
 // supersededKeys remembers, for some keys, a cut: every status of this
@@ -490,11 +491,23 @@ func (lc *lifecycles[Obj]) mayBeStale() bool {
 	return lc.tracked() || lc.superseded.any() || lc.pruned.txn != nil
 }
 
-// readUpTo drops the prune's snapshot once the changes up to its revision
-// have been read: a delete it saw shows as one, or as a put-back read with
-// the snapshot still kept.
-func (lc *lifecycles[Obj]) readUpTo(rev statedb.Revision) {
-	if lc.pruned.txn != nil && rev >= lc.pruned.rev {
+// readUpTo drops the prune's snapshot once it can no longer be needed:
+// read is the last change read, txnRev the revision of the snapshot those
+// changes were read from. A delete at or before the prune's revision that
+// the changes read have passed either showed as a delete, or its key was
+// put back before that read's snapshot: then the object put back shows by
+// txnRev at the latest. So once read passes the prune's revision, the
+// snapshot is kept until read also passes that read's txnRev.
+func (lc *lifecycles[Obj]) readUpTo(read, txnRev statedb.Revision) {
+	p := &lc.pruned
+	switch {
+	case p.txn == nil || read < p.rev:
+	case p.until == 0:
+		p.until = txnRev
+		if read >= p.until {
+			lc.pruned = pruneSnapshot[Obj]{}
+		}
+	case read >= p.until:
 		lc.pruned = pruneSnapshot[Obj]{}
 	}
 }
