@@ -141,10 +141,7 @@ func TestReviewBug5RevertWhileItsDeleteRuns(t *testing.T) {
 func TestReviewBug5PutBackAfterItsDelete(t *testing.T) {
 	for _, workers := range []int{1, 4} {
 		t.Run(fmt.Sprintf("workers=%d", workers), func(t *testing.T) {
-			tg := newHoldingTarget()
-			f := startFixture(t, tg.ops(), nil, reconciler.WithConcurrency(workers))
-			f.upsert(&item{ID: "a", Value: "v1"})
-			saved := f.waitKind("a", status.KindDone)
+			tg, f, saved := startWithADone(t, workers, "v1")
 			del := f.remove("a")
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
@@ -158,6 +155,16 @@ func TestReviewBug5PutBackAfterItsDelete(t *testing.T) {
 	}
 }
 
+// startWithADone starts a reconciler with workers over a holding target,
+// writes a=value and returns a as read once it is Done.
+func startWithADone(t *testing.T, workers int, value string) (*holdingTarget, *fixture, *item) {
+	t.Helper()
+	tg := newHoldingTarget()
+	f := startFixture(t, tg.ops(), nil, reconciler.WithConcurrency(workers))
+	f.upsert(&item{ID: "a", Value: value})
+	return tg, f, f.waitKind("a", status.KindDone)
+}
+
 // Bug 5 in the words of the review: a's update is in flight; a is deleted,
 // a new value is written, and the object is put back as it was before,
 // Done status included. The delete was read, so that Done no longer says
@@ -166,11 +173,7 @@ func TestReviewBug5PutBackAfterItsDelete(t *testing.T) {
 func TestReviewBug5PutBackWhileTheNextUpdateRuns(t *testing.T) {
 	for _, workers := range []int{1, 2, 4} {
 		t.Run(fmt.Sprintf("workers=%d", workers), func(t *testing.T) {
-			tg := newHoldingTarget()
-			f := startFixture(t, tg.ops(), nil, reconciler.WithConcurrency(workers))
-			f.upsert(&item{ID: "a", Value: "v0"})
-			saved := f.waitKind("a", status.KindDone)
-
+			tg, f, saved := startWithADone(t, workers, "v0")
 			update := tg.hold("a")
 			f.upsert(&item{ID: "a", Value: "v1"})
 			waitHeld(t, update, "the update of a=v1")
