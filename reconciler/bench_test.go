@@ -167,16 +167,13 @@ func (benchNoMetrics) PruneDuration(cell.FullModuleID, string, time.Duration)   
 // untimed before each, and reports the time per object.
 func benchRounds(b *testing.B, batch bool, opts ...Option) {
 	r := newBenchReconciler(b, batch, opts...)
-	wtxn := r.db.WriteTxn(r.table)
-	changes, err := r.table.Changes(wtxn)
-	wtxn.Commit()
-	if err != nil {
+	if _, err := r.changes.open(); err != nil {
 		b.Fatal(err)
 	}
-	defer changes.Close()
+	defer r.changes.close()
 	ctx := context.Background()
 	health, _ := cell.NewSimpleHealth()
-	l := &loop[*benchObj]{r: r, changes: changes, exec: newExecutor(ctx, r),
+	l := &loop[*benchObj]{r: r, exec: newExecutor(ctx, r),
 		health: healthReporter{health: health}, watch: closedChan}
 	for b.Loop() {
 		b.StopTimer()

@@ -50,7 +50,7 @@ func (l *loop[Obj]) collect(txn statedb.ReadTxn, now time.Time, room int) []op[O
 	}
 	if budget := left - reserve; budget > 0 {
 		var seq iter.Seq2[statedb.Change[Obj], statedb.Revision]
-		seq, l.watch = l.changes.Next(txn)
+		seq, l.watch = l.r.changes.next(txn)
 		l.collectChanges(seq, budget, now)
 		l.r.keys.readUpTo(l.r.lastRev, l.r.table.Revision(txn))
 	} else {
@@ -90,7 +90,7 @@ func (l *loop[Obj]) collectChanges(changes iter.Seq2[statedb.Change[Obj], stated
 // collectChange acts on one change and reports whether it added an op.
 func (l *loop[Obj]) collectChange(change statedb.Change[Obj], rev statedb.Revision, now time.Time) bool {
 	r, lc := l.r, l.r.keys
-	j := task[Obj]{obj: change.Object, rev: rev, delete: change.Deleted, since: now, ready: now.UnixNano()}
+	j := task[Obj]{obj: change.Object, rev: change.Revision, delete: change.Deleted, since: now, ready: now.UnixNano()}
 	if change.Deleted {
 		if key, ok := r.primary.ObjectToKey(change.Object); ok {
 			lc.sawDelete(key)

@@ -3,7 +3,6 @@ package reconciler
 import (
 	"context"
 	"fmt"
-	"runtime"
 
 	"github.com/cilium/hive/cell"
 	"github.com/cilium/hive/job"
@@ -31,14 +30,14 @@ import (
 // puts back an object it read before the mark (without CompareAndSwap)
 // undoes it. A query that finds nothing is ignored.
 //
-// Several dependencies may be given. Each costs one StateDB change iterator
-// on its table, created by Register, so that no change is missed between
-// registration and start, across stops and starts of the hive, or while the
-// reconciler is paused (marking goes on while paused; the objects are
-// reconciled on Resume), and one job ("dependency-<table>"). mapper runs on
-// that job's goroutine; it must not block. A mapper that panics is
-// recovered (unless WithoutPanicRecovery) and the job's health says so. table must not be the
-// reconciled table itself, which would mark its own changes forever.
+// Several dependencies may be given. Each has a job ("dependency-<table>")
+// that reads its table's changes from registration on, so that no change is
+// missed between registration and start, across stops and starts of the
+// hive, or while the reconciler is paused (marking goes on while paused;
+// the objects are reconciled on Resume). mapper runs on that job's
+// goroutine; it must not block. A mapper that panics is recovered (unless
+// WithoutPanicRecovery) and the job's health says so. table must not be
+// the reconciled table itself, which would mark its own changes forever.
 //
 // Obj must be the reconciled table's object type; Register refuses the
 // option with ErrInvalidConfig otherwise, or if table or mapper is nil.
@@ -81,14 +80,7 @@ func (d *dependency[Obj, Dep]) register(r *reconciler[Obj]) (job.Job, error) {
 	case d.table.Name() == r.table.Name():
 		return nil, fmt.Errorf("reconciler.Register: table %q cannot be a dependency of itself: %w", d.table.Name(), ErrInvalidConfig)
 	}
-	wtxn := r.db.WriteTxn(d.table)
-	changes, err := d.table.Changes(wtxn)
-	wtxn.Commit()
-	if err != nil {
-		return nil, fmt.Errorf("reconciler.Register: watching changes of dependency %q: %w", d.table.Name(), err)
-	}
-	t := &dependencyTracker[Obj, Dep]{r: r, d: d, changes: changes}
-	runtime.AddCleanup(t, statedb.ChangeIterator[Dep].Close, changes)
+	t := &dependencyTracker[Obj, Dep]{r: r, d: d, changes: newChangeFeed(r.db, d.table)}
 	return job.OneShot(r.jobName("dependency-"+d.table.Name()), t.run), nil
 }
 
@@ -96,14 +88,18 @@ func (d *dependency[Obj, Dep]) register(r *reconciler[Obj]) (job.Job, error) {
 type dependencyTracker[Obj, Dep any] struct {
 	r       *reconciler[Obj]
 	d       *dependency[Obj, Dep]
-	changes statedb.ChangeIterator[Dep] // lives as long as the tracker
+	changes *changeFeed[Dep] // across stops
 }
 
 func (t *dependencyTracker[Obj, Dep]) run(ctx context.Context, health cell.Health) error {
+	if _, err := t.changes.open(); err != nil {
+		return fmt.Errorf("reading the changes of dependency %q: %w", t.d.table.Name(), err)
+	}
+	defer t.changes.close()
 	var queries []statedb.Query[Obj]
 	reported := false
 	for {
-		seq, watch := t.changes.Next(t.r.db.ReadTxn())
+		seq, watch := t.changes.next(t.r.db.ReadTxn())
 		var mapErr, markErr error
 		seen := 0
 		for change := range seq {

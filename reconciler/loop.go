@@ -15,11 +15,10 @@ import (
 // stop (the keys' lifecycles, the change iterator) belongs to the
 // reconciler; the loop holds the reading position and the figures.
 type loop[Obj any] struct {
-	r       *reconciler[Obj]
-	changes statedb.ChangeIterator[Obj]
-	exec    *executor[Obj]
-	prune   pruneSchedule
-	health  healthReporter
+	r      *reconciler[Obj]
+	exec   *executor[Obj]
+	prune  pruneSchedule
+	health healthReporter
 
 	own   ownWrites       // revisions of the statuses commits wrote
 	watch <-chan struct{} // closed when the table has changes not read
@@ -39,7 +38,14 @@ type loop[Obj any] struct {
 // run is the reconcile job: it waits for something to do and runs a round,
 // until ctx ends. It returns nil on a normal stop.
 func (r *reconciler[Obj]) run(ctx context.Context, health cell.Health) error {
-	l := &loop[Obj]{r: r, changes: r.changes, watch: closedChan,
+	opened, err := r.changes.open()
+	if err != nil {
+		return fmt.Errorf("reading the changes of table %q: %w", r.table.Name(), err)
+	}
+	if !r.started {
+		r.started, r.backlog = true, opened // what the table holds now waits behind fresh changes
+	}
+	l := &loop[Obj]{r: r, watch: closedChan,
 		health: healthReporter{health: health}, prune: newPruneSchedule(r)}
 	r.gate.setStopping(false)
 	l.exec = newExecutor(ctx, r)
@@ -107,14 +113,15 @@ func (l *loop[Obj]) round(ctx context.Context, paused bool) {
 }
 
 // stopped ends a run of the loop: it stops the executor, commits what
-// finished and queues what did not for the next start (the change
-// iterator has moved past those changes), and marks the reconciler stopped.
+// finished and queues what did not for the next start (the feed has moved
+// past those changes), closes the feed, and marks the reconciler stopped.
 func (l *loop[Obj]) stopped() {
 	r := l.r
 	r.gate.setStopping(true)
 	left := l.exec.stop() // waits for the operations under way to return
 	l.commit(cutShort(left, true), r.now())
 	r.progress.update(l.progressRev(), r.keys.retryLowWatermark())
+	r.changes.close()
 	if r.info != nil {
 		txn := r.db.ReadTxn()
 		r.info.write(r.db, l.info(StateStopped, r.table.NumObjects(txn), r.keys.retrying, 0, r.keys.oldestSince()), r.keys.changes())

@@ -84,7 +84,10 @@ func TestPruneSeesWhatTheCommitBeforeItWrote(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	health, _ := cell.NewSimpleHealth()
-	l := &loop[*benchObj]{r: r, changes: r.changes, exec: newExecutor(ctx, r),
+	_, err = r.changes.open()
+	require.NoError(t, err)
+	defer r.changes.close()
+	l := &loop[*benchObj]{r: r, exec: newExecutor(ctx, r),
 		prune: newPruneSchedule(r), health: healthReporter{health: health}, watch: closedChan}
 	defer l.prune.stop()
 	defer l.exec.stop()

@@ -17,6 +17,14 @@ const refreshBatch = 1000
 // refreshLoop periodically marks Done objects whose status is older than the
 // refresh interval as Refreshing, so the reconcile job updates them again.
 func (r *reconciler[Obj]) refreshLoop(ctx context.Context, health cell.Health) error {
+	if r.opts.refreshInterval <= 0 {
+		// The job runs anyway, so that the health tree has the same
+		// children as the StateDB reconciler's, whose refresh is on by
+		// default: scripts and dashboards read it by job name.
+		health.OK("Refreshing is off")
+		<-ctx.Done()
+		return nil
+	}
 	var last statedb.Revision
 	timer := time.NewTimer(0)
 	defer timer.Stop()

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"runtime"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -90,43 +88,18 @@ func Register[Obj any](
 		rand:          rand.Float64,
 	}
 
-	// Track changes from now on, not from when the job's goroutine gets to
-	// run, so that no delete between registration and start is missed.
-	wtxn := params.DB.WriteTxn(table)
-	changes, err := table.Changes(wtxn)
-	wtxn.Commit()
-	if err != nil {
-		return nil, fmt.Errorf("reconciler.Register: watching changes of table %q: %w", table.Name(), err)
-	}
-	r.changes = changes
+	// The feed begins now, not when the job first runs, so that no delete
+	// between registration and start is missed.
+	r.changes = newChangeFeed(params.DB, statedb.Table[Obj](table))
 	r.info = newInfoWriter(r)
-	// The iterator lives as long as the reconciler, across stops and starts
-	// of its job, so that changes made while the job is stopped are not
-	// missed. The table keeps deleted objects until the iterator has read
-	// them: close it once the reconciler is unreachable, so that a job that
-	// never started (or a hive dropped after stopping) does not hold them for
-	// as long as the database lives.
-	runtime.AddCleanup(r, statedb.ChangeIterator[Obj].Close, changes)
 
 	depJobs, err := registerDependencies(r)
 	if err != nil {
 		return nil, err
 	}
-	// What the table holds when the hive starts is the backlog, taken
-	// after fresh changes; what is written once Start returned is fresh.
-	// The start hook marks it before Start returns, whenever the job's
-	// goroutine gets to run.
-	if params.Lifecycle != nil {
-		params.Lifecycle.Append(cell.Hook{OnStart: func(cell.HookContext) error {
-			r.takeBacklog()
-			return nil
-		}})
-	}
 	params.JobGroup.Add(job.OneShot(r.jobName("reconcile"), r.run))
 	params.JobGroup.Add(depJobs...)
-	if o.refreshInterval > 0 {
-		params.JobGroup.Add(job.OneShot(r.jobName("refresh"), r.refreshLoop))
-	}
+	params.JobGroup.Add(job.OneShot(r.jobName("refresh"), r.refreshLoop))
 	return r, nil
 }
 
@@ -192,12 +165,12 @@ type reconciler[Obj any] struct {
 	now  func() time.Time
 	rand func() float64
 
-	changes     statedb.ChangeIterator[Obj] // closed when the reconciler is unreachable
-	keys        *lifecycles[Obj]            // what is known about each key
-	deferred    deferredQueue[Obj]          // changes taken after fresh ones
-	lastRev     statedb.Revision            // last change read
-	backlog     statedb.Revision            // the table's revision at the first start (see takeBacklog)
-	backlogOnce sync.Once
+	changes  *changeFeed[Obj]   // the table's changes, across stops
+	keys     *lifecycles[Obj]   // what is known about each key
+	deferred deferredQueue[Obj] // changes taken after fresh ones
+	lastRev  statedb.Revision   // last change read
+	backlog  statedb.Revision   // the table's revision when the job first ran: what is deferred
+	started  bool               // whether the job has run
 }
 
 // Prune implements Reconciler.
@@ -211,15 +184,6 @@ func (r *reconciler[Obj]) Prune() {
 // WaitUntilReconciled implements Reconciler.
 func (r *reconciler[Obj]) WaitUntilReconciled(ctx context.Context, untilRevision statedb.Revision) (statedb.Revision, statedb.Revision, error) {
 	return r.progress.wait(ctx, untilRevision)
-}
-
-// takeBacklog records, the first time it is called, the table's revision
-// as the end of the backlog: the start hook calls it, and the job in case
-// there is none.
-func (r *reconciler[Obj]) takeBacklog() {
-	r.backlogOnce.Do(func() {
-		r.backlog = r.table.Revision(r.db.ReadTxn())
-	})
 }
 
 // keyOf returns obj's primary key. StateDB does not store an object whose

@@ -420,16 +420,20 @@ func TestReviewBug9ValuesAtTheEdges(t *testing.T) {
 }
 
 // Bug 10: a backlog larger than any internal cap does not hold a fresh
-// write back by more than a round.
+// write back by more than a round. The backlog is what the table holds when
+// the reconciler starts; the write comes once the backlog is under way.
 func TestReviewBug10FreshWriteOvertakesAHugeBacklog(t *testing.T) {
 	const backlog = 140_000 // more than the 1<<17 the deferred queue once held
 	fresh := make(chan int64, 1)
+	underWay := make(chan struct{})
 	var done atomic.Int64
 	ops := &funcOps{update: func(_ context.Context, _ statedb.Revision, it *item) error {
 		if it.ID == "fresh" {
 			fresh <- done.Load()
 		}
-		done.Add(1)
+		if done.Add(1) == 1 {
+			close(underWay)
+		}
 		return nil
 	}}
 	f := startFixtureWithTable(t, func(db *statedb.DB, tbl statedb.RWTable[*item]) []reconciler.Option {
@@ -441,6 +445,7 @@ func TestReviewBug10FreshWriteOvertakesAHugeBacklog(t *testing.T) {
 		wtxn.Commit()
 		return nil
 	}, ops)
+	recv(t, underWay, "the backlog's first update")
 	atWrite := done.Load()
 	f.upsert(&item{ID: "fresh"})
 	before := recv(t, fresh, "the fresh write's update") - atWrite

@@ -77,12 +77,6 @@ type Params struct {
 	// row of the reconcilers table and the rows of its failing objects.
 	// Without them it keeps none.
 	Tables *Tables `optional:"true"`
-
-	// Lifecycle, provided by the hive, marks the start: what the table
-	// holds when the hive starts is the backlog, taken after fresh changes
-	// (see [Reconciler]). Without it the backlog is what the table holds
-	// when the reconcile job first runs.
-	Lifecycle cell.Lifecycle `optional:"true"`
 }
 
 // Operations applies objects to the target. Every method is given a context

@@ -1,0 +1,137 @@
+package reconciler
+
+import (
+	"iter"
+
+	"github.com/cilium/statedb"
+)
+
+// changeFeed reads the changes of one table for as long as the reconciler
+// lives, across stops and starts of the hive, while holding a StateDB
+// change iterator only when its job runs.
+//
+// The job opens the feed when it starts and closes it when it stops, on its
+// own goroutine: an iterator left to a runtime cleanup would be closed on
+// another goroutine (fatal inside a testing/synctest bubble), and one kept
+// open while stopped would hold every deleted object of the table. What is
+// deleted while no iterator is open is recovered when the next one opens:
+// the feed holds the table as it was when the last iterator closed (a
+// snapshot costs nothing to hold), and a key found there but gone from the
+// table is handed out as a delete. Upserts need no such care: a new
+// iterator hands out every object, and those at or below the revision
+// already read are skipped.
+//
+// Deletes recovered this way come first, in no particular order, with the
+// revision just after the snapshot's: the delete happened after it. Their
+// revision is the change's; the revision yielded beside them is the one
+// read so far, so that a reader that follows the yielded revision never
+// moves past a change it has not read.
+//
+// Make one with newChangeFeed, at registration: that is when the feed
+// begins, so deletes made before the first start are not missed either. A
+// changeFeed is used by one goroutine at a time.
+type changeFeed[Obj any] struct {
+	db    *statedb.DB
+	table statedb.Table[Obj]
+
+	iter    statedb.ChangeIterator[Obj] // nil while closed
+	read    statedb.Revision            // of the last change handed out from an iterator
+	floor   statedb.Revision            // upserts at or below it were read before iter opened
+	held    statedb.ReadTxn             // while closed: the table as of the last iterator's end
+	missed  []statedb.Change[Obj]       // deletes to hand out before iter's changes
+	missedN int                         // how many of missed were handed out
+}
+
+// newChangeFeed begins a feed of table's changes: every object then in the
+// table, and every change from then on, is handed out once the feed opens.
+func newChangeFeed[Obj any](db *statedb.DB, table statedb.Table[Obj]) *changeFeed[Obj] {
+	return &changeFeed[Obj]{db: db, table: table, held: db.ReadTxn()}
+}
+
+// open starts a StateDB change iterator and finds what was deleted while
+// the feed was closed. It returns the table's revision when it opened.
+func (f *changeFeed[Obj]) open() (statedb.Revision, error) {
+	if f.iter != nil {
+		return f.read, nil
+	}
+	wtxn := f.db.WriteTxn(f.table)
+	it, err := f.table.Changes(wtxn)
+	now := wtxn.Commit()
+	if err != nil {
+		return 0, err
+	}
+	f.iter, f.floor = it, f.read
+	f.missed = append(f.missed, f.gone(f.held, now)...)
+	f.held = nil
+	return f.table.Revision(now), nil
+}
+
+// gone returns a delete for every object of before whose key now lacks.
+func (f *changeFeed[Obj]) gone(before, now statedb.ReadTxn) []statedb.Change[Obj] {
+	if before == nil || f.table.NumObjects(before) == 0 || f.table.Revision(before) == f.table.Revision(now) {
+		return nil
+	}
+	var deletes []statedb.Change[Obj]
+	after := f.table.Revision(before) + 1
+	primary := f.table.PrimaryIndexer()
+	for obj := range f.table.All(before) {
+		q, ok := primary.QueryFromObject(obj)
+		if !ok {
+			continue
+		}
+		if _, _, found := f.table.Get(now, q); !found {
+			deletes = append(deletes, statedb.Change[Obj]{Object: obj, Revision: after, Deleted: true})
+		}
+	}
+	return deletes
+}
+
+// next returns the changes not handed out yet, as of txn, and a channel
+// closed when there are more. A change handed out is consumed, whether or
+// not the reader goes on. The feed must be open.
+func (f *changeFeed[Obj]) next(txn statedb.ReadTxn) (iter.Seq2[statedb.Change[Obj], statedb.Revision], <-chan struct{}) {
+	changes, watch := f.iter.Next(txn)
+	if len(f.missed) > 0 {
+		watch = closedChan // the reader may stop before the iterator's changes
+	}
+	return func(yield func(statedb.Change[Obj], statedb.Revision) bool) {
+		for f.missedN < len(f.missed) {
+			change := f.missed[f.missedN]
+			f.missed[f.missedN] = statedb.Change[Obj]{}
+			f.missedN++
+			if f.missedN == len(f.missed) {
+				f.missed, f.missedN = nil, 0
+			}
+			if !yield(change, f.read) {
+				return
+			}
+		}
+		for change, rev := range changes {
+			if !change.Deleted && rev <= f.floor {
+				continue // read by an earlier iterator
+			}
+			f.read = rev
+			if !yield(change, rev) {
+				return
+			}
+		}
+	}, watch
+}
+
+// close reads the deletes the iterator still holds, keeps them for the next
+// open with the table as of that read, and closes the iterator. Upserts
+// are left: the next iterator hands them out again.
+func (f *changeFeed[Obj]) close() {
+	if f.iter == nil {
+		return
+	}
+	txn := f.db.ReadTxn()
+	changes, _ := f.iter.Next(txn)
+	for change := range changes {
+		if change.Deleted {
+			f.missed = append(f.missed, change)
+		}
+	}
+	f.iter.Close()
+	f.iter, f.held = nil, txn
+}
