@@ -149,9 +149,11 @@ func (l *loop[Obj]) stale(obj Obj, st status.Status) bool {
 	if !lc.mayBeStale() {
 		return false
 	}
-	if p := lc.pruned; p.txn != nil && st.ID() != 0 && st.ID() <= p.cut {
-		if _, _, found := l.r.lookup(p.txn, obj); !found {
-			return true // the prune may have removed it (see pruneSnapshot)
+	for _, p := range lc.pruned {
+		if st.ID() != 0 && st.ID() <= p.cut {
+			if _, _, found := l.r.lookup(p.txn, obj); !found {
+				return true // the prune may have removed it (see pruneSnapshot)
+			}
 		}
 	}
 	key, ok := l.r.primary.ObjectToKey(obj)

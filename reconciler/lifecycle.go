@@ -127,6 +127,7 @@ type lifecycles[Obj any] struct {
 	heapLowOK    bool
 	heapOldestOK bool
 	retrying     int    // keyStates with a failed attempt: waiting, or queued or running again
+	parked       int    // running keyStates with a successor
 	version      uint64 // changes whenever the failing keys or their errors do
 
 	// dirty holds the keys whose failure changed since the last call of
@@ -134,18 +135,20 @@ type lifecycles[Obj any] struct {
 	dirty, spare map[string]*keyState[Obj]
 
 	superseded supersededKeys
-	pruned     pruneSnapshot[Obj]
+	pruned     []pruneSnapshot // oldest first
 }
 
-// pruneSnapshot is the snapshot the last prune ran with, kept until the
-// changes read pass its revision. A prune may remove from the target an
-// object whose delete the loop has not read yet, and if the object is put
-// back before the loop reads the changes, the delete never shows: the
-// change iterator gives only the object put back. Such an object, absent
-// from the snapshot and carrying a status no newer than cut (the greatest
-// identity handed out when the snapshot was taken), is new work (see
-// loop.stale). The zero value holds no snapshot.
-type pruneSnapshot[Obj any] struct {
+// pruneSnapshot is the snapshot a prune ran with while changes up to its
+// revision were unread, kept until the changes read pass that revision. A
+// prune may remove from the target an object whose delete the loop has not
+// read yet, and if the object is put back before the loop reads the
+// changes, the delete never shows: the change feed gives only the object
+// put back. Such an object, absent from the snapshot of any prune kept and
+// carrying a status no newer than that snapshot's cut (the greatest
+// identity handed out when it was taken), is new work (see loop.stale).
+// Every such prune is kept, not only the last: a later prune that finds
+// the object put back says nothing of what an earlier one removed.
+type pruneSnapshot struct {
 	txn   statedb.ReadTxn
 	rev   statedb.Revision
 	cut   uint64
@@ -228,11 +231,12 @@ func (lc *lifecycles[Obj]) observe(key string, j task[Obj]) *keyState[Obj] {
 func (lc *lifecycles[Obj]) follow(s *keyState[Obj], j task[Obj]) {
 	switch {
 	case j.delete:
-		s.next, s.hasNext, s.deleteSeen = j, true, true
+		lc.setNext(s, j, true)
+		s.deleteSeen = true
 	case !s.deleteSeen && !s.pruned && j.statusID != 0 && j.statusID == s.task.statusID:
-		s.next, s.hasNext = task[Obj]{}, false
+		lc.setNext(s, task[Obj]{}, false)
 	default:
-		s.next, s.hasNext = j, true
+		lc.setNext(s, j, true)
 	}
 }
 
@@ -322,7 +326,8 @@ func (lc *lifecycles[Obj]) start(s *keyState[Obj]) {
 	}
 	lc.activate(s)
 	s.phase = phaseRunning
-	s.next, s.hasNext, s.deleteSeen, s.pruned = task[Obj]{}, false, false, false
+	lc.setNext(s, task[Obj]{}, false)
+	s.deleteSeen, s.pruned = false, false
 	if s.attempts > 0 {
 		lc.changed(s) // "running" in the retries table
 	}
@@ -334,6 +339,7 @@ func (lc *lifecycles[Obj]) forget(s *keyState[Obj]) {
 		lc.unwait(s)
 	}
 	lc.deactivate(s)
+	lc.setNext(s, task[Obj]{}, false)
 	if s.attempts > 0 {
 		lc.retrying--
 		lc.version++
@@ -391,7 +397,18 @@ func (lc *lifecycles[Obj]) requeue(s *keyState[Obj]) {
 // dropNext forgets the successor of s: the commit found the table holding
 // the version s ran, written back after the successor was read.
 func (lc *lifecycles[Obj]) dropNext(s *keyState[Obj]) {
-	s.next, s.hasNext = task[Obj]{}, false
+	lc.setNext(s, task[Obj]{}, false)
+}
+
+// setNext sets the successor of s, counting those parked.
+func (lc *lifecycles[Obj]) setNext(s *keyState[Obj], next task[Obj], has bool) {
+	switch {
+	case has && !s.hasNext:
+		lc.parked++
+	case !has && s.hasNext:
+		lc.parked--
+	}
+	s.next, s.hasNext = next, has
 }
 
 // dropRetry forgets the retry of key, if it waits for one: a newer
@@ -407,7 +424,8 @@ func (lc *lifecycles[Obj]) enqueue(s *keyState[Obj]) {
 	if s.phase == phaseWaiting {
 		lc.unwait(s)
 	}
-	s.next, s.hasNext, s.deleteSeen, s.pruned = task[Obj]{}, false, false, false
+	lc.setNext(s, task[Obj]{}, false)
+	s.deleteSeen, s.pruned = false, false
 	lc.activate(s)
 	if s.phase != phaseQueued {
 		s.phase = phaseQueued
@@ -482,33 +500,36 @@ func (lc *lifecycles[Obj]) supersede(key []byte, cut uint64) {
 // revision rev were still unread; cut is the greatest status identity
 // handed out when it was taken (see pruneSnapshot).
 func (lc *lifecycles[Obj]) sawPrune(txn statedb.ReadTxn, rev statedb.Revision, cut uint64) {
-	lc.pruned = pruneSnapshot[Obj]{txn: txn, rev: rev, cut: cut}
+	lc.pruned = append(lc.pruned, pruneSnapshot{txn: txn, rev: rev, cut: cut})
 }
 
 // mayBeStale reports whether any status can be stale (see stale): a key
 // is tracked, a cut recorded, or a prune's snapshot kept.
 func (lc *lifecycles[Obj]) mayBeStale() bool {
-	return lc.tracked() || lc.superseded.any() || lc.pruned.txn != nil
+	return lc.tracked() || lc.superseded.any() || len(lc.pruned) > 0
 }
 
-// readUpTo drops the prune's snapshot once it can no longer be needed:
-// read is the last change read, txnRev the revision of the snapshot those
-// changes were read from. A delete at or before the prune's revision that
+// readUpTo drops the prunes' snapshots that can no longer be needed: read
+// is the last change read, txnRev the revision of the snapshot those
+// changes were read from. A delete at or before a prune's revision that
 // the changes read have passed either showed as a delete, or its key was
 // put back before that read's snapshot: then the object put back shows by
 // txnRev at the latest. So once read passes the prune's revision, the
 // snapshot is kept until read also passes that read's txnRev.
 func (lc *lifecycles[Obj]) readUpTo(read, txnRev statedb.Revision) {
-	p := &lc.pruned
-	switch {
-	case p.txn == nil || read < p.rev:
-	case p.until == 0:
-		p.until = txnRev
-		if read >= p.until {
-			lc.pruned = pruneSnapshot[Obj]{}
+	kept := lc.pruned[:0]
+	for _, p := range lc.pruned {
+		if read >= p.rev && p.until == 0 {
+			p.until = txnRev
 		}
-	case read >= p.until:
-		lc.pruned = pruneSnapshot[Obj]{}
+		if p.until == 0 || read < p.until {
+			kept = append(kept, p)
+		}
+	}
+	clear(lc.pruned[len(kept):])
+	lc.pruned = kept
+	if len(kept) == 0 {
+		lc.pruned = nil
 	}
 }
 

@@ -44,7 +44,7 @@ func (l *loop[Obj]) report(txn statedb.ReadTxn, work []op[Obj], c commitOutcome,
 		r.metrics.round.Round(r.moduleID, r.opts.name, metrics.RoundStats{
 			Adds:           len(work),
 			Retries:        retries(work),
-			Depth:          load.waiting + len(lc.queued),
+			Depth:          load.waiting + len(lc.queued) + lc.parked,
 			Retrying:       failing,
 			InFlight:       inFlight,
 			OldestPending:  age,
