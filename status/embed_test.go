@@ -197,3 +197,89 @@ func TestEmbeddedTerminalStatusRoundTrips(t *testing.T) {
 		assert.True(t, out.Terminal, c.name)
 	}
 }
+
+func TestSetInNamedFieldRoundTripsLikeStateDBs(t *testing.T) {
+	type object struct {
+		Name     string     `json:"name" yaml:"name"`
+		Statuses status.Set `json:"statuses" yaml:"statuses"`
+	}
+	type upstreamObject struct {
+		Name     string               `json:"name" yaml:"name"`
+		Statuses reconciler.StatusSet `json:"statuses" yaml:"statuses"`
+	}
+	sts := statusesToEmbed()
+	set, upSet := status.NewSet(), reconciler.NewStatusSet()
+	for i, name := range []string{"a", "b", "c", "d"} {
+		set = set.Set(name, sts[i])
+		upSet = upSet.Set(name, upstreamStatus(t, sts[i]))
+	}
+	withoutIDs := func(m map[string]any) map[string]any {
+		for _, st := range m["statuses"].(map[string]any) {
+			delete(st.(map[string]any), "id")
+		}
+		return m
+	}
+	for _, c := range allCodecs {
+		t.Run(c.name, func(t *testing.T) {
+			data, err := c.marshal(object{Name: "web", Statuses: set})
+			require.NoError(t, err)
+			upData, err := c.marshal(upstreamObject{Name: "web", Statuses: upSet})
+			require.NoError(t, err)
+			assert.Equal(t, withoutIDs(decodeGeneric(t, c, upData)), withoutIDs(decodeGeneric(t, c, data)),
+				"the same keys as the StateDB reconciler's, its ids aside:\n%s\n%s", data, upData)
+
+			for _, in := range [][]byte{data, upData} {
+				var out object
+				require.NoError(t, c.unmarshal(in, &out), "decoding %s", in)
+				assert.Equal(t, "web", out.Name)
+				requireSameSet(t, set, out.Statuses)
+				for name, st := range out.Statuses.All() {
+					assert.NotZero(t, st.ID(), "%s: a status decoded in a Set is a new write", name)
+				}
+			}
+			if c.name == jsonCodec.name {
+				// The StateDB reconciler's StatusSet decodes only JSON.
+				var upOut upstreamObject
+				require.NoError(t, c.unmarshal(data, &upOut), "decoding %s", data)
+				assert.Equal(t, "web", upOut.Name)
+				for i, name := range []string{"a", "b", "c", "d"} {
+					requireSameAsUpstream(t, upOut.Statuses.Get(name), sts[i])
+				}
+			}
+		})
+	}
+}
+
+// Embedded anonymously, a Set's encoding methods stand for the whole
+// object, as a StatusSet's do in the StateDB reconciler: the object encodes
+// as its set alone. Decoding such an object fails rather than dropping its
+// fields. The Set's documentation says to keep it in a named field.
+func TestEmbeddedSetStandsForTheObject(t *testing.T) {
+	type object struct {
+		Name string `json:"name" yaml:"name"`
+		status.Set
+	}
+	type upstreamObject struct {
+		Name string `json:"name" yaml:"name"`
+		reconciler.StatusSet
+	}
+	st := statusesToEmbed()[2]
+	set := status.NewSet().Set("a", st)
+	upSet := reconciler.NewStatusSet().Set("a", upstreamStatus(t, st))
+	for _, c := range allCodecs {
+		t.Run(c.name, func(t *testing.T) {
+			data, err := c.marshal(object{Name: "web", Set: set})
+			require.NoError(t, err)
+			alone, err := c.marshal(set)
+			require.NoError(t, err)
+			assert.Equal(t, string(alone), string(data), "the set stands for the object")
+			upData, err := c.marshal(upstreamObject{Name: "web", StatusSet: upSet})
+			require.NoError(t, err)
+			assert.NotContains(t, string(upData), "web", "the same with the StateDB reconciler")
+
+			var out object
+			err = c.unmarshal([]byte(`{"name":"web","a":{"kind":"Done"}}`), &out)
+			require.ErrorIs(t, err, status.ErrMalformed)
+		})
+	}
+}

@@ -19,6 +19,11 @@ import (
 // safely. The zero Set is empty and every name in it reads as Pending; prefer
 // [NewSet], which also stamps the creation time and identity used for names
 // without an entry.
+//
+// A Set encodes in JSON and YAML as a mapping from reconciler name to
+// status. Keep it in a named field of the object: embedded anonymously, its
+// encoding methods would encode the whole object as the set alone, dropping
+// the object's other fields, as the StateDB reconciler's StatusSet does.
 type Set struct {
 	id        uint64
 	createdAt time.Time
