@@ -40,7 +40,7 @@ func ExampleError() {
 }
 
 // Every call to a constructor is a new write with its own identity; the
-// identity is never encoded.
+// identity is never encoded, and a status decoded outside a Set has none.
 func ExampleStatus_ID() {
 	a, b := status.Pending(), status.Pending()
 	fmt.Println(a.ID() != 0, a.ID() != b.ID())
@@ -55,7 +55,7 @@ func ExampleStatus_ID() {
 	// Output:
 	// true true
 	// {"kind":"Done","updated-at":"2024-01-02T03:04:05Z"}
-	// Done true
+	// Done false
 }
 
 func ExampleParseKind() {

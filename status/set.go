@@ -19,6 +19,11 @@ import (
 // safely. The zero Set is empty and every name in it reads as Pending; prefer
 // [NewSet], which also stamps the creation time and identity used for names
 // without an entry.
+//
+// A Set encodes in JSON and YAML as a mapping from reconciler name to
+// status. Keep it in a named field of the object: embedded anonymously, its
+// encoding methods would encode the whole object as the set alone, dropping
+// the object's other fields, as the StateDB reconciler's StatusSet does.
 type Set struct {
 	id        uint64
 	createdAt time.Time
@@ -172,14 +177,14 @@ func (s Set) MarshalJSON() ([]byte, error) {
 }
 
 // UnmarshalJSON decodes what [Set.MarshalJSON] wrote. Each decoded status
-// gets a fresh identity. Malformed input is an error wrapping [ErrMalformed].
+// gets a fresh identity. Malformed input, an error text or terminal flag on
+// a status other than Error included, is an error wrapping [ErrMalformed].
 func (s *Set) UnmarshalJSON(data []byte) error {
 	var m map[string]Status
 	if err := json.Unmarshal(data, &m); err != nil {
 		return fmt.Errorf("%w: set: %w", ErrMalformed, err)
 	}
-	s.fromMap(m)
-	return nil
+	return s.fromMap(m)
 }
 
 // MarshalYAML encodes the set as a mapping from reconciler name to status.
@@ -188,21 +193,34 @@ func (s Set) MarshalYAML() (any, error) {
 }
 
 // UnmarshalYAML decodes what [Set.MarshalYAML] wrote, using the
-// decoder-callback form that both major Go YAML libraries support.
+// decoder-callback form that both major Go YAML libraries support. It
+// checks and stamps statuses as [Set.UnmarshalJSON] does.
 func (s *Set) UnmarshalYAML(unmarshal func(any) error) error {
 	var m map[string]Status
 	if err := unmarshal(&m); err != nil {
 		return fmt.Errorf("%w: set: %w", ErrMalformed, err)
 	}
-	s.fromMap(m)
-	return nil
+	return s.fromMap(m)
 }
 
-func (s *Set) fromMap(m map[string]Status) {
-	*s = NewSet()
-	s.entries = make([]entry, 0, len(m))
+// fromMap replaces s with the decoded statuses in m, each a new write with
+// its own identity, or leaves s alone if one of them is malformed.
+func (s *Set) fromMap(m map[string]Status) error {
+	entries := make([]entry, 0, len(m))
 	for name, st := range m {
-		s.entries = append(s.entries, entry{name, st})
+		entries = append(entries, entry{name, st})
 	}
-	slices.SortFunc(s.entries, func(a, b entry) int { return strings.Compare(a.name, b.name) })
+	slices.SortFunc(entries, func(a, b entry) int { return strings.Compare(a.name, b.name) })
+	for i := range entries {
+		e := &entries[i]
+		if err := e.status.check(); err != nil {
+			return fmt.Errorf("%w: set: %q: %w", ErrMalformed, e.name, err)
+		}
+		if e.status.Kind != KindUnset {
+			e.status.id = nextID()
+		}
+	}
+	*s = NewSet()
+	s.entries = entries
+	return nil
 }

@@ -1,7 +1,6 @@
 package status
 
 import (
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -9,25 +8,28 @@ import (
 )
 
 // Status is the reconciliation status of an object for one reconciler.
-// Keep it in a named field of the object, or keep several in a [Set]. Do
-// not embed it as an anonymous field: the object would inherit its
-// UnmarshalJSON and UnmarshalYAML methods, and decoding the object would
-// then read only the status and silently drop the object's other fields.
+// Keep it in a field of the object, named or embedded, or keep several in a
+// [Set]. Its fields encode as any struct's do: embedded, they are the
+// object's own in JSON and under "status" in YAML, as with the StateDB
+// reconciler's Status.
 //
 // The zero Status has [KindUnset] and is ignored by reconcilers. Build
 // statuses with [Pending], [Refreshing], [Done] and [Error]; each call gives
-// the status a fresh identity (see the package documentation).
+// the status a fresh identity (see the package documentation). A status
+// written as a literal, or decoded from JSON or YAML outside a [Set], has
+// none.
 type Status struct {
 	// Kind is the state of the reconciliation.
 	Kind Kind `json:"kind" yaml:"kind"`
 	// UpdatedAt is when the status was created.
 	UpdatedAt time.Time `json:"updated-at" yaml:"updated-at"`
-	// Error is the error text when Kind is KindError, and empty otherwise.
+	// Error is the error text when Kind is KindError. It is empty on every
+	// other kind, and ignored there if set.
 	Error string `json:"error,omitempty" yaml:"error,omitempty"`
 	// Terminal is set on an Error status whose error retrying cannot fix
 	// (see [TerminalErrorAt]): the reconciler does not retry it, and waiting
 	// for the object to become Done is pointless until it changes. It is
-	// false on every other kind.
+	// false on every other kind, and ignored there if set.
 	Terminal bool `json:"terminal,omitempty" yaml:"terminal,omitempty"`
 
 	// id identifies the write that created this status. Zero means none.
@@ -52,7 +54,12 @@ func errorText(err error) string {
 // GetError returns the error text of an Error status, "" for other kinds.
 // It matches the StateDB reconciler's Status.GetError, whose Error field is
 // a pointer; here the field itself is the text.
-func (s Status) GetError() string { return s.Error }
+func (s Status) GetError() string {
+	if s.Kind != KindError {
+		return ""
+	}
+	return s.Error
+}
 
 // Pending returns a status that asks the reconciler to apply the object. Set
 // it whenever the object's desired state changes.
@@ -105,7 +112,8 @@ func (s Status) IsPendingOrRefreshing() bool {
 }
 
 // ID returns the identity of the status: a number unique to the call that
-// built it within this process, or zero for the zero Status. Two statuses
+// built it within this process, or zero for a status no constructor built
+// (the zero Status, a literal, one decoded outside a [Set]). Two statuses
 // with the same non-zero ID come from the same write. Reconcilers use it to
 // recognise an object whose only change is another reconciler's status.
 func (s Status) ID() uint64 { return s.id }
@@ -125,49 +133,14 @@ func (s Status) String() string {
 	return s.Kind.String() + ago(s.UpdatedAt)
 }
 
-// statusFields mirrors Status without its methods so that the encoders do
-// not recurse into the custom (un)marshallers.
-type statusFields struct {
-	Kind      Kind      `json:"kind" yaml:"kind"`
-	UpdatedAt time.Time `json:"updated-at" yaml:"updated-at"`
-	Error     string    `json:"error,omitempty" yaml:"error,omitempty"`
-	Terminal  bool      `json:"terminal,omitempty" yaml:"terminal,omitempty"`
-}
-
-func (s *Status) fromFields(f statusFields) error {
-	if f.Error != "" && f.Kind != KindError {
-		return fmt.Errorf("%w: error text on a %s status", ErrMalformed, f.Kind)
+// check reports an error text or terminal flag on a status that is not an
+// Error, which no constructor writes.
+func (s Status) check() error {
+	if s.Error != "" && s.Kind != KindError {
+		return fmt.Errorf("error text on a %s status", s.Kind)
 	}
-	if f.Terminal && f.Kind != KindError {
-		return fmt.Errorf("%w: terminal flag on a %s status", ErrMalformed, f.Kind)
-	}
-	*s = Status{Kind: f.Kind, UpdatedAt: f.UpdatedAt, Error: f.Error, Terminal: f.Terminal}
-	if s.Kind != KindUnset {
-		// A decoded status is a new write in this process: give it its own
-		// identity so it is never mistaken for an earlier one.
-		s.id = nextID()
+	if s.Terminal && s.Kind != KindError {
+		return fmt.Errorf("terminal flag on a %s status", s.Kind)
 	}
 	return nil
-}
-
-// UnmarshalJSON decodes a status written by [json.Marshal]. The decoded
-// status gets a fresh identity. Malformed input is an error wrapping
-// [ErrMalformed].
-func (s *Status) UnmarshalJSON(data []byte) error {
-	var f statusFields
-	if err := json.Unmarshal(data, &f); err != nil {
-		return fmt.Errorf("%w: %w", ErrMalformed, err)
-	}
-	return s.fromFields(f)
-}
-
-// UnmarshalYAML decodes a status from YAML. It uses the decoder-callback form
-// that both major Go YAML libraries support. The decoded status gets a fresh
-// identity.
-func (s *Status) UnmarshalYAML(unmarshal func(any) error) error {
-	var f statusFields
-	if err := unmarshal(&f); err != nil {
-		return fmt.Errorf("%w: %w", ErrMalformed, err)
-	}
-	return s.fromFields(f)
 }

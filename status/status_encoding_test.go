@@ -3,11 +3,13 @@ package status_test
 import (
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	yamlv3 "go.yaml.in/yaml/v3"
 
 	"github.com/converge-go/converge/status"
 )
@@ -53,19 +55,10 @@ func TestStatusRoundTrip(t *testing.T) {
 				require.NoError(t, c.unmarshal(data, &got), "decoding %s", data)
 				requireSameStatus(t, st, got)
 
-				if st.Kind == status.KindUnset {
-					assert.Zero(t, got.ID(), "a decoded zero status has no identity")
-				} else {
-					assert.NotZero(t, got.ID(), "decoded status gets an identity")
-					assert.NotEqual(t, st.ID(), got.ID(), "decoded status is a new write")
-				}
-
-				// Decoding the same bytes twice gives two identities.
-				var again status.Status
-				require.NoError(t, c.unmarshal(data, &again))
-				if st.Kind != status.KindUnset {
-					assert.NotEqual(t, got.ID(), again.ID())
-				}
+				// The identity is never encoded, and decoding makes
+				// none: a status alone cannot tell a new write from the
+				// one it was encoded from.
+				assert.Zero(t, got.ID(), "a status decoded outside a Set has no identity")
 			})
 		}
 	}
@@ -89,8 +82,8 @@ func TestStatusRoundTripInStruct(t *testing.T) {
 			requireSameStatus(t, in.Status, out.Status)
 			require.NotNil(t, out.Ptr)
 			requireSameStatus(t, errSt, *out.Ptr)
-			assert.NotZero(t, out.Status.ID())
-			assert.NotZero(t, out.Ptr.ID())
+			assert.Zero(t, out.Status.ID())
+			assert.Zero(t, out.Ptr.ID())
 		})
 	}
 }
@@ -181,76 +174,88 @@ func TestStatusDecodesHandWrittenJSON(t *testing.T) {
 	}
 }
 
+// requireDecodeError checks that decoding well-formed input into a Status
+// failed with an error that says what is wrong: ErrMalformed for the kind,
+// the decoder's type error for a value of the wrong type (or, in YAML, a
+// repeated key), or time's error for a time it cannot parse.
+func requireDecodeError(t testing.TB, err error) {
+	t.Helper()
+	require.Error(t, err)
+	var (
+		jsonType *json.UnmarshalTypeError
+		yamlType *yamlv3.TypeError
+		timeErr  *time.ParseError
+	)
+	require.True(t, errors.Is(err, status.ErrMalformed) || errors.As(err, &jsonType) || errors.As(err, &yamlType) ||
+		errors.As(err, &timeErr) || strings.HasPrefix(err.Error(), "Time.UnmarshalJSON: "),
+		"unexpected error %T: %v", err, err)
+}
+
 func TestStatusMalformedJSON(t *testing.T) {
-	// Well-formed JSON that does not describe a status.
-	for _, in := range []string{
-		`{"kind":"Bogus"}`,
-		`{"kind":"pending"}`,
-		`{"kind":"Kind(7)"}`,
-		`{"kind":3}`,
-		`{"kind":true}`,
-		`{"kind":["Done"]}`,
-		`{"kind":{"name":"Done"}}`,
-		`{"kind":"Done","updated-at":"yesterday"}`,
-		`{"kind":"Done","updated-at":5}`,
-		`{"kind":"Done","updated-at":"2024-13-01T00:00:00Z"}`,
-		`{"kind":"Done","error":"boom"}`,
-		`{"kind":"Pending","error":"boom"}`,
-		`{"kind":"Refreshing","error":"boom"}`,
-		`{"error":"boom"}`,
-		`{"kind":"Error","error":5}`,
-		`{"kind":"Error","error":null,"updated-at":[]}`,
-		`[]`,
-		`[{"kind":"Done"}]`,
-		`"Done"`,
-		`42`,
-		`true`,
+	// Well-formed JSON that does not describe a status. An unknown kind
+	// name is ErrMalformed; the rest are encoding/json's or time's errors.
+	for in, malformed := range map[string]bool{
+		`{"kind":"Bogus"}`:                         true,
+		`{"kind":"pending"}`:                       true,
+		`{"kind":"Kind(7)"}`:                       true,
+		`{"kind":3}`:                               false,
+		`{"kind":true}`:                            false,
+		`{"kind":["Done"]}`:                        false,
+		`{"kind":{"name":"Done"}}`:                 false,
+		`{"kind":"Done","updated-at":"yesterday"}`: false,
+		`{"kind":"Done","updated-at":5}`:           false,
+		`{"kind":"Done","updated-at":"2024-13-01T00:00:00Z"}`: false,
+		`{"kind":"Error","error":5}`:                          false,
+		`{"kind":"Error","error":null,"updated-at":[]}`:       false,
+		`{"kind":"Error","terminal":"yes"}`:                   false,
+		`[]`:                                                  false,
+		`[{"kind":"Done"}]`:                                   false,
+		`"Done"`:                                              false,
+		`42`:                                                  false,
+		`true`:                                                false,
 	} {
 		t.Run(in, func(t *testing.T) {
 			st := status.Done()
 			var err error
 			require.NotPanics(t, func() { err = json.Unmarshal([]byte(in), &st) })
-			require.Error(t, err)
-			assert.ErrorIs(t, err, status.ErrMalformed)
+			requireDecodeError(t, err)
+			if malformed {
+				assert.ErrorIs(t, err, status.ErrMalformed)
+				assert.ErrorContains(t, err, "unknown kind")
+			}
 		})
 	}
 
-	// Syntax errors are caught by encoding/json before the status decoder
-	// runs; called directly, the decoder reports them as malformed too.
 	for _, in := range []string{``, `{`, `{"kind":}`, `{"kind":"Done"`, "\xff", `{"kind":"Done"}}`} {
 		t.Run("syntax/"+in, func(t *testing.T) {
 			var st status.Status
-			err := st.UnmarshalJSON([]byte(in))
-			require.Error(t, err)
-			assert.ErrorIs(t, err, status.ErrMalformed)
 			assert.Error(t, json.Unmarshal([]byte(in), &st))
 		})
 	}
 }
 
 func TestStatusMalformedYAML(t *testing.T) {
-	// Well-formed YAML that does not describe a status.
-	for _, in := range []string{
-		"kind: Bogus\n",
-		"kind: done\n",
-		"kind: 3\n",
-		"kind: true\n",
-		"kind: [Done]\n",
-		"kind: {name: Done}\n",
-		"kind: Done\nupdated-at: yesterday\n",
-		"kind: Done\nupdated-at: 5\n",
-		"kind: Done\nupdated-at: [2024-01-02]\n",
-		"kind: Done\nupdated-at: \"2024-01-02\"\n", // a quoted date is not RFC 3339
-		"kind: Done\nerror: boom\n",
-		"kind: Pending\nerror: boom\n",
-		"error: boom\n",
-		"kind: Error\nerror: [a, b]\n",
-		"kind: Error\nerror: {a: b}\n",
-		"- kind: Done\n",
-		"just a string\n",
-		"42\n",
-		"!!binary aGVsbG8=\n",
-		"kind: !!binary Qm9ndXM=\n", // "Bogus"
+	// Well-formed YAML that does not describe a status. An unknown kind
+	// name is ErrMalformed; the rest are the YAML library's or time's errors.
+	for in, malformed := range map[string]bool{
+		"kind: Bogus\n":                            true,
+		"kind: done\n":                             true,
+		"kind: 3\n":                                true,
+		"kind: true\n":                             true,
+		"kind: !!binary Qm9ndXM=\n":                true, // "Bogus"
+		"kind: [Done]\n":                           false,
+		"kind: {name: Done}\n":                     false,
+		"kind: Done\nupdated-at: yesterday\n":      false,
+		"kind: Done\nupdated-at: 5\n":              false,
+		"kind: Done\nupdated-at: [2024-01-02]\n":   false,
+		"kind: Done\nupdated-at: \"2024-01-02\"\n": false, // a quoted date is not RFC 3339
+		"kind: Error\nerror: [a, b]\n":             false,
+		"kind: Error\nerror: {a: b}\n":             false,
+		"kind: Error\nterminal: [yes]\n":           false,
+		"- kind: Done\n":                           false,
+		"just a string\n":                          false,
+		"42\n":                                     false,
+		"!!binary aGVsbG8=\n":                      false,
 	} {
 		for _, c := range yamlCodecs {
 			t.Run(c.name+"/"+in, func(t *testing.T) {
@@ -258,8 +263,11 @@ func TestStatusMalformedYAML(t *testing.T) {
 				st := status.Done()
 				var err error
 				require.NotPanics(t, func() { err = c.unmarshal([]byte(in), &st) })
-				require.Error(t, err)
-				assert.ErrorIs(t, err, status.ErrMalformed)
+				requireDecodeError(t, err)
+				if malformed {
+					assert.ErrorIs(t, err, status.ErrMalformed)
+					assert.ErrorContains(t, err, "unknown kind")
+				}
 			})
 		}
 	}
@@ -271,7 +279,7 @@ func TestStatusMalformedYAMLInStruct(t *testing.T) {
 	}
 	for _, c := range yamlCodecs {
 		var obj object
-		err := c.unmarshal([]byte("status:\n  kind: Done\n  error: boom\n"), &obj)
+		err := c.unmarshal([]byte("status:\n  kind: Bogus\n"), &obj)
 		require.Error(t, err, c.name)
 		assert.ErrorIs(t, err, status.ErrMalformed, c.name)
 	}
@@ -313,11 +321,23 @@ func TestStatusInNamedFieldDecodesWholeObject(t *testing.T) {
 	}
 }
 
-func TestStatusTerminalOnlyOnErrors(t *testing.T) {
+// An error text or terminal flag on a status other than Error, which no
+// constructor writes, is kept as decoded and ignored by everything that reads
+// the status; in a Set it is an error.
+func TestStatusErrorFieldsOnOtherKindsAreIgnored(t *testing.T) {
 	for _, c := range allCodecs {
 		var st status.Status
-		err := c.unmarshal([]byte(`{"kind":"Done","terminal":true}`), &st)
+		require.NoError(t, c.unmarshal([]byte(`{"kind":"Done","error":"boom","terminal":true}`), &st), c.name)
+		assert.Equal(t, status.KindDone, st.Kind, c.name)
+		assert.Empty(t, st.GetError(), c.name)
+		assert.Equal(t, "Done", st.String(), c.name)
+
+		var s status.Set
+		err := c.unmarshal([]byte(`{"a":{"kind":"Done","terminal":true}}`), &s)
 		require.ErrorIs(t, err, status.ErrMalformed, c.name)
-		require.ErrorContains(t, err, "terminal flag on a Done status", c.name)
+		require.ErrorContains(t, err, `"a": terminal flag on a Done status`, c.name)
+		err = c.unmarshal([]byte(`{"a":{"kind":"Pending","error":"boom"}}`), &s)
+		require.ErrorIs(t, err, status.ErrMalformed, c.name)
+		require.ErrorContains(t, err, `"a": error text on a Pending status`, c.name)
 	}
 }
