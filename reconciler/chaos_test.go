@@ -929,6 +929,7 @@ type chaosRun struct {
 	// manualPrune enables random Prune() calls. Without them, the prune at
 	// the end of each generation can only be the one after initialization.
 	manualPrune bool
+	roundSize   int
 	log         *slog.Logger
 	gen         *chaosGen
 	gens        int
@@ -980,6 +981,7 @@ func runChaos(t *testing.T, cfg chaosConfig, seed uint64) {
 		}}
 	}
 	roundSize := []int{1, 3, 10, 1000, math.MaxInt}[rng.IntN(5)]
+	run.roundSize = roundSize
 	retryMax := 10 * time.Millisecond
 	if rng.IntN(6) == 0 && failProb < 0.25 {
 		retryMax = time.Duration(math.MaxInt64) // saturates; failures stay few
@@ -1195,8 +1197,12 @@ func (r *chaosRun) step() {
 		}
 		r.scenario()
 	case p < 68:
-		if r.rng.IntN(3) == 0 {
+		switch r.rng.IntN(4) {
+		case 0:
 			r.pruneWhileBusy()
+			return
+		case 1:
+			r.twoPrunesWhileSaturated()
 			return
 		}
 		if !r.manualPrune {
@@ -1546,29 +1552,7 @@ func (r *chaosRun) writeBackAfterPrune() {
 	rev = r.write(chaosChange{key: k})
 	r.logf("@%d delete %s", rev, k)
 	if r.manualPrune {
-		ops := r.gen.ops[i]
-		c.mu.Lock()
-		before := ops.prunes
-		c.mu.Unlock()
-		r.gen.recs[i].Prune()
-		// Paused, or without workers (the loop is in the held
-		// operation), the prune waits: go on without it.
-		deadline := time.NewTimer(20 * time.Millisecond)
-	waitPrune:
-		for {
-			c.mu.Lock()
-			pruned, changed := ops.prunes > before, c.changed
-			c.mu.Unlock()
-			if pruned {
-				break
-			}
-			select {
-			case <-changed:
-			case <-deadline.C:
-				break waitPrune
-			}
-		}
-		deadline.Stop()
+		r.pruneAndWait(i, 20*time.Millisecond)
 		r.logf("%sPrune() while %s is held", r.recs[i].label(), k)
 	}
 	yields := r.rng.IntN(4)
@@ -1634,6 +1618,105 @@ func (r *chaosRun) writeBackAfterPrune() {
 	if restart {
 		r.restarts++
 		r.restartInPlace()
+	}
+}
+
+// pruneAndWait asks reconciler i for a prune and waits up to d for one to
+// end; paused, or without workers while an operation is held (the loop is
+// in it), the prune waits, and the test goes on without it.
+func (r *chaosRun) pruneAndWait(i int, d time.Duration) bool {
+	c, ops := r.recs[i].target, r.gen.ops[i]
+	c.mu.Lock()
+	before := ops.prunes
+	c.mu.Unlock()
+	r.gen.recs[i].Prune()
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	for {
+		c.mu.Lock()
+		pruned, changed := ops.prunes > before, c.changed
+		c.mu.Unlock()
+		if pruned {
+			return true
+		}
+		select {
+		case <-changed:
+		case <-deadline.C:
+			return false
+		}
+	}
+}
+
+// twoPrunesWhileSaturated holds operations on as many keys as one
+// reconciler's workers and their queue take, so that its loop reads no
+// change, and then, with k Done: deletes k, has the reconciler prune (which
+// removes k from its target, the delete unread), puts k back as read
+// before the delete, Done status included, and has it prune again, before
+// the operations go. The second prune finds k; the first one's removal
+// must still count: k is new work.
+func (r *chaosRun) twoPrunesWhileSaturated() {
+	slots := max(r.roundSize, 2*r.cfg.workers) // the executor's limit
+	if !r.manualPrune || r.cfg.workers == 1 || slots >= chaosKeys-6 {
+		r.logf("(no two prunes while saturated in this seed)")
+		return
+	}
+	i := r.rng.IntN(len(r.recs))
+	c := r.recs[i].target
+	k := r.key()
+	read, _, found := r.gen.table.Get(r.gen.db.ReadTxn(), itemID.Query(k))
+	if !found || r.recs[i].getStatus(read).Kind != status.KindDone {
+		r.logf("%s: not Done, no two prunes", k)
+		return
+	}
+	var holds []*chaosHold
+	var busy []chaosChange
+	// A few more than the slots: a key whose version is parked behind
+	// its operation, or queued already, takes none.
+	for _, n := range r.rng.Perm(chaosKeys) {
+		if other := fmt.Sprintf("k%02d", n); other != k && len(busy) < slots+6 {
+			holds = append(holds, c.hold(other))
+			busy = append(busy, chaosChange{key: other, value: r.value()})
+		}
+	}
+	rev := r.write(busy...)
+	r.logf("@%d %soperations held on %s, to take every slot", rev, r.recs[i].label(), describeChanges(busy))
+	started := 0
+	for _, h := range holds {
+		if started < r.cfg.workers && r.waitStarted(h, 5*time.Millisecond) {
+			started++
+		}
+	}
+	<-time.After(2 * time.Millisecond) // for the loop to fill its queue; any order is a valid schedule
+	rev = r.write(chaosChange{key: k})
+	r.logf("@%d delete %s (%d held operations started)", rev, k, started)
+	r.logf("%sPrune() while saturated: ran %v", r.recs[i].label(), r.pruneAndWait(i, 20*time.Millisecond))
+
+	rev = r.write(chaosChange{key: k, obj: read})
+	r.logf("@%d put %s=%s back as read before the delete (%s)", rev, k, read.Value, r.statuses(read))
+	r.logf("%sPrune() again: ran %v", r.recs[i].label(), r.pruneAndWait(i, 20*time.Millisecond))
+	for _, h := range holds {
+		c.release(h)
+	}
+	r.logf("%soperations released", r.recs[i].label())
+
+	// Once the put-back is read, a Done it still carries was believed:
+	// the target must hold it. (Applied again, it carries a new status.)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	reached, _, err := r.gen.recs[i].WaitUntilReconciled(ctx, rev)
+	cancel()
+	if err != nil || reached < rev {
+		r.logf("%s: not read within 100ms (reached @%d), not checked", k, reached)
+		return
+	}
+	obj, _, found := r.gen.table.Get(r.gen.db.ReadTxn(), itemID.Query(k))
+	if !found || r.recs[i].getStatus(obj).ID() != r.recs[i].getStatus(read).ID() {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if got, has := c.data[k]; !has || got != read.Value {
+		c.violate("%s=%s put back after two prunes was believed %s: the target has %q (present: %v)",
+			k, read.Value, r.recs[i].getStatus(read), got, has)
 	}
 }
 
