@@ -72,8 +72,8 @@ func BenchmarkReconcile(b *testing.B) {
 }
 
 // recordReconcile returns the metrics calls of a reconciler that
-// reconciles n objects inserted in one transaction, up to the report of
-// the commit that wrote the last Done.
+// reconciles n objects inserted in one transaction, up to the Round call
+// of the round that committed the last Done.
 func recordReconcile(b *testing.B, n int, batch bool) []func(*convergeprom.Metrics) {
 	tgt := reconcilertest.NewTarget(itemKey, itemValue)
 	var batchOps reconciler.BatchOperations[*item]
@@ -86,7 +86,7 @@ func recordReconcile(b *testing.B, n int, batch bool) []func(*convergeprom.Metri
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	require.NoError(b, reconciler.WaitForReconciliation(ctx, db, table, statusIndex))
-	rec.reset()
+	rec.reset(n)
 	wtxn := db.WriteTxn(table)
 	for i := range n {
 		_, _, err := table.Insert(wtxn, &item{ID: strconv.Itoa(i), Value: "v", Status: status.Pending()})
@@ -95,8 +95,10 @@ func recordReconcile(b *testing.B, n int, batch bool) []func(*convergeprom.Metri
 	wtxn.Commit()
 	require.NoError(b, reconciler.WaitForReconciliation(ctx, db, table, statusIndex))
 	// The commit writes the statuses, then reports.
-	require.Eventually(b, func() bool { return rec.converged() == n }, 10*time.Second, time.Millisecond, "the commits of %d objects reported", n)
-	return rec.recorded()
+	var calls []func(*convergeprom.Metrics)
+	require.Eventually(b, func() bool { calls = rec.recorded(); return calls != nil }, 10*time.Second, time.Millisecond,
+		"the round that committed the last of %d objects reported", n)
+	return calls
 }
 
 // recorder records the calls a reconciler makes to its metrics, all the
@@ -107,6 +109,8 @@ type recorder struct {
 	mu    sync.Mutex
 	calls []func(*convergeprom.Metrics)
 	done  int // objects committed Done, from Converged
+	want  int // objects to record the reconciliation of; 0: none
+	cut   int // the calls up to the Round after want objects were done; 0: not yet
 }
 
 func (r *recorder) add(call func(*convergeprom.Metrics)) {
@@ -115,22 +119,23 @@ func (r *recorder) add(call func(*convergeprom.Metrics)) {
 	r.calls = append(r.calls, call)
 }
 
-func (r *recorder) reset() {
+// reset forgets the calls so far and records from now on until the Round
+// call that follows the commit of the last of want objects.
+func (r *recorder) reset(want int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.calls, r.done = nil, 0
+	r.calls, r.done, r.want, r.cut = nil, 0, want, 0
 }
 
-func (r *recorder) converged() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.done
-}
-
+// recorded returns the calls of the objects' reconciliation once it is
+// complete, and nil before.
 func (r *recorder) recorded() []func(*convergeprom.Metrics) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return slices.Clone(r.calls)
+	if r.cut == 0 {
+		return nil
+	}
+	return slices.Clone(r.calls[:r.cut])
 }
 
 func (r *recorder) ReconciliationDuration(id cell.FullModuleID, name, op string, d time.Duration) {
@@ -162,6 +167,11 @@ func (r *recorder) Converged(id cell.FullModuleID, name string, count int, total
 
 func (r *recorder) Round(id cell.FullModuleID, name string, s metrics.RoundStats) {
 	r.add(func(m *convergeprom.Metrics) { m.Round(id, name, s) })
+	r.mu.Lock()
+	if r.want > 0 && r.done >= r.want && r.cut == 0 {
+		r.cut = len(r.calls)
+	}
+	r.mu.Unlock()
 }
 
 func (r *recorder) Committed(id cell.FullModuleID, name string, s metrics.CommitStats) {
