@@ -19,13 +19,11 @@ import (
 	"github.com/cilium/hive/script/scripttest"
 	"github.com/cilium/statedb"
 	"github.com/cilium/statedb/index"
-	prom "github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	convergeindex "github.com/converge-go/converge/index"
 	"github.com/converge-go/converge/metrics"
-	convergeprom "github.com/converge-go/converge/metrics/prometheus"
 	"github.com/converge-go/converge/reconciler"
 	"github.com/converge-go/converge/reconcilertest"
 	"github.com/converge-go/converge/status"
@@ -53,7 +51,6 @@ type scriptFlags struct {
 	timeout     time.Duration
 	newHive     bool
 	tables      bool
-	metrics     string
 	startAfter  time.Duration
 	dependency  bool
 	roundSize   int
@@ -72,15 +69,11 @@ func parseScriptFlags(args []string) (scriptFlags, error) {
 	fs.DurationVar(&f.timeout, "op-timeout", 0, "WithOperationTimeout")
 	fs.BoolVar(&f.newHive, "new-hive", false, "'hive start' after 'hive stop' starts a new hive (reconcilertest.Restarter), not the same one")
 	fs.BoolVar(&f.tables, "tables", false, "include reconciler.TablesCell (the reconcilers and reconciler-retries tables)")
-	fs.StringVar(&f.metrics, "metrics", "expvar", "the reconcilers' metrics: expvar (reconciler/metrics) or prometheus (prom/metrics)")
 	fs.DurationVar(&f.startAfter, "start-after", -1, "WithStartAfter(TIMEOUT, others): start once items and others (others/init) are initialized; 0 waits as long as it takes")
 	fs.BoolVar(&f.dependency, "dependency", false, "WithDependency on the deps table: a dep re-reconciles the items it lists; see depOps")
 	fs.IntVar(&f.roundSize, "round-size", 0, "WithRoundLimits objects per round (0: the default)")
 	if err := fs.Parse(args); err != nil {
 		return f, err
-	}
-	if f.metrics != "expvar" && f.metrics != "prometheus" {
-		return f, fmt.Errorf("-metrics: want expvar or prometheus, got %q", f.metrics)
 	}
 	if f.dependency && f.batch {
 		return f, fmt.Errorf("-dependency does not support -batch")
@@ -115,31 +108,15 @@ func newScriptEngine(t testing.TB, args []string) *script.Engine {
 	ops := reconcilertest.NewFaultyOps(itemKey, inner, batch)
 	newHive := func() *hive.Hive {
 		// A new process starts counting from zero.
-		var (
-			m       metrics.Metrics
-			expVar  *metrics.ExpVar
-			promCmd = cell.Group()
-		)
-		switch flags.metrics {
-		case "prometheus":
-			pm := convergeprom.New()
-			preg := prom.NewPedanticRegistry()
-			preg.MustRegister(pm)
-			m = pm
-			promCmd = cell.Provide(func() hive.ScriptCmdOut { return hive.NewScriptCmd("prom/metrics", promMetricsCmd(preg)) })
-		default:
-			expVar = metrics.NewUnpublishedExpVar()
-			m = expVar
-		}
+		expVar := metrics.NewUnpublishedExpVar()
 		cells := []cell.Cell{
 			statedb.Cell,
 			job.Cell,
 			cell.Provide(cell.NewSimpleHealth),
-			promCmd,
 			cell.Module("test", "Script test module",
 				cell.Provide(job.Registry.NewGroup),
 				cell.Provide(func(p reconciler.Params, health *cell.SimpleHealth) (hive.ScriptCmdsOut, error) {
-					return registerScriptReconcilers(p, flags, m, reconcilertest.Subject[*item]{
+					return registerScriptReconcilers(p, flags, expVar, reconcilertest.Subject[*item]{
 						Target: tgt, Faults: ops, Health: health, Metrics: expVar, ModuleID: p.ModuleID,
 					}, reg, deps)
 				}),

@@ -7,7 +7,10 @@
 // own registry and hand it to reconcilers with reconciler.WithMetrics (or as
 // reconciler.Params' DefaultMetrics); nothing is registered globally and the
 // package has no init. One Metrics serves every reconciler of a program.
-// Only this package imports client_golang: the core packages do not.
+// Only this package imports client_golang: the core packages do not. It
+// is a module of its own, github.com/converge-go/converge/metrics/prometheus,
+// so that client_golang is in the module graph of the programs that import
+// it and of no other.
 //
 // # Names
 //
