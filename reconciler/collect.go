@@ -19,7 +19,7 @@ import (
 //     is left, but for a reserve of an eighth kept while retries are due or
 //     changes are deferred, so that a stream of writes cannot starve those;
 //  3. due retries and deferred changes (Refreshing marks and the backlog
-//     found at registration) share the rest, half each, and either takes
+//     found at the first start) share the rest, half each, and either takes
 //     what the other leaves.
 //
 // Every share is a non-negative int no larger than room, so no option
@@ -261,7 +261,7 @@ func (l *loop[Obj]) collectDeferred(txn statedb.ReadTxn, now time.Time, budget i
 
 // deferredQueue holds the changes that wait behind fresh ones: objects
 // marked Refreshing (by the refresh sweep or a dependency) and the backlog
-// of Pending objects that were in the table when the reconciler was registered.
+// of Pending objects that were in the table when the reconcile job first ran.
 // A deferred change is taken only if its object is still at the revision it
 // was deferred at: if it changed since, the iterator brings the newer
 // version in its own turn. It has no cap: its entries are two words each,

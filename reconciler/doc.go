@@ -31,27 +31,55 @@
 //     delete followed by the very object again included (after a delete, an
 //     object with the same status identity is new work).
 //   - An object put back as it was before, with a status older than what
-//     the reconciler knows of its key, is applied again even if that status
-//     is Done: after a delete of the key the reconciler read (it remembers
-//     the last 8192 such keys at least), after a prune that ran without the
-//     object while the delete was still unread, or over a newer version it
-//     holds or was committing. A Done status written back over a newer version that
-//     was applied and committed before, with no delete read in between, is
-//     believed, as in the StateDB reconciler: to put an object back, write
-//     it with a Pending status, or use CompareAndSwap.
+//     the reconciler knows of its key, is applied again even if that
+//     status is Done; see "Objects put back" for exactly when.
 //   - An operation starts only while the reconciler may start one: not
 //     paused, no prune running, not stopping; this is asked at the moment
 //     it starts.
 //   - New versions and deletes are taken before retries, refresh marks and
-//     the backlog found at registration, so those never delay a write by more than
-//     a round, however many there are.
+//     the backlog (what the table holds when the reconciler first starts),
+//     so those never delay a later write by more than a round, however many
+//     there are.
 //   - Stopping the hive and starting it again resumes where it stopped:
 //     work cut short by the stop is carried over (and WaitUntilReconciled
 //     counts it), and changes made meanwhile, deletes included, converge.
+//     So do deletes made between Register and the first start.
 //   - Durations, times and sizes saturate: no option value, however large,
 //     makes the reconciler spin or stop.
 //   - A batch result belongs to its entry, wherever [BatchOperations] left
 //     it in the slice.
+//
+// # Objects put back
+//
+// A status that asks for no work (Done, or an Error the reconciler wrote)
+// is believed when it is read back, so that reading the reconciler's own
+// writes, or another reconciler's in a [status.Set], costs nothing. But a
+// writer that read an object earlier (a restore, an API, a user) may put
+// it back as it was, status included, after the target changed. Such an
+// object is applied again, rather than believed, when its status is no
+// newer than one of these:
+//
+//   - a delete of its key that the reconciler read. It remembers, as 64-bit
+//     hashes, the keys of the last 8192 deletes it read at least and 16384
+//     at most (a hash shared by two keys costs a needless Update);
+//   - a prune that ran without the object while its delete was unread. The
+//     snapshot of every such prune is kept until the changes read pass it,
+//     however many prunes run meanwhile;
+//   - a newer version of the key that the reconciler holds (queued, running
+//     or waiting for a retry), or that it applied and then found written
+//     back over by the older one (remembered as a delete is).
+//
+// Deletes the reconciler did not read because the hive stopped first, or
+// that were made while it was stopped, are read at the next start, before
+// the object put back. What it remembers lives as long as the reconciler,
+// across stops and starts.
+//
+// Otherwise the status is believed, as in the StateDB reconciler: past the
+// keys remembered, or for a Done written back over a newer version that was
+// applied and committed, with no delete read in between. Such an object
+// stays as its status says until it changes or a refresh ([WithRefreshing])
+// applies it again. To put an object back without doubt, write it with a
+// Pending status, or use CompareAndSwap.
 //
 // # Objects without a primary key
 //
@@ -105,7 +133,14 @@
 //
 // # Lifecycle
 //
-// The reconciler runs as jobs of the [job.Group] in [Params]; it starts and
-// stops with the hive. When the hive stops, operations in flight see their
-// context cancelled and no operation starts afterwards.
+// The reconciler runs as jobs of the [job.Group] in [Params]: "reconcile",
+// "refresh" (which idles while refreshing is off) and one per
+// [WithDependency], each suffixed with "-" and the name of [WithName] if
+// given, as the StateDB reconciler names them. It starts and stops with the
+// hive. [Register] may be called from a cell.Invoke, from a start hook, or
+// once the hive has started; its jobs then start at once. When the hive
+// stops, operations in flight see their context cancelled and no operation
+// starts afterwards. It holds a StateDB change iterator only while its job
+// runs, and closes it on the job's goroutine when the hive stops, so it
+// runs inside a testing/synctest bubble.
 package reconciler
