@@ -184,7 +184,7 @@ func verdict(rw row) (ratio, better string) {
 	if rw.stat.n > 0 {
 		f = rw.stat.median
 	}
-	ratio = fmt.Sprintf("%.2f", f)
+	ratio = fmtRatio(f)
 	if !rw.unit.higherBetter {
 		f = 1 / f
 	}
@@ -234,7 +234,7 @@ func printReport(w io.Writer, o options, res results, info runInfo) {
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Notes:")
 	fmt.Fprintln(w, "- ratio is the median over runs of converge's figure divided by the reference's in the same run; \"better\" says who wins and by how much.")
-	fmt.Fprintln(w, "- spread: ±95% confidence interval of the mean ratio (Student t on log ratios), then the lowest and highest ratio, over n paired runs.")
+	fmt.Fprintln(w, "- spread: the lowest and highest ratio over the paired runs; throughput ratios are run again until the 95% confidence interval of their mean is within -spread.")
 	if len(res["incremental single"][implFloor]) > 0 {
 		fmt.Fprintln(w, "- rows marked floor compare with a bare Changes() + CompareAndSwap loop (1000 per txn) in the upstream column.")
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 )
 
 // sample names one series of measured values: a case, who ran it, and the
@@ -90,15 +91,25 @@ func (st ratioStat) within(target float64) bool {
 	return st.n >= 2 && st.ci <= target
 }
 
-// String formats the spread as "±3.1% (1.08–1.17, n=7)".
+// String formats the spread as the lowest and highest ratio over the runs,
+// "1.08–1.17 in 7 runs", each with at least two significant digits.
 func (st ratioStat) String() string {
 	switch {
 	case st.n == 0:
 		return "-"
 	case st.n == 1:
-		return "n=1"
+		return "1 run"
 	}
-	return fmt.Sprintf("±%.1f%% (%.2f–%.2f, n=%d)", 100*st.ci, st.min, st.max, st.n)
+	return fmt.Sprintf("%s–%s in %d runs", fmtRatio(st.min), fmtRatio(st.max), st.n)
+}
+
+// fmtRatio formats a ratio with two decimals, or two significant digits
+// when it is below 0.1 (0.0081, not 0.01).
+func fmtRatio(f float64) string {
+	if f > 0 && f < 0.1 {
+		return strconv.FormatFloat(f, 'f', -int(math.Floor(math.Log10(f)))+1, 64)
+	}
+	return fmt.Sprintf("%.2f", f)
 }
 
 // tQuantile975 is the 0.975 quantile of Student's t distribution with df

@@ -22,11 +22,17 @@ func TestRatioStat(t *testing.T) {
 	if st.within(0.05) || !(st.ci > 0.05) {
 		t.Errorf("ratios 0.9-1.2 within ±5%%: ci = %v", st.ci)
 	}
-	if st := newRatioStat([]float64{2}); st.within(1) || !math.IsNaN(st.ci) || st.String() != "n=1" {
+	if st := newRatioStat([]float64{2}); st.within(1) || !math.IsNaN(st.ci) || st.String() != "1 run" {
 		t.Errorf("one ratio: %+v %q", st, st)
 	}
 	if got := newRatioStat(nil).String(); got != "-" {
 		t.Errorf("no ratio: %q", got)
+	}
+	if got := newRatioStat([]float64{0.0081, 0.0095, 0.0088}).String(); got != "0.0081–0.0095 in 3 runs" {
+		t.Errorf("small ratios: %q", got)
+	}
+	if got := newRatioStat([]float64{1.08, 1.17}).String(); got != "1.08–1.17 in 2 runs" {
+		t.Errorf("ratios near one: %q", got)
 	}
 }
 
