@@ -61,10 +61,9 @@ func (l *loop[Obj]) prepare(ops []op[Obj], now time.Time) (writes int) {
 	return writes
 }
 
-// write stores the prepared statuses in one write transaction, and records
-// the revisions it wrote as the loop's own. An op whose status is written
-// keeps ran; one whose status is not (its object changed) is marked by
-// clearing updated's status identity in written.
+// write stores the prepared statuses in one write transaction, records the
+// revisions it wrote as the loop's own, and sets each op's written (and
+// over, for a write over a changed object; see writeStatus).
 func (l *loop[Obj]) write(ops []op[Obj], now time.Time) {
 	r := l.r
 	wtxn := r.db.WriteTxn(r.table)

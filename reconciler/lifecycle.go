@@ -16,7 +16,9 @@ import (
 //
 // Everything the reconciler knows about one primary key lives in one
 // keyState, and every change of a keyState is made by a method of
-// lifecycles, in this file, on the loop's goroutine. A key with no keyState
+// lifecycles, in this file, on the loop's goroutine; only its position in
+// the retry heap (pos) is kept by the heap itself (retries.go), as
+// container/heap keeps an index. A key with no keyState
 // needs nothing from the reconciler (its next change, if any, is still in
 // the change iterator or the deferred queue).
 //

@@ -134,8 +134,10 @@ func WithName(name string) Option {
 }
 
 // WithMetrics sets where figures are reported, overriding
-// Params.DefaultMetrics. If m also implements [metrics.QueueMetrics] it
-// receives the queue and latency figures.
+// Params.DefaultMetrics. m also receives the figures of each optional
+// interface of package metrics it implements: [metrics.QueueMetrics],
+// [metrics.RoundMetrics], [metrics.CommitMetrics], [metrics.PruneMetrics]
+// and [metrics.RefreshMetrics].
 func WithMetrics(m metrics.Metrics) Option {
 	return func(o *options) { o.metrics = m }
 }
