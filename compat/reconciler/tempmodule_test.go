@@ -3,7 +3,6 @@ package reconciler_test
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"go/parser"
 	"go/token"
@@ -42,7 +41,7 @@ type toolchain struct {
 
 // needToolchain returns the toolchain, or skips the test when it cannot
 // be had: under -short, without the go command, or without StateDB's
-// module in the module cache.
+// module in the module cache. A go command that fails fails the test.
 func needToolchain(t *testing.T) *toolchain {
 	t.Helper()
 	if testing.Short() {
@@ -55,20 +54,20 @@ func needToolchain(t *testing.T) *toolchain {
 	tc := &toolchain{goCmd: goCmd}
 	query := func(args ...string) string {
 		cmd := exec.Command(goCmd, args...)
-		cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod")
+		// As the module (or workspace) of this package is set up; only
+		// flags from the environment are dropped.
+		cmd.Env = append(os.Environ(), "GOFLAGS=")
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
 		out, err := cmd.Output()
 		if err != nil {
-			var exit *exec.ExitError
-			if errors.As(err, &exit) {
-				t.Skipf("skipped: go %s: %v\n%s", strings.Join(args, " "), err, exit.Stderr)
-			}
-			t.Skipf("skipped: go %s: %v", strings.Join(args, " "), err)
+			t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
 		}
 		return strings.TrimSpace(string(out))
 	}
 	gomod := query("env", "GOMOD")
 	if gomod == "" || gomod == os.DevNull {
-		t.Skip("skipped: not inside converge's module")
+		t.Fatal("go env GOMOD: not inside converge's module")
 	}
 	tc.repo = filepath.Dir(gomod)
 	tc.goVersion = query("list", "-m", "-f", "{{.GoVersion}}", convergeModule)
