@@ -12,7 +12,9 @@ type Metrics = metrics.Metrics
 // ExpVarMetrics keeps the figures in expvar maps: converge's
 // [metrics.ExpVar]. It has the StateDB reconciler's fields
 // (ReconciliationCountVar, PruneDurationVar, ...) and Map method, and more
-// maps of its own.
+// maps of its own. The zero ExpVarMetrics is not usable: build one with
+// NewExpVarMetrics or NewUnpublishedExpVarMetrics. Its methods are safe for
+// concurrent use.
 type ExpVarMetrics = metrics.ExpVar
 
 // NewExpVarMetrics returns metrics published as top-level expvar variables

@@ -36,7 +36,8 @@ type Reconciler[Obj any] interface {
 // Params holds what a reconciler needs from the hive: converge's
 // reconciler.Params. Take it as an argument of a cell.Invoke or constructor
 // and pass it to [Register]. It has the StateDB reconciler's fields (Log,
-// DB, JobGroup, ModuleID, DefaultMetrics) and an optional Tables.
+// DB, JobGroup, ModuleID, DefaultMetrics) and an optional Tables; hive
+// fills them in.
 type Params = reconciler.Params
 
 // Operations applies objects to the target: converge's
@@ -57,7 +58,7 @@ type BatchEntry[Obj any] = reconciler.BatchEntry[Obj]
 // reconciler.Option, so converge's own options can be given here too.
 // Options apply in order, a later one overriding an earlier one; Register
 // returns an error wrapping converge's reconciler.ErrInvalidConfig for a
-// value out of range.
+// value out of range or a nil Option.
 //
 // Register starts from the StateDB reconciler's defaults, which differ from
 // those of converge's own Register in refreshing, round rate and retry

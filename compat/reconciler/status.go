@@ -7,7 +7,10 @@ import "github.com/converge-go/converge/status"
 // Error field is the error text itself (a string, empty unless the kind is
 // Error), its identity is the method ID instead of a field, and it has a
 // Terminal field for errors that retrying cannot fix. GetError,
-// IsPendingOrRefreshing and String work as before.
+// IsPendingOrRefreshing and String work as before. The zero Status has
+// StatusKindUnset, which reconcilers ignore: build statuses with
+// StatusPending and the other constructors. A Status is a value, safe to
+// share.
 type Status = status.Status
 
 // StatusKind is the state of a reconciliation: converge's [status.Kind], a
@@ -51,7 +54,10 @@ func StatusError(err error) Status { return status.Error(err) }
 
 // StatusSet holds the statuses of one object for several named reconcilers:
 // converge's [status.Set]. Its methods are those of the StateDB reconciler's
-// StatusSet, on value receivers; keep it in a named field of the object.
+// StatusSet, on value receivers, and return new sets, so a set is safe to
+// share. Keep it in a named field of the object. The zero StatusSet is
+// empty; prefer NewStatusSet, which stamps the time and identity that names
+// without an entry read as.
 type StatusSet = status.Set
 
 // NewStatusSet returns an empty set in which every reconciler reads its
