@@ -45,6 +45,7 @@ func runExample(t *testing.T, bin string) {
 		Cloneflags:  syscall.CLONE_NEWUSER | syscall.CLONE_NEWNET,
 		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}},
 		GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}},
+		Pdeathsig:   syscall.SIGKILL, // dies with this test, however it ends
 	}
 	cmd.WaitDelay = 10 * time.Second
 	var out bytes.Buffer
@@ -78,6 +79,7 @@ func TestExampleInNetns(t *testing.T) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, "--directory", memos)
 	cmd.Dir = dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // dies with this test, however it ends
 	logs := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	cmd.WaitDelay = 10 * time.Second
