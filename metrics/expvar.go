@@ -239,6 +239,34 @@ func floatVar(m *expvar.Map, key string) *expvar.Float {
 	return v
 }
 
+// unpublished holds the variables made for a new key until they hold their
+// first values, so that a reader never sees a count at zero after the event
+// it counts (a prune that ran shown as prune_count 0). The zero value is
+// empty.
+type unpublished struct {
+	maps []*expvar.Map
+	keys []string
+	vars []*expvar.Int
+}
+
+// intVar returns the Int under key in m, or a new one that publish will
+// add to m.
+func (u *unpublished) intVar(m *expvar.Map, key string) *expvar.Int {
+	if v, ok := m.Get(key).(*expvar.Int); ok {
+		return v
+	}
+	v := new(expvar.Int)
+	u.maps, u.keys, u.vars = append(u.maps, m), append(u.keys, key), append(u.vars, v)
+	return v
+}
+
+// publish adds the new variables to their maps.
+func (u *unpublished) publish() {
+	for i, v := range u.vars {
+		u.maps[i].Set(u.keys[i], v)
+	}
+}
+
 // intVar returns the Int under key in m, creating it if needed. A variable
 // of another kind under key is replaced.
 func intVar(m *expvar.Map, key string) *expvar.Int {

@@ -51,25 +51,28 @@ func (m *ExpVar) ReconciliationDuration(moduleID cell.FullModuleID, name, operat
 
 // ReconciliationErrors implements [Metrics].
 func (m *ExpVar) ReconciliationErrors(moduleID cell.FullModuleID, name string, new, current int) {
+	var fresh unpublished
 	v := m.errs.Get(moduleID, name, "", func(key string) *errorVars {
 		return &errorVars{
-			rounds:  intVar(m.ReconciliationCountVar, key),
-			total:   intVar(m.ReconciliationTotalErrorsVar, key),
-			current: intVar(m.ReconciliationCurrentErrorsVar, key),
+			rounds:  fresh.intVar(m.ReconciliationCountVar, key),
+			total:   fresh.intVar(m.ReconciliationTotalErrorsVar, key),
+			current: fresh.intVar(m.ReconciliationCurrentErrorsVar, key),
 		}
 	})
 	v.rounds.Add(1)
 	v.total.Add(int64(new))
 	v.current.Set(int64(current))
+	fresh.publish()
 }
 
 // PruneError implements [Metrics].
 func (m *ExpVar) PruneError(moduleID cell.FullModuleID, name string, err error) {
+	var fresh unpublished
 	v := m.prunes.Get(moduleID, name, "", func(key string) *pruneVars {
 		return &pruneVars{
-			count:   intVar(m.PruneCountVar, key),
-			total:   intVar(m.PruneTotalErrorsVar, key),
-			current: intVar(m.PruneCurrentErrorsVar, key),
+			count:   fresh.intVar(m.PruneCountVar, key),
+			total:   fresh.intVar(m.PruneTotalErrorsVar, key),
+			current: fresh.intVar(m.PruneCurrentErrorsVar, key),
 		}
 	})
 	var failing int64
@@ -79,6 +82,7 @@ func (m *ExpVar) PruneError(moduleID cell.FullModuleID, name string, err error) 
 	v.count.Add(1)
 	v.total.Add(failing)
 	v.current.Set(failing)
+	fresh.publish()
 }
 
 // PruneDuration implements [Metrics].
