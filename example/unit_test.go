@@ -99,7 +99,7 @@ func TestValidateName(t *testing.T) {
 	for _, ok := range []string{"a", "hello.txt", ".hidden", "a b", "ünïcode", "..x", "x.."} {
 		require.NoError(t, validateName(ok), ok)
 	}
-	for _, bad := range []string{"", ".", "..", "../x", "/etc/passwd", `a\b`, "a/b", "a\x00b", "a\nb", stateDir} {
+	for _, bad := range []string{"", ".", "..", "../x", "/etc/passwd", `a\b`, "a/b", "a\x00b", "a\nb", stateDir, "\xff", "a\xc3"} {
 		require.ErrorIs(t, validateName(bad), errInvalidName, bad)
 	}
 }
