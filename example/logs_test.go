@@ -140,8 +140,13 @@ func TestRefreshLogsSayWhatHappened(t *testing.T) {
 
 	// The directory removed: refreshes recreate it and restore every file.
 	// (A refresh during the removal may restore a file that is removed
-	// again, so a file may be restored more than once.)
-	require.NoError(t, os.RemoveAll(r.dir))
+	// again, so a file may be restored more than once, and may write into
+	// the directory as it is removed: then it is removed again.)
+	var err error
+	require.Eventually(t, func() bool {
+		err = os.RemoveAll(r.dir)
+		return err == nil
+	}, waitFor, time.Millisecond, "could not remove the directory: %v", &err)
 	for name, content := range want {
 		r.waitContent(name, content)
 	}
