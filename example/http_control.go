@@ -44,6 +44,10 @@ func (s *server) putTemplate(w http.ResponseWriter, r *http.Request, name string
 	if !ok {
 		return
 	}
+	if err := parseTemplate(string(text)); err != nil {
+		http.Error(w, fmt.Sprintf("template %q: %v", name, err), http.StatusBadRequest)
+		return
+	}
 	t := &Template{Name: name, Text: string(text)}
 	wtxn := s.db.WriteTxn(s.templates)
 	_, replaced, err := s.templates.Insert(wtxn, t)

@@ -70,6 +70,9 @@ func parseFiles(source string, data []byte) (desiredSet, error) {
 		if len(t.Text) > maxContentLen {
 			return desiredSet{}, fmt.Errorf("%s (%q): text is larger than %d bytes", where, t.Name, maxContentLen)
 		}
+		if err := parseTemplate(t.Text); err != nil {
+			return desiredSet{}, fmt.Errorf("%s (%q): %w", where, t.Name, err)
+		}
 		set.Templates = append(set.Templates, &Template{Name: t.Name, Text: t.Text})
 	}
 	seen := make(map[string]int, len(doc.Files))

@@ -104,6 +104,24 @@ func TestValidateName(t *testing.T) {
 	}
 }
 
+// A template's text may hold {{name}} and {{content}}, and no other
+// "{{"; errors say where.
+func TestParseTemplate(t *testing.T) {
+	for _, ok := range []string{"", "plain", "{{name}}: {{content}}", "{{content}}{{content}}", "a } b }} c", "ünï {{name}}"} {
+		require.NoError(t, parseTemplate(ok), ok)
+	}
+	for text, msg := range map[string]string{
+		"{{other}}":            `line 1, column 1: unknown placeholder "{{other}}"`,
+		"x\nyé {{name}} {{ }}": `line 2, column 13: unknown placeholder "{{ }}"`,
+		"{{name":               `line 1, column 1: "{{" is not closed by "}}"`,
+		"{{{{name}}":           `line 1, column 1: unknown placeholder "{{{{name}}"`,
+	} {
+		err := parseTemplate(text)
+		require.ErrorIs(t, err, errInvalidTemplate, text)
+		require.ErrorContains(t, err, msg, text)
+	}
+}
+
 // The log limiter lets a message about a key through once per interval,
 // by its clock, and at once again after forget.
 func TestLogLimiter(t *testing.T) {
