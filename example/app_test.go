@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"io/fs"
 	"net/http"
@@ -27,7 +28,26 @@ import (
 	"github.com/converge-go/converge/status"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain runs the tests with TMPDIR set to a directory of their own, so
+// that nothing outside it is touched even by a default such as --dir's
+// $TMPDIR/converge-example, and checks that no goroutine leaks.
+func TestMain(m *testing.M) {
+	tmp, err := os.MkdirTemp("", "converge-example-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Setenv("TMPDIR", tmp)
+	code := m.Run()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.RemoveAll(tmp)
+	os.Exit(code)
+}
 
 // waitFor bounds every wait in these tests.
 const waitFor = 10 * time.Second
@@ -308,16 +328,13 @@ func (a *testApp) scrape(prefix string) map[string]float64 {
 // journalNames returns the names the ownership journal of dir lists.
 func journalNames(t *testing.T, dir string) []string {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(dir, journalPath))
+	root, err := os.OpenRoot(dir)
 	require.NoError(t, err)
-	var j journal
-	require.NoError(t, json.Unmarshal(data, &j))
-	require.Equal(t, journalOwner, j.Owner)
-	var names []string
-	for name := range j.Files {
-		names = append(names, name)
-	}
-	return names
+	defer root.Close()
+	j, err := loadJournal(root, (*os.Root).ReadFile)
+	require.NoError(t, err)
+	defer j.close()
+	return j.names()
 }
 
 // runExample runs the example as main does, with args, and returns its exit

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"io/fs"
 	"os"
+	"sync"
+	"sync/atomic"
 )
 
 // writeTemp writes data to a new temporary file in the state directory,
@@ -48,4 +50,46 @@ func finishTemp(out *os.File, data []byte, mode fs.FileMode) (fs.FileInfo, error
 		return nil, err
 	}
 	return info, out.Close()
+}
+
+// syncDir syncs the directory name of root, so that the names created,
+// renamed or removed in it are on disk.
+func syncDir(root *os.Root, name string) error {
+	dir, err := root.Open(name)
+	if err != nil {
+		return err
+	}
+	err = dir.Sync()
+	if closeErr := dir.Close(); err == nil {
+		err = closeErr
+	}
+	return err
+}
+
+// groupSync syncs a directory for many goroutines at once. Each calls
+// sync after changing a name in it; one fsync covers every change made
+// before it starts, so writers that arrive while one runs share the next.
+// The zero value is not usable: set sync.
+type groupSync struct {
+	sync func() error
+
+	changes atomic.Uint64 // changes made
+	mu      sync.Mutex    // held during an fsync
+	synced  uint64        // changes known to be on disk
+}
+
+// wait returns once the caller's change, made before the call, is on disk.
+func (g *groupSync) wait() error {
+	seq := g.changes.Add(1)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.synced >= seq {
+		return nil
+	}
+	upto := g.changes.Load()
+	if err := g.sync(); err != nil {
+		return err
+	}
+	g.synced = upto
+	return nil
 }

@@ -47,10 +47,14 @@
 // "example: ..." on stderr, naming the flag, and the variable if one set it.
 //
 // The example is safe to point at a directory that holds other files: it
-// records the files it writes in DIR/.converge-example/journal.json and
-// never changes or removes any other. It refuses a non-empty directory
-// without that record unless --adopt is given, and refuses a symbolic link
-// as the directory. Refusals exit with status 2.
+// records the files it writes in DIR/.converge-example/journal.log and
+// never changes or removes any other, and removes one of its own only if
+// it still holds what the example wrote. It refuses a non-empty directory
+// without that record unless --adopt is given, a symbolic link as the
+// directory, and a directory (or state directory, or journal) that another
+// user owns or can write. It holds the directory's parent open, so a
+// parent replaced by a symbolic link redirects nothing. Refusals exit with
+// status 2.
 //
 // Drive it with curl (DIR is the printed directory):
 //
@@ -158,9 +162,11 @@ var filesModule = cell.Module(
 	// is written unless the directory is the example's to use.
 	cell.Invoke(
 		config.validate,
-		func(*server) {},   // listen on --addr
-		func(*ownedDir) {}, // claim --dir, or refuse it
-		loadInitialFiles,   // insert the initial set, then mark the table initialized
+		func(*server) {}, // listen on --addr
+		// Check --dir (when the hive is built), and claim it, or refuse
+		// it, at start.
+		func(lc cell.Lifecycle, d *ownedDir) { lc.Append(cell.Hook{OnStart: d.start, OnStop: d.stop}) },
+		loadInitialFiles, // insert the initial set, then mark the table initialized
 		// The reconciler's jobs; the server pauses and resumes it.
 		func(s *server, r reconciler.Reconciler[*File]) { s.control = r },
 	),
@@ -187,8 +193,14 @@ func newReconciler(p reconciler.Params, cfg config, files filesTable, templates 
 		reconciler.WithRefreshing(cfg.RefreshInterval, rate.NewLimiter(100, 100)),
 		// A modest maximum so that files recover soon after a fault clears.
 		reconciler.WithRetry(min(100*time.Millisecond, cfg.RetryMax), cfg.RetryMax),
+		// Writes wait mostly for the disk (fsyncs): workers overlap
+		// them, and share the fsyncs of the journal and the directory.
+		reconciler.WithConcurrency(workers),
 	)
 }
+
+// workers is the number of files written at once.
+const workers = 16
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
