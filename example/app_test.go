@@ -59,6 +59,7 @@ type testApp struct {
 	parent string // holds dir and nothing else, to check nothing escapes
 	dir    string
 	base   string // http://127.0.0.1:port
+	token  string // the API's
 	client *http.Client
 	db     *statedb.DB
 	files  statedb.RWTable[*File]
@@ -107,6 +108,7 @@ func startApp(t *testing.T, cfg config, setup func(dir string), extra ...cell.Ce
 	defer cancel()
 	require.NoError(t, app.Start(log, ctx))
 	a.base = "http://" + srv.Addr()
+	a.token = readToken(t, a.dir)
 	transport := &http.Transport{}
 	a.client = &http.Client{Transport: transport}
 	var once sync.Once
@@ -128,6 +130,7 @@ func (a *testApp) do(method, path string, body io.Reader) (int, string) {
 	a.t.Helper()
 	req, err := http.NewRequest(method, a.base+path, body)
 	require.NoError(a.t, err)
+	req.Header.Set("Authorization", "Bearer "+a.token)
 	resp, err := a.client.Do(req)
 	require.NoError(a.t, err)
 	defer resp.Body.Close()
@@ -335,6 +338,26 @@ func journalNames(t *testing.T, dir string) []string {
 	require.NoError(t, err)
 	defer j.close()
 	return j.names()
+}
+
+// readToken returns the API's token, as the example wrote it into dir.
+func readToken(t testing.TB, dir string) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(dir, tokenPath))
+	require.NoError(t, err)
+	return strings.TrimSpace(string(data))
+}
+
+// errorMessage returns the message of an error answer of the API,
+// {"error": "..."}.
+func errorMessage(t testing.TB, body string) string {
+	t.Helper()
+	var e struct {
+		Error string `json:"error"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(body), &e), body)
+	require.NotEmpty(t, e.Error, body)
+	return e.Error
 }
 
 // runExample runs the example as main does, with args, and returns its exit

@@ -45,8 +45,8 @@ func defaultConfig() config {
 // Flags implements cell.Flagger. def holds the defaults.
 func (def config) Flags(flags *pflag.FlagSet) {
 	flags.String("dir", def.Dir, "target directory the desired files are written to (created if missing; $TMPDIR is honoured)")
-	flags.String("addr", def.Addr, "HTTP listen address, host:port")
-	flags.String("files", def.FilesPath, "YAML file with the initial desired set (default: the embedded example/files.yaml)")
+	flags.String("addr", def.Addr, "HTTP listen address, host:port (a warning unless it is a loopback address; the API always asks for its token)")
+	flags.String("files", def.FilesPath, "YAML file with the initial desired set, at most 16 MiB (default: the embedded example/files.yaml)")
 	flags.Duration("refresh", def.RefreshInterval, "check a file for drift once its status is this old (0 disables, else at least 10ms)")
 	flags.Duration("prune", def.PruneInterval, "remove files the example wrote and no longer wants this often, starting once the initial set is loaded (0 disables, else at least 10ms)")
 	flags.Duration("retry-max", def.RetryMax, "longest wait between retries of a failing file (at least 10ms)")
@@ -84,7 +84,8 @@ func refuse(flag string, err error) error {
 const minInterval = 10 * time.Millisecond
 
 // validate checks the config when the hive is built, so a bad flag fails
-// before anything starts.
+// before anything starts. (--dir, --addr and --files are checked by the
+// constructors that use them, as the hive is built too.)
 func (cfg config) validate() error {
 	switch {
 	case cfg.Dir == "":

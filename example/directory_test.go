@@ -380,12 +380,12 @@ func TestFailedWriteLeavesNoTemporaryFile(t *testing.T) {
 	a.waitReconciled()
 	a.waitRetries(0)
 	restore()
-	require.Equal(t, []string{"journal.log"}, dirNames(t, filepath.Join(a.dir, stateDir)))
+	require.Equal(t, []string{"journal.log", "token"}, dirNames(t, filepath.Join(a.dir, stateDir)))
 	requireAbsent(t, filepath.Join(a.dir, "big"))
 
 	a.put("big", strings.Repeat("x", 100<<10))
 	a.waitKind("big", status.KindDone)
-	require.Equal(t, []string{"journal.log"}, dirNames(t, filepath.Join(a.dir, stateDir)))
+	require.Equal(t, []string{"journal.log", "token"}, dirNames(t, filepath.Join(a.dir, stateDir)))
 }
 
 // Issue 35, item 6: replacing a parent of --dir with a symbolic link

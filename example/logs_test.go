@@ -26,6 +26,7 @@ type runningExample struct {
 	t      *testing.T
 	dir    string
 	base   string // http://127.0.0.1:port
+	token  string // the API's
 	stderr *syncBuffer
 	client *http.Client
 }
@@ -67,6 +68,7 @@ func startRun(t *testing.T, args ...string) *runningExample {
 			r.base = m[1]
 		}
 	}
+	r.token = readToken(t, r.dir)
 	return r
 }
 
@@ -74,6 +76,7 @@ func (r *runningExample) do(method, path, body string) (int, string) {
 	r.t.Helper()
 	req, err := http.NewRequest(method, r.base+path, strings.NewReader(body))
 	require.NoError(r.t, err)
+	req.Header.Set("Authorization", "Bearer "+r.token)
 	resp, err := r.client.Do(req)
 	require.NoError(r.t, err)
 	defer resp.Body.Close()

@@ -19,9 +19,9 @@ import (
 // it installed: it writes, repairs, deletes and prunes only the files listed
 // there, so files someone else put in the directory are never touched.
 const (
-	// stateDir holds the journal and the temporary files of atomic
-	// writes. Its presence marks a directory the example created or
-	// adopted. Only the user running the example may read it.
+	// stateDir holds the journal, the API's token and the temporary files
+	// of atomic writes. Its presence marks a directory the example created
+	// or adopted. Only the user running the example may read it.
 	stateDir = ".converge-example"
 	// tmpPrefix starts the names of temporary files, inside stateDir.
 	tmpPrefix = "tmp-"
@@ -34,8 +34,8 @@ type refusedError struct{ msg string }
 
 func (e *refusedError) Error() string { return e.msg }
 
-// ownedDir is the target directory and its ownership journal. The
-// directory's parent is opened at start and held: every
+// ownedDir is the target directory, its ownership journal and the API's
+// token file. The directory's parent is opened at start and held: every
 // use of the directory goes through it, by the directory's own name, so
 // a parent replaced by a symbolic link while the example runs redirects
 // nothing. The directory itself is checked at every use (see acquire): a
@@ -48,6 +48,7 @@ type ownedDir struct {
 	path  string // --dir, absolute
 	base  string // its last element
 	adopt bool
+	token *apiToken
 	read  fileReader
 	log   *slog.Logger
 
@@ -77,13 +78,14 @@ type ownedDirParams struct {
 
 	Config config
 	Log    *slog.Logger
+	Token  *apiToken
 	Read   fileReader `optional:"true"`
 }
 
 // newOwnedDir checks --dir when the hive is built, before anything starts,
 // without changing anything: a directory the example would refuse fails
 // the build with a usage error (exit status 2). Its start hook (see
-// filesModule) claims the directory, creating it if it is missing.
+// registerStart) claims the directory, creating it if it is missing.
 func newOwnedDir(p ownedDirParams) (*ownedDir, error) {
 	path, err := filepath.Abs(p.Config.Dir)
 	if err != nil {
@@ -93,7 +95,7 @@ func newOwnedDir(p ownedDirParams) (*ownedDir, error) {
 		return nil, usageErrorf("dir", "--dir %s is the root directory; choose a directory below it", p.Config.Dir)
 	}
 	d := &ownedDir{name: p.Config.Dir, path: path, base: filepath.Base(path), adopt: p.Config.Adopt,
-		read: p.Read, log: p.Log}
+		token: p.Token, read: p.Read, log: p.Log}
 	if d.read == nil {
 		d.read = (*os.Root).ReadFile
 	}
@@ -320,8 +322,8 @@ func (d *ownedDir) written(name string) {
 // claim takes the directory at the name, creating it if it is missing (it
 // is part of the desired state). It refuses what checkDir and inspect
 // refuse. It loads the directory's journal, or creates one if the
-// directory is empty or adopted, and removes temporary files left by an
-// interrupted write.
+// directory is empty or adopted, writes the API's token, and removes
+// temporary files left by an interrupted write.
 func (d *ownedDir) claim() (*claimed, error) {
 	info, err := d.parent.Lstat(d.base)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -384,7 +386,11 @@ func (d *ownedDir) claimOpened(root *os.Root, info fs.FileInfo) (*claimed, error
 	}
 	c := &claimed{root: root, info: opened, journal: j}
 	c.dir.sync = func() error { return syncDir(root, ".") }
-	if err := removeTemporaries(root); err != nil {
+	err = d.token.write(root)
+	if err == nil {
+		err = removeTemporaries(root)
+	}
+	if err != nil {
 		j.close()
 		return nil, fmt.Errorf("%s: %w", d.label(), err)
 	}
