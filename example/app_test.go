@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -55,7 +56,7 @@ const waitFor = 10 * time.Second
 // testApp is the example's hive running in-process on a temporary directory
 // and a free port.
 type testApp struct {
-	t      *testing.T
+	t      testing.TB
 	parent string // holds dir and nothing else, to check nothing escapes
 	dir    string
 	base   string // http://127.0.0.1:port
@@ -87,7 +88,13 @@ func newTestApp(cfg config, extra ...cell.Cell) *hive.Hive {
 // startApp runs the app with cfg, with Dir and Addr filled in unless set.
 // setup, if not nil, runs before the start on the directory. extra cells
 // are added to the hive.
-func startApp(t *testing.T, cfg config, setup func(dir string), extra ...cell.Cell) *testApp {
+func startApp(t testing.TB, cfg config, setup func(dir string), extra ...cell.Cell) *testApp {
+	t.Helper()
+	return startAppLogging(t, hivetest.Logger(t), cfg, setup, extra...)
+}
+
+// startAppLogging is startApp with the hive logging to log.
+func startAppLogging(t testing.TB, log *slog.Logger, cfg config, setup func(dir string), extra ...cell.Cell) *testApp {
 	t.Helper()
 	a := &testApp{t: t, parent: t.TempDir()}
 	if cfg.Dir == "" {
@@ -103,13 +110,12 @@ func startApp(t *testing.T, cfg config, setup func(dir string), extra ...cell.Ce
 		srv, a.db, a.files, a.rec = s, db, files.RWTable, r
 		a.templates, a.reconcilers, a.retries = s.templates, s.reconcilers, s.retries
 	}))...)
-	log := hivetest.Logger(t)
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
 	require.NoError(t, app.Start(log, ctx))
 	a.base = "http://" + srv.Addr()
 	a.token = readToken(t, a.dir)
-	transport := &http.Transport{}
+	transport := &http.Transport{MaxIdleConnsPerHost: 32}
 	a.client = &http.Client{Transport: transport}
 	var once sync.Once
 	a.stop = func() {
@@ -194,7 +200,7 @@ func (a *testApp) dirNames() []string {
 	return dirNames(a.t, a.dir)
 }
 
-func dirNames(t *testing.T, dir string) []string {
+func dirNames(t testing.TB, dir string) []string {
 	t.Helper()
 	entries, err := os.ReadDir(dir)
 	require.NoError(t, err)
@@ -277,7 +283,13 @@ func (a *testApp) info() (*reconciler.Info, <-chan struct{}) {
 // reconciler's row of the reconcilers table, and returns it.
 func (a *testApp) waitInfo(what string, cond func(*reconciler.Info) bool) *reconciler.Info {
 	a.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	return a.waitInfoFor(waitFor, what, cond)
+}
+
+// waitInfoFor is waitInfo, waiting up to d.
+func (a *testApp) waitInfoFor(d time.Duration, what string, cond func(*reconciler.Info) bool) *reconciler.Info {
+	a.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	for {
 		info, watch := a.info()
@@ -329,7 +341,7 @@ func (a *testApp) scrape(prefix string) map[string]float64 {
 }
 
 // journalNames returns the names the ownership journal of dir lists.
-func journalNames(t *testing.T, dir string) []string {
+func journalNames(t testing.TB, dir string) []string {
 	t.Helper()
 	root, err := os.OpenRoot(dir)
 	require.NoError(t, err)
