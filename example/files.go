@@ -152,7 +152,7 @@ type filesTable struct {
 }
 
 // newFilesTable creates the table and registers an initializer on it, so the
-// reconciler does not prune until loadInitialFiles has inserted the initial
+// reconciler does not prune until initialSet.insert has inserted the initial
 // set: a prune of an empty table would delete every file the example wrote.
 func newFilesTable(db *statedb.DB) (filesTable, error) {
 	tbl, err := statedb.NewTable(db, "files", nameIndex, statusIndex, templateIndex)
