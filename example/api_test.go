@@ -101,7 +101,14 @@ func TestAPIAsksForTheToken(t *testing.T) {
 	require.Equal(t, http.StatusOK, code, body)
 	require.Contains(t, body, `"state": "running"`)
 
-	// With the token, each route answers.
+	// With the token, each route answers; the scheme's case does not matter.
+	req, err := http.NewRequest(http.MethodGet, r.base+"/files", nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "bearer "+r.token)
+	resp, err := r.client.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
 	for _, route := range routes {
 		if route.path == "/statedb/changes/files" {
 			continue // a stream: TestStateDBHandler reads it

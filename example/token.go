@@ -43,8 +43,10 @@ func (t *apiToken) write(root *os.Root) error {
 	return nil
 }
 
-// allows reports whether r carries the token.
+// allows reports whether r carries the token, as "Authorization: Bearer
+// TOKEN" (the scheme in any case, as RFC 6750 allows).
 func (t *apiToken) allows(r *http.Request) bool {
-	given, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	return ok && subtle.ConstantTimeCompare([]byte(strings.TrimSpace(given)), []byte(t.secret)) == 1
+	scheme, given, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	return ok && strings.EqualFold(scheme, "Bearer") &&
+		subtle.ConstantTimeCompare([]byte(strings.TrimSpace(given)), []byte(t.secret)) == 1
 }
