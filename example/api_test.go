@@ -144,6 +144,8 @@ func TestTokenAcrossRecreationAndRestart(t *testing.T) {
 // with 413, declared or not.
 func TestRequestBodiesAreBounded(t *testing.T) {
 	a := startApp(t, testConfig(), nil)
+	a.waitReconciled()
+	a.waitInfo("the reconciler's row", func(i *reconciler.Info) bool { return i.State != "" })
 	big := bytes.Repeat([]byte(" "), maxContentLen+1)
 	for _, c := range []struct {
 		method, path string
