@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -27,7 +29,26 @@ import (
 	"github.com/converge-go/converge/status"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain runs the tests with TMPDIR set to a directory of their own, so
+// that nothing outside it is touched even by a default such as --dir's
+// $TMPDIR/converge-example, and checks that no goroutine leaks.
+func TestMain(m *testing.M) {
+	tmp, err := os.MkdirTemp("", "converge-example-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Setenv("TMPDIR", tmp)
+	code := m.Run()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.RemoveAll(tmp)
+	os.Exit(code)
+}
 
 // waitFor bounds every wait in these tests.
 const waitFor = 10 * time.Second
@@ -35,10 +56,11 @@ const waitFor = 10 * time.Second
 // testApp is the example's hive running in-process on a temporary directory
 // and a free port.
 type testApp struct {
-	t      *testing.T
+	t      testing.TB
 	parent string // holds dir and nothing else, to check nothing escapes
 	dir    string
 	base   string // http://127.0.0.1:port
+	token  string // the API's
 	client *http.Client
 	db     *statedb.DB
 	files  statedb.RWTable[*File]
@@ -66,7 +88,13 @@ func newTestApp(cfg config, extra ...cell.Cell) *hive.Hive {
 // startApp runs the app with cfg, with Dir and Addr filled in unless set.
 // setup, if not nil, runs before the start on the directory. extra cells
 // are added to the hive.
-func startApp(t *testing.T, cfg config, setup func(dir string), extra ...cell.Cell) *testApp {
+func startApp(t testing.TB, cfg config, setup func(dir string), extra ...cell.Cell) *testApp {
+	t.Helper()
+	return startAppLogging(t, hivetest.Logger(t), cfg, setup, extra...)
+}
+
+// startAppLogging is startApp with the hive logging to log.
+func startAppLogging(t testing.TB, log *slog.Logger, cfg config, setup func(dir string), extra ...cell.Cell) *testApp {
 	t.Helper()
 	a := &testApp{t: t, parent: t.TempDir()}
 	if cfg.Dir == "" {
@@ -82,12 +110,12 @@ func startApp(t *testing.T, cfg config, setup func(dir string), extra ...cell.Ce
 		srv, a.db, a.files, a.rec = s, db, files.RWTable, r
 		a.templates, a.reconcilers, a.retries = s.templates, s.reconcilers, s.retries
 	}))...)
-	log := hivetest.Logger(t)
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
 	require.NoError(t, app.Start(log, ctx))
 	a.base = "http://" + srv.Addr()
-	transport := &http.Transport{}
+	a.token = readToken(t, a.dir)
+	transport := &http.Transport{MaxIdleConnsPerHost: 32}
 	a.client = &http.Client{Transport: transport}
 	var once sync.Once
 	a.stop = func() {
@@ -108,6 +136,7 @@ func (a *testApp) do(method, path string, body io.Reader) (int, string) {
 	a.t.Helper()
 	req, err := http.NewRequest(method, a.base+path, body)
 	require.NoError(a.t, err)
+	req.Header.Set("Authorization", "Bearer "+a.token)
 	resp, err := a.client.Do(req)
 	require.NoError(a.t, err)
 	defer resp.Body.Close()
@@ -171,7 +200,7 @@ func (a *testApp) dirNames() []string {
 	return dirNames(a.t, a.dir)
 }
 
-func dirNames(t *testing.T, dir string) []string {
+func dirNames(t testing.TB, dir string) []string {
 	t.Helper()
 	entries, err := os.ReadDir(dir)
 	require.NoError(t, err)
@@ -254,7 +283,13 @@ func (a *testApp) info() (*reconciler.Info, <-chan struct{}) {
 // reconciler's row of the reconcilers table, and returns it.
 func (a *testApp) waitInfo(what string, cond func(*reconciler.Info) bool) *reconciler.Info {
 	a.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	return a.waitInfoFor(waitFor, what, cond)
+}
+
+// waitInfoFor is waitInfo, waiting up to d.
+func (a *testApp) waitInfoFor(d time.Duration, what string, cond func(*reconciler.Info) bool) *reconciler.Info {
+	a.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	for {
 		info, watch := a.info()
@@ -306,18 +341,35 @@ func (a *testApp) scrape(prefix string) map[string]float64 {
 }
 
 // journalNames returns the names the ownership journal of dir lists.
-func journalNames(t *testing.T, dir string) []string {
+func journalNames(t testing.TB, dir string) []string {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(dir, journalPath))
+	root, err := os.OpenRoot(dir)
 	require.NoError(t, err)
-	var j journal
-	require.NoError(t, json.Unmarshal(data, &j))
-	require.Equal(t, journalOwner, j.Owner)
-	var names []string
-	for name := range j.Files {
-		names = append(names, name)
+	defer root.Close()
+	j, err := loadJournal(root, (*os.Root).ReadFile)
+	require.NoError(t, err)
+	defer j.close()
+	return j.names()
+}
+
+// readToken returns the API's token, as the example wrote it into dir.
+func readToken(t testing.TB, dir string) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(dir, tokenPath))
+	require.NoError(t, err)
+	return strings.TrimSpace(string(data))
+}
+
+// errorMessage returns the message of an error answer of the API,
+// {"error": "..."}.
+func errorMessage(t testing.TB, body string) string {
+	t.Helper()
+	var e struct {
+		Error string `json:"error"`
 	}
-	return names
+	require.NoError(t, json.Unmarshal([]byte(body), &e), body)
+	require.NotEmpty(t, e.Error, body)
+	return e.Error
 }
 
 // runExample runs the example as main does, with args, and returns its exit

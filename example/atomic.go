@@ -3,43 +3,93 @@ package main
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"io/fs"
 	"os"
+	"sync"
+	"sync/atomic"
 )
 
 // writeTemp writes data to a new temporary file in the state directory,
 // with mode, synced and closed, ready to be renamed into place. It returns
 // the file's name (relative to root) and its FileInfo. On failure nothing
 // is left behind.
-func writeTemp(root *os.Root, data []byte, mode fs.FileMode) (name string, info fs.FileInfo, err error) {
+func writeTemp(root *os.Root, data []byte, mode fs.FileMode) (string, fs.FileInfo, error) {
 	var suffix [8]byte
 	rand.Read(suffix[:])
-	name = stateDir + "/" + tmpPrefix + hex.EncodeToString(suffix[:])
+	name := stateDir + "/" + tmpPrefix + hex.EncodeToString(suffix[:])
 	out, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
 	if err != nil {
 		return "", nil, err
 	}
-	defer func() {
-		if err != nil {
-			out.Close()
-			root.Remove(name)
+	info, err := finishTemp(out, data, mode)
+	if err != nil {
+		out.Close()
+		if removeErr := root.Remove(name); removeErr != nil && !errors.Is(removeErr, fs.ErrNotExist) {
+			err = errors.Join(err, removeErr)
 		}
-	}()
-	if _, err := out.Write(data); err != nil {
-		return "", nil, err
-	}
-	// Chmod because the mode given to OpenFile is reduced by the umask.
-	if err := out.Chmod(mode); err != nil {
-		return "", nil, err
-	}
-	if err := out.Sync(); err != nil {
-		return "", nil, err
-	}
-	if info, err = out.Stat(); err != nil {
-		return "", nil, err
-	}
-	if err := out.Close(); err != nil {
 		return "", nil, err
 	}
 	return name, info, nil
+}
+
+// finishTemp writes data to out, sets its mode, syncs and closes it.
+func finishTemp(out *os.File, data []byte, mode fs.FileMode) (fs.FileInfo, error) {
+	if _, err := out.Write(data); err != nil {
+		return nil, err
+	}
+	// Chmod because the mode given to OpenFile is reduced by the umask.
+	if err := out.Chmod(mode); err != nil {
+		return nil, err
+	}
+	if err := out.Sync(); err != nil {
+		return nil, err
+	}
+	info, err := out.Stat()
+	if err != nil {
+		return nil, err
+	}
+	return info, out.Close()
+}
+
+// syncDir syncs the directory name of root, so that the names created,
+// renamed or removed in it are on disk.
+func syncDir(root *os.Root, name string) error {
+	dir, err := root.Open(name)
+	if err != nil {
+		return err
+	}
+	err = dir.Sync()
+	if closeErr := dir.Close(); err == nil {
+		err = closeErr
+	}
+	return err
+}
+
+// groupSync syncs a directory for many goroutines at once. Each calls
+// sync after changing a name in it; one fsync covers every change made
+// before it starts, so writers that arrive while one runs share the next.
+// The zero value is not usable: set sync.
+type groupSync struct {
+	sync func() error
+
+	changes atomic.Uint64 // changes made
+	mu      sync.Mutex    // held during an fsync
+	synced  uint64        // changes known to be on disk
+}
+
+// wait returns once the caller's change, made before the call, is on disk.
+func (g *groupSync) wait() error {
+	seq := g.changes.Add(1)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.synced >= seq {
+		return nil
+	}
+	upto := g.changes.Load()
+	if err := g.sync(); err != nil {
+		return err
+	}
+	g.synced = upto
+	return nil
 }

@@ -45,11 +45,11 @@ func defaultConfig() config {
 // Flags implements cell.Flagger. def holds the defaults.
 func (def config) Flags(flags *pflag.FlagSet) {
 	flags.String("dir", def.Dir, "target directory the desired files are written to (created if missing; $TMPDIR is honoured)")
-	flags.String("addr", def.Addr, "HTTP listen address, host:port")
-	flags.String("files", def.FilesPath, "YAML file with the initial desired set (default: the embedded example/files.yaml)")
-	flags.Duration("refresh", def.RefreshInterval, "check a file for drift once its status is this old (0 disables)")
-	flags.Duration("prune", def.PruneInterval, "remove files the example wrote and no longer wants this often, starting once the initial set is loaded (0 disables)")
-	flags.Duration("retry-max", def.RetryMax, "longest wait between retries of a failing file")
+	flags.String("addr", def.Addr, "HTTP listen address, host:port (a warning unless it is a loopback address; the API always asks for its token)")
+	flags.String("files", def.FilesPath, "YAML file with the initial desired set, at most 16 MiB (default: the embedded example/files.yaml)")
+	flags.Duration("refresh", def.RefreshInterval, "check a file for drift once its status is this old (0 disables, else at least 10ms)")
+	flags.Duration("prune", def.PruneInterval, "remove files the example wrote and no longer wants this often, starting once the initial set is loaded (0 disables, else at least 10ms)")
+	flags.Duration("retry-max", def.RetryMax, "longest wait between retries of a failing file (at least 10ms)")
 	flags.Bool("adopt", def.Adopt, "take over --dir even if it holds files the example did not write (they are never changed or removed)")
 }
 
@@ -79,20 +79,40 @@ func refuse(flag string, err error) error {
 	return &usageError{flag: flag, err: err}
 }
 
+// minInterval is the shortest --refresh, --prune and --retry-max: shorter
+// ones would keep a core busy for nothing.
+const minInterval = 10 * time.Millisecond
+
 // validate checks the config when the hive is built, so a bad flag fails
-// before anything starts.
+// before anything starts. (--dir, --addr and --files are checked by the
+// constructors that use them, as the hive is built too.)
 func (cfg config) validate() error {
 	switch {
 	case cfg.Dir == "":
 		return usageErrorf("dir", "--dir must not be empty")
 	case cfg.Addr == "":
 		return usageErrorf("addr", "--addr must not be empty")
-	case cfg.RefreshInterval < 0:
-		return usageErrorf("refresh", "--refresh must not be negative, got %s", cfg.RefreshInterval)
-	case cfg.PruneInterval < 0:
-		return usageErrorf("prune", "--prune must not be negative, got %s", cfg.PruneInterval)
-	case cfg.RetryMax <= 0:
-		return usageErrorf("retry-max", "--retry-max must be positive, got %s", cfg.RetryMax)
+	}
+	for _, d := range []struct {
+		flag  string
+		value time.Duration
+		zero  string // what 0 means, if allowed
+	}{
+		{"refresh", cfg.RefreshInterval, "never refresh"},
+		{"prune", cfg.PruneInterval, "never prune"},
+		{"retry-max", cfg.RetryMax, ""},
+	} {
+		switch {
+		case d.value == 0 && d.zero != "":
+		case d.value < 0 && d.zero != "":
+			return usageErrorf(d.flag, "--%s must not be negative, got %s", d.flag, d.value)
+		case d.value <= 0:
+			return usageErrorf(d.flag, "--%s must be positive, got %s", d.flag, d.value)
+		case d.value < minInterval && d.zero != "":
+			return usageErrorf(d.flag, "--%s must be 0 (%s) or at least %s, got %s", d.flag, d.zero, minInterval, d.value)
+		case d.value < minInterval:
+			return usageErrorf(d.flag, "--%s must be at least %s, got %s", d.flag, minInterval, d.value)
+		}
 	}
 	return nil
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"crypto/sha256"
-	"encoding/hex"
 	"io/fs"
 	"os"
 )
@@ -44,8 +43,5 @@ func (t *target) drifted(root *os.Root, f *File, info fs.FileInfo, entry journal
 	return ""
 }
 
-// digest is the hex SHA-256 of data, as kept in the journal.
-func digest(data []byte) string {
-	sum := sha256.Sum256(data)
-	return hex.EncodeToString(sum[:])
-}
+// digest is the SHA-256 of data, as kept in the journal.
+func digest(data []byte) [sha256.Size]byte { return sha256.Sum256(data) }

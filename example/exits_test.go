@@ -47,7 +47,7 @@ func TestExitStatusUsage(t *testing.T) {
 		"dir is a file": {[]string{"--dir", file, "--addr", "127.0.0.1:0"},
 			"example: target directory " + file + " is not a directory; choose another --dir\n"},
 		"invalid port": {[]string{"--dir", missing, "--addr", ":99999"},
-			"example: --addr :99999: cannot listen: listen tcp: address 99999: invalid port\n"},
+			"example: --addr :99999: address 99999: invalid port; give host:port, such as 127.0.0.1:8080\n"},
 		"port in use": {[]string{"--dir", missing, "--addr", busy},
 			"example: --addr " + busy + ": cannot listen: listen tcp " + busy + ": bind: address already in use\n"},
 		"validation": {[]string{"--dir", missing, "--addr", "127.0.0.1:0", "--retry-max", "0"},

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/cilium/statedb"
 	sindex "github.com/cilium/statedb/index"
@@ -101,10 +102,10 @@ const (
 // errInvalidName is wrapped by every error of validateName.
 var errInvalidName = errors.New("invalid file name")
 
-// validateName accepts only a plain file name: one path element that
-// cannot climb out of the directory or name something else than a file in
-// it. The target also opens the directory with os.Root, so a name that
-// slipped through could still not escape.
+// validateName accepts only a plain file name: one path element, valid
+// UTF-8, that cannot climb out of the directory or name something else
+// than a file in it. The target also opens the directory with os.Root, so
+// a name that slipped through could still not escape.
 func validateName(name string) error {
 	bad := func(why string) error { return fmt.Errorf("%w %q: %s", errInvalidName, name, why) }
 	switch {
@@ -114,6 +115,9 @@ func validateName(name string) error {
 		return bad("names the directory itself or its parent")
 	case len(name) > maxNameLen:
 		return bad(fmt.Sprintf("longer than %d bytes", maxNameLen))
+	case !utf8.ValidString(name):
+		// It could not be stored in the journal or shown as it is.
+		return bad("not valid UTF-8")
 	case strings.ContainsAny(name, `/\`):
 		return bad(`must not contain "/" or "\"`)
 	case name == stateDir:
@@ -148,7 +152,7 @@ type filesTable struct {
 }
 
 // newFilesTable creates the table and registers an initializer on it, so the
-// reconciler does not prune until loadInitialFiles has inserted the initial
+// reconciler does not prune until initialSet.insert has inserted the initial
 // set: a prune of an empty table would delete every file the example wrote.
 func newFilesTable(db *statedb.DB) (filesTable, error) {
 	tbl, err := statedb.NewTable(db, "files", nameIndex, statusIndex, templateIndex)

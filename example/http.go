@@ -39,8 +39,12 @@ import (
 //	GET    /debug/vars        expvar: Go's runtime variables and the reconciler's metrics
 //	GET    /statedb/...       StateDB's own handler: /statedb/dump, /statedb/dump/files, ...
 //
-// Requests from a web page the user visits are refused with 403 (see
-// checkOrigin), and query parameters a route does not take with 400.
+// Every request must carry the API's token (see apiToken); requests from
+// a web page the user visits are refused with 403 (see checkOrigin), and
+// query parameters a route does not take with 400. Errors are JSON
+// objects, {"error": "..."}. Request bodies are limited to maxContentLen
+// bytes, and connections that are slow or idle are closed (see
+// httpTimeouts).
 type server struct {
 	log         *slog.Logger
 	db          *statedb.DB
@@ -49,6 +53,8 @@ type server struct {
 	reconcilers statedb.Table[*reconciler.Info]
 	retries     statedb.Table[*reconciler.RetryInfo]
 	health      *health
+	token       *apiToken
+	timeouts    httpTimeouts
 	mux         *http.ServeMux
 	http        *http.Server
 
@@ -67,10 +73,25 @@ type server struct {
 	done   chan struct{}      // closed when Serve returns
 }
 
+// httpTimeouts bound how long a connection may take. The zero value sets
+// none: newServer uses defaultTimeouts, and tests provide shorter ones.
+type httpTimeouts struct {
+	ReadHeader time.Duration // to read a request's headers
+	Read       time.Duration // to read a whole request, body included
+	Write      time.Duration // to write a response; a stream of changes gets this much per write
+	Idle       time.Duration // between requests on a kept-alive connection
+}
+
+func defaultTimeouts() httpTimeouts {
+	return httpTimeouts{ReadHeader: 10 * time.Second, Read: time.Minute, Write: time.Minute, Idle: 2 * time.Minute}
+}
+
+// maxHeaderBytes bounds a request's headers.
+const maxHeaderBytes = 64 << 10
+
 type serverParams struct {
 	cell.In
 
-	Lifecycle   cell.Lifecycle
 	Config      config
 	Log         *slog.Logger
 	DB          *statedb.DB
@@ -80,51 +101,119 @@ type serverParams struct {
 	Retries     statedb.Table[*reconciler.RetryInfo] // from reconciler.TablesCell
 	Health      *health
 	Metrics     promMetrics
+	Token       *apiToken
+	Timeouts    *httpTimeouts `optional:"true"` // tests shorten them
 }
 
-func newServer(p serverParams) *server {
+// newServer checks --addr and builds the server; registerStart adds its
+// start hooks. An address that is not a loopback address gets a warning:
+// the token keeps strangers out, but plain HTTP shows it, and the files,
+// to the network.
+func newServer(p serverParams) (*server, error) {
+	if err := checkAddr(p.Log, p.Config.Addr); err != nil {
+		return nil, err
+	}
 	s := &server{
 		log: p.Log, db: p.DB, files: p.Files.RWTable, templates: p.Templates,
-		reconcilers: p.Reconcilers, retries: p.Retries, health: p.Health,
-		addr: p.Config.Addr, mux: http.NewServeMux(), done: make(chan struct{}),
+		reconcilers: p.Reconcilers, retries: p.Retries, health: p.Health, token: p.Token,
+		timeouts: defaultTimeouts(),
+		addr:     p.Config.Addr, mux: http.NewServeMux(), done: make(chan struct{}),
 	}
-	s.mux.HandleFunc("GET /{$}", s.index)
-	s.mux.HandleFunc("GET /files", s.list)
-	s.mux.HandleFunc("GET /templates", s.listTemplates)
+	if p.Timeouts != nil {
+		s.timeouts = *p.Timeouts
+	}
+	get, post := []string{http.MethodGet, http.MethodHead}, []string{http.MethodPost}
+	s.mux.HandleFunc("/{$}", allow(get, s.index))
+	s.mux.HandleFunc("/files", allow(get, s.list))
+	s.mux.HandleFunc("/templates", allow(get, s.listTemplates))
 	s.mux.HandleFunc("/templates/{name}", s.template)
-	s.mux.HandleFunc("GET /reconcilers", s.listReconcilers)
-	s.mux.HandleFunc("GET /retries", s.listRetries)
-	s.mux.HandleFunc("POST /pause", s.pause)
-	s.mux.HandleFunc("POST /resume", s.resume)
-	s.mux.HandleFunc("GET /health", s.serveHealth)
-	s.mux.Handle("GET /metrics", p.Metrics.handler)
-	s.mux.Handle("GET /debug/vars", expvar.Handler())
-	s.mux.Handle("/statedb/", http.StripPrefix("/statedb", p.DB.HTTPHandler()))
+	s.mux.HandleFunc("/reconcilers", allow(get, s.listReconcilers))
+	s.mux.HandleFunc("/retries", allow(get, s.listRetries))
+	s.mux.HandleFunc("/pause", allow(post, s.pause))
+	s.mux.HandleFunc("/resume", allow(post, s.resume))
+	s.mux.HandleFunc("/health", allow(get, s.serveHealth))
+	s.mux.HandleFunc("/metrics", allow(get, p.Metrics.handler.ServeHTTP))
+	s.mux.HandleFunc("/debug/vars", allow(get, serveVars))
+	s.mux.HandleFunc("/statedb/", allow(get, s.statedbHandler(p.DB.HTTPHandler())))
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "no such path %q: GET / lists the API", r.URL.Path)
+	})
 
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	s.http = &http.Server{
 		Handler:           s,
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: s.timeouts.ReadHeader,
+		ReadTimeout:       s.timeouts.Read,
+		WriteTimeout:      s.timeouts.Write,
+		IdleTimeout:       s.timeouts.Idle,
+		MaxHeaderBytes:    maxHeaderBytes,
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 		ErrorLog:          slog.NewLogLogger(p.Log.Handler(), slog.LevelWarn),
 	}
-	p.Lifecycle.Append(cell.Hook{OnStart: s.start, OnStop: s.stop})
-	return s
+	return s, nil
 }
 
-// start listens before returning, so a busy or invalid address fails the
-// hive's start, with a usage error (exit status 2).
-func (s *server) start(cell.HookContext) error {
+// checkAddr refuses an --addr that cannot be listened on, such as one
+// with an invalid port, before anything starts, and warns about one that
+// is not a loopback address. (An address in use is only found by
+// listening.)
+func checkAddr(log *slog.Logger, addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err == nil {
+		_, err = net.LookupPort("tcp", port)
+	}
+	if err != nil {
+		return usageErrorf("addr", "--addr %s: %v; give host:port, such as 127.0.0.1:8080", addr, err)
+	}
+	if !isLoopback(host) {
+		log.Warn("--addr is not a loopback address: other machines may reach the API. "+
+			"It asks for the token, but over plain HTTP the token and the files can be read on the network",
+			"address", addr)
+	}
+	return nil
+}
+
+// isLoopback reports whether host, from --addr, listens on loopback only:
+// localhost or a loopback IP address. An empty host listens everywhere.
+func isLoopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// listen binds --addr, so that a busy or invalid address fails the hive's
+// start, with a usage error (exit status 2), before the directory is
+// touched. It serves nothing yet: see serve.
+func (s *server) listen(cell.HookContext) error {
 	ln, err := net.Listen("tcp", s.addr)
 	if err != nil {
 		return refuse("addr", fmt.Errorf("--addr %s: cannot listen: %w", s.addr, err))
 	}
 	s.ln = ln
-	s.log.Info("Serving HTTP", "address", "http://"+ln.Addr().String())
+	return nil
+}
+
+// closeListener closes the listener if serve never took it over.
+func (s *server) closeListener(cell.HookContext) error {
+	select {
+	case <-s.done:
+	default:
+		if s.ln != nil {
+			s.ln.Close()
+		}
+	}
+	return nil
+}
+
+// serve starts serving, the last thing the start does.
+func (s *server) serve(cell.HookContext) error {
+	s.log.Info("Serving HTTP", "address", "http://"+s.ln.Addr().String())
 	go func() {
 		defer close(s.done)
-		if err := s.http.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		if err := s.http.Serve(s.ln); !errors.Is(err, http.ErrServerClosed) {
 			s.log.Error("HTTP server failed", "error", err)
 		}
 	}()
@@ -148,16 +237,28 @@ func (s *server) Addr() string { return s.ln.Addr().String() }
 func (s *server) Done() <-chan struct{} { return s.done }
 
 // ServeHTTP first refuses what a web page the user visits could send (see
-// checkOrigin) and query parameters no route takes. It routes
-// /files/{name} itself rather than through the ServeMux: the mux cleans
-// paths and redirects "/files/../x" to "/x", while a bad name deserves a
-// 400 that says what is wrong with it.
+// checkOrigin), requests without the token, bodies over the limit and
+// query parameters no route takes. It routes /files/{name} itself rather
+// than through the ServeMux: the mux cleans paths and redirects
+// "/files/../x" to "/x", while a bad name deserves a 400 that says what
+// is wrong with it.
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err := s.checkOrigin(r); err != nil {
 		s.log.Warn("Refused a request from outside", "method", r.Method, "path", r.URL.Path, "reason", err)
-		http.Error(w, err.Error(), http.StatusForbidden)
+		writeError(w, http.StatusForbidden, "%v", err)
 		return
 	}
+	if !s.token.allows(r) {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="converge example"`)
+		writeError(w, http.StatusUnauthorized, "this API needs its token: send \"Authorization: Bearer TOKEN\" "+
+			"(curl --oauth2-bearer TOKEN) with the token in %s of the target directory", tokenPath)
+		return
+	}
+	if r.ContentLength > maxContentLen {
+		writeError(w, http.StatusRequestEntityTooLarge, "the request body is larger than the limit of %d bytes", maxContentLen)
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, maxContentLen)
 	if raw, ok := strings.CutPrefix(r.URL.EscapedPath(), "/files/"); ok {
 		var params []string
 		if r.Method == http.MethodPut {
@@ -172,6 +273,88 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if strings.HasPrefix(r.URL.Path, "/statedb/") || knownParams(w, r) {
 		s.mux.ServeHTTP(w, r)
 	}
+}
+
+// allow serves a route with h for the given methods, and answers others
+// with 405 and an Allow header.
+func allow(methods []string, h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !slices.Contains(methods, r.Method) {
+			methodNotAllowed(w, r, methods...)
+			return
+		}
+		h(w, r)
+	}
+}
+
+// methodNotAllowed answers 405 with the methods the route takes.
+func methodNotAllowed(w http.ResponseWriter, r *http.Request, methods ...string) {
+	list := strings.Join(methods, ", ")
+	w.Header().Set("Allow", list)
+	writeError(w, http.StatusMethodNotAllowed, "%s is not allowed on %s: it takes %s", r.Method, r.URL.Path, list)
+}
+
+// statedbHandler serves StateDB's handler under /statedb/. A path it does
+// not have gets the API's 404; a stream of changes may last as long as
+// its client reads it, each write within the write timeout.
+func (s *server) statedbHandler(h http.Handler) http.HandlerFunc {
+	stripped := http.StripPrefix("/statedb", h)
+	mux, _ := h.(*http.ServeMux)
+	return func(w http.ResponseWriter, r *http.Request) {
+		if mux != nil {
+			inner := r.Clone(r.Context())
+			inner.URL.Path = strings.TrimPrefix(r.URL.Path, "/statedb")
+			inner.URL.RawPath = ""
+			if _, pattern := mux.Handler(inner); pattern == "" {
+				writeError(w, http.StatusNotFound, "no such path %q: StateDB serves /statedb/dump, /statedb/dump/{table}, /statedb/query and /statedb/changes/{table}", r.URL.Path)
+				return
+			}
+		}
+		if strings.HasPrefix(r.URL.Path, "/statedb/changes/") {
+			rc := http.NewResponseController(w)
+			rc.SetReadDeadline(time.Time{}) // the request is read; the stream goes on
+			w = &extendingWriter{ResponseWriter: w, rc: rc, timeout: s.timeouts.Write}
+		}
+		stripped.ServeHTTP(w, r)
+	}
+}
+
+// extendingWriter gives each write of a stream its own write timeout: a
+// client that reads keeps the stream, one that stops reading loses it.
+type extendingWriter struct {
+	http.ResponseWriter
+	rc      *http.ResponseController
+	timeout time.Duration
+}
+
+func (w *extendingWriter) Write(p []byte) (int, error) {
+	if w.timeout > 0 {
+		w.rc.SetWriteDeadline(time.Now().Add(w.timeout))
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+// Unwrap lets http.ResponseController flush the stream.
+func (w *extendingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// serveVars serves expvar's variables as expvar.Handler does, less
+// "cmdline": the command line may name paths or hold values that are not
+// the API's to show.
+func serveVars(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	fmt.Fprint(w, "{\n")
+	first := true
+	expvar.Do(func(kv expvar.KeyValue) {
+		if kv.Key == "cmdline" {
+			return
+		}
+		if !first {
+			fmt.Fprint(w, ",\n")
+		}
+		first = false
+		fmt.Fprintf(w, "%q: %s", kv.Key, kv.Value)
+	})
+	fmt.Fprint(w, "\n}\n")
 }
 
 // checkOrigin refuses the requests a web page in the user's browser could
@@ -223,7 +406,7 @@ func (s *server) ownHost(hostport string) bool {
 func knownParams(w http.ResponseWriter, r *http.Request, allowed ...string) bool {
 	query, err := url.ParseQuery(r.URL.RawQuery)
 	if err != nil {
-		http.Error(w, "invalid query: "+err.Error(), http.StatusBadRequest)
+		writeError(w, http.StatusBadRequest, "invalid query: %v", err)
 		return false
 	}
 	for name := range query {
@@ -232,7 +415,7 @@ func knownParams(w http.ResponseWriter, r *http.Request, allowed ...string) bool
 			if len(allowed) > 0 {
 				msg += "; it takes " + strings.Join(allowed, ", ")
 			}
-			http.Error(w, msg, http.StatusBadRequest)
+			writeError(w, http.StatusBadRequest, "%s", msg)
 			return false
 		}
 	}
@@ -255,6 +438,8 @@ func (s *server) serveHealth(w http.ResponseWriter, _ *http.Request) {
 
 func (s *server) index(w http.ResponseWriter, _ *http.Request) {
 	fmt.Fprint(w, `converge example: desired files reconciled into a directory
+Every request needs "Authorization: Bearer TOKEN", the token in .converge-example/token
+of the directory; errors are JSON objects {"error": "..."}.
   PUT    /files/{name}      create or replace (body = content, ?mode=0644, ?template=NAME)
   GET    /files/{name}      one file and its status
   DELETE /files/{name}      remove
@@ -272,6 +457,14 @@ func (s *server) index(w http.ResponseWriter, _ *http.Request) {
   GET    /debug/vars        Go runtime variables and the reconciler's metrics (expvar)
   GET    /statedb/dump      StateDB contents
 `)
+}
+
+// writeError answers with code and a JSON object {"error": message}, the
+// shape of every error of the API.
+func writeError(w http.ResponseWriter, code int, format string, args ...any) {
+	writeJSON(w, code, struct {
+		Error string `json:"error"`
+	}{fmt.Sprintf(format, args...)})
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"net/http"
 
 	"github.com/cilium/statedb"
@@ -15,14 +14,14 @@ import (
 func (s *server) template(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	if err := validateTemplateName(name); err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
+		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
 	switch r.Method {
 	case http.MethodGet, http.MethodHead:
 		t, _, found := s.templates.Get(s.db.ReadTxn(), templateNameIndex.Query(name))
 		if !found {
-			http.Error(w, fmt.Sprintf("no template %q", name), http.StatusNotFound)
+			writeError(w, http.StatusNotFound, "no template %q", name)
 			return
 		}
 		writeJSON(w, http.StatusOK, t)
@@ -31,8 +30,7 @@ func (s *server) template(w http.ResponseWriter, r *http.Request) {
 	case http.MethodDelete:
 		s.deleteTemplate(w, name)
 	default:
-		w.Header().Set("Allow", "GET, HEAD, PUT, DELETE")
-		http.Error(w, r.Method+" is not allowed on /templates/{name}: use PUT, GET or DELETE", http.StatusMethodNotAllowed)
+		methodNotAllowed(w, r, http.MethodGet, http.MethodHead, http.MethodPut, http.MethodDelete)
 	}
 }
 
@@ -44,12 +42,16 @@ func (s *server) putTemplate(w http.ResponseWriter, r *http.Request, name string
 	if !ok {
 		return
 	}
+	if err := parseTemplate(string(text)); err != nil {
+		writeError(w, http.StatusBadRequest, "template %q: %v", name, err)
+		return
+	}
 	t := &Template{Name: name, Text: string(text)}
 	wtxn := s.db.WriteTxn(s.templates)
 	_, replaced, err := s.templates.Insert(wtxn, t)
 	if err != nil {
 		wtxn.Abort()
-		http.Error(w, err.Error(), http.StatusInternalServerError)
+		writeError(w, http.StatusInternalServerError, "%v", err)
 		return
 	}
 	users := s.templateUsers(wtxn, name)
@@ -83,9 +85,9 @@ func (s *server) deleteTemplate(w http.ResponseWriter, name string) {
 	if err != nil || !found {
 		wtxn.Abort()
 		if err == nil {
-			http.Error(w, fmt.Sprintf("no template %q", name), http.StatusNotFound)
+			writeError(w, http.StatusNotFound, "no template %q", name)
 		} else {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
+			writeError(w, http.StatusInternalServerError, "%v", err)
 		}
 		return
 	}

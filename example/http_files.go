@@ -18,18 +18,18 @@ import (
 func (s *server) file(w http.ResponseWriter, r *http.Request, raw string) {
 	name, err := url.PathUnescape(raw)
 	if err != nil {
-		http.Error(w, "invalid file name: "+err.Error(), http.StatusBadRequest)
+		writeError(w, http.StatusBadRequest, "invalid file name: %v", err)
 		return
 	}
 	if err := validateName(name); err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
+		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
 	switch r.Method {
 	case http.MethodGet, http.MethodHead:
 		f, _, found := s.files.Get(s.db.ReadTxn(), nameIndex.Query(name))
 		if !found {
-			http.Error(w, fmt.Sprintf("no desired file %q", name), http.StatusNotFound)
+			writeError(w, http.StatusNotFound, "no desired file %q", name)
 			return
 		}
 		writeJSON(w, http.StatusOK, f)
@@ -38,8 +38,7 @@ func (s *server) file(w http.ResponseWriter, r *http.Request, raw string) {
 	case http.MethodDelete:
 		s.delete(w, name)
 	default:
-		w.Header().Set("Allow", "GET, HEAD, PUT, DELETE")
-		http.Error(w, r.Method+" is not allowed on /files/{name}: use PUT, GET or DELETE", http.StatusMethodNotAllowed)
+		methodNotAllowed(w, r, http.MethodGet, http.MethodHead, http.MethodPut, http.MethodDelete)
 	}
 }
 
@@ -48,7 +47,7 @@ func (s *server) put(w http.ResponseWriter, r *http.Request, name string) {
 	if q := r.URL.Query().Get("mode"); q != "" {
 		var err error
 		if mode, err = parseMode(q); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
+			writeError(w, http.StatusBadRequest, "%v", err)
 			return
 		}
 	}
@@ -57,7 +56,7 @@ func (s *server) put(w http.ResponseWriter, r *http.Request, name string) {
 	tmpl := r.URL.Query().Get("template")
 	if tmpl != "" {
 		if err := validateTemplateName(tmpl); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
+			writeError(w, http.StatusBadRequest, "%v", err)
 			return
 		}
 	}
@@ -70,7 +69,7 @@ func (s *server) put(w http.ResponseWriter, r *http.Request, name string) {
 	_, replaced, err := s.files.Insert(wtxn, f)
 	if err != nil {
 		wtxn.Abort()
-		http.Error(w, err.Error(), http.StatusInternalServerError)
+		writeError(w, http.StatusInternalServerError, "%v", err)
 		return
 	}
 	wtxn.Commit()
@@ -88,16 +87,16 @@ func (s *server) put(w http.ResponseWriter, r *http.Request, name string) {
 func readBody(w http.ResponseWriter, r *http.Request, what string) ([]byte, bool) {
 	tooLarge := fmt.Sprintf("%s is larger than the limit of %d bytes", what, maxContentLen)
 	if r.ContentLength > maxContentLen {
-		http.Error(w, tooLarge, http.StatusRequestEntityTooLarge)
+		writeError(w, http.StatusRequestEntityTooLarge, "%s", tooLarge)
 		return nil, false
 	}
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxContentLen))
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			http.Error(w, tooLarge, http.StatusRequestEntityTooLarge)
+			writeError(w, http.StatusRequestEntityTooLarge, "%s", tooLarge)
 		} else {
-			http.Error(w, "reading the body: "+err.Error(), http.StatusBadRequest)
+			writeError(w, http.StatusBadRequest, "reading the body: %v", err)
 		}
 		return nil, false
 	}
@@ -110,9 +109,9 @@ func (s *server) delete(w http.ResponseWriter, name string) {
 	if err != nil || !found {
 		wtxn.Abort()
 		if err == nil {
-			http.Error(w, fmt.Sprintf("no desired file %q", name), http.StatusNotFound)
+			writeError(w, http.StatusNotFound, "no desired file %q", name)
 		} else {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
+			writeError(w, http.StatusInternalServerError, "%v", err)
 		}
 		return
 	}

@@ -26,6 +26,7 @@ type runningExample struct {
 	t      *testing.T
 	dir    string
 	base   string // http://127.0.0.1:port
+	token  string // the API's
 	stderr *syncBuffer
 	client *http.Client
 }
@@ -67,6 +68,7 @@ func startRun(t *testing.T, args ...string) *runningExample {
 			r.base = m[1]
 		}
 	}
+	r.token = readToken(t, r.dir)
 	return r
 }
 
@@ -74,6 +76,7 @@ func (r *runningExample) do(method, path, body string) (int, string) {
 	r.t.Helper()
 	req, err := http.NewRequest(method, r.base+path, strings.NewReader(body))
 	require.NoError(r.t, err)
+	req.Header.Set("Authorization", "Bearer "+r.token)
 	resp, err := r.client.Do(req)
 	require.NoError(r.t, err)
 	defer resp.Body.Close()
@@ -140,8 +143,13 @@ func TestRefreshLogsSayWhatHappened(t *testing.T) {
 
 	// The directory removed: refreshes recreate it and restore every file.
 	// (A refresh during the removal may restore a file that is removed
-	// again, so a file may be restored more than once.)
-	require.NoError(t, os.RemoveAll(r.dir))
+	// again, so a file may be restored more than once, and may write into
+	// the directory as it is removed: then it is removed again.)
+	var err error
+	require.Eventually(t, func() bool {
+		err = os.RemoveAll(r.dir)
+		return err == nil
+	}, waitFor, time.Millisecond, "could not remove the directory: %v", &err)
 	for name, content := range want {
 		r.waitContent(name, content)
 	}
@@ -170,7 +178,9 @@ func TestRefreshLogsSayWhatHappened(t *testing.T) {
 	// A new template: now the desired content of the files using it changed.
 	code, body := r.do(http.MethodPut, "/templates/banner", "new banner {{content}}")
 	require.Contains(t, []int{http.StatusOK, http.StatusCreated}, code, body)
-	r.waitContent("hello.txt", strings.Replace("new banner {{content}}", "{{content}}", mustContent(t, r, "hello.txt"), 1))
+	for _, name := range []string{"hello.txt", "motd"} { // written on workers, in any order
+		r.waitContent(name, strings.Replace("new banner {{content}}", "{{content}}", mustContent(t, r, name), 1))
+	}
 	require.Equal(t, 1, r.count("INFO", changed, "hello.txt"), r.stderr)
 	require.Equal(t, 1, r.count("INFO", changed, "motd"), r.stderr)
 	require.Zero(t, r.count("INFO", changed, "secret.conf"), r.stderr)
@@ -234,5 +244,13 @@ func TestDirectoryInTheWay(t *testing.T) {
 		require.True(t, info.IsDir())
 		require.NoError(t, os.Remove(motd))
 		r.waitContent("motd", want["motd"])
+		// A refresh may write motd before the retry does: wait for the
+		// retry too, so the next round does not read this round's row.
+		require.Eventually(t, func() bool {
+			code, body := r.do(http.MethodGet, "/retries", "")
+			require.Equal(t, http.StatusOK, code, body)
+			require.NoError(t, json.Unmarshal([]byte(body), &retries))
+			return len(retries) == 0
+		}, waitFor, 5*time.Millisecond, "motd is still retried: %+v", &retries)
 	}
 }

@@ -16,7 +16,30 @@
 //     rewrites exactly the files that use it;
 //   - drift repaired by refreshes and prunes, counted with
 //     reconciler.ReportRepaired;
-//   - Pause and Resume, at POST /pause and POST /resume.
+//   - Pause and Resume, at POST /pause and POST /resume;
+//   - workers (reconciler.WithConcurrency), which overlap the writes'
+//     fsyncs.
+//
+// Users copy it to write their own agent, so it behaves as a safe service
+// on a machine shared with other users and browsed with a web browser:
+//
+//   - it changes or removes only files it wrote, and removes one only if it
+//     still holds what the example wrote; names that are not valid UTF-8
+//     are refused;
+//   - it refuses a directory, or a state directory or journal in it, that
+//     another user owns or can write, a non-empty directory it did not
+//     create (unless --adopt), and a symbolic link; it holds the
+//     directory's parent open, so a parent replaced by a link redirects
+//     nothing;
+//   - the API asks for a token that only the user can read,
+//     DIR/.converge-example/token (new at every start), and refuses
+//     requests a web page could send;
+//   - it bounds its inputs: request bodies (1 MiB), slow and idle
+//     connections, --files (a regular file of at most 16 MiB), intervals
+//     (at least 10ms);
+//   - it checks every flag before anything starts, binds the address
+//     before it touches the directory, and serves once all of that
+//     succeeded.
 //
 // Run it (from the module root):
 //
@@ -30,7 +53,7 @@
 // a flag given on the command line wins:
 //
 //	--dir DIR          CONVERGE_EXAMPLE_DIR        target directory
-//	--addr HOST:PORT   CONVERGE_EXAMPLE_ADDR       HTTP address
+//	--addr HOST:PORT   CONVERGE_EXAMPLE_ADDR       HTTP address (a warning unless loopback)
 //	--files FILE       CONVERGE_EXAMPLE_FILES      initial desired set (YAML, see files.yaml)
 //	--refresh 10s      CONVERGE_EXAMPLE_REFRESH    how old a file's status gets before it is checked for drift (0: never)
 //	--prune 10s        CONVERGE_EXAMPLE_PRUNE      how often files no longer wanted are removed (0: never)
@@ -45,49 +68,18 @@
 // running, a failed stop) and start failures not caused by the input; 0
 // after a clean stop. The error that stops a start is printed once, as
 // "example: ..." on stderr, naming the flag, and the variable if one set it.
+// (go run prints "exit status 2" and exits 1 itself.)
 //
-// The example is safe to point at a directory that holds other files: it
-// records the files it writes in DIR/.converge-example/journal.json and
-// never changes or removes any other. It refuses a non-empty directory
-// without that record unless --adopt is given, and refuses a symbolic link
-// as the directory. Refusals exit with status 2.
+// Drive it with curl (DIR is the printed directory; the token changes at
+// every start):
 //
-// Drive it with curl (DIR is the printed directory):
+//	T=$(cat $DIR/.converge-example/token)
+//	curl --oauth2-bearer $T -X PUT --data-binary 'hi there' localhost:8080/files/greeting
+//	curl --oauth2-bearer $T localhost:8080/files
+//	curl --oauth2-bearer $T localhost:8080/       # every route
 //
-//	curl -X PUT --data-binary 'hi there' localhost:8080/files/greeting   # create or replace
-//	curl -X PUT --data-binary 'x' 'localhost:8080/files/key?mode=0600'   # with a mode
-//	cat $DIR/greeting
-//	curl localhost:8080/files                  # desired files and their statuses
-//	curl -X DELETE localhost:8080/files/greeting
-//	curl localhost:8080/health                 # 200 when OK, 503 when Degraded
-//	curl -X PUT --data-binary '{{name}}: {{content}}' localhost:8080/templates/banner
-//	                                           # rewrites hello.txt and motd, which use banner
-//	curl -X PUT -d hi 'localhost:8080/files/note?template=banner'
-//	curl localhost:8080/reconcilers            # the reconcilers table: state, counts, last prune, ...
-//	curl localhost:8080/retries                # failing files, their attempts and next attempt
-//	curl -X POST localhost:8080/pause          # nothing is written until
-//	curl -X POST localhost:8080/resume         # resume
-//	curl localhost:8080/metrics                # Prometheus: converge_reconcile_total, ...
-//	curl localhost:8080/debug/vars             # expvar: Go's runtime variables and the reconciler's metrics
-//	curl localhost:8080/statedb/dump           # the StateDB tables as JSON
-//
-// Things to try:
-//
-//	echo junk > $DIR/stray                    # left alone: the example did not write it
-//	echo edited > $DIR/motd                   # restored within about --refresh ("Repairing drifted file")
-//	rm $DIR/motd                              # restored too ("Restoring a missing file")
-//	rm $DIR/motd && mkdir $DIR/motd           # a directory in the way: the example leaves it alone,
-//	                                          # motd goes to Error and is retried, and the log says
-//	                                          # (once a minute at most) to remove the directory
-//	rmdir $DIR/motd                           # motd is written again
-//	rm -r $DIR && touch $DIR                  # the directory is now a file, so
-//	curl -X PUT -d x localhost:8080/files/x   # writes fail: x goes to Error
-//	curl localhost:8080/health                # and health to Degraded (503)
-//	rm $DIR                                   # both recover by themselves within
-//	                                          # --retry-max (and --prune if a prune failed);
-//	                                          # --refresh restores the other files
-//
-// Ctrl-C (SIGINT) or SIGTERM stops it cleanly.
+// docs/example.md walks through the API, the drift repairs and the
+// refusals. Ctrl-C (SIGINT) or SIGTERM stops it cleanly.
 package main
 
 import (
@@ -145,6 +137,8 @@ var filesModule = cell.Module(
 		job.Registry.NewGroup, // the job.Group in reconciler.Params
 		newOwnedDir,
 		newTarget,
+		newAPIToken,
+		newInitialSet,
 	),
 	cell.Provide(
 		newFilesTable,
@@ -152,19 +146,34 @@ var filesModule = cell.Module(
 		newReconciler,
 		newServer,
 	),
-	// The invokes run in this order, and constructing an object appends its
-	// start hooks, so the hive starts them in this order too: nothing
-	// touches the directory unless the address could be bound, and nothing
-	// is written unless the directory is the example's to use.
+	// The invokes run in this order when the hive is built: every flag is
+	// checked before anything starts. Their start hooks run in the order
+	// they are added: nothing touches the directory unless the address
+	// could be bound, nothing is written unless the directory is the
+	// example's to use, and the API serves once all of it succeeded.
 	cell.Invoke(
-		config.validate,
-		func(*server) {},   // listen on --addr
-		func(*ownedDir) {}, // claim --dir, or refuse it
-		loadInitialFiles,   // insert the initial set, then mark the table initialized
-		// The reconciler's jobs; the server pauses and resumes it.
-		func(s *server, r reconciler.Reconciler[*File]) { s.control = r },
+		config.validate,      // the intervals
+		func(*ownedDir) {},   // --dir, changing nothing
+		func(*initialSet) {}, // --files, read and parsed
+		func(*server) {},     // --addr
+		registerStart,        // listen, claim --dir, insert the initial set
+		startReconciler,      // the reconciler's jobs; the server pauses and resumes it
+		func(lc cell.Lifecycle, s *server) { lc.Append(cell.Hook{OnStart: s.serve, OnStop: s.stop}) },
 	),
 )
+
+// registerStart adds the start hooks of the server's listener, the
+// directory and the initial set, in this order.
+func registerStart(lc cell.Lifecycle, s *server, d *ownedDir, initial *initialSet) {
+	lc.Append(cell.Hook{OnStart: s.listen, OnStop: s.closeListener})
+	lc.Append(cell.Hook{OnStart: d.start, OnStop: d.stop})
+	lc.Append(cell.Hook{OnStart: initial.insert})
+}
+
+// startReconciler gives the server the reconciler to pause and resume.
+// Asking for the reconciler registers its jobs, which start after the
+// hooks of registerStart.
+func startReconciler(s *server, r reconciler.Reconciler[*File]) { s.control = r }
 
 // newReconciler registers the reconciler of the files table. Its jobs run in
 // the module's job group, so they start and stop with the hive and report
@@ -187,8 +196,14 @@ func newReconciler(p reconciler.Params, cfg config, files filesTable, templates 
 		reconciler.WithRefreshing(cfg.RefreshInterval, rate.NewLimiter(100, 100)),
 		// A modest maximum so that files recover soon after a fault clears.
 		reconciler.WithRetry(min(100*time.Millisecond, cfg.RetryMax), cfg.RetryMax),
+		// Writes wait mostly for the disk (fsyncs): workers overlap
+		// them, and share the fsyncs of the journal and the directory.
+		reconciler.WithConcurrency(workers),
 	)
 }
+
+// workers is the number of files written at once.
+const workers = 16
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -212,9 +227,10 @@ const exitRule = `Exit status:
   0  stopped by Ctrl-C (SIGINT) or SIGTERM, and the stop succeeded (or --help)
   2  refused to start because of what it was given: a bad flag or environment
      variable value, a failed validation, a --dir it refuses or cannot use
-     (not a directory, not empty and not the example's, a symbolic link, ...),
-     an --addr it cannot listen on (an invalid address, a port already in use),
-     an unreadable or invalid --files
+     (not a directory, not empty and not the example's, a symbolic link,
+     another user's or writable by others, ...), an --addr it cannot listen
+     on (an invalid address, a port already in use), an unreadable or
+     invalid --files
   1  any other failure: the HTTP server failed while running, the stop failed,
      or the start failed for a reason other than the input
 `
@@ -233,8 +249,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	flags.SetOutput(io.Discard) // errors and usage are printed below
 	app.RegisterFlags(flags)
 	usage := func(w io.Writer) {
-		fmt.Fprintf(w, "Usage: go run ./example [flags]\n\nReconciles desired files into a directory, with an HTTP API. Flags:\n\n%s\n%s\n%s",
-			flags.FlagUsages(), envHelp(flags), exitRule)
+		fmt.Fprintf(w, "Usage: %s [flags]\n\nReconciles desired files into a directory, with an HTTP API. Flags:\n\n%s\n%s\n%s",
+			programName(), flags.FlagUsages(), envHelp(flags), exitRule)
 	}
 	err := flags.Parse(args)
 	if errors.Is(err, pflag.ErrHelp) {
@@ -276,7 +292,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		dir = cfg.Dir
 	}
-	fmt.Fprintf(stderr, "\nconverge example: reconciling into %s, API on http://%s (Ctrl-C to stop)\n\n", dir, srv.Addr())
+	fmt.Fprintf(stderr, "\nconverge example: reconciling into %s, API on http://%s (Ctrl-C to stop)\n"+
+		"The API asks for the token in %s:\n  curl --oauth2-bearer $(cat %s) http://%s/\n\n",
+		dir, srv.Addr(), filepath.Join(dir, tokenPath), filepath.Join(dir, tokenPath), srv.Addr())
 
 	serverFailed := false
 	select {
@@ -288,6 +306,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitFailure
 	}
 	return exitOK
+}
+
+// programName is the name the program was run as, for --help: "example"
+// under go run.
+func programName() string {
+	if len(os.Args) == 0 || os.Args[0] == "" {
+		return "example"
+	}
+	return filepath.Base(os.Args[0])
 }
 
 // startFailureStatus returns the exit status for err, which prevented the start,

@@ -24,6 +24,7 @@ func (a *testApp) send(method, path, host string, body io.Reader, header ...stri
 	if host != "" {
 		req.Host = host
 	}
+	req.Header.Set("Authorization", "Bearer "+a.token)
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])
 	}

@@ -1,16 +1,15 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/cilium/hive/cell"
 )
@@ -20,247 +19,382 @@ import (
 // it installed: it writes, repairs, deletes and prunes only the files listed
 // there, so files someone else put in the directory are never touched.
 const (
-	// stateDir holds the journal and the temporary files of atomic writes.
-	// Its presence marks a directory the example created or adopted.
+	// stateDir holds the journal, the API's token and the temporary files
+	// of atomic writes. Its presence marks a directory the example created
+	// or adopted. Only the user running the example may read it.
 	stateDir = ".converge-example"
-	// journalPath is the journal: the files the example wrote.
-	journalPath = stateDir + "/journal.json"
 	// tmpPrefix starts the names of temporary files, inside stateDir.
 	tmpPrefix = "tmp-"
-	// journalOwner identifies our journal among other tools' files.
-	journalOwner = "converge example"
 )
 
-// journal is the ownership record, stored as JSON in journalPath.
-type journal struct {
-	Owner string                  `json:"owner"`
-	Files map[string]journalEntry `json:"files"`
-}
-
-// journalEntry describes a file as the example last wrote it. Size, mode
-// and modification time let the drift check tell an unchanged file without
-// reading it; the digest is that of the content written.
-type journalEntry struct {
-	Size    int64     `json:"size"`
-	Mode    Mode      `json:"mode"`
-	ModTime time.Time `json:"mtime"`
-	SHA256  string    `json:"sha256"`
-}
-
-// refusedError is a target directory the example will not use. At start,
+// refusedError is a directory or file the example will not use. At start,
 // it fails the start with a usage error (exit status 2); later, the
 // operation that met it.
 type refusedError struct{ msg string }
 
 func (e *refusedError) Error() string { return e.msg }
 
-// ownedDir is the target directory and its ownership journal. Every use
-// opens the directory afresh (see open), so no name can reach outside it,
-// a symlink at its path is refused rather than followed, and a directory
-// that was removed or replaced is seen as it is now.
+// ownedDir is the target directory, its ownership journal and the API's
+// token file. The directory's parent is opened at start and held: every
+// use of the directory goes through it, by the directory's own name, so
+// a parent replaced by a symbolic link while the example runs redirects
+// nothing. The directory itself is checked at every use (see acquire): a
+// directory removed, replaced, or opened to other users is seen as it is
+// now, and a symbolic link at its name is refused, not followed.
+//
+// Its methods are safe for concurrent use.
 type ownedDir struct {
-	path  string
+	name  string // --dir as given, for messages at start
+	path  string // --dir, absolute
+	base  string // its last element
 	adopt bool
+	token *apiToken
+	read  fileReader
 	log   *slog.Logger
 
-	mu      sync.Mutex
-	seen    fs.FileInfo // the directory the journal belongs to
-	journal journal
+	mu       sync.Mutex
+	parent   *os.Root // the directory's parent, held from the start to the stop
+	cur      *claimed // the directory as claimed last, nil if none is
+	started  bool     // after the start, errors do not show the path
+	previous map[string]bool
 }
 
-// newOwnedDir claims the target directory in a start hook, which fails the
-// start if the directory is not the example's to use. Any failure then is
-// about --dir (a usage error, exit status 2): the directory is refused, or
-// cannot be created or opened.
-func newOwnedDir(lc cell.Lifecycle, cfg config, log *slog.Logger) *ownedDir {
-	d := &ownedDir{path: cfg.Dir, adopt: cfg.Adopt, log: log}
-	lc.Append(cell.Hook{OnStart: func(cell.HookContext) error {
-		root, err := d.open()
-		if err != nil {
-			return refuse("dir", err)
-		}
-		return root.Close()
-	}})
-	return d
+// claimed is the target directory as the example claimed it: opened,
+// with its journal loaded. It stays in use until the directory at the
+// name is another, or its journal failed; it is then retired, and closed
+// once no operation uses it.
+type claimed struct {
+	root    *os.Root
+	info    fs.FileInfo // the directory's, to recognise it
+	journal *journal
+	dir     groupSync // fsyncs of the directory, shared by writers
+
+	refs    int // operations using it, guarded by ownedDir.mu
+	retired bool
 }
 
-// open returns the target directory as an os.Root. A missing directory is
-// created (it is part of the desired state). A directory not seen before
-// is claimed: an empty one, or one holding the example's journal, is
-// taken; a non-empty one without the journal only with --adopt. A symbolic
-// link is refused.
-func (d *ownedDir) open() (*os.Root, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+type ownedDirParams struct {
+	cell.In
+
+	Config config
+	Log    *slog.Logger
+	Token  *apiToken
+	Read   fileReader `optional:"true"`
+}
+
+// newOwnedDir checks --dir when the hive is built, before anything starts,
+// without changing anything: a directory the example would refuse fails
+// the build with a usage error (exit status 2). Its start hook (see
+// registerStart) claims the directory, creating it if it is missing.
+func newOwnedDir(p ownedDirParams) (*ownedDir, error) {
+	path, err := filepath.Abs(p.Config.Dir)
+	if err != nil {
+		return nil, refuse("dir", fmt.Errorf("--dir %s: %w", p.Config.Dir, err))
+	}
+	if filepath.Dir(path) == path {
+		return nil, usageErrorf("dir", "--dir %s is the root directory; choose a directory below it", p.Config.Dir)
+	}
+	d := &ownedDir{name: p.Config.Dir, path: path, base: filepath.Base(path), adopt: p.Config.Adopt,
+		token: p.Token, read: p.Read, log: p.Log}
+	if d.read == nil {
+		d.read = (*os.Root).ReadFile
+	}
+	if err := d.check(); err != nil {
+		return nil, refuse("dir", err)
+	}
+	return d, nil
+}
+
+// label names the directory in errors: by its path before the start,
+// plainly after, as errors then reach /health and the API.
+func (d *ownedDir) label() string {
+	if d.started {
+		return "the target directory"
+	}
+	return "target directory " + d.name
+}
+
+// check refuses, without changing anything, a directory the start would
+// refuse.
+func (d *ownedDir) check() error {
 	info, err := os.Lstat(d.path)
 	if errors.Is(err, fs.ErrNotExist) {
-		// Mkdir, not MkdirAll, for the directory itself: one that appears
-		// meanwhile is not mistaken for a directory the example created.
-		if err = os.MkdirAll(filepath.Dir(d.path), 0o755); err == nil {
-			if err = os.Mkdir(d.path, 0o755); errors.Is(err, fs.ErrExist) {
-				err = nil
-			}
+		// It is created at start, and its parent too if it is missing.
+		parent, err := os.Stat(filepath.Dir(d.path))
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			return nil
+		case err != nil:
+			return fmt.Errorf("target directory %s: %w", d.name, err)
+		case !parent.IsDir():
+			return fmt.Errorf("target directory %s: %s is not a directory; choose another --dir", d.name, filepath.Dir(d.path))
 		}
-		if err == nil {
-			info, err = os.Lstat(d.path)
-		}
+		return nil
 	}
-	switch {
-	case err != nil:
-		return nil, fmt.Errorf("target directory: %w", err)
-	case info.Mode()&fs.ModeSymlink != 0:
-		return nil, &refusedError{fmt.Sprintf("target directory %s is a symbolic link: the example does not follow one; give the directory's own path", d.path)}
-	case !info.IsDir():
-		return nil, fmt.Errorf("target directory %s is not a directory; choose another --dir", d.path)
+	if err := d.checkDir(info, err); err != nil {
+		return err
 	}
 	root, err := os.OpenRoot(d.path)
 	if err != nil {
-		return nil, fmt.Errorf("target directory: %w", err)
+		return fmt.Errorf("target directory %s: %w", d.name, err)
 	}
-	opened, err := root.Stat(".")
-	if err == nil && !os.SameFile(info, opened) {
-		err = fmt.Errorf("target directory %s changed while being opened", d.path)
-	}
-	if err == nil && !d.known(root, opened) {
-		err = d.claim(root)
-	}
-	if err != nil {
-		root.Close()
-		return nil, err
-	}
-	d.seen = opened
-	return root, nil
+	defer root.Close()
+	_, err = d.inspect(root)
+	return err
 }
 
-// known reports whether the directory is the one claimed last and still
-// has its state directory. Checking the state directory too catches a
-// directory that was replaced by a new one with a reused inode number.
-func (d *ownedDir) known(root *os.Root, opened fs.FileInfo) bool {
-	if d.seen == nil || !os.SameFile(d.seen, opened) {
-		return false
-	}
-	info, err := root.Lstat(stateDir)
-	return err == nil && info.IsDir()
-}
-
-// claim takes a directory not seen before: it loads its journal, or
-// creates one if the directory is empty or adopted, and removes temporary
-// files left by an interrupted write.
-func (d *ownedDir) claim(root *os.Root) error {
-	info, err := root.Lstat(stateDir)
+// checkDir refuses what Lstat found at the directory's name unless it is a
+// directory that only the user running the example can change.
+func (d *ownedDir) checkDir(info fs.FileInfo, err error) error {
 	switch {
-	case err == nil && !info.IsDir():
-		return &refusedError{fmt.Sprintf("target directory %s: %s is not the example's state directory; remove it or choose another --dir", d.path, stateDir)}
-	case err == nil:
-		j, err := loadJournal(root)
-		if err != nil {
-			return &refusedError{fmt.Sprintf("target directory %s: %v; remove %s or choose another --dir", d.path, err, stateDir)}
-		}
-		d.journal = j
-		d.log.Info("Using a directory the example owns", "directory", d.path, "files", len(j.Files))
-	case errors.Is(err, fs.ErrNotExist):
-		names, err := readDirNames(root, ".")
-		if err != nil {
-			return fmt.Errorf("target directory %s: %w", d.path, err)
-		}
-		if len(names) > 0 && !d.adopt {
-			return &refusedError{fmt.Sprintf("target directory %s is not empty and the example did not create it (it has no %s/): "+
-				"choose another --dir, or pass --adopt to let the example add its files there (it never changes or removes the others)", d.path, stateDir)}
-		}
-		if err := root.Mkdir(stateDir, 0o700); err != nil {
-			return fmt.Errorf("target directory %s: %w", d.path, err)
-		}
-		d.journal = journal{Owner: journalOwner, Files: map[string]journalEntry{}}
-		if err := d.save(root); err != nil {
-			return err
-		}
-		if len(names) > 0 {
-			d.log.Info("Adopted a directory; its existing files are left alone", "directory", d.path, "existing", len(names))
-		}
-	default:
-		return fmt.Errorf("target directory %s: %w", d.path, err)
+	case err != nil:
+		return fmt.Errorf("%s: %w", d.label(), err)
+	case info.Mode()&fs.ModeSymlink != 0:
+		return &refusedError{fmt.Sprintf("%s is a symbolic link: the example does not follow one; give the directory's own path", d.label())}
+	case !info.IsDir():
+		return fmt.Errorf("%s is not a directory; choose another --dir", d.label())
 	}
-	return removeTemporaries(root)
-}
-
-func loadJournal(root *os.Root) (journal, error) {
-	var j journal
-	data, err := root.ReadFile(journalPath)
-	if err != nil {
-		return j, fmt.Errorf("reading the ownership journal: %w", err)
-	}
-	if err := json.Unmarshal(data, &j); err != nil || j.Owner != journalOwner {
-		return j, fmt.Errorf("%s is not the example's ownership journal", journalPath)
-	}
-	if j.Files == nil {
-		j.Files = map[string]journalEntry{}
-	}
-	for name := range j.Files {
-		if err := validateName(name); err != nil {
-			return j, fmt.Errorf("%s: %w", journalPath, err)
-		}
-	}
-	return j, nil
-}
-
-// save writes the journal atomically.
-func (d *ownedDir) save(root *os.Root) error {
-	data, err := json.MarshalIndent(d.journal, "", "  ")
-	if err != nil {
+	if err := checkPrivate(d.label(), info, "choose another --dir"); err != nil {
 		return err
-	}
-	tmp, _, err := writeTemp(root, data, 0o600)
-	if err != nil {
-		return fmt.Errorf("writing the ownership journal: %w", err)
-	}
-	if err := root.Rename(tmp, journalPath); err != nil {
-		root.Remove(tmp)
-		return fmt.Errorf("writing the ownership journal: %w", err)
 	}
 	return nil
 }
 
-// owned returns the journal's entry for name, if the example wrote it.
-func (d *ownedDir) owned(name string) (journalEntry, bool) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	e, ok := d.journal.Files[name]
-	return e, ok
+// inspect checks the contents of the directory, which root opens, and
+// reports whether it holds the example's state directory. It refuses a
+// state directory that is not the example's or that another user can
+// change, and a non-empty directory without one unless --adopt was given.
+func (d *ownedDir) inspect(root *os.Root) (hasState bool, err error) {
+	info, err := root.Lstat(stateDir)
+	switch {
+	case err == nil && !info.IsDir():
+		return false, &refusedError{fmt.Sprintf("%s: %s is not the example's state directory; remove it or choose another --dir", d.label(), stateDir)}
+	case err == nil:
+		if err := checkPrivate(d.label()+": "+stateDir, info, "remove it or choose another --dir"); err != nil {
+			return false, err
+		}
+		if err := readJournalHeader(root); err != nil {
+			return false, &refusedError{fmt.Sprintf("%s: %v; remove %s or choose another --dir", d.label(), err, stateDir)}
+		}
+		return true, nil
+	case errors.Is(err, fs.ErrNotExist):
+		empty, err := isEmpty(root)
+		if err != nil {
+			return false, fmt.Errorf("%s: %w", d.label(), err)
+		}
+		if !empty && !d.adopt {
+			return false, &refusedError{fmt.Sprintf("%s is not empty and the example did not create it (it has no %s/): "+
+				"choose another --dir, or pass --adopt to let the example add its files there (it never changes or removes the others)", d.label(), stateDir)}
+		}
+		return false, nil
+	default:
+		return false, fmt.Errorf("%s: %w", d.label(), err)
+	}
 }
 
-// ownedNames returns the names of every file the example wrote.
-func (d *ownedDir) ownedNames() []string {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	names := make([]string, 0, len(d.journal.Files))
-	for name := range d.journal.Files {
-		names = append(names, name)
+// start opens the directory's parent, creating it if it is missing, and
+// claims the directory. Any failure is about --dir: a usage error.
+func (d *ownedDir) start(cell.HookContext) error {
+	parentPath := filepath.Dir(d.path)
+	if err := os.MkdirAll(parentPath, 0o755); err != nil {
+		return refuse("dir", fmt.Errorf("target directory %s: %w", d.name, err))
 	}
-	return names
+	parent, err := os.OpenRoot(parentPath)
+	if err != nil {
+		return refuse("dir", fmt.Errorf("target directory %s: %w", d.name, err))
+	}
+	d.mu.Lock()
+	d.parent = parent
+	d.mu.Unlock()
+	c, err := d.acquire()
+	if err != nil {
+		return refuse("dir", err)
+	}
+	d.release(c)
+	d.mu.Lock()
+	d.started = true
+	d.mu.Unlock()
+	return nil
 }
 
-// record sets (entry non-nil) or removes name's entry and saves the
-// journal; if the save fails, the entry is left as it was. It returns the
-// previous entry, for undoing.
-func (d *ownedDir) record(root *os.Root, name string, entry *journalEntry) (prev *journalEntry, err error) {
+// stop closes the directory and its parent. The reconciler has stopped.
+func (d *ownedDir) stop(cell.HookContext) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if old, ok := d.journal.Files[name]; ok {
-		prev = &old
+	if d.cur != nil {
+		d.retire(d.cur)
 	}
-	set := func(e *journalEntry) {
-		if e == nil {
-			delete(d.journal.Files, name)
-		} else {
-			d.journal.Files[name] = *e
+	if d.parent != nil {
+		d.parent.Close()
+		d.parent = nil
+	}
+	return nil
+}
+
+// acquire returns the directory, claimed, for an operation, which must
+// release it. The directory at the name is claimed anew if it is not the
+// one claimed last: see claim.
+func (d *ownedDir) acquire() (*claimed, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.parent == nil {
+		return nil, errors.New("the target directory is not open: the example is not running")
+	}
+	if c := d.cur; c != nil {
+		if d.intact(c) {
+			c.refs++
+			return c, nil
+		}
+		d.retire(c)
+	}
+	c, err := d.claim()
+	if err != nil {
+		return nil, err
+	}
+	d.cur = c
+	c.refs++
+	return c, nil
+}
+
+// release ends an operation's use of c.
+func (d *ownedDir) release(c *claimed) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	c.refs--
+	if c.retired && c.refs == 0 {
+		c.close()
+	}
+}
+
+// intact reports whether c is still the directory at the name, unchanged
+// in who may change it, with its state directory and a working journal.
+// Checking the state directory too catches a directory that was replaced
+// by a new one with a reused inode number.
+func (d *ownedDir) intact(c *claimed) bool {
+	if c.journal.failed() != nil {
+		return false
+	}
+	info, err := d.parent.Lstat(d.base)
+	if err != nil || !os.SameFile(info, c.info) || checkPrivate("", info, "") != nil {
+		return false
+	}
+	state, err := c.root.Lstat(stateDir)
+	return err == nil && state.IsDir() && checkPrivate("", state, "") == nil
+}
+
+// retire gives c up: it is closed once no operation uses it. The names
+// its journal lists are remembered as written before, so that restoring
+// one of them in a directory claimed later counts as drift repaired.
+func (d *ownedDir) retire(c *claimed) {
+	d.cur = nil
+	c.retired = true
+	if d.previous == nil {
+		d.previous = map[string]bool{}
+	}
+	for _, name := range c.journal.names() {
+		d.previous[name] = true
+	}
+	if c.refs == 0 {
+		c.close()
+	}
+}
+
+func (c *claimed) close() {
+	c.journal.close()
+	c.root.Close()
+}
+
+// writtenBefore reports whether the example wrote name into a directory it
+// claimed before the current one, and has not written it since.
+func (d *ownedDir) writtenBefore(name string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.previous[name]
+}
+
+// written notes that name was written into the current directory.
+func (d *ownedDir) written(name string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.previous, name)
+}
+
+// claim takes the directory at the name, creating it if it is missing (it
+// is part of the desired state). It refuses what checkDir and inspect
+// refuse. It loads the directory's journal, or creates one if the
+// directory is empty or adopted, writes the API's token, and removes
+// temporary files left by an interrupted write.
+func (d *ownedDir) claim() (*claimed, error) {
+	info, err := d.parent.Lstat(d.base)
+	if errors.Is(err, fs.ErrNotExist) {
+		// Mkdir, not MkdirAll: a directory that appears meanwhile is not
+		// mistaken for one the example created.
+		if err = d.parent.Mkdir(d.base, 0o755); err == nil || errors.Is(err, fs.ErrExist) {
+			info, err = d.parent.Lstat(d.base)
 		}
 	}
-	set(entry)
-	if err := d.save(root); err != nil {
-		set(prev)
-		return prev, err
+	if err := d.checkDir(info, err); err != nil {
+		return nil, err
 	}
-	return prev, nil
+	root, err := d.parent.OpenRoot(d.base)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", d.label(), err)
+	}
+	c, err := d.claimOpened(root, info)
+	if err != nil {
+		root.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+func (d *ownedDir) claimOpened(root *os.Root, info fs.FileInfo) (*claimed, error) {
+	opened, err := root.Stat(".")
+	if err == nil && !os.SameFile(info, opened) {
+		err = fmt.Errorf("%s changed while being opened", d.label())
+	}
+	if err != nil {
+		return nil, err
+	}
+	hasState, err := d.inspect(root)
+	if err != nil {
+		return nil, err
+	}
+	var j *journal
+	if hasState {
+		if j, err = loadJournal(root, d.read); err != nil {
+			return nil, &refusedError{fmt.Sprintf("%s: %v; remove %s or choose another --dir", d.label(), err, stateDir)}
+		}
+		d.log.Info("Using a directory the example owns", "directory", d.path, "files", j.len())
+	} else {
+		empty, err := isEmpty(root)
+		if err == nil {
+			err = root.Mkdir(stateDir, 0o700)
+		}
+		if err == nil {
+			j, err = createJournal(root)
+		}
+		if err == nil {
+			err = syncDir(root, ".")
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", d.label(), err)
+		}
+		if !empty {
+			d.log.Info("Adopted a directory; its existing files are left alone", "directory", d.path)
+		}
+	}
+	c := &claimed{root: root, info: opened, journal: j}
+	c.dir.sync = func() error { return syncDir(root, ".") }
+	err = d.token.write(root)
+	if err == nil {
+		err = removeTemporaries(root)
+	}
+	if err != nil {
+		j.close()
+		return nil, fmt.Errorf("%s: %w", d.label(), err)
+	}
+	return c, nil
 }
 
 // removeTemporaries removes temporary files left in the state directory by
@@ -288,4 +422,18 @@ func readDirNames(root *os.Root, name string) ([]string, error) {
 	}
 	defer dir.Close()
 	return dir.Readdirnames(-1)
+}
+
+// isEmpty reports whether the directory root opens has no entries.
+func isEmpty(root *os.Root) (bool, error) {
+	dir, err := root.Open(".")
+	if err != nil {
+		return false, err
+	}
+	defer dir.Close()
+	names, err := dir.Readdirnames(1)
+	if errors.Is(err, io.EOF) {
+		return true, nil
+	}
+	return len(names) == 0, err
 }

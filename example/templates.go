@@ -6,6 +6,7 @@ import (
 	"io"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/cilium/statedb"
 	sindex "github.com/cilium/statedb/index"
@@ -120,6 +121,40 @@ func (l *limitedWriter) Write(p []byte) (int, error) {
 	}
 	l.n -= len(p)
 	return l.w.Write(p)
+}
+
+// errInvalidTemplate is wrapped by every error of parseTemplate.
+var errInvalidTemplate = errors.New("invalid template")
+
+// parseTemplate checks a template's text: every "{{" must start one of
+// the placeholders {{name}} and {{content}}. A template is checked when it
+// is stored, so that a mistake is answered at once rather than written
+// into files.
+func parseTemplate(text string) error {
+	rest, offset := text, 0
+	for {
+		i := strings.Index(rest, "{{")
+		if i < 0 {
+			return nil
+		}
+		at := offset + i
+		line := 1 + strings.Count(text[:at], "\n")
+		column := 1 + utf8.RuneCountInString(text[strings.LastIndex(text[:at], "\n")+1:at])
+		tail := rest[i:]
+		end := strings.Index(tail, "}}")
+		if end < 0 || strings.Contains(tail[:end], "\n") {
+			return fmt.Errorf("%w: line %d, column %d: \"{{\" is not closed by \"}}\"; a template may use {{name}} and {{content}}", errInvalidTemplate, line, column)
+		}
+		switch placeholder := tail[:end+2]; placeholder {
+		case "{{name}}", "{{content}}":
+		default:
+			if len(placeholder) > 40 {
+				placeholder = placeholder[:37] + "..."
+			}
+			return fmt.Errorf("%w: line %d, column %d: unknown placeholder %q; a template may use {{name}} and {{content}}", errInvalidTemplate, line, column, placeholder)
+		}
+		rest, offset = tail[end+2:], at+end+2
+	}
 }
 
 // errInvalidTemplateName is wrapped by every error of

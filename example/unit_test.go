@@ -99,8 +99,26 @@ func TestValidateName(t *testing.T) {
 	for _, ok := range []string{"a", "hello.txt", ".hidden", "a b", "ünïcode", "..x", "x.."} {
 		require.NoError(t, validateName(ok), ok)
 	}
-	for _, bad := range []string{"", ".", "..", "../x", "/etc/passwd", `a\b`, "a/b", "a\x00b", "a\nb", stateDir} {
+	for _, bad := range []string{"", ".", "..", "../x", "/etc/passwd", `a\b`, "a/b", "a\x00b", "a\nb", stateDir, "\xff", "a\xc3"} {
 		require.ErrorIs(t, validateName(bad), errInvalidName, bad)
+	}
+}
+
+// A template's text may hold {{name}} and {{content}}, and no other
+// "{{"; errors say where.
+func TestParseTemplate(t *testing.T) {
+	for _, ok := range []string{"", "plain", "{{name}}: {{content}}", "{{content}}{{content}}", "a } b }} c", "ünï {{name}}"} {
+		require.NoError(t, parseTemplate(ok), ok)
+	}
+	for text, msg := range map[string]string{
+		"{{other}}":            `line 1, column 1: unknown placeholder "{{other}}"`,
+		"x\nyé {{name}} {{ }}": `line 2, column 13: unknown placeholder "{{ }}"`,
+		"{{name":               `line 1, column 1: "{{" is not closed by "}}"`,
+		"{{{{name}}":           `line 1, column 1: unknown placeholder "{{{{name}}"`,
+	} {
+		err := parseTemplate(text)
+		require.ErrorIs(t, err, errInvalidTemplate, text)
+		require.ErrorContains(t, err, msg, text)
 	}
 }
 

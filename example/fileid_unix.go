@@ -1,0 +1,48 @@
+//go:build unix
+
+package main
+
+import (
+	"fmt"
+	"io/fs"
+	"os"
+	"strings"
+	"syscall"
+)
+
+// idOf returns the identity of the file info describes: its device and
+// inode numbers.
+func idOf(info fs.FileInfo) fileID {
+	st, ok := info.Sys().(*syscall.Stat_t)
+	if !ok {
+		return fileID{}
+	}
+	return fileID{Dev: uint64(st.Dev), Ino: uint64(st.Ino)}
+}
+
+// checkPrivate refuses a directory or file that another user could
+// change: one owned by a user other than the one running the example, or
+// writable by its group or by others, as ssh refuses such files of
+// ~/.ssh. what names it in the error, which says why; fix, if not empty,
+// says what to do.
+func checkPrivate(what string, info fs.FileInfo, fix string) error {
+	st, ok := info.Sys().(*syscall.Stat_t)
+	if !ok {
+		return nil
+	}
+	if fix != "" {
+		fix = "; " + fix
+	}
+	if uid := os.Geteuid(); int(st.Uid) != uid {
+		return &refusedError{fmt.Sprintf("%s is owned by uid %d, not by the user running the example (uid %d): "+
+			"another user may have created it to read or change what the example writes%s", what, st.Uid, uid, fix)}
+	}
+	if perm := info.Mode().Perm(); perm&0o022 != 0 {
+		if fix != "" {
+			fix = "; run chmod go-w on it, or" + strings.TrimPrefix(fix, ";")
+		}
+		return &refusedError{fmt.Sprintf("%s can be written by other users (mode %s): "+
+			"they could change what the example writes%s", what, perm, fix)}
+	}
+	return nil
+}
