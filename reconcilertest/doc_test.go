@@ -101,7 +101,7 @@ func TestDocumentedExample(t *testing.T) {
 	t.Run("docs/testing.md", func(t *testing.T) {
 		section := read("../docs/testing.md")
 		fences := regexp.MustCompile("(?s)```[a-z]*\n(.*?)```").FindAllStringSubmatch(section, -1)
-		require.Len(t, fences, 3, "the test, the script and the commands")
+		require.GreaterOrEqual(t, len(fences), 3, "the test, the script and the commands come first")
 		assert.Equal(t, testFunc, fences[0][1])
 		assert.Equal(t, script, fences[1][1])
 		assert.Equal(t, commands, listed(fences[2][1]))
