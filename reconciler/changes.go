@@ -135,3 +135,10 @@ func (f *changeFeed[Obj]) close() {
 	f.iter.Close()
 	f.iter, f.held = nil, txn
 }
+
+// closedChan is a closed channel: receiving from it never blocks.
+var closedChan = func() <-chan struct{} {
+	ch := make(chan struct{})
+	close(ch)
+	return ch
+}()

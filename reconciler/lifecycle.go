@@ -2,9 +2,6 @@ package reconciler
 
 import (
 	"hash/maphash"
-	"runtime"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/cilium/statedb"
@@ -668,116 +665,34 @@ func (lc *lifecycles[Obj]) changes() map[string]*keyState[Obj] {
 	return d
 }
 
-// gate answers the one question asked before every operation starts: may
-// an operation start now? Not while paused, not while a prune runs, not
-// once the loop is stopping. Pause, Resume and the loop change it from any
-// goroutine; workers wait on it.
-//
-// A start is enter, then the call of the operation, then entered. Closing
-// the gate (Pause, a prune) waits for the starts under way, so that once
-// it returns no operation begins: an operation that begins afterwards was
-// called before the gate closed, within the few instructions between
-// entered and the call.
-type gate struct {
-	mu       sync.Mutex
-	paused   bool
-	pruning  bool
-	stopping bool
-	changed  chan struct{} // closed and replaced on every change
-	open     atomic.Bool   // !paused && !pruning && !stopping, for a lock-free look
-	starting atomic.Int64  // starts between enter and entered
-	wake     func()        // called on every change, with mu held (workers' broadcast)
-}
-
-// enter reports whether an operation may start now; if so the caller calls
-// entered just before calling the operation.
-func (g *gate) enter() bool {
-	g.starting.Add(1)
-	if g.open.Load() {
-		return true
-	}
-	g.starting.Add(-1)
-	return false
-}
-
-// entered ends a start begun with enter.
-func (g *gate) entered() { g.starting.Add(-1) }
-
-// isOpen reports whether the gate is open, without starting anything.
-func (g *gate) isOpen() bool { return g.open.Load() }
-
-func newGate() *gate {
-	g := &gate{changed: make(chan struct{})}
-	g.open.Store(true)
-	return g
-}
-
-// update applies f, which reports whether it changed anything, and if so
-// tells whoever waits.
-func (g *gate) update(f func() bool) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if !f() {
-		return
-	}
-	open := !g.paused && !g.pruning && !g.stopping
-	g.open.Store(open)
-	for !open && g.starting.Load() > 0 {
-		runtime.Gosched() // a start under way: it calls its operation next
-	}
-	close(g.changed)
-	g.changed = make(chan struct{})
-	if g.wake != nil {
-		g.wake()
-	}
-}
-
-// state returns whether the reconciler is paused and a channel closed on
-// the next change.
-func (g *gate) state() (paused bool, changed <-chan struct{}) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.paused, g.changed
-}
-
-// setWake sets the function called on every change (nil: none).
-func (g *gate) setWake(wake func()) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.wake = wake
-}
-
-func (g *gate) setPaused(v bool) {
-	g.update(func() bool { old := g.paused; g.paused = v; return old != v })
-}
-
-// beginPrune closes the gate for a prune and reports true, unless the
-// reconciler is paused or stopping: Pause holds off prunes as it holds off
-// operations, so a prune due as Pause returns waits for Resume. The caller
-// ends the prune with endPrune.
-func (g *gate) beginPrune() bool {
-	began := false
-	g.update(func() bool {
-		if g.paused || g.stopping || g.pruning {
-			return false
+// oldestSince returns the earliest time at which an object still to be
+// reconciled (queued, running or waiting for a retry) was asked to be, or
+// the zero time.
+func (lc *lifecycles[Obj]) oldestSince() time.Time {
+	var oldest time.Time
+	for _, s := range lc.active {
+		oldest = earliest(oldest, s.task.since)
+		if s.hasNext {
+			oldest = earliest(oldest, s.next.since)
 		}
-		g.pruning, began = true, true
-		return true
-	})
-	return began
+	}
+	if !lc.heapOldestOK && len(lc.heap) > 0 {
+		lc.heapOldest = lc.heap[0].s.task.since
+		for _, e := range lc.heap {
+			lc.heapOldest = earliest(lc.heapOldest, e.s.task.since)
+		}
+		lc.heapOldestOK = true
+	}
+	if len(lc.heap) > 0 {
+		oldest = earliest(oldest, lc.heapOldest)
+	}
+	return oldest
 }
 
-// endPrune opens the gate closed by beginPrune.
-func (g *gate) endPrune() {
-	g.update(func() bool { old := g.pruning; g.pruning = false; return old })
+// earliest returns the earlier of two times, ignoring zero ones.
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || (!b.IsZero() && b.Before(a)) {
+		return b
+	}
+	return a
 }
-
-func (g *gate) setStopping(v bool) {
-	g.update(func() bool { old := g.stopping; g.stopping = v; return old != v })
-}
-
-// Pause implements Reconciler.
-func (r *reconciler[Obj]) Pause() { r.gate.setPaused(true) }
-
-// Resume implements Reconciler.
-func (r *reconciler[Obj]) Resume() { r.gate.setPaused(false) }

@@ -244,3 +244,22 @@ func WithOperationTimeout(d time.Duration) Option {
 func WithoutPanicRecovery() Option {
 	return func(o *options) { o.recoverPanics = false }
 }
+
+// WithStartAfter holds back every operation until the reconciled table and
+// tables (for example the tables that operations read, or dependencies)
+// are initialized, or until timeout passes, whichever comes first. Changes
+// made meanwhile are not lost: they are reconciled once it starts. If the
+// timeout passes first, the reconciler starts anyway and its health is
+// Degraded, naming the tables still waited for, until they are initialized.
+// A timeout of zero waits for as long as it takes. Pruning waits for the
+// reconciled table's initialization in any case.
+//
+// By default the reconciler starts at once: objects are reconciled as soon
+// as they are written, even while the table is still being filled.
+func WithStartAfter(timeout time.Duration, tables ...statedb.TableMeta) Option {
+	return func(o *options) {
+		o.startAfter = true
+		o.startTimeout = timeout
+		o.startTables = tables
+	}
+}

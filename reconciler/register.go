@@ -213,3 +213,9 @@ func (r *reconciler[Obj]) noKey(where string, obj Obj) {
 	r.log.Error("Reconciler met an object without a primary key; leaving it alone",
 		"where", where, "error", ErrNoPrimaryKey, "object", fmt.Sprintf("%v", obj))
 }
+
+// Pause implements Reconciler.
+func (r *reconciler[Obj]) Pause() { r.gate.setPaused(true) }
+
+// Resume implements Reconciler.
+func (r *reconciler[Obj]) Resume() { r.gate.setPaused(false) }

@@ -1,0 +1,90 @@
+package reconciler
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/cilium/hive/cell"
+)
+
+// maxHealthErrors caps how many object errors a Degraded health report
+// lists; the rest are summarised by count.
+const maxHealthErrors = 10
+
+// healthReporter reports the reconcile job's health, only when it changes.
+type healthReporter struct {
+	health cell.Health
+	sent   bool
+	ok     bool
+	last   healthState
+}
+
+// healthState is what health is made of after a round. Its functions are
+// called only if the report has to be remade.
+type healthState struct {
+	paused       bool
+	objects      int    // objects in the table; filled in by update
+	failing      int    // objects failing, waiting for a retry or retried now
+	retryVersion uint64 // changes whenever the failing objects do
+	pruneErr     error  // the last prune's error
+	limiterErr   error  // the round limiter's error
+	gateErr      error  // started before its tables were initialized
+}
+
+// update reports the state after a round if it differs from what was last
+// reported. While paused, health is OK with "Paused". While nothing fails,
+// health is OK with the number of objects.
+// Otherwise it is Degraded with "N error(s)", the wording of the StateDB
+// reconciler that scripts match on, then what fails, and up to
+// maxHealthErrors errors of failing objects, earliest next attempt first.
+// objects and retryErrors are called only when needed. It returns the
+// state for the reconcilers table.
+func (h *healthReporter) update(s healthState, objects func() int, retryErrors func(limit int) []error) State {
+	if s.paused {
+		// Paused on purpose: OK, but saying so.
+		if !h.sent || !h.last.paused {
+			h.sent, h.ok, h.last = true, false, s
+			h.health.OK("Paused")
+		}
+		return StatePaused
+	}
+	if s.failing == 0 && s.pruneErr == nil && s.limiterErr == nil && s.gateErr == nil {
+		s.objects = objects()
+		if h.sent && h.ok && s.objects == h.last.objects {
+			return StateRunning
+		}
+		h.sent, h.ok, h.last = true, true, s
+		h.health.OK(fmt.Sprintf("OK, %d object(s)", s.objects))
+		return StateRunning
+	}
+	if h.sent && !h.ok && s == h.last {
+		return StateDegraded
+	}
+	h.sent, h.ok, h.last = true, false, s
+
+	errs := make([]error, 0, maxHealthErrors+3)
+	var what []string
+	if s.failing > 0 {
+		what = append(what, fmt.Sprintf("%d object(s) failing", s.failing))
+	}
+	if s.pruneErr != nil {
+		what = append(what, "prune failed")
+		errs = append(errs, s.pruneErr)
+	}
+	if s.limiterErr != nil {
+		what = append(what, "round limiter failing")
+		errs = append(errs, s.limiterErr)
+	}
+	if s.gateErr != nil {
+		what = append(what, "tables not initialized")
+		errs = append(errs, s.gateErr)
+	}
+	count := s.failing + len(errs)
+	errs = append(errs, retryErrors(maxHealthErrors)...)
+	if omitted := s.failing - maxHealthErrors; omitted > 0 {
+		errs = append(errs, fmt.Errorf("%d more error(s) omitted", omitted))
+	}
+	h.health.Degraded(fmt.Sprintf("%d error(s): %s", count, strings.Join(what, ", ")), errors.Join(errs...))
+	return StateDegraded
+}
