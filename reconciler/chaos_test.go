@@ -1699,8 +1699,10 @@ func (r *chaosRun) twoPrunesWhileSaturated() {
 	}
 	r.logf("%soperations released", r.recs[i].label())
 
-	// Once the put-back is read, a Done it still carries was believed:
-	// the target must hold it. (Applied again, it carries a new status.)
+	// Once the put-back is read, the target must come to hold it, or its
+	// status change (applied again, or failed): a Done that stays while
+	// the target lacks the object was believed. A retry or a requeued
+	// batch entry may still be on its way, so this waits a while.
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	reached, _, err := r.gen.recs[i].WaitUntilReconciled(ctx, rev)
 	cancel()
@@ -1708,15 +1710,30 @@ func (r *chaosRun) twoPrunesWhileSaturated() {
 		r.logf("%s: not read within 100ms (reached @%d), not checked", k, reached)
 		return
 	}
-	obj, _, found := r.gen.table.Get(r.gen.db.ReadTxn(), itemID.Query(k))
-	if !found || r.recs[i].getStatus(obj).ID() != r.recs[i].getStatus(read).ID() {
-		return
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if got, has := c.data[k]; !has || got != read.Value {
-		c.violate("%s=%s put back after two prunes was believed %s: the target has %q (present: %v)",
-			k, read.Value, r.recs[i].getStatus(read), got, has)
+	deadline := time.NewTimer(2 * time.Second)
+	defer deadline.Stop()
+	for {
+		obj, _, watch, found := r.gen.table.GetWatch(r.gen.db.ReadTxn(), itemID.Query(k))
+		if !found || r.recs[i].getStatus(obj).ID() != r.recs[i].getStatus(read).ID() {
+			return
+		}
+		c.mu.Lock()
+		got, has := c.data[k]
+		changed := c.changed
+		c.mu.Unlock()
+		if has && got == read.Value {
+			return
+		}
+		select {
+		case <-watch:
+		case <-changed:
+		case <-deadline.C:
+			c.mu.Lock()
+			c.violate("%s=%s put back after two prunes was believed %s: the target has %q (present: %v)",
+				k, read.Value, r.recs[i].getStatus(read), got, has)
+			c.mu.Unlock()
+			return
+		}
 	}
 }
 

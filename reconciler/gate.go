@@ -23,7 +23,8 @@ type gate struct {
 	stopping bool
 	changed  chan struct{} // closed and replaced on every change
 	open     atomic.Bool   // !paused && !pruning && !stopping, for a lock-free look
-	starting atomic.Int64  // starts between enter and entered
+	held     atomic.Bool   // paused || stopping: what holds off a prune begun
+	starting atomic.Int64  // starts between enter (or enterPrune) and entered
 	wake     func()        // called on every change, with mu held (workers' broadcast)
 }
 
@@ -38,7 +39,20 @@ func (g *gate) enter() bool {
 	return false
 }
 
-// entered ends a start begun with enter.
+// enterPrune reports whether the prune begun with beginPrune may call
+// Operations.Prune now: a Pause or a stop since beginPrune holds it off, as
+// enter holds off an operation. If so the caller calls entered just before
+// calling Prune.
+func (g *gate) enterPrune() bool {
+	g.starting.Add(1)
+	if !g.held.Load() {
+		return true
+	}
+	g.starting.Add(-1)
+	return false
+}
+
+// entered ends a start begun with enter or enterPrune.
 func (g *gate) entered() { g.starting.Add(-1) }
 
 // isOpen reports whether the gate is open, without starting anything.
@@ -60,6 +74,7 @@ func (g *gate) update(f func() bool) {
 	}
 	open := !g.paused && !g.pruning && !g.stopping
 	g.open.Store(open)
+	g.held.Store(g.paused || g.stopping)
 	for !open && g.starting.Load() > 0 {
 		runtime.Gosched() // a start under way: it calls its operation next
 	}

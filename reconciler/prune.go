@@ -104,6 +104,9 @@ func (l *loop[Obj]) pruneIfDue(ctx context.Context) {
 		return // paused since the round began: the prune stays due
 	}
 	defer r.gate.endPrune()
+	if !r.gate.enterPrune() {
+		return // paused since beginPrune: the prune stays due
+	}
 	txn := r.db.ReadTxn()
 	for _, s := range r.keys.active {
 		if s.phase != phaseRunning {
@@ -156,6 +159,7 @@ func (r *reconciler[Obj]) prune(ctx context.Context, txn statedb.ReadTxn) pruneR
 	ctx = context.WithValue(ctx, driftKey{}, &drift)
 	start := time.Now()
 	err := r.call(ctx, "prune", func(ctx context.Context) error {
+		r.gate.entered() // begun with enterPrune
 		return r.ops.Prune(ctx, txn, r.table.All(txn))
 	})
 	res := pruneResult{at: start, duration: time.Since(start), repaired: drift.take()}
