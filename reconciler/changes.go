@@ -35,7 +35,8 @@ type changeFeed[Obj any] struct {
 	table statedb.Table[Obj]
 
 	iter    statedb.ChangeIterator[Obj] // nil while closed
-	read    statedb.Revision            // of the last change handed out from an iterator
+	read    statedb.Revision            // every change up to it was handed out
+	opened  statedb.Revision            // the table's revision when iter opened
 	floor   statedb.Revision            // upserts at or below it were read before iter opened
 	held    statedb.ReadTxn             // while closed: the table as of the last iterator's end
 	missed  []statedb.Change[Obj]       // deletes to hand out before iter's changes
@@ -60,10 +61,10 @@ func (f *changeFeed[Obj]) open() (statedb.Revision, error) {
 	if err != nil {
 		return 0, err
 	}
-	f.iter, f.floor = it, f.read
+	f.iter, f.floor, f.opened = it, f.read, f.table.Revision(now)
 	f.missed = append(f.missed, f.gone(f.held, now)...)
 	f.held = nil
-	return f.table.Revision(now), nil
+	return f.opened, nil
 }
 
 // gone returns a delete for every object of before whose key now lacks.
@@ -115,8 +116,16 @@ func (f *changeFeed[Obj]) next(txn statedb.ReadTxn) (iter.Seq2[statedb.Change[Ob
 				return
 			}
 		}
+		// Every change up to the revision at the open was handed out:
+		// the iterator's objects and the deletes found missing. A delete
+		// made before the open is not in the iterator, and may be the
+		// table's last change.
+		f.read = max(f.read, f.opened)
 	}, watch
 }
+
+// position returns the revision up to which every change was handed out.
+func (f *changeFeed[Obj]) position() statedb.Revision { return f.read }
 
 // close reads the deletes the iterator still holds, keeps them for the next
 // open with the table as of that read, and closes the iterator. Upserts

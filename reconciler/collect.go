@@ -52,6 +52,7 @@ func (l *loop[Obj]) collect(txn statedb.ReadTxn, now time.Time, room int) []op[O
 		var seq iter.Seq2[statedb.Change[Obj], statedb.Revision]
 		seq, l.watch = l.r.changes.next(txn)
 		l.collectChanges(seq, budget, now)
+		l.r.lastRev = max(l.r.lastRev, l.r.changes.position())
 		l.r.keys.readUpTo(l.r.lastRev, l.r.table.Revision(txn))
 	} else {
 		l.watch = closedChan // changes wait for room
@@ -219,7 +220,18 @@ func (l *loop[Obj]) current(txn statedb.ReadTxn, s *keyState[Obj]) bool {
 	switch {
 	case s.task.delete:
 		return !found
-	case !found || r.getStatus(cur).ID() != s.task.statusID:
+	case !found:
+		return false
+	case r.getStatus(cur).ID() != s.task.statusID:
+		if st := r.getStatus(cur); !st.IsPendingOrRefreshing() && st.ID() != 0 && st.ID() < s.task.statusID {
+			// Written back with an older status over the version the
+			// task is for, which may have been applied in part (cut
+			// short by a stop, or failed): that object is new work when
+			// its change is read, as it is when a commit finds it.
+			if key, ok := r.primary.ObjectToKey(cur); ok {
+				r.keys.sawOlder(key, s.task.statusID)
+			}
+		}
 		return false
 	case rev != s.task.rev:
 		r.keys.retarget(s, r.setStatus(r.clone(cur), r.getStatus(s.task.obj)), rev)

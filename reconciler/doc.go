@@ -138,7 +138,13 @@
 // [WithDependency], each suffixed with "-" and the name of [WithName] if
 // given, as the StateDB reconciler names them. It starts and stops with the
 // hive. [Register] may be called from a cell.Invoke, from a start hook, or
-// once the hive has started; its jobs then start at once. When the hive
+// once the hive has started; its jobs then start at once. As with the
+// StateDB reconciler, hive's job group decides two limits: a start hook
+// that registers must run after the group's registry has started (a hook
+// appended by a module that has the job group, as Params does, does), and
+// jobs added once the hive has started run until it stops and are not
+// started again by the next start: register again then (a start hook runs
+// again at every start). When the hive
 // stops, operations in flight see their context cancelled and no operation
 // starts afterwards. It holds a StateDB change iterator only while its job
 // runs, and closes it on the job's goroutine when the hive stops, so it

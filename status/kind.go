@@ -73,6 +73,9 @@ func ParseKind(s string) (Kind, error) {
 			return Kind(k), nil
 		}
 	}
+	if len(s) > 64 {
+		s = s[:64] + "…" // the error names the kind, not all of a long input
+	}
 	return KindUnset, fmt.Errorf("%w: unknown kind %q", ErrMalformed, s)
 }
 
