@@ -58,6 +58,12 @@ func (e *o30Env) settle() {
 	rev := e.put(&o30Obj{ID: "~marker", Value: fmt.Sprint(time.Now().UnixNano())})
 	e.waitRev(rev)
 	e.waitAllDone()
+	// WaitUntilReconciled returns while failed objects (a delete, which
+	// leaves no status) wait for a retry: wait until none does.
+	require.Eventually(e.t, func() bool {
+		_, low, err := e.rec.WaitUntilReconciled(context.Background(), rev)
+		return err == nil && low == 0
+	}, 20*time.Second, time.Millisecond, "retries still pending")
 }
 
 // takeOut reads and deletes id in one transaction and returns the object
