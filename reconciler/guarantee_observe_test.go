@@ -60,20 +60,9 @@ func TestGuaranteeHealthTree(t *testing.T) {
 // o30WaitHealth waits for the health child to exist and report a level.
 func o30WaitHealth(t *testing.T, h *cell.SimpleHealth, child string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		c := h.GetChild(child)
-		if c != nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no health child %q", child)
-		}
-		// SimpleHealth has no watch channel: poll with a bounded wait.
-		select {
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
+	// SimpleHealth has no watch channel: poll, with a deadline.
+	require.Eventually(t, func() bool { return h.GetChild(child) != nil }, 10*time.Second, 5*time.Millisecond,
+		"no health child %q", child)
 }
 
 // o30RoundRecorder records RoundStats.
