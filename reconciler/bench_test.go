@@ -172,8 +172,8 @@ func benchRounds(b *testing.B, batch bool, opts ...Option) {
 	defer r.changes.close()
 	ctx := context.Background()
 	health, _ := cell.NewSimpleHealth()
-	l := &loop[*benchObj]{r: r, exec: newExecutor(ctx, r),
-		health: healthReporter{health: health}, watch: closedChan}
+	r.resetRun(health)
+	l := &loop[*benchObj]{r: r, exec: newExecutor(ctx, r)}
 	for b.Loop() {
 		b.StopTimer()
 		insertPending(r, benchRound)
@@ -194,7 +194,6 @@ func benchRounds(b *testing.B, batch bool, opts ...Option) {
 // BenchmarkCommitFloor's time is).
 func BenchmarkCommit(b *testing.B) {
 	r := newBenchReconciler(b, false)
-	l := &loop[*benchObj]{r: r, exec: &executor[*benchObj]{}}
 	insertPending(r, benchRound)
 	ops := make([]op[*benchObj], 0, benchRound)
 	var locked time.Duration
@@ -206,11 +205,11 @@ func BenchmarkCommit(b *testing.B) {
 		}
 		b.StartTimer()
 		now := time.Now()
-		l.prepare(ops, now)
+		r.prepare(ops, now)
 		t0 := time.Now()
-		l.write(ops, now)
+		r.write(ops, now)
 		locked += time.Since(t0)
-		if out := l.settle(ops, now); out.failed != 0 {
+		if out := r.settle(ops, now); out.failed != 0 {
 			b.Fatalf("%d failed", out.failed)
 		}
 	}
@@ -248,7 +247,6 @@ func BenchmarkCommitFloor(b *testing.B) {
 // statuses plus 1000 retries queued (and then dropped, untimed).
 func BenchmarkCommitErrors(b *testing.B) {
 	r := newBenchReconciler(b, false)
-	l := &loop[*benchObj]{r: r, exec: &executor[*benchObj]{}}
 	insertPending(r, benchRound)
 	ops := make([]op[*benchObj], 0, benchRound)
 	errFail := fmt.Errorf("bench failure")
@@ -260,7 +258,7 @@ func BenchmarkCommitErrors(b *testing.B) {
 			ops = append(ops, op[*benchObj]{task: task[*benchObj]{obj: obj, rev: rev, statusID: obj.st.ID()}, updated: obj.clone(), err: errFail, ran: true})
 		}
 		b.StartTimer()
-		if out := l.commit(ops, time.Now()); out.failed != benchRound {
+		if out := r.commit(ops, time.Now()); out.failed != benchRound {
 			b.Fatalf("%d failed", out.failed)
 		}
 	}

@@ -151,3 +151,95 @@ var closedChan = func() <-chan struct{} {
 	close(ch)
 	return ch
 }()
+
+// deferredQueue holds the changes that wait behind fresh ones: objects
+// marked Refreshing (by the refresh sweep or a dependency) and the backlog
+// of Pending objects that were in the table when the reconcile job first ran.
+// A deferred change is taken only if its object is still at the revision it
+// was deferred at: if it changed since, the iterator brings the newer
+// version in its own turn. It has no cap: its entries are two words each,
+// and a cap would hold fresh changes back behind it. It is owned by the
+// loop goroutine.
+type deferredQueue[Obj any] struct {
+	ring       []deferred[Obj]
+	head, size int
+}
+
+type deferred[Obj any] struct {
+	obj Obj
+	rev statedb.Revision
+}
+
+func (q *deferredQueue[Obj]) len() int { return q.size }
+
+// push defers a change.
+func (q *deferredQueue[Obj]) push(obj Obj, rev statedb.Revision) {
+	if q.size == len(q.ring) {
+		grown := make([]deferred[Obj], max(2*len(q.ring), 64))
+		for i := range q.size {
+			grown[i] = q.ring[(q.head+i)%len(q.ring)]
+		}
+		q.ring, q.head = grown, 0
+	}
+	q.ring[(q.head+q.size)%len(q.ring)] = deferred[Obj]{obj, rev}
+	q.size++
+}
+
+// pop takes the oldest deferred change.
+func (q *deferredQueue[Obj]) pop() deferred[Obj] {
+	d := q.ring[q.head]
+	q.ring[q.head] = deferred[Obj]{}
+	q.head = (q.head + 1) % len(q.ring)
+	q.size--
+	return d
+}
+
+// lowRev returns the revision of the oldest deferred change, 0 if none.
+func (q *deferredQueue[Obj]) lowRev() statedb.Revision {
+	if q.size == 0 {
+		return 0
+	}
+	return q.ring[q.head].rev
+}
+
+// ownWrites remembers the revisions at which the loop's commits wrote
+// statuses, so that collect can tell an Error status it wrote itself from
+// one a user wrote back without looking the key up: in a retry storm those
+// are most of the changes read. Every status a commit writes takes a
+// revision within the commit's range, and nobody else writes the table in
+// that transaction. The ranges are in increasing order, one per commit
+// that wrote; a new run of the loop starts empty.
+type ownWrites struct {
+	ranges []revRange
+}
+
+type revRange struct{ lo, hi statedb.Revision }
+
+// add records that a commit wrote the revisions lo to hi (both included),
+// and forgets the ranges that changes up to read have passed.
+func (w *ownWrites) add(lo, hi, read statedb.Revision) {
+	w.forget(read)
+	if n := len(w.ranges); n > 0 && w.ranges[n-1].hi+1 == lo {
+		w.ranges[n-1].hi = hi
+		return
+	}
+	w.ranges = append(w.ranges, revRange{lo, hi})
+}
+
+// has reports whether rev was written by a commit. Calls must come in
+// increasing order of rev, as changes are read.
+func (w *ownWrites) has(rev statedb.Revision) bool {
+	w.forget(rev - 1)
+	return len(w.ranges) > 0 && w.ranges[0].lo <= rev
+}
+
+// forget drops the ranges that end at or before rev.
+func (w *ownWrites) forget(rev statedb.Revision) {
+	i := 0
+	for i < len(w.ranges) && w.ranges[i].hi <= rev {
+		i++
+	}
+	if i > 0 {
+		w.ranges = append(w.ranges[:0], w.ranges[i:]...)
+	}
+}

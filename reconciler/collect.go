@@ -28,59 +28,59 @@ import (
 // deferred queue has no cap, so a fresh change is never held back by a
 // backlog or a burst of refresh marks: only by room. With no room it reads
 // nothing and looks again next round.
-func (l *loop[Obj]) collect(txn statedb.ReadTxn, now time.Time, room int) []op[Obj] {
-	lc := l.r.keys
-	l.work = l.work[:0]
+func (r *reconciler[Obj]) collect(txn statedb.ReadTxn, now time.Time, room int) []op[Obj] {
+	lc := r.keys
+	r.work = r.work[:0]
 	if room <= 0 {
-		l.watch = closedChan // look again as soon as there is room
+		r.watch = closedChan // look again as soon as there is room
 		return nil
 	}
 	for _, s := range lc.takeQueued(room) {
-		if l.current(txn, s) {
-			l.start(s)
+		if r.current(txn, s) {
+			r.start(s)
 		} else {
 			lc.forget(s)
 		}
 	}
-	left := room - len(l.work)
+	left := room - len(r.work)
 	due, dueOK := lc.nextDue()
 	reserve := 0
-	if (dueOK && due <= now.UnixNano()) || l.r.deferred.len() > 0 {
+	if (dueOK && due <= now.UnixNano()) || r.deferred.len() > 0 {
 		reserve = left / 8
 	}
 	if budget := left - reserve; budget > 0 {
 		var seq iter.Seq2[statedb.Change[Obj], statedb.Revision]
-		seq, l.watch = l.r.changes.next(txn)
-		l.collectChanges(seq, budget, now)
-		l.r.lastRev = max(l.r.lastRev, l.r.changes.position())
-		l.r.keys.readUpTo(l.r.lastRev, l.r.table.Revision(txn))
+		seq, r.watch = r.changes.next(txn)
+		r.collectChanges(seq, budget, now)
+		r.lastRev = max(r.lastRev, r.changes.position())
+		r.keys.readUpTo(r.lastRev, r.table.Revision(txn))
 	} else {
-		l.watch = closedChan // changes wait for room
+		r.watch = closedChan // changes wait for room
 	}
-	left = room - len(l.work)
-	deferredShare := min(l.r.deferred.len(), left/2)
-	l.collectRetries(txn, now, left-deferredShare)
-	l.collectDeferred(txn, now, room-len(l.work))
-	if len(lc.queued) > 0 || l.r.deferred.len() > 0 {
-		l.watch = closedChan // more work for the next round
+	left = room - len(r.work)
+	deferredShare := min(r.deferred.len(), left/2)
+	r.collectRetries(txn, now, left-deferredShare)
+	r.collectDeferred(txn, now, room-len(r.work))
+	if len(lc.queued) > 0 || r.deferred.len() > 0 {
+		r.watch = closedChan // more work for the next round
 	}
-	return l.work
+	return r.work
 }
 
 // start adds the job of s to the round's work.
-func (l *loop[Obj]) start(s *keyState[Obj]) {
-	l.r.keys.start(s)
-	l.work = append(l.work, op[Obj]{task: s.task, s: s, key: s.key})
+func (r *reconciler[Obj]) start(s *keyState[Obj]) {
+	r.keys.start(s)
+	r.work = append(r.work, op[Obj]{task: s.task, s: s, key: s.key})
 }
 
 // collectChanges reads changes, turning those that need work into ops,
 // until budget ops were added or the changes run out. A change read is
 // consumed, so the budget is checked once a change has been acted on.
-func (l *loop[Obj]) collectChanges(changes iter.Seq2[statedb.Change[Obj], statedb.Revision], budget int, now time.Time) {
+func (r *reconciler[Obj]) collectChanges(changes iter.Seq2[statedb.Change[Obj], statedb.Revision], budget int, now time.Time) {
 	added := 0
 	for change, rev := range changes {
-		l.r.lastRev = rev
-		if l.collectChange(change, rev, now) {
+		r.lastRev = rev
+		if r.collectChange(change, rev, now) {
 			if added++; added >= budget {
 				break
 			}
@@ -89,8 +89,8 @@ func (l *loop[Obj]) collectChanges(changes iter.Seq2[statedb.Change[Obj], stated
 }
 
 // collectChange acts on one change and reports whether it added an op.
-func (l *loop[Obj]) collectChange(change statedb.Change[Obj], rev statedb.Revision, now time.Time) bool {
-	r, lc := l.r, l.r.keys
+func (r *reconciler[Obj]) collectChange(change statedb.Change[Obj], rev statedb.Revision, now time.Time) bool {
+	lc := r.keys
 	j := task[Obj]{obj: change.Object, rev: change.Revision, delete: change.Deleted, since: now, ready: now.UnixNano()}
 	if change.Deleted {
 		if key, ok := r.primary.ObjectToKey(change.Object); ok {
@@ -100,14 +100,14 @@ func (l *loop[Obj]) collectChange(change statedb.Change[Obj], rev statedb.Revisi
 		switch {
 		case st.Kind != status.KindError && !lc.mayBeStale():
 			return false // a Done, most often this reconciler's own: nothing to ask
-		case l.own.has(rev):
+		case r.own.has(rev):
 			return false
-		case l.stale(change.Object, st):
+		case r.stale(change.Object, st):
 			// Put back with a status older than what is known of its key:
 			// apply it as if Pending (see lifecycles.stale).
 			j.obj, j.statusID = r.setStatus(r.clone(change.Object), status.PendingAt(now)), st.ID()
 		case st.Kind == status.KindError && !st.Terminal:
-			l.adopt(change.Object, rev, st, now)
+			r.adopt(change.Object, rev, st, now)
 			return false
 		default:
 			return false
@@ -117,8 +117,8 @@ func (l *loop[Obj]) collectChange(change statedb.Change[Obj], rev statedb.Revisi
 		if !st.UpdatedAt.IsZero() {
 			j.since, j.ready = st.UpdatedAt, st.UpdatedAt.UnixNano()
 		}
-		if j.refresh || rev <= l.r.backlog {
-			l.r.deferred.push(change.Object, rev)
+		if j.refresh || rev <= r.backlog {
+			r.deferred.push(change.Object, rev)
 			if lc.tracked() {
 				if key, ok := r.keyOf(change.Object); ok {
 					lc.dropRetry(key) // a newer version waits in the deferred queue
@@ -128,7 +128,7 @@ func (l *loop[Obj]) collectChange(change statedb.Change[Obj], rev statedb.Revisi
 		}
 	}
 	if r.opts.concurrency == 1 && !lc.tracked() {
-		l.work = append(l.work, op[Obj]{task: j}) // untracked: see keyState
+		r.work = append(r.work, op[Obj]{task: j}) // untracked: see keyState
 		return true
 	}
 	key, ok := r.keyOf(change.Object)
@@ -137,7 +137,7 @@ func (l *loop[Obj]) collectChange(change statedb.Change[Obj], rev statedb.Revisi
 		return false
 	}
 	if s := lc.observe(key, j); s != nil {
-		l.start(s)
+		r.start(s)
 		return true
 	}
 	return false
@@ -145,25 +145,25 @@ func (l *loop[Obj]) collectChange(change statedb.Change[Obj], rev statedb.Revisi
 
 // stale reports whether st, a status of obj that asks for no work, is
 // older than what is known of obj's key (see lifecycles.stale).
-func (l *loop[Obj]) stale(obj Obj, st status.Status) bool {
-	lc := l.r.keys
+func (r *reconciler[Obj]) stale(obj Obj, st status.Status) bool {
+	lc := r.keys
 	if !lc.mayBeStale() {
 		return false
 	}
 	for _, p := range lc.pruned {
 		if st.ID() != 0 && st.ID() <= p.cut {
-			if _, _, found := l.r.lookup(p.txn, obj); !found {
+			if _, _, found := r.lookup(p.txn, obj); !found {
 				return true // the prune may have removed it (see pruneSnapshot)
 			}
 		}
 	}
-	key, ok := l.r.primary.ObjectToKey(obj)
+	key, ok := r.primary.ObjectToKey(obj)
 	return ok && lc.stale(key, st.ID())
 }
 
 // adopt hands lifecycles.adopt an Error status found on obj.
-func (l *loop[Obj]) adopt(obj Obj, rev statedb.Revision, st status.Status, now time.Time) {
-	r := l.r
+func (r *reconciler[Obj]) adopt(obj Obj, rev statedb.Revision, st status.Status, now time.Time) {
+
 	key, ok := r.keyOf(obj)
 	if !ok {
 		r.noKey("an Error status", obj)
@@ -185,19 +185,19 @@ func (l *loop[Obj]) adopt(obj Obj, rev statedb.Revision, st status.Status, now t
 
 // collectRetries takes retries due at now, up to budget. A retry whose
 // object changed since is dropped (see current).
-func (l *loop[Obj]) collectRetries(txn statedb.ReadTxn, now time.Time, budget int) {
-	lc := l.r.keys
+func (r *reconciler[Obj]) collectRetries(txn statedb.ReadTxn, now time.Time, budget int) {
+	lc := r.keys
 	for added := 0; added < budget; {
 		s, ok := lc.popDue(now.UnixNano())
 		if !ok {
 			return
 		}
 		lc.attempt(s)
-		if !l.current(txn, s) {
+		if !r.current(txn, s) {
 			lc.forget(s)
 			continue
 		}
-		l.start(s)
+		r.start(s)
 		added++
 	}
 }
@@ -214,8 +214,8 @@ func (l *loop[Obj]) collectRetries(txn statedb.ReadTxn, now time.Time, budget in
 // reconciler's status put back to the one that asked for the work, Pending
 // or Refreshing, rather than the Error status a failure wrote: an
 // operation that reads the status sees the same request on every attempt.
-func (l *loop[Obj]) current(txn statedb.ReadTxn, s *keyState[Obj]) bool {
-	r := l.r
+func (r *reconciler[Obj]) current(txn statedb.ReadTxn, s *keyState[Obj]) bool {
+
 	cur, rev, found := r.lookup(txn, s.task.obj)
 	switch {
 	case s.task.delete:
@@ -241,10 +241,10 @@ func (l *loop[Obj]) current(txn statedb.ReadTxn, s *keyState[Obj]) bool {
 
 // collectDeferred takes up to budget deferred changes, oldest first,
 // dropping those whose object has changed since (see deferredQueue).
-func (l *loop[Obj]) collectDeferred(txn statedb.ReadTxn, now time.Time, budget int) {
-	r, lc := l.r, l.r.keys
-	for added := 0; added < budget && l.r.deferred.len() > 0; {
-		d := l.r.deferred.pop()
+func (r *reconciler[Obj]) collectDeferred(txn statedb.ReadTxn, now time.Time, budget int) {
+	lc := r.keys
+	for added := 0; added < budget && r.deferred.len() > 0; {
+		d := r.deferred.pop()
 		if _, rev, found := r.lookup(txn, d.obj); !found || rev != d.rev {
 			continue
 		}
@@ -255,7 +255,7 @@ func (l *loop[Obj]) collectDeferred(txn statedb.ReadTxn, now time.Time, budget i
 		}
 		j.ready = j.since.UnixNano()
 		if r.opts.concurrency == 1 && !lc.tracked() {
-			l.work = append(l.work, op[Obj]{task: j})
+			r.work = append(r.work, op[Obj]{task: j})
 			added++
 			continue
 		}
@@ -265,100 +265,8 @@ func (l *loop[Obj]) collectDeferred(txn statedb.ReadTxn, now time.Time, budget i
 			continue
 		}
 		if s := lc.observe(key, j); s != nil {
-			l.start(s)
+			r.start(s)
 			added++
 		}
-	}
-}
-
-// deferredQueue holds the changes that wait behind fresh ones: objects
-// marked Refreshing (by the refresh sweep or a dependency) and the backlog
-// of Pending objects that were in the table when the reconcile job first ran.
-// A deferred change is taken only if its object is still at the revision it
-// was deferred at: if it changed since, the iterator brings the newer
-// version in its own turn. It has no cap: its entries are two words each,
-// and a cap would hold fresh changes back behind it. It is owned by the
-// loop goroutine.
-type deferredQueue[Obj any] struct {
-	ring       []deferred[Obj]
-	head, size int
-}
-
-type deferred[Obj any] struct {
-	obj Obj
-	rev statedb.Revision
-}
-
-func (q *deferredQueue[Obj]) len() int { return q.size }
-
-// push defers a change.
-func (q *deferredQueue[Obj]) push(obj Obj, rev statedb.Revision) {
-	if q.size == len(q.ring) {
-		grown := make([]deferred[Obj], max(2*len(q.ring), 64))
-		for i := range q.size {
-			grown[i] = q.ring[(q.head+i)%len(q.ring)]
-		}
-		q.ring, q.head = grown, 0
-	}
-	q.ring[(q.head+q.size)%len(q.ring)] = deferred[Obj]{obj, rev}
-	q.size++
-}
-
-// pop takes the oldest deferred change.
-func (q *deferredQueue[Obj]) pop() deferred[Obj] {
-	d := q.ring[q.head]
-	q.ring[q.head] = deferred[Obj]{}
-	q.head = (q.head + 1) % len(q.ring)
-	q.size--
-	return d
-}
-
-// lowRev returns the revision of the oldest deferred change, 0 if none.
-func (q *deferredQueue[Obj]) lowRev() statedb.Revision {
-	if q.size == 0 {
-		return 0
-	}
-	return q.ring[q.head].rev
-}
-
-// ownWrites remembers the revisions at which the loop's commits wrote
-// statuses, so that collect can tell an Error status it wrote itself from
-// one a user wrote back without looking the key up: in a retry storm those
-// are most of the changes read. Every status a commit writes takes a
-// revision within the commit's range, and nobody else writes the table in
-// that transaction. The ranges are in increasing order, one per commit
-// that wrote; a new run of the loop starts empty.
-type ownWrites struct {
-	ranges []revRange
-}
-
-type revRange struct{ lo, hi statedb.Revision }
-
-// add records that a commit wrote the revisions lo to hi (both included),
-// and forgets the ranges that changes up to read have passed.
-func (w *ownWrites) add(lo, hi, read statedb.Revision) {
-	w.forget(read)
-	if n := len(w.ranges); n > 0 && w.ranges[n-1].hi+1 == lo {
-		w.ranges[n-1].hi = hi
-		return
-	}
-	w.ranges = append(w.ranges, revRange{lo, hi})
-}
-
-// has reports whether rev was written by a commit. Calls must come in
-// increasing order of rev, as changes are read.
-func (w *ownWrites) has(rev statedb.Revision) bool {
-	w.forget(rev - 1)
-	return len(w.ranges) > 0 && w.ranges[0].lo <= rev
-}
-
-// forget drops the ranges that end at or before rev.
-func (w *ownWrites) forget(rev statedb.Revision) {
-	i := 0
-	for i < len(w.ranges) && w.ranges[i].hi <= rev {
-		i++
-	}
-	if i > 0 {
-		w.ranges = append(w.ranges[:0], w.ranges[i:]...)
 	}
 }

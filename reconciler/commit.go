@@ -7,7 +7,6 @@ import (
 
 	"github.com/cilium/statedb"
 
-	"github.com/converge-go/converge/metrics"
 	"github.com/converge-go/converge/status"
 )
 
@@ -22,14 +21,14 @@ import (
 //     its successor queued), log failures, and report the figures.
 //
 // Ops that never started (ran == false) go back to the queue.
-func (l *loop[Obj]) commit(ops []op[Obj], now time.Time) (out commitOutcome) {
+func (r *reconciler[Obj]) commit(ops []op[Obj], now time.Time) (out commitOutcome) {
 	if len(ops) == 0 {
 		return out
 	}
-	if l.prepare(ops, now) > 0 {
-		l.write(ops, now)
+	if r.prepare(ops, now) > 0 {
+		r.write(ops, now)
 	}
-	return l.settle(ops, now)
+	return r.settle(ops, now)
 }
 
 // commitOutcome is what a commit did.
@@ -39,8 +38,8 @@ type commitOutcome struct {
 
 // prepare sets on each update's clone the status its outcome calls for and
 // returns how many there are to write.
-func (l *loop[Obj]) prepare(ops []op[Obj], now time.Time) (writes int) {
-	r := l.r
+func (r *reconciler[Obj]) prepare(ops []op[Obj], now time.Time) (writes int) {
+
 	for i := range ops {
 		o := &ops[i]
 		if !o.ran || o.delete {
@@ -64,8 +63,8 @@ func (l *loop[Obj]) prepare(ops []op[Obj], now time.Time) (writes int) {
 // write stores the prepared statuses in one write transaction, records the
 // revisions it wrote as the loop's own, and sets each op's written (and
 // over, for a write over a changed object; see writeStatus).
-func (l *loop[Obj]) write(ops []op[Obj], now time.Time) {
-	r := l.r
+func (r *reconciler[Obj]) write(ops []op[Obj], now time.Time) {
+
 	wtxn := r.db.WriteTxn(r.table)
 	lo := r.table.Revision(wtxn) // the table's revision before the writes
 	for i := range ops {
@@ -82,7 +81,7 @@ func (l *loop[Obj]) write(ops []op[Obj], now time.Time) {
 		}
 	}
 	if hi := r.table.Revision(wtxn); hi > lo {
-		l.own.add(lo+1, hi, l.r.lastRev)
+		r.own.add(lo+1, hi, r.lastRev)
 	}
 	wtxn.Commit()
 }
@@ -135,14 +134,14 @@ func (r *reconciler[Obj]) writeStatus(wtxn statedb.WriteTxn, o *op[Obj]) (writte
 
 // settle does what follows the writes for each op: its key's lifecycle,
 // figures and failure logs.
-func (l *loop[Obj]) settle(ops []op[Obj], now time.Time) (out commitOutcome) {
-	r, lc := l.r, l.r.keys
-	fig := &l.figures
+func (r *reconciler[Obj]) settle(ops []op[Obj], now time.Time) (out commitOutcome) {
+	lc := r.keys
+	fig := &r.figures
 	fig.reset()
 	for i := range ops {
 		o := &ops[i]
 		if !o.ran {
-			l.requeue(o)
+			r.requeue(o)
 			continue
 		}
 		out.committed++
@@ -153,9 +152,9 @@ func (l *loop[Obj]) settle(ops []op[Obj], now time.Time) (out commitOutcome) {
 		fig.count(o.delete, outcome(o.err, r.opts.operationTimeout), o.started-o.ready, r.metrics.commit != nil)
 		if o.err != nil {
 			out.failed++
-			l.failed(o, attempts+1, now)
+			r.failed(o, attempts+1, now)
 		} else {
-			l.totals.succeededLast()
+			r.totals.succeededLast()
 		}
 		settled := o.err == nil || (!o.delete && IsTerminal(o.err))
 		written := o.delete || o.written
@@ -192,7 +191,7 @@ func (l *loop[Obj]) settle(ops []op[Obj], now time.Time) (out commitOutcome) {
 		lc.settle(s, o.err, settled, written, retryAt, errID, now)
 	}
 	fig.stats.RefreshRepaired = int(r.refreshDrift.Swap(0))
-	l.totals.add(fig)
+	r.totals.add(fig)
 	if r.metrics.commit != nil {
 		r.metrics.commit.Committed(r.moduleID, r.opts.name, fig.stats)
 	}
@@ -204,8 +203,8 @@ func (l *loop[Obj]) settle(ops []op[Obj], now time.Time) (out commitOutcome) {
 
 // requeue puts the key of o, an op that never started (the gate closed or
 // the loop stopped), back in the queue.
-func (l *loop[Obj]) requeue(o *op[Obj]) {
-	r, lc := l.r, l.r.keys
+func (r *reconciler[Obj]) requeue(o *op[Obj]) {
+	lc := r.keys
 	s := o.s
 	if s == nil {
 		key, ok := r.keyOf(o.obj)
@@ -218,40 +217,20 @@ func (l *loop[Obj]) requeue(o *op[Obj]) {
 	lc.requeue(s)
 }
 
-// commitFigures gathers the figures of one commit. Its slices are reused
-// from one commit to the next.
-type commitFigures struct {
-	stats     metrics.CommitStats
-	converged int
-	total     time.Duration
-	longest   time.Duration
+// failed records a failed op, its attempt-th: the last error and the
+// count of failures since a success; and logs it.
+func (r *reconciler[Obj]) failed(o *op[Obj], attempt int, now time.Time) {
+	r.totals.sinceSuccess++
+	r.totals.lastErr = o.err.Error()
+	r.totals.lastErrAt = now
+	r.failLog.record(r.log, o.delete, r.opKey(o), attempt, o.err, now)
 }
 
-func (c *commitFigures) reset() {
-	waits, lat := c.stats.QueueWaits[:0], c.stats.Latencies[:0]
-	*c = commitFigures{}
-	c.stats.QueueWaits, c.stats.Latencies = waits, lat
-}
-
-// count records one committed op with its outcome and queue wait (in ns);
-// the slices are filled only if some metrics want them.
-func (c *commitFigures) count(isDelete bool, out metrics.Outcome, wait int64, slices bool) {
-	if isDelete {
-		c.stats.Delete.Add(out)
-	} else {
-		c.stats.Update.Add(out)
+// opKey returns o's primary key for messages.
+func (r *reconciler[Obj]) opKey(o *op[Obj]) string {
+	if o.key != "" {
+		return displayKey(o.key)
 	}
-	if slices {
-		c.stats.QueueWaits = append(c.stats.QueueWaits, time.Duration(max(wait, 0)))
-	}
-}
-
-// done records an object committed Done after latency.
-func (c *commitFigures) done(latency time.Duration, slices bool) {
-	c.converged++
-	c.total += latency
-	c.longest = max(c.longest, latency)
-	if slices {
-		c.stats.Latencies = append(c.stats.Latencies, latency)
-	}
+	key, _ := r.keyOf(o.obj)
+	return displayKey(key)
 }

@@ -7,32 +7,6 @@ import (
 	"github.com/converge-go/converge/metrics"
 )
 
-// info returns the reconciler's row of the reconcilers table.
-func (l *loop[Obj]) info(state State, objects, failing, inFlight int, oldest time.Time) Info {
-	r, t, p := l.r, &l.totals, &l.prune
-	info := Info{
-		Module:               r.moduleID.String(),
-		Name:                 r.opts.name,
-		State:                state,
-		Objects:              objects,
-		Succeeded:            t.succeeded,
-		Failed:               t.failed,
-		FailuresSinceSuccess: t.sinceSuccess,
-		LastError:            t.lastErr,
-		LastErrorAt:          t.lastErrAt,
-		Retrying:             failing,
-		InFlight:             inFlight,
-		OldestPending:        oldest,
-		LastPrune:            p.last.at,
-		LastPruneDuration:    p.last.duration,
-		DriftRepaired:        uint64(t.refreshRepaired + p.repaired),
-	}
-	if p.lastErr != nil {
-		info.LastPruneError = p.lastErr.Error()
-	}
-	return info
-}
-
 // totals are the running figures of a reconciler that its row in the
 // reconcilers table shows. The loop owns them.
 type totals struct {
@@ -65,12 +39,12 @@ type infoWriter[Obj any] struct {
 	last   Info // as last written, without the fields others write
 }
 
-func newInfoWriter[Obj any](r *reconciler[Obj]) *infoWriter[Obj] {
-	if r.tables == nil {
+func newInfoWriter[Obj any](tables *Tables, id string, keys *lifecycles[Obj]) *infoWriter[Obj] {
+	if tables == nil {
 		return nil
 	}
-	r.keys.trackChanges()
-	return &infoWriter[Obj]{tables: r.tables, id: metrics.Key(r.moduleID, r.opts.name)}
+	keys.trackChanges()
+	return &infoWriter[Obj]{tables: tables, id: id}
 }
 
 // write stores info as the reconciler's row if it differs from the last

@@ -2,6 +2,7 @@ package reconciler
 
 import (
 	"hash/maphash"
+	"math"
 	"time"
 
 	"github.com/cilium/statedb"
@@ -695,4 +696,105 @@ func earliest(a, b time.Time) time.Time {
 		return b
 	}
 	return a
+}
+
+// retryLowWatermark returns the lowest revision of a failing object,
+// waiting or being attempted again, or 0.
+func (lc *lifecycles[Obj]) retryLowWatermark() statedb.Revision {
+	if !lc.heapLowOK && len(lc.heap) > 0 {
+		lc.heapLow = math.MaxUint64
+		for _, e := range lc.heap {
+			lc.heapLow = min(lc.heapLow, e.s.task.rev)
+		}
+		lc.heapLowOK = true
+	}
+	var low statedb.Revision
+	if len(lc.heap) > 0 {
+		low = lc.heapLow
+	}
+	for _, s := range lc.active {
+		if s.attempts > 0 && (low == 0 || s.task.rev < low) {
+			low = s.task.rev
+		}
+	}
+	return low
+}
+
+// retryHeap holds the keyStates of the waiting phase, a binary min-heap
+// ordered by (due, seq). Adding, removing and taking the earliest cost
+// O(log n), so a round never scans it. The ordering keys sit next to the
+// pointer, so sifting compares without touching the keyStates.
+type retryHeap[Obj any] []heapEntry[Obj]
+
+type heapEntry[Obj any] struct {
+	due int64
+	seq uint64
+	s   *keyState[Obj]
+}
+
+func (h retryHeap[Obj]) less(i, j int) bool {
+	if h[i].due != h[j].due {
+		return h[i].due < h[j].due
+	}
+	return h[i].seq < h[j].seq
+}
+
+func (h retryHeap[Obj]) move(to int, e heapEntry[Obj]) {
+	h[to] = e
+	e.s.pos = to
+}
+
+// push adds s; seq breaks ties between equal due times, in insertion order.
+func (h *retryHeap[Obj]) push(s *keyState[Obj], seq uint64) {
+	*h = append(*h, heapEntry[Obj]{due: s.due, seq: seq, s: s})
+	h.up(len(*h) - 1)
+}
+
+// remove deletes the entry at position i.
+func (h *retryHeap[Obj]) remove(i int) {
+	old := *h
+	old[i].s.pos = -1
+	last := len(old) - 1
+	if i != last {
+		old.move(i, old[last])
+	}
+	old[last] = heapEntry[Obj]{}
+	*h = old[:last]
+	if i != last && !h.down(i) {
+		h.up(i)
+	}
+}
+
+func (h retryHeap[Obj]) up(i int) {
+	e := h[i]
+	for i > 0 {
+		parent := (i - 1) / 2
+		if h[parent].due < e.due || (h[parent].due == e.due && h[parent].seq < e.seq) {
+			break
+		}
+		h.move(i, h[parent])
+		i = parent
+	}
+	h.move(i, e)
+}
+
+// down sifts the entry at i towards the leaves and reports whether it moved.
+func (h retryHeap[Obj]) down(i int) bool {
+	start, e, n := i, h[i], len(h)
+	for {
+		child := 2*i + 1
+		if child >= n {
+			break
+		}
+		if r := child + 1; r < n && h.less(r, child) {
+			child = r
+		}
+		if e.due < h[child].due || (e.due == h[child].due && e.seq < h[child].seq) {
+			break
+		}
+		h.move(i, h[child])
+		i = child
+	}
+	h.move(i, e)
+	return i != start
 }

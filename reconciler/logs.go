@@ -6,15 +6,6 @@ import (
 	"time"
 )
 
-// failed records a failed op, its attempt-th: the last error and the
-// count of failures since a success; and logs it.
-func (l *loop[Obj]) failed(o *op[Obj], attempt int, now time.Time) {
-	l.totals.sinceSuccess++
-	l.totals.lastErr = o.err.Error()
-	l.totals.lastErrAt = now
-	l.logFailure(o, attempt, now)
-}
-
 // Failure logs are rate limited per reconciler, so that a storm of failures
 // cannot flood the log: an object's first failure is logged at Warn level
 // if the reconciler has logged fewer than failLogBurst failures in the last
@@ -36,11 +27,11 @@ type failLog struct {
 	suppressed  int
 }
 
-// logFailure logs the failure of o at now, as the rules above allow.
-func (l *loop[Obj]) logFailure(o *op[Obj], attempt int, now time.Time) {
-	r, f := l.r, &l.failLog
+// record logs to log, as the rules above allow, the attempt-th failure at
+// now of an update (or a delete) of key, with err.
+func (f *failLog) record(log *slog.Logger, isDelete bool, key string, attempt int, err error, now time.Time) {
 	what := "update"
-	if o.delete {
+	if isDelete {
 		what = "delete"
 	}
 	if now.Sub(f.windowStart) >= failLogInterval {
@@ -51,13 +42,13 @@ func (l *loop[Obj]) logFailure(o *op[Obj], attempt int, now time.Time) {
 			// A storm's objects may only fail again, never for the first
 			// time: report what was suppressed with this failure.
 			f.inWindow++
-			r.log.Warn("Reconciler operation failed again; earlier failure logs were suppressed",
-				"operation", what, "key", l.key(o), "attempt", attempt, "error", o.err, "suppressed", f.suppressed)
+			log.Warn("Reconciler operation failed again; earlier failure logs were suppressed",
+				"operation", what, "key", key, "attempt", attempt, "error", err, "suppressed", f.suppressed)
 			f.suppressed = 0
 			return
 		}
-		if r.log.Enabled(context.Background(), slog.LevelDebug) {
-			r.log.Debug("Reconciler operation failed again", "operation", what, "key", l.key(o), "attempt", attempt, "error", o.err)
+		if log.Enabled(context.Background(), slog.LevelDebug) {
+			log.Debug("Reconciler operation failed again", "operation", what, "key", key, "attempt", attempt, "error", err)
 		}
 		return
 	}
@@ -67,22 +58,13 @@ func (l *loop[Obj]) logFailure(o *op[Obj], attempt int, now time.Time) {
 	}
 	f.inWindow++
 	msg := "Reconciler operation failed; retrying with backoff"
-	if IsTerminal(o.err) && !o.delete {
+	if IsTerminal(err) && !isDelete {
 		msg = "Reconciler operation failed terminally; not retrying until the object changes"
 	}
-	args := []any{"operation", what, "key", l.key(o), "attempt", attempt, "error", o.err}
+	args := []any{"operation", what, "key", key, "attempt", attempt, "error", err}
 	if f.suppressed > 0 {
 		args = append(args, "suppressed", f.suppressed)
 		f.suppressed = 0
 	}
-	r.log.Warn(msg, args...)
-}
-
-// key returns o's primary key for messages.
-func (l *loop[Obj]) key(o *op[Obj]) string {
-	if o.key != "" {
-		return displayKey(o.key)
-	}
-	key, _ := l.r.keyOf(o.obj)
-	return displayKey(key)
+	log.Warn(msg, args...)
 }

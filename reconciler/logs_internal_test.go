@@ -50,10 +50,11 @@ func recordAttrs(r slog.Record) map[string]any {
 // failure of an object already failing, and later failures are at Debug.
 func TestFailureLogRateLimit(t *testing.T) {
 	h := &recordHandler{}
-	l := &loop[string]{r: &reconciler[string]{log: slog.New(h)}}
+	var f failLog
+	log := slog.New(h)
 	t0 := time.Unix(1000, 0)
 	fail := func(key string, attempts int, at time.Time) {
-		l.logFailure(&op[string]{key: key, err: fmt.Errorf("boom %s", key)}, attempts+1, at)
+		f.record(log, false, key, attempts+1, fmt.Errorf("boom %s", key), at)
 	}
 
 	// A storm: 100 objects fail for the first time within the window.
@@ -100,7 +101,7 @@ func TestFailureLogRateLimit(t *testing.T) {
 	assert.NotContains(t, recordAttrs(recs[0]), "suppressed")
 
 	// A terminal failure says it is not retried.
-	l.logFailure(&op[string]{key: "term", err: TerminalError(errors.New("bad"))}, 1, t0.Add(failLogInterval+4*time.Second))
+	f.record(log, false, "term", 1, TerminalError(errors.New("bad")), t0.Add(failLogInterval+4*time.Second))
 	recs = h.take()
 	require.Len(t, recs, 1)
 	assert.Contains(t, recs[0].Message, "terminally")

@@ -11,28 +11,15 @@ import (
 	"github.com/cilium/statedb"
 )
 
-// loop is the state of the reconcile job while it runs. What outlives a
-// stop (the keys' lifecycles, the change iterator) belongs to the
-// reconciler; the loop holds the reading position and the figures.
+// loop is one run of the reconcile job: the executor and the prune
+// schedule, which live as long as the run. Everything else it works on
+// belongs to the reconciler, whose stages (collect, operate, commit, prune,
+// report) it runs in order.
 type loop[Obj any] struct {
-	r      *reconciler[Obj]
-	exec   *executor[Obj]
-	prune  pruneSchedule
-	health healthReporter
-
-	own   ownWrites       // revisions of the statuses commits wrote
-	watch <-chan struct{} // closed when the table has changes not read
-	work  []op[Obj]       // collect's buffer
-
-	limiterErr error           // why the round limiter's last Wait failed, or nil
-	gateErr    error           // why the loop started before its tables were initialized
-	gateWatch  <-chan struct{} // while gateErr is set: closed when one of those tables is
-	wasPaused  bool            // whether the last round ran paused
-
-	reported struct{ failing, inFlight int } // as last given to the metrics
-	figures  commitFigures                   // of the last commit
-	totals   totals                          // since the loop started, for the reconcilers table
-	failLog  failLog
+	r     *reconciler[Obj]
+	exec  *executor[Obj]
+	prune pruneSchedule
+	retry retryTimer
 }
 
 // run is the reconcile job: it waits for something to do and runs a round,
@@ -45,24 +32,21 @@ func (r *reconciler[Obj]) run(ctx context.Context, health cell.Health) error {
 	if !r.started {
 		r.started, r.backlog = true, opened // what the table holds now waits behind fresh changes
 	}
-	l := &loop[Obj]{r: r, watch: closedChan,
-		health: healthReporter{health: health}, prune: newPruneSchedule(r)}
+	r.resetRun(health)
+	l := &loop[Obj]{r: r, prune: newPruneSchedule(r)}
 	r.gate.setStopping(false)
 	l.exec = newExecutor(ctx, r)
 	defer l.stopped()
-	defer l.prune.stop()
-	retry := retryTimer{}
-	defer retry.stop()
-	if !l.startGate(ctx, health) {
+	if !r.startGate(ctx, health) {
 		return nil
 	}
 	for {
 		paused, pauseChanged := r.gate.state()
-		watch, retryC := l.watch, retry.C()
+		watch, retryC := r.watch, l.retry.C()
 		if l.exec.room() <= 0 || paused {
 			watch, retryC = nil, nil // read nothing new; commit what finishes
 		}
-		if paused != l.wasPaused || (watch != nil && len(r.keys.queued) > 0) {
+		if paused != r.wasPaused || (watch != nil && len(r.keys.queued) > 0) {
 			pauseChanged = closedChan // a round now
 		}
 		select {
@@ -80,36 +64,38 @@ func (r *reconciler[Obj]) run(ctx context.Context, health cell.Health) error {
 			l.prune.request()
 		case <-r.pruneRequests:
 			l.prune.request()
-		case <-l.gateWatch:
-			l.gateWatch = nil // checkGate sets it again if need be
+		case <-r.gateWatch:
+			r.gateWatch = nil // checkGate sets it again if need be
 		}
 		if paused, _ = r.gate.state(); !paused {
-			l.waitForLimiter(ctx)
+			r.waitForLimiter(ctx)
 		}
 		if ctx.Err() != nil {
 			return nil
 		}
 		l.round(ctx, paused)
-		l.wasPaused = paused
-		retry.set(r, l.exec.room() > 0)
+		r.wasPaused = paused
+		l.retry.set(r, l.exec.room() > 0)
 	}
 }
 
 // round runs the stages once, in order. While paused it collects nothing
 // and does not prune: it commits what finished and reports.
 func (l *loop[Obj]) round(ctx context.Context, paused bool) {
-	now, txn := l.r.now(), l.r.db.ReadTxn()
+	r := l.r
+	now, txn := r.now(), r.db.ReadTxn()
 	room := l.exec.room()
 	if paused {
 		room = 0
 	}
-	work := l.collect(txn, now, room)                                    // 1. queued, fresh, retries, deferred
-	finished := l.exec.operate(ctx, txn, work)                           // 2. started at the gate; what finished
-	outcome := l.commit(cutShort(finished, ctx.Err() != nil), l.r.now()) // 3. statuses written, keys settled
+	work := r.collect(txn, now, room)                                  // 1. queued, fresh, retries, deferred
+	finished := l.exec.operate(ctx, txn, work)                         // 2. started at the gate; what finished
+	outcome := r.commit(cutShort(finished, ctx.Err() != nil), r.now()) // 3. statuses written, keys settled
 	if !paused {
-		l.pruneIfDue(ctx) // 4. no operation starts meanwhile
+		r.pruneIfDue(ctx, &l.prune) // 4. no operation starts meanwhile
 	}
-	l.report(txn, work, outcome, l.r.now(), paused) // 5. progress, metrics, tables, health
+	r.checkGate(txn)
+	r.report(txn, work, outcome, l.exec.load(now), &l.prune, r.now(), paused) // 5. progress, metrics, tables, health
 }
 
 // stopped ends a run of the loop: it stops the executor, commits what
@@ -117,15 +103,25 @@ func (l *loop[Obj]) round(ctx context.Context, paused bool) {
 // past those changes), closes the feed, and marks the reconciler stopped.
 func (l *loop[Obj]) stopped() {
 	r := l.r
+	l.retry.stop()
+	l.prune.stop()
 	r.gate.setStopping(true)
 	left := l.exec.stop() // waits for the operations under way to return
-	l.commit(cutShort(left, true), r.now())
-	r.progress.update(l.progressRev(), r.keys.retryLowWatermark())
+	r.commit(cutShort(left, true), r.now())
+	r.progress.update(r.progressRev(), r.keys.retryLowWatermark())
 	r.changes.close()
 	if r.info != nil {
 		txn := r.db.ReadTxn()
-		r.info.write(r.db, l.info(StateStopped, r.table.NumObjects(txn), r.keys.retrying, 0, r.keys.oldestSince()), r.keys.changes())
+		r.info.write(r.db, r.infoRow(&l.prune, StateStopped, r.table.NumObjects(txn), r.keys.retrying, 0, r.keys.oldestSince()), r.keys.changes())
 	}
+}
+
+// resetRun readies the state of one run of the job.
+func (r *reconciler[Obj]) resetRun(health cell.Health) {
+	r.own, r.watch, r.work = ownWrites{}, closedChan, nil
+	r.health = healthReporter{health: health}
+	r.limiterErr, r.gateErr, r.gateWatch, r.wasPaused = nil, nil, nil, false
+	r.reported, r.figures, r.totals, r.failLog = struct{ failing, inFlight int }{}, commitFigures{}, totals{}, failLog{}
 }
 
 // cutShort returns ops, with the failures marked as not run if cut: ops
@@ -144,8 +140,8 @@ func cutShort[Obj any](ops []op[Obj], cut bool) []op[Obj] {
 // whose Wait fails for any reason but ctx (its owner made it unusable while
 // the reconciler runs) does not stop the reconciler: the round goes ahead
 // unpaced and health reports the error until the limiter works again.
-func (l *loop[Obj]) waitForLimiter(ctx context.Context) {
-	lim := l.r.opts.roundLimiter
+func (r *reconciler[Obj]) waitForLimiter(ctx context.Context) {
+	lim := r.opts.roundLimiter
 	if lim == nil {
 		return
 	}
@@ -153,13 +149,13 @@ func (l *loop[Obj]) waitForLimiter(ctx context.Context) {
 	if err != nil && ctx.Err() != nil {
 		return
 	}
-	if err != nil && l.limiterErr == nil {
-		l.r.log.Error("Round limiter fails; rounds go on without it", "error", err)
+	if err != nil && r.limiterErr == nil {
+		r.log.Error("Round limiter fails; rounds go on without it", "error", err)
 	}
 	if err != nil {
 		err = errors.Join(errRoundLimiter, err)
 	}
-	l.limiterErr = err
+	r.limiterErr = err
 }
 
 var errRoundLimiter = errors.New("round limiter")
@@ -214,9 +210,8 @@ func (r *reconciler[Obj]) nextRetry() (time.Duration, bool) {
 
 // startGate waits, before the loop's first round, for the tables of
 // WithStartAfter to be initialized. It returns false if ctx ended. If it
-// gave up waiting, l.gateErr says why until the tables are initialized.
-func (l *loop[Obj]) startGate(ctx context.Context, health cell.Health) bool {
-	r := l.r
+// gave up waiting, r.gateErr says why until the tables are initialized.
+func (r *reconciler[Obj]) startGate(ctx context.Context, health cell.Health) bool {
 	if !r.opts.startAfter {
 		return true
 	}
@@ -227,7 +222,7 @@ func (l *loop[Obj]) startGate(ctx context.Context, health cell.Health) bool {
 		timeout = t.C
 	}
 	for {
-		waiting, watch := l.uninitialized(r.db.ReadTxn())
+		waiting, watch := r.uninitialized(r.db.ReadTxn())
 		if len(waiting) == 0 {
 			return true
 		}
@@ -237,8 +232,8 @@ func (l *loop[Obj]) startGate(ctx context.Context, health cell.Health) bool {
 			return false
 		case <-watch:
 		case <-timeout:
-			l.gateWatch = watch
-			l.gateErr = fmt.Errorf("started after %s without waiting any longer for tables to be initialized: %s",
+			r.gateWatch = watch
+			r.gateErr = fmt.Errorf("started after %s without waiting any longer for tables to be initialized: %s",
 				r.opts.startTimeout, strings.Join(waiting, ", "))
 			r.log.Warn("Reconciler started before its tables were initialized", "tables", waiting, "waited", r.opts.startTimeout)
 			return true
@@ -248,12 +243,12 @@ func (l *loop[Obj]) startGate(ctx context.Context, health cell.Health) bool {
 
 // uninitialized returns the names of the tables of WithStartAfter not yet
 // initialized in txn, and a channel closed when the first of them is.
-func (l *loop[Obj]) uninitialized(txn statedb.ReadTxn) ([]string, <-chan struct{}) {
+func (r *reconciler[Obj]) uninitialized(txn statedb.ReadTxn) ([]string, <-chan struct{}) {
 	var (
 		names []string
 		watch <-chan struct{}
 	)
-	tables := append([]statedb.TableMeta{l.r.table}, l.r.opts.startTables...)
+	tables := append([]statedb.TableMeta{r.table}, r.opts.startTables...)
 	for _, t := range tables {
 		if ok, w := t.Initialized(txn); !ok {
 			names = append(names, t.Name())
@@ -265,16 +260,16 @@ func (l *loop[Obj]) uninitialized(txn statedb.ReadTxn) ([]string, <-chan struct{
 	return names, watch
 }
 
-// checkGate clears l.gateErr once the tables it names are initialized;
-// until then l.gateWatch wakes the loop when one of them is.
-func (l *loop[Obj]) checkGate(txn statedb.ReadTxn) {
-	if l.gateErr == nil {
+// checkGate clears r.gateErr once the tables it names are initialized;
+// until then r.gateWatch wakes the loop when one of them is.
+func (r *reconciler[Obj]) checkGate(txn statedb.ReadTxn) {
+	if r.gateErr == nil {
 		return
 	}
-	waiting, watch := l.uninitialized(txn)
+	waiting, watch := r.uninitialized(txn)
 	if len(waiting) == 0 {
-		l.gateErr, l.gateWatch = nil, nil
+		r.gateErr, r.gateWatch = nil, nil
 		return
 	}
-	l.gateWatch = watch
+	r.gateWatch = watch
 }

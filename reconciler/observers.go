@@ -45,3 +45,41 @@ func outcome(err error, timeout time.Duration) metrics.Outcome {
 	}
 	return metrics.OutcomeError
 }
+
+// commitFigures gathers the figures of one commit. Its slices are reused
+// from one commit to the next.
+type commitFigures struct {
+	stats     metrics.CommitStats
+	converged int
+	total     time.Duration
+	longest   time.Duration
+}
+
+func (c *commitFigures) reset() {
+	waits, lat := c.stats.QueueWaits[:0], c.stats.Latencies[:0]
+	*c = commitFigures{}
+	c.stats.QueueWaits, c.stats.Latencies = waits, lat
+}
+
+// count records one committed op with its outcome and queue wait (in ns);
+// the slices are filled only if some metrics want them.
+func (c *commitFigures) count(isDelete bool, out metrics.Outcome, wait int64, slices bool) {
+	if isDelete {
+		c.stats.Delete.Add(out)
+	} else {
+		c.stats.Update.Add(out)
+	}
+	if slices {
+		c.stats.QueueWaits = append(c.stats.QueueWaits, time.Duration(max(wait, 0)))
+	}
+}
+
+// done records an object committed Done after latency.
+func (c *commitFigures) done(latency time.Duration, slices bool) {
+	c.converged++
+	c.total += latency
+	c.longest = max(c.longest, latency)
+	if slices {
+		c.stats.Latencies = append(c.stats.Latencies, latency)
+	}
+}

@@ -95,11 +95,10 @@ func (s *pruneSchedule) due() bool { return s.isInit && s.requested }
 // pruneIfDue prunes if a prune is due, with a snapshot taken now, not the
 // round's: the commit may have marked Done an object written back after the
 // round began, and the prune must not remove it from the target.
-func (l *loop[Obj]) pruneIfDue(ctx context.Context) {
-	if !l.prune.due() {
+func (r *reconciler[Obj]) pruneIfDue(ctx context.Context, p *pruneSchedule) {
+	if !p.due() {
 		return
 	}
-	r := l.r
 	if !r.gate.beginPrune() {
 		return // paused since the round began: the prune stays due
 	}
@@ -119,7 +118,7 @@ func (l *loop[Obj]) pruneIfDue(ctx context.Context) {
 	if rev := r.table.Revision(txn); rev > r.lastRev {
 		r.keys.sawPrune(txn, rev, ident.Last())
 	}
-	l.prune.run(ctx, txn)
+	p.run(ctx, txn)
 }
 
 // run prunes and schedules a retry if it failed.

@@ -87,8 +87,8 @@ func TestPruneSeesWhatTheCommitBeforeItWrote(t *testing.T) {
 	_, err = r.changes.open()
 	require.NoError(t, err)
 	defer r.changes.close()
-	l := &loop[*benchObj]{r: r, exec: newExecutor(ctx, r),
-		prune: newPruneSchedule(r), health: healthReporter{health: health}, watch: closedChan}
+	r.resetRun(health)
+	l := &loop[*benchObj]{r: r, exec: newExecutor(ctx, r), prune: newPruneSchedule(r)}
 	defer l.prune.stop()
 	defer l.exec.stop()
 	l.prune.setInitialized()
@@ -161,7 +161,7 @@ func TestPruneSeesWhatTheCommitBeforeItWrote(t *testing.T) {
 		}
 		select {
 		case <-l.exec.finished():
-		case <-l.watch:
+		case <-r.watch:
 		case <-deadline:
 			t.Fatalf("object 1 not Done: %+v", obj.st)
 		}

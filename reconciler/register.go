@@ -6,10 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"sync/atomic"
 	"time"
 
-	"github.com/cilium/hive/cell"
 	"github.com/cilium/hive/job"
 	"github.com/cilium/statedb"
 
@@ -91,7 +89,7 @@ func Register[Obj any](
 	// The feed begins now, not when the job first runs, so that no delete
 	// between registration and start is missed.
 	r.changes = newChangeFeed(params.DB, statedb.Table[Obj](table))
-	r.info = newInfoWriter(r)
+	r.info = newInfoWriter(r.tables, metrics.Key(r.moduleID, o.name), r.keys)
 
 	depJobs, err := registerDependencies(r)
 	if err != nil {
@@ -101,13 +99,6 @@ func Register[Obj any](
 	params.JobGroup.Add(depJobs...)
 	params.JobGroup.Add(job.OneShot(r.jobName("refresh"), r.refreshLoop))
 	return r, nil
-}
-
-func (r *reconciler[Obj]) jobName(base string) string {
-	if r.opts.name == "" {
-		return base
-	}
-	return base + "-" + r.opts.name
 }
 
 func checkArgs[Obj any](
@@ -137,42 +128,6 @@ func checkArgs[Obj any](
 	return fmt.Errorf("reconciler.Register: %w: %w", ErrInvalidConfig, errors.Join(errs...))
 }
 
-// reconciler implements Reconciler. Fields below now are owned by the
-// reconcile job's goroutine; they outlive a stop of the job.
-type reconciler[Obj any] struct {
-	opts      options
-	log       *slog.Logger
-	db        *statedb.DB
-	table     statedb.RWTable[Obj]
-	moduleID  cell.FullModuleID
-	clone     func(Obj) Obj
-	setStatus func(Obj, status.Status) Obj
-	getStatus func(Obj) status.Status
-	ops       Operations[Obj]
-	batchOps  BatchOperations[Obj]
-
-	metrics      observers
-	refreshDrift atomic.Int64     // drift reported by Updates of Refreshing objects, not yet committed
-	tables       *Tables          // nil without TablesCell
-	info         *infoWriter[Obj] // nil without TablesCell
-
-	primary       statedb.Indexer[Obj]
-	pruneRequests chan struct{}
-	progress      *progress
-	gate          *gate
-
-	// now and rand are replaced in tests.
-	now  func() time.Time
-	rand func() float64
-
-	changes  *changeFeed[Obj]   // the table's changes, across stops
-	keys     *lifecycles[Obj]   // what is known about each key
-	deferred deferredQueue[Obj] // changes taken after fresh ones
-	lastRev  statedb.Revision   // last change read
-	backlog  statedb.Revision   // the table's revision when the job first ran: what is deferred
-	started  bool               // whether the job has run
-}
-
 // Prune implements Reconciler.
 func (r *reconciler[Obj]) Prune() {
 	select {
@@ -184,34 +139,6 @@ func (r *reconciler[Obj]) Prune() {
 // WaitUntilReconciled implements Reconciler.
 func (r *reconciler[Obj]) WaitUntilReconciled(ctx context.Context, untilRevision statedb.Revision) (statedb.Revision, statedb.Revision, error) {
 	return r.progress.wait(ctx, untilRevision)
-}
-
-// keyOf returns obj's primary key. StateDB does not store an object whose
-// primary indexer gives it no key, so every object read from the table has
-// one; ok is false only for an object a user function changed (see
-// ErrNoPrimaryKey).
-func (r *reconciler[Obj]) keyOf(obj Obj) (key string, ok bool) {
-	k, ok := r.primary.ObjectToKey(obj)
-	return string(k), ok
-}
-
-// lookup returns the object of the table with obj's primary key. An object
-// without a primary key is never found.
-func (r *reconciler[Obj]) lookup(txn statedb.ReadTxn, obj Obj) (Obj, statedb.Revision, bool) {
-	q, ok := r.primary.QueryFromObject(obj)
-	if !ok {
-		var zero Obj
-		return zero, 0, false
-	}
-	return r.table.Get(txn, q)
-}
-
-// noKey logs that an object without a primary key was met where, and is
-// left alone. It happens only when a user function (clone, setStatus, or
-// Update on its argument) changed the fields the primary index reads.
-func (r *reconciler[Obj]) noKey(where string, obj Obj) {
-	r.log.Error("Reconciler met an object without a primary key; leaving it alone",
-		"where", where, "error", ErrNoPrimaryKey, "object", fmt.Sprintf("%v", obj))
 }
 
 // Pause implements Reconciler.

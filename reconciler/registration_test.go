@@ -172,7 +172,7 @@ func collectGarbage(t *testing.T) {
 	t.Helper()
 	for range 3 {
 		done := make(chan struct{})
-		runtime.AddCleanup(new(int), func(ch chan struct{}) { close(ch) }, done)
+		runtime.AddCleanup(new([64]byte), func(ch chan struct{}) { close(ch) }, done)
 		runtime.GC()
 		select {
 		case <-done:

@@ -11,18 +11,17 @@ import (
 // report is the last stage of a round: it publishes progress for
 // WaitUntilReconciled, metrics, the reconciler's rows in the tables of
 // TablesCell, and health.
-func (l *loop[Obj]) report(txn statedb.ReadTxn, work []op[Obj], c commitOutcome, now time.Time, paused bool) {
-	r, lc := l.r, l.r.keys
-	load := l.exec.load(now)
+func (r *reconciler[Obj]) report(txn statedb.ReadTxn, work []op[Obj], c commitOutcome, load execLoad, p *pruneSchedule, now time.Time, paused bool) {
+	lc := r.keys
 	inFlight := len(lc.active)
 	failing := lc.retrying
-	if c.committed > 0 || failing != l.reported.failing {
+	if c.committed > 0 || failing != r.reported.failing {
 		r.metrics.ReconciliationErrors(r.moduleID, r.opts.name, c.failed, failing)
 	}
-	if r.metrics.queue != nil && (failing != l.reported.failing || inFlight != l.reported.inFlight) {
+	if r.metrics.queue != nil && (failing != r.reported.failing || inFlight != r.reported.inFlight) {
 		r.metrics.queue.QueueLength(r.moduleID, r.opts.name, failing, inFlight)
 	}
-	l.reported.failing, l.reported.inFlight = failing, inFlight
+	r.reported.failing, r.reported.inFlight = failing, inFlight
 
 	var oldest time.Time
 	if r.metrics.round != nil || r.info != nil {
@@ -45,23 +44,22 @@ func (l *loop[Obj]) report(txn statedb.ReadTxn, work []op[Obj], c commitOutcome,
 		})
 	}
 
-	l.checkGate(txn)
-	state := l.health.update(healthState{
-		gateErr:      l.gateErr,
+	state := r.health.update(healthState{
+		gateErr:      r.gateErr,
 		paused:       paused,
 		failing:      failing,
 		retryVersion: lc.version,
-		pruneErr:     l.prune.lastErr,
-		limiterErr:   l.limiterErr,
+		pruneErr:     p.lastErr,
+		limiterErr:   r.limiterErr,
 	}, func() int { return r.table.NumObjects(txn) }, lc.errors)
 
 	if r.info != nil {
-		r.info.write(r.db, l.info(state, r.table.NumObjects(txn), failing, inFlight, oldest), lc.changes())
+		r.info.write(r.db, r.infoRow(p, state, r.table.NumObjects(txn), failing, inFlight, oldest), lc.changes())
 	}
 
 	// Progress last, so that a WaitUntilReconciled that returns sees the
 	// round's figures published.
-	r.progress.update(l.progressRev(), lc.retryLowWatermark())
+	r.progress.update(r.progressRev(), lc.retryLowWatermark())
 }
 
 // retries counts the retries among work.
@@ -77,8 +75,8 @@ func retries[Obj any](work []op[Obj]) (n int) {
 // progressRev returns the revision up to which every change read is
 // done: all but those queued or running (their successors included), or
 // deferred. Retries are told apart by the retry low watermark.
-func (l *loop[Obj]) progressRev() statedb.Revision {
-	r := l.r
+func (r *reconciler[Obj]) progressRev() statedb.Revision {
+
 	rev := r.lastRev
 	lower := func(low statedb.Revision) {
 		if low != 0 && low-1 < rev {
@@ -95,4 +93,30 @@ func (l *loop[Obj]) progressRev() statedb.Revision {
 	}
 	lower(r.deferred.lowRev())
 	return rev
+}
+
+// infoRow returns the reconciler's row of the reconcilers table.
+func (r *reconciler[Obj]) infoRow(p *pruneSchedule, state State, objects, failing, inFlight int, oldest time.Time) Info {
+	t := &r.totals
+	info := Info{
+		Module:               r.moduleID.String(),
+		Name:                 r.opts.name,
+		State:                state,
+		Objects:              objects,
+		Succeeded:            t.succeeded,
+		Failed:               t.failed,
+		FailuresSinceSuccess: t.sinceSuccess,
+		LastError:            t.lastErr,
+		LastErrorAt:          t.lastErrAt,
+		Retrying:             failing,
+		InFlight:             inFlight,
+		OldestPending:        oldest,
+		LastPrune:            p.last.at,
+		LastPruneDuration:    p.last.duration,
+		DriftRepaired:        uint64(t.refreshRepaired + p.repaired),
+	}
+	if p.lastErr != nil {
+		info.LastPruneError = p.lastErr.Error()
+	}
+	return info
 }

@@ -210,3 +210,17 @@ func retryAfter(err error) (time.Duration, bool) {
 func panicError(v any) error {
 	return fmt.Errorf("%w: %v", ErrPanic, v)
 }
+
+// op is one job handed to the executor, and its outcome.
+type op[Obj any] struct {
+	task[Obj]
+	s       *keyState[Obj] // nil: an untracked task of the inline executor (see keyState)
+	key     string         // s's key, or for an untracked job "" until needed
+	updated Obj            // an update's clone, as Update left it
+	started int64          // when the operation started (Unix ns)
+	err     error
+	ran     bool // the operation returned and err is its outcome
+	written bool // commit wrote the status of an update
+	over    bool // ... over a changed object carrying the same status: the version it applied
+	noKey   bool // the status could not be written: the object had no primary key
+}
