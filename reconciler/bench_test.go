@@ -252,7 +252,7 @@ func BenchmarkCommitErrors(b *testing.B) {
 	errFail := fmt.Errorf("bench failure")
 	for b.Loop() {
 		b.StopTimer()
-		r.keys = newLifecycles[*benchObj]()
+		r.lifecycles = newLifecycles[*benchObj]()
 		ops = ops[:0]
 		for obj, rev := range r.table.All(r.db.ReadTxn()) {
 			ops = append(ops, op[*benchObj]{task: task[*benchObj]{obj: obj, rev: rev, statusID: obj.st.ID()}, updated: obj.clone(), err: errFail, ran: true})

@@ -29,7 +29,7 @@ import (
 // backlog or a burst of refresh marks: only by room. With no room it reads
 // nothing and looks again next round.
 func (r *reconciler[Obj]) collect(txn statedb.ReadTxn, now time.Time, room int) []op[Obj] {
-	lc := r.keys
+	lc := r.lifecycles
 	r.work = r.work[:0]
 	if room <= 0 {
 		r.watch = closedChan // look again as soon as there is room
@@ -53,7 +53,7 @@ func (r *reconciler[Obj]) collect(txn statedb.ReadTxn, now time.Time, room int) 
 		seq, r.watch = r.changes.next(txn)
 		r.collectChanges(seq, budget, now)
 		r.lastRev = max(r.lastRev, r.changes.position())
-		r.keys.readUpTo(r.lastRev, r.table.Revision(txn))
+		r.lifecycles.readUpTo(r.lastRev, r.table.Revision(txn))
 	} else {
 		r.watch = closedChan // changes wait for room
 	}
@@ -69,7 +69,7 @@ func (r *reconciler[Obj]) collect(txn statedb.ReadTxn, now time.Time, room int) 
 
 // start adds the job of s to the round's work.
 func (r *reconciler[Obj]) start(s *keyState[Obj]) {
-	r.keys.start(s)
+	r.lifecycles.start(s)
 	r.work = append(r.work, op[Obj]{task: s.task, s: s, key: s.key})
 }
 
@@ -90,8 +90,8 @@ func (r *reconciler[Obj]) collectChanges(changes iter.Seq2[statedb.Change[Obj], 
 
 // collectChange acts on one change and reports whether it added an op.
 func (r *reconciler[Obj]) collectChange(change statedb.Change[Obj], rev statedb.Revision, now time.Time) bool {
-	lc := r.keys
-	j := task[Obj]{obj: change.Object, rev: change.Revision, delete: change.Deleted, since: now, ready: now.UnixNano()}
+	lc := r.lifecycles
+	t := task[Obj]{obj: change.Object, rev: change.Revision, delete: change.Deleted, since: now, ready: now.UnixNano()}
 	if change.Deleted {
 		if key, ok := r.primary.ObjectToKey(change.Object); ok {
 			lc.sawDelete(key)
@@ -105,7 +105,7 @@ func (r *reconciler[Obj]) collectChange(change statedb.Change[Obj], rev statedb.
 		case r.stale(change.Object, st):
 			// Put back with a status older than what is known of its key:
 			// apply it as if Pending (see lifecycles.stale).
-			j.obj, j.statusID = r.setStatus(r.clone(change.Object), status.PendingAt(now)), st.ID()
+			t.obj, t.statusID = r.setStatus(r.clone(change.Object), status.PendingAt(now)), st.ID()
 		case st.Kind == status.KindError && !st.Terminal:
 			r.adopt(change.Object, rev, st, now)
 			return false
@@ -113,11 +113,11 @@ func (r *reconciler[Obj]) collectChange(change statedb.Change[Obj], rev statedb.
 			return false
 		}
 	} else {
-		j.statusID, j.refresh = st.ID(), st.Kind == status.KindRefreshing
+		t.statusID, t.refresh = st.ID(), st.Kind == status.KindRefreshing
 		if !st.UpdatedAt.IsZero() {
-			j.since, j.ready = st.UpdatedAt, st.UpdatedAt.UnixNano()
+			t.since, t.ready = st.UpdatedAt, st.UpdatedAt.UnixNano()
 		}
-		if j.refresh || rev <= r.backlog {
+		if t.refresh || rev <= r.backlog {
 			r.deferred.push(change.Object, rev)
 			if lc.tracked() {
 				if key, ok := r.keyOf(change.Object); ok {
@@ -128,7 +128,7 @@ func (r *reconciler[Obj]) collectChange(change statedb.Change[Obj], rev statedb.
 		}
 	}
 	if r.opts.concurrency == 1 && !lc.tracked() {
-		r.work = append(r.work, op[Obj]{task: j}) // untracked: see keyState
+		r.work = append(r.work, op[Obj]{task: t}) // untracked: see keyState
 		return true
 	}
 	key, ok := r.keyOf(change.Object)
@@ -136,7 +136,7 @@ func (r *reconciler[Obj]) collectChange(change statedb.Change[Obj], rev statedb.
 		r.noKey("a change of the table", change.Object)
 		return false
 	}
-	if s := lc.observe(key, j); s != nil {
+	if s := lc.observe(key, t); s != nil {
 		r.start(s)
 		return true
 	}
@@ -146,7 +146,7 @@ func (r *reconciler[Obj]) collectChange(change statedb.Change[Obj], rev statedb.
 // stale reports whether st, a status of obj that asks for no work, is
 // older than what is known of obj's key (see lifecycles.stale).
 func (r *reconciler[Obj]) stale(obj Obj, st status.Status) bool {
-	lc := r.keys
+	lc := r.lifecycles
 	if !lc.mayBeStale() {
 		return false
 	}
@@ -173,20 +173,20 @@ func (r *reconciler[Obj]) adopt(obj Obj, rev statedb.Revision, st status.Status,
 	if since.IsZero() {
 		since = now
 	}
-	j := task[Obj]{
+	t := task[Obj]{
 		obj:      r.setStatus(r.clone(obj), status.PendingAt(since)),
 		rev:      rev,
 		statusID: st.ID(),
 		since:    since,
 		ready:    now.UnixNano(),
 	}
-	r.keys.adopt(key, j, st.ID(), errors.New(st.Error), now)
+	r.lifecycles.adopt(key, t, st.ID(), errors.New(st.Error), now)
 }
 
 // collectRetries takes retries due at now, up to budget. A retry whose
 // object changed since is dropped (see current).
 func (r *reconciler[Obj]) collectRetries(txn statedb.ReadTxn, now time.Time, budget int) {
-	lc := r.keys
+	lc := r.lifecycles
 	for added := 0; added < budget; {
 		s, ok := lc.popDue(now.UnixNano())
 		if !ok {
@@ -229,12 +229,12 @@ func (r *reconciler[Obj]) current(txn statedb.ReadTxn, s *keyState[Obj]) bool {
 			// short by a stop, or failed): that object is new work when
 			// its change is read, as it is when a commit finds it.
 			if key, ok := r.primary.ObjectToKey(cur); ok {
-				r.keys.sawOlder(key, s.task.statusID)
+				r.lifecycles.sawOlder(key, s.task.statusID)
 			}
 		}
 		return false
 	case rev != s.task.rev:
-		r.keys.retarget(s, r.setStatus(r.clone(cur), r.getStatus(s.task.obj)), rev)
+		r.lifecycles.retarget(s, r.setStatus(r.clone(cur), r.getStatus(s.task.obj)), rev)
 	}
 	return true
 }
@@ -242,20 +242,20 @@ func (r *reconciler[Obj]) current(txn statedb.ReadTxn, s *keyState[Obj]) bool {
 // collectDeferred takes up to budget deferred changes, oldest first,
 // dropping those whose object has changed since (see deferredQueue).
 func (r *reconciler[Obj]) collectDeferred(txn statedb.ReadTxn, now time.Time, budget int) {
-	lc := r.keys
+	lc := r.lifecycles
 	for added := 0; added < budget && r.deferred.len() > 0; {
 		d := r.deferred.pop()
 		if _, rev, found := r.lookup(txn, d.obj); !found || rev != d.rev {
 			continue
 		}
 		st := r.getStatus(d.obj)
-		j := task[Obj]{obj: d.obj, rev: d.rev, statusID: st.ID(), since: st.UpdatedAt, refresh: st.Kind == status.KindRefreshing}
-		if j.since.IsZero() {
-			j.since = now
+		t := task[Obj]{obj: d.obj, rev: d.rev, statusID: st.ID(), since: st.UpdatedAt, refresh: st.Kind == status.KindRefreshing}
+		if t.since.IsZero() {
+			t.since = now
 		}
-		j.ready = j.since.UnixNano()
+		t.ready = t.since.UnixNano()
 		if r.opts.concurrency == 1 && !lc.tracked() {
-			r.work = append(r.work, op[Obj]{task: j})
+			r.work = append(r.work, op[Obj]{task: t})
 			added++
 			continue
 		}
@@ -264,7 +264,7 @@ func (r *reconciler[Obj]) collectDeferred(txn statedb.ReadTxn, now time.Time, bu
 			r.noKey("a deferred change", d.obj)
 			continue
 		}
-		if s := lc.observe(key, j); s != nil {
+		if s := lc.observe(key, t); s != nil {
 			r.start(s)
 			added++
 		}

@@ -120,7 +120,7 @@ func (r *reconciler[Obj]) writeStatus(wtxn statedb.WriteTxn, o *op[Obj]) (writte
 			// Written back with an older status, which asks for nothing:
 			// that object is new work when its change is read.
 			if key, ok := r.primary.ObjectToKey(cur); ok {
-				r.keys.sawOlder(key, o.statusID)
+				r.lifecycles.sawOlder(key, o.statusID)
 			}
 		}
 		return false, false
@@ -135,7 +135,7 @@ func (r *reconciler[Obj]) writeStatus(wtxn statedb.WriteTxn, o *op[Obj]) (writte
 // settle does what follows the writes for each op: its key's lifecycle,
 // figures and failure logs.
 func (r *reconciler[Obj]) settle(ops []op[Obj], now time.Time) (out commitOutcome) {
-	lc := r.keys
+	lc := r.lifecycles
 	fig := &r.figures
 	fig.reset()
 	for i := range ops {
@@ -204,7 +204,7 @@ func (r *reconciler[Obj]) settle(ops []op[Obj], now time.Time) (out commitOutcom
 // requeue puts the key of o, an op that never started (the gate closed or
 // the loop stopped), back in the queue.
 func (r *reconciler[Obj]) requeue(o *op[Obj]) {
-	lc := r.keys
+	lc := r.lifecycles
 	s := o.s
 	if s == nil {
 		key, ok := r.keyOf(o.obj)

@@ -43,7 +43,7 @@ func newInfoWriter[Obj any](tables *Tables, id string, keys *lifecycles[Obj]) *i
 	if tables == nil {
 		return nil
 	}
-	keys.trackChanges()
+	keys.trackOutdated()
 	return &infoWriter[Obj]{tables: tables, id: id}
 }
 

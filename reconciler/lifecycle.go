@@ -130,9 +130,10 @@ type lifecycles[Obj any] struct {
 	parked       int    // running keyStates with a successor
 	version      uint64 // changes whenever the failing keys or their errors do
 
-	// dirty holds the keys whose failure changed since the last call of
-	// changes (nil: not tracking); spare is its double buffer.
-	dirty, spare map[string]*keyState[Obj]
+	// outdated holds the keys whose row of the retries table is out of
+	// date: their failure changed since the last takeOutdated (nil: not
+	// tracking); spare is its double buffer.
+	outdated, spare map[string]*keyState[Obj]
 
 	superseded supersededKeys
 	pruned     []pruneSnapshot // oldest first
@@ -196,62 +197,62 @@ func newLifecycles[Obj any]() *lifecycles[Obj] {
 // tracked reports whether any key has a keyState.
 func (lc *lifecycles[Obj]) tracked() bool { return len(lc.byKey) > 0 }
 
-// observe records a change read from the table: j, a new version of key
+// observe records a change read from the table: t, a new version of key
 // (with a Pending or Refreshing status) or its delete. It returns the
 // keyState to start now, or nil if the change waits behind a running
 // version (or is already queued).
-func (lc *lifecycles[Obj]) observe(key string, j task[Obj]) *keyState[Obj] {
+func (lc *lifecycles[Obj]) observe(key string, t task[Obj]) *keyState[Obj] {
 	s, ok := lc.byKey[key]
 	if !ok {
-		s = lc.add(key, j)
+		s = lc.add(key, t)
 		return s
 	}
 	switch s.phase {
 	case phaseRunning:
-		lc.follow(s, j)
+		lc.follow(s, t)
 		return nil
 	case phaseWaiting:
 		lc.unwait(s)
-		lc.replace(s, j)
+		lc.replace(s, t)
 		s.phase = phaseQueued
 		lc.activate(s)
 		return s
 	default: // queued: the newer change takes its place in the queue
-		lc.replace(s, j)
+		lc.replace(s, t)
 		return nil
 	}
 }
 
-// follow records j, a change of s's key read while s runs, as what comes
+// follow records t, a change of s's key read while s runs, as what comes
 // after it. A delete replaces the successor and marks deleteSeen. A change
 // back to the very version running (the same status identity, a Pending
 // one or the Error status its retry answers) clears the successor, since
 // applying the version running is all that is needed, unless a delete or
 // a prune came in between: then it is new work, as any other change is.
-func (lc *lifecycles[Obj]) follow(s *keyState[Obj], j task[Obj]) {
+func (lc *lifecycles[Obj]) follow(s *keyState[Obj], t task[Obj]) {
 	switch {
-	case j.delete:
-		lc.setNext(s, j, true)
+	case t.delete:
+		lc.setNext(s, t, true)
 		s.deleteSeen = true
-	case !s.deleteSeen && !s.pruned && j.statusID != 0 && j.statusID == s.task.statusID:
+	case !s.deleteSeen && !s.pruned && t.statusID != 0 && t.statusID == s.task.statusID:
 		lc.setNext(s, task[Obj]{}, false)
 	default:
-		lc.setNext(s, j, true)
+		lc.setNext(s, t, true)
 	}
 }
 
 // adopt records an Error status, not terminal and not written by this
-// reconciler's last commits, found on obj (j asks to apply it again): a
+// reconciler's last commits, found on obj (t asks to apply it again): a
 // user wrote it back after its retry was dropped, or it was in the table
 // at start. Left alone the object would stay failed for good, so it is
 // retried at now, unless the key's keyState already knows that status.
 // While a version of the key runs, the status is a change like any other
 // (see follow): the retry running for that very status is the version
 // running written back.
-func (lc *lifecycles[Obj]) adopt(key string, j task[Obj], errID uint64, err error, now time.Time) {
+func (lc *lifecycles[Obj]) adopt(key string, t task[Obj], errID uint64, err error, now time.Time) {
 	s, ok := lc.byKey[key]
 	if ok && s.phase == phaseRunning {
-		lc.follow(s, j)
+		lc.follow(s, t)
 		return
 	}
 	if ok && s.errID == errID {
@@ -266,8 +267,8 @@ func (lc *lifecycles[Obj]) adopt(key string, j task[Obj], errID uint64, err erro
 		lc.deactivate(s)
 		lc.unqueue(s)
 	}
-	lc.replace(s, j)
-	s.attempts, s.err, s.first, s.errID = 1, err, j.since, errID
+	lc.replace(s, t)
+	s.attempts, s.err, s.first, s.errID = 1, err, t.since, errID
 	lc.retrying++
 	lc.wait(s, now.UnixNano())
 }
@@ -343,8 +344,8 @@ func (lc *lifecycles[Obj]) forget(s *keyState[Obj]) {
 	if s.attempts > 0 {
 		lc.retrying--
 		lc.version++
-		if lc.dirty != nil {
-			lc.dirty[s.key] = nil
+		if lc.outdated != nil {
+			lc.outdated[s.key] = nil
 		}
 	}
 	s.phase = 0
@@ -433,11 +434,11 @@ func (lc *lifecycles[Obj]) enqueue(s *keyState[Obj]) {
 	}
 }
 
-// track returns the keyState of key for j, an untracked task of the inline
+// track returns the keyState of key for t, an untracked task of the inline
 // executor that failed or never started, in the running phase. A keyState
 // made for an older change of the key earlier in the same commit gives way
-// to j.
-func (lc *lifecycles[Obj]) track(key string, j task[Obj]) *keyState[Obj] {
+// to t.
+func (lc *lifecycles[Obj]) track(key string, t task[Obj]) *keyState[Obj] {
 	s, ok := lc.byKey[key]
 	if !ok {
 		s = &keyState[Obj]{key: key, pos: -1, active: -1}
@@ -447,7 +448,7 @@ func (lc *lifecycles[Obj]) track(key string, j task[Obj]) *keyState[Obj] {
 	} else {
 		lc.unqueue(s)
 	}
-	lc.replace(s, j)
+	lc.replace(s, t)
 	s.phase = phaseRunning
 	lc.activate(s)
 	return s
@@ -562,27 +563,27 @@ func (lc *lifecycles[Obj]) stale(key []byte, statusID uint64) bool {
 // object is absent from the prune's snapshot.
 func (lc *lifecycles[Obj]) markPruned(s *keyState[Obj]) { s.pruned = true }
 
-// add creates the keyState of key, queued with j, and returns it to start.
-func (lc *lifecycles[Obj]) add(key string, j task[Obj]) *keyState[Obj] {
-	s := &keyState[Obj]{key: key, task: j, phase: phaseQueued, pos: -1, active: -1}
+// add creates the keyState of key, queued with t, and returns it to start.
+func (lc *lifecycles[Obj]) add(key string, t task[Obj]) *keyState[Obj] {
+	s := &keyState[Obj]{key: key, task: t, phase: phaseQueued, pos: -1, active: -1}
 	lc.byKey[key] = s
 	lc.activate(s)
 	return s
 }
 
-// replace makes j the task of s, a new version: the failures of the old one
+// replace makes t the task of s, a new version: the failures of the old one
 // no longer count.
-func (lc *lifecycles[Obj]) replace(s *keyState[Obj], j task[Obj]) {
+func (lc *lifecycles[Obj]) replace(s *keyState[Obj], t task[Obj]) {
 	lc.resetFailure(s)
-	s.task = j
+	s.task = t
 }
 
 func (lc *lifecycles[Obj]) resetFailure(s *keyState[Obj]) {
 	if s.attempts > 0 {
 		lc.retrying--
 		lc.version++
-		if lc.dirty != nil {
-			lc.dirty[s.key] = nil
+		if lc.outdated != nil {
+			lc.outdated[s.key] = nil
 		}
 	}
 	s.attempts, s.err, s.first, s.errID = 0, nil, time.Time{}, 0
@@ -643,25 +644,25 @@ func (lc *lifecycles[Obj]) changed(s *keyState[Obj]) {
 		return
 	}
 	lc.version++
-	if lc.dirty != nil {
-		lc.dirty[s.key] = s
+	if lc.outdated != nil {
+		lc.outdated[s.key] = s
 	}
 }
 
-// trackChanges makes changes report which keys' failures changed, for the
-// retries table.
-func (lc *lifecycles[Obj]) trackChanges() {
-	lc.dirty, lc.spare = map[string]*keyState[Obj]{}, map[string]*keyState[Obj]{}
+// trackOutdated makes takeOutdated report which keys' failures changed,
+// for the retries table.
+func (lc *lifecycles[Obj]) trackOutdated() {
+	lc.outdated, lc.spare = map[string]*keyState[Obj]{}, map[string]*keyState[Obj]{}
 }
 
-// changes returns the keys whose failure changed since the last call, with
+// takeOutdated returns the keys whose failure changed since the last call, with
 // their keyState, or nil if the key no longer fails. The map is valid until
 // the next call.
-func (lc *lifecycles[Obj]) changes() map[string]*keyState[Obj] {
-	d := lc.dirty
+func (lc *lifecycles[Obj]) takeOutdated() map[string]*keyState[Obj] {
+	d := lc.outdated
 	if len(d) > 0 {
-		lc.dirty, lc.spare = lc.spare, d
-		clear(lc.dirty)
+		lc.outdated, lc.spare = lc.spare, d
+		clear(lc.outdated)
 	}
 	return d
 }
@@ -732,11 +733,11 @@ type heapEntry[Obj any] struct {
 	s   *keyState[Obj]
 }
 
-func (h retryHeap[Obj]) less(i, j int) bool {
-	if h[i].due != h[j].due {
-		return h[i].due < h[j].due
+func (h retryHeap[Obj]) less(i, t int) bool {
+	if h[i].due != h[t].due {
+		return h[i].due < h[t].due
 	}
-	return h[i].seq < h[j].seq
+	return h[i].seq < h[t].seq
 }
 
 func (h retryHeap[Obj]) move(to int, e heapEntry[Obj]) {

@@ -100,7 +100,7 @@ func TestLifecycleSuccessorRules(t *testing.T) {
 func TestLifecycleMatchesAModel(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	lc := newLifecycles[int]()
-	lc.trackChanges()
+	lc.trackOutdated()
 	now := time.Unix(1000, 0)
 	check := func() {
 		queued, active, waiting, retrying := 0, 0, 0, 0

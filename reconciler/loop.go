@@ -46,7 +46,7 @@ func (r *reconciler[Obj]) run(ctx context.Context, health cell.Health) error {
 		if l.exec.room() <= 0 || paused {
 			watch, retryC = nil, nil // read nothing new; commit what finishes
 		}
-		if paused != r.wasPaused || (watch != nil && len(r.keys.queued) > 0) {
+		if paused != r.wasPaused || (watch != nil && len(r.lifecycles.queued) > 0) {
 			pauseChanged = closedChan // a round now
 		}
 		select {
@@ -108,11 +108,11 @@ func (l *loop[Obj]) stopped() {
 	r.gate.setStopping(true)
 	left := l.exec.stop() // waits for the operations under way to return
 	r.commit(cutShort(left, true), r.now())
-	r.progress.update(r.progressRev(), r.keys.retryLowWatermark())
+	r.progress.update(r.progressRev(), r.lifecycles.retryLowWatermark())
 	r.changes.close()
 	if r.info != nil {
 		txn := r.db.ReadTxn()
-		r.info.write(r.db, r.infoRow(&l.prune, StateStopped, r.table.NumObjects(txn), r.keys.retrying, 0, r.keys.oldestSince()), r.keys.changes())
+		r.info.write(r.db, r.infoRow(&l.prune, StateStopped, r.table.NumObjects(txn), r.lifecycles.retrying, 0, r.lifecycles.oldestSince()), r.lifecycles.takeOutdated())
 	}
 }
 
@@ -200,7 +200,7 @@ func (t *retryTimer) stop() {
 
 // nextRetry returns how long until the retry timer should fire.
 func (r *reconciler[Obj]) nextRetry() (time.Duration, bool) {
-	due, ok := r.keys.nextDue()
+	due, ok := r.lifecycles.nextDue()
 	if !ok {
 		return 0, false
 	}

@@ -107,16 +107,16 @@ func (r *reconciler[Obj]) pruneIfDue(ctx context.Context, p *pruneSchedule) {
 		return // paused since beginPrune: the prune stays due
 	}
 	txn := r.db.ReadTxn()
-	for _, s := range r.keys.active {
+	for _, s := range r.lifecycles.active {
 		if s.phase != phaseRunning {
 			continue
 		}
 		if _, _, found := r.lookup(txn, s.task.obj); !found && !s.task.delete {
-			r.keys.markPruned(s)
+			r.lifecycles.markPruned(s)
 		}
 	}
 	if rev := r.table.Revision(txn); rev > r.lastRev {
-		r.keys.sawPrune(txn, rev, ident.Last())
+		r.lifecycles.sawPrune(txn, rev, ident.Last())
 	}
 	p.run(ctx, txn)
 }

@@ -39,12 +39,12 @@ type reconciler[Obj any] struct {
 	now  func() time.Time
 	rand func() float64
 
-	changes  *changeFeed[Obj]   // the table's changes, across stops
-	keys     *lifecycles[Obj]   // what is known about each key
-	deferred deferredQueue[Obj] // changes taken after fresh ones
-	lastRev  statedb.Revision   // last change read
-	backlog  statedb.Revision   // the table's revision when the job first ran: what is deferred
-	started  bool               // whether the job has run
+	changes    *changeFeed[Obj]   // the table's changes, across stops
+	lifecycles *lifecycles[Obj]   // what is known about each key
+	deferred   deferredQueue[Obj] // changes taken after fresh ones
+	lastRev    statedb.Revision   // last change read
+	backlog    statedb.Revision   // the table's revision when the job first ran: what is deferred
+	started    bool               // whether the job has run
 
 	// The state of one run of the reconcile job, reset when it starts.
 	own   ownWrites       // revisions of the statuses commits wrote

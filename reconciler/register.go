@@ -81,7 +81,7 @@ func Register[Obj any](
 		pruneRequests: make(chan struct{}, 1),
 		gate:          newGate(),
 		progress:      newProgress(),
-		keys:          newLifecycles[Obj](),
+		lifecycles:    newLifecycles[Obj](),
 		now:           time.Now,
 		rand:          rand.Float64,
 	}
@@ -89,7 +89,7 @@ func Register[Obj any](
 	// The feed begins now, not when the job first runs, so that no delete
 	// between registration and start is missed.
 	r.changes = newChangeFeed(params.DB, statedb.Table[Obj](table))
-	r.info = newInfoWriter(r.tables, metrics.Key(r.moduleID, o.name), r.keys)
+	r.info = newInfoWriter(r.tables, metrics.Key(r.moduleID, o.name), r.lifecycles)
 
 	depJobs, err := registerDependencies(r)
 	if err != nil {

@@ -12,7 +12,7 @@ import (
 // WaitUntilReconciled, metrics, the reconciler's rows in the tables of
 // TablesCell, and health.
 func (r *reconciler[Obj]) report(txn statedb.ReadTxn, work []op[Obj], c commitOutcome, load execLoad, p *pruneSchedule, now time.Time, paused bool) {
-	lc := r.keys
+	lc := r.lifecycles
 	inFlight := len(lc.active)
 	failing := lc.retrying
 	if c.committed > 0 || failing != r.reported.failing {
@@ -54,7 +54,7 @@ func (r *reconciler[Obj]) report(txn statedb.ReadTxn, work []op[Obj], c commitOu
 	}, func() int { return r.table.NumObjects(txn) }, lc.errors)
 
 	if r.info != nil {
-		r.info.write(r.db, r.infoRow(p, state, r.table.NumObjects(txn), failing, inFlight, oldest), lc.changes())
+		r.info.write(r.db, r.infoRow(p, state, r.table.NumObjects(txn), failing, inFlight, oldest), lc.takeOutdated())
 	}
 
 	// Progress last, so that a WaitUntilReconciled that returns sees the
@@ -83,7 +83,7 @@ func (r *reconciler[Obj]) progressRev() statedb.Revision {
 			rev = low - 1
 		}
 	}
-	for _, s := range r.keys.active {
+	for _, s := range r.lifecycles.active {
 		if s.attempts == 0 {
 			lower(s.task.rev)
 		}
