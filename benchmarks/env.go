@@ -26,7 +26,7 @@ type setup struct {
 	retryMin    time.Duration // WithRetry(retryMin, retryMax) if set
 	retryMax    time.Duration
 	refresh     time.Duration // WithRefreshing(refresh, unlimited) if set
-	noPrune     bool          // WithoutPruning()
+	noPrune     bool          // periodic pruning off
 
 	objects      int           // ids are 0..objects-1 (sizes failOnce bookkeeping)
 	preload      int           // objects inserted as long-Done before the reconciler starts
@@ -68,7 +68,7 @@ func (s setup) convOptions() []reconciler.Option {
 		o = append(o, reconciler.WithRefreshing(s.refresh, rate.NewLimiter(rate.Inf, 1)))
 	}
 	if s.noPrune {
-		o = append(o, reconciler.WithoutPruning())
+		o = append(o, reconciler.WithPruning(0))
 	}
 	if m := s.metrics.new(); m != nil {
 		o = append(o, reconciler.WithMetrics(m))

@@ -101,7 +101,7 @@ func (e *sharedEnv) register(im impl, name string, p reconciler.Params, up upstr
 		r, err := reconciler.Register(p, e.tbl, (*setObject).clone,
 			func(o *setObject, s status.Status) *setObject { o.conv = o.conv.Set(name, s); return o },
 			func(o *setObject) status.Status { return o.conv.Get(name) },
-			setOps{}, nil, reconciler.WithName(name), reconciler.WithoutPruning())
+			setOps{}, nil, reconciler.WithName(name), reconciler.WithPruning(0))
 		if err != nil {
 			return err
 		}

@@ -180,7 +180,7 @@ func TestGuaranteeRoundDepthCountsParked(t *testing.T) {
 	tgt := newO30Target()
 	tgt.beforeUpdate = gate.hook
 	e := newO30Env(t, tgt, o30Config{opts: []reconciler.Option{
-		reconciler.WithConcurrency(4), reconciler.WithMetrics(rec), reconciler.WithoutPruning(),
+		reconciler.WithConcurrency(4), reconciler.WithMetrics(rec), reconciler.WithPruning(0),
 	}})
 	e.start()
 	e.put(&o30Obj{ID: "a", Value: "1"}, &o30Obj{ID: "b", Value: "1"}, &o30Obj{ID: "c", Value: "1"})
@@ -212,7 +212,7 @@ func TestGuaranteeRoundDepthCountsWaitingForWorker(t *testing.T) {
 	tgt := newO30Target()
 	tgt.beforeUpdate = gate.hook
 	e := newO30Env(t, tgt, o30Config{opts: []reconciler.Option{
-		reconciler.WithConcurrency(2), reconciler.WithMetrics(rec), reconciler.WithoutPruning(),
+		reconciler.WithConcurrency(2), reconciler.WithMetrics(rec), reconciler.WithPruning(0),
 	}})
 	e.start()
 	e.put(&o30Obj{ID: "a", Value: "1"}, &o30Obj{ID: "b", Value: "1"})

@@ -92,7 +92,7 @@ func TestGuaranteeSetPutBack(t *testing.T) {
 							clone := func(o *o30SetObj) *o30SetObj { c := *o; return &c }
 							recs[n], err = reconciler.Register(p, tbl, clone, set, get,
 								reconciler.Operations[*o30SetObj](o30SetOps{tgts[n]}), nil,
-								reconciler.WithName(n), reconciler.WithConcurrency(workers), reconciler.WithoutPruning())
+								reconciler.WithName(n), reconciler.WithConcurrency(workers), reconciler.WithPruning(0))
 							if err != nil {
 								return err
 							}

@@ -30,7 +30,7 @@ func (v o30Variant) String() string { return fmt.Sprintf("workers=%d,batch=%v", 
 var o30Variants = []o30Variant{{1, false}, {4, false}, {1, true}, {4, true}}
 
 func (v o30Variant) config(opts ...reconciler.Option) o30Config {
-	return o30Config{batch: v.batch, opts: append([]reconciler.Option{reconciler.WithConcurrency(v.workers), reconciler.WithoutPruning()}, opts...)}
+	return o30Config{batch: v.batch, opts: append([]reconciler.Option{reconciler.WithConcurrency(v.workers), reconciler.WithPruning(0)}, opts...)}
 }
 
 // requireDeleted checks that Delete ran for every id and the target lacks

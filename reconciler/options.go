@@ -21,7 +21,7 @@ import (
 //
 //	name               ""              (WithName; jobs are "reconcile" and "refresh")
 //	metrics            Params.DefaultMetrics, else unpublished expvar metrics (WithMetrics)
-//	prune interval     1h              (WithPruning, WithoutPruning)
+//	prune interval     1h              (WithPruning; 0: only on request)
 //	refresh            off             (WithRefreshing)
 //	retry backoff      100ms to 1m     (WithRetry), doubling per failure
 //	retry jitter       0.1             (WithRetryJitter): ±10% of the backoff
@@ -147,16 +147,12 @@ func WithMetrics(m metrics.Metrics) Option {
 // retry backoff (see [WithRetry]); until a prune succeeds, health is
 // Degraded. Prune runs between rounds: while it runs, operations already
 // started go on (with [WithConcurrency]) but no new one starts, so that it
-// never removes what an operation is applying for a newer object. An interval of zero disables periodic
-// pruning, like [WithoutPruning]; [Reconciler.Prune] still works.
+// never removes what an operation is applying for a newer object. An
+// interval of zero turns periodic pruning off, the first prune after the
+// table is initialized included; [Reconciler.Prune] still prunes on
+// request.
 func WithPruning(interval time.Duration) Option {
 	return func(o *options) { o.pruneInterval = interval }
-}
-
-// WithoutPruning disables periodic pruning. The first prune after the table
-// is initialized is skipped too; [Reconciler.Prune] still prunes on request.
-func WithoutPruning() Option {
-	return func(o *options) { o.pruneInterval = 0 }
 }
 
 // WithRefreshing marks Done objects whose status is older than interval as

@@ -80,7 +80,7 @@ func TestPanicsBecomeErrorsAndAreRetried(t *testing.T) {
 			}
 			f := startFixture(t, p, batch,
 				reconciler.WithRetry(time.Millisecond, 5*time.Millisecond),
-				reconciler.WithoutPruning())
+				reconciler.WithPruning(0))
 
 			f.upsert(&item{ID: "a"}, &item{ID: "b"})
 			f.waitKind("a", status.KindDone)

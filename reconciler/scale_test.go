@@ -146,7 +146,7 @@ func runScale(t *testing.T, n, workers int, batch bool) {
 		reconciler.WithMetrics(m),
 		reconciler.WithConcurrency(workers),
 		reconciler.WithRetry(10*time.Millisecond, 2*time.Second),
-		reconciler.WithoutPruning())
+		reconciler.WithPruning(0))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 

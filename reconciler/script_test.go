@@ -61,7 +61,7 @@ func parseScriptFlags(args []string) (scriptFlags, error) {
 	fs := flag.NewFlagSet("script", flag.ContinueOnError)
 	fs.BoolVar(&f.batch, "batch", false, "use BatchOperations")
 	fs.IntVar(&f.workers, "workers", 1, "WithConcurrency")
-	fs.DurationVar(&f.prune, "prune", 0, "WithPruning interval (0: WithoutPruning)")
+	fs.DurationVar(&f.prune, "prune", 0, "WithPruning interval (0: only on request)")
 	fs.DurationVar(&f.refresh, "refresh", 0, "WithRefreshing interval")
 	fs.DurationVar(&f.retryMin, "retry-min", 10*time.Millisecond, "minimum backoff")
 	fs.DurationVar(&f.retryMax, "retry-max", 50*time.Millisecond, "maximum backoff")
@@ -188,7 +188,7 @@ func registerScriptReconcilers(p reconciler.Params, flags scriptFlags, m metrics
 			reconciler.WithRetry(flags.retryMin, flags.retryMax),
 			reconciler.WithConcurrency(flags.workers),
 			reconciler.WithOperationTimeout(flags.timeout),
-			reconciler.WithoutPruning(),
+			reconciler.WithPruning(0),
 		}
 		opts = append(opts, extra...)
 		if flags.prune > 0 {

@@ -147,7 +147,7 @@ func TestShutdownUnderLoad(t *testing.T) {
 				f := startFixture(t, ops, batchOps,
 					reconciler.WithConcurrency(workers),
 					reconciler.WithRetry(20*time.Millisecond, time.Second),
-					reconciler.WithoutPruning())
+					reconciler.WithPruning(0))
 
 				// Phase 1: every object fails once and is queued for retry.
 				objs := make([]*item, objects)

@@ -139,7 +139,7 @@ func (s *switchErr) get(key string) error {
 func TestTablesFollowFailureAndRecovery(t *testing.T) {
 	var fail switchErr
 	ops := &funcOps{update: func(_ context.Context, _ statedb.Revision, it *item) error { return fail.get(it.ID) }}
-	f := startObsFixture(t, nil, ops, nil, reconciler.WithRetry(20*time.Millisecond, 20*time.Millisecond), reconciler.WithoutPruning())
+	f := startObsFixture(t, nil, ops, nil, reconciler.WithRetry(20*time.Millisecond, 20*time.Millisecond), reconciler.WithPruning(0))
 
 	f.upsert(&item{ID: "a", Value: "1"})
 	f.waitReconciled()
@@ -202,7 +202,7 @@ func TestRetryRowsFollowTheObject(t *testing.T) {
 		delete: func(_ context.Context, _ statedb.Revision, it *item) error { return fail.get(it.ID) },
 	}
 	// Retries an hour away: the rows stay as the first failure left them.
-	f := startObsFixture(t, nil, ops, nil, reconciler.WithRetry(time.Hour, time.Hour), reconciler.WithoutPruning())
+	f := startObsFixture(t, nil, ops, nil, reconciler.WithRetry(time.Hour, time.Hour), reconciler.WithPruning(0))
 
 	f.upsert(&item{ID: "c", Value: "bad"}, &item{ID: "d", Value: "bad"}, &item{ID: "e", Value: "1"})
 	for _, key := range []string{"c", "d"} {

@@ -128,30 +128,6 @@ type BatchOperations[Obj any] interface {
 	DeleteBatch(ctx context.Context, txn statedb.ReadTxn, batch []BatchEntry[Obj])
 }
 
-// ErrInvalidConfig is wrapped by the errors [Register] returns for missing
-// arguments and for options with values out of range.
-var ErrInvalidConfig = errors.New("invalid reconciler configuration")
-
-// ErrPanic is wrapped by the error recorded for an operation that panicked.
-var ErrPanic = errors.New("operation panicked")
-
-// ErrRetryRequested is the error recorded when an operation returns
-// RetryAfter with a nil error.
-var ErrRetryRequested = errors.New("retry requested")
-
-// ErrNoPrimaryKey is wrapped by the error recorded for an update after
-// which the object has no primary key: Update changed the fields the
-// table's primary index reads, so the object cannot be stored. The object
-// is marked Error, as it was before Update, and retried. StateDB stores no
-// object without a primary key, so it arises only from such a change;
-// elsewhere (a clone or setStatus that drops the key) the object is left
-// alone and the reconciler logs an error naming this.
-var ErrNoPrimaryKey = errors.New("object has no primary key")
-
-// ErrIndexNotFound is returned by [WaitForReconciliation] when the given
-// status index is not an index of the table.
-var ErrIndexNotFound = errors.New("index not found")
-
 type terminalError struct{ err error }
 
 func (e *terminalError) Error() string { return e.err.Error() }

@@ -46,19 +46,6 @@ func isEmpty[A, B any](seq func(func(A, B) bool)) bool {
 	return true
 }
 
-// ErrObjectDeleted is wrapped by the error [WaitForObject] returns when the
-// object it was waiting for is deleted from the table.
-var ErrObjectDeleted = errors.New("object deleted")
-
-// ErrObjectNotFound is wrapped by the error [WaitForObject] returns, with
-// [FailIfAbsent], when no object matches the query at the first look.
-var ErrObjectNotFound = errors.New("object not found")
-
-// ErrObjectFailed is wrapped by the error [WaitForObject] returns, with
-// [StopOnError], when the object's status is Error. The returned error's text
-// includes the status's error text.
-var ErrObjectFailed = errors.New("object failed to reconcile")
-
 // WaitOption changes what [WaitForObject] waits for. The zero set of options
 // waits for Done, through Error statuses, and for an absent object to appear.
 type WaitOption func(*waitOptions)

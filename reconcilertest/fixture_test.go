@@ -66,7 +66,7 @@ func parseFixtureFlags(args []string) (fixtureFlags, error) {
 	fs := flag.NewFlagSet("script", flag.ContinueOnError)
 	fs.BoolVar(&f.batch, "batch", false, "use BatchOperations")
 	fs.IntVar(&f.workers, "workers", 1, "WithConcurrency")
-	fs.DurationVar(&f.prune, "prune", 0, "WithPruning interval (0: WithoutPruning)")
+	fs.DurationVar(&f.prune, "prune", 0, "WithPruning interval (0: only on request)")
 	fs.StringVar(&f.reconcilers, "reconcilers", "", "comma-separated names of reconcilers sharing Statuses")
 	fs.BoolVar(&f.sameHive, "same-hive", false, "use the hive's own commands: 'hive start' after 'hive stop' starts the same hive")
 	fs.BoolVar(&f.tables, "tables", false, "include reconciler.TablesCell, for reconciler/retries")
@@ -177,7 +177,7 @@ func (f *fixture) register(p reconciler.Params, health *cell.SimpleHealth, reg *
 			reconciler.WithMetrics(m),
 			reconciler.WithRetry(10*time.Millisecond, 50*time.Millisecond),
 			reconciler.WithConcurrency(f.flags.workers),
-			reconciler.WithoutPruning(),
+			reconciler.WithPruning(0),
 		}
 		if f.flags.prune > 0 {
 			opts = append(opts, reconciler.WithPruning(f.flags.prune))

@@ -146,7 +146,7 @@ func WithPruning(interval time.Duration) Option { return reconciler.WithPruning(
 
 // WithoutPruning disables periodic pruning, including the prune once the
 // table is initialized; Reconciler.Prune still prunes on request.
-func WithoutPruning() Option { return reconciler.WithoutPruning() }
+func WithoutPruning() Option { return reconciler.WithPruning(0) }
 
 // WithRefreshing marks Done objects whose status is older than interval as
 // Refreshing, so that Update is called for them again, at most as fast as

@@ -81,7 +81,7 @@ func recordReconcile(b *testing.B, n int, batch bool) []func(*convergeprom.Metri
 		batchOps = tgt
 	}
 	rec := &recorder{}
-	db, table, statusIndex := startReconciler(b, tgt, batchOps, reconciler.WithMetrics(rec), reconciler.WithoutPruning())
+	db, table, statusIndex := startReconciler(b, tgt, batchOps, reconciler.WithMetrics(rec), reconciler.WithPruning(0))
 	// Start-up's calls are not the objects'.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

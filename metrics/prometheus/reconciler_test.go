@@ -54,7 +54,7 @@ func TestLatencyHistogramCountsObjectsReconciled(t *testing.T) {
 			srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 			defer srv.Close()
 
-			db, table, statusIndex := startReconciler(t, ops, ops.Batch(), reconciler.WithMetrics(pm), reconciler.WithoutPruning(),
+			db, table, statusIndex := startReconciler(t, ops, ops.Batch(), reconciler.WithMetrics(pm), reconciler.WithPruning(0),
 				reconciler.WithRetry(time.Millisecond, 2*time.Millisecond))
 			wtxn := db.WriteTxn(table)
 			for i := range n {

@@ -100,7 +100,7 @@ func newScriptEngine(t testing.TB, args []string) *script.Engine {
 					reconciler.WithMetrics(pm),
 					reconciler.WithRetry(10*time.Millisecond, 50*time.Millisecond),
 					reconciler.WithOperationTimeout(*opTimeout),
-					reconciler.WithoutPruning())
+					reconciler.WithPruning(0))
 				if err != nil {
 					return err
 				}
