@@ -13,12 +13,11 @@ import (
 // The life of one key.
 //
 // Everything the reconciler knows about one primary key lives in one
-// keyState, and every change of a keyState is made by a method of
-// lifecycles, in this file, on the loop's goroutine; only its position in
-// the retry heap (pos) is kept by the heap itself (retries.go), as
-// container/heap keeps an index. A key with no keyState
-// needs nothing from the reconciler (its next change, if any, is still in
-// the change iterator or the deferred queue).
+// keyState, and every change of a keyState, its position in the retry heap
+// included, is made in this file, by a method of lifecycles or of the
+// heap, on the loop's goroutine. A key with no keyState needs nothing from
+// the reconciler (its next change, if any, is still in the change iterator
+// or the deferred queue).
 //
 //	                      start
 //	    queued ─────────────────────────────► running
@@ -34,11 +33,23 @@ import (
 //	                                                       terminal, or the
 //	                                                       object changed
 //
-// A keyState is created by observe (a change read: a new version or a
-// delete), adopt (an Error status that no retry is for, which waits) or
-// track (an untracked task that failed or never started), and ends with
-// forget. requeue puts a running one back in the queue: the gate held its
-// task back, or a stop cut it short.
+// Every state and the methods that move a key between them:
+//
+//	gone    → queued   observe: a change read (add)
+//	gone    → waiting  adopt: an Error status no retry is for
+//	gone    → running  track: an untracked task of the inline executor that
+//	                   failed or never started (then settle or requeue)
+//	queued  → queued   observe: a newer change replaces the task
+//	queued  → running  start (collect takes it with takeQueued)
+//	queued  → gone     forget: the task is no longer what the table asks
+//	running → running  follow, dropNext: the successor recorded or dropped;
+//	                   markPruned: a prune ran with the object absent
+//	running → queued   settle with a successor; requeue: never started
+//	running → waiting  settle: failed, due after its backoff
+//	running → gone     settle: done, terminal, or the object changed
+//	waiting → queued   observe: a newer change
+//	waiting → running  popDue, attempt, start: the retry is due
+//	waiting → gone     forget, dropRetry: a newer version overtook it
 //
 // Invariants:
 //
