@@ -21,15 +21,9 @@ import (
 // iterator hands out every object, and those at or below the revision
 // already read are skipped.
 //
-// Deletes recovered this way come first, in no particular order, with the
-// revision just after the snapshot's: the delete happened after it. Their
-// revision is the change's; the revision yielded beside them is the one
-// read so far, so that a reader that follows the yielded revision never
-// moves past a change it has not read.
-//
-// Make one with newChangeFeed, at registration: that is when the feed
-// begins, so deletes made before the first start are not missed either. A
-// changeFeed is used by one goroutine at a time.
+// Recovered deletes come first, with the revision just after the
+// snapshot's. Make one with newChangeFeed, at registration, so that deletes
+// before the first start are not missed; one goroutine uses it at a time.
 type changeFeed[Obj any] struct {
 	db    *statedb.DB
 	table statedb.Table[Obj]
@@ -89,7 +83,9 @@ func (f *changeFeed[Obj]) gone(before, now statedb.ReadTxn) []statedb.Change[Obj
 
 // next returns the changes not handed out yet, as of txn, and a channel
 // closed when there are more. A change handed out is consumed, whether or
-// not the reader goes on. The feed must be open.
+// not the reader goes on. Beside each change it yields the revision read so
+// far (for a recovered delete, not the delete's own), which a reader may
+// follow without passing a change it has not read. The feed must be open.
 func (f *changeFeed[Obj]) next(txn statedb.ReadTxn) (iter.Seq2[statedb.Change[Obj], statedb.Revision], <-chan struct{}) {
 	changes, watch := f.iter.Next(txn)
 	if len(f.missed) > 0 {

@@ -22,12 +22,8 @@ import (
 //     found at the first start) share the rest, half each, and either takes
 //     what the other leaves.
 //
-// Every share is a non-negative int no larger than room, so no option
-// value makes one negative or overflow. Reading a change that is deferred,
-// dropped or parked behind a running version costs no budget, and the
-// deferred queue has no cap, so a fresh change is never held back by a
-// backlog or a burst of refresh marks: only by room. With no room it reads
-// nothing and looks again next round.
+// Reading a change that is deferred, dropped or parked costs no budget and
+// the deferred queue has no cap, so only room holds a fresh change back.
 func (r *reconciler[Obj]) collect(txn statedb.ReadTxn, now time.Time, room int) []op[Obj] {
 	lc := r.lifecycles
 	r.work = r.work[:0]
@@ -203,17 +199,11 @@ func (r *reconciler[Obj]) collectRetries(txn statedb.ReadTxn, now time.Time, bud
 }
 
 // current reports whether the task of s, queued or due for a retry, is
-// still what the table asks for, and if so brings its object up to date.
-// Work queued before a stop, or a retry, may have been overtaken by a
-// change not read yet: that change brings its own work, and the task is
-// dropped. A delete is current while the key is absent; an update while
-// the object carries the status the task answers, whatever else changed
-// (another reconciler's status, say). The update is then applied to the
-// object as it is in the table (Update may have modified it, and another
-// reconciler may have written its own status since) but with this
-// reconciler's status put back to the one that asked for the work, Pending
-// or Refreshing, rather than the Error status a failure wrote: an
-// operation that reads the status sees the same request on every attempt.
+// still what the table asks for (a change not read yet brings its own
+// work): a delete while the key is absent, an update while the object
+// carries the status the task answers. The update then gets the object as
+// the table holds it, with the status that asked for the work rather than
+// the Error a failure wrote, so every attempt sees the same request.
 func (r *reconciler[Obj]) current(txn statedb.ReadTxn, s *keyState[Obj]) bool {
 
 	cur, rev, found := r.lookup(txn, s.task.obj)

@@ -86,16 +86,11 @@ func (r *reconciler[Obj]) write(ops []op[Obj], now time.Time) {
 	wtxn.Commit()
 }
 
-// writeStatus stores o.updated, which carries the status o's outcome calls
-// for, with a compare-and-swap on the revision o applied. If the object has
-// changed since, the status is still written if the object carries the
-// very status that asked for o (the same version, with only another
-// reconciler's status changed, or written back as it was), unless a delete
-// of the key or a prune came between: then the same status no longer means
-// the same version (see keyState). A newer version is left alone, to be
-// reconciled in its own turn. over reports a write over a changed object:
-// the table then holds the version o applied, and whatever was read since
-// is older than it.
+// writeStatus stores o.updated with a compare-and-swap on the revision o
+// applied. An object changed since still gets the status if it carries the
+// very status that asked for o, unless a delete or a prune came between
+// (see keyState); a newer version is left to its own turn. over reports
+// such a write over a changed object: what was read since is older.
 func (r *reconciler[Obj]) writeStatus(wtxn statedb.WriteTxn, o *op[Obj]) (written, over bool) {
 	cur, found, err := r.table.CompareAndSwap(wtxn, o.rev, o.updated)
 	switch {

@@ -12,19 +12,10 @@ import (
 )
 
 // pruneSchedule decides when the loop prunes: once the table is
-// initialized, then every prune interval and on Reconciler.Prune. A failed
-// prune is tried again after the retry backoff, so that the target and
-// health recover without waiting for the interval. The loop waits on its
-// channels, tells it what fired, and between commit and report runs the
-// prune when it is due.
-//
-// Prune runs on the loop's goroutine, between rounds, even with workers,
-// with the gate closed: no operation starts until it returns. An operation
-// under way whose object is absent from the prune's snapshot may see its
-// work removed by the prune; if the object then comes back as that very
-// version, it is applied again rather than taken as done (see keyState).
-// So is an object put back, before its delete was read, with a status from
-// before the prune (see pruneSnapshot).
+// initialized, then every prune interval and on Reconciler.Prune; a failed
+// prune again after the retry backoff. The loop waits on its channels and
+// runs the prune, when due, between commit and report, with the gate
+// closed (what a prune may undo is in keyState and pruneSnapshot).
 type pruneSchedule struct {
 	prune func(ctx context.Context, txn statedb.ReadTxn) pruneResult
 
