@@ -219,6 +219,21 @@ func TestDirectoryOpenedToOthersWhileRunning(t *testing.T) {
 	require.Equal(t, "y", a.readFile("x"))
 }
 
+// A state directory opened to listing by others while the example runs
+// (it holds the token) is made 0700 again before the next write.
+func TestStateDirectoryOpenedWhileRunningIsMadePrivateAgain(t *testing.T) {
+	a := startApp(t, testConfig(), nil)
+	a.waitReconciled()
+	state := filepath.Join(a.dir, stateDir)
+	require.NoError(t, os.Chmod(state, 0o755))
+	a.put("x", "y")
+	a.waitKind("x", status.KindDone)
+	info, err := os.Stat(state)
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o700).String(), info.Mode().Perm().String())
+	require.Equal(t, a.token, readToken(t, a.dir), "the token is the same")
+}
+
 // Issue 35, item 5: every write rewrote and synced the whole journal.
 // Now a write appends one record to the log, whatever its size: here a
 // journal of 5,000 entries grows by one line for one more file, and is

@@ -279,7 +279,7 @@ func (d *ownedDir) intact(c *claimed) bool {
 		return false
 	}
 	state, err := c.root.Lstat(stateDir)
-	return err == nil && state.IsDir() && checkPrivate("", state, "") == nil
+	return err == nil && state.IsDir() && checkPrivate("", state, "") == nil && privateMode(state)
 }
 
 // retire gives c up: it is closed once no operation uses it. The names
@@ -362,6 +362,9 @@ func (d *ownedDir) claimOpened(root *os.Root, info fs.FileInfo) (*claimed, error
 	}
 	var j *journal
 	if hasState {
+		if err := makePrivate(root); err != nil {
+			return nil, fmt.Errorf("%s: %w", d.label(), err)
+		}
 		if j, err = loadJournal(root, d.read); err != nil {
 			return nil, &refusedError{fmt.Sprintf("%s: %v; remove %s or choose another --dir", d.label(), err, stateDir)}
 		}
@@ -395,6 +398,23 @@ func (d *ownedDir) claimOpened(root *os.Root, info fs.FileInfo) (*claimed, error
 		return nil, fmt.Errorf("%s: %w", d.label(), err)
 	}
 	return c, nil
+}
+
+// makePrivate gives the state directory, which inspect found to be the
+// user's own, mode 0700 if it has another (a restore from a backup, a
+// chmod -R a+rX of the tree): the token is written there.
+func makePrivate(root *os.Root) error {
+	info, err := root.Lstat(stateDir)
+	if err != nil {
+		return err
+	}
+	if !info.IsDir() {
+		return &refusedError{stateDir + " is not a directory"}
+	}
+	if info.Mode().Perm() == 0o700 {
+		return nil
+	}
+	return root.Chmod(stateDir, 0o700)
 }
 
 // removeTemporaries removes temporary files left in the state directory by
