@@ -219,6 +219,34 @@ func TestDirectoryOpenedToOthersWhileRunning(t *testing.T) {
 	require.Equal(t, "y", a.readFile("x"))
 }
 
+// A second example started on the directory of a running one exits with
+// status 2, naming the directory, and writes nothing there: the token and
+// the journal stay the first one's. Once the first stops, the directory
+// can be used again.
+func TestASecondExampleOnTheDirectoryExitsWithStatus2(t *testing.T) {
+	a := startApp(t, testConfig(), nil)
+	a.waitReconciled()
+	journal, err := os.ReadFile(filepath.Join(a.dir, journalPath))
+	require.NoError(t, err)
+
+	code, stderr := runExample(t, "--dir", a.dir, "--addr", "127.0.0.1:0")
+	require.Equal(t, exitUsage, code, stderr)
+	requireOnce(t, stderr, "example: target directory "+a.dir+" is in use by another converge example (it holds "+lockPath+"): stop that one, or choose another --dir\n")
+	require.Equal(t, a.token, readToken(t, a.dir))
+	after, err := os.ReadFile(filepath.Join(a.dir, journalPath))
+	require.NoError(t, err)
+	require.Equal(t, string(journal), string(after))
+	code, body := a.do(http.MethodGet, "/files", nil)
+	require.Equal(t, http.StatusOK, code, body)
+
+	a.stop()
+	cfg := testConfig()
+	cfg.Dir = a.dir
+	b := startApp(t, cfg, nil)
+	b.waitReconciled()
+	require.Equal(t, b.token, readToken(t, b.dir))
+}
+
 // A state directory opened to listing by others while the example runs
 // (it holds the token) is made 0700 again before the next write.
 func TestStateDirectoryOpenedWhileRunningIsMadePrivateAgain(t *testing.T) {

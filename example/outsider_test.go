@@ -335,16 +335,16 @@ func TestASecondExampleDoesNotLoseTheRecordsOfTheFirst(t *testing.T) {
 	log := hivetest.Logger(t)
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
-	if err := second.Start(log, ctx); err != nil {
-		t.Logf("the second example was refused: %v", err)
-		return
-	}
 	stopSecond := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 		defer cancel()
 		second.Stop(log, ctx)
 	}
-	t.Cleanup(stopSecond)
+	t.Cleanup(stopSecond) // a start that fails leaves what it started running
+	if err := second.Start(log, ctx); err != nil {
+		t.Logf("the second example was refused: %v", err)
+		return
+	}
 
 	// The second example writes and deletes enough files to compact the
 	// log: more than twice its entries plus compactMin records.

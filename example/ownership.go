@@ -55,6 +55,7 @@ type ownedDir struct {
 	mu       sync.Mutex
 	parent   *os.Root // the directory's parent, held from the start to the stop
 	cur      *claimed // the directory as claimed last, nil if none is
+	held     *dirLock // the lock on the directory claimed last, nil if none
 	started  bool     // after the start, errors do not show the path
 	previous map[string]bool
 }
@@ -224,6 +225,8 @@ func (d *ownedDir) stop(cell.HookContext) error {
 	if d.cur != nil {
 		d.retire(d.cur)
 	}
+	d.held.close()
+	d.held = nil
 	if d.parent != nil {
 		d.parent.Close()
 		d.parent = nil
@@ -362,6 +365,9 @@ func (d *ownedDir) claimOpened(root *os.Root, info fs.FileInfo) (*claimed, error
 	}
 	var j *journal
 	if hasState {
+		if err := d.lock(root); err != nil {
+			return nil, err
+		}
 		if err := makePrivate(root); err != nil {
 			return nil, fmt.Errorf("%s: %w", d.label(), err)
 		}
@@ -374,7 +380,13 @@ func (d *ownedDir) claimOpened(root *os.Root, info fs.FileInfo) (*claimed, error
 		if err == nil {
 			err = root.Mkdir(stateDir, 0o700)
 		}
+		if errors.Is(err, fs.ErrExist) { // since inspect: another example claims it
+			return nil, &refusedError{fmt.Sprintf("%s is being set up by another converge example: stop that one, or choose another --dir", d.label())}
+		}
 		if err == nil {
+			if err := d.lock(root); err != nil {
+				return nil, err
+			}
 			j, err = createJournal(root)
 		}
 		if err == nil {
