@@ -4,6 +4,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -218,6 +219,40 @@ func TestSlowConnectionsAreClosed(t *testing.T) {
 
 	_, _, found := a.files.Get(a.db.ReadTxn(), nameIndex.Query("slow"))
 	require.False(t, found, "a body cut short stored a file")
+}
+
+// Connections that hold their slot (another user of the machine can open
+// thousands inside the header timeout) are bounded: beyond the limit,
+// lowered here to 2, a request is not served until one of them closes.
+func TestConnectionsAreBounded(t *testing.T) {
+	a := startApp(t, testConfig(), nil, cell.Provide(func() connLimit { return 2 }))
+	host := strings.TrimPrefix(a.base, "http://")
+	var held []net.Conn
+	for range 2 {
+		conn, err := net.Dial("tcp", host)
+		require.NoError(t, err)
+		t.Cleanup(func() { conn.Close() })
+		held = append(held, conn)
+	}
+	get := func(timeout time.Duration) error {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, a.base+"/health", nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+a.token)
+		client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+		resp, err := client.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err
+	}
+	// Served, the request would take milliseconds; held back, it waits
+	// until its deadline, which only bounds the test's wait.
+	require.ErrorIs(t, get(300*time.Millisecond), context.DeadlineExceeded, "a third connection was served while two were held")
+
+	held[0].Close()
+	require.NoError(t, get(waitFor), "a connection closed, and the next is still not served")
 }
 
 // Issue 35, item 4: --files was read without a limit, hung on a named
