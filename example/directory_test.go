@@ -314,7 +314,7 @@ func TestJournalLog(t *testing.T) {
 	require.NoError(t, root.Mkdir(stateDir, 0o700))
 	j, err := createJournal(root)
 	require.NoError(t, err)
-	entry := journalEntry{Size: 1, Mode: 0o644, ModTime: time.Unix(0, 42), SHA256: digest([]byte("x")), ID: fileID{1, 2}, Prev: fileID{1, 3}}
+	entry := journalEntry{Size: 1, Mode: 0o644, ModTime: time.Unix(0, 42), SHA256: digest([]byte("x")), ID: fileID{1, 2, "1:aa"}, Prev: fileID{1, 3, "1:bb"}}
 	require.NoError(t, j.commit(setRecord("a", entry), setRecord("b", entry), deleteRecord("b")))
 	lines := func() int {
 		data, err := root.ReadFile(journalPath)
@@ -351,7 +351,9 @@ func TestJournalLog(t *testing.T) {
 	got, _ := j.get("a")
 	require.Equal(t, entry.SHA256, got.SHA256)
 	require.True(t, got.ModTime.Equal(entry.ModTime))
-	require.True(t, got.identifies(fileID{1, 2}) && got.identifies(fileID{1, 3}) && !got.identifies(fileID{1, 4}))
+	require.True(t, got.identifies(fileID{1, 2, "1:aa"}) && got.identifies(fileID{1, 3, "1:bb"}) && !got.identifies(fileID{1, 4, "1:cc"}))
+	require.False(t, got.identifies(fileID{1, 2, "1:ab"}), "the inode number of the file, reused by another")
+	require.False(t, got.identifies(fileID{Dev: 1, Ino: 2}), "an inode number alone identifies no file")
 	j.close()
 	require.Equal(t, 3, lines())
 
@@ -423,12 +425,12 @@ func TestFailedWriteLeavesNoTemporaryFile(t *testing.T) {
 	a.waitReconciled()
 	a.waitRetries(0)
 	restore()
-	require.Equal(t, []string{"journal.log", "token"}, dirNames(t, filepath.Join(a.dir, stateDir)))
+	require.Equal(t, []string{"journal.log", "lock", "token"}, dirNames(t, filepath.Join(a.dir, stateDir)))
 	requireAbsent(t, filepath.Join(a.dir, "big"))
 
 	a.put("big", strings.Repeat("x", 100<<10))
 	a.waitKind("big", status.KindDone)
-	require.Equal(t, []string{"journal.log", "token"}, dirNames(t, filepath.Join(a.dir, stateDir)))
+	require.Equal(t, []string{"journal.log", "lock", "token"}, dirNames(t, filepath.Join(a.dir, stateDir)))
 }
 
 // Issue 35, item 6: replacing a parent of --dir with a symbolic link
