@@ -69,10 +69,13 @@ var errNotOwned = errors.New("exists and the example did not write it: remove it
 var errDirInTheWay = errors.New("a directory is in the way: remove it and the file will be written")
 
 // Update writes the file atomically: a temporary file in the state
-// directory is written, synced, recorded in the journal and then renamed
-// (or, for a new name, linked) into place, and the directory synced, so a
-// reader sees either the old or the new content, never a partial one, and
-// a crash loses neither the file nor its record. A file with a template
+// directory is written, synced, recorded in the journal and then
+// exchanged with the file it replaces (or, for a new name, linked into
+// place), and the directory synced, so a reader sees either the old or
+// the new content, never a partial one, and a crash loses neither the
+// file nor its record. (Where the file system cannot exchange two files,
+// the old one is moved aside first, and the name is missing for a
+// moment.) A file with a template
 // is rendered from the template as of txn.
 //
 // When the reconciler refreshes the file (its status is Refreshing: the
