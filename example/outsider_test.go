@@ -218,7 +218,13 @@ func TestAFileReplacedDuringTheRefreshIsNotWrittenOver(t *testing.T) {
 	a.waitKind("conf", status.KindDone)
 
 	armed.Store(true)
-	require.NoError(t, os.WriteFile(path, []byte("BBBB"), 0o644)) // edited in place
+	// Edited in place, in one write of the same size: a refresh never
+	// sees the file truncated, which it would repair without reading it.
+	edit, err := os.OpenFile(path, os.O_WRONLY, 0)
+	require.NoError(t, err)
+	_, err = edit.WriteAt([]byte("BBBB"), 0)
+	require.NoError(t, err)
+	require.NoError(t, edit.Close())
 	var at time.Time
 	select {
 	case at = <-fired:
