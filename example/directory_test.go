@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -245,6 +246,28 @@ func TestASecondExampleOnTheDirectoryExitsWithStatus2(t *testing.T) {
 	b := startApp(t, cfg, nil)
 	b.waitReconciled()
 	require.Equal(t, b.token, readToken(t, b.dir))
+}
+
+// A file left moved aside (the example stopped before it could put it
+// back) is never removed by the example: the start says where it is.
+func TestAFileLeftAsideIsKeptAndReported(t *testing.T) {
+	a := startApp(t, testConfig(), nil)
+	a.waitReconciled()
+	a.stop()
+	left := filepath.Join(a.dir, stateDir, asidePrefix+"0123456789abcdef")
+	require.NoError(t, os.WriteFile(left, []byte("the user's"), 0o644))
+
+	var logged syncBuffer
+	cfg := testConfig()
+	cfg.Dir = a.dir
+	b := startAppLogging(t, slog.New(slog.NewTextHandler(&logged, nil)), cfg, nil)
+	b.waitReconciled()
+	b.prune()
+	data, err := os.ReadFile(left)
+	require.NoError(t, err)
+	require.Equal(t, "the user's", string(data))
+	require.Contains(t, logged.String(), "Files moved aside by a removal the example did not finish are in its state directory")
+	require.Contains(t, logged.String(), filepath.Base(left))
 }
 
 // A state directory opened to listing by others while the example runs
