@@ -12,45 +12,79 @@ import (
 
 // writeTemp writes data to a new temporary file in the state directory,
 // with mode, synced and closed, ready to be renamed into place. It returns
-// the file's name (relative to root) and its FileInfo. On failure nothing
-// is left behind.
-func writeTemp(root *os.Root, data []byte, mode fs.FileMode) (string, fs.FileInfo, error) {
-	var suffix [8]byte
-	rand.Read(suffix[:])
-	name := stateDir + "/" + tmpPrefix + hex.EncodeToString(suffix[:])
+// the file's name in the state directory (tmpPrefix and a random suffix)
+// and what it is. On failure nothing is left behind.
+func writeTemp(root *os.Root, data []byte, mode fs.FileMode) (string, fileState, error) {
+	base := randomName(tmpPrefix)
+	name := stateDir + "/" + base
 	out, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
 	if err != nil {
-		return "", nil, err
+		return "", fileState{}, err
 	}
-	info, err := finishTemp(out, data, mode)
+	st, err := finishTemp(out, data, mode)
 	if err != nil {
 		out.Close()
 		if removeErr := root.Remove(name); removeErr != nil && !errors.Is(removeErr, fs.ErrNotExist) {
 			err = errors.Join(err, removeErr)
 		}
-		return "", nil, err
+		return "", fileState{}, err
 	}
-	return name, info, nil
+	return base, st, nil
+}
+
+// randomName returns prefix followed by 16 random hex digits.
+func randomName(prefix string) string {
+	var suffix [8]byte
+	rand.Read(suffix[:])
+	return prefix + hex.EncodeToString(suffix[:])
 }
 
 // finishTemp writes data to out, sets its mode, syncs and closes it.
-func finishTemp(out *os.File, data []byte, mode fs.FileMode) (fs.FileInfo, error) {
+func finishTemp(out *os.File, data []byte, mode fs.FileMode) (fileState, error) {
 	if _, err := out.Write(data); err != nil {
-		return nil, err
+		return fileState{}, err
 	}
 	// Chmod because the mode given to OpenFile is reduced by the umask.
 	if err := out.Chmod(mode); err != nil {
-		return nil, err
+		return fileState{}, err
 	}
 	if err := out.Sync(); err != nil {
-		return nil, err
+		return fileState{}, err
 	}
 	info, err := out.Stat()
 	if err != nil {
-		return nil, err
+		return fileState{}, err
 	}
-	return info, out.Close()
+	st := fileState{info: info, id: idOfFile(out, info)}
+	return st, out.Close()
 }
+
+// fileState is a file as the example saw it: its FileInfo and identity.
+type fileState struct {
+	info fs.FileInfo
+	id   fileID
+}
+
+// loc is a name in the target directory, or in its state directory.
+type loc struct {
+	state bool   // in the state directory
+	base  string // a name, without "/"
+}
+
+func inTarget(name string) loc { return loc{base: name} }
+func inState(name string) loc  { return loc{state: true, base: name} }
+
+// path returns l's path relative to the target directory, for os.Root.
+func (c *claimed) path(l loc) string {
+	if l.state {
+		return stateDir + "/" + l.base
+	}
+	return l.base
+}
+
+// errNoExchange is returned by claimed.exchange where the file system
+// cannot swap two files.
+var errNoExchange = errors.New("the file system cannot exchange two files")
 
 // syncDir syncs the directory name of root, so that the names created,
 // renamed or removed in it are on disk.

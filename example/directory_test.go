@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -219,6 +220,71 @@ func TestDirectoryOpenedToOthersWhileRunning(t *testing.T) {
 	require.Equal(t, "y", a.readFile("x"))
 }
 
+// A second example started on the directory of a running one exits with
+// status 2, naming the directory, and writes nothing there: the token and
+// the journal stay the first one's. Once the first stops, the directory
+// can be used again.
+func TestASecondExampleOnTheDirectoryExitsWithStatus2(t *testing.T) {
+	a := startApp(t, testConfig(), nil)
+	a.waitReconciled()
+	journal, err := os.ReadFile(filepath.Join(a.dir, journalPath))
+	require.NoError(t, err)
+
+	code, stderr := runExample(t, "--dir", a.dir, "--addr", "127.0.0.1:0")
+	require.Equal(t, exitUsage, code, stderr)
+	requireOnce(t, stderr, "example: target directory "+a.dir+" is in use by another converge example (it holds "+lockPath+"): stop that one, or choose another --dir\n")
+	require.Equal(t, a.token, readToken(t, a.dir))
+	after, err := os.ReadFile(filepath.Join(a.dir, journalPath))
+	require.NoError(t, err)
+	require.Equal(t, string(journal), string(after))
+	code, body := a.do(http.MethodGet, "/files", nil)
+	require.Equal(t, http.StatusOK, code, body)
+
+	a.stop()
+	cfg := testConfig()
+	cfg.Dir = a.dir
+	b := startApp(t, cfg, nil)
+	b.waitReconciled()
+	require.Equal(t, b.token, readToken(t, b.dir))
+}
+
+// A file left moved aside (the example stopped before it could put it
+// back) is never removed by the example: the start says where it is.
+func TestAFileLeftAsideIsKeptAndReported(t *testing.T) {
+	a := startApp(t, testConfig(), nil)
+	a.waitReconciled()
+	a.stop()
+	left := filepath.Join(a.dir, stateDir, asidePrefix+"0123456789abcdef")
+	require.NoError(t, os.WriteFile(left, []byte("the user's"), 0o644))
+
+	var logged syncBuffer
+	cfg := testConfig()
+	cfg.Dir = a.dir
+	b := startAppLogging(t, slog.New(slog.NewTextHandler(&logged, nil)), cfg, nil)
+	b.waitReconciled()
+	b.prune()
+	data, err := os.ReadFile(left)
+	require.NoError(t, err)
+	require.Equal(t, "the user's", string(data))
+	require.Contains(t, logged.String(), "Files moved aside by a removal the example did not finish are in its state directory")
+	require.Contains(t, logged.String(), filepath.Base(left))
+}
+
+// A state directory opened to listing by others while the example runs
+// (it holds the token) is made 0700 again before the next write.
+func TestStateDirectoryOpenedWhileRunningIsMadePrivateAgain(t *testing.T) {
+	a := startApp(t, testConfig(), nil)
+	a.waitReconciled()
+	state := filepath.Join(a.dir, stateDir)
+	require.NoError(t, os.Chmod(state, 0o755))
+	a.put("x", "y")
+	a.waitKind("x", status.KindDone)
+	info, err := os.Stat(state)
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o700).String(), info.Mode().Perm().String())
+	require.Equal(t, a.token, readToken(t, a.dir), "the token is the same")
+}
+
 // Issue 35, item 5: every write rewrote and synced the whole journal.
 // Now a write appends one record to the log, whatever its size: here a
 // journal of 5,000 entries grows by one line for one more file, and is
@@ -271,7 +337,7 @@ func TestJournalLog(t *testing.T) {
 	require.NoError(t, root.Mkdir(stateDir, 0o700))
 	j, err := createJournal(root)
 	require.NoError(t, err)
-	entry := journalEntry{Size: 1, Mode: 0o644, ModTime: time.Unix(0, 42), SHA256: digest([]byte("x")), ID: fileID{1, 2}, Prev: fileID{1, 3}}
+	entry := journalEntry{Size: 1, Mode: 0o644, ModTime: time.Unix(0, 42), SHA256: digest([]byte("x")), ID: fileID{1, 2, "1:aa"}, Prev: fileID{1, 3, "1:bb"}}
 	require.NoError(t, j.commit(setRecord("a", entry), setRecord("b", entry), deleteRecord("b")))
 	lines := func() int {
 		data, err := root.ReadFile(journalPath)
@@ -308,7 +374,9 @@ func TestJournalLog(t *testing.T) {
 	got, _ := j.get("a")
 	require.Equal(t, entry.SHA256, got.SHA256)
 	require.True(t, got.ModTime.Equal(entry.ModTime))
-	require.True(t, got.identifies(fileID{1, 2}) && got.identifies(fileID{1, 3}) && !got.identifies(fileID{1, 4}))
+	require.True(t, got.identifies(fileID{1, 2, "1:aa"}) && got.identifies(fileID{1, 3, "1:bb"}) && !got.identifies(fileID{1, 4, "1:cc"}))
+	require.False(t, got.identifies(fileID{1, 2, "1:ab"}), "the inode number of the file, reused by another")
+	require.False(t, got.identifies(fileID{Dev: 1, Ino: 2}), "an inode number alone identifies no file")
 	j.close()
 	require.Equal(t, 3, lines())
 
@@ -380,12 +448,12 @@ func TestFailedWriteLeavesNoTemporaryFile(t *testing.T) {
 	a.waitReconciled()
 	a.waitRetries(0)
 	restore()
-	require.Equal(t, []string{"journal.log", "token"}, dirNames(t, filepath.Join(a.dir, stateDir)))
+	require.Equal(t, []string{"journal.log", "lock", "token"}, dirNames(t, filepath.Join(a.dir, stateDir)))
 	requireAbsent(t, filepath.Join(a.dir, "big"))
 
 	a.put("big", strings.Repeat("x", 100<<10))
 	a.waitKind("big", status.KindDone)
-	require.Equal(t, []string{"journal.log", "token"}, dirNames(t, filepath.Join(a.dir, stateDir)))
+	require.Equal(t, []string{"journal.log", "lock", "token"}, dirNames(t, filepath.Join(a.dir, stateDir)))
 }
 
 // Issue 35, item 6: replacing a parent of --dir with a symbolic link

@@ -127,14 +127,15 @@ func (r *runningExample) reconcilerInfo() reconciler.Info {
 	return infos[0]
 }
 
-// An unknown key of --files is named with its line, in the words of the
+// An unknown key of --files is given by its line and column, not its text
+// (it may be a secret), with the keys the entry takes, in the words of the
 // file, not of a Go type.
-func TestUnknownKeyNamesKeyAndLine(t *testing.T) {
+func TestUnknownKeyGivesLineAndColumn(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "files.yaml")
 	require.NoError(t, os.WriteFile(path, []byte("files:\n  - name: a\n    content: x\n  - name: b\n    contents: y\ntemplates: []\n"), 0o644))
 	code, stderr := runExample(t, "--dir", filepath.Join(t.TempDir(), "d"), "--addr", "127.0.0.1:0", "--files", path)
 	require.Equal(t, exitUsage, code, stderr)
-	require.Equal(t, "example: --files: "+path+": line 5: unknown key \"contents\" in files[1]; it takes name, content, mode, template\n", stderr)
+	require.Equal(t, "example: --files: "+path+": line 5, column 5: unknown key in files[1] (its text is not shown); it takes name, content, mode, template\n", stderr)
 
 	require.NoError(t, os.WriteFile(path, []byte("files:\n  - name: a\n    name: b\n"), 0o644))
 	code, stderr = runExample(t, "--dir", filepath.Join(t.TempDir(), "d"), "--addr", "127.0.0.1:0", "--files", path)

@@ -154,7 +154,7 @@ func TestPruneOnlyOwnedFiles(t *testing.T) {
 	b.waitReconciled()
 	require.Equal(t, []string{"hello.txt", "motd", "secret.conf", tmpPrefix + "0123", "users-file"}, b.dirNames())
 	require.Equal(t, "mine", b.readFile("users-file"))
-	require.Equal(t, []string{"journal.log", "token"}, dirNames(t, filepath.Join(b.dir, stateDir)))
+	require.Equal(t, []string{"journal.log", "lock", "token"}, dirNames(t, filepath.Join(b.dir, stateDir)))
 	require.ElementsMatch(t, initialNames, journalNames(t, b.dir))
 
 	// Later files of the user's and a subdirectory stay through prunes.
@@ -381,14 +381,14 @@ func TestBadInitialFiles(t *testing.T) {
 	cases := map[string]struct{ yaml, msg string }{
 		"syntax":      {"files:\n  - name: a\n   content: x\n", "invalid YAML"},
 		"not a list":  {"files: hello\n", "line 1: files must be a list"},
-		"unknown key": {"files:\n  - name: a\n    contents: x\n", `line 3: unknown key "contents" in files[0]; it takes name, content, mode, template`},
+		"unknown key": {"files:\n  - name: a\n    contents: x\n", "line 3, column 5: unknown key in files[0] (its text is not shown); it takes name, content, mode, template"},
 		"traversal":   {"files:\n  - name: ../evil\n    content: x\n", `line 2: files[0]: invalid file name "../evil"`},
 		"absolute":    {"files:\n  - name: /etc/passwd\n", `invalid file name "/etc/passwd"`},
 		"empty name":  {"files:\n  - content: x\n", "files[0]: invalid file name: the name is empty"},
 		"dot dot":     {"files:\n  - name: ..\n", "directory itself or its parent"},
 		"duplicate":   {"files:\n  - name: a\n  - name: a\n", `files[1]: duplicate name "a" (also files[0])`},
 		"bad mode":    {"files:\n  - name: a\n    mode: 0999\n", "invalid mode"},
-		"status":      {"files:\n  - name: a\n    status: {kind: Done}\n", `line 3: unknown key "status" in files[0]`},
+		"status":      {"files:\n  - name: a\n    status: {kind: Done}\n", "line 3, column 5: unknown key in files[0]"},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -11,3 +11,7 @@ func idOf(fs.FileInfo) fileID { return fileID{} }
 // checkPrivate accepts everything: file ownership and Unix permission
 // bits are not available here.
 func checkPrivate(string, fs.FileInfo, string) error { return nil }
+
+// privateMode accepts every mode: Unix permission bits are not available
+// here.
+func privateMode(fs.FileInfo) bool { return true }

@@ -46,3 +46,7 @@ func checkPrivate(what string, info fs.FileInfo, fix string) error {
 	}
 	return nil
 }
+
+// privateMode reports whether info, the state directory's, has mode 0700:
+// only the user can list it and read the token in it.
+func privateMode(info fs.FileInfo) bool { return info.Mode().Perm() == 0o700 }

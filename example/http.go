@@ -43,8 +43,8 @@ import (
 // a web page the user visits are refused with 403 (see checkOrigin), and
 // query parameters a route does not take with 400. Errors are JSON
 // objects, {"error": "..."}. Request bodies are limited to maxContentLen
-// bytes, and connections that are slow or idle are closed (see
-// httpTimeouts).
+// bytes, connections that are slow or idle are closed (see httpTimeouts),
+// and at most maxConns are served at once.
 type server struct {
 	log         *slog.Logger
 	db          *statedb.DB
@@ -67,10 +67,11 @@ type server struct {
 		Resume()
 	}
 
-	addr   string
-	ln     net.Listener
-	cancel context.CancelFunc // ends the contexts of requests, for long polls
-	done   chan struct{}      // closed when Serve returns
+	addr     string
+	maxConns int // connections served at once
+	ln       net.Listener
+	cancel   context.CancelFunc // ends the contexts of requests, for long polls
+	done     chan struct{}      // closed when Serve returns
 }
 
 // httpTimeouts bound how long a connection may take. The zero value sets
@@ -103,6 +104,7 @@ type serverParams struct {
 	Metrics     promMetrics
 	Token       *apiToken
 	Timeouts    *httpTimeouts `optional:"true"` // tests shorten them
+	MaxConns    connLimit     `optional:"true"` // tests lower it
 }
 
 // newServer checks --addr and builds the server; registerStart adds its
@@ -121,6 +123,10 @@ func newServer(p serverParams) (*server, error) {
 	}
 	if p.Timeouts != nil {
 		s.timeouts = *p.Timeouts
+	}
+	s.maxConns = maxConns
+	if p.MaxConns > 0 {
+		s.maxConns = int(p.MaxConns)
 	}
 	get, post := []string{http.MethodGet, http.MethodHead}, []string{http.MethodPost}
 	s.mux.HandleFunc("/{$}", allow(get, s.index))
@@ -192,7 +198,7 @@ func (s *server) listen(cell.HookContext) error {
 	if err != nil {
 		return refuse("addr", fmt.Errorf("--addr %s: cannot listen: %w", s.addr, err))
 	}
-	s.ln = ln
+	s.ln = newLimitListener(ln, s.maxConns)
 	return nil
 }
 

@@ -42,20 +42,33 @@ const (
 )
 
 // fileID identifies a file on its file system: its device and inode
-// numbers. The zero fileID is unknown (a system without inode numbers).
+// numbers and, where the file system gives one, its file handle. An inode
+// number alone does not identify a file for long: ext4 gives a freed one
+// to the next new file at once. The handle also holds the inode's
+// generation, which differs for that new file. The zero fileID is unknown
+// (a system without inode numbers).
 type fileID struct {
-	Dev uint64 `json:"dev"`
-	Ino uint64 `json:"ino"`
+	Dev    uint64 `json:"dev"`
+	Ino    uint64 `json:"ino"`
+	Handle string `json:"handle,omitempty"` // the file handle, in hex; "" if unknown
 }
+
+// strong reports whether id has a file handle: then no other file has
+// the same id while the file system exists.
+func (id fileID) strong() bool { return id.Handle != "" }
+
+// sameFile reports whether a and b, both seen on this system, are the
+// same file.
+func sameFile(a, b fileID) bool { return a.Ino != 0 && a == b }
 
 // journalEntry describes a file as the example last wrote it. Size, mode
 // and modification time let the drift check tell an unchanged file without
 // reading it; the digest is that of the content written. ID is the file
 // the example put in place, and Prev the one that write replaced, if any:
 // a write cut short after its record was written leaves Prev in place.
-// A file at the entry's name is the example's only if it is one of these
-// (or, where IDs are unknown, if it holds the content recorded): see
-// target.ours.
+// A file at the entry's name is the example's only if it is one of these,
+// by file handle, or, where there is no handle, if it is ID by inode
+// number and holds the content recorded: see target.ours.
 type journalEntry struct {
 	Size    int64
 	Mode    Mode
@@ -66,9 +79,10 @@ type journalEntry struct {
 }
 
 // identifies reports whether id is the file the entry records, or the one
-// its write replaced.
+// its write replaced, by file handle: an id without one identifies
+// nothing.
 func (e journalEntry) identifies(id fileID) bool {
-	return id != fileID{} && (id == e.ID || id == e.Prev)
+	return id.strong() && (id == e.ID || id == e.Prev)
 }
 
 // record is one line of the log.
@@ -356,7 +370,8 @@ func (j *journal) rewrite() error {
 		buf.Write(data)
 		buf.WriteByte('\n')
 	}
-	tmp, _, err := writeTemp(j.root, buf.Bytes(), 0o600)
+	base, _, err := writeTemp(j.root, buf.Bytes(), 0o600)
+	tmp := stateDir + "/" + base
 	if err != nil {
 		return fmt.Errorf("writing the ownership journal: %w", err)
 	}

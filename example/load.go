@@ -49,9 +49,10 @@ var (
 // Unknown or repeated keys, values of the wrong kind, invalid or duplicate
 // names, invalid templates, templates that are not defined and oversized
 // contents are errors naming the source, the line and the entry. They
-// never quote a value other than a key, a name or a mode, so that pointing
-// --files at some other file does not print what it holds. An empty
-// document is an empty set.
+// never quote a value other than a known key, a name or a mode, so that
+// pointing --files at some other file does not print what it holds: an
+// unknown key is given by its line and column only, as the first key of a
+// credentials file is often a secret. An empty document is an empty set.
 func parseFiles(source string, data []byte) (desiredSet, error) {
 	fail := func(format string, args ...any) (desiredSet, error) {
 		return desiredSet{}, fmt.Errorf("%s: %s", source, fmt.Sprintf(format, args...))
@@ -159,7 +160,7 @@ func mapping(n *yaml.Node, what string, keys []string) (map[string]*yaml.Node, e
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k := resolve(n.Content[i])
 		if k.Kind != yaml.ScalarNode || !contains(keys, k.Value) {
-			return nil, fmt.Errorf("line %d: unknown key %s in %s; it takes %s", k.Line, quoteKey(k), what, strings.Join(keys, ", "))
+			return nil, fmt.Errorf("line %d, column %d: unknown key in %s (its text is not shown); it takes %s", k.Line, k.Column, what, strings.Join(keys, ", "))
 		}
 		if _, dup := out[k.Value]; dup {
 			return nil, fmt.Errorf("line %d: key %q appears twice in %s", k.Line, k.Value, what)
@@ -208,19 +209,6 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
-}
-
-// keyLike matches what is quoted of an unknown key: a name, not a value.
-var keyLike = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.-]{0,39}$`)
-
-// quoteKey quotes an unknown key if it looks like one. Anything else may
-// be the content of a file that is not a YAML file of the example's (a
-// line of /etc/shadow reads as a key): it is not shown.
-func quoteKey(k *yaml.Node) string {
-	if k.Kind != yaml.ScalarNode || !keyLike.MatchString(k.Value) {
-		return "(not shown: not a key name)"
-	}
-	return fmt.Sprintf("%q", k.Value)
 }
 
 // quoted matches what the YAML parser's errors quote of the input.

@@ -23,20 +23,24 @@
 // Users copy it to write their own agent, so it behaves as a safe service
 // on a machine shared with other users and browsed with a web browser:
 //
-//   - it changes or removes only files it wrote, and removes one only if it
-//     still holds what the example wrote; names that are not valid UTF-8
-//     are refused;
+//   - it changes or removes only files it wrote, recognised by file
+//     handle, not by a reusable inode number; it removes one only if it
+//     still holds what the example wrote, and checks what it removes or
+//     replaces after moving it aside, so a file the user saves meanwhile
+//     keeps its name; names that are not valid UTF-8 are refused;
 //   - it refuses a directory, or a state directory or journal in it, that
 //     another user owns or can write, a non-empty directory it did not
-//     create (unless --adopt), and a symbolic link; it holds the
+//     create (unless --adopt), a symbolic link, and a directory another
+//     example is using (it locks DIR/.converge-example/lock); it holds the
 //     directory's parent open, so a parent replaced by a link redirects
 //     nothing;
 //   - the API asks for a token that only the user can read,
-//     DIR/.converge-example/token (new at every start), and refuses
-//     requests a web page could send;
-//   - it bounds its inputs: request bodies (1 MiB), slow and idle
-//     connections, --files (a regular file of at most 16 MiB), intervals
-//     (at least 10ms);
+//     DIR/.converge-example/token (new at every start, in a directory kept
+//     at mode 0700), and refuses requests a web page could send;
+//   - it bounds its inputs: request bodies (1 MiB), connections (128 at
+//     once), slow and idle connections, --files (a regular file of at most
+//     16 MiB, whose text its errors do not show), intervals (at least
+//     10ms);
 //   - it checks every flag before anything starts, binds the address
 //     before it touches the directory, and serves once all of that
 //     succeeded.
@@ -62,8 +66,9 @@
 //
 // Exit status: 2 when the example refuses to start because of what it was
 // given (a bad flag or environment variable value, a failed validation, a
-// target directory it refuses or cannot use, an --addr it cannot listen
-// on, including a port already in use, an unreadable or invalid --files);
+// target directory it refuses, cannot use or another example is using, an
+// --addr it cannot listen on, including a port already in use, an
+// unreadable or invalid --files);
 // 1 for failures after the start succeeded (the HTTP server failing while
 // running, a failed stop) and start failures not caused by the input; 0
 // after a clean stop. The error that stops a start is printed once, as
@@ -228,9 +233,9 @@ const exitRule = `Exit status:
   2  refused to start because of what it was given: a bad flag or environment
      variable value, a failed validation, a --dir it refuses or cannot use
      (not a directory, not empty and not the example's, a symbolic link,
-     another user's or writable by others, ...), an --addr it cannot listen
-     on (an invalid address, a port already in use), an unreadable or
-     invalid --files
+     another user's or writable by others, in use by another example, ...),
+     an --addr it cannot listen on (an invalid address, a port already in use),
+     an unreadable or invalid --files
   1  any other failure: the HTTP server failed while running, the stop failed,
      or the start failed for a reason other than the input
 `

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 
@@ -25,6 +26,11 @@ const (
 	stateDir = ".converge-example"
 	// tmpPrefix starts the names of temporary files, inside stateDir.
 	tmpPrefix = "tmp-"
+	// asidePrefix starts the names, inside stateDir, of files moved aside
+	// to be checked before they are removed. Such a file is put back if it
+	// is not the example's; it stays only if its name was taken again
+	// meanwhile, or the example stopped, and is then left to the user.
+	asidePrefix = "aside-"
 )
 
 // refusedError is a directory or file the example will not use. At start,
@@ -55,6 +61,7 @@ type ownedDir struct {
 	mu       sync.Mutex
 	parent   *os.Root // the directory's parent, held from the start to the stop
 	cur      *claimed // the directory as claimed last, nil if none is
+	held     *dirLock // the lock on the directory claimed last, nil if none
 	started  bool     // after the start, errors do not show the path
 	previous map[string]bool
 }
@@ -64,10 +71,13 @@ type ownedDir struct {
 // name is another, or its journal failed; it is then retired, and closed
 // once no operation uses it.
 type claimed struct {
-	root    *os.Root
-	info    fs.FileInfo // the directory's, to recognise it
-	journal *journal
-	dir     groupSync // fsyncs of the directory, shared by writers
+	root      *os.Root
+	info      fs.FileInfo // the directory's, to recognise it
+	dirFile   *os.File    // the directory, for the system calls os.Root lacks
+	stateFile *os.File    // its state directory, likewise
+	stateInfo fs.FileInfo // the state directory's, to recognise it
+	journal   *journal
+	dir       groupSync // fsyncs of the directory, shared by writers
 
 	refs    int // operations using it, guarded by ownedDir.mu
 	retired bool
@@ -224,6 +234,8 @@ func (d *ownedDir) stop(cell.HookContext) error {
 	if d.cur != nil {
 		d.retire(d.cur)
 	}
+	d.held.close()
+	d.held = nil
 	if d.parent != nil {
 		d.parent.Close()
 		d.parent = nil
@@ -279,7 +291,7 @@ func (d *ownedDir) intact(c *claimed) bool {
 		return false
 	}
 	state, err := c.root.Lstat(stateDir)
-	return err == nil && state.IsDir() && checkPrivate("", state, "") == nil
+	return err == nil && os.SameFile(state, c.stateInfo) && checkPrivate("", state, "") == nil && privateMode(state)
 }
 
 // retire gives c up: it is closed once no operation uses it. The names
@@ -301,6 +313,8 @@ func (d *ownedDir) retire(c *claimed) {
 
 func (c *claimed) close() {
 	c.journal.close()
+	c.dirFile.Close()
+	c.stateFile.Close()
 	c.root.Close()
 }
 
@@ -362,6 +376,12 @@ func (d *ownedDir) claimOpened(root *os.Root, info fs.FileInfo) (*claimed, error
 	}
 	var j *journal
 	if hasState {
+		if err := d.lock(root); err != nil {
+			return nil, err
+		}
+		if err := makePrivate(root); err != nil {
+			return nil, fmt.Errorf("%s: %w", d.label(), err)
+		}
 		if j, err = loadJournal(root, d.read); err != nil {
 			return nil, &refusedError{fmt.Sprintf("%s: %v; remove %s or choose another --dir", d.label(), err, stateDir)}
 		}
@@ -371,7 +391,13 @@ func (d *ownedDir) claimOpened(root *os.Root, info fs.FileInfo) (*claimed, error
 		if err == nil {
 			err = root.Mkdir(stateDir, 0o700)
 		}
+		if errors.Is(err, fs.ErrExist) { // since inspect: another example claims it
+			return nil, &refusedError{fmt.Sprintf("%s is being set up by another converge example: stop that one, or choose another --dir", d.label())}
+		}
 		if err == nil {
+			if err := d.lock(root); err != nil {
+				return nil, err
+			}
 			j, err = createJournal(root)
 		}
 		if err == nil {
@@ -386,15 +412,71 @@ func (d *ownedDir) claimOpened(root *os.Root, info fs.FileInfo) (*claimed, error
 	}
 	c := &claimed{root: root, info: opened, journal: j}
 	c.dir.sync = func() error { return syncDir(root, ".") }
-	err = d.token.write(root)
+	err = c.openDirs()
+	if err == nil {
+		err = d.token.write(root)
+	}
 	if err == nil {
 		err = removeTemporaries(root)
 	}
 	if err != nil {
 		j.close()
+		c.dirFile.Close()
+		c.stateFile.Close()
 		return nil, fmt.Errorf("%s: %w", d.label(), err)
 	}
+	if names, err := readDirNames(root, stateDir); err == nil {
+		var aside []string
+		for _, name := range names {
+			if strings.HasPrefix(name, asidePrefix) {
+				aside = append(aside, name)
+			}
+		}
+		if len(aside) > 0 {
+			slices.Sort(aside)
+			d.log.Warn("Files moved aside by a removal the example did not finish are in its state directory: "+
+				"move back those that are yours, and remove the others", "directory", filepath.Join(d.path, stateDir), "names", abbreviate(aside, 5))
+		}
+	}
 	return c, nil
+}
+
+// openDirs opens the directory and its state directory for the system
+// calls os.Root has no method for (see claimed.stat, exchange and
+// renameNoReplace), and checks that the state directory opened is the
+// one at its name, not a link.
+func (c *claimed) openDirs() error {
+	var err error
+	if c.dirFile, err = c.root.Open("."); err != nil {
+		return err
+	}
+	if c.stateFile, err = c.root.Open(stateDir); err != nil {
+		return err
+	}
+	if c.stateInfo, err = c.stateFile.Stat(); err != nil {
+		return err
+	}
+	if state, err := c.root.Lstat(stateDir); err != nil || !os.SameFile(state, c.stateInfo) {
+		return fmt.Errorf("%s changed while being opened", stateDir)
+	}
+	return nil
+}
+
+// makePrivate gives the state directory, which inspect found to be the
+// user's own, mode 0700 if it has another (a restore from a backup, a
+// chmod -R a+rX of the tree): the token is written there.
+func makePrivate(root *os.Root) error {
+	info, err := root.Lstat(stateDir)
+	if err != nil {
+		return err
+	}
+	if !info.IsDir() {
+		return &refusedError{stateDir + " is not a directory"}
+	}
+	if info.Mode().Perm() == 0o700 {
+		return nil
+	}
+	return root.Chmod(stateDir, 0o700)
 }
 
 // removeTemporaries removes temporary files left in the state directory by

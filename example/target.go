@@ -69,10 +69,13 @@ var errNotOwned = errors.New("exists and the example did not write it: remove it
 var errDirInTheWay = errors.New("a directory is in the way: remove it and the file will be written")
 
 // Update writes the file atomically: a temporary file in the state
-// directory is written, synced, recorded in the journal and then renamed
-// (or, for a new name, linked) into place, and the directory synced, so a
-// reader sees either the old or the new content, never a partial one, and
-// a crash loses neither the file nor its record. A file with a template
+// directory is written, synced, recorded in the journal and then
+// exchanged with the file it replaces (or, for a new name, linked into
+// place), and the directory synced, so a reader sees either the old or
+// the new content, never a partial one, and a crash loses neither the
+// file nor its record. (Where the file system cannot exchange two files,
+// the old one is moved aside first, and the name is missing for a
+// moment.) A file with a template
 // is rendered from the template as of txn.
 //
 // When the reconciler refreshes the file (its status is Refreshing: the
@@ -110,28 +113,32 @@ func (t *target) update(ctx context.Context, f *File, refreshing bool) error {
 	}
 	defer t.dir.release(c)
 	entry, owned := c.journal.get(f.Name)
-	info, err := c.root.Lstat(f.Name)
+	st, err := c.stat(inTarget(f.Name))
 	exists := err == nil
+	var old *fileState // the file there now, if any
+	if exists {
+		old = &st
+	}
 	switch {
 	case err != nil && !errors.Is(err, fs.ErrNotExist):
 		return err
-	case exists && owned && info.IsDir():
+	case exists && owned && st.info.IsDir():
 		// The example wrote a file here, and someone put a directory in
 		// its place. It is not the example's to remove: fail, and say
 		// once in a while what to do, until the directory is gone.
 		t.logLimited(f.Name, slog.LevelWarn, "A directory is in the way of a file; remove the directory and the file will be written",
 			"name", f.Name, "directory", filepath.Join(t.dir.path, f.Name))
 		return errDirInTheWay
-	case exists && !(owned && t.ours(c.root, f.Name, info, entry)):
+	case exists && !(owned && t.ours(c.root, f.Name, st, entry)):
 		return errNotOwned
 	}
 	if !refreshing {
-		if !(owned && exists && t.asWanted(c.root, f, info, entry)) {
-			err = t.write(c, f, info)
+		if !(owned && exists && t.asWanted(c.root, f, st.info, entry)) {
+			err = t.write(c, f, old)
 		}
 	} else {
 		var repaired bool
-		repaired, err = t.refresh(c, f, info, entry, owned)
+		repaired, err = t.refresh(c, f, old, entry, owned)
 		if err == nil && repaired {
 			reconciler.ReportRepaired(ctx, 1)
 		}
@@ -142,35 +149,54 @@ func (t *target) update(ctx context.Context, f *File, refreshing bool) error {
 	return err
 }
 
-// ours reports whether the file at name, info its Lstat, is the file
-// entry records: the one the example put there, edited in place or not
-// (its inode number), or, where inode numbers are not known, one holding
-// the content recorded. A file put in its place is not.
-func (t *target) ours(root *os.Root, name string, info fs.FileInfo, entry journalEntry) bool {
-	if !info.Mode().IsRegular() {
+// ours reports whether st, the file at name, is the file entry records:
+// the one the example put there (or the one its last write replaced, if
+// that write was cut short), edited in place or not. It is recognised by
+// its file handle, which a new file never shares, even one given the
+// inode number of a file removed. Where there is no handle (a file system
+// that gives none, or an entry of an earlier version of the example), an
+// inode number is not enough: the file must also hold the content the
+// example wrote, so a file edited in place is not recognised there. A
+// file put in the example's file's place is not its own.
+func (t *target) ours(root *os.Root, name string, st fileState, entry journalEntry) bool {
+	switch {
+	case !st.info.Mode().IsRegular():
+		return false
+	case st.id.strong() && entry.ID.strong():
+		return entry.identifies(st.id)
+	case st.id.Ino != 0 && (st.id.Dev != entry.ID.Dev || st.id.Ino != entry.ID.Ino):
 		return false
 	}
-	if id := idOf(info); id != (fileID{}) {
-		return entry.identifies(id)
-	}
-	return t.unchanged(root, name, info, entry)
+	return t.holds(root, name, st.info, entry)
 }
 
-// unchanged reports whether the file at name, info its Lstat, still holds
-// what the example wrote, as entry records it. It reads the file unless
-// its inode, size and modification time are those recorded. Only such a
-// file is removed: an inode number is reused as soon as it is free, so a
-// file a user made after removing the example's may have the same one,
-// and a file the user changed holds their work.
-func (t *target) unchanged(root *os.Root, name string, info fs.FileInfo, entry journalEntry) bool {
-	switch {
-	case !info.Mode().IsRegular() || info.Size() != entry.Size:
+// holds reports whether the file at name, info its Lstat, holds the
+// content entry records. It reads the file.
+func (t *target) holds(root *os.Root, name string, info fs.FileInfo, entry journalEntry) bool {
+	if info.Size() != entry.Size {
 		return false
-	case entry.identifies(idOf(info)) && info.ModTime().Equal(entry.ModTime):
-		return true
 	}
 	data, err := t.read(root, name)
 	return err == nil && digest(data) == entry.SHA256
+}
+
+// unchanged reports whether st, the file at name, is the example's (see
+// ours) and still holds what it wrote, as entry records it. It reads the
+// file unless its identity, size and modification time are those
+// recorded. Only such a file is removed: a file the user changed holds
+// their work.
+func (t *target) unchanged(root *os.Root, name string, st fileState, entry journalEntry) bool {
+	switch {
+	case !st.info.Mode().IsRegular() || st.info.Size() != entry.Size:
+		return false
+	case !(st.id.strong() && entry.ID.strong()):
+		return t.ours(root, name, st, entry) // which reads the content
+	case !entry.identifies(st.id):
+		return false
+	case st.id == entry.ID && st.info.ModTime().Equal(entry.ModTime):
+		return true
+	}
+	return t.holds(root, name, st.info, entry)
 }
 
 // asWanted reports whether the file the example wrote, info its Lstat,
@@ -182,60 +208,61 @@ func (t *target) asWanted(root *os.Root, f *File, info fs.FileInfo, entry journa
 }
 
 // refresh writes f if it needs it, logging why, and reports whether it
-// repaired drift. info is f's Lstat, nil if the file is missing; entry and
-// owned its record in the journal (a file that exists is owned). A change
-// of what is wanted is not drift, even if the file is also missing, and
-// neither is the first write of a file; a missing file the example wrote,
-// here or in a directory that was removed since, is.
-func (t *target) refresh(c *claimed, f *File, info fs.FileInfo, entry journalEntry, owned bool) (repaired bool, err error) {
+// repaired drift. old is the file at f's name, nil if it is missing; entry
+// and owned its record in the journal (a file that exists is owned). A
+// change of what is wanted is not drift, even if the file is also missing,
+// and neither is the first write of a file; a missing file the example
+// wrote, here or in a directory that was removed since, is.
+func (t *target) refresh(c *claimed, f *File, old *fileState, entry journalEntry, owned bool) (repaired bool, err error) {
 	switch {
 	case owned && entry.SHA256 != digest([]byte(f.Content)):
 		t.log.Info("Rewriting a file whose desired content changed", "name", f.Name, "template", f.Template)
-		return false, t.write(c, f, info)
+		return false, t.write(c, f, old)
 	case owned && entry.Mode != f.Mode:
 		t.log.Info("Rewriting a file whose desired mode changed", "name", f.Name, "mode", f.Mode)
-		return false, t.write(c, f, info)
-	case info == nil && (owned || t.dir.writtenBefore(f.Name)):
+		return false, t.write(c, f, old)
+	case old == nil && (owned || t.dir.writtenBefore(f.Name)):
 		t.log.Info("Restoring a missing file", "name", f.Name, "template", f.Template)
 		return true, t.write(c, f, nil)
-	case info == nil: // never written: its template has just been defined
+	case old == nil: // never written: its template has just been defined
 		return false, t.write(c, f, nil)
 	}
-	drift := t.drifted(c.root, f, info, entry)
+	drift := t.drifted(c.root, f, old.info, entry)
 	if drift == "" {
 		return false, nil
 	}
 	t.log.Info("Repairing drifted file", "name", f.Name, "drift", drift)
-	return true, t.write(c, f, info)
+	return true, t.write(c, f, old)
 }
 
-// write writes f's content to its name, replacing old, the file there
-// now, if it is not nil. The journal records the file before it takes the
-// name, with old as the file it replaces, so an interruption never leaves
-// a file of the example unrecorded, nor its own file unrecognised.
-func (t *target) write(c *claimed, f *File, old fs.FileInfo) error {
-	tmp, info, err := writeTemp(c.root, []byte(f.Content), fs.FileMode(f.Mode))
+// write writes f's content to its name. old is the file there now, which
+// the caller found to be the example's, or nil if the name is free. The
+// journal records the new file before it takes the name, with old as the
+// file it replaces, so an interruption never leaves a file of the example
+// unrecorded, nor its own file unrecognised. The new file replaces old
+// only: a file that took the name since the caller looked is left there,
+// and the write fails with errNotOwned.
+func (t *target) write(c *claimed, f *File, old *fileState) error {
+	base, st, err := writeTemp(c.root, []byte(f.Content), fs.FileMode(f.Mode))
 	if err != nil {
 		return err
 	}
-	defer c.root.Remove(tmp) // left over after a link, or after a failure
-	entry := journalEntry{Size: info.Size(), Mode: f.Mode, ModTime: info.ModTime(), SHA256: digest([]byte(f.Content)), ID: idOf(info)}
+	tmp := inState(base)
+	// What tmp holds at the end is the example's: a second link to the
+	// new file, old, replaced, or the new file, not used.
+	defer c.root.Remove(c.path(tmp))
+	entry := journalEntry{Size: st.info.Size(), Mode: f.Mode, ModTime: st.info.ModTime(), SHA256: digest([]byte(f.Content)), ID: st.id}
 	if old != nil {
-		entry.Prev = idOf(old)
+		entry.Prev = old.id
 	}
 	prev, hadPrev := c.journal.get(f.Name)
 	if err := c.journal.commit(setRecord(f.Name, entry)); err != nil {
 		return err
 	}
 	if old != nil {
-		err = c.root.Rename(tmp, f.Name)
-	} else if err = c.root.Link(tmp, f.Name); errors.Is(err, fs.ErrExist) {
-		err = errNotOwned // it appeared since the check
-	} else if err != nil {
-		err = c.root.Rename(tmp, f.Name) // a file system without hard links
-	}
-	if err == nil {
-		err = c.dir.wait()
+		err = t.replace(c, tmp, f.Name, *old, st)
+	} else {
+		err = c.place(tmp, f.Name)
 	}
 	if err != nil {
 		undo := deleteRecord(f.Name)
@@ -248,7 +275,114 @@ func (t *target) write(c *claimed, f *File, old fs.FileInfo) error {
 		return err
 	}
 	t.dir.written(f.Name)
-	return nil
+	// The new file has the name, and the journal says so whatever comes
+	// next: if the directory cannot be synced, the write fails and is
+	// retried, and the file is still recognised as the example's.
+	return c.dir.wait()
+}
+
+// place gives the new file at tmp the name, which was free: by a link, or
+// where the file system has none, by a rename that does not replace. A
+// file that took the name since is left there: errNotOwned.
+func (c *claimed) place(tmp loc, name string) error {
+	err := c.root.Link(c.path(tmp), name)
+	if err != nil && !errors.Is(err, fs.ErrExist) {
+		err = c.renameNoReplace(tmp, inTarget(name))
+	}
+	if errors.Is(err, fs.ErrExist) {
+		return errNotOwned // it appeared since the check
+	}
+	return err
+}
+
+// replace puts the new file neu, at tmp, in the place of old, the
+// example's file at name, in one step where the file system can exchange
+// two files (then tmp holds old). It never replaces another file: if the
+// file at name is no longer old (the user saved their own meanwhile),
+// that file is given its name back, and replace fails with errNotOwned.
+func (t *target) replace(c *claimed, tmp loc, name string, old, neu fileState) error {
+	err := c.exchange(tmp, inTarget(name))
+	switch {
+	case errors.Is(err, errNoExchange):
+		return t.replaceAside(c, tmp, name, old)
+	case errors.Is(err, fs.ErrNotExist): // old was removed since: the name is free
+		return c.place(tmp, name)
+	case err != nil:
+		return err
+	}
+	if got, err := c.stat(tmp); err == nil && sameFile(got.id, old.id) {
+		return nil
+	}
+	// Not the file checked: exchange them back.
+	if err := c.exchange(tmp, inTarget(name)); err != nil {
+		t.keep(c, tmp, name)
+		return fmt.Errorf("%w (the file that took its place is kept in %s; putting it back failed: %v)", errNotOwned, stateDir, err)
+	}
+	got, err := c.stat(tmp)
+	switch {
+	case err == nil && sameFile(got.id, neu.id):
+		return errNotOwned
+	case err == nil:
+		// The name was taken once more meanwhile: give it back that file,
+		// and keep the one before it.
+		c.exchange(tmp, inTarget(name))
+	}
+	t.keep(c, tmp, name)
+	return errNotOwned
+}
+
+// replaceAside is replace where the file system cannot exchange two
+// files: old is moved aside and checked, and the new file is given the
+// name, free for a moment.
+func (t *target) replaceAside(c *claimed, tmp loc, name string, old fileState) error {
+	aside, err := c.moveAside(name)
+	if errors.Is(err, fs.ErrNotExist) {
+		return c.place(tmp, name)
+	}
+	if err != nil {
+		return err
+	}
+	if got, err := c.stat(aside); err != nil || !sameFile(got.id, old.id) {
+		t.putBack(c, aside, name)
+		return errNotOwned
+	}
+	if err := c.place(tmp, name); err != nil && !errors.Is(err, errNotOwned) {
+		t.putBack(c, aside, name)
+		return err
+	} else if err != nil {
+		c.root.Remove(c.path(aside)) // old, the example's: the name is another's now
+		return err
+	}
+	return c.root.Remove(c.path(aside))
+}
+
+// moveAside renames the file at name to a new name in the state
+// directory, and returns that.
+func (c *claimed) moveAside(name string) (loc, error) {
+	aside := inState(randomName(asidePrefix))
+	return aside, c.root.Rename(name, c.path(aside))
+}
+
+// putBack gives the file at aside, moved there from name, its name back,
+// unless the name was taken since: then it is kept where it is, and the
+// log says so.
+func (t *target) putBack(c *claimed, aside loc, name string) {
+	if err := c.renameNoReplace(aside, inTarget(name)); err != nil {
+		t.log.Warn("A file that took the place of the example's, moved aside to be checked, could not be given its name back; "+
+			"it is kept in the state directory", "name", name, "kept", filepath.Join(t.dir.path, c.path(aside)), "error", err)
+	}
+}
+
+// keep renames the file at l, which is not the example's, to a name in
+// the state directory that nothing removes, and logs where it is.
+func (t *target) keep(c *claimed, l loc, name string) {
+	kept := inState(randomName(asidePrefix))
+	if err := c.root.Rename(c.path(l), c.path(kept)); err != nil {
+		t.log.Error("Could not keep a file that took the place of the example's", "name", name, "file", c.path(l), "error", err)
+		return
+	}
+	t.log.Warn("A file that took the place of the example's while it was replaced is kept in the state directory",
+		"name", name, "kept", filepath.Join(t.dir.path, c.path(kept)))
 }
 
 // Delete removes the file if the example wrote it. A file that is already
@@ -281,26 +415,44 @@ func (t *target) Delete(ctx context.Context, _ statedb.ReadTxn, _ statedb.Revisi
 	return nil
 }
 
-// remove removes the file at name if it still holds what the example
-// wrote (see unchanged), and reports whether it did. Anything else there
-// is left alone, and logged: a directory or a file put in its place, or
-// the example's file changed since. The caller then forgets the entry,
-// once the removal is synced.
+// remove removes the file at name if it is the example's and still holds
+// what it wrote (see unchanged), and reports whether it did. Anything else
+// there is left alone, and logged: a directory or a file put in its
+// place, or the example's file changed since. The caller then forgets the
+// entry, once the removal is synced.
+//
+// The file is moved aside before it is removed, and what was moved is
+// checked to be the file found: a file the user saved in its place
+// between the check and the removal is given its name back.
 func (t *target) remove(c *claimed, name string, entry journalEntry) (removed bool, err error) {
-	info, err := c.root.Lstat(name)
+	const notOurs = "Not removing a file that changed since the example wrote it, or took its place; forgetting it"
+	st, err := c.stat(inTarget(name))
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return false, nil
 	case err != nil:
 		return false, err
-	case info.IsDir():
+	case st.info.IsDir():
 		t.log.Warn("Not removing a directory that took the place of a file", "name", name)
 		return false, nil
-	case !t.unchanged(c.root, name, info, entry):
-		t.log.Warn("Not removing a file that changed since the example wrote it, or took its place; forgetting it", "name", name)
+	case !t.unchanged(c.root, name, st, entry):
+		t.log.Warn(notOurs, "name", name)
 		return false, nil
 	}
-	if err := c.root.Remove(name); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	aside, err := c.moveAside(name)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	got, err := c.stat(aside)
+	if err != nil || !sameFile(got.id, st.id) || got.info.Size() != st.info.Size() || !got.info.ModTime().Equal(st.info.ModTime()) {
+		t.log.Warn(notOurs, "name", name)
+		t.putBack(c, aside, name)
+		return false, nil
+	}
+	if err := c.root.Remove(c.path(aside)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return false, err
 	}
 	return true, nil

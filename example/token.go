@@ -32,7 +32,8 @@ func newAPIToken() (*apiToken, error) {
 
 // write writes the token to tokenPath in root, atomically, with mode 0600.
 func (t *apiToken) write(root *os.Root) error {
-	tmp, _, err := writeTemp(root, []byte(t.secret+"\n"), 0o600)
+	base, _, err := writeTemp(root, []byte(t.secret+"\n"), 0o600)
+	tmp := stateDir + "/" + base
 	if err != nil {
 		return fmt.Errorf("writing the API token: %w", err)
 	}
