@@ -250,7 +250,6 @@ func (r *chaosRun) restoredInError(key, value string) *item {
 	return obj
 }
 
-// anyDone reports whether a reconciler's status on obj is Done.
 // reinsertAsIs writes key's object back as it is, statuses included, in
 // the write transaction that reads it.
 func (r *chaosRun) reinsertAsIs(key string) (statedb.Revision, *item, bool) {
@@ -271,6 +270,7 @@ func (r *chaosRun) reinsertAsIs(key string) (statedb.Revision, *item, bool) {
 	return rev, obj, true
 }
 
+// anyDone reports whether a reconciler's status on obj is Done.
 func (r *chaosRun) anyDone(obj *item) bool {
 	for _, rec := range r.recs {
 		if rec.getStatus(obj).Kind == status.KindDone {

@@ -33,7 +33,14 @@ package reconciler_test
 // Every seed is a subtest, TestChaos/<config>/seed=<n>; its schedule is
 // derived from the seed alone. Fault decisions come from a second RNG with
 // the same seed, drawn as operations arrive, so with several workers a replay
-// takes the same steps but not necessarily the same faults.
+// takes the same steps but not necessarily the same faults. (A move that
+// waits briefly for an operation to start takes a shorter path when it does
+// not, so on a busy machine a replay may part from the original there.)
+//
+// Files: chaos_test.go is the entry point and a run's settings;
+// chaos_model_test.go the target system, the operations and the hives;
+// chaos_gen_test.go the generator's moves (chaosRun.step); and
+// chaos_check_test.go the checks, along the way and at the end.
 //
 // Environment:
 //
@@ -44,6 +51,9 @@ package reconciler_test
 //	CONVERGE_CHAOS_FIRST=K  number seeds from K (default 1), to cover new ground
 //	CONVERGE_CHAOS_SEED=S   run seed S only (replay); or -run 'TestChaos/<config>/seed=S$'
 //	CONVERGE_CHAOS_LOG=1    log the hive and reconciler at debug level
+//	CONVERGE_CHAOS_ALLSTEPS=1  on a failure, print every step, not the last 60
+//	CONVERGE_CHAOS_PRINT=1  print every seed's steps, also when it passes (with -v),
+//	                        to compare the schedules of two versions
 //
 // A long run:
 //
@@ -265,6 +275,8 @@ func runChaos(t *testing.T, cfg chaosConfig, seed uint64) {
 			t.Logf("chaos %s seed=%d (%s) failed; last steps:\n  %s", cfg, seed, settings,
 				strings.Join(run.steps[from:], "\n  "))
 			t.Logf("replay: CONVERGE_CHAOS_SEED=%d go test -run 'TestChaos/%s/seed=%d$' -v ./reconciler/", seed, cfg, seed)
+		} else if os.Getenv("CONVERGE_CHAOS_PRINT") != "" {
+			t.Logf("chaos %s seed=%d (%s) steps:\n  %s", cfg, seed, settings, strings.Join(run.steps, "\n  "))
 		}
 	})
 
