@@ -47,7 +47,7 @@ func TestErrorWrittenBackIsRetried(t *testing.T) {
 				}
 				// Retries far apart: only an adopted Error is retried
 				// within the test's deadline.
-				f := startFixture(t, ops, batchOps,
+				f := startFixture(t, ops, &with{batch: batchOps},
 					reconciler.WithConcurrency(workers),
 					reconciler.WithRetry(time.Hour, time.Hour))
 

@@ -71,7 +71,7 @@ func TestPauseAndResume(t *testing.T) {
 
 			f.rec.Pause()
 			f.rec.Pause()
-			waitHealth(t, f.health, "job-reconcile", func(_ cell.Level, msg string) bool { return msg == "Paused" })
+			f.waitHealth(func(_ cell.Level, msg string) bool { return msg == "Paused" })
 			f.upsert(&item{ID: "a", Value: "2"}, &item{ID: "c", Value: "1"})
 			f.upsert(&item{ID: "a", Value: "3"})
 			rev := f.remove("b")
@@ -90,7 +90,7 @@ func TestPauseAndResume(t *testing.T) {
 			f.waitReconciled()
 			data, _ := rc.snapshot()
 			assert.Equal(t, map[string]string{"a": "3", "c": "1"}, data)
-			waitHealth(t, f.health, "job-reconcile", func(level cell.Level, msg string) bool {
+			f.waitHealth(func(level cell.Level, msg string) bool {
 				return level == cell.StatusOK && strings.HasPrefix(msg, "OK")
 			})
 		})
@@ -104,14 +104,15 @@ func TestStartAfterTablesAreInitialized(t *testing.T) {
 	t.Run("initialized late", func(t *testing.T) {
 		rc := newRecorder()
 		var markDone func(statedb.WriteTxn)
-		f := startFixtureWithTable(t, func(db *statedb.DB, tbl statedb.RWTable[*item]) []reconciler.Option {
+		f := startFixture(t, rc.ops(), &with{setup: func(f *fixture) []reconciler.Option {
+			db, tbl := f.db, f.table
 			wtxn := db.WriteTxn(tbl)
 			markDone = tbl.RegisterInitializer(wtxn, "late")
 			wtxn.Commit()
 			return nil
-		}, rc.ops(), reconciler.WithStartAfter(0))
+		}}, reconciler.WithStartAfter(0))
 		rev := f.upsert(&item{ID: "a", Value: "1"})
-		waitHealth(t, f.health, "job-reconcile", func(_ cell.Level, msg string) bool {
+		f.waitHealth(func(_ cell.Level, msg string) bool {
 			return strings.Contains(msg, "Waiting for tables to be initialized: items")
 		})
 		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
@@ -129,22 +130,23 @@ func TestStartAfterTablesAreInitialized(t *testing.T) {
 	t.Run("timeout", func(t *testing.T) {
 		rc := newRecorder()
 		var markDone func(statedb.WriteTxn)
-		f := startFixtureWithTable(t, func(db *statedb.DB, tbl statedb.RWTable[*item]) []reconciler.Option {
+		f := startFixture(t, rc.ops(), &with{setup: func(f *fixture) []reconciler.Option {
+			db, tbl := f.db, f.table
 			wtxn := db.WriteTxn(tbl)
 			markDone = tbl.RegisterInitializer(wtxn, "never")
 			wtxn.Commit()
 			return nil
-		}, rc.ops(), reconciler.WithStartAfter(20*time.Millisecond))
+		}}, reconciler.WithStartAfter(20*time.Millisecond))
 		f.upsert(&item{ID: "a", Value: "1"})
 		f.waitKind("a", status.KindDone)
-		waitHealth(t, f.health, "job-reconcile", func(level cell.Level, msg string) bool {
+		f.waitHealth(func(level cell.Level, msg string) bool {
 			return level == cell.StatusDegraded && strings.Contains(msg, "tables not initialized") && strings.Contains(msg, "items")
 		})
 		wtxn := f.db.WriteTxn(f.table)
 		markDone(wtxn)
 		wtxn.Commit()
 		f.upsert(&item{ID: "b", Value: "1"}) // a round notices
-		waitHealth(t, f.health, "job-reconcile", func(level cell.Level, _ string) bool { return level == cell.StatusOK })
+		f.waitHealth(func(level cell.Level, _ string) bool { return level == cell.StatusOK })
 	})
 }
 
@@ -208,12 +210,13 @@ func TestDependencyTriggers(t *testing.T) {
 		}
 		return qs
 	}
-	f := startFixtureWithTable(t, func(db *statedb.DB, _ statedb.RWTable[*item]) []reconciler.Option {
+	f := startFixture(t, rc.ops(), &with{setup: func(f *fixture) []reconciler.Option {
+		db := f.db
 		var err error
 		deps, err = statedb.NewTable(db, "deps", itemID)
 		require.NoError(t, err)
 		return []reconciler.Option{reconciler.WithDependency(deps, mapper)}
-	}, rc.ops())
+	}})
 	f.upsert(&item{ID: "a", Value: "1"}, &item{ID: "b", Value: "1"}, &item{ID: "c", Value: "1"})
 	f.waitReconciled()
 	_, base := rc.snapshot()
@@ -268,12 +271,13 @@ func TestDependencyMapperPanicIsRecovered(t *testing.T) {
 		}
 		return []statedb.Query[*item]{itemID.Query(d.Value)}
 	}
-	f := startFixtureWithTable(t, func(db *statedb.DB, _ statedb.RWTable[*item]) []reconciler.Option {
+	f := startFixture(t, rc.ops(), &with{setup: func(f *fixture) []reconciler.Option {
+		db := f.db
 		var err error
 		deps, err = statedb.NewTable(db, "deps", itemID)
 		require.NoError(t, err)
 		return []reconciler.Option{reconciler.WithDependency(deps, mapper)}
-	}, rc.ops())
+	}})
 	f.upsert(&item{ID: "a", Value: "1"})
 	f.waitReconciled()
 	_, base := rc.snapshot()
@@ -286,9 +290,9 @@ func TestDependencyMapperPanicIsRecovered(t *testing.T) {
 		_, calls := rc.snapshot()
 		return len(calls) == len(base)+1
 	}, 20*time.Second, time.Millisecond, "the other change still triggers a")
-	waitHealth(t, f.health, "job-dependency-deps", func(level cell.Level, msg string) bool {
+	f.waitHealth(func(level cell.Level, msg string) bool {
 		return level == cell.StatusDegraded && strings.Contains(msg, "mapper bug")
-	})
+	}, "job-dependency-deps")
 }
 
 // Retries that are due every round must not starve refresh marks (nor

@@ -32,7 +32,7 @@ func TestHealthSaysErrorsLikeTheStateDBReconciler(t *testing.T) {
 	f.upsert(&item{ID: "a"}, &item{ID: "b"}, &item{ID: "c"})
 	f.waitReconciled()
 	upstream := regexp.MustCompile(`^2 error\(s\)`)
-	waitHealth(t, f.health, "job-reconcile", func(level cell.Level, msg string) bool {
+	f.waitHealth(func(level cell.Level, msg string) bool {
 		return level == cell.StatusDegraded && upstream.MatchString(msg) &&
 			strings.Contains(msg, "2 object(s) failing")
 	})
@@ -56,7 +56,7 @@ func TestHealthListsEarliestRetriesFirst(t *testing.T) {
 	f.upsert(objs...)
 	f.waitReconciled()
 	var msg string
-	waitHealth(t, f.health, "job-reconcile", func(level cell.Level, m string) bool {
+	f.waitHealth(func(level cell.Level, m string) bool {
 		msg = m
 		return level == cell.StatusDegraded && strings.Contains(m, fmt.Sprintf("%d error(s)", n))
 	})

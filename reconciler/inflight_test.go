@@ -86,27 +86,6 @@ func waitEntered(t *testing.T, g *gatedTarget, want string) {
 	}
 }
 
-// insertAs writes obj as it is, status included: re-inserting an object
-// value read earlier keeps that value's status identity.
-func (f *fixture) insertAs(obj *item) statedb.Revision {
-	wtxn := f.db.WriteTxn(f.table)
-	_, _, err := f.table.Insert(wtxn, obj)
-	require.NoError(f.t, err)
-	rev := f.table.Revision(wtxn)
-	wtxn.Commit()
-	return rev
-}
-
-// settle makes sure the reconciler has read every change written so far,
-// even while one object's update is blocked: it writes a marker object and
-// waits for it to be Done. Changes are read in revision order, so the
-// marker is read after everything before it.
-func (f *fixture) settle(n int) {
-	id := fmt.Sprintf("marker%d", n)
-	f.upsert(&item{ID: id})
-	f.waitKind(id, status.KindDone)
-}
-
 // TestObjectChangedBackWhileInFlight changes an object whose update is in
 // flight and then writes back the very object value that is being applied
 // (same status identity). Whatever happened in between (a delete, a newer

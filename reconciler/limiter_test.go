@@ -3,7 +3,6 @@ package reconciler_test
 import (
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -58,41 +57,10 @@ func TestRoundLimiterBrokenAtRunTimeDegradesHealth(t *testing.T) {
 	lim.SetBurst(0)
 	f.upsert(&item{ID: "b"})
 	f.waitKind("b", status.KindDone)
-	waitHealth(t, f.health, "job-reconcile", func(level cell.Level, msg string) bool {
+	f.waitHealth(func(level cell.Level, msg string) bool {
 		return level == cell.StatusDegraded && strings.Contains(msg, "limiter")
 	})
 	f.remove("a")
 	f.upsert(&item{ID: "c"})
 	f.waitKind("c", status.KindDone)
-}
-
-// waitHealth waits until the named health scope satisfies ok. SimpleHealth
-// offers nothing to wait on, so it is checked until a deadline.
-func waitHealth(t *testing.T, h *cell.SimpleHealth, scope string, ok func(level cell.Level, message string) bool) {
-	t.Helper()
-	var (
-		mu   sync.Mutex
-		last = "no such scope"
-	)
-	matched := assert.Eventually(t, func() bool {
-		child := h.GetChild(scope)
-		if child == nil {
-			return false
-		}
-		child.Lock()
-		level, msg := child.Level, child.Status
-		if child.Error != nil {
-			msg += ": " + child.Error.Error()
-		}
-		child.Unlock()
-		mu.Lock()
-		last = string(level) + " " + msg
-		mu.Unlock()
-		return ok(level, msg)
-	}, 20*time.Second, time.Millisecond)
-	if !matched {
-		mu.Lock()
-		defer mu.Unlock()
-		t.Fatalf("health of %s never matched; last: %s", scope, last)
-	}
 }

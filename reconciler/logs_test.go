@@ -66,7 +66,7 @@ func TestFailureLogsRateLimitedInAStorm(t *testing.T) {
 		return nil
 	}}
 	h := &captureHandler{}
-	f := startObsFixture(t, slog.New(h), ops, nil, reconciler.WithoutPruning(), reconciler.WithRetry(time.Millisecond, 2*time.Millisecond))
+	f := startFixture(t, ops, &with{tables: true, log: slog.New(h)}, reconciler.WithoutPruning(), reconciler.WithRetry(time.Millisecond, 2*time.Millisecond))
 	objs := make([]*item, n)
 	for i := range objs {
 		objs[i] = &item{ID: strconv.Itoa(i), Value: "v"}

@@ -102,7 +102,7 @@ func testOutcomes(t *testing.T, keys []string, want map[string]string) {
 				batchOps = batchFuncOps{ops}
 			}
 			m := metrics.NewUnpublishedExpVar()
-			f := startFixture(t, ops, batchOps, reconciler.WithMetrics(m), reconciler.WithoutPruning(),
+			f := startFixture(t, ops, &with{batch: batchOps}, reconciler.WithMetrics(m), reconciler.WithoutPruning(),
 				reconciler.WithRetry(time.Millisecond, time.Millisecond), reconciler.WithOperationTimeout(200*time.Millisecond))
 			// One at a time, so that a batch holds one object: a panic fails
 			// every object of its batch.
@@ -152,7 +152,7 @@ func TestOldestPendingWhileHeld(t *testing.T) {
 		return nil
 	}}
 	m := metrics.NewUnpublishedExpVar()
-	f := startObsFixture(t, nil, ops, nil, reconciler.WithMetrics(m), reconciler.WithConcurrency(2),
+	f := startFixture(t, ops, &with{tables: true}, reconciler.WithMetrics(m), reconciler.WithConcurrency(2),
 		reconciler.WithoutPruning(), reconciler.WithRetry(5*time.Millisecond, 5*time.Millisecond))
 
 	f.upsert(&item{ID: "held", Value: "1"})
@@ -197,7 +197,7 @@ func TestLatencyHistogramCountsObjectsReconciled(t *testing.T) {
 				batchOps = batchFuncOps{ops}
 			}
 			ex := metrics.NewUnpublishedExpVar()
-			f := startFixture(t, ops, batchOps, reconciler.WithMetrics(ex), reconciler.WithoutPruning(),
+			f := startFixture(t, ops, &with{batch: batchOps}, reconciler.WithMetrics(ex), reconciler.WithoutPruning(),
 				reconciler.WithRetry(time.Millisecond, 2*time.Millisecond))
 			objs := make([]*item, n)
 			for i := range objs {
@@ -239,7 +239,7 @@ func TestDriftPruneAndRefreshCounted(t *testing.T) {
 		},
 	}
 	m := metrics.NewUnpublishedExpVar()
-	f := startObsFixture(t, nil, ops, nil, reconciler.WithMetrics(m), reconciler.WithPruning(time.Hour),
+	f := startFixture(t, ops, &with{tables: true}, reconciler.WithMetrics(m), reconciler.WithPruning(time.Hour),
 		reconciler.WithRefreshing(30*time.Millisecond, nil), reconciler.WithRetry(time.Hour, time.Hour))
 
 	f.upsert(&item{ID: "a", Value: "1"})
@@ -294,7 +294,7 @@ func TestPendingUpdateIsNotRefreshDrift(t *testing.T) {
 		return nil
 	}}
 	m := metrics.NewUnpublishedExpVar()
-	f := startObsFixture(t, nil, ops, nil, reconciler.WithMetrics(m), reconciler.WithoutPruning())
+	f := startFixture(t, ops, &with{tables: true}, reconciler.WithMetrics(m), reconciler.WithoutPruning())
 	f.upsert(&item{ID: "a", Value: "1"})
 	f.waitReconciled()
 	info := f.waitInfo("a reconciled", func(i *reconciler.Info) bool { return i.Succeeded == 1 })

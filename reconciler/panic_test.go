@@ -78,7 +78,7 @@ func TestPanicsBecomeErrorsAndAreRetried(t *testing.T) {
 			if strings.HasSuffix(where, "-batch") {
 				batch = p
 			}
-			f := startFixture(t, p, batch,
+			f := startFixture(t, p, &with{batch: batch},
 				reconciler.WithRetry(time.Millisecond, 5*time.Millisecond),
 				reconciler.WithoutPruning())
 

@@ -43,7 +43,7 @@ func TestRetryIsHandedTheStatusThatAskedForWork(t *testing.T) {
 					if batch {
 						batchOps = batchFuncOps{ops}
 					}
-					f := startFixture(t, ops, batchOps,
+					f := startFixture(t, ops, &with{batch: batchOps},
 						reconciler.WithConcurrency(workers),
 						reconciler.WithRetry(time.Millisecond, time.Millisecond))
 

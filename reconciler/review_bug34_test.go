@@ -144,7 +144,7 @@ func TestReviewBug3WriteBackBeforeTheCommitAfterAPrune(t *testing.T) {
 		it.Status = st
 		return it
 	}
-	f = startFixtureWithSetter(t, nil, setter, tg, nil, reconciler.WithConcurrency(2), reconciler.WithPruning(0))
+	f = startFixture(t, tg, &with{setStatus: setter}, reconciler.WithConcurrency(2), reconciler.WithPruning(0))
 
 	read = deleteAndPruneWhileHeld(t, f, tg)
 

@@ -68,17 +68,6 @@ func (l *startLog) quiet(t *testing.T, d time.Duration) {
 	}
 }
 
-func recv[T any](t *testing.T, ch <-chan T, what string) T {
-	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(20 * time.Second):
-		t.Fatalf("timed out waiting for %s", what)
-		panic("unreachable")
-	}
-}
-
 // Bug 1, with one worker: Pause called while a round runs stops the rest of
 // the round from starting.
 func TestReviewBug1PauseStopsTheRestOfARound(t *testing.T) {
@@ -281,7 +270,7 @@ func (b *reorderingBatch) DeleteBatch(_ context.Context, _ statedb.ReadTxn, batc
 func TestReviewBug6BatchResultsFollowTheirEntries(t *testing.T) {
 	for _, workers := range []int{1, 3} {
 		b := &reorderingBatch{deletes: map[string]int{}}
-		f := startFixture(t, &funcOps{}, b, reconciler.WithConcurrency(workers), reconciler.WithRetry(time.Millisecond, 10*time.Millisecond))
+		f := startFixture(t, &funcOps{}, &with{batch: b}, reconciler.WithConcurrency(workers), reconciler.WithRetry(time.Millisecond, 10*time.Millisecond))
 		f.upsert(&item{ID: "d1"}, &item{ID: "d2"})
 		f.waitReconciled()
 		wtxn := f.db.WriteTxn(f.table)
@@ -323,14 +312,15 @@ func TestReviewBug7DependencyLeavesUnsetAlone(t *testing.T) {
 		calls <- it.ID
 		return nil
 	}}
-	f := startFixtureWithTable(t, func(db *statedb.DB, _ statedb.RWTable[*item]) []reconciler.Option {
+	f := startFixture(t, ops, &with{setup: func(f *fixture) []reconciler.Option {
+		db := f.db
 		var err error
 		deps, err = statedb.NewTable(db, "deps", itemID)
 		require.NoError(t, err)
 		return []reconciler.Option{reconciler.WithDependency(deps, func(d *item, _ bool) []statedb.Query[*item] {
 			return []statedb.Query[*item]{itemID.Query(d.ID)}
 		})}
-	}, ops)
+	}})
 	wtxn := f.db.WriteTxn(f.table)
 	_, _, err := f.table.Insert(wtxn, &item{ID: "unset"}) // status Unset: never reconciled
 	require.NoError(t, err)
@@ -436,7 +426,8 @@ func TestReviewBug10FreshWriteOvertakesAHugeBacklog(t *testing.T) {
 		}
 		return nil
 	}}
-	f := startFixtureWithTable(t, func(db *statedb.DB, tbl statedb.RWTable[*item]) []reconciler.Option {
+	f := startFixture(t, ops, &with{setup: func(f *fixture) []reconciler.Option {
+		db, tbl := f.db, f.table
 		wtxn := db.WriteTxn(tbl)
 		for i := range backlog {
 			_, _, err := tbl.Insert(wtxn, &item{ID: "k" + itoa(i), Status: status.Pending()})
@@ -444,7 +435,7 @@ func TestReviewBug10FreshWriteOvertakesAHugeBacklog(t *testing.T) {
 		}
 		wtxn.Commit()
 		return nil
-	}, ops)
+	}})
 	recv(t, underWay, "the backlog's first update")
 	atWrite := done.Load()
 	f.upsert(&item{ID: "fresh"})

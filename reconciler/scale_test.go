@@ -142,7 +142,7 @@ func runScale(t *testing.T, n, workers int, batch bool) {
 		batchOps = ops
 	}
 	m := &roundMetrics{ExpVar: metrics.NewUnpublishedExpVar()}
-	f := startFixture(t, ops, batchOps,
+	f := startFixture(t, ops, &with{batch: batchOps},
 		reconciler.WithMetrics(m),
 		reconciler.WithConcurrency(workers),
 		reconciler.WithRetry(10*time.Millisecond, 2*time.Second),
@@ -192,8 +192,8 @@ func runScale(t *testing.T, n, workers int, batch bool) {
 		written, took.Round(time.Millisecond), float64(written)/took.Seconds(), rounds, (took / time.Duration(max(rounds, 1))).Round(time.Microsecond))
 	require.Eventually(t, func() bool { return m.failing.Load() == int64(failing) }, time.Minute, 10*time.Millisecond,
 		"failing objects: %d, want %d", m.failing.Load(), failing)
-	errored, _ := f.countKind(status.KindError)
-	done, _ := f.countKind(status.KindDone)
+	errored := f.countKind(f.db.ReadTxn(), status.KindError)
+	done := f.countKind(f.db.ReadTxn(), status.KindDone)
 	assert.Equal(t, failing, errored)
 	assert.Equal(t, n-failing, done)
 
@@ -262,7 +262,7 @@ func runScale(t *testing.T, n, workers int, batch bool) {
 		defer h.Unlock()
 		return h.Level == cell.StatusOK && m.failing.Load() == 0
 	}, time.Minute, 10*time.Millisecond, "health did not recover")
-	errored, _ = f.countKind(status.KindError)
+	errored = f.countKind(f.db.ReadTxn(), status.KindError)
 	assert.Zero(t, errored)
 
 	withoutFailing := measure("without failing")

@@ -111,17 +111,6 @@ func (l *loadOps) DeleteBatch(ctx context.Context, _ statedb.ReadTxn, batch []re
 	}
 }
 
-// countKind returns how many objects have a status of kind, and a channel
-// closed when that may change.
-func (f *fixture) countKind(kind status.Kind) (int, <-chan struct{}) {
-	objs, watch := f.table.ListWatch(f.db.ReadTxn(), f.index.Query(kind))
-	n := 0
-	for range objs {
-		n++
-	}
-	return n, watch
-}
-
 // TestShutdownUnderLoad stops the hive while thousands of objects are queued
 // for retry and every worker is blocked in an operation (holding a batch of
 // hundreds with BatchOperations), with more work queued behind them and,
@@ -144,7 +133,7 @@ func TestShutdownUnderLoad(t *testing.T) {
 				if batch {
 					batchOps = ops
 				}
-				f := startFixture(t, ops, batchOps,
+				f := startFixture(t, ops, &with{batch: batchOps},
 					reconciler.WithConcurrency(workers),
 					reconciler.WithRetry(20*time.Millisecond, time.Second),
 					reconciler.WithoutPruning())
@@ -222,24 +211,11 @@ func TestShutdownUnderLoad(t *testing.T) {
 }
 
 func mustCount(f *fixture, kind status.Kind) int {
-	n, _ := f.countKind(kind)
-	return n
+	return f.countKind(f.db.ReadTxn(), kind)
 }
 
 // waitCount waits until exactly n objects have a status of kind.
 func waitCount(t *testing.T, f *fixture, kind status.Kind, n int) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	for {
-		got, watch := f.countKind(kind)
-		if got == n {
-			return
-		}
-		select {
-		case <-watch:
-		case <-ctx.Done():
-			t.Fatalf("%d objects are %s, want %d", got, kind, n)
-		}
-	}
+	f.waitTable(fmt.Sprintf("%d objects to be %s", n, kind), func(txn statedb.ReadTxn) bool { return f.countKind(txn, kind) == n })
 }

@@ -4,111 +4,19 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"log/slog"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/cilium/hive"
-	"github.com/cilium/hive/cell"
-	"github.com/cilium/hive/hivetest"
-	"github.com/cilium/hive/job"
 	"github.com/cilium/statedb"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	yaml "go.yaml.in/yaml/v3"
 
-	convergeindex "github.com/converge-go/converge/index"
 	"github.com/converge-go/converge/reconciler"
 	"github.com/converge-go/converge/status"
 )
-
-// obsFixture is a running hive with reconciler.TablesCell, an items table
-// and a reconciler, for the tests of issue 10's signals.
-type obsFixture struct {
-	*fixture
-	tables *reconciler.Tables
-}
-
-// startObsFixture is startFixture with TablesCell and, if log is not nil,
-// that logger for the hive.
-func startObsFixture(t testing.TB, log *slog.Logger, ops reconciler.Operations[*item], batch reconciler.BatchOperations[*item], opts ...reconciler.Option) *obsFixture {
-	f := &obsFixture{fixture: &fixture{t: t, index: convergeindex.NewStatusIndex((*item).getStatus)}}
-	f.hive = hive.New(
-		statedb.Cell,
-		job.Cell,
-		reconciler.TablesCell,
-		cell.Provide(cell.NewSimpleHealth),
-		cell.Module("test", "Test module",
-			cell.Provide(job.Registry.NewGroup),
-			cell.Invoke(func(db *statedb.DB, p reconciler.Params, h *cell.SimpleHealth, tables *reconciler.Tables) error {
-				f.db, f.health, f.tables = db, h, tables
-				var err error
-				f.table, err = statedb.NewTable(db, "items", itemID, f.index)
-				if err != nil {
-					return err
-				}
-				f.rec, err = reconciler.Register(p, f.table, (*item).clone, (*item).setStatus, (*item).getStatus, ops, batch, opts...)
-				return err
-			}),
-		),
-	)
-	if log == nil {
-		log = hivetest.Logger(t)
-	}
-	require.NoError(t, f.hive.Start(log, context.Background()))
-	t.Cleanup(func() {
-		if f.hive != nil {
-			require.NoError(t, f.hive.Stop(log, context.Background()))
-			f.hive = nil
-		}
-	})
-	return f
-}
-
-// waitInfo waits, on the reconcilers table's watch channel, until the row
-// of the test module's reconciler satisfies cond, and returns it.
-func (f *obsFixture) waitInfo(what string, cond func(*reconciler.Info) bool) *reconciler.Info {
-	f.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	for {
-		info, _, watch, found := f.tables.Reconcilers().GetWatch(f.db.ReadTxn(), reconciler.InfoByID.Query("test"))
-		if found && cond(info) {
-			return info
-		}
-		select {
-		case <-watch:
-		case <-ctx.Done():
-			f.t.Fatalf("the reconcilers row did not become %s; last: %+v", what, info)
-			return nil
-		}
-	}
-}
-
-// waitRetry waits until the retry row of key satisfies cond (a nil row
-// when absent) and returns it.
-func (f *obsFixture) waitRetry(key, what string, cond func(*reconciler.RetryInfo) bool) *reconciler.RetryInfo {
-	f.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	for {
-		row, _, watch, found := f.tables.Retries().GetWatch(f.db.ReadTxn(), reconciler.RetryByKey.Query(reconciler.RetryKey("test", key)))
-		if !found {
-			row = nil
-		}
-		if cond(row) {
-			return row
-		}
-		select {
-		case <-watch:
-		case <-ctx.Done():
-			f.t.Fatalf("the retry row of %q did not become %s; last: %+v", key, what, row)
-			return nil
-		}
-	}
-}
 
 // switchErr is an error that can be switched on and off from the test.
 type switchErr struct {
@@ -139,7 +47,7 @@ func (s *switchErr) get(key string) error {
 func TestTablesFollowFailureAndRecovery(t *testing.T) {
 	var fail switchErr
 	ops := &funcOps{update: func(_ context.Context, _ statedb.Revision, it *item) error { return fail.get(it.ID) }}
-	f := startObsFixture(t, nil, ops, nil, reconciler.WithRetry(20*time.Millisecond, 20*time.Millisecond), reconciler.WithoutPruning())
+	f := startFixture(t, ops, &with{tables: true}, reconciler.WithRetry(20*time.Millisecond, 20*time.Millisecond), reconciler.WithoutPruning())
 
 	f.upsert(&item{ID: "a", Value: "1"})
 	f.waitReconciled()
@@ -202,7 +110,7 @@ func TestRetryRowsFollowTheObject(t *testing.T) {
 		delete: func(_ context.Context, _ statedb.Revision, it *item) error { return fail.get(it.ID) },
 	}
 	// Retries an hour away: the rows stay as the first failure left them.
-	f := startObsFixture(t, nil, ops, nil, reconciler.WithRetry(time.Hour, time.Hour), reconciler.WithoutPruning())
+	f := startFixture(t, ops, &with{tables: true}, reconciler.WithRetry(time.Hour, time.Hour), reconciler.WithoutPruning())
 
 	f.upsert(&item{ID: "c", Value: "bad"}, &item{ID: "d", Value: "bad"}, &item{ID: "e", Value: "1"})
 	for _, key := range []string{"c", "d"} {

@@ -302,16 +302,16 @@ func TestWaitForObjectStatusSet(t *testing.T) {
 	f := startFixture(t, &funcOps{}, nil)
 	getA := func(it *item) status.Status { return it.Statuses.Get("a") }
 	set := status.NewSet().Set("b", status.Done())
-	put(f, &item{ID: "s", Statuses: set})
+	f.insertAs(&item{ID: "s", Statuses: set})
 
 	// "a" has no entry and reads as Pending: b's Done does not count.
 	w := startWaiter(t, f, "s", getA)
 	w.await(status.KindPending)
-	put(f, &item{ID: "s", Statuses: set.Set("a", status.Refreshing())})
+	f.insertAs(&item{ID: "s", Statuses: set.Set("a", status.Refreshing())})
 	w.await(status.KindRefreshing)
-	put(f, &item{ID: "s", Statuses: set.Set("a", status.Error(errors.New("busy")))})
+	f.insertAs(&item{ID: "s", Statuses: set.Set("a", status.Error(errors.New("busy")))})
 	w.await(status.KindError)
-	put(f, &item{ID: "s", Statuses: set.Set("a", status.Done()).Set("b", status.Pending())})
+	f.insertAs(&item{ID: "s", Statuses: set.Set("a", status.Done()).Set("b", status.Pending())})
 	obj, err := w.result()
 	require.NoError(t, err)
 	require.Equal(t, status.KindDone, obj.Statuses.Get("a").Kind)
