@@ -57,46 +57,6 @@ func (rc *recorder) snapshot() (map[string]string, []string) {
 	return data, append([]string(nil), rc.calls...)
 }
 
-// While paused nothing is applied and progress does not move; on Resume
-// every change made meanwhile converges: the latest version of each object
-// and every delete. Pausing twice and resuming twice are harmless.
-func TestPauseAndResume(t *testing.T) {
-	for _, workers := range []int{1, 4} {
-		t.Run(fmt.Sprintf("workers=%d", workers), func(t *testing.T) {
-			rc := newRecorder()
-			f := startFixture(t, rc.ops(), nil, reconciler.WithConcurrency(workers))
-			f.upsert(&item{ID: "a", Value: "1"}, &item{ID: "b", Value: "1"})
-			f.waitReconciled()
-			_, before := rc.snapshot()
-
-			f.rec.Pause()
-			f.rec.Pause()
-			f.waitHealth(func(_ cell.Level, msg string) bool { return msg == "Paused" })
-			f.upsert(&item{ID: "a", Value: "2"}, &item{ID: "c", Value: "1"})
-			f.upsert(&item{ID: "a", Value: "3"})
-			rev := f.remove("b")
-
-			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-			_, _, err := f.rec.WaitUntilReconciled(ctx, rev)
-			cancel()
-			require.ErrorIs(t, err, context.DeadlineExceeded, "no progress while paused")
-			_, during := rc.snapshot()
-			assert.Equal(t, before, during, "nothing applied while paused")
-
-			f.rec.Resume()
-			f.rec.Resume()
-			_, _, err = f.rec.WaitUntilReconciled(context.Background(), rev)
-			require.NoError(t, err)
-			f.waitReconciled()
-			data, _ := rc.snapshot()
-			assert.Equal(t, map[string]string{"a": "3", "c": "1"}, data)
-			f.waitHealth(func(level cell.Level, msg string) bool {
-				return level == cell.StatusOK && strings.HasPrefix(msg, "OK")
-			})
-		})
-	}
-}
-
 // With WithStartAfter nothing is applied before the tables are
 // initialized; with a timeout it starts anyway and health says why until
 // they are.

@@ -407,6 +407,28 @@ func recv[T any](t testing.TB, ch <-chan T, what string) T {
 	}
 }
 
+// quiet gives what must not happen a chance to: it fails the test if ch
+// yields within d. A pass on a slow machine proves less, never more.
+func quiet[T any](t testing.TB, ch <-chan T, d time.Duration, what string) {
+	t.Helper()
+	select {
+	case v := <-ch:
+		t.Errorf("%s: %v", what, v)
+	case <-time.After(d):
+	}
+}
+
+// drain empties ch.
+func drain[T any](ch <-chan T) {
+	for {
+		select {
+		case <-ch:
+		default:
+			return
+		}
+	}
+}
+
 // ctxFor returns a context that ends after d, or with the test.
 func ctxFor(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)

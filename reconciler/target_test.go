@@ -5,6 +5,7 @@ import (
 	"iter"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/cilium/statedb"
 
@@ -205,6 +206,7 @@ func (tg *target) pruneNow(f *fixture) {
 // waitPrunes waits until n prunes have returned.
 func (tg *target) waitPrunes(t testing.TB, n int) {
 	t.Helper()
+	deadline := time.After(timeout)
 	for {
 		tg.mu.Lock()
 		done, changed := tg.prunes >= n, tg.changed
@@ -212,7 +214,11 @@ func (tg *target) waitPrunes(t testing.TB, n int) {
 		if done {
 			return
 		}
-		recv(t, changed, "a prune")
+		select {
+		case <-changed:
+		case <-deadline:
+			t.Fatalf("timed out waiting for prune %d", n)
+		}
 	}
 }
 
@@ -222,12 +228,47 @@ func (tg *target) has(key, value string) bool {
 	return ok && v == value
 }
 
-// count returns how many calls of op on key (any key if "") succeeded.
+// count returns how many calls of op on key (on any key if "") tr
+// recorded.
 func count(tr reconcilertest.CallRecorder, op reconcilertest.Op, key string) (n int) {
 	for _, c := range tr.Calls() {
-		if c.Op == op && (key == "" || c.Key == key) && c.Err == nil {
+		if c.Op == op && (key == "" || c.Key == key) {
 			n++
 		}
 	}
 	return n
+}
+
+// applied returns the updates and deletes the target applied, in order,
+// as "update key=value" and "delete key".
+func (tg *target) applied() []string {
+	var words []string
+	for _, c := range tg.Calls() {
+		switch {
+		case c.Err != nil:
+		case c.Op == reconcilertest.OpUpdate:
+			words = append(words, "update "+c.Key+"="+c.Value)
+		case c.Op == reconcilertest.OpDelete:
+			words = append(words, "delete "+c.Key)
+		}
+	}
+	return words
+}
+
+// waitInFlight waits until at least n calls of tr are in flight, and
+// returns them.
+func waitInFlight(t testing.TB, tr reconcilertest.CallRecorder, n int) []reconcilertest.Call {
+	t.Helper()
+	deadline := time.After(timeout)
+	for {
+		calls, changed := tr.InFlightWatch()
+		if len(calls) >= n {
+			return calls
+		}
+		select {
+		case <-changed:
+		case <-deadline:
+			t.Fatalf("timed out waiting for %d calls in flight (%d are)", n, len(calls))
+		}
+	}
 }
