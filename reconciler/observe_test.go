@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/cilium/hive/cell"
 	"github.com/cilium/statedb"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -300,4 +302,62 @@ func TestPendingUpdateIsNotRefreshDrift(t *testing.T) {
 	info := f.waitInfo("a reconciled", func(i *reconciler.Info) bool { return i.Succeeded == 1 })
 	assert.Zero(t, info.DriftRepaired)
 	assert.Equal(t, "", ev(m, "drift_repaired", "test/refresh"))
+}
+
+// roundWatcher is unpublished expvar metrics that also keep the last
+// round's figures.
+type roundWatcher struct {
+	metrics.Metrics
+	mu      sync.Mutex
+	last    metrics.RoundStats
+	changed chan struct{} // closed and replaced at every round
+}
+
+func newRoundWatcher() *roundWatcher {
+	return &roundWatcher{Metrics: metrics.NewUnpublishedExpVar(), changed: make(chan struct{})}
+}
+
+func (w *roundWatcher) Round(_ cell.FullModuleID, _ string, s metrics.RoundStats) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.last = s
+	close(w.changed)
+	w.changed = make(chan struct{})
+}
+
+// waitRound waits until the last round's figures satisfy ok, and returns
+// them.
+func (w *roundWatcher) waitRound(t *testing.T, what string, ok func(metrics.RoundStats) bool) metrics.RoundStats {
+	t.Helper()
+	deadline := time.After(20 * time.Second)
+	for {
+		w.mu.Lock()
+		s, changed := w.last, w.changed
+		w.mu.Unlock()
+		if ok(s) {
+			return s
+		}
+		select {
+		case <-changed:
+		case <-deadline:
+			t.Fatalf("no round %s (last: %+v)", what, s)
+		}
+	}
+}
+
+// A version written while an operation on its object is in flight waits
+// behind it, and counts in the queue depth until it starts.
+func TestParkedVersionCountsInQueueDepth(t *testing.T) {
+	tg, rounds := newTarget(), newRoundWatcher()
+	held := tg.hold("a")
+	f := startFixture(t, tg, nil, reconciler.WithConcurrency(2), reconciler.WithMetrics(rounds))
+	f.upsert(&item{ID: "a", Value: "v1"})
+	held.wait(t)
+	f.upsert(&item{ID: "a", Value: "v2"})
+	s := rounds.waitRound(t, "that read a=v2", func(s metrics.RoundStats) bool { return s.InFlight == 1 && s.Depth > 0 })
+	assert.Equal(t, 1, s.Depth, "a=v2, parked behind a=v1")
+	held.let()
+	f.waitApplied(tg, "a", "v2")
+	s = rounds.waitRound(t, "after a=v2", func(s metrics.RoundStats) bool { return s.InFlight == 0 })
+	assert.Zero(t, s.Depth)
 }

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cilium/hive/hivetest"
 	"github.com/cilium/statedb"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -20,38 +19,6 @@ import (
 	"github.com/converge-go/converge/reconciler"
 	"github.com/converge-go/converge/status"
 )
-
-// Bug 5: a delete, a new value and at once the earlier object again (status
-// identity included) while the first version's update is in flight: the
-// reverted object is applied, not taken as done.
-func TestReviewBug5DeleteThenTheSameObjectAgain(t *testing.T) {
-	for _, workers := range []int{2, 4} {
-		g := newGatedTarget("a")
-		f := startFixture(t, g.ops(), nil, reconciler.WithConcurrency(workers))
-		f.upsert(&item{ID: "a", Value: "v1"})
-		waitEntered(t, g, "v1")
-		inFlight, ok := f.get("a")
-		require.True(t, ok)
-		f.remove("a")
-		f.settle(1)
-		f.upsert(&item{ID: "a", Value: "v2"})
-		f.insertAs(inFlight) // back to the earlier object, status identity included
-		f.settle(2)
-		close(g.release)
-		f.waitReconciled()
-		last := f.upsert()
-		_, _, err := f.rec.WaitUntilReconciled(context.Background(), last)
-		require.NoError(t, err)
-
-		obj, ok := f.get("a")
-		require.True(t, ok)
-		assert.Equal(t, status.KindDone, obj.Status.Kind, "workers=%d", workers)
-		got, ok := g.get("a")
-		assert.True(t, ok, "workers=%d: the table holds a Done, the target nothing", workers)
-		assert.Equal(t, "v1", got, "workers=%d", workers)
-		f.stop()
-	}
-}
 
 // reorderingBatch reverses the entries it is given before setting their
 // results, and fails the updates of objects whose value is "bad".
@@ -159,49 +126,6 @@ func TestReviewBug7DependencyLeavesUnsetAlone(t *testing.T) {
 		t.Errorf("%s was updated", id)
 	default:
 	}
-}
-
-// Bug 8: WaitUntilReconciled counts work carried over a stop: a wait for a
-// revision does not return while work cut short below it is not done.
-func TestReviewBug8WaitCountsCarriedWork(t *testing.T) {
-	entered := make(chan string, 10)
-	release := make(chan struct{})
-	var stopped atomic.Bool
-	ops := &funcOps{update: func(ctx context.Context, _ statedb.Revision, it *item) error {
-		if it.ID != "a" {
-			return nil
-		}
-		entered <- it.ID
-		if !stopped.Load() {
-			<-ctx.Done() // cut short by the stop
-			return ctx.Err()
-		}
-		select { // after the start: held until the test has checked
-		case <-release:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}}
-	f := startFixture(t, ops, nil, reconciler.WithRoundLimits(1, nil))
-	revA := f.upsert(&item{ID: "a"})
-	recv(t, entered, "a's update")
-	log := hivetest.Logger(t)
-	require.NoError(t, f.hive.Stop(log, context.Background()))
-	stopped.Store(true)
-	revB := f.upsert(&item{ID: "b"})
-	require.NoError(t, f.hive.Start(log, context.Background()))
-	recv(t, entered, "a's update after the start")
-
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-	defer cancel()
-	reached, _, err := f.rec.WaitUntilReconciled(ctx, revA)
-	assert.ErrorIs(t, err, context.DeadlineExceeded, "returned %d for a's revision %d (b's is %d) while a's update is held", reached, revA, revB)
-	close(release)
-	_, _, err = f.rec.WaitUntilReconciled(context.Background(), revA)
-	require.NoError(t, err)
-	obj, _ := f.get("a")
-	assert.Equal(t, status.KindDone, obj.Status.Kind)
 }
 
 // Bug 9: option and error values at the edges neither overflow nor spin.
