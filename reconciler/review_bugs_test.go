@@ -91,43 +91,6 @@ func TestReviewBug6BatchResultsFollowTheirEntries(t *testing.T) {
 	}
 }
 
-// Bug 7: a dependency mark leaves objects whose status is Unset alone.
-func TestReviewBug7DependencyLeavesUnsetAlone(t *testing.T) {
-	var deps statedb.RWTable[*item]
-	calls := make(chan string, 10)
-	ops := &funcOps{update: func(_ context.Context, _ statedb.Revision, it *item) error {
-		calls <- it.ID
-		return nil
-	}}
-	f := startFixture(t, ops, &with{setup: func(f *fixture) []reconciler.Option {
-		db := f.db
-		var err error
-		deps, err = statedb.NewTable(db, "deps", itemID)
-		require.NoError(t, err)
-		return []reconciler.Option{reconciler.WithDependency(deps, func(d *item, _ bool) []statedb.Query[*item] {
-			return []statedb.Query[*item]{itemID.Query(d.ID)}
-		})}
-	}})
-	wtxn := f.db.WriteTxn(f.table)
-	_, _, err := f.table.Insert(wtxn, &item{ID: "unset"}) // status Unset: never reconciled
-	require.NoError(t, err)
-	wtxn.Commit()
-	wtxn = f.db.WriteTxn(deps)
-	_, _, err = deps.Insert(wtxn, &item{ID: "unset"})
-	require.NoError(t, err)
-	wtxn.Commit()
-	f.upsert(&item{ID: "marker"})
-	f.waitKind("marker", status.KindDone)
-	assert.Equal(t, "marker", recv(t, calls, "the marker's update"))
-	obj, _ := f.get("unset")
-	assert.Equal(t, status.KindUnset, obj.Status.Kind, "the mark changed an Unset status")
-	select {
-	case id := <-calls:
-		t.Errorf("%s was updated", id)
-	default:
-	}
-}
-
 // Bug 9: option and error values at the edges neither overflow nor spin.
 func TestReviewBug9ValuesAtTheEdges(t *testing.T) {
 	var attempts atomic.Int32
@@ -151,51 +114,4 @@ func TestReviewBug9ValuesAtTheEdges(t *testing.T) {
 		require.NoError(t, err, "round %d", i)
 	}
 	assert.Equal(t, int32(1), attempts.Load(), "a retry 292 years away ran again")
-}
-
-// Bug 10: a backlog larger than any internal cap does not hold a fresh
-// write back by more than a round. The backlog is what the table holds when
-// the reconciler starts; the write comes once the backlog is under way.
-func TestReviewBug10FreshWriteOvertakesAHugeBacklog(t *testing.T) {
-	const backlog = 140_000 // more than the 1<<17 the deferred queue once held
-	fresh := make(chan int64, 1)
-	underWay := make(chan struct{})
-	var done atomic.Int64
-	ops := &funcOps{update: func(_ context.Context, _ statedb.Revision, it *item) error {
-		if it.ID == "fresh" {
-			fresh <- done.Load()
-		}
-		if done.Add(1) == 1 {
-			close(underWay)
-		}
-		return nil
-	}}
-	f := startFixture(t, ops, &with{setup: func(f *fixture) []reconciler.Option {
-		db, tbl := f.db, f.table
-		wtxn := db.WriteTxn(tbl)
-		for i := range backlog {
-			_, _, err := tbl.Insert(wtxn, &item{ID: "k" + itoa(i), Status: status.Pending()})
-			require.NoError(t, err)
-		}
-		wtxn.Commit()
-		return nil
-	}})
-	recv(t, underWay, "the backlog's first update")
-	atWrite := done.Load()
-	f.upsert(&item{ID: "fresh"})
-	before := recv(t, fresh, "the fresh write's update") - atWrite
-	assert.LessOrEqual(t, before, int64(2000), "%d backlog updates ran between the fresh write and its update", before)
-	f.waitReconciled()
-}
-
-func itoa(i int) string {
-	const digits = "0123456789"
-	if i == 0 {
-		return "0"
-	}
-	var b []byte
-	for ; i > 0; i /= 10 {
-		b = append([]byte{digits[i%10]}, b...)
-	}
-	return string(b)
 }
