@@ -158,6 +158,8 @@ func startFixture(t testing.TB, ops reconciler.Operations[*item], w *with, opts 
 		cells = append(cells, reconciler.TablesCell)
 	}
 	f.hive = hive.New(cells...)
+	// Populated here, so that the setup runs on the test's goroutine.
+	require.NoError(t, f.hive.Populate(f.log))
 	f.start()
 	t.Cleanup(f.stop)
 	return f

@@ -3,6 +3,7 @@ package reconciler_test
 import (
 	"context"
 	"iter"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -36,6 +37,10 @@ type target struct {
 	// prune has removed what the table lacks.
 	updated func(it *item)
 	pruned  func()
+
+	// reverse makes UpdateBatch and DeleteBatch reverse their entries
+	// first, as a BatchOperations may reorder them.
+	reverse bool
 
 	holds   map[string]*hold // by key; pruneKey for the next prune
 	prunes  int              // prunes that returned
@@ -181,12 +186,18 @@ func (tg *target) Prune(ctx context.Context, txn statedb.ReadTxn, objs iter.Seq2
 }
 
 func (tg *target) UpdateBatch(ctx context.Context, txn statedb.ReadTxn, batch []reconciler.BatchEntry[*item]) {
+	if tg.reverse {
+		slices.Reverse(batch)
+	}
 	for i := range batch {
 		batch[i].Result = tg.Update(ctx, txn, batch[i].Revision, batch[i].Object)
 	}
 }
 
 func (tg *target) DeleteBatch(ctx context.Context, txn statedb.ReadTxn, batch []reconciler.BatchEntry[*item]) {
+	if tg.reverse {
+		slices.Reverse(batch)
+	}
 	for i := range batch {
 		batch[i].Result = tg.Delete(ctx, txn, batch[i].Revision, batch[i].Object)
 	}
@@ -229,14 +240,17 @@ func (tg *target) has(key, value string) bool {
 }
 
 // count returns how many calls of op on key (on any key if "") tr
-// recorded.
-func count(tr reconcilertest.CallRecorder, op reconcilertest.Op, key string) (n int) {
+// recorded, and how many of them succeeded.
+func count(tr reconcilertest.CallRecorder, op reconcilertest.Op, key string) (all, ok int) {
 	for _, c := range tr.Calls() {
 		if c.Op == op && (key == "" || c.Key == key) {
-			n++
+			all++
+			if c.Err == nil {
+				ok++
+			}
 		}
 	}
-	return n
+	return all, ok
 }
 
 // applied returns the updates and deletes the target applied, in order,

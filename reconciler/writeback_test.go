@@ -109,7 +109,8 @@ func TestTerminalErrorWrittenBackIsNotRetried(t *testing.T) {
 	reached, retryLow := f.reconciledTo(rev)
 	require.GreaterOrEqual(t, reached, rev)
 	require.Zero(t, retryLow, "no retry queued for a terminal error")
-	require.Equal(t, 1, count(fo, reconcilertest.OpUpdate, "a"))
+	all, _ := count(fo, reconcilertest.OpUpdate, "a")
+	require.Equal(t, 1, all)
 }
 
 // What runs when a is deleted is a retry, a prune then removes a from the
