@@ -1,14 +1,23 @@
 package reconciler_test
 
+// When a reconciler starts: registered from a start hook or after the
+// start, inside a synctest bubble, and held back by WithStartAfter.
+
 import (
+	"context"
 	"runtime"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/cilium/hive/cell"
 	"github.com/cilium/statedb"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/converge-go/converge/reconciler"
+	"github.com/converge-go/converge/status"
 )
 
 // reconciled waits until every change up to rev is applied, and checks
@@ -84,4 +93,52 @@ func collectGarbage(t *testing.T) {
 			t.Fatal("cleanups did not run")
 		}
 	}
+}
+
+// withInitializer is a with whose setup registers an initializer of the
+// items table, and sets markDone to the function that completes it.
+func withInitializer(name string, markDone *func(statedb.WriteTxn)) *with {
+	return &with{setup: func(f *fixture) []reconciler.Option {
+		wtxn := f.db.WriteTxn(f.table)
+		*markDone = f.table.RegisterInitializer(wtxn, name)
+		wtxn.Commit()
+		return nil
+	}}
+}
+
+// With WithStartAfter nothing is applied before the tables are
+// initialized; with a timeout it starts anyway, and health says why until
+// they are.
+func TestStartAfterWaitsForTheTables(t *testing.T) {
+	t.Run("initialized late", func(t *testing.T) {
+		tg := newTarget()
+		var markDone func(statedb.WriteTxn)
+		f := startFixture(t, tg, withInitializer("late", &markDone), reconciler.WithStartAfter(0))
+		rev := f.upsert(&item{ID: "a", Value: "1"})
+		f.waitHealth(func(_ cell.Level, msg string) bool {
+			return strings.Contains(msg, "Waiting for tables to be initialized: items")
+		})
+		_, _, err := f.rec.WaitUntilReconciled(ctxFor(t, 50*time.Millisecond), rev)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.Empty(t, tg.applied(), "nothing applied before initialization")
+
+		wtxn := f.db.WriteTxn(f.table)
+		markDone(wtxn)
+		wtxn.Commit()
+		f.waitKind("a", status.KindDone)
+	})
+	t.Run("timeout", func(t *testing.T) {
+		var markDone func(statedb.WriteTxn)
+		f := startFixture(t, newTarget(), withInitializer("never", &markDone), reconciler.WithStartAfter(20*time.Millisecond))
+		f.upsert(&item{ID: "a", Value: "1"})
+		f.waitKind("a", status.KindDone)
+		f.waitHealth(func(level cell.Level, msg string) bool {
+			return level == cell.StatusDegraded && strings.Contains(msg, "tables not initialized") && strings.Contains(msg, "items")
+		})
+		wtxn := f.db.WriteTxn(f.table)
+		markDone(wtxn)
+		wtxn.Commit()
+		f.upsert(&item{ID: "b", Value: "1"}) // a round notices
+		f.waitHealth(func(level cell.Level, _ string) bool { return level == cell.StatusOK })
+	})
 }
