@@ -160,8 +160,8 @@ func startFixture(t testing.TB, ops reconciler.Operations[*item], w *with, opts 
 	f.hive = hive.New(cells...)
 	// Populated here, so that the setup runs on the test's goroutine.
 	require.NoError(t, f.hive.Populate(f.log))
-	f.start()
 	t.Cleanup(f.stop)
+	f.start()
 	return f
 }
 
@@ -253,10 +253,11 @@ func (f *fixture) caughtUp() {
 	f.waitReconciled()
 }
 
-// waitReconciled waits for nothing to be Pending or Refreshing.
-func (f *fixture) waitReconciled() {
+// waitReconciled waits for nothing to be Pending or Refreshing, for the
+// tests' timeout or as long as within says.
+func (f *fixture) waitReconciled(within ...time.Duration) {
 	f.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), max(timeout, slices.Max(append(within, 0))))
 	defer cancel()
 	require.NoError(f.t, reconciler.WaitForReconciliation(ctx, f.db, f.table, f.index))
 }

@@ -68,8 +68,10 @@ func TestShutdownUnderLoad(t *testing.T) {
 					w.batch = fo
 				}
 				require.NoError(t, fo.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeError}))
+				// Retries an hour away: no wave of them comes due in phase 2,
+				// to be taken in small batches before the new objects.
 				f := startFixture(t, fo, w, reconciler.WithConcurrency(workers),
-					reconciler.WithRetry(20*time.Millisecond, time.Second), reconciler.WithoutPruning())
+					reconciler.WithRetry(time.Hour, time.Hour), reconciler.WithoutPruning())
 
 				// Phase 1: every object fails once and is queued for retry.
 				f.upsert(items("a", objects)...)
@@ -77,8 +79,7 @@ func TestShutdownUnderLoad(t *testing.T) {
 
 				// Phase 2: every operation blocks until its context ends. New
 				// objects and deletes are written while paused, so that the
-				// workers share them out in full rounds rather than take the
-				// few retries that come due first; retries come due meanwhile.
+				// workers share them out in full rounds.
 				f.rec.Pause()
 				fo.Clear("")
 				require.NoError(t, fo.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeDelay}))
