@@ -2,6 +2,7 @@ package reconciler_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -101,6 +102,11 @@ type with struct {
 	tables    bool         // reconciler.TablesCell in the hive
 	log       *slog.Logger // the hive's logger instead of the test's
 	register  registerAt
+	// registered, if set, runs as the hive is populated, right after a
+	// register inInvoke.
+	registered func(f *fixture)
+	// first and last are cells put before and after all others.
+	first, last []cell.Cell
 }
 
 // registerAt is where a fixture's reconciler is registered.
@@ -115,6 +121,13 @@ const (
 // startFixture starts a hive whose reconciler has ops, what w says and
 // opts. The hive is stopped when the test ends, or earlier with stop.
 func startFixture(t testing.TB, ops reconciler.Operations[*item], w *with, opts ...reconciler.Option) *fixture {
+	f := newFixture(t, ops, w, opts...)
+	f.start()
+	return f
+}
+
+// newFixture is startFixture without the start: the hive is populated.
+func newFixture(t testing.TB, ops reconciler.Operations[*item], w *with, opts ...reconciler.Option) *fixture {
 	if w == nil {
 		w = &with{}
 	}
@@ -129,7 +142,7 @@ func startFixture(t testing.TB, ops reconciler.Operations[*item], w *with, opts 
 	if f.log == nil {
 		f.log = hivetest.Logger(t)
 	}
-	cells := []cell.Cell{statedb.Cell, job.Cell, cell.Provide(cell.NewSimpleHealth),
+	cells := append(slices.Clip(w.first), statedb.Cell, job.Cell, cell.Provide(cell.NewSimpleHealth),
 		cell.Module("test", "Test module",
 			cell.Provide(job.Registry.NewGroup),
 			cell.Invoke(func(p reconciler.Params, h *cell.SimpleHealth, lc cell.Lifecycle) error {
@@ -147,21 +160,23 @@ func startFixture(t testing.TB, ops reconciler.Operations[*item], w *with, opts 
 				}
 				switch w.register {
 				case inInvoke:
-					return f.register()
+					err := f.register()
+					if err == nil && w.registered != nil {
+						w.registered(f)
+					}
+					return err
 				case inStartHook:
 					lc.Append(cell.Hook{OnStart: func(cell.HookContext) error { return f.register() }})
 				}
 				return nil
-			})),
-	}
+			})))
 	if w.tables {
 		cells = append(cells, reconciler.TablesCell)
 	}
-	f.hive = hive.New(cells...)
+	f.hive = hive.New(append(cells, w.last...)...)
 	// Populated here, so that the setup runs on the test's goroutine.
 	require.NoError(t, f.hive.Populate(f.log))
 	t.Cleanup(f.stop)
-	f.start()
 	return f
 }
 
@@ -169,10 +184,18 @@ func startFixture(t testing.TB, ops reconciler.Operations[*item], w *with, opts 
 // not return.
 func (f *fixture) start() {
 	f.t.Helper()
+	require.NoError(f.t, f.tryStart())
+}
+
+// tryStart starts the hive and returns Start's error; the hive is stopped
+// when the test ends either way.
+func (f *fixture) tryStart() error {
+	f.t.Helper()
 	started := make(chan error, 1)
 	go func() { started <- f.hive.Start(f.log, context.Background()) }()
-	require.NoError(f.t, recv(f.t, started, "hive.Start to return"))
+	err := recv(f.t, started, "hive.Start to return")
 	f.up = true
+	return err
 }
 
 // stop stops the hive if it runs.
@@ -447,4 +470,103 @@ func describe(data map[string]string) string {
 	}
 	slices.Sort(words)
 	return strings.Join(words, " ")
+}
+
+// variant is how many workers a reconciler has and whether it has batch
+// operations; the tests of work carried over stops and of objects put
+// back run on each.
+type variant struct {
+	workers int
+	batch   bool
+}
+
+var variants = []variant{{1, false}, {4, false}, {1, true}, {4, true}}
+
+func (v variant) String() string { return fmt.Sprintf("workers=%d,batch=%v", v.workers, v.batch) }
+
+// fixture populates (does not start) a fixture of v over tg, without
+// pruning unless opts ask for it.
+func (v variant) fixture(t testing.TB, tg *target, w *with, opts ...reconciler.Option) *fixture {
+	if w == nil {
+		w = &with{}
+	}
+	if v.batch {
+		w.batch = tg
+	}
+	return newFixture(t, tg, w, append([]reconciler.Option{reconciler.WithConcurrency(v.workers), reconciler.WithoutPruning()}, opts...)...)
+}
+
+// items returns n objects prefix-00000... with value.
+func items(prefix string, n int, value string) []*item {
+	objs := make([]*item, n)
+	for i := range objs {
+		objs[i] = &item{ID: fmt.Sprintf("%s-%05d", prefix, i), Value: value}
+	}
+	return objs
+}
+
+func ids(objs []*item) []string {
+	keys := make([]string, len(objs))
+	for i, o := range objs {
+		keys[i] = o.ID
+	}
+	return keys
+}
+
+// converged waits until every object is Done and every change so far is
+// handled with no retry left, and checks that the target holds the table.
+func (f *fixture) converged(tg *target) {
+	f.t.Helper()
+	rev := f.upsert(&item{ID: "~marker"})
+	f.waitTable("every object Done", func(txn statedb.ReadTxn) bool {
+		return f.countKind(txn, status.KindDone) == f.table.NumObjects(txn)
+	})
+	require.Eventually(f.t, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+		defer cancel()
+		_, low, err := f.rec.WaitUntilReconciled(ctx, rev)
+		return err == nil && low == 0
+	}, timeout, time.Millisecond, "changes up to %d handled and no retry left", rev)
+	require.Empty(f.t, tg.Diff(f.db.ReadTxn(), f.table), "the target holds the table")
+}
+
+// deletedAll checks that each key was handed to a Delete that succeeded
+// and that the target lacks it.
+func deletedAll(t testing.TB, tg *target, keys []string) {
+	t.Helper()
+	done := map[string]bool{}
+	for _, c := range tg.Calls() {
+		if c.Op == reconcilertest.OpDelete && c.Err == nil {
+			done[c.Key] = true
+		}
+	}
+	state := tg.State()
+	var missing []string
+	for _, k := range keys {
+		if _, has := state[k]; has || !done[k] {
+			missing = append(missing, k)
+		}
+	}
+	require.Empty(t, missing, "of %d deleted keys, these were not deleted from the target", len(keys))
+}
+
+// statusOf returns the getter and setter of reconciler name's status in
+// item.Statuses.
+func statusOf(name string) (func(*item) status.Status, func(*item, status.Status) *item) {
+	return func(it *item) status.Status { return it.Statuses.Get(name) },
+		func(it *item, s status.Status) *item { it.Statuses = it.Statuses.Set(name, s); return it }
+}
+
+// takeOut reads and deletes id in one transaction, and returns the object
+// as it was (nil if absent).
+func (f *fixture) takeOut(id string) *item {
+	wtxn := f.db.WriteTxn(f.table)
+	defer wtxn.Commit()
+	obj, _, found := f.table.Get(wtxn, itemID.Query(id))
+	if !found {
+		return nil
+	}
+	_, _, err := f.table.Delete(wtxn, obj)
+	require.NoError(f.t, err)
+	return obj
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cilium/hive/cell"
+	"github.com/cilium/statedb"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/time/rate"
@@ -84,4 +85,32 @@ func TestRoundLimiterBrokenAtRunTimeDegradesHealth(t *testing.T) {
 	f.remove("a")
 	f.upsert(&item{ID: "c"})
 	f.waitKind("c", status.KindDone)
+}
+
+// The health tree has the children the StateDB reconciler's has, named
+// after the reconciler, refreshing off included, and one per dependency.
+func TestHealthChildrenAreNamedLikeTheStateDBReconciler(t *testing.T) {
+	for _, name := range []string{"", "foo"} {
+		for _, refresh := range []bool{false, true} {
+			t.Run(fmt.Sprintf("name=%q,refresh=%v", name, refresh), func(t *testing.T) {
+				opts := []reconciler.Option{reconciler.WithName(name)}
+				if name == "" {
+					opts = nil
+				}
+				if refresh {
+					opts = append(opts, reconciler.WithRefreshing(time.Hour, nil))
+				}
+				f := startFixture(t, newTarget(), withDeps(t, new(statedb.RWTable[*item]), sameID), opts...)
+				f.upsert(&item{ID: "a", Value: "1"})
+				f.caughtUp()
+				suffix := ""
+				if name != "" {
+					suffix = "-" + name
+				}
+				for _, child := range []string{"job-reconcile" + suffix, "job-refresh" + suffix, "job-dependency-deps" + suffix} {
+					f.waitHealth(func(cell.Level, string) bool { return true }, child)
+				}
+			})
+		}
+	}
 }

@@ -321,20 +321,30 @@ func (w *roundWatcher) waitRound(t *testing.T, what string, ok func(metrics.Roun
 	}
 }
 
-// A version written while an operation on its object is in flight waits
-// behind it, and counts in the queue depth until it starts.
+// Versions written while an operation on their object is in flight (a
+// newer one replacing the one parked before it), and deletes, wait behind
+// it and count in the queue depth until they start; so do operations
+// waiting for a worker.
 func TestParkedVersionCountsInQueueDepth(t *testing.T) {
 	tg, rounds := newTarget(), newRoundWatcher()
-	held := tg.hold("a")
-	f := startFixture(t, tg, nil, reconciler.WithConcurrency(2), reconciler.WithMetrics(rounds))
-	f.upsert(&item{ID: "a", Value: "v1"})
-	held.wait(t)
+	held := []*hold{tg.hold("a"), tg.hold("b"), tg.hold("c")}
+	f := startFixture(t, tg, nil, reconciler.WithConcurrency(3), reconciler.WithMetrics(rounds), reconciler.WithoutPruning())
+	f.upsert(&item{ID: "a", Value: "v1"}, &item{ID: "b", Value: "v1"}, &item{ID: "c", Value: "v1"})
+	for _, h := range held {
+		h.wait(t)
+	}
 	f.upsert(&item{ID: "a", Value: "v2"})
-	s := rounds.waitRound(t, "that read a=v2", func(s metrics.RoundStats) bool { return s.InFlight == 1 && s.Depth > 0 })
-	assert.Equal(t, 1, s.Depth, "a=v2, parked behind a=v1")
-	held.let()
-	f.waitApplied(tg, "a", "v2")
-	s = rounds.waitRound(t, "after a=v2", func(s metrics.RoundStats) bool { return s.InFlight == 0 })
+	f.upsert(&item{ID: "a", Value: "v3"}, &item{ID: "b", Value: "v2"})
+	f.remove("c")
+	rounds.waitRound(t, "with a=v3, b=v2 and c's delete parked", func(s metrics.RoundStats) bool { return s.InFlight == 3 && s.Depth == 3 })
+	f.upsert(&item{ID: "d", Value: "v1"})
+	rounds.waitRound(t, "with d waiting for a worker", func(s metrics.RoundStats) bool { return s.Depth == 4 })
+	for _, h := range held {
+		h.let()
+	}
+	f.converged(tg)
+	assert.Equal(t, map[string]string{"a": "v3", "b": "v2", "d": "v1", "~marker": ""}, tg.State())
+	s := rounds.waitRound(t, "with nothing in flight", func(s metrics.RoundStats) bool { return s.InFlight == 0 })
 	assert.Zero(t, s.Depth)
 }
 

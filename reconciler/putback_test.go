@@ -5,13 +5,20 @@ package reconciler_test
 // is believed (reconciler/doc.go, "Objects put back").
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/cilium/statedb"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/time/rate"
 
 	"github.com/converge-go/converge/metrics"
 	"github.com/converge-go/converge/reconciler"
@@ -33,13 +40,20 @@ func startWithADone(t *testing.T, opts ...reconciler.Option) (*target, *fixture,
 // it was with its Done status, is applied again: that Done speaks of what
 // the delete removed. Found by the outside randomized test (bug 5).
 func TestPutBackAfterItsDeleteIsAppliedAgain(t *testing.T) {
-	for _, workers := range []int{1, 4} {
-		t.Run(fmt.Sprintf("workers=%d", workers), func(t *testing.T) {
-			tg, f, saved := startWithADone(t, reconciler.WithConcurrency(workers))
-			f.reconciledTo(f.remove("a")) // the delete has been read and run
-			require.False(t, tg.has("a", "v1"), "the delete of a ran")
-			f.insertAs(saved)
-			f.waitApplied(tg, "a", "v1")
+	for _, v := range variants {
+		t.Run(v.String(), func(t *testing.T) {
+			tg := newTarget()
+			f := v.fixture(t, tg, nil)
+			f.start()
+			for i := range 20 {
+				id := fmt.Sprint("k", i)
+				f.upsert(&item{ID: id, Value: "v1"})
+				saved := f.waitKind(id, status.KindDone)
+				f.reconciledTo(f.remove(id))
+				require.False(t, tg.has(id, "v1"), "the delete of %s ran", id)
+				f.insertAs(saved)
+				f.converged(tg)
+			}
 		})
 	}
 }
@@ -91,10 +105,11 @@ func TestPutBackAfterAPruneRemovedItIsAppliedAgain(t *testing.T) {
 				f.upsert(&item{ID: "y", Value: "x"})
 				held.wait(t) // the loop waits in y's update
 				tg.mu.Lock()
-				tg.updated = func(it *item) {
+				tg.updated = func(_ context.Context, it *item) error {
 					if it.ID == "x" {
 						f.remove("a") // after the round read its changes
 					}
+					return nil
 				}
 				tg.pruned = func() {
 					f.upsert(&item{ID: "z", Value: "z"})
@@ -150,21 +165,29 @@ func TestPutBackBetweenTwoPrunesIsAppliedAgain(t *testing.T) {
 // at most, such a Done is believed, as doc.go says.
 func TestPutBackAfterManyDeletes(t *testing.T) {
 	for _, c := range []struct {
-		others  int
-		applied bool
-	}{{8192, true}, {16384, false}} {
-		t.Run(fmt.Sprintf("others=%d", c.others), func(t *testing.T) {
-			tg, f, saved := startWithADone(t)
-			others := make([]*item, c.others)
-			ids := make([]string, c.others)
-			for i := range others {
-				ids[i] = fmt.Sprintf("o%05d", i)
-				others[i] = &item{ID: ids[i]}
-			}
+		others, perTxn int // perTxn 0: all in one
+		applied        bool
+		v              variant
+	}{{8192, 0, true, variant{1, false}}, {8192, 500, true, variant{4, true}}, {16384, 0, false, variant{1, false}}} {
+		t.Run(fmt.Sprintf("others=%d,perTxn=%d,%v", c.others, c.perTxn, c.v), func(t *testing.T) {
+			tg := newTarget()
+			f := c.v.fixture(t, tg, nil)
+			f.start()
+			f.upsert(&item{ID: "a", Value: "v1"})
+			saved := f.waitKind("a", status.KindDone)
+			others := items("o", c.others, "")
+			keys := ids(others)
 			f.upsert(others...)
 			f.waitReconciled()
-			f.remove("a")
-			f.reconciledTo(f.remove(ids...))
+			f.reconciledTo(f.remove("a"))
+			for len(keys) > 0 {
+				n := len(keys)
+				if c.perTxn > 0 {
+					n = min(n, c.perTxn)
+				}
+				f.reconciledTo(f.remove(keys[:n]...))
+				keys = keys[n:]
+			}
 
 			f.insertAs(saved)
 			if c.applied {
@@ -191,6 +214,7 @@ func TestPutBackAcrossARestart(t *testing.T) {
 		putBack bool
 	}{
 		{"delete read, then stop", true},
+		{"delete read, stop and start, then put back", true},
 		{"delete unread at the stop", true},
 		{"delete unread at the stop", false},
 		{"both while stopped", true},
@@ -203,6 +227,13 @@ func TestPutBackAcrossARestart(t *testing.T) {
 				require.False(t, tg.has("a", "v1"), "a's delete ran")
 				f.stop()
 				f.insertAs(saved)
+			case "delete read, stop and start, then put back":
+				f.reconciledTo(f.remove("a"))
+				f.stop()
+				f.start()
+				f.insertAs(saved)
+				f.waitApplied(tg, "a", "v1")
+				return
 			case "delete unread at the stop":
 				var holds []*hold
 				for _, id := range []string{"y1", "y2", "y3", "y4"} {
@@ -326,4 +357,389 @@ func TestPutBackAfterAPruneWhileItsUpdateRunsIsApplied(t *testing.T) {
 	require.False(t, tg.has("a", "v1"), "the prune removed a while its update was in flight")
 	held.let()
 	f.waitApplied(tg, "a", "v1")
+}
+
+// A delete made while the hive is stopped, and the object put back as it
+// was at some moment right after the start: the target holds it.
+func TestDeletedWhileStoppedPutBackAfterTheStartIsApplied(t *testing.T) {
+	for _, v := range variants {
+		t.Run(v.String(), func(t *testing.T) {
+			tg := newTarget()
+			f := v.fixture(t, tg, nil)
+			f.start()
+			for i := range 10 {
+				id := fmt.Sprint("k", i)
+				f.upsert(&item{ID: id, Value: "1"})
+				f.converged(tg)
+				f.stop()
+				saved := f.takeOut(id)
+				f.start()
+				for range i * 200 {
+					runtime.Gosched()
+				}
+				f.insertAs(saved)
+				f.converged(tg)
+			}
+		})
+	}
+}
+
+// An older version put back as it was, Done, while the reconciler holds a
+// newer version of the key or its delete (running, cut short by a stop,
+// or failed and waiting for a retry, also across a stop) is applied again.
+func TestOlderVersionPutBackOverANewerOneIsApplied(t *testing.T) {
+	failV2 := func(tg *target) {
+		tg.mu.Lock()
+		defer tg.mu.Unlock()
+		tg.updated = func(_ context.Context, it *item) error {
+			if it.Value == "2" {
+				return errors.New("applied, then failed")
+			}
+			return nil
+		}
+	}
+	cutShort := func(t *testing.T, f *fixture, tg *target, was *item, succeed, beforeStop bool) {
+		h := tg.holdAfterApply("k", succeed)
+		f.upsert(&item{ID: "k", Value: "2"})
+		h.wait(t)
+		if beforeStop {
+			f.insertAs(was)
+		}
+		f.stop()
+		if !beforeStop {
+			f.insertAs(was)
+		}
+		f.start()
+	}
+	for _, c := range []struct {
+		name string
+		run  func(t *testing.T, f *fixture, tg *target, was *item)
+	}{
+		{"newer waiting for a retry", func(t *testing.T, f *fixture, tg *target, was *item) {
+			failV2(tg)
+			f.upsert(&item{ID: "k", Value: "2"})
+			f.waitKind("k", status.KindError)
+			f.insertAs(was)
+		}},
+		{"newer waiting for a retry, put back after a stop and start", func(t *testing.T, f *fixture, tg *target, was *item) {
+			failV2(tg)
+			f.upsert(&item{ID: "k", Value: "2"})
+			f.waitKind("k", status.KindError)
+			f.stop()
+			f.start()
+			f.insertAs(was)
+		}},
+		{"newer waiting for a retry, put back while stopped", func(t *testing.T, f *fixture, tg *target, was *item) {
+			failV2(tg)
+			f.upsert(&item{ID: "k", Value: "2"})
+			f.waitKind("k", status.KindError)
+			f.stop()
+			f.insertAs(was)
+			f.start()
+		}},
+		{"newer running", func(t *testing.T, f *fixture, tg *target, was *item) {
+			h := tg.holdAfterApply("k", false)
+			f.upsert(&item{ID: "k", Value: "2"})
+			h.wait(t)
+			f.insertAs(was)
+			h.let()
+		}},
+		{"newer cut short by a stop, failing, put back before it", func(t *testing.T, f *fixture, tg *target, was *item) {
+			cutShort(t, f, tg, was, false, true)
+		}},
+		{"newer cut short by a stop, failing, put back while stopped", func(t *testing.T, f *fixture, tg *target, was *item) {
+			cutShort(t, f, tg, was, false, false)
+		}},
+		// Succeeding as the stop cuts it, its Done is committed: put back
+		// while stopped, with no delete between, v1 is believed (doc.go).
+		{"newer cut short by a stop, succeeding, put back before it", func(t *testing.T, f *fixture, tg *target, was *item) {
+			cutShort(t, f, tg, was, true, true)
+		}},
+		{"delete cut short by a stop after applying, put back while stopped", func(t *testing.T, f *fixture, tg *target, was *item) {
+			del := make(chan struct{})
+			tg.mu.Lock()
+			tg.deleted = func(ctx context.Context, _ *item) error {
+				close(del)
+				<-ctx.Done()
+				return ctx.Err()
+			}
+			tg.mu.Unlock()
+			f.remove("k")
+			recv(t, del, "the delete of k")
+			f.stop()
+			tg.mu.Lock()
+			tg.deleted = nil
+			tg.mu.Unlock()
+			f.insertAs(was)
+			f.start()
+		}},
+		{"delete applied, then failed, waiting for a retry", func(t *testing.T, f *fixture, tg *target, was *item) {
+			failed := make(chan struct{}, 1)
+			tg.mu.Lock()
+			tg.deleted = func(context.Context, *item) error {
+				select {
+				case failed <- struct{}{}:
+				default:
+				}
+				return errors.New("deleted, then failed")
+			}
+			tg.mu.Unlock()
+			f.remove("k")
+			recv(t, failed, "the failing Delete")
+			f.insertAs(was)
+		}},
+	} {
+		for _, v := range variants {
+			t.Run(c.name+"/"+v.String(), func(t *testing.T) {
+				tg := newTarget()
+				f := v.fixture(t, tg, nil, reconciler.WithRetry(time.Hour, time.Hour))
+				f.start()
+				f.upsert(&item{ID: "k", Value: "1"})
+				was := f.waitKind("k", status.KindDone)
+				c.run(t, f, tg, was)
+				f.converged(tg)
+			})
+		}
+	}
+}
+
+// An object deleted and put back as it was around prunes (which remove it
+// from the target, whether or not its delete was read first), behind a
+// backlog of fresh changes, is applied again.
+func TestPutBackAroundPrunesIsApplied(t *testing.T) {
+	for _, limited := range []bool{false, true} {
+		for _, v := range variants {
+			t.Run(fmt.Sprintf("%v,roundsOf1At200PerSecond=%v", v, limited), func(t *testing.T) {
+				var opts []reconciler.Option
+				if limited {
+					opts = append(opts, reconciler.WithRoundLimits(1, rate.NewLimiter(200, 1)))
+				}
+				tg := newTarget()
+				f := v.fixture(t, tg, nil, opts...)
+				f.start()
+				for i := range 12 {
+					id := fmt.Sprint("k", i)
+					f.upsert(&item{ID: id, Value: "1"})
+					f.converged(tg)
+					f.upsert(items(fmt.Sprint("filler", i), 10, "1")...)
+					was := f.takeOut(id)
+					switch i % 4 {
+					case 0: // once a prune has run
+						tg.pruneNow(f)
+						f.insertAs(was)
+					case 1: // between two prunes
+						tg.pruneNow(f)
+						f.insertAs(was)
+						tg.pruneNow(f)
+					case 2: // while a prune is asked for
+						tg.mu.Lock()
+						n := tg.prunes
+						tg.mu.Unlock()
+						f.rec.Prune()
+						f.insertAs(was)
+						tg.waitPrunes(t, n+1)
+					case 3: // twice, around prunes
+						tg.pruneNow(f)
+						f.insertAs(was)
+						again := f.takeOut(id)
+						tg.pruneNow(f)
+						f.insertAs(again)
+					}
+					f.converged(tg)
+				}
+			})
+		}
+	}
+}
+
+// A prune that runs while an object's delete is still unread (a backlog
+// of fresh changes read one per round ahead of it), the object put back as
+// it was, then maybe a stop or a second prune: it is applied again.
+func TestPutBackAfterAPruneWhileItsDeleteIsUnreadIsApplied(t *testing.T) {
+	for _, then := range []string{"nothing", "stop after the put-back", "stop before the put-back", "second prune, then stop"} {
+		for _, v := range variants {
+			t.Run(then+"/"+v.String(), func(t *testing.T) {
+				tg := newTarget()
+				f := v.fixture(t, tg, nil, reconciler.WithRoundLimits(1, nil))
+				f.start()
+				for i := range 3 {
+					id := fmt.Sprint("k", i)
+					f.upsert(&item{ID: id, Value: "1"})
+					f.converged(tg)
+					was, _ := f.get(id)
+					f.upsert(items(fmt.Sprint("filler", i), 2000, "1")...)
+					f.remove(id)
+					tg.pruneNow(f)
+					switch then {
+					case "nothing":
+						f.insertAs(was)
+					case "stop after the put-back":
+						f.insertAs(was)
+						f.stop()
+						f.start()
+					case "stop before the put-back":
+						f.stop()
+						f.insertAs(was)
+						f.start()
+					case "second prune, then stop":
+						f.insertAs(was)
+						tg.pruneNow(f)
+						f.stop()
+						f.start()
+					}
+					f.converged(tg)
+				}
+			})
+		}
+	}
+}
+
+// Two reconcilers of a status.Set both apply again an object put back as
+// it was after its delete: after both read the delete, after a prune of
+// one only, or at once.
+func TestPutBackIsAppliedByEveryReconcilerOfASet(t *testing.T) {
+	for _, workers := range []int{1, 4} {
+		t.Run(fmt.Sprintf("workers=%d", workers), func(t *testing.T) {
+			a, b := newTarget(), newTarget()
+			var recB reconciler.Reconciler[*item]
+			getA, setA := statusOf("a")
+			f := startFixture(t, a, &with{getStatus: getA, setStatus: setA, setup: func(f *fixture) []reconciler.Option {
+				getB, setB := statusOf("b")
+				var err error
+				recB, err = reconciler.Register(f.params, f.table, (*item).clone, setB, getB, b, nil,
+					reconciler.WithName("b"), reconciler.WithConcurrency(workers), reconciler.WithoutPruning())
+				require.NoError(t, err)
+				return nil
+			}}, reconciler.WithName("a"), reconciler.WithConcurrency(workers), reconciler.WithoutPruning())
+			pending := func(id, value string) *item {
+				return &item{ID: id, Value: value, Statuses: status.NewSet().Pending("a", "b")}
+			}
+			both := func(rev statedb.Revision) {
+				f.reconciledTo(rev)
+				_, _, err := recB.WaitUntilReconciled(ctxFor(t, timeout), rev)
+				require.NoError(t, err)
+			}
+			for i := range 9 {
+				id := fmt.Sprint("k", i)
+				both(f.insertAs(pending(id, "1")))
+				was := f.takeOut(id)
+				require.Equal(t, status.KindDone, was.Statuses.Get("b").Kind)
+				switch i % 3 {
+				case 0:
+					both(f.insertAs(pending("marker", fmt.Sprint(i))))
+				case 1:
+					a.pruneNow(f)
+				}
+				f.insertAs(was)
+				both(f.insertAs(pending("marker", fmt.Sprint("x", i))))
+				assert.True(t, a.has(id, "1"), "a: %s put back not applied", id)
+				assert.True(t, b.has(id, "1"), "b: %s put back not applied", id)
+			}
+		})
+	}
+}
+
+// A random mix of writes, deletes, objects put back as they were,
+// prunes, pauses, stops and starts, against a target that fails (some
+// operations after applying) and yields at random: at every quiet point
+// the target holds the table.
+func TestPutBackRandomized(t *testing.T) {
+	for _, round := range []int{1000, 2} {
+		for _, v := range variants {
+			t.Run(fmt.Sprintf("%v,round=%d", v, round), func(t *testing.T) {
+				seed := uint64(time.Now().UnixNano())
+				t.Logf("seed %d", seed)
+				rnd := rand.New(rand.NewPCG(seed, 30))
+				var (
+					on  atomic.Bool
+					mu  sync.Mutex
+					odd = rand.New(rand.NewPCG(seed, 31))
+				)
+				roll := func(n int) int { mu.Lock(); defer mu.Unlock(); return odd.IntN(n) }
+				before := func(context.Context, *item) error {
+					if !on.Load() {
+						return nil
+					}
+					for range roll(50) {
+						runtime.Gosched()
+					}
+					if roll(10) == 0 {
+						return errors.New("flaky before")
+					}
+					return nil
+				}
+				after := func(context.Context, *item) error {
+					if on.Load() && roll(10) == 0 {
+						return errors.New("flaky after")
+					}
+					return nil
+				}
+				tg := newTarget()
+				tg.update, tg.delete, tg.updated, tg.deleted = before, before, after, after
+				f := v.fixture(t, tg, nil, reconciler.WithRoundLimits(round, nil), reconciler.WithRetry(time.Millisecond, 4*time.Millisecond))
+				f.start()
+				removed := map[string]*item{}
+				paused := false
+				var history []string
+				step := func(format string, args ...any) { history = append(history, fmt.Sprintf(format, args...)) }
+				quiet := func() {
+					on.Store(false)
+					if !f.up {
+						f.start()
+					}
+					if paused {
+						f.rec.Resume()
+						paused = false
+					}
+					t.Logf("quiet point after: %v", history)
+					f.converged(tg)
+					history = history[:0]
+				}
+				for i := range 400 {
+					on.Store(true)
+					id := fmt.Sprint("m", rnd.IntN(6))
+					switch r := rnd.IntN(100); {
+					case r < 30:
+						f.upsert(&item{ID: id, Value: fmt.Sprint(i)})
+						step("put %s=%d", id, i)
+					case r < 55:
+						if o := f.takeOut(id); o != nil {
+							removed[id] = o
+							step("delete %s (was %q %v)", id, o.Value, o.Status)
+						}
+					case r < 80:
+						if _, there := f.get(id); !there && removed[id] != nil {
+							f.insertAs(removed[id])
+							step("put back %s=%q %v", id, removed[id].Value, removed[id].Status)
+						}
+					case r < 88:
+						f.rec.Prune()
+						step("prune")
+					case r < 92:
+						if paused {
+							f.rec.Resume()
+						} else {
+							f.rec.Pause()
+						}
+						paused = !paused
+						step("paused=%v", paused)
+					case r < 95:
+						if f.up {
+							f.stop()
+						} else {
+							f.start()
+						}
+						step("up=%v", f.up)
+					case r < 97:
+						quiet()
+					default:
+						for range rnd.IntN(2000) {
+							runtime.Gosched()
+						}
+					}
+				}
+				quiet()
+			})
+		}
+	}
 }

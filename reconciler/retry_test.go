@@ -202,10 +202,6 @@ func TestPanicsBecomeErrorsAndAreRetried(t *testing.T) {
 // meets the other's write (a compare-and-swap conflict) is still recorded
 // and retried: the StateDB reconciler lost such retries before v0.8.4.
 func TestFailureWithAConflictingStatusWriteIsRetried(t *testing.T) {
-	named := func(name string) (func(*item) status.Status, func(*item, status.Status) *item) {
-		return func(it *item) status.Status { return it.Statuses.Get(name) },
-			func(it *item, s status.Status) *item { it.Statuses = it.Statuses.Set(name, s); return it }
-	}
 	bDone := make(chan struct{})
 	var aCalls atomic.Int32
 	a := newTarget()
@@ -219,9 +215,9 @@ func TestFailureWithAConflictingStatusWriteIsRetried(t *testing.T) {
 		}
 		return nil
 	}
-	getA, setA := named("a")
+	getA, setA := statusOf("a")
 	f := startFixture(t, a, &with{getStatus: getA, setStatus: setA, setup: func(f *fixture) []reconciler.Option {
-		getB, setB := named("b")
+		getB, setB := statusOf("b")
 		_, err := reconciler.Register(f.params, f.table, (*item).clone, setB, getB, newTarget(), nil,
 			reconciler.WithName("b"), reconciler.WithRetry(time.Millisecond, time.Millisecond))
 		require.NoError(t, err)

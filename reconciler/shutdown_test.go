@@ -28,7 +28,7 @@ func TestStopCancelsOperationsInFlight(t *testing.T) {
 			// Every update blocks until its context ends.
 			require.NoError(t, fo.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeDelay, Op: reconcilertest.OpUpdate}))
 			f := startFixture(t, fo, nil, reconciler.WithConcurrency(workers))
-			f.upsert(items("o", 2000)...)
+			f.upsert(items("o", 2000, "")...)
 			waitInFlight(t, fo, workers)
 			f.stop()
 			assert.Empty(t, fo.InFlight(), "operations still running after Stop returned")
@@ -74,7 +74,7 @@ func TestShutdownUnderLoad(t *testing.T) {
 					reconciler.WithRetry(time.Hour, time.Hour), reconciler.WithoutPruning())
 
 				// Phase 1: every object fails once and is queued for retry.
-				f.upsert(items("a", objects)...)
+				f.upsert(items("a", objects, "")...)
 				waitCount(t, f, status.KindError, objects)
 
 				// Phase 2: every operation blocks until its context ends. New
@@ -83,7 +83,7 @@ func TestShutdownUnderLoad(t *testing.T) {
 				f.rec.Pause()
 				fo.Clear("")
 				require.NoError(t, fo.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeDelay}))
-				f.upsert(items("b", objects)...)
+				f.upsert(items("b", objects, "")...)
 				var gone []string
 				for i := 0; i < objects; i += 3 {
 					gone = append(gone, fmt.Sprintf("a%05d", i))
@@ -172,13 +172,4 @@ func waitBlocked(t *testing.T, fo *reconcilertest.FaultyOps[*item], n int, prune
 func waitCount(t *testing.T, f *fixture, kind status.Kind, n int) {
 	t.Helper()
 	f.waitTable(fmt.Sprintf("%d objects to be %s", n, kind), func(txn statedb.ReadTxn) bool { return f.countKind(txn, kind) == n })
-}
-
-// items returns n items PREFIX00000, PREFIX00001 and so on.
-func items(prefix string, n int) []*item {
-	objs := make([]*item, n)
-	for i := range objs {
-		objs[i] = &item{ID: fmt.Sprintf("%s%05d", prefix, i)}
-	}
-	return objs
 }

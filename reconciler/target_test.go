@@ -33,10 +33,11 @@ type target struct {
 	update func(ctx context.Context, it *item) error
 	delete func(ctx context.Context, it *item) error
 	prune  func(ctx context.Context) error
-	// updated runs once an update has applied its object, pruned once a
-	// prune has removed what the table lacks.
-	updated func(it *item)
-	pruned  func()
+	// updated and deleted run once an update or delete has applied its
+	// object, and may fail it then; pruned runs once a prune has removed
+	// what the table lacks.
+	updated, deleted func(ctx context.Context, it *item) error
+	pruned           func()
 
 	// reverse makes UpdateBatch and DeleteBatch reverse their entries
 	// first, as a BatchOperations may reorder them.
@@ -115,14 +116,14 @@ func (tg *target) block(ctx context.Context, key string, it *item, afterApply bo
 }
 
 // hooks returns the hooks, read under mu.
-func (tg *target) hooks() (update, del func(context.Context, *item) error, prune func(context.Context) error, updated func(*item), pruned func()) {
+func (tg *target) hooks() (update, del func(context.Context, *item) error, prune func(context.Context) error, updated, deleted func(context.Context, *item) error, pruned func()) {
 	tg.mu.Lock()
 	defer tg.mu.Unlock()
-	return tg.update, tg.delete, tg.prune, tg.updated, tg.pruned
+	return tg.update, tg.delete, tg.prune, tg.updated, tg.deleted, tg.pruned
 }
 
 func (tg *target) Update(ctx context.Context, txn statedb.ReadTxn, rev statedb.Revision, it *item) error {
-	hook, _, _, updated, _ := tg.hooks()
+	hook, _, _, updated, _, _ := tg.hooks()
 	if hook != nil {
 		if err := hook(ctx, it); err != nil {
 			return err
@@ -137,13 +138,16 @@ func (tg *target) Update(ctx context.Context, txn statedb.ReadTxn, rev statedb.R
 		}
 	}
 	if updated != nil {
-		updated(it)
+		if err := updated(ctx, it); err != nil {
+			return err
+		}
 	}
 	return tg.block(ctx, it.ID, it, true)
 }
 
 func (tg *target) Delete(ctx context.Context, txn statedb.ReadTxn, rev statedb.Revision, it *item) error {
-	if _, hook, _, _, _ := tg.hooks(); hook != nil {
+	_, hook, _, _, deleted, _ := tg.hooks()
+	if hook != nil {
 		if err := hook(ctx, it); err != nil {
 			return err
 		}
@@ -151,14 +155,19 @@ func (tg *target) Delete(ctx context.Context, txn statedb.ReadTxn, rev statedb.R
 	if err := tg.block(ctx, it.ID, it, false); err != nil {
 		return err
 	}
-	if tg.Target == nil {
-		return nil
+	if tg.Target != nil {
+		if err := tg.Target.Delete(ctx, txn, rev, it); err != nil {
+			return err
+		}
 	}
-	return tg.Target.Delete(ctx, txn, rev, it)
+	if deleted != nil {
+		return deleted(ctx, it)
+	}
+	return nil
 }
 
 func (tg *target) Prune(ctx context.Context, txn statedb.ReadTxn, objs iter.Seq2[*item, statedb.Revision]) (err error) {
-	_, _, hook, _, pruned := tg.hooks()
+	_, _, hook, _, _, pruned := tg.hooks()
 	defer func() {
 		tg.mu.Lock()
 		tg.prunes++
@@ -283,6 +292,23 @@ func waitInFlight(t testing.TB, tr reconcilertest.CallRecorder, n int) []reconci
 		case <-changed:
 		case <-deadline:
 			t.Fatalf("timed out waiting for %d calls in flight (%d are)", n, len(calls))
+		}
+	}
+}
+
+// waitCalls waits until tr has recorded n successful calls of op on key.
+func waitCalls(t testing.TB, tr reconcilertest.CallRecorder, op reconcilertest.Op, key string, n int) {
+	t.Helper()
+	deadline := time.After(timeout)
+	for {
+		_, changed := tr.CallsWatch()
+		if _, ok := count(tr, op, key); ok >= n {
+			return
+		}
+		select {
+		case <-changed:
+		case <-deadline:
+			t.Fatalf("timed out waiting for %d calls of %s on %s", n, op, key)
 		}
 	}
 }
