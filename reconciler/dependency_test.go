@@ -29,7 +29,9 @@ func withDeps(t *testing.T, deps *statedb.RWTable[*item], mapper func(*item, boo
 }
 
 // sameID is a WithDependency mapper: a dep re-reconciles the item of its ID.
-func sameID(d *item, _ bool) []statedb.Query[*item] { return []statedb.Query[*item]{itemID.Query(d.ID)} }
+func sameID(d *item, _ bool) []statedb.Query[*item] {
+	return []statedb.Query[*item]{itemID.Query(d.ID)}
+}
 
 // writeDeps inserts objs into deps, or deletes them, in one transaction.
 func writeDeps(t *testing.T, f *fixture, deps statedb.RWTable[*item], del bool, objs ...*item) {
