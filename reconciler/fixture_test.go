@@ -2,7 +2,12 @@ package reconciler_test
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
 	"slices"
+	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,86 +16,213 @@ import (
 	"github.com/cilium/hive/hivetest"
 	"github.com/cilium/hive/job"
 	"github.com/cilium/statedb"
+	"github.com/cilium/statedb/index"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	convergeindex "github.com/converge-go/converge/index"
 	"github.com/converge-go/converge/reconciler"
+	"github.com/converge-go/converge/reconcilertest"
 	"github.com/converge-go/converge/status"
 )
 
-// fixture is a running hive with an items table and a reconciler whose
-// operations are ops.
+// timeout bounds every wait of these tests.
+const timeout = 20 * time.Second
+
+// item is the object of the items table. Status serves a single
+// reconciler; Statuses serves reconcilers named in it.
+type item struct {
+	ID       string        `json:"id" yaml:"id"`
+	Value    string        `json:"value" yaml:"value"`
+	Status   status.Status `json:"status" yaml:"status"`
+	Statuses status.Set    `json:"statuses" yaml:"statuses"`
+	// NoKey makes the primary index give the object no key, as StateDB
+	// v0.9 lets an indexer do; the table then cannot store it.
+	NoKey bool `json:"-" yaml:"-"`
+}
+
+func (it *item) clone() *item                    { c := *it; return &c }
+func (it *item) getStatus() status.Status        { return it.Status }
+func (it *item) setStatus(s status.Status) *item { it.Status = s; return it }
+func itemKey(it *item) string                    { return it.ID }
+func itemValue(it *item) string                  { return it.Value }
+func (it *item) TableHeader() []string {
+	return []string{"ID", "Value", "StatusKind", "StatusError", "A", "B"}
+}
+
+func (it *item) TableRow() []string {
+	return []string{
+		it.ID, it.Value, it.Status.Kind.String(), it.Status.Error,
+		it.Statuses.Get("a").Kind.String(), it.Statuses.Get("b").Kind.String(),
+	}
+}
+
+var itemID = statedb.Index[*item, string]{
+	Name: "id",
+	FromObject: func(it *item) index.KeySet {
+		if it.NoKey {
+			return index.EmptyKeySet
+		}
+		return index.NewKeySet(index.String(it.ID))
+	},
+	FromKey:    index.String,
+	FromString: index.FromString,
+	Unique:     true,
+}
+
+// fixture is a running hive with an items table and a reconciler of it.
 type fixture struct {
 	t      testing.TB
+	log    *slog.Logger
 	hive   *hive.Hive
+	up     bool // started and not stopped since
 	db     *statedb.DB
 	table  statedb.RWTable[*item]
-	index  statedb.Index[*item, status.Kind]
+	index  statedb.Index[*item, status.Kind] // of the reconciler's status
+	status func(*item) status.Status         // the reconciler's status
 	rec    reconciler.Reconciler[*item]
 	health *cell.SimpleHealth
+	tables *reconciler.Tables // with.tables only
+	params reconciler.Params
+	// register registers the reconciler, for with.register == byTheTest.
+	register func() error
 }
 
-// startFixture starts a hive whose reconciler uses ops and batch (which may
-// be nil). The hive is stopped when the test ends, or earlier with stop.
-func startFixture(t testing.TB, ops reconciler.Operations[*item], batch reconciler.BatchOperations[*item], opts ...reconciler.Option) *fixture {
-	return startFixtureWithSetup(t, nil, ops, batch, opts...)
+// with is what a fixture has besides its operations and the reconciler's
+// options; the zero with (or nil) is a fixture of one reconciler that
+// reads and writes item.Status, registered as the hive is populated.
+type with struct {
+	batch reconciler.BatchOperations[*item]
+	// setup, if set, runs as the hive is populated, once the items table
+	// exists (f.db, f.table and f.params are set) and before the
+	// reconciler is registered; it returns more options.
+	setup     func(f *fixture) []reconciler.Option
+	getStatus func(*item) status.Status
+	setStatus func(*item, status.Status) *item
+	tables    bool         // reconciler.TablesCell in the hive
+	log       *slog.Logger // the hive's logger instead of the test's
+	register  registerAt
+	// registered, if set, runs as the hive is populated, right after a
+	// register inInvoke.
+	registered func(f *fixture)
+	// first and last are cells put before and after all others.
+	first, last []cell.Cell
 }
 
-// startFixtureWithTable is startFixture whose setup, if not nil, runs in
-// the hive's construction once the items table exists (before the
-// reconciler is registered) and returns more options.
-func startFixtureWithTable(t testing.TB, setup func(*statedb.DB, statedb.RWTable[*item]) []reconciler.Option, ops reconciler.Operations[*item], opts ...reconciler.Option) *fixture {
-	return startFixtureWithSetup(t, setup, ops, nil, opts...)
-}
+// registerAt is where a fixture's reconciler is registered.
+type registerAt int
 
-func startFixtureWithSetup(t testing.TB, setup func(*statedb.DB, statedb.RWTable[*item]) []reconciler.Option, ops reconciler.Operations[*item], batch reconciler.BatchOperations[*item], opts ...reconciler.Option) *fixture {
-	return startFixtureWithSetter(t, setup, (*item).setStatus, ops, batch, opts...)
-}
+const (
+	inInvoke    registerAt = iota // as the hive is populated
+	inStartHook                   // by a start hook, as some agents do
+	byTheTest                     // by the test, with f.register
+)
 
-// startFixtureWithSetter is startFixtureWithSetup with the status setter
-// given to the reconciler.
-func startFixtureWithSetter(t testing.TB, setup func(*statedb.DB, statedb.RWTable[*item]) []reconciler.Option, setStatus func(*item, status.Status) *item, ops reconciler.Operations[*item], batch reconciler.BatchOperations[*item], opts ...reconciler.Option) *fixture {
-	f := &fixture{t: t, index: convergeindex.NewStatusIndex((*item).getStatus)}
-	f.hive = hive.New(
-		statedb.Cell,
-		job.Cell,
-		cell.Provide(cell.NewSimpleHealth),
-		cell.Module("test", "Test module",
-			cell.Provide(job.Registry.NewGroup),
-			cell.Invoke(func(db *statedb.DB, p reconciler.Params, h *cell.SimpleHealth) error {
-				f.db, f.health = db, h
-				var err error
-				f.table, err = statedb.NewTable(db, "items", itemID, f.index)
-				if err != nil {
-					return err
-				}
-				if setup != nil {
-					opts = append(slices.Clip(opts), setup(db, f.table)...)
-				}
-				f.rec, err = reconciler.Register(p, f.table, (*item).clone, setStatus, (*item).getStatus, ops, batch, opts...)
-				return err
-			}),
-		),
-	)
-	log := hivetest.Logger(t)
-	require.NoError(t, f.hive.Start(log, context.Background()))
-	t.Cleanup(func() { f.stop() })
+// startFixture starts a hive whose reconciler has ops, what w says and
+// opts. The hive is stopped when the test ends, or earlier with stop.
+func startFixture(t testing.TB, ops reconciler.Operations[*item], w *with, opts ...reconciler.Option) *fixture {
+	f := newFixture(t, ops, w, opts...)
+	f.start()
 	return f
 }
 
+// newFixture is startFixture without the start: the hive is populated.
+func newFixture(t testing.TB, ops reconciler.Operations[*item], w *with, opts ...reconciler.Option) *fixture {
+	if w == nil {
+		w = &with{}
+	}
+	get, set := (*item).getStatus, (*item).setStatus
+	if w.getStatus != nil {
+		get = w.getStatus
+	}
+	if w.setStatus != nil {
+		set = w.setStatus
+	}
+	f := &fixture{t: t, log: w.log, index: convergeindex.NewStatusIndex(get), status: get}
+	if f.log == nil {
+		f.log = hivetest.Logger(t)
+	}
+	cells := append(slices.Clip(w.first), statedb.Cell, job.Cell, cell.Provide(cell.NewSimpleHealth),
+		cell.Module("test", "Test module",
+			cell.Provide(job.Registry.NewGroup),
+			cell.Invoke(func(p reconciler.Params, h *cell.SimpleHealth, lc cell.Lifecycle) error {
+				f.db, f.params, f.health, f.tables = p.DB, p, h, p.Tables
+				var err error
+				if f.table, err = statedb.NewTable(p.DB, "items", itemID, f.index); err != nil {
+					return err
+				}
+				if w.setup != nil {
+					opts = append(slices.Clip(opts), w.setup(f)...)
+				}
+				f.register = func() (err error) {
+					f.rec, err = reconciler.Register(p, f.table, (*item).clone, set, get, ops, w.batch, opts...)
+					return err
+				}
+				switch w.register {
+				case inInvoke:
+					err := f.register()
+					if err == nil && w.registered != nil {
+						w.registered(f)
+					}
+					return err
+				case inStartHook:
+					lc.Append(cell.Hook{OnStart: func(cell.HookContext) error { return f.register() }})
+				}
+				return nil
+			})))
+	if w.tables {
+		cells = append(cells, reconciler.TablesCell)
+	}
+	f.hive = hive.New(append(cells, w.last...)...)
+	// Populated here, so that the setup runs on the test's goroutine.
+	require.NoError(t, f.hive.Populate(f.log))
+	t.Cleanup(f.stop)
+	return f
+}
+
+// start starts the hive (again), failing the test if Start fails or does
+// not return.
+func (f *fixture) start() {
+	f.t.Helper()
+	require.NoError(f.t, f.tryStart())
+}
+
+// tryStart starts the hive and returns Start's error; the hive is stopped
+// when the test ends either way.
+func (f *fixture) tryStart() error {
+	f.t.Helper()
+	started := make(chan error, 1)
+	go func() { started <- f.hive.Start(f.log, context.Background()) }()
+	err := recv(f.t, started, "hive.Start to return")
+	f.up = true
+	return err
+}
+
+// stop stops the hive if it runs.
 func (f *fixture) stop() {
-	if f.hive != nil {
-		require.NoError(f.t, f.hive.Stop(hivetest.Logger(f.t), context.Background()))
-		f.hive = nil
+	f.t.Helper()
+	if f.up {
+		f.up = false
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		require.NoError(f.t, f.hive.Stop(f.log, ctx))
 	}
 }
 
 // upsert writes objects with a fresh Pending status in one transaction and
-// returns the transaction's revision.
+// returns the transaction's revision (with none, the table's revision).
 func (f *fixture) upsert(objs ...*item) statedb.Revision {
-	wtxn := f.db.WriteTxn(f.table)
 	for _, o := range objs {
 		o.Status = status.Pending()
+	}
+	return f.insertAs(objs...)
+}
+
+// insertAs writes objects as they are, status included: re-inserting an
+// object read earlier keeps its status identity.
+func (f *fixture) insertAs(objs ...*item) statedb.Revision {
+	wtxn := f.db.WriteTxn(f.table)
+	for _, o := range objs {
 		_, _, err := f.table.Insert(wtxn, o)
 		require.NoError(f.t, err)
 	}
@@ -110,33 +242,331 @@ func (f *fixture) remove(ids ...string) statedb.Revision {
 	return rev
 }
 
-// waitReconciled waits for nothing to be Pending or Refreshing.
-func (f *fixture) waitReconciled() {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	require.NoError(f.t, reconciler.WaitForReconciliation(ctx, f.db, f.table, f.index))
-}
-
 // get returns the stored object with id.
 func (f *fixture) get(id string) (*item, bool) {
 	obj, _, found := f.table.Get(f.db.ReadTxn(), itemID.Query(id))
 	return obj, found
 }
 
+// settle makes sure the reconciler has read every change written so far,
+// even while an operation is held: it writes a marker object and waits for
+// it to be Done. Changes are read in revision order.
+func (f *fixture) settle(n int) {
+	id := "marker" + strconv.Itoa(n)
+	f.upsert(&item{ID: id})
+	f.waitKind(id, status.KindDone)
+}
+
+// reconciledTo waits until the reconciler has handled every change up to
+// rev and returns what WaitUntilReconciled does.
+func (f *fixture) reconciledTo(rev statedb.Revision) (reached, retryLow statedb.Revision) {
+	f.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	reached, retryLow, err := f.rec.WaitUntilReconciled(ctx, rev)
+	require.NoError(f.t, err)
+	return reached, retryLow
+}
+
+// caughtUp waits until the reconciler has handled every change so far and
+// nothing is Pending or Refreshing.
+func (f *fixture) caughtUp() {
+	f.t.Helper()
+	f.reconciledTo(f.table.Revision(f.db.ReadTxn()))
+	f.waitReconciled()
+}
+
+// waitReconciled waits for nothing to be Pending or Refreshing, for the
+// tests' timeout or as long as within says.
+func (f *fixture) waitReconciled(within ...time.Duration) {
+	f.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), max(timeout, slices.Max(append(within, 0))))
+	defer cancel()
+	require.NoError(f.t, reconciler.WaitForReconciliation(ctx, f.db, f.table, f.index))
+}
+
 // waitKind waits until the object with id has a status of kind.
 func (f *fixture) waitKind(id string, kind status.Kind) *item {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	f.t.Helper()
+	var obj *item
+	f.waitTable("object "+id+" to be "+kind.String(), func(txn statedb.ReadTxn) bool {
+		var found bool
+		obj, _, found = f.table.Get(txn, itemID.Query(id))
+		return found && f.status(obj).Kind == kind
+	})
+	return obj
+}
+
+// countKind returns how many objects have a status of kind.
+func (f *fixture) countKind(txn statedb.ReadTxn, kind status.Kind) (n int) {
+	for range f.table.List(txn, f.index.Query(kind)) {
+		n++
+	}
+	return n
+}
+
+// waitTable waits, on the table's watch channel, until cond holds.
+func (f *fixture) waitTable(what string, cond func(statedb.ReadTxn) bool) {
+	f.t.Helper()
+	deadline := time.After(timeout)
 	for {
-		obj, _, watch, found := f.table.GetWatch(f.db.ReadTxn(), itemID.Query(id))
-		if found && obj.Status.Kind == kind {
-			return obj
+		txn := f.db.ReadTxn()
+		_, watch := f.table.AllWatch(txn)
+		if cond(txn) {
+			return
 		}
 		select {
 		case <-watch:
-		case <-ctx.Done():
-			f.t.Fatalf("object %q did not reach %s (last: %v)", id, kind, obj)
-			return nil
+		case <-deadline:
+			f.t.Fatalf("timed out waiting for %s", what)
 		}
 	}
+}
+
+// waitApplied waits until the reconciler has handled every change so far
+// and key is Done with value, and checks that the target holds key=value.
+func (f *fixture) waitApplied(tg reconcilertest.TargetReader, key, value string) {
+	f.t.Helper()
+	f.caughtUp()
+	obj := f.waitKind(key, status.KindDone)
+	assert.Equal(f.t, value, obj.Value)
+	got, ok, err := tg.Get(key)
+	require.NoError(f.t, err)
+	assert.True(f.t, ok, "the table says Done, the target lacks %s", key)
+	assert.Equal(f.t, value, got)
+}
+
+// waitHealth waits until the health of the reconcile job (or of scope, if
+// given) satisfies ok. SimpleHealth offers nothing to wait on, so it is
+// checked until a deadline.
+func (f *fixture) waitHealth(ok func(level cell.Level, message string) bool, scope ...string) {
+	f.t.Helper()
+	name := "job-reconcile"
+	if len(scope) > 0 {
+		name = scope[0]
+	}
+	var (
+		mu   sync.Mutex
+		last = "no such scope"
+	)
+	if !assert.Eventually(f.t, func() bool {
+		child := f.health.GetChild(name)
+		if child == nil {
+			return false
+		}
+		child.Lock()
+		level, msg := child.Level, child.Status
+		if child.Error != nil {
+			msg += ": " + child.Error.Error()
+		}
+		child.Unlock()
+		mu.Lock()
+		last = string(level) + " " + msg
+		mu.Unlock()
+		return ok(level, msg)
+	}, timeout, time.Millisecond) {
+		mu.Lock()
+		defer mu.Unlock()
+		f.t.Fatalf("health of %s never matched; last: %s", name, last)
+	}
+}
+
+// waitInfo waits until the reconcilers row of the fixture's reconciler
+// satisfies cond, and returns it (with.tables).
+func (f *fixture) waitInfo(what string, cond func(*reconciler.Info) bool) *reconciler.Info {
+	f.t.Helper()
+	var info *reconciler.Info
+	f.waitRows(what, func(txn statedb.ReadTxn) bool {
+		var found bool
+		info, _, found = f.tables.Reconcilers().Get(txn, reconciler.InfoByID.Query("test"))
+		return found && cond(info)
+	})
+	return info
+}
+
+// waitRetry waits until the retries row of key satisfies cond (a nil row
+// when absent) and returns it (with.tables).
+func (f *fixture) waitRetry(key, what string, cond func(*reconciler.RetryInfo) bool) *reconciler.RetryInfo {
+	f.t.Helper()
+	var row *reconciler.RetryInfo
+	f.waitRows("the retry row of "+key+" "+what, func(txn statedb.ReadTxn) bool {
+		var found bool
+		row, _, found = f.tables.Retries().Get(txn, reconciler.RetryByKey.Query(reconciler.RetryKey("test", key)))
+		if !found {
+			row = nil
+		}
+		return cond(row)
+	})
+	return row
+}
+
+// waitRows waits, on the watch channels of TablesCell's tables, until cond
+// holds.
+func (f *fixture) waitRows(what string, cond func(statedb.ReadTxn) bool) {
+	f.t.Helper()
+	deadline := time.After(timeout)
+	for {
+		txn := f.db.ReadTxn()
+		_, infos := f.tables.Reconcilers().AllWatch(txn)
+		_, retries := f.tables.Retries().AllWatch(txn)
+		if cond(txn) {
+			return
+		}
+		select {
+		case <-infos:
+		case <-retries:
+		case <-deadline:
+			f.t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+// recv receives from ch, failing the test after the timeout.
+func recv[T any](t testing.TB, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(timeout):
+		t.Fatalf("timed out waiting for %s", what)
+		panic("unreachable")
+	}
+}
+
+// quiet gives what must not happen a chance to: it fails the test if ch
+// yields within d. A pass on a slow machine proves less, never more.
+func quiet[T any](t testing.TB, ch <-chan T, d time.Duration, what string) {
+	t.Helper()
+	select {
+	case v := <-ch:
+		t.Errorf("%s: %v", what, v)
+	case <-time.After(d):
+	}
+}
+
+// drain empties ch.
+func drain[T any](ch <-chan T) {
+	for {
+		select {
+		case <-ch:
+		default:
+			return
+		}
+	}
+}
+
+// ctxFor returns a context that ends after d, or with the test.
+func ctxFor(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// describe renders key→value pairs as sorted "key=value" words.
+func describe(data map[string]string) string {
+	words := make([]string, 0, len(data))
+	for k, v := range data {
+		words = append(words, k+"="+v)
+	}
+	slices.Sort(words)
+	return strings.Join(words, " ")
+}
+
+// variant is how many workers a reconciler has and whether it has batch
+// operations; the tests of work carried over stops and of objects put
+// back run on each.
+type variant struct {
+	workers int
+	batch   bool
+}
+
+var variants = []variant{{1, false}, {4, false}, {1, true}, {4, true}}
+
+func (v variant) String() string { return fmt.Sprintf("workers=%d,batch=%v", v.workers, v.batch) }
+
+// fixture populates (does not start) a fixture of v over tg, without
+// pruning unless opts ask for it.
+func (v variant) fixture(t testing.TB, tg *target, w *with, opts ...reconciler.Option) *fixture {
+	if w == nil {
+		w = &with{}
+	}
+	if v.batch {
+		w.batch = tg
+	}
+	return newFixture(t, tg, w, append([]reconciler.Option{reconciler.WithConcurrency(v.workers), reconciler.WithoutPruning()}, opts...)...)
+}
+
+// items returns n objects prefix-00000... with value.
+func items(prefix string, n int, value string) []*item {
+	objs := make([]*item, n)
+	for i := range objs {
+		objs[i] = &item{ID: fmt.Sprintf("%s-%05d", prefix, i), Value: value}
+	}
+	return objs
+}
+
+func ids(objs []*item) []string {
+	keys := make([]string, len(objs))
+	for i, o := range objs {
+		keys[i] = o.ID
+	}
+	return keys
+}
+
+// converged waits until every object is Done and every change so far is
+// handled with no retry left, and checks that the target holds the table.
+func (f *fixture) converged(tg *target) {
+	f.t.Helper()
+	rev := f.upsert(&item{ID: "~marker"})
+	f.waitTable("every object Done", func(txn statedb.ReadTxn) bool {
+		return f.countKind(txn, status.KindDone) == f.table.NumObjects(txn)
+	})
+	require.Eventually(f.t, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+		defer cancel()
+		_, low, err := f.rec.WaitUntilReconciled(ctx, rev)
+		return err == nil && low == 0
+	}, timeout, time.Millisecond, "changes up to %d handled and no retry left", rev)
+	require.Empty(f.t, tg.Diff(f.db.ReadTxn(), f.table), "the target holds the table")
+}
+
+// deletedAll checks that each key was handed to a Delete that succeeded
+// and that the target lacks it.
+func deletedAll(t testing.TB, tg *target, keys []string) {
+	t.Helper()
+	done := map[string]bool{}
+	for _, c := range tg.Calls() {
+		if c.Op == reconcilertest.OpDelete && c.Err == nil {
+			done[c.Key] = true
+		}
+	}
+	state := tg.State()
+	var missing []string
+	for _, k := range keys {
+		if _, has := state[k]; has || !done[k] {
+			missing = append(missing, k)
+		}
+	}
+	require.Empty(t, missing, "of %d deleted keys, these were not deleted from the target", len(keys))
+}
+
+// statusOf returns the getter and setter of reconciler name's status in
+// item.Statuses.
+func statusOf(name string) (func(*item) status.Status, func(*item, status.Status) *item) {
+	return func(it *item) status.Status { return it.Statuses.Get(name) },
+		func(it *item, s status.Status) *item { it.Statuses = it.Statuses.Set(name, s); return it }
+}
+
+// takeOut reads and deletes id in one transaction, and returns the object
+// as it was (nil if absent).
+func (f *fixture) takeOut(id string) *item {
+	wtxn := f.db.WriteTxn(f.table)
+	defer wtxn.Commit()
+	obj, _, found := f.table.Get(wtxn, itemID.Query(id))
+	if !found {
+		return nil
+	}
+	_, _, err := f.table.Delete(wtxn, obj)
+	require.NoError(f.t, err)
+	return obj
 }

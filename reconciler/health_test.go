@@ -1,5 +1,7 @@
 package reconciler_test
 
+// The reconcile job's health.
+
 import (
 	"context"
 	"errors"
@@ -13,28 +15,25 @@ import (
 	"github.com/cilium/statedb"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/time/rate"
 
-	"github.com/converge-go/converge/metrics"
 	"github.com/converge-go/converge/reconciler"
+	"github.com/converge-go/converge/reconcilertest"
 	"github.com/converge-go/converge/status"
 )
 
 // Scripts written for the StateDB reconciler match its "N error(s)" wording.
 func TestHealthSaysErrorsLikeTheStateDBReconciler(t *testing.T) {
-	failing := map[string]bool{"a": true, "b": true}
-	ops := &funcOps{update: func(_ context.Context, _ statedb.Revision, it *item) error {
-		if failing[it.ID] {
-			return errors.New("disk full")
-		}
-		return nil
-	}}
-	f := startFixture(t, ops, nil, reconciler.WithRetry(time.Hour, time.Hour))
+	fo := reconcilertest.NewFaultyOps(itemKey, newTarget(), nil)
+	for _, key := range []string{"a", "b"} {
+		require.NoError(t, fo.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeError, Key: key}))
+	}
+	f := startFixture(t, fo, nil, reconciler.WithRetry(time.Hour, time.Hour))
 	f.upsert(&item{ID: "a"}, &item{ID: "b"}, &item{ID: "c"})
 	f.waitReconciled()
 	upstream := regexp.MustCompile(`^2 error\(s\)`)
-	waitHealth(t, f.health, "job-reconcile", func(level cell.Level, msg string) bool {
-		return level == cell.StatusDegraded && upstream.MatchString(msg) &&
-			strings.Contains(msg, "2 object(s) failing")
+	f.waitHealth(func(level cell.Level, msg string) bool {
+		return level == cell.StatusDegraded && upstream.MatchString(msg) && strings.Contains(msg, "2 object(s) failing")
 	})
 }
 
@@ -42,13 +41,14 @@ func TestHealthSaysErrorsLikeTheStateDBReconciler(t *testing.T) {
 // order, and counts the rest.
 func TestHealthListsEarliestRetriesFirst(t *testing.T) {
 	const n = 15
-	ops := &funcOps{update: func(_ context.Context, _ statedb.Revision, it *item) error {
+	tg := newTarget()
+	tg.update = func(_ context.Context, it *item) error {
 		var i int
 		fmt.Sscanf(it.ID, "k%d", &i)
 		// Later keys retry sooner, so insertion order is not retry order.
 		return reconciler.RetryAfter(time.Duration(n-i)*time.Hour, errors.New("busy"))
-	}}
-	f := startFixture(t, ops, nil)
+	}
+	f := startFixture(t, tg, nil)
 	objs := make([]*item, n)
 	for i := range objs {
 		objs[i] = &item{ID: fmt.Sprintf("k%02d", i)}
@@ -56,7 +56,7 @@ func TestHealthListsEarliestRetriesFirst(t *testing.T) {
 	f.upsert(objs...)
 	f.waitReconciled()
 	var msg string
-	waitHealth(t, f.health, "job-reconcile", func(level cell.Level, m string) bool {
+	f.waitHealth(func(level cell.Level, m string) bool {
 		msg = m
 		return level == cell.StatusDegraded && strings.Contains(m, fmt.Sprintf("%d error(s)", n))
 	})
@@ -66,27 +66,51 @@ func TestHealthListsEarliestRetriesFirst(t *testing.T) {
 	assert.Contains(t, msg, "5 more error(s) omitted")
 }
 
-// reconciliation_count counts rounds that ran operations, as documented,
-// not every wake-up of the loop.
-func TestReconciliationCountCountsRoundsWithOperations(t *testing.T) {
-	m := metrics.NewUnpublishedExpVar()
-	pruned := make(chan struct{}, 10)
-	ops := &funcOps{prune: func(context.Context) error { pruned <- struct{}{}; return nil }}
-	f := startFixture(t, ops, nil, reconciler.WithMetrics(m))
-	rev := f.upsert(&item{ID: "a"})
+// A round limiter that turns unusable while the reconciler runs (its owner
+// set the burst to zero) neither stops the loop nor goes unnoticed: work
+// goes on and health says why.
+func TestRoundLimiterBrokenAtRunTimeDegradesHealth(t *testing.T) {
+	lim := rate.NewLimiter(rate.Inf, 1)
+	f := startFixture(t, newTarget(), nil, reconciler.WithRoundLimits(10, lim))
+	f.upsert(&item{ID: "a"})
 	f.waitKind("a", status.KindDone)
-	_, _, err := f.rec.WaitUntilReconciled(context.Background(), rev)
-	require.NoError(t, err)
-	count := func() string { return m.ReconciliationCountVar.String() }
-	before := count()
-	for range 5 {
-		f.rec.Prune()
-		select {
-		case <-pruned:
-		case <-time.After(20 * time.Second):
-			t.Fatal("no prune")
+
+	lim.SetLimit(100)
+	lim.SetBurst(0)
+	f.upsert(&item{ID: "b"})
+	f.waitKind("b", status.KindDone)
+	f.waitHealth(func(level cell.Level, msg string) bool {
+		return level == cell.StatusDegraded && strings.Contains(msg, "limiter")
+	})
+	f.remove("a")
+	f.upsert(&item{ID: "c"})
+	f.waitKind("c", status.KindDone)
+}
+
+// The health tree has the children the StateDB reconciler's has, named
+// after the reconciler, refreshing off included, and one per dependency.
+func TestHealthChildrenAreNamedLikeTheStateDBReconciler(t *testing.T) {
+	for _, name := range []string{"", "foo"} {
+		for _, refresh := range []bool{false, true} {
+			t.Run(fmt.Sprintf("name=%q,refresh=%v", name, refresh), func(t *testing.T) {
+				opts := []reconciler.Option{reconciler.WithName(name)}
+				if name == "" {
+					opts = nil
+				}
+				if refresh {
+					opts = append(opts, reconciler.WithRefreshing(time.Hour, nil))
+				}
+				f := startFixture(t, newTarget(), withDeps(t, new(statedb.RWTable[*item]), sameID), opts...)
+				f.upsert(&item{ID: "a", Value: "1"})
+				f.caughtUp()
+				suffix := ""
+				if name != "" {
+					suffix = "-" + name
+				}
+				for _, child := range []string{"job-reconcile" + suffix, "job-refresh" + suffix, "job-dependency-deps" + suffix} {
+					f.waitHealth(func(cell.Level, string) bool { return true }, child)
+				}
+			})
 		}
 	}
-	f.waitReconciled()
-	assert.Equal(t, before, count(), "prune wake-ups ran no operations")
 }

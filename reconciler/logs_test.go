@@ -2,19 +2,17 @@ package reconciler_test
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/cilium/statedb"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/converge-go/converge/reconciler"
+	"github.com/converge-go/converge/reconcilertest"
 )
 
 // captureHandler keeps the records of the reconciler's failure logs.
@@ -57,16 +55,12 @@ func (h *captureHandler) failures() (warn, debug []map[string]any) {
 // the same objects go to Debug.
 func TestFailureLogsRateLimitedInAStorm(t *testing.T) {
 	const n = 100
-	var attempts [n]atomic.Int32
-	ops := &funcOps{update: func(_ context.Context, _ statedb.Revision, it *item) error {
-		i, _ := strconv.Atoi(it.ID)
-		if attempts[i].Add(1) <= 2 {
-			return errors.New("storm " + it.ID)
-		}
-		return nil
-	}}
+	fo := reconcilertest.NewFaultyOps(itemKey, newTarget(), nil)
+	for i := range n { // two failures each
+		require.NoError(t, fo.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeError, Key: strconv.Itoa(i), Next: 2}))
+	}
 	h := &captureHandler{}
-	f := startObsFixture(t, slog.New(h), ops, nil, reconciler.WithPruning(0), reconciler.WithRetry(time.Millisecond, 2*time.Millisecond))
+	f := startFixture(t, fo, &with{tables: true, log: slog.New(h)}, reconciler.WithoutPruning(), reconciler.WithRetry(time.Millisecond, 2*time.Millisecond))
 	objs := make([]*item, n)
 	for i := range objs {
 		objs[i] = &item{ID: strconv.Itoa(i), Value: "v"}
@@ -82,7 +76,7 @@ func TestFailureLogsRateLimitedInAStorm(t *testing.T) {
 		key, _ := a["key"].(string)
 		assert.NotEmpty(t, key)
 		if err, ok := a["error"].(error); assert.True(t, ok, "error attribute in %v", a) {
-			assert.Equal(t, "storm "+key, err.Error())
+			assert.Equal(t, "injected fault: update "+key, err.Error())
 		}
 	}
 	assert.Len(t, debug, n, "every object's second failure, at Debug")

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cilium/statedb"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/time/rate"
@@ -22,7 +21,8 @@ func TestRefreshIsPacedByItsLimiter(t *testing.T) {
 	var mu sync.Mutex
 	updates := map[string]int{}
 	refreshed := make(chan string, 10)
-	ops := &funcOps{update: func(_ context.Context, _ statedb.Revision, it *item) error {
+	tg := newTarget()
+	tg.update = func(_ context.Context, it *item) error {
 		mu.Lock()
 		defer mu.Unlock()
 		updates[it.ID]++
@@ -30,17 +30,12 @@ func TestRefreshIsPacedByItsLimiter(t *testing.T) {
 			refreshed <- it.ID
 		}
 		return nil
-	}}
-	f := startFixture(t, ops, nil,
+	}
+	f := startFixture(t, tg, nil,
 		reconciler.WithRefreshing(time.Millisecond, rate.NewLimiter(rate.Every(time.Hour), 1)))
 	f.upsert(&item{ID: "a"}, &item{ID: "b"}, &item{ID: "c"})
 
-	var first string
-	select {
-	case first = <-refreshed:
-	case <-time.After(20 * time.Second):
-		t.Fatal("no object was refreshed")
-	}
+	first := recv(t, refreshed, "a refresh")
 	f.waitKind(first, status.KindDone)
 	f.waitReconciled()
 

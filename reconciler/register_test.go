@@ -16,12 +16,15 @@ import (
 	"github.com/converge-go/converge/status"
 )
 
-// fakeGroup records jobs instead of running them.
+// fakeGroup records jobs instead of running them, for Register called
+// outside a hive.
 type fakeGroup struct{ jobs []job.Job }
 
 func (g *fakeGroup) Add(jobs ...job.Job)                { g.jobs = append(g.jobs, jobs...) }
 func (g *fakeGroup) Scoped(name string) job.ScopedGroup { return g }
 
+// Register refuses a missing argument or an option out of range, with an
+// error wrapping ErrInvalidConfig that says which, and never panics.
 func TestRegisterRejectsBadInput(t *testing.T) {
 	db := statedb.New()
 	table, err := statedb.NewTable(db, "items", itemID)
@@ -104,5 +107,33 @@ func TestRegisterRejectsBadInput(t *testing.T) {
 		require.NoError(t, err)
 		require.NotNil(t, r)
 		assert.Len(t, g.jobs, 2, "reconcile and refresh jobs")
+	})
+}
+
+// A limiter whose Wait can never succeed would stop the loop for good, so
+// Register refuses it.
+func TestRegisterRefusesLimitersThatNeverAllow(t *testing.T) {
+	db := statedb.New()
+	table, err := statedb.NewTable(db, "items", itemID)
+	require.NoError(t, err)
+	params := reconciler.Params{Log: slog.Default(), DB: db, JobGroup: &fakeGroup{}}
+	cases := map[string]reconciler.Option{
+		"round burst 0":   reconciler.WithRoundLimits(10, rate.NewLimiter(100, 0)),
+		"round limit 0":   reconciler.WithRoundLimits(10, rate.NewLimiter(0, 5)),
+		"refresh burst 0": reconciler.WithRefreshing(time.Minute, rate.NewLimiter(100, 0)),
+		"refresh limit 0": reconciler.WithRefreshing(time.Minute, rate.NewLimiter(0, 5)),
+	}
+	for name, opt := range cases {
+		t.Run(name, func(t *testing.T) {
+			r, err := reconciler.Register(params, table, (*item).clone, (*item).setStatus, (*item).getStatus, newTarget(), nil, opt)
+			require.ErrorIs(t, err, reconciler.ErrInvalidConfig)
+			assert.Nil(t, r)
+			assert.Contains(t, err.Error(), "limiter")
+		})
+	}
+	t.Run("infinite limit with burst 0 is fine", func(t *testing.T) {
+		_, err := reconciler.Register(params, table, (*item).clone, (*item).setStatus, (*item).getStatus, newTarget(), nil,
+			reconciler.WithRoundLimits(10, rate.NewLimiter(rate.Inf, 0)))
+		require.NoError(t, err)
 	})
 }

@@ -48,33 +48,6 @@ func (m *roundMetrics) ReconciliationErrors(id cell.FullModuleID, name string, n
 
 var errScale = errors.New("permanently failing")
 
-// scaleOps fails objects whose value is "fail" while failing is set.
-type scaleOps struct {
-	funcOps
-	failing atomic.Bool
-	calls   atomic.Int64
-}
-
-func newScaleOps() *scaleOps {
-	s := &scaleOps{}
-	s.update = func(_ context.Context, _ statedb.Revision, it *item) error {
-		s.calls.Add(1)
-		if it.Value == "fail" && s.failing.Load() {
-			return errScale
-		}
-		return nil
-	}
-	return s
-}
-
-func (s *scaleOps) UpdateBatch(ctx context.Context, _ statedb.ReadTxn, batch []reconciler.BatchEntry[*item]) {
-	for i := range batch {
-		batch[i].Result = s.update(ctx, batch[i].Revision, batch[i].Object)
-	}
-}
-
-func (s *scaleOps) DeleteBatch(context.Context, statedb.ReadTxn, []reconciler.BatchEntry[*item]) {}
-
 func heapAlloc() uint64 {
 	runtime.GC()
 	runtime.GC()
@@ -135,14 +108,24 @@ func runScale(t *testing.T, n, workers int, batch bool) {
 
 	alone := tableHeap(t, n)
 	before := heapAlloc()
-	ops := newScaleOps()
-	ops.failing.Store(true)
-	var batchOps reconciler.BatchOperations[*item]
+	// A target that keeps nothing, so that the heap is the reconciler's;
+	// it fails objects whose value is "fail" while failOn is set.
+	var failOn atomic.Bool
+	failOn.Store(true)
+	ops := newTarget()
+	ops.Target = nil
+	ops.update = func(_ context.Context, it *item) error {
+		if it.Value == "fail" && failOn.Load() {
+			return errScale
+		}
+		return nil
+	}
+	w := &with{}
 	if batch {
-		batchOps = ops
+		w.batch = ops
 	}
 	m := &roundMetrics{ExpVar: metrics.NewUnpublishedExpVar()}
-	f := startFixture(t, ops, batchOps,
+	f := startFixture(t, ops, w,
 		reconciler.WithMetrics(m),
 		reconciler.WithConcurrency(workers),
 		reconciler.WithRetry(10*time.Millisecond, 2*time.Second),
@@ -192,8 +175,8 @@ func runScale(t *testing.T, n, workers int, batch bool) {
 		written, took.Round(time.Millisecond), float64(written)/took.Seconds(), rounds, (took / time.Duration(max(rounds, 1))).Round(time.Microsecond))
 	require.Eventually(t, func() bool { return m.failing.Load() == int64(failing) }, time.Minute, 10*time.Millisecond,
 		"failing objects: %d, want %d", m.failing.Load(), failing)
-	errored, _ := f.countKind(status.KindError)
-	done, _ := f.countKind(status.KindDone)
+	errored := f.countKind(f.db.ReadTxn(), status.KindError)
+	done := f.countKind(f.db.ReadTxn(), status.KindDone)
 	assert.Equal(t, failing, errored)
 	assert.Equal(t, n-failing, done)
 
@@ -243,7 +226,7 @@ func runScale(t *testing.T, n, workers int, batch bool) {
 	withFailing := measure("with failing")
 
 	// Heal: the failing objects succeed once they change.
-	ops.failing.Store(false)
+	failOn.Store(false)
 	var ids []int
 	for i := 0; i < n; i += 100 {
 		ids = append(ids, i)
@@ -262,7 +245,7 @@ func runScale(t *testing.T, n, workers int, batch bool) {
 		defer h.Unlock()
 		return h.Level == cell.StatusOK && m.failing.Load() == 0
 	}, time.Minute, 10*time.Millisecond, "health did not recover")
-	errored, _ = f.countKind(status.KindError)
+	errored = f.countKind(f.db.ReadTxn(), status.KindError)
 	assert.Zero(t, errored)
 
 	withoutFailing := measure("without failing")

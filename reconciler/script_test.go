@@ -81,9 +81,6 @@ func parseScriptFlags(args []string) (scriptFlags, error) {
 	return f, nil
 }
 
-func itemKey(it *item) string   { return it.ID }
-func itemValue(it *item) string { return it.Value }
-
 // newScriptEngine builds a script's world: the target and the faults
 // outside the hive, the hive (or a Restarter building hives) and the
 // commands.

@@ -1,125 +1,47 @@
 package reconciler_test
 
+// Stopping the hive: operations in flight see their context cancelled, and
+// nothing starts afterwards.
+
 import (
 	"context"
-	"errors"
 	"fmt"
-	"iter"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/cilium/statedb"
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
 	"github.com/converge-go/converge/reconciler"
+	"github.com/converge-go/converge/reconcilertest"
 	"github.com/converge-go/converge/status"
 )
 
-// loadOps fails every operation until block is called; from then on every
-// operation (single or batch) blocks until its context ends. It records
-// what the shutdown test checks: calls in flight, calls after stop, and how
-// the blocked calls ended.
-type loadOps struct {
-	mu           sync.Mutex
-	blocking     bool
-	stopped      bool
-	inFlight     int
-	blockedCalls int // calls that blocked
-	blockedObjs  int // objects in those calls
-	cancelled    int // blocked calls that ended with context.Canceled
-	otherEnd     []error
-	afterStop    int
-	lateStarts   int           // calls that began with their context already cancelled
-	entered      chan struct{} // receives one value per blocked call, if there is room
-}
-
-func newLoadOps() *loadOps { return &loadOps{entered: make(chan struct{}, 1024)} }
-
-var errLoad = errors.New("failing under load")
-
-// call is the body of every operation on n objects.
-func (l *loadOps) call(ctx context.Context, n int) error {
-	l.mu.Lock()
-	if l.stopped {
-		l.afterStop++
+// Every operation in flight sees its context cancelled by the stop, and
+// queued work does not start once stopping.
+func TestStopCancelsOperationsInFlight(t *testing.T) {
+	for _, workers := range []int{1, 8} {
+		t.Run(fmt.Sprintf("workers=%d", workers), func(t *testing.T) {
+			fo := reconcilertest.NewFaultyOps(itemKey, newTarget(), nil)
+			// Every update blocks until its context ends.
+			require.NoError(t, fo.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeDelay, Op: reconcilertest.OpUpdate}))
+			f := startFixture(t, fo, nil, reconciler.WithConcurrency(workers))
+			f.upsert(items("o", 2000, "")...)
+			waitInFlight(t, fo, workers)
+			f.stop()
+			assert.Empty(t, fo.InFlight(), "operations still running after Stop returned")
+			updates := 0
+			for _, c := range fo.Calls() {
+				if c.Op == reconcilertest.OpUpdate {
+					updates++
+					assert.ErrorIs(t, c.Err, context.Canceled, "every operation in flight sees its context cancelled: %s", c)
+				}
+			}
+			assert.LessOrEqual(t, updates, workers, "queued work must not start once stopping")
+		})
 	}
-	if ctx.Err() != nil {
-		l.lateStarts++
-	}
-	l.inFlight++
-	blocking := l.blocking
-	if blocking {
-		l.blockedCalls++
-		l.blockedObjs += n
-	}
-	l.mu.Unlock()
-	defer func() {
-		l.mu.Lock()
-		l.inFlight--
-		l.mu.Unlock()
-	}()
-	if !blocking {
-		return errLoad
-	}
-	select {
-	case l.entered <- struct{}{}:
-	default:
-	}
-	<-ctx.Done()
-	err := ctx.Err()
-	l.mu.Lock()
-	if errors.Is(err, context.Canceled) {
-		l.cancelled++
-	} else {
-		l.otherEnd = append(l.otherEnd, err)
-	}
-	l.mu.Unlock()
-	return err
-}
-
-func (l *loadOps) block() {
-	l.mu.Lock()
-	l.blocking = true
-	l.mu.Unlock()
-}
-
-func (l *loadOps) Update(ctx context.Context, _ statedb.ReadTxn, _ statedb.Revision, _ *item) error {
-	return l.call(ctx, 1)
-}
-
-func (l *loadOps) Delete(ctx context.Context, _ statedb.ReadTxn, _ statedb.Revision, _ *item) error {
-	return l.call(ctx, 1)
-}
-
-func (l *loadOps) Prune(ctx context.Context, _ statedb.ReadTxn, _ iter.Seq2[*item, statedb.Revision]) error {
-	return l.call(ctx, 0)
-}
-
-func (l *loadOps) UpdateBatch(ctx context.Context, _ statedb.ReadTxn, batch []reconciler.BatchEntry[*item]) {
-	err := l.call(ctx, len(batch))
-	for i := range batch {
-		batch[i].Result = err
-	}
-}
-
-func (l *loadOps) DeleteBatch(ctx context.Context, _ statedb.ReadTxn, batch []reconciler.BatchEntry[*item]) {
-	err := l.call(ctx, len(batch))
-	for i := range batch {
-		batch[i].Result = err
-	}
-}
-
-// countKind returns how many objects have a status of kind, and a channel
-// closed when that may change.
-func (f *fixture) countKind(kind status.Kind) (int, <-chan struct{}) {
-	objs, watch := f.table.ListWatch(f.db.ReadTxn(), f.index.Query(kind))
-	n := 0
-	for range objs {
-		n++
-	}
-	return n, watch
 }
 
 // TestShutdownUnderLoad stops the hive while thousands of objects are queued
@@ -127,119 +49,127 @@ func (f *fixture) countKind(kind status.Kind) (int, <-chan struct{}) {
 // hundreds with BatchOperations), with more work queued behind them and,
 // with several workers, a prune in flight on the reconciler's loop. Stop
 // must return promptly; every blocked operation must have seen its context
-// cancelled and returned before Stop returned; no operation may start after
-// Stop returns; and no goroutine may be left behind.
+// cancelled and returned before Stop returned; no operation may start once
+// stopping; and no goroutine may be left behind.
 func TestShutdownUnderLoad(t *testing.T) {
 	const objects = 3000
 	for _, workers := range []int{1, 8} {
 		for _, batch := range []bool{false, true} {
-			name := fmt.Sprintf("workers=%d-single", workers)
+			mode := "single"
 			if batch {
-				name = fmt.Sprintf("workers=%d-batch", workers)
+				mode = "batch"
 			}
-			t.Run(name, func(t *testing.T) {
+			t.Run(fmt.Sprintf("workers=%d-%s", workers, mode), func(t *testing.T) {
 				ignore := goleak.IgnoreCurrent()
-				ops := newLoadOps()
-				var batchOps reconciler.BatchOperations[*item]
+				tg := newTarget()
+				fo := reconcilertest.NewFaultyOps(itemKey, tg, tg)
+				w := &with{}
 				if batch {
-					batchOps = ops
+					w.batch = fo
 				}
-				f := startFixture(t, ops, batchOps,
-					reconciler.WithConcurrency(workers),
-					reconciler.WithRetry(20*time.Millisecond, time.Second),
-					reconciler.WithPruning(0))
+				require.NoError(t, fo.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeError}))
+				// Retries an hour away: no wave of them comes due in phase 2,
+				// to be taken in small batches before the new objects.
+				f := startFixture(t, fo, w, reconciler.WithConcurrency(workers),
+					reconciler.WithRetry(time.Hour, time.Hour), reconciler.WithoutPruning())
 
 				// Phase 1: every object fails once and is queued for retry.
-				objs := make([]*item, objects)
-				for i := range objs {
-					objs[i] = &item{ID: fmt.Sprintf("a%05d", i)}
-				}
-				f.upsert(objs...)
+				f.upsert(items("a", objects, "")...)
 				waitCount(t, f, status.KindError, objects)
 
-				// Phase 2: operations block. New objects and deletes pile
-				// up behind the blocked workers; retries come due.
-				ops.block()
-				objs = make([]*item, objects)
-				for i := range objs {
-					objs[i] = &item{ID: fmt.Sprintf("b%05d", i)}
-				}
-				f.upsert(objs...)
+				// Phase 2: every operation blocks until its context ends. New
+				// objects and deletes are written while paused, so that the
+				// workers share them out in full rounds.
+				f.rec.Pause()
+				fo.Clear("")
+				require.NoError(t, fo.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeDelay}))
+				f.upsert(items("b", objects, "")...)
 				var gone []string
 				for i := 0; i < objects; i += 3 {
 					gone = append(gone, fmt.Sprintf("a%05d", i))
 				}
 				f.remove(gone...)
-				blocked := workers
+				f.rec.Resume()
+				waitBlocked(t, fo, workers, false)
 				if workers > 1 {
-					// The loop prunes while the workers are busy.
-					f.rec.Prune()
-					blocked++
-				}
-				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-				defer cancel()
-				for range blocked {
-					select {
-					case <-ops.entered:
-					case <-ctx.Done():
-						t.Fatalf("fewer than %d operations blocked", blocked)
-					}
+					f.rec.Prune() // the loop prunes while the workers are busy
+					waitBlocked(t, fo, workers, true)
 				}
 
-				ops.mu.Lock()
-				blockedCalls, blockedObjs := ops.blockedCalls, ops.blockedObjs
-				ops.mu.Unlock()
-				t.Logf("stopping with %d call(s) on %d object(s) blocked, %d objects in Error",
-					blockedCalls, blockedObjs, mustCount(f, status.KindError))
-
+				// Every caller is blocked: nothing starts but the entries of
+				// the batches in flight.
+				inFlight := fo.InFlight()
+				before := len(fo.Calls())
+				batches, singles := map[int]bool{}, map[string]bool{}
+				for _, c := range inFlight {
+					batches[c.Batch] = c.Batch > 0
+					singles[callID(c)] = c.Batch == 0
+				}
+				calls, _ := blocked(inFlight)
+				t.Logf("stopping with %d call(s) blocked, %d objects in Error", calls, f.countKind(f.db.ReadTxn(), status.KindError))
 				start := time.Now()
 				f.stop()
-				took := time.Since(start)
-				ops.mu.Lock()
-				inFlight := ops.inFlight
-				ops.stopped = true
-				ops.mu.Unlock()
+				assert.Less(t, time.Since(start), 5*time.Second, "Stop must return promptly")
+				assert.Empty(t, fo.InFlight(), "operations still running after Stop returned")
 
-				assert.Less(t, took, 5*time.Second, "Stop must return promptly")
-				assert.Zero(t, inFlight, "operations still running after Stop returned")
-
-				// Once no goroutine of the hive is left, nothing can start
-				// an operation any more; check for late starts after that.
+				// Once no goroutine of the hive is left, nothing can start an
+				// operation any more: every call since the stop began is one
+				// that was blocked, and it saw its context cancelled.
 				goleak.VerifyNone(t, ignore)
-				ops.mu.Lock()
-				defer ops.mu.Unlock()
-				assert.Zero(t, ops.afterStop, "operations started after Stop returned")
-				assert.Zero(t, ops.lateStarts, "operations started once the hive was stopping")
-				assert.Equal(t, ops.blockedCalls, ops.cancelled, "every blocked operation sees context.Canceled")
-				assert.Empty(t, ops.otherEnd, "blocked operations ended otherwise")
-				assert.GreaterOrEqual(t, ops.blockedCalls, blocked)
+				objs := 0
+				for _, c := range fo.Calls()[before:] {
+					objs++
+					assert.True(t, batches[c.Batch] || singles[callID(c)], "%s started once the hive was stopping", c)
+					assert.ErrorIs(t, c.Err, context.Canceled, "every blocked operation sees context.Canceled: %s", c)
+				}
 				if batch {
-					assert.Greater(t, ops.blockedObjs, 10*workers, "workers should hold large batches")
+					assert.Greater(t, objs, 10*workers, "workers should hold large batches")
 				}
 			})
 		}
 	}
 }
 
-func mustCount(f *fixture, kind status.Kind) int {
-	n, _ := f.countKind(kind)
-	return n
+// blocked counts the operation calls among calls in flight, a batch as
+// one, and whether a prune is among them.
+func blocked(calls []reconcilertest.Call) (n int, prune bool) {
+	batches := map[int]bool{}
+	for _, c := range calls {
+		switch {
+		case c.Op == reconcilertest.OpPrune:
+			prune = true
+		case c.Batch > 0:
+			batches[c.Batch] = true
+		default:
+			n++
+		}
+	}
+	return n + len(batches), prune
+}
+
+// callID identifies a call in flight and, once returned, in the log.
+func callID(c reconcilertest.Call) string { return fmt.Sprint(c.Op, c.Key, c.Revision) }
+
+// waitBlocked waits until n operation calls, and a prune if asked for, are
+// in flight.
+func waitBlocked(t *testing.T, fo *reconcilertest.FaultyOps[*item], n int, prune bool) {
+	t.Helper()
+	deadline := time.After(timeout)
+	for {
+		inFlight, changed := fo.InFlightWatch()
+		if got, pruning := blocked(inFlight); got >= n && (pruning || !prune) {
+			return
+		}
+		select {
+		case <-changed:
+		case <-deadline:
+			t.Fatalf("fewer than %d operations (prune: %v) blocked: %v", n, prune, inFlight)
+		}
+	}
 }
 
 // waitCount waits until exactly n objects have a status of kind.
 func waitCount(t *testing.T, f *fixture, kind status.Kind, n int) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	for {
-		got, watch := f.countKind(kind)
-		if got == n {
-			return
-		}
-		select {
-		case <-watch:
-		case <-ctx.Done():
-			t.Fatalf("%d objects are %s, want %d", got, kind, n)
-		}
-	}
+	f.waitTable(fmt.Sprintf("%d objects to be %s", n, kind), func(txn statedb.ReadTxn) bool { return f.countKind(txn, kind) == n })
 }

@@ -4,132 +4,18 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"log/slog"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/cilium/hive"
-	"github.com/cilium/hive/cell"
-	"github.com/cilium/hive/hivetest"
-	"github.com/cilium/hive/job"
-	"github.com/cilium/statedb"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	yaml "go.yaml.in/yaml/v3"
 
-	convergeindex "github.com/converge-go/converge/index"
 	"github.com/converge-go/converge/reconciler"
-	"github.com/converge-go/converge/status"
+	"github.com/converge-go/converge/reconcilertest"
 )
-
-// obsFixture is a running hive with reconciler.TablesCell, an items table
-// and a reconciler, for the tests of issue 10's signals.
-type obsFixture struct {
-	*fixture
-	tables *reconciler.Tables
-}
-
-// startObsFixture is startFixture with TablesCell and, if log is not nil,
-// that logger for the hive.
-func startObsFixture(t testing.TB, log *slog.Logger, ops reconciler.Operations[*item], batch reconciler.BatchOperations[*item], opts ...reconciler.Option) *obsFixture {
-	f := &obsFixture{fixture: &fixture{t: t, index: convergeindex.NewStatusIndex((*item).getStatus)}}
-	f.hive = hive.New(
-		statedb.Cell,
-		job.Cell,
-		reconciler.TablesCell,
-		cell.Provide(cell.NewSimpleHealth),
-		cell.Module("test", "Test module",
-			cell.Provide(job.Registry.NewGroup),
-			cell.Invoke(func(db *statedb.DB, p reconciler.Params, h *cell.SimpleHealth, tables *reconciler.Tables) error {
-				f.db, f.health, f.tables = db, h, tables
-				var err error
-				f.table, err = statedb.NewTable(db, "items", itemID, f.index)
-				if err != nil {
-					return err
-				}
-				f.rec, err = reconciler.Register(p, f.table, (*item).clone, (*item).setStatus, (*item).getStatus, ops, batch, opts...)
-				return err
-			}),
-		),
-	)
-	if log == nil {
-		log = hivetest.Logger(t)
-	}
-	require.NoError(t, f.hive.Start(log, context.Background()))
-	t.Cleanup(func() {
-		if f.hive != nil {
-			require.NoError(t, f.hive.Stop(log, context.Background()))
-			f.hive = nil
-		}
-	})
-	return f
-}
-
-// waitInfo waits, on the reconcilers table's watch channel, until the row
-// of the test module's reconciler satisfies cond, and returns it.
-func (f *obsFixture) waitInfo(what string, cond func(*reconciler.Info) bool) *reconciler.Info {
-	f.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	for {
-		info, _, watch, found := f.tables.Reconcilers().GetWatch(f.db.ReadTxn(), reconciler.InfoByID.Query("test"))
-		if found && cond(info) {
-			return info
-		}
-		select {
-		case <-watch:
-		case <-ctx.Done():
-			f.t.Fatalf("the reconcilers row did not become %s; last: %+v", what, info)
-			return nil
-		}
-	}
-}
-
-// waitRetry waits until the retry row of key satisfies cond (a nil row
-// when absent) and returns it.
-func (f *obsFixture) waitRetry(key, what string, cond func(*reconciler.RetryInfo) bool) *reconciler.RetryInfo {
-	f.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	for {
-		row, _, watch, found := f.tables.Retries().GetWatch(f.db.ReadTxn(), reconciler.RetryByKey.Query(reconciler.RetryKey("test", key)))
-		if !found {
-			row = nil
-		}
-		if cond(row) {
-			return row
-		}
-		select {
-		case <-watch:
-		case <-ctx.Done():
-			f.t.Fatalf("the retry row of %q did not become %s; last: %+v", key, what, row)
-			return nil
-		}
-	}
-}
-
-// switchErr is an error that can be switched on and off from the test.
-type switchErr struct {
-	mu  sync.Mutex
-	err map[string]error
-}
-
-func (s *switchErr) set(key string, err error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.err == nil {
-		s.err = map[string]error{}
-	}
-	s.err[key] = err
-}
-
-func (s *switchErr) get(key string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.err[key]
-}
 
 // A failure makes the reconciler's row degraded, with the last error, the
 // counts, the failing object and the oldest pending time, and adds a retry
@@ -137,16 +23,16 @@ func (s *switchErr) get(key string) error {
 // retry row and the failure figures but keeps the last error on record;
 // stopping the hive marks the row stopped.
 func TestTablesFollowFailureAndRecovery(t *testing.T) {
-	var fail switchErr
-	ops := &funcOps{update: func(_ context.Context, _ statedb.Revision, it *item) error { return fail.get(it.ID) }}
-	f := startObsFixture(t, nil, ops, nil, reconciler.WithRetry(20*time.Millisecond, 20*time.Millisecond), reconciler.WithPruning(0))
+	fo := reconcilertest.NewFaultyOps(itemKey, newTarget(), nil)
+	const diskFull = "injected fault: update b"
+	f := startFixture(t, fo, &with{tables: true}, reconciler.WithRetry(20*time.Millisecond, 20*time.Millisecond), reconciler.WithoutPruning())
 
 	f.upsert(&item{ID: "a", Value: "1"})
 	f.waitReconciled()
 	info := f.waitInfo("running with a", func(i *reconciler.Info) bool { return i.Succeeded == 1 })
 	assert.Equal(t, reconciler.Info{ID: "test", Module: "test", State: reconciler.StateRunning, Objects: 1, Succeeded: 1}, *info)
 
-	fail.set("b", errors.New("disk full"))
+	require.NoError(t, fo.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeError, Key: "b"}))
 	before := time.Now()
 	f.upsert(&item{ID: "b", Value: "1"})
 	row := f.waitRetry("b", "retried twice and waiting", func(r *reconciler.RetryInfo) bool {
@@ -155,7 +41,7 @@ func TestTablesFollowFailureAndRecovery(t *testing.T) {
 	assert.Equal(t, "test", row.Reconciler)
 	assert.Equal(t, "b", row.Key)
 	assert.False(t, row.Delete)
-	assert.Equal(t, "disk full", row.LastError)
+	assert.Equal(t, diskFull, row.LastError)
 	assert.False(t, row.FirstFailed.Before(before), "first failure %s is before the insert %s", row.FirstFailed, before)
 	assert.True(t, row.NextAttempt.After(row.FirstFailed), "next attempt %s is after the first failure %s", row.NextAttempt, row.FirstFailed)
 	assert.Less(t, time.Until(row.NextAttempt), time.Second, "next attempt within the backoff of 20ms and its jitter")
@@ -164,13 +50,13 @@ func TestTablesFollowFailureAndRecovery(t *testing.T) {
 	assert.Equal(t, 2, info.Objects)
 	assert.EqualValues(t, 1, info.Succeeded)
 	assert.GreaterOrEqual(t, info.FailuresSinceSuccess, 2)
-	assert.Equal(t, "disk full", info.LastError)
+	assert.Equal(t, diskFull, info.LastError)
 	assert.False(t, info.LastErrorAt.Before(row.FirstFailed))
 	assert.Equal(t, 1, info.Retrying)
 	assert.False(t, info.OldestPending.IsZero(), "an object is held: oldest pending is set")
 	assert.True(t, info.OldestPending.Before(row.FirstFailed) || info.OldestPending.Equal(row.FirstFailed))
 
-	fail.set("b", nil)
+	fo.Clear("b")
 	f.waitRetry("b", "gone", func(r *reconciler.RetryInfo) bool { return r == nil })
 	info = f.waitInfo("running again", func(i *reconciler.Info) bool { return i.State == reconciler.StateRunning })
 	assert.EqualValues(t, 2, info.Succeeded)
@@ -178,7 +64,7 @@ func TestTablesFollowFailureAndRecovery(t *testing.T) {
 	assert.Zero(t, info.FailuresSinceSuccess)
 	assert.Zero(t, info.Retrying)
 	assert.True(t, info.OldestPending.IsZero(), "nothing held: oldest pending is cleared")
-	assert.Equal(t, "disk full", info.LastError, "the last error stays on record")
+	assert.Equal(t, diskFull, info.LastError, "the last error stays on record")
 	assert.Zero(t, f.tables.Retries().NumObjects(f.db.ReadTxn()))
 
 	f.stop()
@@ -191,18 +77,22 @@ func TestTablesFollowFailureAndRecovery(t *testing.T) {
 // version's attempts from one) and removed when the object is deleted or
 // changes to a version that succeeds. A failing delete has a row of its own.
 func TestRetryRowsFollowTheObject(t *testing.T) {
-	var fail switchErr
-	ops := &funcOps{
-		update: func(_ context.Context, _ statedb.Revision, it *item) error {
-			if it.Value == "bad" {
-				return errors.New("bad value " + it.ID)
-			}
-			return nil
-		},
-		delete: func(_ context.Context, _ statedb.Revision, it *item) error { return fail.get(it.ID) },
+	var failE atomic.Bool
+	tg := newTarget()
+	tg.update = func(_ context.Context, it *item) error {
+		if it.Value == "bad" {
+			return errors.New("bad value " + it.ID)
+		}
+		return nil
+	}
+	tg.delete = func(_ context.Context, it *item) error {
+		if it.ID == "e" && failE.Load() {
+			return errors.New("busy")
+		}
+		return nil
 	}
 	// Retries an hour away: the rows stay as the first failure left them.
-	f := startObsFixture(t, nil, ops, nil, reconciler.WithRetry(time.Hour, time.Hour), reconciler.WithPruning(0))
+	f := startFixture(t, tg, &with{tables: true}, reconciler.WithRetry(time.Hour, time.Hour), reconciler.WithoutPruning())
 
 	f.upsert(&item{ID: "c", Value: "bad"}, &item{ID: "d", Value: "bad"}, &item{ID: "e", Value: "1"})
 	for _, key := range []string{"c", "d"} {
@@ -214,10 +104,7 @@ func TestRetryRowsFollowTheObject(t *testing.T) {
 
 	// c changes to a version that also fails: a new row, from attempt one.
 	first := f.waitRetry("c", "failing", func(r *reconciler.RetryInfo) bool { return r != nil })
-	wtxn := f.db.WriteTxn(f.table)
-	_, _, err := f.table.Insert(wtxn, &item{ID: "c", Value: "bad", Status: status.Pending()})
-	require.NoError(t, err)
-	wtxn.Commit()
+	f.upsert(&item{ID: "c", Value: "bad"})
 	second := f.waitRetry("c", "replaced", func(r *reconciler.RetryInfo) bool { return r != nil && r.FirstFailed.After(first.FirstFailed) })
 	assert.Equal(t, 1, second.Attempts)
 
@@ -230,7 +117,7 @@ func TestRetryRowsFollowTheObject(t *testing.T) {
 	f.waitRetry("d", "gone after delete", func(r *reconciler.RetryInfo) bool { return r == nil })
 
 	// e fails to be deleted: a delete row.
-	fail.set("e", errors.New("busy"))
+	failE.Store(true)
 	f.remove("e")
 	row := f.waitRetry("e", "a failing delete", func(r *reconciler.RetryInfo) bool { return r != nil })
 	assert.True(t, row.Delete)

@@ -3,7 +3,6 @@ package reconciler_test
 import (
 	"context"
 	"errors"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/converge-go/converge/reconciler"
+	"github.com/converge-go/converge/reconcilertest"
 	"github.com/converge-go/converge/status"
 )
 
@@ -118,118 +118,90 @@ func (w *waiter) result() (*item, error) {
 	return w.obj, w.err
 }
 
-// put writes it as is, status and all, without asking for reconciliation.
-func put(f *fixture, it *item) {
-	wtxn := f.db.WriteTxn(f.table)
-	_, _, err := f.table.Insert(wtxn, it)
-	require.NoError(f.t, err)
-	wtxn.Commit()
-}
-
-func waitCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	t.Cleanup(cancel)
-	return ctx
+// failingOps fails every update.
+func failingOps(t *testing.T) *reconcilertest.FaultyOps[*item] {
+	fo := reconcilertest.NewFaultyOps(itemKey, newTarget(), nil)
+	require.NoError(t, fo.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeError, Op: reconcilertest.OpUpdate}))
+	return fo
 }
 
 func TestWaitForObjectDone(t *testing.T) {
-	f := startFixture(t, &funcOps{}, nil)
+	f := startFixture(t, newTarget(), nil)
 	f.upsert(&item{ID: "a", Value: "x"})
 
-	obj, err := reconciler.WaitForObject(waitCtx(t), f.db, f.table, itemID.Query("a"), (*item).getStatus)
+	obj, err := reconciler.WaitForObject(ctxFor(t, timeout), f.db, f.table, itemID.Query("a"), (*item).getStatus)
 	require.NoError(t, err)
 	require.Equal(t, "a", obj.ID)
 	require.Equal(t, status.KindDone, obj.Status.Kind)
 
 	// An object that is Done already returns at once, also with the options.
-	obj, err = reconciler.WaitForObject(waitCtx(t), f.db, f.table, itemID.Query("a"), (*item).getStatus,
+	obj, err = reconciler.WaitForObject(ctxFor(t, timeout), f.db, f.table, itemID.Query("a"), (*item).getStatus,
 		reconciler.StopOnError(), reconciler.FailIfAbsent(), nil)
 	require.NoError(t, err)
 	require.Equal(t, status.KindDone, obj.Status.Kind)
 }
 
 func TestWaitForObjectRetryableErrorKeepsWaiting(t *testing.T) {
-	release := make(chan struct{})
-	var attempts atomic.Int32
-	ops := &funcOps{update: func(ctx context.Context, _ statedb.Revision, it *item) error {
-		if attempts.Add(1) == 1 {
-			return errors.New("flaky")
-		}
-		select { // the retry succeeds once the waiter has seen the Error
-		case <-release:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}}
-	f := startFixture(t, ops, nil, reconciler.WithRetry(time.Millisecond, time.Millisecond))
+	tg := newTarget()
+	retry := tg.hold("a") // the retry succeeds once the waiter has seen the Error
+	fo := reconcilertest.NewFaultyOps(itemKey, tg, nil)
+	require.NoError(t, fo.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeError, Key: "a", Next: 1}))
+	f := startFixture(t, fo, nil, reconciler.WithRetry(time.Millisecond, time.Millisecond))
 	f.upsert(&item{ID: "a"})
 
 	w := startWaiter(t, f, "a", nil)
 	w.await(status.KindError)
-	close(release)
+	retry.let()
 	obj, err := w.result()
 	require.NoError(t, err)
 	require.Equal(t, status.KindDone, obj.Status.Kind)
-	require.GreaterOrEqual(t, attempts.Load(), int32(2))
-}
-
-// terminalOps fails terminally for the value "bad" and succeeds otherwise.
-func terminalOps() *funcOps {
-	return &funcOps{update: func(_ context.Context, _ statedb.Revision, it *item) error {
-		if it.Value == "bad" {
-			return reconciler.TerminalError(errors.New("invalid value"))
-		}
-		return nil
-	}}
+	attempts, _ := count(fo, reconcilertest.OpUpdate, "a")
+	require.GreaterOrEqual(t, attempts, 2)
 }
 
 func TestWaitForObjectTerminalError(t *testing.T) {
-	f := startFixture(t, terminalOps(), nil)
+	fo := reconcilertest.NewFaultyOps(itemKey, newTarget(), nil)
+	require.NoError(t, fo.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeTerminal, Key: "a"}))
+	f := startFixture(t, fo, nil)
 	f.upsert(&item{ID: "a", Value: "bad"})
 
 	// A terminal error ends the wait without StopOnError: the status
 	// records that no retry will come, and the error says so too.
-	obj, err := reconciler.WaitForObject(waitCtx(t), f.db, f.table, itemID.Query("a"), (*item).getStatus)
+	obj, err := reconciler.WaitForObject(ctxFor(t, timeout), f.db, f.table, itemID.Query("a"), (*item).getStatus)
 	require.ErrorIs(t, err, reconciler.ErrObjectFailed)
 	require.True(t, reconciler.IsTerminal(err), "%v is terminal", err)
-	require.ErrorContains(t, err, "invalid value")
+	require.ErrorContains(t, err, "injected fault: update a")
 	require.Equal(t, "a", obj.ID)
 	require.Equal(t, status.KindError, obj.Status.Kind)
 	require.True(t, obj.Status.Terminal)
 
 	// StopOnError returns it the same way.
-	obj, err = reconciler.WaitForObject(waitCtx(t), f.db, f.table, itemID.Query("a"), (*item).getStatus, reconciler.StopOnError())
+	obj, err = reconciler.WaitForObject(ctxFor(t, timeout), f.db, f.table, itemID.Query("a"), (*item).getStatus, reconciler.StopOnError())
 	require.ErrorIs(t, err, reconciler.ErrObjectFailed)
-	require.ErrorContains(t, err, "invalid value")
+	require.ErrorContains(t, err, "injected fault: update a")
 	require.True(t, obj.Status.Terminal)
 
 	// A change to the object is reconciled again.
+	fo.Clear("a")
 	f.upsert(&item{ID: "a", Value: "good"})
-	obj, err = reconciler.WaitForObject(waitCtx(t), f.db, f.table, itemID.Query("a"), (*item).getStatus)
+	obj, err = reconciler.WaitForObject(ctxFor(t, timeout), f.db, f.table, itemID.Query("a"), (*item).getStatus)
 	require.NoError(t, err)
 	require.Equal(t, "good", obj.Value)
 	require.Equal(t, status.KindDone, obj.Status.Kind)
 }
 
 func TestWaitForObjectStopOnErrorReturnsRetryableErrors(t *testing.T) {
-	ops := &funcOps{update: func(context.Context, statedb.Revision, *item) error {
-		return errors.New("target unreachable")
-	}}
-	f := startFixture(t, ops, nil)
+	f := startFixture(t, failingOps(t), nil)
 	f.upsert(&item{ID: "a"})
 
-	obj, err := reconciler.WaitForObject(waitCtx(t), f.db, f.table, itemID.Query("a"), (*item).getStatus, reconciler.StopOnError())
+	obj, err := reconciler.WaitForObject(ctxFor(t, timeout), f.db, f.table, itemID.Query("a"), (*item).getStatus, reconciler.StopOnError())
 	require.ErrorIs(t, err, reconciler.ErrObjectFailed)
-	require.ErrorContains(t, err, "target unreachable")
+	require.ErrorContains(t, err, "injected fault: update a")
 	require.Equal(t, status.KindError, obj.Status.Kind)
 }
 
 func TestWaitForObjectDeleted(t *testing.T) {
-	ops := &funcOps{update: func(context.Context, statedb.Revision, *item) error {
-		return errors.New("target unreachable") // retried: the wait goes on
-	}}
-	f := startFixture(t, ops, nil)
+	f := startFixture(t, failingOps(t), nil) // retried: the wait goes on
 	f.upsert(&item{ID: "a"})
 
 	w := startWaiter(t, f, "a", nil)
@@ -241,11 +213,9 @@ func TestWaitForObjectDeleted(t *testing.T) {
 }
 
 func TestWaitForObjectContextEnds(t *testing.T) {
-	ops := &funcOps{update: func(ctx context.Context, _ statedb.Revision, _ *item) error {
-		<-ctx.Done() // stays Pending until the hive stops
-		return ctx.Err()
-	}}
-	f := startFixture(t, ops, nil)
+	tg := newTarget()
+	tg.hold("a") // stays Pending until the hive stops
+	f := startFixture(t, tg, nil)
 	f.upsert(&item{ID: "a"})
 
 	w := startWaiter(t, f, "a", nil)
@@ -264,7 +234,7 @@ func TestWaitForObjectContextEnds(t *testing.T) {
 }
 
 func TestWaitForObjectNotYetInserted(t *testing.T) {
-	f := startFixture(t, &funcOps{}, nil)
+	f := startFixture(t, newTarget(), nil)
 
 	t.Run("inserted later", func(t *testing.T) {
 		w := startWaiter(t, f, "late", nil)
@@ -290,7 +260,7 @@ func TestWaitForObjectNotYetInserted(t *testing.T) {
 	})
 
 	t.Run("FailIfAbsent", func(t *testing.T) {
-		obj, err := reconciler.WaitForObject(waitCtx(t), f.db, f.table, itemID.Query("missing"), (*item).getStatus, reconciler.FailIfAbsent())
+		obj, err := reconciler.WaitForObject(ctxFor(t, timeout), f.db, f.table, itemID.Query("missing"), (*item).getStatus, reconciler.FailIfAbsent())
 		require.ErrorIs(t, err, reconciler.ErrObjectNotFound)
 		require.Nil(t, obj)
 	})
@@ -299,19 +269,19 @@ func TestWaitForObjectNotYetInserted(t *testing.T) {
 func TestWaitForObjectStatusSet(t *testing.T) {
 	// The fixture's reconciler reads item.Status, which stays Unset here, so
 	// it leaves these objects alone and the test writes the set itself.
-	f := startFixture(t, &funcOps{}, nil)
+	f := startFixture(t, newTarget(), nil)
 	getA := func(it *item) status.Status { return it.Statuses.Get("a") }
 	set := status.NewSet().Set("b", status.Done())
-	put(f, &item{ID: "s", Statuses: set})
+	f.insertAs(&item{ID: "s", Statuses: set})
 
 	// "a" has no entry and reads as Pending: b's Done does not count.
 	w := startWaiter(t, f, "s", getA)
 	w.await(status.KindPending)
-	put(f, &item{ID: "s", Statuses: set.Set("a", status.Refreshing())})
+	f.insertAs(&item{ID: "s", Statuses: set.Set("a", status.Refreshing())})
 	w.await(status.KindRefreshing)
-	put(f, &item{ID: "s", Statuses: set.Set("a", status.Error(errors.New("busy")))})
+	f.insertAs(&item{ID: "s", Statuses: set.Set("a", status.Error(errors.New("busy")))})
 	w.await(status.KindError)
-	put(f, &item{ID: "s", Statuses: set.Set("a", status.Done()).Set("b", status.Pending())})
+	f.insertAs(&item{ID: "s", Statuses: set.Set("a", status.Done()).Set("b", status.Pending())})
 	obj, err := w.result()
 	require.NoError(t, err)
 	require.Equal(t, status.KindDone, obj.Statuses.Get("a").Kind)
@@ -319,8 +289,8 @@ func TestWaitForObjectStatusSet(t *testing.T) {
 }
 
 func TestWaitForObjectInvalidArguments(t *testing.T) {
-	f := startFixture(t, &funcOps{}, nil)
-	ctx, q, get := waitCtx(t), itemID.Query("a"), (*item).getStatus
+	f := startFixture(t, newTarget(), nil)
+	ctx, q, get := ctxFor(t, timeout), itemID.Query("a"), (*item).getStatus
 	var noTable statedb.Table[*item]
 
 	_, err := reconciler.WaitForObject(ctx, nil, f.table, q, get)

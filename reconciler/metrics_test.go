@@ -5,18 +5,19 @@ import (
 	"errors"
 	"expvar"
 	"fmt"
-	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/cilium/statedb"
+	"github.com/cilium/hive/cell"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/converge-go/converge/metrics"
 	"github.com/converge-go/converge/reconciler"
+	"github.com/converge-go/converge/reconcilertest"
 	"github.com/converge-go/converge/status"
 )
 
@@ -24,7 +25,7 @@ import (
 // figures without a change notification (expvar, Prometheus).
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	require.Eventually(t, cond, 5*time.Second, 2*time.Millisecond, what)
+	require.Eventually(t, cond, timeout, 2*time.Millisecond, what)
 }
 
 // ev returns the expvar figure named variable/key as a string ("" if none).
@@ -76,33 +77,27 @@ func TestOwnDeadlineIsAnErrorNotATimeout(t *testing.T) {
 func testOutcomes(t *testing.T, keys []string, want map[string]string) {
 	for _, batch := range []bool{false, true} {
 		t.Run(fmt.Sprintf("batch=%v", batch), func(t *testing.T) {
-			attempts := make([]atomic.Int32, len(keys))
-			ops := &funcOps{update: func(ctx context.Context, _ statedb.Revision, it *item) error {
-				n := slices.Index(keys, it.ID)
-				if n < 0 || attempts[n].Add(1) > 1 {
-					return nil // each key fails on its first attempt only
-				}
-				switch it.ID {
-				case "err":
-					return errors.New("boom")
-				case "term":
-					return reconciler.TerminalError(errors.New("never"))
-				case "panic":
-					panic("oops")
-				case "slow":
-					<-ctx.Done()
-					return ctx.Err()
-				case "own-deadline":
+			// Each key fails on its first attempt only; "slow" until the
+			// operation timeout ends it.
+			tg := newTarget()
+			var ownDeadline atomic.Bool
+			tg.update = func(_ context.Context, it *item) error {
+				if it.ID == "own-deadline" && ownDeadline.CompareAndSwap(false, true) {
 					return fmt.Errorf("remote: %w", context.DeadlineExceeded)
 				}
 				return nil
-			}}
-			var batchOps reconciler.BatchOperations[*item]
+			}
+			fo := reconcilertest.NewFaultyOps(itemKey, tg, tg)
+			for key, mode := range map[string]reconcilertest.Mode{"err": reconcilertest.ModeError, "term": reconcilertest.ModeTerminal,
+				"panic": reconcilertest.ModePanic, "slow": reconcilertest.ModeDelay} {
+				require.NoError(t, fo.Inject(reconcilertest.Fault{Mode: mode, Key: key, Next: 1}))
+			}
+			w := &with{}
 			if batch {
-				batchOps = batchFuncOps{ops}
+				w.batch = fo
 			}
 			m := metrics.NewUnpublishedExpVar()
-			f := startFixture(t, ops, batchOps, reconciler.WithMetrics(m), reconciler.WithPruning(0),
+			f := startFixture(t, fo, w, reconciler.WithMetrics(m), reconciler.WithoutPruning(),
 				reconciler.WithRetry(time.Millisecond, time.Millisecond), reconciler.WithOperationTimeout(200*time.Millisecond))
 			// One at a time, so that a batch holds one object: a panic fails
 			// every object of its batch.
@@ -133,27 +128,13 @@ func testOutcomes(t *testing.T, keys []string, want map[string]string) {
 // operation in flight or by a retry, and zero once everything is Done; the
 // reconcilers row shows the same.
 func TestOldestPendingWhileHeld(t *testing.T) {
-	release := make(chan struct{})
-	var failing atomic.Bool
-	failing.Store(true)
-	ops := &funcOps{update: func(ctx context.Context, _ statedb.Revision, it *item) error {
-		switch it.ID {
-		case "held":
-			select {
-			case <-release:
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		case "failing":
-			if failing.Load() {
-				return errors.New("not yet")
-			}
-		}
-		return nil
-	}}
+	tg := newTarget()
+	held := tg.hold("held")
+	fo := reconcilertest.NewFaultyOps(itemKey, tg, nil)
+	require.NoError(t, fo.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeError, Key: "failing"}))
 	m := metrics.NewUnpublishedExpVar()
-	f := startObsFixture(t, nil, ops, nil, reconciler.WithMetrics(m), reconciler.WithConcurrency(2),
-		reconciler.WithPruning(0), reconciler.WithRetry(5*time.Millisecond, 5*time.Millisecond))
+	f := startFixture(t, fo, &with{tables: true}, reconciler.WithMetrics(m), reconciler.WithConcurrency(2),
+		reconciler.WithoutPruning(), reconciler.WithRetry(5*time.Millisecond, 5*time.Millisecond))
 
 	f.upsert(&item{ID: "held", Value: "1"})
 	eventually(t, "oldest pending > 0 with an operation in flight", func() bool {
@@ -161,7 +142,7 @@ func TestOldestPendingWhileHeld(t *testing.T) {
 	})
 	info := f.waitInfo("holding one in flight", func(i *reconciler.Info) bool { return i.InFlight == 1 })
 	assert.False(t, info.OldestPending.IsZero())
-	close(release)
+	held.let()
 	f.waitKind("held", status.KindDone)
 	eventually(t, "oldest pending back to 0", func() bool { return evFloat(m, "queue_oldest_pending", "test") == 0 })
 
@@ -171,7 +152,7 @@ func TestOldestPendingWhileHeld(t *testing.T) {
 	eventually(t, "the age of a held retry grows", func() bool { return evFloat(m, "queue_oldest_pending", "test") > 0.02 })
 	info = f.waitInfo("holding a retry", func(i *reconciler.Info) bool { return i.Retrying == 1 })
 	assert.False(t, info.OldestPending.IsZero())
-	failing.Store(false)
+	fo.Clear("failing")
 	f.waitKind("failing", status.KindDone)
 	eventually(t, "oldest pending back to 0", func() bool { return evFloat(m, "queue_oldest_pending", "test") == 0 })
 	f.waitInfo("nothing held", func(i *reconciler.Info) bool { return i.OldestPending.IsZero() && i.Retrying == 0 })
@@ -184,20 +165,17 @@ func TestLatencyHistogramCountsObjectsReconciled(t *testing.T) {
 	const n, flaky = 200, 20
 	for _, batch := range []bool{false, true} {
 		t.Run(fmt.Sprintf("batch=%v", batch), func(t *testing.T) {
-			var failed [n]atomic.Bool
-			ops := &funcOps{update: func(_ context.Context, _ statedb.Revision, it *item) error {
-				i, _ := strconv.Atoi(it.ID)
-				if i < flaky && !failed[i].Swap(true) {
-					return errors.New("first attempt fails")
-				}
-				return nil
-			}}
-			var batchOps reconciler.BatchOperations[*item]
+			tg := newTarget()
+			fo := reconcilertest.NewFaultyOps(itemKey, tg, tg)
+			for i := range flaky { // the first attempt fails
+				require.NoError(t, fo.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeError, Key: strconv.Itoa(i), Next: 1}))
+			}
+			w := &with{}
 			if batch {
-				batchOps = batchFuncOps{ops}
+				w.batch = fo
 			}
 			ex := metrics.NewUnpublishedExpVar()
-			f := startFixture(t, ops, batchOps, reconciler.WithMetrics(ex), reconciler.WithPruning(0),
+			f := startFixture(t, fo, w, reconciler.WithMetrics(ex), reconciler.WithoutPruning(),
 				reconciler.WithRetry(time.Millisecond, 2*time.Millisecond))
 			objs := make([]*item, n)
 			for i := range objs {
@@ -223,23 +201,22 @@ func TestLatencyHistogramCountsObjectsReconciled(t *testing.T) {
 // counted with their errors, and refresh sweeps with the objects marked.
 func TestDriftPruneAndRefreshCounted(t *testing.T) {
 	var pruneErr atomic.Bool
-	ops := &funcOps{
-		update: func(ctx context.Context, _ statedb.Revision, it *item) error {
-			if it.Status.Kind == status.KindRefreshing {
-				reconciler.ReportRepaired(ctx, 1)
-			}
-			return nil
-		},
-		prune: func(ctx context.Context) error {
-			if pruneErr.Load() {
-				return errors.New("no")
-			}
-			reconciler.ReportRepaired(ctx, 3)
-			return nil
-		},
+	tg := newTarget()
+	tg.update = func(ctx context.Context, it *item) error {
+		if it.Status.Kind == status.KindRefreshing {
+			reconciler.ReportRepaired(ctx, 1)
+		}
+		return nil
+	}
+	tg.prune = func(ctx context.Context) error {
+		if pruneErr.Load() {
+			return errors.New("no")
+		}
+		reconciler.ReportRepaired(ctx, 3)
+		return nil
 	}
 	m := metrics.NewUnpublishedExpVar()
-	f := startObsFixture(t, nil, ops, nil, reconciler.WithMetrics(m), reconciler.WithPruning(time.Hour),
+	f := startFixture(t, tg, &with{tables: true}, reconciler.WithMetrics(m), reconciler.WithPruning(time.Hour),
 		reconciler.WithRefreshing(30*time.Millisecond, nil), reconciler.WithRetry(time.Hour, time.Hour))
 
 	f.upsert(&item{ID: "a", Value: "1"})
@@ -289,15 +266,101 @@ func TestDriftPruneAndRefreshCounted(t *testing.T) {
 // Update of a new desired state (Pending) that reports what it changed is
 // applying a change, not repairing drift.
 func TestPendingUpdateIsNotRefreshDrift(t *testing.T) {
-	ops := &funcOps{update: func(ctx context.Context, _ statedb.Revision, it *item) error {
+	tg := newTarget()
+	tg.update = func(ctx context.Context, _ *item) error {
 		reconciler.ReportRepaired(ctx, 1)
 		return nil
-	}}
+	}
 	m := metrics.NewUnpublishedExpVar()
-	f := startObsFixture(t, nil, ops, nil, reconciler.WithMetrics(m), reconciler.WithPruning(0))
+	f := startFixture(t, tg, &with{tables: true}, reconciler.WithMetrics(m), reconciler.WithoutPruning())
 	f.upsert(&item{ID: "a", Value: "1"})
 	f.waitReconciled()
 	info := f.waitInfo("a reconciled", func(i *reconciler.Info) bool { return i.Succeeded == 1 })
 	assert.Zero(t, info.DriftRepaired)
 	assert.Equal(t, "", ev(m, "drift_repaired", "test/refresh"))
+}
+
+// roundWatcher is unpublished expvar metrics that also keep the last
+// round's figures.
+type roundWatcher struct {
+	metrics.Metrics
+	mu      sync.Mutex
+	last    metrics.RoundStats
+	changed chan struct{} // closed and replaced at every round
+}
+
+func newRoundWatcher() *roundWatcher {
+	return &roundWatcher{Metrics: metrics.NewUnpublishedExpVar(), changed: make(chan struct{})}
+}
+
+func (w *roundWatcher) Round(_ cell.FullModuleID, _ string, s metrics.RoundStats) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.last = s
+	close(w.changed)
+	w.changed = make(chan struct{})
+}
+
+// waitRound waits until the last round's figures satisfy ok, and returns
+// them.
+func (w *roundWatcher) waitRound(t *testing.T, what string, ok func(metrics.RoundStats) bool) metrics.RoundStats {
+	t.Helper()
+	deadline := time.After(20 * time.Second)
+	for {
+		w.mu.Lock()
+		s, changed := w.last, w.changed
+		w.mu.Unlock()
+		if ok(s) {
+			return s
+		}
+		select {
+		case <-changed:
+		case <-deadline:
+			t.Fatalf("no round %s (last: %+v)", what, s)
+		}
+	}
+}
+
+// Versions written while an operation on their object is in flight (a
+// newer one replacing the one parked before it), and deletes, wait behind
+// it and count in the queue depth until they start; so do operations
+// waiting for a worker.
+func TestParkedVersionCountsInQueueDepth(t *testing.T) {
+	tg, rounds := newTarget(), newRoundWatcher()
+	held := []*hold{tg.hold("a"), tg.hold("b"), tg.hold("c")}
+	f := startFixture(t, tg, nil, reconciler.WithConcurrency(3), reconciler.WithMetrics(rounds), reconciler.WithoutPruning())
+	f.upsert(&item{ID: "a", Value: "v1"}, &item{ID: "b", Value: "v1"}, &item{ID: "c", Value: "v1"})
+	for _, h := range held {
+		h.wait(t)
+	}
+	f.upsert(&item{ID: "a", Value: "v2"})
+	f.upsert(&item{ID: "a", Value: "v3"}, &item{ID: "b", Value: "v2"})
+	f.remove("c")
+	rounds.waitRound(t, "with a=v3, b=v2 and c's delete parked", func(s metrics.RoundStats) bool { return s.InFlight == 3 && s.Depth == 3 })
+	f.upsert(&item{ID: "d", Value: "v1"})
+	rounds.waitRound(t, "with d waiting for a worker", func(s metrics.RoundStats) bool { return s.Depth == 4 })
+	for _, h := range held {
+		h.let()
+	}
+	f.converged(tg)
+	assert.Equal(t, map[string]string{"a": "v3", "b": "v2", "d": "v1", "~marker": ""}, tg.State())
+	s := rounds.waitRound(t, "with nothing in flight", func(s metrics.RoundStats) bool { return s.InFlight == 0 })
+	assert.Zero(t, s.Depth)
+}
+
+// reconciliation_count counts rounds that ran operations, as documented,
+// not every wake-up of the loop.
+func TestReconciliationCountCountsRoundsWithOperations(t *testing.T) {
+	m := metrics.NewUnpublishedExpVar()
+	tg := newTarget()
+	f := startFixture(t, tg, nil, reconciler.WithMetrics(m))
+	f.reconciledTo(f.upsert(&item{ID: "a"}))
+	f.waitKind("a", status.KindDone)
+	count := func() string { return m.ReconciliationCountVar.String() }
+	before := count()
+	for range 5 {
+		tg.pruneNow(f)
+	}
+	f.waitReconciled()
+	assert.Equal(t, before, count(), "prune wake-ups ran no operations")
 }

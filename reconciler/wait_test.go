@@ -1,5 +1,7 @@
 package reconciler_test
 
+// WaitUntilReconciled: how far the reconciler got, and what still fails.
+
 import (
 	"context"
 	"errors"
@@ -7,46 +9,39 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cilium/statedb"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/converge-go/converge/reconciler"
+	"github.com/converge-go/converge/reconcilertest"
 	"github.com/converge-go/converge/status"
 )
 
+// WaitUntilReconciled returns the revision reached and the lowest
+// revision of an object waiting for a retry; a revision never reached ends
+// with the context.
 func TestWaitUntilReconciledReportsFailingObjects(t *testing.T) {
-	var failing atomic.Bool
-	failing.Store(true)
-	ops := &funcOps{update: func(_ context.Context, _ statedb.Revision, it *item) error {
-		if it.ID == "bad" && failing.Load() {
-			return errors.New("not now")
-		}
-		return nil
-	}}
-	f := startFixture(t, ops, nil, reconciler.WithRetry(time.Millisecond, 5*time.Millisecond))
+	fo := reconcilertest.NewFaultyOps(itemKey, newTarget(), nil)
+	require.NoError(t, fo.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeError, Key: "bad"}))
+	f := startFixture(t, fo, nil, reconciler.WithRetry(time.Millisecond, 5*time.Millisecond))
 
 	badRev := f.upsert(&item{ID: "bad"})
 	rev := f.upsert(&item{ID: "good"})
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	reached, low, err := f.rec.WaitUntilReconciled(ctx, rev)
-	require.NoError(t, err)
+	ctx := ctxFor(t, timeout)
+	reached, low := f.reconciledTo(rev)
 	assert.GreaterOrEqual(t, reached, rev)
 	assert.NotZero(t, low, "the failing object is waiting for a retry")
 	assert.GreaterOrEqual(t, low, badRev, "at the revision of its Error status or later")
 
-	failing.Store(false)
+	fo.Clear("bad")
 	f.waitKind("bad", status.KindDone)
 	require.Eventually(t, func() bool {
 		_, low, err := f.rec.WaitUntilReconciled(ctx, rev)
 		return err == nil && low == 0
-	}, 10*time.Second, time.Millisecond, "no retry left once the object succeeds")
+	}, timeout, time.Millisecond, "no retry left once the object succeeds")
 
 	// A revision that is never reached ends with the context's error.
-	short, cancelShort := context.WithTimeout(context.Background(), 10*time.Millisecond)
-	defer cancelShort()
-	_, _, err = f.rec.WaitUntilReconciled(short, rev+1000)
+	_, _, err := f.rec.WaitUntilReconciled(ctxFor(t, 10*time.Millisecond), rev+1000)
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
 }
 
@@ -57,7 +52,8 @@ func TestRetryInFlightKeepsTheLowWatermark(t *testing.T) {
 	retrying := make(chan struct{})
 	release := make(chan struct{})
 	var calls atomic.Int32
-	ops := &funcOps{update: func(ctx context.Context, _ statedb.Revision, it *item) error {
+	tg := newTarget()
+	tg.update = func(ctx context.Context, it *item) error {
 		if it.ID != "bad" {
 			return nil
 		}
@@ -73,19 +69,12 @@ func TestRetryInFlightKeepsTheLowWatermark(t *testing.T) {
 			return errors.New("the retry fails too")
 		}
 		return nil
-	}}
-	f := startFixture(t, ops, nil, reconciler.WithConcurrency(2), reconciler.WithRetry(time.Millisecond, time.Millisecond))
-	badRev := f.upsert(&item{ID: "bad"})
-	select {
-	case <-retrying:
-	case <-time.After(20 * time.Second):
-		t.Fatal("the retry never started")
 	}
+	f := startFixture(t, tg, nil, reconciler.WithConcurrency(2), reconciler.WithRetry(time.Millisecond, time.Millisecond))
+	badRev := f.upsert(&item{ID: "bad"})
+	recv(t, retrying, "the retry")
 	rev := f.upsert(&item{ID: "good"})
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	reached, low, err := f.rec.WaitUntilReconciled(ctx, rev)
-	require.NoError(t, err)
+	reached, low := f.reconciledTo(rev)
 	assert.GreaterOrEqual(t, reached, rev, "a retry in flight does not hold back the revision")
 	assert.NotZero(t, low, "the object being retried is still failing")
 	assert.GreaterOrEqual(t, low, badRev)
@@ -96,30 +85,21 @@ func TestRetryInFlightKeepsTheLowWatermark(t *testing.T) {
 // Revisions are the table's own: a wait for a revision above the table's
 // returns only with ctx, or once the table has changed up to it.
 func TestWaitUntilReconciledAboveTheTableRevision(t *testing.T) {
-	f := startFixture(t, &funcOps{}, nil)
+	f := startFixture(t, newTarget(), nil)
 	f.upsert(&item{ID: "a"})
 	f.waitReconciled()
 	rev := f.table.Revision(f.db.ReadTxn()) // a's Done included
 
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel()
-	reached, _, err := f.rec.WaitUntilReconciled(ctx, rev+1)
+	reached, _, err := f.rec.WaitUntilReconciled(ctxFor(t, 50*time.Millisecond), rev+1)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.Equal(t, rev, reached, "the table's revision, no further")
 
 	done := make(chan error, 1)
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		_, _, err := f.rec.WaitUntilReconciled(ctx, rev+1)
+		_, _, err := f.rec.WaitUntilReconciled(ctxFor(t, timeout), rev+1)
 		done <- err
 	}()
 	next := f.upsert(&item{ID: "b"})
 	require.Greater(t, next, rev)
-	select {
-	case err := <-done:
-		require.NoError(t, err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("the wait did not return once the table reached the revision")
-	}
+	require.NoError(t, recv(t, done, "the wait to return once the table reached the revision"))
 }

@@ -1,0 +1,138 @@
+package reconciler_test
+
+// WithDependency: objects re-reconciled when what they depend on changes.
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cilium/hive/cell"
+	"github.com/cilium/statedb"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/converge-go/converge/reconciler"
+	"github.com/converge-go/converge/status"
+)
+
+// withDeps is a with whose setup creates a deps table, of items too, and
+// makes the reconciler depend on it through mapper.
+func withDeps(t *testing.T, deps *statedb.RWTable[*item], mapper func(*item, bool) []statedb.Query[*item]) *with {
+	return &with{setup: func(f *fixture) []reconciler.Option {
+		var err error
+		*deps, err = statedb.NewTable(f.db, "deps", itemID)
+		require.NoError(t, err)
+		return []reconciler.Option{reconciler.WithDependency(*deps, mapper)}
+	}}
+}
+
+// sameID is a WithDependency mapper: a dep re-reconciles the item of its ID.
+func sameID(d *item, _ bool) []statedb.Query[*item] {
+	return []statedb.Query[*item]{itemID.Query(d.ID)}
+}
+
+// writeDeps inserts objs into deps, or deletes them, in one transaction.
+func writeDeps(t *testing.T, f *fixture, deps statedb.RWTable[*item], del bool, objs ...*item) {
+	wtxn := f.db.WriteTxn(deps)
+	for _, o := range objs {
+		var err error
+		if del {
+			_, _, err = deps.Delete(wtxn, o)
+		} else {
+			_, _, err = deps.Insert(wtxn, o)
+		}
+		require.NoError(t, err)
+	}
+	wtxn.Commit()
+}
+
+// WithDependency re-reconciles exactly the objects the mapper returns, on
+// a change or a delete in the dependency table, ignoring keys that do not
+// exist; it refuses the reconciled table itself, and a nil table.
+func TestDependencyReconcilesWhatTheMapperReturns(t *testing.T) {
+	tg := newTarget()
+	var deps statedb.RWTable[*item]
+	mapper := func(d *item, _ bool) []statedb.Query[*item] {
+		var qs []statedb.Query[*item]
+		for _, id := range strings.Split(d.Value, ",") {
+			qs = append(qs, itemID.Query(id))
+		}
+		return qs
+	}
+	f := startFixture(t, tg, withDeps(t, &deps, mapper))
+	f.upsert(&item{ID: "a", Value: "1"}, &item{ID: "b", Value: "1"}, &item{ID: "c", Value: "1"})
+	f.waitReconciled()
+	base := len(tg.applied())
+
+	waitApplied := func(n int) []string {
+		var applied []string
+		require.Eventually(t, func() bool { applied = tg.applied(); return len(applied) >= n }, timeout, time.Millisecond)
+		f.waitReconciled()
+		return tg.applied()
+	}
+	writeDeps(t, f, deps, false, &item{ID: "d", Value: "a,c,missing"})
+	applied := waitApplied(base + 2)
+	assert.ElementsMatch(t, []string{"update a=1", "update c=1"}, applied[base:], "the mapped objects, once each")
+	writeDeps(t, f, deps, true, &item{ID: "d"})
+	applied2 := waitApplied(len(applied) + 2)
+	assert.ElementsMatch(t, []string{"update a=1", "update c=1"}, applied2[len(applied):], "a delete triggers too")
+
+	var nilTable statedb.Table[*item]
+	for _, table := range []statedb.Table[*item]{f.table, nilTable} {
+		_, err := reconciler.Register(reconciler.Params{DB: f.db, JobGroup: &fakeGroup{}}, f.table,
+			(*item).clone, (*item).setStatus, (*item).getStatus, tg, nil, reconciler.WithDependency(table, mapper))
+		require.ErrorIs(t, err, reconciler.ErrInvalidConfig)
+	}
+}
+
+// A mapper that panics on one change neither stops the program nor loses
+// the triggers of other changes; the dependency job's health says so.
+func TestDependencyMapperPanicIsRecovered(t *testing.T) {
+	tg := newTarget()
+	var deps statedb.RWTable[*item]
+	f := startFixture(t, tg, withDeps(t, &deps, func(d *item, _ bool) []statedb.Query[*item] {
+		if d.Value == "boom" {
+			panic("mapper bug")
+		}
+		return []statedb.Query[*item]{itemID.Query(d.Value)}
+	}))
+	f.upsert(&item{ID: "a", Value: "1"})
+	f.waitReconciled()
+	base := len(tg.applied())
+
+	writeDeps(t, f, deps, false, &item{ID: "d1", Value: "boom"}, &item{ID: "d2", Value: "a"})
+	require.Eventually(t, func() bool { return len(tg.applied()) == base+1 }, timeout, time.Millisecond,
+		"the other change still triggers a")
+	f.waitHealth(func(level cell.Level, msg string) bool {
+		return level == cell.StatusDegraded && strings.Contains(msg, "mapper bug")
+	}, "job-dependency-deps")
+}
+
+// A dependency mark leaves objects whose status is Unset alone. Found by
+// the second review (bug 7).
+func TestDependencyMarkLeavesUnsetAlone(t *testing.T) {
+	tg := newTarget()
+	calls := make(chan string, 10)
+	tg.update = func(_ context.Context, it *item) error {
+		calls <- it.ID
+		return nil
+	}
+	var deps statedb.RWTable[*item]
+	f := startFixture(t, tg, withDeps(t, &deps, func(d *item, _ bool) []statedb.Query[*item] {
+		return []statedb.Query[*item]{itemID.Query(d.ID)}
+	}))
+	f.insertAs(&item{ID: "unset"}) // status Unset: never reconciled
+	writeDeps(t, f, deps, false, &item{ID: "unset"})
+	f.upsert(&item{ID: "marker"})
+	f.waitKind("marker", status.KindDone)
+	assert.Equal(t, "marker", recv(t, calls, "the marker's update"))
+	obj, _ := f.get("unset")
+	assert.Equal(t, status.KindUnset, obj.Status.Kind, "the mark changed an Unset status")
+	select {
+	case id := <-calls:
+		t.Errorf("%s was updated", id)
+	default:
+	}
+}

@@ -1,0 +1,141 @@
+package reconciler_test
+
+// An Error status written back into the table: by a user re-inserting an
+// object read before a later attempt (or a newer version) committed, or
+// reverting to a value saved with its status.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cilium/statedb"
+	"github.com/stretchr/testify/require"
+
+	"github.com/converge-go/converge/reconciler"
+	"github.com/converge-go/converge/reconcilertest"
+	"github.com/converge-go/converge/status"
+)
+
+// An Error status that the reconciler no longer retries, written back, is
+// retried, and the target ends up holding what the table says; it used to
+// sit in Error for good. Found by the chaos test's "re-insert as it is"
+// move, whose read and write are two transactions.
+func TestErrorWrittenBackIsRetried(t *testing.T) {
+	for _, workers := range []int{1, 4} {
+		for _, batch := range []bool{false, true} {
+			t.Run(fmt.Sprintf("workers=%d/batch=%v", workers, batch), func(t *testing.T) {
+				tg := newTarget()
+				fo := reconcilertest.NewFaultyOps(itemKey, tg, tg)
+				require.NoError(t, fo.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeError, Op: reconcilertest.OpUpdate}))
+				w := &with{}
+				if batch {
+					w.batch = fo
+				}
+				// Retries far apart: only an adopted Error is retried
+				// within the test's deadline.
+				f := startFixture(t, fo, w, reconciler.WithConcurrency(workers), reconciler.WithRetry(time.Hour, time.Hour))
+				f.upsert(&item{ID: "a", Value: "v1"})
+				stale := f.waitKind("a", status.KindError) // read, kept
+				fo.Clear("")
+				f.upsert(&item{ID: "a", Value: "v2"})
+				f.waitKind("a", status.KindDone)
+
+				// v1 comes back with the Error status it was read with.
+				f.insertAs(stale.clone())
+				require.Equal(t, "v1", f.waitKind("a", status.KindDone).Value)
+				require.True(t, tg.has("a", "v1"), "the target holds what the table says")
+			})
+		}
+	}
+}
+
+// The same with the retry still queued for a later failure: the status
+// written back is not the one the queued retry is for, which used to drop
+// the retry when it came due.
+func TestErrorWrittenBackOverALaterFailureIsRetried(t *testing.T) {
+	tg := newTarget()
+	var calls atomic.Int32
+	proceed, release := make(chan struct{}), make(chan struct{})
+	wait := func(ctx context.Context, ch <-chan struct{}) error {
+		select {
+		case <-ch:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	tg.update = func(ctx context.Context, _ *item) error {
+		switch calls.Add(1) {
+		case 1:
+			return errors.New("target down")
+		case 2: // fails once the test has read the first failure
+			if err := wait(ctx, proceed); err != nil {
+				return err
+			}
+			return errors.New("target down")
+		}
+		return wait(ctx, release)
+	}
+	f := startFixture(t, tg, nil, reconciler.WithRetry(time.Millisecond, time.Millisecond))
+	f.upsert(&item{ID: "a", Value: "v1"})
+	first := f.waitKind("a", status.KindError)
+	close(proceed)
+	f.waitTable("a second failure", func(txn statedb.ReadTxn) bool {
+		obj, _, _ := f.table.Get(txn, itemID.Query("a"))
+		return obj.Status.Kind == status.KindError && obj.Status.ID() != first.Status.ID()
+	})
+	f.insertAs(first.clone())
+	close(release)
+	require.Equal(t, "v1", f.waitKind("a", status.KindDone).Value)
+}
+
+// A terminal Error written back is not retried: the status says that
+// retrying cannot help.
+func TestTerminalErrorWrittenBackIsNotRetried(t *testing.T) {
+	fo := reconcilertest.NewFaultyOps(itemKey, newTarget(), nil)
+	require.NoError(t, fo.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeTerminal, Key: "a"}))
+	f := startFixture(t, fo, nil, reconciler.WithRetry(time.Millisecond, time.Millisecond))
+	f.upsert(&item{ID: "a", Value: "bad"})
+	failed := f.waitKind("a", status.KindError)
+	require.True(t, failed.Status.Terminal)
+
+	rev := f.insertAs(failed.clone())
+	f.upsert(&item{ID: "b", Value: "ok"})
+	f.waitKind("b", status.KindDone)
+	reached, retryLow := f.reconciledTo(rev)
+	require.GreaterOrEqual(t, reached, rev)
+	require.Zero(t, retryLow, "no retry queued for a terminal error")
+	all, _ := count(fo, reconcilertest.OpUpdate, "a")
+	require.Equal(t, 1, all)
+}
+
+// What runs when a is deleted is a retry, a prune then removes a from the
+// target, and what is written back is a as read while the retry ran, with
+// the Error status the retry answers. That write-back is new work after
+// the delete, not the retry's own status: the delete parked behind the
+// retry gives way to it, and a ends applied and Done. Found by the chaos
+// test after the redesign.
+func TestErrorWrittenBackAfterADeleteWhileItsRetryRunsIsApplied(t *testing.T) {
+	tg := newTarget()
+	fo := reconcilertest.NewFaultyOps(itemKey, tg, nil)
+	require.NoError(t, fo.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeError, Key: "a", Next: 1}))
+	retry := tg.holdAfterApply("a", false)
+	f := startFixture(t, fo, nil, reconciler.WithConcurrency(2), reconciler.WithPruning(0),
+		reconciler.WithRetry(time.Millisecond, time.Millisecond))
+	f.upsert(&item{ID: "a", Value: "v1"})
+	retry.wait(t)
+	read, ok := f.get("a")
+	require.True(t, ok)
+	require.Equal(t, status.KindError, read.Status.Kind)
+	f.remove("a")
+	f.settle(1)
+	tg.pruneNow(f)
+	f.insertAs(read)
+	f.settle(2) // the write-back is read while the retry runs
+	retry.let()
+	f.waitApplied(tg, "a", "v1")
+}
