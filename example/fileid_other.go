@@ -4,6 +4,9 @@ package main
 
 import "io/fs"
 
+// openNoFollowNoBlock adds nothing: these flags are Unix's.
+const openNoFollowNoBlock = 0
+
 // idOf returns the zero fileID: without inode numbers, a file is
 // recognised by its content alone (see target.ours).
 func idOf(fs.FileInfo) fileID { return fileID{} }

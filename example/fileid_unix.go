@@ -10,6 +10,10 @@ import (
 	"syscall"
 )
 
+// openNoFollowNoBlock opens a file without following a symbolic link at
+// its name, and without waiting for the writer of a named pipe.
+const openNoFollowNoBlock = syscall.O_NOFOLLOW | syscall.O_NONBLOCK
+
 // idOf returns the identity of the file info describes: its device and
 // inode numbers.
 func idOf(info fs.FileInfo) fileID {

@@ -252,14 +252,14 @@ func TestATokenlessClientDoesNotHoldUpTheStop(t *testing.T) {
 func TestAFileSwappedForANamedPipeDoesNotHangTheExample(t *testing.T) {
 	var armed atomic.Bool
 	var fifo string
-	reader := func(root *os.Root, name string) ([]byte, error) {
+	reader := func(root *os.Root, name string) ([]byte, fileID, error) {
 		if name == "note" && armed.CompareAndSwap(true, false) {
 			// The user replaces note with a named pipe, just now.
 			if err := os.Remove(fifo); err == nil {
 				syscall.Mkfifo(fifo, 0o644)
 			}
 		}
-		return root.ReadFile(name)
+		return readRegular(root, name)
 	}
 	a := startApp(t, testConfig(), nil, cell.Provide(func() fileReader { return reader }))
 	fifo = filepath.Join(a.dir, "note")

@@ -107,7 +107,7 @@ func newOwnedDir(p ownedDirParams) (*ownedDir, error) {
 	d := &ownedDir{name: p.Config.Dir, path: path, base: filepath.Base(path), adopt: p.Config.Adopt,
 		token: p.Token, read: p.Read, log: p.Log}
 	if d.read == nil {
-		d.read = (*os.Root).ReadFile
+		d.read = readRegular
 	}
 	if err := d.check(); err != nil {
 		return nil, refuse("dir", err)
