@@ -154,16 +154,22 @@ func getWithToken(t *testing.T, base, token string) error {
 // minute of the read timeout, as the server reads the body before it
 // answers. Meanwhile the user with the token is not served. The limit is
 // lowered to 2 here, as in TestConnectionsAreBounded; the timeouts are the
-// example's own.
+// example's own. The fix: a refused request's connection is closed after
+// the answer, and its body is not read.
 func TestATokenlessClientCannotKeepTheTokenHolderOut(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		hold func(t *testing.T, conn net.Conn, host string)
 	}{
 		{"kept alive after 401", func(t *testing.T, conn net.Conn, host string) {
-			resp := rawRequest(t, conn, bufio.NewReader(conn), host)
+			br := bufio.NewReader(conn)
+			resp := rawRequest(t, conn, br, host)
 			require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
-			require.False(t, resp.Close, "the server closes the connection after a 401")
+			// The client would keep the connection; the server does not.
+			require.True(t, resp.Close, "the 401 does not say the connection is closed")
+			require.NoError(t, conn.SetReadDeadline(time.Now().Add(waitFor)))
+			_, err := br.ReadByte()
+			require.ErrorIs(t, err, io.EOF, "the server kept the connection of a refused request open")
 		}},
 		{"a body sent slowly", func(t *testing.T, conn net.Conn, host string) {
 			_, err := fmt.Fprintf(conn, "PUT /files/x HTTP/1.1\r\nHost: %s\r\nContent-Length: 100\r\n\r\nx", host)
