@@ -15,6 +15,12 @@ func idOf(fs.FileInfo) fileID { return fileID{} }
 // bits are not available here.
 func checkPrivate(string, fs.FileInfo, string) error { return nil }
 
+// othersCanRead is false: Unix permission bits are not available here.
+func othersCanRead(fs.FileInfo, fs.FileInfo) bool { return false }
+
+// privateMode0600 accepts every mode, like privateMode.
+func privateMode0600(fs.FileInfo) bool { return true }
+
 // privateMode accepts every mode: Unix permission bits are not available
 // here.
 func privateMode(fs.FileInfo) bool { return true }

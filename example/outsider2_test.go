@@ -111,6 +111,40 @@ func TestTheTokenIsKeptPrivateWhileTheExampleIsIdle(t *testing.T) {
 		"the token stayed readable by other users (its directory and the file opened to them) while the example ran")
 }
 
+// The fix of the above: a token other users could read while the example
+// ran (its directory and file opened to them) is replaced by a new one,
+// written privately; the old one is refused. A token they could not read
+// (only its directory opened) is kept: see
+// TestStateDirectoryOpenedWhileRunningIsMadePrivateAgain.
+func TestATokenOthersCouldReadIsReplaced(t *testing.T) {
+	a := startApp(t, testConfig(), nil)
+	a.waitReconciled()
+	state := filepath.Join(a.dir, stateDir)
+	token := filepath.Join(a.dir, tokenPath)
+	require.NoError(t, os.Chmod(state, 0o755))
+	require.NoError(t, os.Chmod(token, 0o644))
+
+	replaced := func() bool {
+		data, err := os.ReadFile(token)
+		return err == nil && strings.TrimSpace(string(data)) != a.token
+	}
+	require.Eventually(t, replaced, waitFor, 10*time.Millisecond, "the token others could read was kept")
+	si, err := os.Stat(state)
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o700).String(), si.Mode().Perm().String())
+	ti, err := os.Stat(token)
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o600).String(), ti.Mode().Perm().String())
+
+	old := a.token
+	code, _ := a.do(http.MethodGet, "/health", nil)
+	require.Equal(t, http.StatusUnauthorized, code, "the old token is still accepted")
+	a.token = readToken(t, a.dir)
+	require.NotEqual(t, old, a.token)
+	code, body := a.do(http.MethodGet, "/health", nil)
+	require.Equal(t, http.StatusOK, code, body)
+}
+
 // rawRequest sends a request with no token on conn, waits for the answer
 // and returns it; conn stays open, as a client keeping it alive does.
 func rawRequest(t *testing.T, conn net.Conn, br *bufio.Reader, host string) *http.Response {
