@@ -15,6 +15,9 @@ func idOf(fs.FileInfo) fileID { return fileID{} }
 // bits are not available here.
 func checkPrivate(string, fs.FileInfo, string) error { return nil }
 
+// ownedByUser is true: file ownership is not available here.
+func ownedByUser(fs.FileInfo) bool { return true }
+
 // othersCanRead is false: Unix permission bits are not available here.
 func othersCanRead(fs.FileInfo, fs.FileInfo) bool { return false }
 

@@ -51,6 +51,13 @@ func checkPrivate(what string, info fs.FileInfo, fix string) error {
 	return nil
 }
 
+// ownedByUser reports whether info is of a file owned by the user running
+// the example.
+func ownedByUser(info fs.FileInfo) bool {
+	st, ok := info.Sys().(*syscall.Stat_t)
+	return ok && int(st.Uid) == os.Geteuid()
+}
+
 // othersCanRead reports whether a user other than the owner could read
 // the file whose info is file, in the directory whose info is dir: by the
 // group's permissions or by everyone's.

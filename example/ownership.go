@@ -579,7 +579,10 @@ func makePrivate(root *os.Root) error {
 }
 
 // removeTemporaries removes temporary files left in the state directory by
-// an interrupted write. Only the state directory is looked at.
+// an interrupted write. Only the state directory is looked at, and only
+// files the example could have made there are removed: regular files of
+// the user's, named as writeTemp names them (tmpPrefix and 16 hex
+// digits). A "tmp-notes" of the user's is left alone.
 func removeTemporaries(root *os.Root) error {
 	names, err := readDirNames(root, stateDir)
 	if err != nil {
@@ -587,13 +590,30 @@ func removeTemporaries(root *os.Root) error {
 	}
 	var errs []error
 	for _, name := range names {
-		if strings.HasPrefix(name, tmpPrefix) {
+		if !isTempName(name) {
+			continue
+		}
+		if info, err := root.Lstat(stateDir + "/" + name); err == nil && info.Mode().IsRegular() && ownedByUser(info) {
 			if err := root.Remove(stateDir + "/" + name); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				errs = append(errs, err)
 			}
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// isTempName reports whether name is one randomName(tmpPrefix) makes.
+func isTempName(name string) bool {
+	suffix, ok := strings.CutPrefix(name, tmpPrefix)
+	if !ok || len(suffix) != 16 {
+		return false
+	}
+	for _, r := range suffix {
+		if !('0' <= r && r <= '9' || 'a' <= r && r <= 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 func readDirNames(root *os.Root, name string) ([]string, error) {
