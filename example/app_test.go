@@ -346,7 +346,7 @@ func journalNames(t testing.TB, dir string) []string {
 	root, err := os.OpenRoot(dir)
 	require.NoError(t, err)
 	defer root.Close()
-	j, err := loadJournal(root, (*os.Root).ReadFile)
+	j, err := loadJournal(root, readRegular)
 	require.NoError(t, err)
 	defer j.close()
 	return j.names()

@@ -232,7 +232,7 @@ func TestASecondExampleOnTheDirectoryExitsWithStatus2(t *testing.T) {
 
 	code, stderr := runExample(t, "--dir", a.dir, "--addr", "127.0.0.1:0")
 	require.Equal(t, exitUsage, code, stderr)
-	requireOnce(t, stderr, "example: target directory "+a.dir+" is in use by another converge example (it holds "+lockPath+"): stop that one, or choose another --dir\n")
+	requireOnce(t, stderr, "example: target directory "+a.dir+" is in use by another converge example (it holds a lock on the directory): stop that one, or choose another --dir\n")
 	require.Equal(t, a.token, readToken(t, a.dir))
 	after, err := os.ReadFile(filepath.Join(a.dir, journalPath))
 	require.NoError(t, err)
@@ -368,7 +368,7 @@ func TestJournalLog(t *testing.T) {
 	_, err = f.WriteString(`{"name":"cut`)
 	require.NoError(t, err)
 	require.NoError(t, f.Close())
-	j, err = loadJournal(root, (*os.Root).ReadFile)
+	j, err = loadJournal(root, readRegular)
 	require.NoError(t, err)
 	require.Equal(t, []string{"a", "c"}, j.names())
 	got, _ := j.get("a")
@@ -386,7 +386,7 @@ func TestJournalLog(t *testing.T) {
 	_, err = f.WriteString("{\"name\":\"../x\",\"sha256\":\"\"}\n")
 	require.NoError(t, err)
 	require.NoError(t, f.Close())
-	_, err = loadJournal(root, (*os.Root).ReadFile)
+	_, err = loadJournal(root, readRegular)
 	require.ErrorContains(t, err, journalPath+" is damaged at line 4: invalid file name")
 }
 

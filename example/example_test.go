@@ -134,13 +134,16 @@ func TestPruneOnlyOwnedFiles(t *testing.T) {
 	a.stop()
 
 	// Between the runs: a file of the user's, a name like a temporary file
-	// of the example's next to it, and a real leftover temporary file.
+	// of the example's next to it, a real leftover temporary file, and a
+	// file of the user's in the state directory whose name starts like
+	// one, which is not removed.
 	write := func(name, content string) {
 		require.NoError(t, os.WriteFile(filepath.Join(a.dir, name), []byte(content), 0o644))
 	}
 	write("users-file", "mine")
 	write(tmpPrefix+"0123", "mine too")
-	write(stateDir+"/"+tmpPrefix+"0123", "leftover")
+	write(stateDir+"/"+tmpPrefix+"0123456789abcdef", "leftover")
+	write(stateDir+"/"+tmpPrefix+"notes", "the user's")
 
 	// The directory holds the journal: no --adopt needed.
 	cfg := testConfig()
@@ -154,7 +157,7 @@ func TestPruneOnlyOwnedFiles(t *testing.T) {
 	b.waitReconciled()
 	require.Equal(t, []string{"hello.txt", "motd", "secret.conf", tmpPrefix + "0123", "users-file"}, b.dirNames())
 	require.Equal(t, "mine", b.readFile("users-file"))
-	require.Equal(t, []string{"journal.log", "lock", "token"}, dirNames(t, filepath.Join(b.dir, stateDir)))
+	require.Equal(t, []string{"journal.log", "lock", tmpPrefix + "notes", "token"}, dirNames(t, filepath.Join(b.dir, stateDir)))
 	require.ElementsMatch(t, initialNames, journalNames(t, b.dir))
 
 	// Later files of the user's and a subdirectory stay through prunes.

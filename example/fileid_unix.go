@@ -10,6 +10,10 @@ import (
 	"syscall"
 )
 
+// openNoFollowNoBlock opens a file without following a symbolic link at
+// its name, and without waiting for the writer of a named pipe.
+const openNoFollowNoBlock = syscall.O_NOFOLLOW | syscall.O_NONBLOCK
+
 // idOf returns the identity of the file info describes: its device and
 // inode numbers.
 func idOf(info fs.FileInfo) fileID {
@@ -46,6 +50,24 @@ func checkPrivate(what string, info fs.FileInfo, fix string) error {
 	}
 	return nil
 }
+
+// ownedByUser reports whether info is of a file owned by the user running
+// the example.
+func ownedByUser(info fs.FileInfo) bool {
+	st, ok := info.Sys().(*syscall.Stat_t)
+	return ok && int(st.Uid) == os.Geteuid()
+}
+
+// othersCanRead reports whether a user other than the owner could read
+// the file whose info is file, in the directory whose info is dir: by the
+// group's permissions or by everyone's.
+func othersCanRead(dir, file fs.FileInfo) bool {
+	d, f := dir.Mode().Perm(), file.Mode().Perm()
+	return d&0o010 != 0 && f&0o040 != 0 || d&0o001 != 0 && f&0o004 != 0
+}
+
+// privateMode0600 reports whether info, the token's, has mode 0600.
+func privateMode0600(info fs.FileInfo) bool { return info.Mode().Perm() == 0o600 }
 
 // privateMode reports whether info, the state directory's, has mode 0700:
 // only the user can list it and read the token in it.

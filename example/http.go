@@ -251,10 +251,12 @@ func (s *server) Done() <-chan struct{} { return s.done }
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err := s.checkOrigin(r); err != nil {
 		s.log.Warn("Refused a request from outside", "method", r.Method, "path", r.URL.Path, "reason", err)
+		releaseConnection(w)
 		writeError(w, http.StatusForbidden, "%v", err)
 		return
 	}
 	if !s.token.allows(r) {
+		releaseConnection(w)
 		w.Header().Set("WWW-Authenticate", `Bearer realm="converge example"`)
 		writeError(w, http.StatusUnauthorized, "this API needs its token: send \"Authorization: Bearer TOKEN\" "+
 			"(curl --oauth2-bearer TOKEN) with the token in %s of the target directory", tokenPath)
@@ -279,6 +281,18 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if strings.HasPrefix(r.URL.Path, "/statedb/") || knownParams(w, r) {
 		s.mux.ServeHTTP(w, r)
 	}
+}
+
+// releaseConnection makes the answer to a request refused before its
+// token is checked the last of its connection: the body is not read (the
+// connection's read deadline is now) and the connection is closed after
+// the answer ("Connection: close"). A client without the token, which may
+// be another user of the machine, thus holds none of the connections the
+// listener allows by keeping one alive or by sending a body slowly, nor
+// holds up the stop.
+func releaseConnection(w http.ResponseWriter) {
+	w.Header().Set("Connection", "close")
+	http.NewResponseController(w).SetReadDeadline(time.Now())
 }
 
 // allow serves a route with h for the given methods, and answers others

@@ -459,15 +459,15 @@ func convertLegacyJournal(root *os.Root, read fileReader) (*journal, error) {
 		if err != nil || !info.Mode().IsRegular() || info.Size() != e.Size {
 			continue
 		}
-		content, err := read(root, name)
-		if err != nil {
-			continue
+		content, id, err := read(root, name)
+		if err != nil || id.Dev != idOf(info).Dev || id.Ino != idOf(info).Ino {
+			continue // unreadable, or replaced since the Lstat
 		}
 		sum := digest(content)
 		if hex.EncodeToString(sum[:]) != e.SHA256 {
 			continue
 		}
-		j.entries[name] = journalEntry{Size: info.Size(), Mode: e.Mode, ModTime: info.ModTime(), SHA256: sum, ID: idOf(info)}
+		j.entries[name] = journalEntry{Size: info.Size(), Mode: e.Mode, ModTime: info.ModTime(), SHA256: sum, ID: id}
 	}
 	if err := j.rewrite(); err != nil {
 		return nil, err

@@ -3,36 +3,54 @@ package main
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 )
 
 // lockPath is the lock file, inside the target directory. An example
-// holds an exclusive lock on it while it uses the directory, taken before
-// it writes anything there, so that a second example started on the same
-// directory is refused instead of replacing the first one's token and
-// compacting the journal under it.
+// holds an exclusive lock on the directory itself and on this file while
+// it uses the directory, taken before it writes anything there, so that a
+// second example started on the same directory is refused instead of
+// replacing the first one's token and compacting the journal under it.
+// The lock on the directory's own descriptor is what counts: a lock file
+// can be removed (by someone cleaning up what looks like a stale file)
+// and a new one created and locked, but the directory cannot be swapped
+// from under an open descriptor. The lock file stays for examples of
+// earlier versions, which lock only it.
 const lockPath = stateDir + "/lock"
 
 // errLocked is returned by lockFile when another process holds the lock.
 var errLocked = errors.New("the lock is held by another process")
 
-// dirLock is the lock on a directory's lockPath, held until closed.
+// dirLock is the lock on a directory and its lockPath, held until closed.
 type dirLock struct {
-	file *os.File
-	info fs.FileInfo // the lock file's, to recognise it
+	dir  *os.File // the directory, locked
+	id   fileID   // its identity, to recognise it
+	file *os.File // its lock file, locked
 }
 
-// takeLock opens, creating it if it is missing, the lock file of root,
-// whose state directory exists, and locks it. It fails with errLocked if
-// another example holds it, and refuses a lock file that is not a regular
-// file of the user's.
+// takeLock locks the directory root opens, and its lock file, opening it
+// and creating it if it is missing (the state directory exists). It fails
+// with errLocked if another example holds either, and refuses a lock file
+// that is not a regular file of the user's.
 func takeLock(root *os.Root) (*dirLock, error) {
-	file, err := root.OpenFile(lockPath, os.O_RDWR|os.O_CREATE, 0o600)
+	dir, err := root.Open(".")
 	if err != nil {
 		return nil, err
 	}
-	info, err := file.Stat()
+	info, err := dir.Stat()
+	if err == nil {
+		err = lockFile(dir)
+	}
+	if err != nil {
+		dir.Close()
+		return nil, err
+	}
+	l := &dirLock{dir: dir, id: idOfFile(dir, info)}
+	if l.file, err = root.OpenFile(lockPath, os.O_RDWR|os.O_CREATE|openNoFollowNoBlock, 0o600); err != nil {
+		l.close()
+		return nil, err
+	}
+	info, err = l.file.Stat()
 	switch {
 	case err != nil:
 	case !info.Mode().IsRegular():
@@ -41,25 +59,38 @@ func takeLock(root *os.Root) (*dirLock, error) {
 		err = checkPrivate(lockPath, info, "")
 	}
 	if err == nil {
-		err = lockFile(file)
+		err = lockFile(l.file)
 	}
 	if err != nil {
-		file.Close()
+		l.close()
 		return nil, err
 	}
-	return &dirLock{file: file, info: info}, nil
+	return l, nil
 }
 
-// holds reports whether l is the lock on the lock file of root.
+// holds reports whether l is the lock on the directory root opens. Only
+// the directory is compared: this process's own lock on it is held, and
+// a second lock on it would fail, whatever became of the lock file.
 func (l *dirLock) holds(root *os.Root) bool {
-	info, err := root.Lstat(lockPath)
-	return l != nil && err == nil && os.SameFile(info, l.info)
+	if l == nil {
+		return false
+	}
+	dir, err := root.Open(".")
+	if err != nil {
+		return false
+	}
+	defer dir.Close()
+	info, err := dir.Stat()
+	return err == nil && sameFile(idOfFile(dir, info), l.id)
 }
 
 // close releases the lock.
 func (l *dirLock) close() {
 	if l != nil {
-		l.file.Close()
+		l.dir.Close()
+		if l.file != nil {
+			l.file.Close()
+		}
 	}
 }
 
@@ -72,7 +103,7 @@ func (d *ownedDir) lock(root *os.Root) error {
 	}
 	l, err := takeLock(root)
 	if errors.Is(err, errLocked) {
-		return &refusedError{fmt.Sprintf("%s is in use by another converge example (it holds %s): stop that one, or choose another --dir", d.label(), lockPath)}
+		return &refusedError{fmt.Sprintf("%s is in use by another converge example (it holds a lock on the directory): stop that one, or choose another --dir", d.label())}
 	}
 	if err != nil {
 		return fmt.Errorf("%s: locking it: %w", d.label(), err)

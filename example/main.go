@@ -31,16 +31,19 @@
 //   - it refuses a directory, or a state directory or journal in it, that
 //     another user owns or can write, a non-empty directory it did not
 //     create (unless --adopt), a symbolic link, and a directory another
-//     example is using (it locks DIR/.converge-example/lock); it holds the
-//     directory's parent open, so a parent replaced by a link redirects
-//     nothing;
+//     example is using (it locks the directory itself, and
+//     DIR/.converge-example/lock); it holds the directory's parent open, so
+//     a parent replaced by a link redirects nothing; it reads a file only
+//     through a descriptor checked to be the regular file it looked at;
 //   - the API asks for a token that only the user can read,
 //     DIR/.converge-example/token (new at every start, in a directory kept
-//     at mode 0700), and refuses requests a web page could send;
+//     at mode 0700, checked every second; replaced if others could read
+//     it), and refuses requests a web page could send, closing the
+//     connection of every request it refuses before the token;
 //   - it bounds its inputs: request bodies (1 MiB), connections (128 at
 //     once), slow and idle connections, --files (a regular file of at most
-//     16 MiB, whose text its errors do not show), intervals (at least
-//     10ms);
+//     16 MiB, whose errors quote only a value found invalid, never an
+//     unknown key), intervals (at least 10ms);
 //   - it checks every flag before anything starts, binds the address
 //     before it touches the directory, and serves once all of that
 //     succeeded.

@@ -157,8 +157,8 @@ func TestAFileReplacedDuringTheCheckIsNotRemoved(t *testing.T) {
 	var armed atomic.Bool
 	fired := make(chan struct{})
 	var path string
-	reader := func(root *os.Root, name string) ([]byte, error) {
-		data, err := root.ReadFile(name)
+	reader := func(root *os.Root, name string) ([]byte, fileID, error) {
+		data, id, err := readRegular(root, name)
 		if name == "notes" && armed.CompareAndSwap(true, false) {
 			// The user saves notes, as an editor does.
 			if werr := os.WriteFile(path+".new", []byte("the user's new work"), 0o644); werr == nil {
@@ -166,7 +166,7 @@ func TestAFileReplacedDuringTheCheckIsNotRemoved(t *testing.T) {
 			}
 			close(fired)
 		}
-		return data, err
+		return data, id, err
 	}
 	a := startApp(t, testConfig(), nil, cell.Provide(func() fileReader { return reader }))
 	path = filepath.Join(a.dir, "notes")
@@ -200,15 +200,15 @@ func TestAFileReplacedDuringTheRefreshIsNotWrittenOver(t *testing.T) {
 	var armed atomic.Bool
 	fired := make(chan time.Time, 1)
 	var path string
-	reader := func(root *os.Root, name string) ([]byte, error) {
-		data, err := root.ReadFile(name)
+	reader := func(root *os.Root, name string) ([]byte, fileID, error) {
+		data, id, err := readRegular(root, name)
 		if name == "conf" && armed.CompareAndSwap(true, false) {
 			if werr := os.WriteFile(path+".new", []byte("the user's saved conf"), 0o644); werr == nil {
 				os.Rename(path+".new", path)
 			}
 			fired <- time.Now()
 		}
-		return data, err
+		return data, id, err
 	}
 	cfg := testConfig()
 	cfg.RefreshInterval = 20 * time.Millisecond

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/cilium/hive/cell"
 )
@@ -64,7 +65,17 @@ type ownedDir struct {
 	held     *dirLock // the lock on the directory claimed last, nil if none
 	started  bool     // after the start, errors do not show the path
 	previous map[string]bool
+	lastErr  string // of keepPrivate, logged once
+
+	stopGuard chan struct{} // closed by stop, to end guard
+	guardDone chan struct{} // closed when guard returns
 }
+
+// privacyInterval is how often the running example checks that its state
+// directory and token are private (see keepPrivate): a chmod -R of the
+// tree while nothing is written would otherwise open them to other users
+// until the next write.
+const privacyInterval = time.Second
 
 // claimed is the target directory as the example claimed it: opened,
 // with its journal loaded. It stays in use until the directory at the
@@ -107,7 +118,7 @@ func newOwnedDir(p ownedDirParams) (*ownedDir, error) {
 	d := &ownedDir{name: p.Config.Dir, path: path, base: filepath.Base(path), adopt: p.Config.Adopt,
 		token: p.Token, read: p.Read, log: p.Log}
 	if d.read == nil {
-		d.read = (*os.Root).ReadFile
+		d.read = readRegular
 	}
 	if err := d.check(); err != nil {
 		return nil, refuse("dir", err)
@@ -224,11 +235,92 @@ func (d *ownedDir) start(cell.HookContext) error {
 	d.mu.Lock()
 	d.started = true
 	d.mu.Unlock()
+	d.stopGuard, d.guardDone = make(chan struct{}), make(chan struct{})
+	go d.guard()
+	return nil
+}
+
+// guard calls keepPrivate every privacyInterval until stop.
+func (d *ownedDir) guard() {
+	defer close(d.guardDone)
+	tick := time.NewTicker(privacyInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-d.stopGuard:
+			return
+		case <-tick.C:
+			d.keepPrivate()
+		}
+	}
+}
+
+// keepPrivate gives the state directory of the directory claimed last
+// mode 0700, and the token a new file of mode 0600, if either was given
+// another (a chmod -R a+rX of the tree). If other users could read the
+// token meanwhile, it is first replaced by a new one, and the log says so
+// and where it is: clients read it again. It claims nothing: a directory
+// removed or replaced is claimed again by the next write, as before.
+func (d *ownedDir) keepPrivate() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	c := d.cur
+	if c == nil {
+		return
+	}
+	msg := ""
+	if err := d.protect(c); err != nil {
+		msg = err.Error()
+	}
+	if msg != "" && msg != d.lastErr { // once, not every second
+		d.log.Warn("Could not make the state directory private again", "directory", filepath.Join(d.path, stateDir), "error", msg)
+	}
+	d.lastErr = msg
+}
+
+// protect is keepPrivate for c, the directory claimed.
+func (d *ownedDir) protect(c *claimed) error {
+	state, err := c.stateFile.Stat()
+	if err != nil {
+		return err
+	}
+	token, tokenErr := c.root.Lstat(tokenPath)
+	exposed := tokenErr == nil && token.Mode().IsRegular() && othersCanRead(state, token)
+	if !privateMode(state) {
+		if err := c.stateFile.Chmod(0o700); err != nil {
+			return err
+		}
+	}
+	switch {
+	case exposed:
+		return d.renewToken(c.root)
+	case tokenErr == nil && !privateMode0600(token):
+		return d.token.write(c.root)
+	}
+	return nil
+}
+
+// renewToken replaces the token, which other users could read, by a new
+// one, and writes it to root's state directory, private again.
+func (d *ownedDir) renewToken(root *os.Root) error {
+	if err := d.token.renew(); err != nil {
+		return err
+	}
+	if err := d.token.write(root); err != nil {
+		return err
+	}
+	d.log.Warn("The API token could be read by other users (its directory and file were opened to them): "+
+		"it is replaced by a new one; clients must read it again", "token", filepath.Join(d.path, tokenPath))
 	return nil
 }
 
 // stop closes the directory and its parent. The reconciler has stopped.
 func (d *ownedDir) stop(cell.HookContext) error {
+	if d.stopGuard != nil {
+		close(d.stopGuard)
+		<-d.guardDone
+		d.stopGuard = nil
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.cur != nil {
@@ -375,10 +467,14 @@ func (d *ownedDir) claimOpened(root *os.Root, info fs.FileInfo) (*claimed, error
 		return nil, err
 	}
 	var j *journal
+	exposed := false // the running example's token, readable by others
 	if hasState {
 		if err := d.lock(root); err != nil {
 			return nil, err
 		}
+		state, serr := root.Lstat(stateDir)
+		token, terr := root.Lstat(tokenPath)
+		exposed = d.started && serr == nil && terr == nil && token.Mode().IsRegular() && othersCanRead(state, token)
 		if err := makePrivate(root); err != nil {
 			return nil, fmt.Errorf("%s: %w", d.label(), err)
 		}
@@ -413,7 +509,10 @@ func (d *ownedDir) claimOpened(root *os.Root, info fs.FileInfo) (*claimed, error
 	c := &claimed{root: root, info: opened, journal: j}
 	c.dir.sync = func() error { return syncDir(root, ".") }
 	err = c.openDirs()
-	if err == nil {
+	switch {
+	case err == nil && exposed:
+		err = d.renewToken(root)
+	case err == nil:
 		err = d.token.write(root)
 	}
 	if err == nil {
@@ -480,7 +579,10 @@ func makePrivate(root *os.Root) error {
 }
 
 // removeTemporaries removes temporary files left in the state directory by
-// an interrupted write. Only the state directory is looked at.
+// an interrupted write. Only the state directory is looked at, and only
+// files the example could have made there are removed: regular files of
+// the user's, named as writeTemp names them (tmpPrefix and 16 hex
+// digits). A "tmp-notes" of the user's is left alone.
 func removeTemporaries(root *os.Root) error {
 	names, err := readDirNames(root, stateDir)
 	if err != nil {
@@ -488,13 +590,30 @@ func removeTemporaries(root *os.Root) error {
 	}
 	var errs []error
 	for _, name := range names {
-		if strings.HasPrefix(name, tmpPrefix) {
+		if !isTempName(name) {
+			continue
+		}
+		if info, err := root.Lstat(stateDir + "/" + name); err == nil && info.Mode().IsRegular() && ownedByUser(info) {
 			if err := root.Remove(stateDir + "/" + name); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				errs = append(errs, err)
 			}
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// isTempName reports whether name is one randomName(tmpPrefix) makes.
+func isTempName(name string) bool {
+	suffix, ok := strings.CutPrefix(name, tmpPrefix)
+	if !ok || len(suffix) != 16 {
+		return false
+	}
+	for _, r := range suffix {
+		if !('0' <= r && r <= '9' || 'a' <= r && r <= 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 func readDirNames(root *os.Root, name string) ([]string, error) {

@@ -182,12 +182,12 @@ func TestFailedStartWritesNothing(t *testing.T) {
 // made to fail as it would for another user.
 func TestUnreadableFilesDoNotFlap(t *testing.T) {
 	var reads atomic.Int32
-	unreadable := func(root *os.Root, name string) ([]byte, error) {
+	unreadable := func(root *os.Root, name string) ([]byte, fileID, error) {
 		if name == "locked" {
 			reads.Add(1)
-			return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrPermission}
+			return nil, fileID{}, &fs.PathError{Op: "open", Path: name, Err: fs.ErrPermission}
 		}
-		return root.ReadFile(name)
+		return readRegular(root, name)
 	}
 	cfg := testConfig()
 	cfg.RefreshInterval = 20 * time.Millisecond

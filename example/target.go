@@ -55,7 +55,7 @@ type targetParams struct {
 func newTarget(p targetParams) *target {
 	t := &target{dir: p.Dir, log: p.Log, read: p.Read, templates: p.Templates, limiter: logLimiter{every: time.Minute, now: time.Now}}
 	if t.read == nil {
-		t.read = (*os.Root).ReadFile
+		t.read = readRegular
 	}
 	return t
 }
@@ -133,7 +133,7 @@ func (t *target) update(ctx context.Context, f *File, refreshing bool) error {
 		return errNotOwned
 	}
 	if !refreshing {
-		if !(owned && exists && t.asWanted(c.root, f, st.info, entry)) {
+		if !(owned && exists && t.asWanted(c.root, f, st, entry)) {
 			err = t.write(c, f, old)
 		}
 	} else {
@@ -167,17 +167,18 @@ func (t *target) ours(root *os.Root, name string, st fileState, entry journalEnt
 	case st.id.Ino != 0 && (st.id.Dev != entry.ID.Dev || st.id.Ino != entry.ID.Ino):
 		return false
 	}
-	return t.holds(root, name, st.info, entry)
+	return t.holds(root, name, st, entry)
 }
 
-// holds reports whether the file at name, info its Lstat, holds the
-// content entry records. It reads the file.
-func (t *target) holds(root *os.Root, name string, info fs.FileInfo, entry journalEntry) bool {
-	if info.Size() != entry.Size {
+// holds reports whether st, the file at name, holds the content entry
+// records. It reads the file, and only st: a file put at the name since
+// st was found is not read as st.
+func (t *target) holds(root *os.Root, name string, st fileState, entry journalEntry) bool {
+	if st.info.Size() != entry.Size {
 		return false
 	}
-	data, err := t.read(root, name)
-	return err == nil && digest(data) == entry.SHA256
+	data, id, err := t.read(root, name)
+	return err == nil && (st.id.Ino == 0 || sameFile(id, st.id)) && digest(data) == entry.SHA256
 }
 
 // unchanged reports whether st, the file at name, is the example's (see
@@ -196,15 +197,14 @@ func (t *target) unchanged(root *os.Root, name string, st fileState, entry journ
 	case st.id == entry.ID && st.info.ModTime().Equal(entry.ModTime):
 		return true
 	}
-	return t.holds(root, name, st.info, entry)
+	return t.holds(root, name, st, entry)
 }
 
-// asWanted reports whether the file the example wrote, info its Lstat,
-// is already as f wants it: the same content and mode, and no drift. Then
+// asWanted reports whether the file the example wrote, st, is already as f wants it: the same content and mode, and no drift. Then
 // an update, after a restart or a Pending status renewed by the
 // dependency, need not write it again.
-func (t *target) asWanted(root *os.Root, f *File, info fs.FileInfo, entry journalEntry) bool {
-	return entry.SHA256 == digest([]byte(f.Content)) && entry.Mode == f.Mode && t.drifted(root, f, info, entry) == ""
+func (t *target) asWanted(root *os.Root, f *File, st fileState, entry journalEntry) bool {
+	return entry.SHA256 == digest([]byte(f.Content)) && entry.Mode == f.Mode && t.drifted(root, f, st, entry) == ""
 }
 
 // refresh writes f if it needs it, logging why, and reports whether it
@@ -227,7 +227,7 @@ func (t *target) refresh(c *claimed, f *File, old *fileState, entry journalEntry
 	case old == nil: // never written: its template has just been defined
 		return false, t.write(c, f, nil)
 	}
-	drift := t.drifted(c.root, f, old.info, entry)
+	drift := t.drifted(c.root, f, *old, entry)
 	if drift == "" {
 		return false, nil
 	}

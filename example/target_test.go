@@ -40,7 +40,7 @@ func newTestTarget(t *testing.T) *testTarget {
 	t.Cleanup(c.close)
 	var logged strings.Builder
 	log := slog.New(slog.NewTextHandler(&logged, nil))
-	tgt := &target{dir: &ownedDir{path: dir}, log: log, read: (*os.Root).ReadFile}
+	tgt := &target{dir: &ownedDir{path: dir}, log: log, read: readRegular}
 	return &testTarget{target: tgt, c: c, dir: dir, log: &logged}
 }
 

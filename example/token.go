@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 )
 
 // tokenPath is the file, inside the target directory, that holds the
@@ -19,20 +20,42 @@ const tokenPath = stateDir + "/token"
 // every start, sent as "Authorization: Bearer TOKEN" (curl
 // --oauth2-bearer TOKEN). It is written to tokenPath whenever the
 // directory is claimed, so that it is there again after the directory was
-// recreated. Its methods are safe for concurrent use.
-type apiToken struct{ secret string }
+// recreated, and replaced by a new one if other users could have read it
+// (see ownedDir.keepPrivate). Its methods are safe for concurrent use.
+type apiToken struct {
+	mu     sync.RWMutex
+	secret string
+}
 
 func newAPIToken() (*apiToken, error) {
+	t := &apiToken{}
+	if err := t.renew(); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// renew replaces the token with a new random one.
+func (t *apiToken) renew() error {
 	var b [32]byte
 	if _, err := rand.Read(b[:]); err != nil {
-		return nil, fmt.Errorf("creating the API token: %w", err)
+		return fmt.Errorf("creating the API token: %w", err)
 	}
-	return &apiToken{secret: hex.EncodeToString(b[:])}, nil
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.secret = hex.EncodeToString(b[:])
+	return nil
+}
+
+func (t *apiToken) get() string {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.secret
 }
 
 // write writes the token to tokenPath in root, atomically, with mode 0600.
 func (t *apiToken) write(root *os.Root) error {
-	base, _, err := writeTemp(root, []byte(t.secret+"\n"), 0o600)
+	base, _, err := writeTemp(root, []byte(t.get()+"\n"), 0o600)
 	tmp := stateDir + "/" + base
 	if err != nil {
 		return fmt.Errorf("writing the API token: %w", err)
@@ -49,5 +72,5 @@ func (t *apiToken) write(root *os.Root) error {
 func (t *apiToken) allows(r *http.Request) bool {
 	scheme, given, ok := strings.Cut(r.Header.Get("Authorization"), " ")
 	return ok && strings.EqualFold(scheme, "Bearer") &&
-		subtle.ConstantTimeCompare([]byte(strings.TrimSpace(given)), []byte(t.secret)) == 1
+		subtle.ConstantTimeCompare([]byte(strings.TrimSpace(given)), []byte(t.get())) == 1
 }
