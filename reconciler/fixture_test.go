@@ -493,7 +493,7 @@ func (v variant) fixture(t testing.TB, tg *target, w *with, opts ...reconciler.O
 	if v.batch {
 		w.batch = tg
 	}
-	return newFixture(t, tg, w, append([]reconciler.Option{reconciler.WithConcurrency(v.workers), reconciler.WithoutPruning()}, opts...)...)
+	return newFixture(t, tg, w, append([]reconciler.Option{reconciler.WithConcurrency(v.workers), reconciler.WithPruning(0)}, opts...)...)
 }
 
 // items returns n objects prefix-00000... with value.

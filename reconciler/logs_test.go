@@ -60,7 +60,7 @@ func TestFailureLogsRateLimitedInAStorm(t *testing.T) {
 		require.NoError(t, fo.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeError, Key: strconv.Itoa(i), Next: 2}))
 	}
 	h := &captureHandler{}
-	f := startFixture(t, fo, &with{tables: true, log: slog.New(h)}, reconciler.WithoutPruning(), reconciler.WithRetry(time.Millisecond, 2*time.Millisecond))
+	f := startFixture(t, fo, &with{tables: true, log: slog.New(h)}, reconciler.WithPruning(0), reconciler.WithRetry(time.Millisecond, 2*time.Millisecond))
 	objs := make([]*item, n)
 	for i := range objs {
 		objs[i] = &item{ID: strconv.Itoa(i), Value: "v"}

@@ -97,7 +97,7 @@ func testOutcomes(t *testing.T, keys []string, want map[string]string) {
 				w.batch = fo
 			}
 			m := metrics.NewUnpublishedExpVar()
-			f := startFixture(t, fo, w, reconciler.WithMetrics(m), reconciler.WithoutPruning(),
+			f := startFixture(t, fo, w, reconciler.WithMetrics(m), reconciler.WithPruning(0),
 				reconciler.WithRetry(time.Millisecond, time.Millisecond), reconciler.WithOperationTimeout(200*time.Millisecond))
 			// One at a time, so that a batch holds one object: a panic fails
 			// every object of its batch.
@@ -134,7 +134,7 @@ func TestOldestPendingWhileHeld(t *testing.T) {
 	require.NoError(t, fo.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeError, Key: "failing"}))
 	m := metrics.NewUnpublishedExpVar()
 	f := startFixture(t, fo, &with{tables: true}, reconciler.WithMetrics(m), reconciler.WithConcurrency(2),
-		reconciler.WithoutPruning(), reconciler.WithRetry(5*time.Millisecond, 5*time.Millisecond))
+		reconciler.WithPruning(0), reconciler.WithRetry(5*time.Millisecond, 5*time.Millisecond))
 
 	f.upsert(&item{ID: "held", Value: "1"})
 	eventually(t, "oldest pending > 0 with an operation in flight", func() bool {
@@ -175,7 +175,7 @@ func TestLatencyHistogramCountsObjectsReconciled(t *testing.T) {
 				w.batch = fo
 			}
 			ex := metrics.NewUnpublishedExpVar()
-			f := startFixture(t, fo, w, reconciler.WithMetrics(ex), reconciler.WithoutPruning(),
+			f := startFixture(t, fo, w, reconciler.WithMetrics(ex), reconciler.WithPruning(0),
 				reconciler.WithRetry(time.Millisecond, 2*time.Millisecond))
 			objs := make([]*item, n)
 			for i := range objs {
@@ -272,7 +272,7 @@ func TestPendingUpdateIsNotRefreshDrift(t *testing.T) {
 		return nil
 	}
 	m := metrics.NewUnpublishedExpVar()
-	f := startFixture(t, tg, &with{tables: true}, reconciler.WithMetrics(m), reconciler.WithoutPruning())
+	f := startFixture(t, tg, &with{tables: true}, reconciler.WithMetrics(m), reconciler.WithPruning(0))
 	f.upsert(&item{ID: "a", Value: "1"})
 	f.waitReconciled()
 	info := f.waitInfo("a reconciled", func(i *reconciler.Info) bool { return i.Succeeded == 1 })
@@ -328,7 +328,7 @@ func (w *roundWatcher) waitRound(t *testing.T, what string, ok func(metrics.Roun
 func TestParkedVersionCountsInQueueDepth(t *testing.T) {
 	tg, rounds := newTarget(), newRoundWatcher()
 	held := []*hold{tg.hold("a"), tg.hold("b"), tg.hold("c")}
-	f := startFixture(t, tg, nil, reconciler.WithConcurrency(3), reconciler.WithMetrics(rounds), reconciler.WithoutPruning())
+	f := startFixture(t, tg, nil, reconciler.WithConcurrency(3), reconciler.WithMetrics(rounds), reconciler.WithPruning(0))
 	f.upsert(&item{ID: "a", Value: "v1"}, &item{ID: "b", Value: "v1"}, &item{ID: "c", Value: "v1"})
 	for _, h := range held {
 		h.wait(t)

@@ -171,7 +171,7 @@ func TestPanicsBecomeErrorsAndAreRetried(t *testing.T) {
 			if c.batch {
 				w.batch = fo
 			}
-			f := startFixture(t, fo, w, reconciler.WithRetry(time.Millisecond, 5*time.Millisecond), reconciler.WithoutPruning())
+			f := startFixture(t, fo, w, reconciler.WithRetry(time.Millisecond, 5*time.Millisecond), reconciler.WithPruning(0))
 
 			f.upsert(&item{ID: "a"}, &item{ID: "b"})
 			f.waitKind("a", status.KindDone)

@@ -71,7 +71,7 @@ func TestShutdownUnderLoad(t *testing.T) {
 				// Retries an hour away: no wave of them comes due in phase 2,
 				// to be taken in small batches before the new objects.
 				f := startFixture(t, fo, w, reconciler.WithConcurrency(workers),
-					reconciler.WithRetry(time.Hour, time.Hour), reconciler.WithoutPruning())
+					reconciler.WithRetry(time.Hour, time.Hour), reconciler.WithPruning(0))
 
 				// Phase 1: every object fails once and is queued for retry.
 				f.upsert(items("a", objects, "")...)

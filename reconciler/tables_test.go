@@ -25,7 +25,7 @@ import (
 func TestTablesFollowFailureAndRecovery(t *testing.T) {
 	fo := reconcilertest.NewFaultyOps(itemKey, newTarget(), nil)
 	const diskFull = "injected fault: update b"
-	f := startFixture(t, fo, &with{tables: true}, reconciler.WithRetry(20*time.Millisecond, 20*time.Millisecond), reconciler.WithoutPruning())
+	f := startFixture(t, fo, &with{tables: true}, reconciler.WithRetry(20*time.Millisecond, 20*time.Millisecond), reconciler.WithPruning(0))
 
 	f.upsert(&item{ID: "a", Value: "1"})
 	f.waitReconciled()
@@ -92,7 +92,7 @@ func TestRetryRowsFollowTheObject(t *testing.T) {
 		return nil
 	}
 	// Retries an hour away: the rows stay as the first failure left them.
-	f := startFixture(t, tg, &with{tables: true}, reconciler.WithRetry(time.Hour, time.Hour), reconciler.WithoutPruning())
+	f := startFixture(t, tg, &with{tables: true}, reconciler.WithRetry(time.Hour, time.Hour), reconciler.WithPruning(0))
 
 	f.upsert(&item{ID: "c", Value: "bad"}, &item{ID: "d", Value: "bad"}, &item{ID: "e", Value: "1"})
 	for _, key := range []string{"c", "d"} {
