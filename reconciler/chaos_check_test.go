@@ -338,3 +338,26 @@ func (r *chaosRun) converged() string {
 	}
 	return strings.Join(problems, "; ")
 }
+
+// checkDoneApplied checks what WaitUntilReconciled promised when it
+// returned for rev with no object waiting for a retry: every change up to
+// rev, the last the test made, is applied, so every object whose status of
+// reconciler i says Done is in its target with its value. An object put
+// back with a Done status from before its delete or a prune is new work
+// (see lifecycles.stale) and must have been applied too.
+func (r *chaosRun) checkDoneApplied(i int, rev statedb.Revision) {
+	rec := r.recs[i]
+	rec.target.mu.Lock()
+	defer rec.target.mu.Unlock()
+	var wrong []string
+	for obj := range r.gen.table.All(r.gen.db.ReadTxn()) {
+		st := rec.getStatus(obj)
+		if got, ok := rec.target.data[obj.ID]; st.Kind == status.KindDone && (!ok || got != obj.Value) {
+			wrong = append(wrong, fmt.Sprintf("%s=%s (status id %d; the target holds %q)", obj.ID, obj.Value, st.ID(), got))
+		}
+	}
+	if len(wrong) > 0 {
+		r.t.Fatalf("seed %d: %sWaitUntilReconciled(@%d) returned, yet objects marked Done are not applied: %s",
+			r.seed, rec.label(), rev, strings.Join(wrong, ", "))
+	}
+}

@@ -76,11 +76,14 @@ func (r *chaosRun) step() {
 	case p < 56: // revert, re-insert the object as it is, or put it back after a delete
 		r.keyMove(r.key(), 2+r.rng.IntN(3))
 	case p < 64:
-		if r.rng.IntN(2) == 0 {
+		switch r.rng.IntN(3) {
+		case 0:
 			r.writeBackAfterPrune()
-			return
+		case 1:
+			r.putBackOverAHeldDelete()
+		default:
+			r.scenario()
 		}
-		r.scenario()
 	case p < 68:
 		switch r.rng.IntN(4) {
 		case 0:
@@ -105,6 +108,9 @@ func (r *chaosRun) step() {
 		cancel()
 		r.logf("%swait for @%d: reached @%d, retry low @%d, err=%v", r.recs[i].label(), rev, reached, low, err)
 		r.checkTable()
+		if err == nil && reached >= rev && low == 0 {
+			r.checkDoneApplied(i, rev)
+		}
 	case p < 95: // wait for some operations on a target
 		i := r.rng.IntN(len(r.recs))
 		n := 1 + r.rng.IntN(10)
@@ -823,5 +829,49 @@ func (r *chaosRun) waitCalls(c *chaosTarget, n int, timeout time.Duration) {
 		case <-deadline.C:
 			return
 		}
+	}
+}
+
+// putBackOverAHeldDelete puts an object back, with the Done statuses it
+// had before its delete, while one reconciler's delete of it is held in
+// flight, and writes it once more as it is (a new revision with the same
+// statuses, as another reconciler's status write makes one): the put-back
+// waits behind the delete, and the write after it must not make
+// WaitUntilReconciled pass the put-back before it is applied. Then it lets
+// the delete go and waits for that reconciler (checkDoneApplied).
+func (r *chaosRun) putBackOverAHeldDelete() {
+	k, i := r.key(), r.rng.IntN(len(r.recs))
+	rec := r.recs[i]
+	v := r.value()
+	rev := r.write(chaosChange{key: k, value: v})
+	r.logf("@%d set %s=%s, for a put-back over %sheld delete", rev, k, v, rec.label())
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	_, _, err := r.gen.recs[i].WaitUntilReconciled(ctx, rev)
+	cancel()
+	obj, _, found := r.gen.table.Get(r.gen.db.ReadTxn(), itemID.Query(k))
+	if err != nil || !found || rec.getStatus(obj).Kind != status.KindDone {
+		r.logf("%s: not Done in time; no put-back", k)
+		return
+	}
+	h := rec.target.hold(k)
+	defer rec.target.release(h)
+	rev = r.write(chaosChange{key: k})
+	r.logf("@%d delete %s, %soperation held", rev, k, rec.label())
+	if !r.waitStarted(h, 20*time.Millisecond) {
+		r.logf("%s: the delete did not start in time", k)
+	}
+	rev = r.write(chaosChange{key: k, obj: obj})
+	r.logf("@%d put %s=%s back as it was before its delete (%s)", rev, k, obj.Value, r.statuses(obj))
+	if rev, _, ok := r.reinsertAsIs(k); ok {
+		r.logf("@%d re-insert %s as it is", rev, k)
+	}
+	rec.target.release(h)
+	rev = r.gen.table.Revision(r.gen.db.ReadTxn())
+	ctx, cancel = context.WithTimeout(context.Background(), 100*time.Millisecond)
+	reached, low, err := r.gen.recs[i].WaitUntilReconciled(ctx, rev)
+	cancel()
+	r.logf("%swait for @%d: reached @%d, retry low @%d, err=%v", rec.label(), rev, reached, low, err)
+	if err == nil && reached >= rev && low == 0 {
+		r.checkDoneApplied(i, rev)
 	}
 }

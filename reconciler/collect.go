@@ -72,11 +72,16 @@ func (r *reconciler[Obj]) start(s *keyState[Obj]) {
 // collectChanges reads changes, turning those that need work into ops,
 // until budget ops were added or the changes run out. A change read is
 // consumed, so the budget is checked once a change has been acted on.
+//
+// StateDB hands out only the newest change of a key since the last read, so
+// a change read now may stand for writes back to the first revision not
+// read before: that is the revision that asks for its work (task.asked),
+// which progress waits for.
 func (r *reconciler[Obj]) collectChanges(changes iter.Seq2[statedb.Change[Obj], statedb.Revision], budget int, now time.Time) {
-	added := 0
+	added, from := 0, r.lastRev+1
 	for change, rev := range changes {
 		r.lastRev = rev
-		if r.collectChange(change, rev, now) {
+		if r.collectChange(change, rev, min(from, change.Revision), now) {
 			if added++; added >= budget {
 				break
 			}
@@ -84,10 +89,11 @@ func (r *reconciler[Obj]) collectChanges(changes iter.Seq2[statedb.Change[Obj], 
 	}
 }
 
-// collectChange acts on one change and reports whether it added an op.
-func (r *reconciler[Obj]) collectChange(change statedb.Change[Obj], rev statedb.Revision, now time.Time) bool {
+// collectChange acts on one change, asked for by the writes from revision
+// asked on, and reports whether it added an op.
+func (r *reconciler[Obj]) collectChange(change statedb.Change[Obj], rev, asked statedb.Revision, now time.Time) bool {
 	lc := r.lifecycles
-	t := task[Obj]{obj: change.Object, rev: change.Revision, delete: change.Deleted, since: now, ready: now.UnixNano()}
+	t := task[Obj]{obj: change.Object, rev: change.Revision, asked: asked, delete: change.Deleted, since: now, ready: now.UnixNano()}
 	if change.Deleted {
 		if key, ok := r.primary.ObjectToKey(change.Object); ok {
 			lc.sawDelete(key)
@@ -103,7 +109,7 @@ func (r *reconciler[Obj]) collectChange(change statedb.Change[Obj], rev statedb.
 			// apply it as if Pending (see lifecycles.stale).
 			t.obj, t.statusID = r.setStatus(r.clone(change.Object), status.PendingAt(now)), st.ID()
 		case st.Kind == status.KindError && !st.Terminal:
-			r.adopt(change.Object, rev, st, now)
+			r.adopt(change.Object, rev, asked, st, now)
 			return false
 		default:
 			return false
@@ -158,7 +164,7 @@ func (r *reconciler[Obj]) stale(obj Obj, st status.Status) bool {
 }
 
 // adopt hands lifecycles.adopt an Error status found on obj.
-func (r *reconciler[Obj]) adopt(obj Obj, rev statedb.Revision, st status.Status, now time.Time) {
+func (r *reconciler[Obj]) adopt(obj Obj, rev, asked statedb.Revision, st status.Status, now time.Time) {
 
 	key, ok := r.keyOf(obj)
 	if !ok {
@@ -172,6 +178,7 @@ func (r *reconciler[Obj]) adopt(obj Obj, rev statedb.Revision, st status.Status,
 	t := task[Obj]{
 		obj:      r.setStatus(r.clone(obj), status.PendingAt(since)),
 		rev:      rev,
+		asked:    asked,
 		statusID: st.ID(),
 		since:    since,
 		ready:    now.UnixNano(),
@@ -239,7 +246,7 @@ func (r *reconciler[Obj]) collectDeferred(txn statedb.ReadTxn, now time.Time, bu
 			continue
 		}
 		st := r.getStatus(d.obj)
-		t := task[Obj]{obj: d.obj, rev: d.rev, statusID: st.ID(), since: st.UpdatedAt, refresh: st.Kind == status.KindRefreshing}
+		t := task[Obj]{obj: d.obj, rev: d.rev, asked: d.rev, statusID: st.ID(), since: st.UpdatedAt, refresh: st.Kind == status.KindRefreshing}
 		if t.since.IsZero() {
 			t.since = now
 		}

@@ -112,10 +112,11 @@ const (
 // task is one version of one object to apply, or one deleted object.
 type task[Obj any] struct {
 	obj      Obj
-	rev      statedb.Revision
-	statusID uint64    // identity of the status that asked for it; 0 for a delete
-	since    time.Time // when that status was written (a delete: when read)
-	ready    int64     // when it became ready to run (Unix ns), for queue waits
+	rev      statedb.Revision // the object's revision, to apply and compare-and-swap
+	asked    statedb.Revision // the revision of the change that asked for it, for progress; retarget keeps it
+	statusID uint64           // identity of the status that asked for it; 0 for a delete
+	since    time.Time        // when that status was written (a delete: when read)
+	ready    int64            // when it became ready to run (Unix ns), for queue waits
 	delete   bool
 	refresh  bool // asked for by a Refreshing status
 }
@@ -229,7 +230,7 @@ func (lc *lifecycles[Obj]) observe(key string, t task[Obj]) *keyState[Obj] {
 		lc.activate(s)
 		return s
 	default: // queued: the newer change takes its place in the queue
-		lc.replace(s, t)
+		lc.replace(s, stillAsked(s.task, t))
 		return nil
 	}
 }
@@ -277,6 +278,7 @@ func (lc *lifecycles[Obj]) adopt(key string, t task[Obj], errID uint64, err erro
 	} else {
 		lc.deactivate(s)
 		lc.unqueue(s)
+		t = stillAsked(s.task, t)
 	}
 	lc.replace(s, t)
 	s.attempts, s.err, s.first, s.errID = 1, err, t.since, errID
@@ -397,7 +399,7 @@ func (lc *lifecycles[Obj]) settle(s *keyState[Obj], err error, settled, written 
 // place; a retry keeps its attempts.
 func (lc *lifecycles[Obj]) requeue(s *keyState[Obj]) {
 	if s.hasNext {
-		next := s.next
+		next := stillAsked(s.task, s.next)
 		lc.replace(s, next)
 	}
 	lc.enqueue(s)
@@ -412,8 +414,12 @@ func (lc *lifecycles[Obj]) dropNext(s *keyState[Obj]) {
 	lc.setNext(s, task[Obj]{}, false)
 }
 
-// setNext sets the successor of s, counting those parked.
+// setNext sets the successor of s, counting those parked. A successor
+// that replaces another keeps its request (see stillAsked).
 func (lc *lifecycles[Obj]) setNext(s *keyState[Obj], next task[Obj], has bool) {
+	if has && s.hasNext {
+		next = stillAsked(s.next, next)
+	}
 	switch {
 	case has && !s.hasNext:
 		lc.parked++
@@ -606,10 +612,10 @@ func (lc *lifecycles[Obj]) wait(s *keyState[Obj], due int64) {
 	lc.seq++
 	lc.heap.push(s, lc.seq)
 	if len(lc.heap) == 1 {
-		lc.heapLow, lc.heapOldest, lc.heapLowOK, lc.heapOldestOK = s.task.rev, s.task.since, true, true
+		lc.heapLow, lc.heapOldest, lc.heapLowOK, lc.heapOldestOK = s.task.asked, s.task.since, true, true
 	}
-	if lc.heapLowOK && s.task.rev < lc.heapLow {
-		lc.heapLow = s.task.rev
+	if lc.heapLowOK && s.task.asked < lc.heapLow {
+		lc.heapLow = s.task.asked
 	}
 	if lc.heapOldestOK && s.task.since.Before(lc.heapOldest) {
 		lc.heapOldest = s.task.since
@@ -620,7 +626,7 @@ func (lc *lifecycles[Obj]) wait(s *keyState[Obj], due int64) {
 func (lc *lifecycles[Obj]) unwait(s *keyState[Obj]) {
 	if s.pos >= 0 {
 		lc.heap.remove(s.pos)
-		if s.task.rev == lc.heapLow {
+		if s.task.asked == lc.heapLow {
 			lc.heapLowOK = false
 		}
 		if s.task.since.Equal(lc.heapOldest) {
@@ -716,7 +722,7 @@ func (lc *lifecycles[Obj]) retryLowWatermark() statedb.Revision {
 	if !lc.heapLowOK && len(lc.heap) > 0 {
 		lc.heapLow = math.MaxUint64
 		for _, e := range lc.heap {
-			lc.heapLow = min(lc.heapLow, e.s.task.rev)
+			lc.heapLow = min(lc.heapLow, e.s.task.asked)
 		}
 		lc.heapLowOK = true
 	}
@@ -725,8 +731,8 @@ func (lc *lifecycles[Obj]) retryLowWatermark() statedb.Revision {
 		low = lc.heapLow
 	}
 	for _, s := range lc.active {
-		if s.attempts > 0 && (low == 0 || s.task.rev < low) {
-			low = s.task.rev
+		if s.attempts > 0 && (low == 0 || s.task.asked < low) {
+			low = s.task.asked
 		}
 	}
 	return low
@@ -809,4 +815,14 @@ func (h retryHeap[Obj]) down(i int) bool {
 	}
 	h.move(i, e)
 	return i != start
+}
+
+// stillAsked returns t, which takes the place of old, a task never
+// applied, with old's request: t's work is done only once old's is too, so
+// progress waits for the earlier of the two changes that asked.
+func stillAsked[Obj any](old, t task[Obj]) task[Obj] {
+	if old.asked != 0 && old.asked < t.asked {
+		t.asked = old.asked
+	}
+	return t
 }

@@ -85,10 +85,10 @@ func (r *reconciler[Obj]) progressRev() statedb.Revision {
 	}
 	for _, s := range r.lifecycles.active {
 		if s.attempts == 0 {
-			lower(s.task.rev)
+			lower(s.task.asked)
 		}
 		if s.hasNext {
-			lower(s.next.rev)
+			lower(s.next.asked)
 		}
 	}
 	lower(r.deferred.lowRev())
