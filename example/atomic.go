@@ -15,13 +15,19 @@ import (
 // the file's name in the state directory (tmpPrefix and a random suffix)
 // and what it is. On failure nothing is left behind.
 func writeTemp(root *os.Root, data []byte, mode fs.FileMode) (string, fileState, error) {
+	return writeTempWith(root, data, mode, finishTemp)
+}
+
+// writeTempWith is writeTemp with finish writing the data to the file
+// created, so that a test can make that fail.
+func writeTempWith(root *os.Root, data []byte, mode fs.FileMode, finish func(*os.File, []byte, fs.FileMode) (fileState, error)) (string, fileState, error) {
 	base := randomName(tmpPrefix)
 	name := stateDir + "/" + base
 	out, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
 	if err != nil {
 		return "", fileState{}, err
 	}
-	st, err := finishTemp(out, data, mode)
+	st, err := finish(out, data, mode)
 	if err != nil {
 		out.Close()
 		if removeErr := root.Remove(name); removeErr != nil && !errors.Is(removeErr, fs.ErrNotExist) {
