@@ -51,8 +51,9 @@ func tokenRefused(t *testing.T, base, token string) bool {
 // next write, the token file in DIR.old still holds the token the API
 // accepts, written by the example, and nothing watches it any more: a
 // chmod -R a+rX DIR.old hands the live token to every user of the
-// machine, and it is never replaced. (The example writes the same token
-// into the new DIR: "the same until the example stops".)
+// machine, and it is never replaced. (The example wrote the same token
+// into the new DIR: "the same until the example stops".) Now a directory
+// claimed anew gets a new token, and the one left behind is dead.
 func TestATokenOthersCouldReadIsReplacedEvenInADirectoryMovedAway(t *testing.T) {
 	a := startApp(t, testConfig(), nil)
 	a.waitReconciled()
@@ -61,13 +62,17 @@ func TestATokenOthersCouldReadIsReplacedEvenInADirectoryMovedAway(t *testing.T) 
 	a.put("x", "after the move") // the example claims a new directory
 	a.waitReconciled()
 	require.FileExists(t, filepath.Join(a.dir, "x"))
-	require.Equal(t, a.token, readToken(t, a.dir), "the new directory got another token")
+	// The fix: the new directory gets a new token; the old one stops
+	// working at once, before anyone opens DIR.old.
+	renewed := readToken(t, a.dir)
+	require.NotEqual(t, a.token, renewed, "the new directory got the token left in the old one")
 
 	// chmod -R a+rX DIR.old
 	require.NoError(t, os.Chmod(filepath.Join(old, stateDir), 0o755))
 	require.NoError(t, os.Chmod(filepath.Join(old, tokenPath), 0o644))
 	exposed := readToken(t, old) // what another user now reads
 	require.Equal(t, a.token, exposed)
+	a.token = renewed
 
 	// The check runs every second: five of them.
 	assert.Eventually(t, func() bool { return tokenRefused(t, a.base, exposed) }, 5*time.Second, 50*time.Millisecond,
