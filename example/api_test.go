@@ -120,8 +120,8 @@ func TestAPIAsksForTheToken(t *testing.T) {
 	}
 }
 
-// The token is written again when the directory is recreated, and a new
-// start has a new token: the old one is refused.
+// A recreated directory gets a new token, and so does a new start: the
+// old one is refused.
 func TestTokenAcrossRecreationAndRestart(t *testing.T) {
 	a := startApp(t, testConfig(), nil)
 	a.waitReconciled()
@@ -129,15 +129,21 @@ func TestTokenAcrossRecreationAndRestart(t *testing.T) {
 	require.NoError(t, os.RemoveAll(a.dir))
 	a.put("x", "y") // the write recreates the directory
 	a.waitKind("x", status.KindDone)
-	require.Equal(t, first, readToken(t, a.dir))
+	second := readToken(t, a.dir)
+	require.NotEqual(t, first, second)
+	code, body := a.do(http.MethodGet, "/files", nil)
+	require.Equal(t, http.StatusUnauthorized, code, body)
+	a.token = second
+	code, body = a.do(http.MethodGet, "/files", nil)
+	require.Equal(t, http.StatusOK, code, body)
 	a.stop()
 
 	cfg := testConfig()
 	cfg.Dir = a.dir
 	b := startApp(t, cfg, nil)
 	require.NotEqual(t, first, b.token)
-	b.token = first
-	code, body := b.do(http.MethodGet, "/files", nil)
+	b.token = second
+	code, body = b.do(http.MethodGet, "/files", nil)
 	require.Equal(t, http.StatusUnauthorized, code, body)
 }
 

@@ -248,6 +248,21 @@ func (a *testApp) breakDir() {
 	}, waitFor, time.Millisecond)
 }
 
+// waitNewToken waits until the token file in the target directory holds
+// another token than a.token, as it does once the example claimed a
+// directory anew, and uses it from then on, as a client would.
+func (a *testApp) waitNewToken() {
+	a.t.Helper()
+	require.Eventually(a.t, func() bool {
+		data, err := os.ReadFile(filepath.Join(a.dir, tokenPath))
+		if err != nil || strings.TrimSpace(string(data)) == a.token {
+			return false
+		}
+		a.token = strings.TrimSpace(string(data))
+		return true
+	}, waitFor, 5*time.Millisecond, "the example wrote no new token into the directory it claimed anew")
+}
+
 func degradedErrors(h healthResponse) string {
 	var errs []string
 	for _, s := range h.Scopes {

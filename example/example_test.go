@@ -265,6 +265,7 @@ func TestFaultAndRecovery(t *testing.T) {
 		// Repair: the retry recreates the directory and writes the file.
 		require.NoError(t, os.Remove(a.dir))
 		a.waitKind("new.txt", status.KindDone)
+		a.waitNewToken() // the directory claimed anew has a new token
 		require.Equal(t, "fresh", a.readFile("new.txt"))
 		a.waitHealth(cell.StatusOK)
 		code, _ = a.health()
@@ -299,6 +300,7 @@ func TestPruneFailureRecovers(t *testing.T) {
 	require.Contains(t, degradedErrors(h), "prune failed")
 
 	require.NoError(t, os.Remove(a.dir))
+	a.waitNewToken() // the directory claimed anew has a new token
 	a.waitHealth(cell.StatusOK)
 }
 

@@ -65,7 +65,11 @@ type ownedDir struct {
 	held     *dirLock // the lock on the directory claimed last, nil if none
 	started  bool     // after the start, errors do not show the path
 	previous map[string]bool
-	lastErr  string // of keepPrivate, logged once
+	lastErr  string      // of keepPrivate, logged once
+	lastDir  fs.FileInfo // the directory claimed last, to tell one claimed anew
+	// tokenFile is the token file as the example last wrote it: a change
+	// of it since (see changeTime) was made by someone else.
+	tokenFile fs.FileInfo
 
 	stopGuard chan struct{} // closed by stop, to end guard
 	guardDone chan struct{} // closed when guard returns
@@ -286,6 +290,7 @@ func (d *ownedDir) protect(c *claimed) error {
 	}
 	token, tokenErr := c.root.Lstat(tokenPath)
 	exposed := tokenErr == nil && token.Mode().IsRegular() && othersCanRead(state, token)
+	changed := tokenErr == nil && token.Mode().IsRegular() && d.changedByOthers(token)
 	if !privateMode(state) {
 		if err := c.stateFile.Chmod(0o700); err != nil {
 			return err
@@ -293,24 +298,57 @@ func (d *ownedDir) protect(c *claimed) error {
 	}
 	switch {
 	case exposed:
-		return d.renewToken(c.root)
+		return d.renewToken(c.root, tokenExposed)
+	case changed:
+		return d.renewToken(c.root, tokenChanged)
 	case tokenErr == nil && !privateMode0600(token):
-		return d.token.write(c.root)
+		return d.writeToken(c.root)
 	}
 	return nil
 }
 
-// renewToken replaces the token, which other users could read, by a new
-// one, and writes it to root's state directory, private again.
-func (d *ownedDir) renewToken(root *os.Root) error {
+// changedByOthers reports whether token, the token file as it is now, was
+// replaced or changed (a chmod, chown, or link: its change time moved)
+// since the example last wrote it. Its mode may have let other users read
+// it meanwhile, even if it is private again: a chmod -R a+rX of the tree
+// undone before the next check.
+func (d *ownedDir) changedByOthers(token fs.FileInfo) bool {
+	return d.tokenFile != nil && (!os.SameFile(token, d.tokenFile) || changeTime(token) != changeTime(d.tokenFile))
+}
+
+// Why the token is replaced, for the log.
+const (
+	tokenExposed = "The API token could be read by other users (its directory and file were opened to them): " +
+		"it is replaced by a new one; clients must read it again"
+	tokenChanged = "The API token's file was changed by someone else since the example wrote it (a chmod, chown or link): " +
+		"other users may have read it meanwhile, so it is replaced by a new one; clients must read it again"
+	tokenNewDir = "The target directory was claimed anew (the one before was moved away or removed): " +
+		"the API has a new token, and the one left in the directory before no longer works; clients must read it again"
+)
+
+// renewToken replaces the token by a new one, and writes it to root's
+// state directory, private again; the log says why.
+func (d *ownedDir) renewToken(root *os.Root, why string) error {
 	if err := d.token.renew(); err != nil {
 		return err
 	}
+	if err := d.writeToken(root); err != nil {
+		return err
+	}
+	d.log.Warn(why, "token", filepath.Join(d.path, tokenPath))
+	return nil
+}
+
+// writeToken writes the token to root's state directory, and records the
+// file written, to see later whether someone else changed it.
+func (d *ownedDir) writeToken(root *os.Root) error {
+	d.tokenFile = nil
 	if err := d.token.write(root); err != nil {
 		return err
 	}
-	d.log.Warn("The API token could be read by other users (its directory and file were opened to them): "+
-		"it is replaced by a new one; clients must read it again", "token", filepath.Join(d.path, tokenPath))
+	if info, err := root.Lstat(tokenPath); err == nil {
+		d.tokenFile = info
+	}
 	return nil
 }
 
@@ -511,9 +549,13 @@ func (d *ownedDir) claimOpened(root *os.Root, info fs.FileInfo) (*claimed, error
 	err = c.openDirs()
 	switch {
 	case err == nil && exposed:
-		err = d.renewToken(root)
+		err = d.renewToken(root, tokenExposed)
+	case err == nil && d.started && (d.lastDir == nil || !os.SameFile(d.lastDir, opened)):
+		// The token in the directory claimed before, wherever it now
+		// is, is not watched any more: it must not work.
+		err = d.renewToken(root, tokenNewDir)
 	case err == nil:
-		err = d.token.write(root)
+		err = d.writeToken(root)
 	}
 	if err == nil {
 		err = removeTemporaries(root)
@@ -537,6 +579,7 @@ func (d *ownedDir) claimOpened(root *os.Root, info fs.FileInfo) (*claimed, error
 				"move back those that are yours, and remove the others", "directory", filepath.Join(d.path, stateDir), "names", abbreviate(aside, 5))
 		}
 	}
+	d.lastDir = opened
 	return c, nil
 }
 

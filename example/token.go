@@ -19,9 +19,10 @@ const tokenPath = stateDir + "/token"
 // apiToken is the credential the API asks for: a random secret, new at
 // every start, sent as "Authorization: Bearer TOKEN" (curl
 // --oauth2-bearer TOKEN). It is written to tokenPath whenever the
-// directory is claimed, so that it is there again after the directory was
-// recreated, and replaced by a new one if other users could have read it
-// (see ownedDir.keepPrivate). Its methods are safe for concurrent use.
+// directory is claimed, and replaced by a new one when a directory is
+// claimed anew (the one before moved away or removed, with the token file
+// in it) or if other users could have read it (see ownedDir.keepPrivate).
+// Its methods are safe for concurrent use.
 type apiToken struct {
 	mu     sync.RWMutex
 	secret string
