@@ -186,6 +186,15 @@ func (a *testApp) waitReconciled() {
 	require.NoError(a.t, reconciler.WaitForReconciliation(ctx, a.db, a.files, statusIndex))
 }
 
+// waitQuiet is waitReconciled, and then waits for the prune that follows
+// the table's initialization: after it nothing writes into the directory
+// (with testConfig) until the test does.
+func (a *testApp) waitQuiet() {
+	a.t.Helper()
+	a.waitReconciled()
+	a.waitInfo("the first prune", func(i *reconciler.Info) bool { return !i.LastPrune.IsZero() })
+}
+
 func (a *testApp) readFile(name string) string {
 	a.t.Helper()
 	data, err := os.ReadFile(filepath.Join(a.dir, name))

@@ -180,7 +180,7 @@ func TestTokenlessIdleConnectionsAreClosedAndTheTokenHolderServedAfterThem(t *te
 // started on DIR.old meanwhile is refused, with exit status 2's error.
 func TestADirectoryInUseIsRefusedAfterItWasMoved(t *testing.T) {
 	a := startApp(t, testConfig(), nil)
-	a.waitReconciled()
+	a.waitQuiet() // the first prune would claim a new DIR, and let DIR.old go
 	old := a.dir + ".old"
 	require.NoError(t, os.Rename(a.dir, old))
 	require.NoError(t, os.Remove(filepath.Join(old, lockPath)))
