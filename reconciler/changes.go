@@ -22,8 +22,11 @@ import (
 // already read are skipped.
 //
 // Recovered deletes come first, with the revision just after the
-// snapshot's. Make one with newChangeFeed, at registration, so that deletes
-// before the first start are not missed; one goroutine uses it at a time.
+// snapshot's. By the time one is read its key may be back in the table:
+// the object put back is then newer than the delete (see recovered).
+//
+// Make one with newChangeFeed, at registration, so that deletes before the
+// first start are not missed; one goroutine uses it at a time.
 type changeFeed[Obj any] struct {
 	db    *statedb.DB
 	table statedb.Table[Obj]
@@ -118,6 +121,13 @@ func (f *changeFeed[Obj]) next(txn statedb.ReadTxn) (iter.Seq2[statedb.Change[Ob
 		// table's last change.
 		f.read = max(f.read, f.opened)
 	}, watch
+}
+
+// recovered reports whether change, handed out by next beside rev, is a
+// delete recovered when the feed opened. Its key may have been put back
+// since: the iterator hands out the object put back after it.
+func recovered[Obj any](change statedb.Change[Obj], rev statedb.Revision) bool {
+	return change.Deleted && rev < change.Revision
 }
 
 // position returns the revision up to which every change was handed out.

@@ -76,11 +76,13 @@ func (r *chaosRun) step() {
 	case p < 56: // revert, re-insert the object as it is, or put it back after a delete
 		r.keyMove(r.key(), 2+r.rng.IntN(3))
 	case p < 64:
-		switch r.rng.IntN(3) {
+		switch r.rng.IntN(4) {
 		case 0:
 			r.writeBackAfterPrune()
 		case 1:
 			r.putBackOverAHeldDelete()
+		case 2:
+			r.putBackAfterARestart()
 		default:
 			r.scenario()
 		}
@@ -873,5 +875,74 @@ func (r *chaosRun) putBackOverAHeldDelete() {
 	r.logf("%swait for @%d: reached @%d, retry low @%d, err=%v", rec.label(), rev, reached, low, err)
 	if err == nil && reached >= rev && low == 0 {
 		r.checkDoneApplied(i, rev)
+	}
+}
+
+// putBackAfterARestart writes a few keys (the first sometimes held in
+// flight over the stop, or failing once), stops the hive while their work
+// is queued, in flight or waiting for a retry, deletes them while it is
+// stopped, starts it again with the reconcilers paused, puts each key back
+// as it was before its delete (statuses included) and resumes. Deletes
+// made while the hive is stopped are found when it starts; the work
+// carried over the stop may apply an object put back before such a delete
+// is read, which must not undo it.
+func (r *chaosRun) putBackAfterARestart() {
+	if r.restarts >= chaosMaxRestarts {
+		r.logf("(no restart: limit reached)")
+		return
+	}
+	r.restarts++
+	keys := []string{r.key()}
+	for n := r.rng.IntN(3); n > 0; n-- {
+		if k := r.key(); !slices.Contains(keys, k) {
+			keys = append(keys, k)
+		}
+	}
+	c := r.recs[r.rng.IntN(len(r.recs))].target
+	var h *chaosHold
+	switch r.rng.IntN(3) {
+	case 0:
+		h = c.hold(keys[0])
+		defer c.release(h)
+	case 1:
+		c.mu.Lock()
+		c.failNext[keys[0]] = 1
+		c.mu.Unlock()
+	}
+	for _, k := range keys {
+		v := r.value()
+		rev := r.write(chaosChange{key: k, value: v})
+		r.logf("@%d set %s=%s, to be deleted while the hive is stopped and put back after it starts", rev, k, v)
+	}
+	if h != nil && r.waitStarted(h, 20*time.Millisecond) {
+		r.logf("%s: operation held over the stop", keys[0])
+	} else if n := r.rng.IntN(3); n > 0 {
+		r.waitCalls(c, n, 10*time.Millisecond)
+	}
+	r.stopInPlace()
+	taken := map[string]*item{}
+	for _, k := range keys {
+		if obj, _, found := r.gen.table.Get(r.gen.db.ReadTxn(), itemID.Query(k)); found {
+			taken[k] = obj
+			rev := r.write(chaosChange{key: k})
+			r.logf("@%d delete %s=%s (%s)", rev, k, obj.Value, r.statuses(obj))
+		}
+	}
+	for n := r.rng.IntN(4); n > 0; n-- {
+		r.keyMove(r.key(), 0) // more deletes to find at the start
+	}
+	wasPaused := r.gen.paused
+	if !wasPaused {
+		r.setPaused(true)
+	}
+	r.startInPlace()
+	for _, k := range keys {
+		if obj := taken[k]; obj != nil {
+			rev := r.write(chaosChange{key: k, obj: obj})
+			r.logf("@%d put %s=%s back as it was before its delete (%s)", rev, k, obj.Value, r.statuses(obj))
+		}
+	}
+	if !wasPaused {
+		r.setPaused(false)
 	}
 }

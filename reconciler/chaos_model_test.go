@@ -919,6 +919,15 @@ func (r *chaosRun) stopGen() {
 // and starts the same hive again: same table, same reconcilers, whose jobs
 // run again.
 func (r *chaosRun) restartInPlace() {
+	r.stopInPlace()
+	for n := r.rng.IntN(5); n > 0; n-- {
+		r.keyMove(r.key(), r.rng.IntN(5))
+	}
+	r.startInPlace()
+}
+
+// stopInPlace stops the hive, for startInPlace to start it again.
+func (r *chaosRun) stopInPlace() {
 	g := r.gen
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -956,9 +965,13 @@ func (r *chaosRun) restartInPlace() {
 		}
 	}
 	r.logf("hive stopped")
-	for n := r.rng.IntN(5); n > 0; n-- {
-		r.keyMove(r.key(), r.rng.IntN(5))
-	}
+}
+
+// startInPlace starts the hive stopInPlace stopped.
+func (r *chaosRun) startInPlace() {
+	g := r.gen
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
 	for _, ops := range g.ops {
 		ops.c.mu.Lock()
 		ops.stopped = false

@@ -47,7 +47,7 @@ func (r *reconciler[Obj]) collect(txn statedb.ReadTxn, now time.Time, room int) 
 	if budget := left - reserve; budget > 0 {
 		var seq iter.Seq2[statedb.Change[Obj], statedb.Revision]
 		seq, r.watch = r.changes.next(txn)
-		r.collectChanges(seq, budget, now)
+		r.collectChanges(txn, seq, budget, now)
 		r.lastRev = max(r.lastRev, r.changes.position())
 		r.lifecycles.readUpTo(r.lastRev, r.table.Revision(txn))
 	} else {
@@ -77,11 +77,11 @@ func (r *reconciler[Obj]) start(s *keyState[Obj]) {
 // a change read now may stand for writes back to the first revision not
 // read before: that is the revision that asks for its work (task.asked),
 // which progress waits for.
-func (r *reconciler[Obj]) collectChanges(changes iter.Seq2[statedb.Change[Obj], statedb.Revision], budget int, now time.Time) {
+func (r *reconciler[Obj]) collectChanges(txn statedb.ReadTxn, changes iter.Seq2[statedb.Change[Obj], statedb.Revision], budget int, now time.Time) {
 	added, from := 0, r.lastRev+1
 	for change, rev := range changes {
 		r.lastRev = rev
-		if r.collectChange(change, rev, min(from, change.Revision), now) {
+		if r.collectChange(txn, change, rev, min(from, change.Revision), now) {
 			if added++; added >= budget {
 				break
 			}
@@ -89,14 +89,22 @@ func (r *reconciler[Obj]) collectChanges(changes iter.Seq2[statedb.Change[Obj], 
 	}
 }
 
-// collectChange acts on one change, asked for by the writes from revision
-// asked on, and reports whether it added an op.
-func (r *reconciler[Obj]) collectChange(change statedb.Change[Obj], rev, asked statedb.Revision, now time.Time) bool {
+// collectChange acts on one change, read as of txn and asked for by the
+// writes from revision asked on, and reports whether it added an op.
+func (r *reconciler[Obj]) collectChange(txn statedb.ReadTxn, change statedb.Change[Obj], rev, asked statedb.Revision, now time.Time) bool {
 	lc := r.lifecycles
 	t := task[Obj]{obj: change.Object, rev: change.Revision, asked: asked, delete: change.Deleted, since: now, ready: now.UnixNano()}
 	if change.Deleted {
 		if key, ok := r.primary.ObjectToKey(change.Object); ok {
 			lc.sawDelete(key)
+		}
+		if recovered(change, rev) {
+			if _, _, found := r.lookup(txn, change.Object); found {
+				// Put back since: the object put back is newer, and is
+				// applied with its own change, or was already as queued
+				// work or a retry. The delete after it would undo it.
+				return false
+			}
 		}
 	} else if st := r.getStatus(change.Object); !st.IsPendingOrRefreshing() {
 		switch {

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -650,7 +651,10 @@ func TestPutBackRandomized(t *testing.T) {
 		for _, v := range variants {
 			t.Run(fmt.Sprintf("%v,round=%d", v, round), func(t *testing.T) {
 				seed := uint64(time.Now().UnixNano())
-				t.Logf("seed %d", seed)
+				if os.Getenv("CONVERGE_PUTBACK_SEED") != "" {
+					seed = envInt(t, "CONVERGE_PUTBACK_SEED", 0)
+				}
+				t.Logf("seed %d (replay: CONVERGE_PUTBACK_SEED=%d)", seed, seed)
 				rnd := rand.New(rand.NewPCG(seed, 30))
 				var (
 					on  atomic.Bool
@@ -683,7 +687,9 @@ func TestPutBackRandomized(t *testing.T) {
 				removed := map[string]*item{}
 				paused := false
 				var history []string
-				step := func(format string, args ...any) { history = append(history, fmt.Sprintf(format, args...)) }
+				step := func(format string, args ...any) {
+					history = append(history, fmt.Sprintf(format, args...)+fmt.Sprintf("@%d", f.table.Revision(f.db.ReadTxn())))
+				}
 				quiet := func() {
 					on.Store(false)
 					if !f.up {
