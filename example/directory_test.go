@@ -485,3 +485,36 @@ func TestParentReplacedBySymlinkIsNotFollowed(t *testing.T) {
 	require.Equal(t, "after the grandparent moved", string(data))
 	require.Equal(t, []string{"hello.txt", "secret.conf", "x", "y"}, dirNames(t, moved))
 }
+
+// A directory made at the name of one the example claimed before, after a
+// claim that failed once it had taken the lock, is claimed anew with a new
+// token. That failed claim releases the directory claimed before, whose
+// inode number the file system may then give to the next directory (ext4
+// gives freed numbers out again): the example tells directories apart by
+// file handle, as it does files. (The test cannot make the number be
+// reused; it logs whether it was.)
+func TestADirectoryMadeAfterAFailedClaimGetsANewToken(t *testing.T) {
+	a := startApp(t, testConfig(), nil)
+	a.waitReconciled()
+	before, err := os.Stat(a.dir)
+	require.NoError(t, err)
+
+	// A directory with a damaged journal in its place: claiming it takes
+	// the lock, then fails.
+	require.NoError(t, os.RemoveAll(a.dir))
+	require.NoError(t, os.MkdirAll(filepath.Join(a.dir, stateDir), 0o700))
+	require.NoError(t, os.Chmod(a.dir, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(a.dir, journalPath), []byte("damaged\n"), 0o600))
+	require.Equal(t, http.StatusCreated, a.put("x", "content"))
+	a.waitFile("x", "an error about the journal", func(f *File, found bool) bool {
+		return found && f.Status.Kind == status.KindError && strings.Contains(f.Status.Error, "journal")
+	})
+
+	require.NoError(t, os.RemoveAll(a.dir)) // the retry makes a new one
+	a.waitKind("x", status.KindDone)
+	made, err := os.Stat(a.dir)
+	require.NoError(t, err)
+	t.Logf("the new directory has the first one's inode number: %v", os.SameFile(before, made))
+	a.waitNewToken()
+	require.Equal(t, "content", a.readFile("x"))
+}

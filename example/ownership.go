@@ -65,8 +65,8 @@ type ownedDir struct {
 	held     *dirLock // the lock on the directory claimed last, nil if none
 	started  bool     // after the start, errors do not show the path
 	previous map[string]bool
-	lastErr  string      // of keepPrivate, logged once
-	lastDir  fs.FileInfo // the directory claimed last, to tell one claimed anew
+	lastErr  string // of keepPrivate, logged once
+	lastDir  fileID // the directory claimed last, to tell one claimed anew
 	// tokenFile is the token file as the example last wrote it: a change
 	// of it since (see changeTime) was made by someone else.
 	tokenFile fs.FileInfo
@@ -547,10 +547,16 @@ func (d *ownedDir) claimOpened(root *os.Root, info fs.FileInfo) (*claimed, error
 	c := &claimed{root: root, info: opened, journal: j}
 	c.dir.sync = func() error { return syncDir(root, ".") }
 	err = c.openDirs()
+	var id fileID
+	if err == nil {
+		// By file handle where there is one: a directory claimed before
+		// and then removed frees its inode number for the next one.
+		id = idOfFile(c.dirFile, opened)
+	}
 	switch {
 	case err == nil && exposed:
 		err = d.renewToken(root, tokenExposed)
-	case err == nil && d.started && (d.lastDir == nil || !os.SameFile(d.lastDir, opened)):
+	case err == nil && d.started && !sameFile(d.lastDir, id):
 		// The token in the directory claimed before, wherever it now
 		// is, is not watched any more: it must not work.
 		err = d.renewToken(root, tokenNewDir)
@@ -579,7 +585,7 @@ func (d *ownedDir) claimOpened(root *os.Root, info fs.FileInfo) (*claimed, error
 				"move back those that are yours, and remove the others", "directory", filepath.Join(d.path, stateDir), "names", abbreviate(aside, 5))
 		}
 	}
-	d.lastDir = opened
+	d.lastDir = id
 	return c, nil
 }
 
