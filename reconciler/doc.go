@@ -71,8 +71,10 @@
 //
 // Deletes the reconciler did not read because the hive stopped first, or
 // that were made while it was stopped, are read at the next start, before
-// the object put back. What it remembers lives as long as the reconciler,
-// across stops and starts.
+// the object put back; one whose key is back in the table when it is read
+// is not applied (the object put back is newer, and is), but is
+// remembered as any delete read. What it remembers lives as long as the
+// reconciler, across stops and starts.
 //
 // Otherwise the status is believed, as in the StateDB reconciler: past the
 // keys remembered, or for a Done written back over a newer version that was
