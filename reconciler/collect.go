@@ -137,7 +137,9 @@ func (r *reconciler[Obj]) collectChange(txn statedb.ReadTxn, change statedb.Chan
 			return false
 		}
 	}
-	if r.opts.concurrency == 1 && !lc.tracked() {
+	// A recovered delete is tracked: the iterator may hand out a later
+	// change of its key in the same read, which must wait behind it.
+	if r.opts.concurrency == 1 && !lc.tracked() && !recovered(change, rev) {
 		r.work = append(r.work, op[Obj]{task: t}) // untracked: see keyState
 		return true
 	}

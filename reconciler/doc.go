@@ -73,8 +73,13 @@
 // that were made while it was stopped, are read at the next start, before
 // the object put back; one whose key is back in the table when it is read
 // is not applied (the object put back is newer, and is), but is
-// remembered as any delete read. What it remembers lives as long as the
-// reconciler, across stops and starts.
+// remembered as any delete read. A delete made while the hive is stopped
+// (or before its first start) of an object put back before the start is
+// not seen at all: no change iterator is open then, and the table shows
+// the object as written again. The target was not changed either, so its
+// status is believed as for any object written again; write it back
+// Pending to have it applied. What the reconciler remembers lives as long
+// as the reconciler, across stops and starts.
 //
 // Otherwise the status is believed, as in the StateDB reconciler: past the
 // keys remembered, or for a Done written back over a newer version that was

@@ -76,7 +76,9 @@ import (
 // With one worker, the loop skips the keyState of a fresh change when no
 // key has one (the common case): the change is applied and committed in the
 // same round, so there is nothing to remember unless it fails or the round
-// is cut short, and then settle or requeue create it (see track).
+// is cut short, and then settle or requeue create it (see track). A delete
+// recovered at the start is not skipped: a later change of its key may be
+// read in the same round.
 type keyState[Obj any] struct {
 	key   string
 	phase phase

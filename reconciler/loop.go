@@ -105,6 +105,7 @@ func (l *loop[Obj]) stopped() {
 	r := l.r
 	l.retry.stop()
 	l.prune.stop()
+	r.pruneOwed = l.prune.owed() // asked again at the next start
 	r.gate.setStopping(true)
 	left := l.exec.stop() // waits for the operations under way to return
 	r.commit(cutShort(left, true), r.now())

@@ -51,8 +51,16 @@ func newPruneSchedule[Obj any](r *reconciler[Obj]) pruneSchedule {
 		s.ticker = time.NewTicker(r.opts.pruneInterval)
 		s.requested = true // the first prune comes once the table is initialized
 	}
+	if r.pruneOwed {
+		s.requested = true // asked for, or failed, before the last stop
+	}
 	return s
 }
+
+// owed reports whether a prune was asked for and not run, or the last one
+// failed (a stop cuts one short with a failure): the next run of the loop
+// asks for one at once.
+func (s *pruneSchedule) owed() bool { return s.requested || s.lastErr != nil }
 
 // initialized returns a channel closed once the table is initialized, or
 // nil once the loop has been told with setInitialized.

@@ -59,6 +59,7 @@ type reconciler[Obj any] struct {
 	lastRev    statedb.Revision   // last change read
 	backlog    statedb.Revision   // the table's revision when the job first ran: what is deferred
 	started    bool               // whether the job has run
+	pruneOwed  bool               // a prune asked for, or failed, was not done when the job last stopped
 
 	// The state of one run of the reconcile job, reset when it starts.
 	own   ownWrites       // revisions of the statuses commits wrote
