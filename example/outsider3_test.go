@@ -31,17 +31,9 @@ import (
 // connection, within waitFor.
 func tokenRefused(t *testing.T, base, token string) bool {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/health", nil)
+	code, err := healthWithToken(t, base, token)
 	require.NoError(t, err)
-	req.Header.Set("Authorization", "Bearer "+token)
-	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
-	resp, err := client.Do(req)
-	require.NoError(t, err)
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	return resp.StatusCode == http.StatusUnauthorized
+	return code == http.StatusUnauthorized
 }
 
 // docs/example.md: the token is "replaced if other users could read it".
