@@ -134,12 +134,9 @@ type lifecycles[Obj any] struct {
 
 	seq uint64 // insertion order of the heap
 
-	// The lowest revision and earliest since in the heap, valid while
-	// the flag is set: rescanned only after the holder left.
-	heapLow      statedb.Revision
-	heapOldest   time.Time
-	heapLowOK    bool
-	heapOldestOK bool
+	// The revisions asked and the times since of the waiting keyStates,
+	// for the lowest and earliest of them (see waitingEntry).
+	lows, sinces minHeap[waitingEntry[Obj]]
 	retrying     int    // keyStates with a failed attempt: waiting, or queued or running again
 	parked       int    // running keyStates with a successor
 	version      uint64 // changes whenever the failing keys or their errors do
@@ -613,26 +610,33 @@ func (lc *lifecycles[Obj]) wait(s *keyState[Obj], due int64) {
 	s.phase, s.due = phaseWaiting, due
 	lc.seq++
 	lc.heap.push(s, lc.seq)
-	if len(lc.heap) == 1 {
-		lc.heapLow, lc.heapOldest, lc.heapLowOK, lc.heapOldestOK = s.task.asked, s.task.since, true, true
-	}
-	if lc.heapLowOK && s.task.asked < lc.heapLow {
-		lc.heapLow = s.task.asked
-	}
-	if lc.heapOldestOK && s.task.since.Before(lc.heapOldest) {
-		lc.heapOldest = s.task.since
+	e := waitingEntry[Obj]{s, lc.seq}
+	lc.lows.push(int64(min(s.task.asked, math.MaxInt64)), e)
+	lc.lows.compact(len(lc.heap), lc.stillWaiting)
+	if !s.task.since.IsZero() {
+		lc.sinces.push(s.task.since.UnixNano(), e)
+		lc.sinces.compact(len(lc.heap), lc.stillWaiting)
 	}
 	lc.changed(s)
+}
+
+// waitingEntry names one wait of a keyState: it holds while s is in the
+// retry heap from that wait (seq), and not after s leaves it, even if s
+// waits again.
+type waitingEntry[Obj any] struct {
+	s   *keyState[Obj]
+	seq uint64
+}
+
+func (lc *lifecycles[Obj]) stillWaiting(e waitingEntry[Obj]) bool {
+	return e.s.pos >= 0 && lc.heap[e.s.pos].seq == e.seq
 }
 
 func (lc *lifecycles[Obj]) unwait(s *keyState[Obj]) {
 	if s.pos >= 0 {
 		lc.heap.remove(s.pos)
-		if s.task.asked == lc.heapLow {
-			lc.heapLowOK = false
-		}
-		if s.task.since.Equal(lc.heapOldest) {
-			lc.heapOldestOK = false
+		if len(lc.heap) == 0 {
+			lc.lows, lc.sinces = nil, nil // all stale
 		}
 	}
 	lc.changed(s)
@@ -697,15 +701,8 @@ func (lc *lifecycles[Obj]) oldestSince() time.Time {
 			oldest = earliest(oldest, s.next.since)
 		}
 	}
-	if !lc.heapOldestOK && len(lc.heap) > 0 {
-		lc.heapOldest = lc.heap[0].s.task.since
-		for _, e := range lc.heap {
-			lc.heapOldest = earliest(lc.heapOldest, e.s.task.since)
-		}
-		lc.heapOldestOK = true
-	}
-	if len(lc.heap) > 0 {
-		oldest = earliest(oldest, lc.heapOldest)
+	if e, ok := lc.sinces.min(lc.stillWaiting); ok {
+		oldest = earliest(oldest, e.s.task.since)
 	}
 	return oldest
 }
@@ -721,16 +718,9 @@ func earliest(a, b time.Time) time.Time {
 // retryLowWatermark returns the lowest revision of a failing object,
 // waiting or being attempted again, or 0.
 func (lc *lifecycles[Obj]) retryLowWatermark() statedb.Revision {
-	if !lc.heapLowOK && len(lc.heap) > 0 {
-		lc.heapLow = math.MaxUint64
-		for _, e := range lc.heap {
-			lc.heapLow = min(lc.heapLow, e.s.task.asked)
-		}
-		lc.heapLowOK = true
-	}
 	var low statedb.Revision
-	if len(lc.heap) > 0 {
-		low = lc.heapLow
+	if e, ok := lc.lows.min(lc.stillWaiting); ok {
+		low = e.s.task.asked
 	}
 	for _, s := range lc.active {
 		if s.attempts > 0 && (low == 0 || s.task.asked < low) {

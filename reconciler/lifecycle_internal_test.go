@@ -57,7 +57,7 @@ func TestBackoffAndDueTimesSaturate(t *testing.T) {
 }
 
 func testTask(rev uint64, id uint64) task[int] {
-	return task[int]{obj: int(rev), rev: rev, statusID: id, since: time.Unix(int64(rev), 0)}
+	return task[int]{obj: int(rev), rev: rev, asked: rev, statusID: id, since: time.Unix(int64(rev), 0)}
 }
 
 // The successor rules of keyState (invariants 11 and 13): a change back to
@@ -138,6 +138,24 @@ func TestLifecycleMatchesAModel(t *testing.T) {
 			require.Equal(t, i, s.active)
 		}
 		_ = queued
+		// The lowest revision and earliest time of those failing, as a
+		// scan finds them.
+		var low uint64
+		var oldest time.Time
+		for _, s := range lc.byKey {
+			if s.attempts > 0 && (low == 0 || s.task.asked < low) {
+				low = s.task.asked
+			}
+			if s.phase == phaseWaiting || s.active >= 0 {
+				oldest = earliest(oldest, s.task.since)
+			}
+			if s.hasNext {
+				oldest = earliest(oldest, s.next.since)
+			}
+		}
+		require.Equal(t, low, lc.retryLowWatermark())
+		require.Equal(t, oldest, lc.oldestSince())
+		require.LessOrEqual(t, len(lc.lows), 2*len(lc.heap)+64)
 	}
 	running := map[string]*keyState[int]{}
 	for step := range 20000 {
@@ -147,7 +165,7 @@ func TestLifecycleMatchesAModel(t *testing.T) {
 		case 0, 1:
 			j := testTask(rev, uint64(rng.IntN(3)+1))
 			if rng.IntN(4) == 0 {
-				j = task[int]{rev: rev, delete: true}
+				j = task[int]{rev: rev, asked: rev, delete: true}
 			}
 			if s := lc.observe(key, j); s != nil {
 				lc.start(s)
