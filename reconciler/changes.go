@@ -197,6 +197,9 @@ func (q *deferredQueue[Obj]) pop() deferred[Obj] {
 	q.ring[q.head] = deferred[Obj]{}
 	q.head = (q.head + 1) % len(q.ring)
 	q.size--
+	if q.size == 0 && len(q.ring) > shrinkAbove {
+		q.ring, q.head = nil, 0 // a backlog drained: give its memory back
+	}
 	return d
 }
 

@@ -132,7 +132,8 @@ type lifecycles[Obj any] struct {
 	active []*keyState[Obj] // queued and running, for progress and reports
 	heap   retryHeap[Obj]   // the waiting phase, by due time
 
-	seq uint64 // insertion order of the heap
+	seq  uint64 // insertion order of the heap
+	peak int    // the most keys byKey held since it was last made anew
 
 	// The revisions asked and the times since of the waiting keyStates,
 	// for the lowest and earliest of them (see waitingEntry).
@@ -272,6 +273,7 @@ func (lc *lifecycles[Obj]) adopt(key string, t task[Obj], errID uint64, err erro
 	if !ok {
 		s = &keyState[Obj]{key: key, pos: -1, active: -1}
 		lc.byKey[key] = s
+		lc.peak = max(lc.peak, len(lc.byKey))
 	} else if s.phase == phaseWaiting {
 		lc.unwait(s)
 	} else {
@@ -362,7 +364,21 @@ func (lc *lifecycles[Obj]) forget(s *keyState[Obj]) {
 	}
 	s.phase = 0
 	delete(lc.byKey, s.key)
+	if lc.peak > shrinkAbove && len(lc.byKey) < lc.peak/4 {
+		// A map never shrinks: copy what is left to give back the memory
+		// a burst of failures took, at a cost amortised over its deletes.
+		// (maps.Clone would keep the size.)
+		m := make(map[string]*keyState[Obj], len(lc.byKey))
+		for k, v := range lc.byKey {
+			m[k] = v
+		}
+		lc.byKey, lc.peak = m, len(m)
+	}
 }
+
+// shrinkAbove is the size above which a map or slice of keys emptied is
+// made anew, so that a burst leaves no memory held at rest.
+const shrinkAbove = 1024
 
 // settle ends the running phase of s once the outcome of its task is
 // committed. settled says the outcome needs no retry (success, or a
@@ -459,6 +475,7 @@ func (lc *lifecycles[Obj]) track(key string, t task[Obj]) *keyState[Obj] {
 	if !ok {
 		s = &keyState[Obj]{key: key, pos: -1, active: -1}
 		lc.byKey[key] = s
+		lc.peak = max(lc.peak, len(lc.byKey))
 	} else if s.phase == phaseWaiting {
 		lc.unwait(s)
 	} else {
@@ -583,6 +600,7 @@ func (lc *lifecycles[Obj]) markPruned(s *keyState[Obj]) { s.pruned = true }
 func (lc *lifecycles[Obj]) add(key string, t task[Obj]) *keyState[Obj] {
 	s := &keyState[Obj]{key: key, task: t, phase: phaseQueued, pos: -1, active: -1}
 	lc.byKey[key] = s
+	lc.peak = max(lc.peak, len(lc.byKey))
 	lc.activate(s)
 	return s
 }
@@ -637,6 +655,9 @@ func (lc *lifecycles[Obj]) unwait(s *keyState[Obj]) {
 		lc.heap.remove(s.pos)
 		if len(lc.heap) == 0 {
 			lc.lows, lc.sinces = nil, nil // all stale
+			if cap(lc.heap) > shrinkAbove {
+				lc.heap = nil
+			}
 		}
 	}
 	lc.changed(s)
@@ -685,7 +706,13 @@ func (lc *lifecycles[Obj]) takeOutdated() map[string]*keyState[Obj] {
 	d := lc.outdated
 	if len(d) > 0 {
 		lc.outdated, lc.spare = lc.spare, d
-		clear(lc.outdated)
+	}
+	if len(lc.outdated) > shrinkAbove {
+		lc.outdated = map[string]*keyState[Obj]{}
+	}
+	clear(lc.outdated)
+	if len(d) == 0 && len(lc.spare) > shrinkAbove {
+		lc.spare = map[string]*keyState[Obj]{} // no longer used by the caller
 	}
 	return d
 }

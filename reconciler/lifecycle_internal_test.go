@@ -246,3 +246,24 @@ func TestStaleAfterDelete(t *testing.T) {
 	assert.False(t, lc.stale([]byte("k0"), before.ID()), "two generations back are dropped")
 	assert.LessOrEqual(t, len(lc.superseded.cur)+len(lc.superseded.old), 2*supersededGeneration)
 }
+
+// Once a burst of failures has settled, the lifecycles hold no storage
+// sized for it: the heaps are freed and the maps made anew.
+func TestABurstOfFailuresLeavesNoMemoryHeld(t *testing.T) {
+	lc := newLifecycles[*benchObj]()
+	lc.trackOutdated()
+	benchWaiting(lc, 20*shrinkAbove)
+	lc.takeOutdated()
+	end := time.Unix(3_000_000, 0)
+	for s, ok := lc.popDue(end.UnixNano()); ok; s, ok = lc.popDue(end.UnixNano()) {
+		lc.start(s)
+		lc.settle(s, nil, true, true, 0, 0, end)
+	}
+	require.Equal(t, 20*shrinkAbove, len(lc.takeOutdated()), "rows to remove")
+	require.Equal(t, 0, len(lc.takeOutdated()))
+	assert.Nil(t, lc.heap)
+	assert.Nil(t, lc.lows)
+	assert.Nil(t, lc.sinces)
+	assert.LessOrEqual(t, lc.peak, shrinkAbove, "byKey made anew")
+	assert.Equal(t, 0, len(lc.spare), "the map the last call returned is dropped")
+}
