@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -308,17 +307,27 @@ func (f *fixture) countKind(txn statedb.ReadTxn, kind status.Kind) (n int) {
 // waitTable waits, on the table's watch channel, until cond holds.
 func (f *fixture) waitTable(what string, cond func(statedb.ReadTxn) bool) {
 	f.t.Helper()
-	deadline := time.After(timeout)
-	for {
+	waitUntil(f.t, what, func() (bool, <-chan struct{}) {
 		txn := f.db.ReadTxn()
 		_, watch := f.table.AllWatch(txn)
-		if cond(txn) {
+		return cond(txn), watch
+	})
+}
+
+// waitUntil waits until check reports done, checking again whenever the
+// channel it returned with is closed, and fails the test at the timeout.
+func waitUntil(t testing.TB, what string, check func() (done bool, changed <-chan struct{})) {
+	t.Helper()
+	deadline := time.After(timeout)
+	for {
+		done, changed := check()
+		if done {
 			return
 		}
 		select {
-		case <-watch:
+		case <-changed:
 		case <-deadline:
-			f.t.Fatalf("timed out waiting for %s", what)
+			t.Fatalf("timed out waiting for %s", what)
 		}
 	}
 }
@@ -336,23 +345,18 @@ func (f *fixture) waitApplied(tg reconcilertest.TargetReader, key, value string)
 	assert.Equal(f.t, value, got)
 }
 
-// waitHealth waits until the health of the reconcile job (or of scope, if
-// given) satisfies ok. SimpleHealth offers nothing to wait on, so it is
-// checked until a deadline.
+// waitHealth waits until the health of the reconcile job (or of scope)
+// satisfies ok. SimpleHealth offers nothing to wait on: it is polled.
 func (f *fixture) waitHealth(ok func(level cell.Level, message string) bool, scope ...string) {
 	f.t.Helper()
 	name := "job-reconcile"
 	if len(scope) > 0 {
 		name = scope[0]
 	}
-	var (
-		mu   sync.Mutex
-		last = "no such scope"
-	)
-	if !assert.Eventually(f.t, func() bool {
+	require.EventuallyWithT(f.t, func(c *assert.CollectT) {
 		child := f.health.GetChild(name)
-		if child == nil {
-			return false
+		if !assert.NotNil(c, child, "no health scope %s", name) {
+			return
 		}
 		child.Lock()
 		level, msg := child.Level, child.Status
@@ -360,15 +364,8 @@ func (f *fixture) waitHealth(ok func(level cell.Level, message string) bool, sco
 			msg += ": " + child.Error.Error()
 		}
 		child.Unlock()
-		mu.Lock()
-		last = string(level) + " " + msg
-		mu.Unlock()
-		return ok(level, msg)
-	}, timeout, time.Millisecond) {
-		mu.Lock()
-		defer mu.Unlock()
-		f.t.Fatalf("health of %s never matched; last: %s", name, last)
-	}
+		assert.True(c, ok(level, msg), "health of %s: %s %s", name, level, msg)
+	}, timeout, time.Millisecond)
 }
 
 // waitInfo waits until the reconcilers row of the fixture's reconciler

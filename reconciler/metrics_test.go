@@ -294,22 +294,15 @@ func (w *roundWatcher) Round(_ cell.FullModuleID, _ string, s metrics.RoundStats
 
 // waitRound waits until the last round's figures satisfy ok, and returns
 // them.
-func (w *roundWatcher) waitRound(t *testing.T, what string, ok func(metrics.RoundStats) bool) metrics.RoundStats {
+func (w *roundWatcher) waitRound(t *testing.T, what string, ok func(metrics.RoundStats) bool) (s metrics.RoundStats) {
 	t.Helper()
-	deadline := time.After(20 * time.Second)
-	for {
+	waitUntil(t, "a round "+what, func() (bool, <-chan struct{}) {
 		w.mu.Lock()
-		s, changed := w.last, w.changed
-		w.mu.Unlock()
-		if ok(s) {
-			return s
-		}
-		select {
-		case <-changed:
-		case <-deadline:
-			t.Fatalf("no round %s (last: %+v)", what, s)
-		}
-	}
+		defer w.mu.Unlock()
+		s = w.last
+		return ok(s), w.changed
+	})
+	return s
 }
 
 // Versions written while an operation on their object is in flight (a

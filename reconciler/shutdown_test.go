@@ -129,18 +129,11 @@ func callID(c reconcilertest.Call) string { return fmt.Sprint(c.Op, c.Key, c.Rev
 // in flight.
 func waitBlocked(t *testing.T, fo *reconcilertest.FaultyOps[*item], n int, prune bool) {
 	t.Helper()
-	deadline := time.After(timeout)
-	for {
+	waitUntil(t, fmt.Sprintf("%d operations (prune: %v) blocked", n, prune), func() (bool, <-chan struct{}) {
 		inFlight, changed := fo.InFlightWatch()
-		if got, pruning := blocked(inFlight); got >= n && (pruning || !prune) {
-			return
-		}
-		select {
-		case <-changed:
-		case <-deadline:
-			t.Fatalf("fewer than %d operations (prune: %v) blocked: %v", n, prune, inFlight)
-		}
-	}
+		got, pruning := blocked(inFlight)
+		return got >= n && (pruning || !prune), changed
+	})
 }
 
 // waitCount waits until exactly n objects have a status of kind.
