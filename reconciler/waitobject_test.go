@@ -72,45 +72,58 @@ func (c blockSignal) Done() <-chan struct{} {
 	return c.Context.Done()
 }
 
+// waitBlocked starts WaitForObject for id and returns once it has looked
+// and blocked, with its cancel and a channel of its result.
+func (f *fixture) waitBlocked(id string) (context.CancelFunc, <-chan waitResult) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	f.t.Cleanup(cancel)
+	sig := blockSignal{ctx, make(chan struct{}, 1)}
+	done := make(chan waitResult, 1)
+	go func() {
+		obj, err := reconciler.WaitForObject(sig, f.db, f.table, itemID.Query(id), (*item).getStatus)
+		done <- waitResult{obj, err}
+	}()
+	recv(f.t, sig.blocked, "the waiter to look and block")
+	return cancel, done
+}
+
+type waitResult struct {
+	obj *item
+	err error
+}
+
 // An absent object is waited for (other objects do not end the wait) and
 // returned once inserted; a wait that ends first says no object matched,
-// not ErrObjectDeleted; FailIfAbsent returns ErrObjectNotFound. A context
-// ended already still gets one look.
+// not ErrObjectDeleted; FailIfAbsent returns ErrObjectNotFound. An object
+// seen and then deleted returns ErrObjectDeleted with the object as last
+// seen. A context ended already still gets one look.
 func TestWaitForObjectAbsent(t *testing.T) {
 	f := startFixture(t, newTarget(), nil)
-	for _, id := range []string{"late", "never"} {
-		ctx, cancel := context.WithTimeout(context.Background(), timeout)
-		defer cancel()
-		sig := blockSignal{ctx, make(chan struct{}, 1)}
-		type result struct {
-			obj *item
-			err error
-		}
-		done := make(chan result, 1)
-		go func() {
-			obj, err := reconciler.WaitForObject(sig, f.db, f.table, itemID.Query(id), (*item).getStatus)
-			done <- result{obj, err}
-		}()
-		recv(t, sig.blocked, "the waiter to look and block")
-		f.upsert(&item{ID: "other"})
-		f.waitKind("other", status.KindDone)
-		if id == "late" {
-			f.upsert(&item{ID: "late"})
-			r := recv(t, done, "the wait for late")
-			require.NoError(t, r.err)
-			require.Equal(t, status.KindDone, r.obj.Status.Kind)
-			continue
-		}
-		cancel()
-		r := recv(t, done, "the wait for never")
-		require.ErrorIs(t, r.err, context.Canceled)
-		require.ErrorContains(t, r.err, "no object matched")
-		require.NotErrorIs(t, r.err, reconciler.ErrObjectDeleted)
-		require.Nil(t, r.obj)
-	}
+	_, late := f.waitBlocked("late")
+	cancelNever, never := f.waitBlocked("never")
+	f.upsert(&item{ID: "other"})
+	f.waitKind("other", status.KindDone)
+	f.upsert(&item{ID: "late"})
+	r := recv(t, late, "the wait for late")
+	require.NoError(t, r.err)
+	require.Equal(t, status.KindDone, r.obj.Status.Kind)
+	cancelNever()
+	r = recv(t, never, "the wait for never")
+	require.ErrorIs(t, r.err, context.Canceled)
+	require.ErrorContains(t, r.err, "no object matched")
+	require.NotErrorIs(t, r.err, reconciler.ErrObjectDeleted)
+	require.Nil(t, r.obj)
+
 	obj, err := f.waitFor("missing", timeout, nil, reconciler.FailIfAbsent())
 	require.ErrorIs(t, err, reconciler.ErrObjectNotFound)
 	require.Nil(t, obj)
+
+	f.insertAs(&item{ID: "gone"}) // Unset: waited for, left alone
+	_, gone := f.waitBlocked("gone")
+	f.remove("gone")
+	r = recv(t, gone, "the wait for gone")
+	require.ErrorIs(t, r.err, reconciler.ErrObjectDeleted)
+	require.Equal(t, "gone", r.obj.ID, "the object as last seen")
 
 	obj, err = f.waitFor("late", 0, nil)
 	require.NoError(t, err)
