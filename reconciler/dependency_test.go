@@ -1,6 +1,8 @@
 package reconciler_test
 
 // WithDependency: objects re-reconciled when what they depend on changes.
+// (Which objects, once each, on a change or a delete, keys not in the
+// table ignored: testdata/dependency.txtar; refusals: TestRegisterRejectsBadInput.)
 
 import (
 	"context"
@@ -46,45 +48,6 @@ func writeDeps(t *testing.T, f *fixture, deps statedb.RWTable[*item], del bool, 
 		require.NoError(t, err)
 	}
 	wtxn.Commit()
-}
-
-// WithDependency re-reconciles exactly the objects the mapper returns, on
-// a change or a delete in the dependency table, ignoring keys that do not
-// exist; it refuses the reconciled table itself, and a nil table.
-func TestDependencyReconcilesWhatTheMapperReturns(t *testing.T) {
-	tg := newTarget()
-	var deps statedb.RWTable[*item]
-	mapper := func(d *item, _ bool) []statedb.Query[*item] {
-		var qs []statedb.Query[*item]
-		for _, id := range strings.Split(d.Value, ",") {
-			qs = append(qs, itemID.Query(id))
-		}
-		return qs
-	}
-	f := startFixture(t, tg, withDeps(t, &deps, mapper))
-	f.upsert(&item{ID: "a", Value: "1"}, &item{ID: "b", Value: "1"}, &item{ID: "c", Value: "1"})
-	f.waitReconciled()
-	base := len(tg.applied())
-
-	waitApplied := func(n int) []string {
-		var applied []string
-		require.Eventually(t, func() bool { applied = tg.applied(); return len(applied) >= n }, timeout, time.Millisecond)
-		f.waitReconciled()
-		return tg.applied()
-	}
-	writeDeps(t, f, deps, false, &item{ID: "d", Value: "a,c,missing"})
-	applied := waitApplied(base + 2)
-	assert.ElementsMatch(t, []string{"update a=1", "update c=1"}, applied[base:], "the mapped objects, once each")
-	writeDeps(t, f, deps, true, &item{ID: "d"})
-	applied2 := waitApplied(len(applied) + 2)
-	assert.ElementsMatch(t, []string{"update a=1", "update c=1"}, applied2[len(applied):], "a delete triggers too")
-
-	var nilTable statedb.Table[*item]
-	for _, table := range []statedb.Table[*item]{f.table, nilTable} {
-		_, err := reconciler.Register(reconciler.Params{DB: f.db, JobGroup: &fakeGroup{}}, f.table,
-			(*item).clone, (*item).setStatus, (*item).getStatus, tg, nil, reconciler.WithDependency(table, mapper))
-		require.ErrorIs(t, err, reconciler.ErrInvalidConfig)
-	}
 }
 
 // A mapper that panics on one change neither stops the program nor loses

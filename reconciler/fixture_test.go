@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -29,15 +28,14 @@ import (
 // timeout bounds every wait of these tests.
 const timeout = 20 * time.Second
 
-// item is the object of the items table. Status serves a single
-// reconciler; Statuses serves reconcilers named in it.
+// item is the object of the items table: Status for a single reconciler,
+// Statuses for named ones.
 type item struct {
 	ID       string        `json:"id" yaml:"id"`
 	Value    string        `json:"value" yaml:"value"`
 	Status   status.Status `json:"status" yaml:"status"`
 	Statuses status.Set    `json:"statuses" yaml:"statuses"`
-	// NoKey makes the primary index give the object no key, as StateDB
-	// v0.9 lets an indexer do; the table then cannot store it.
+	// NoKey gives the object no primary key (the table cannot store it).
 	NoKey bool `json:"-" yaml:"-"`
 }
 
@@ -88,22 +86,19 @@ type fixture struct {
 	register func() error
 }
 
-// with is what a fixture has besides its operations and the reconciler's
-// options; the zero with (or nil) is a fixture of one reconciler that
-// reads and writes item.Status, registered as the hive is populated.
+// with is what a fixture has besides its operations and options; nil is
+// one reconciler of item.Status, registered as the hive is populated.
 type with struct {
 	batch reconciler.BatchOperations[*item]
-	// setup, if set, runs as the hive is populated, once the items table
-	// exists (f.db, f.table and f.params are set) and before the
-	// reconciler is registered; it returns more options.
+	// setup runs once the items table exists, before Register; it returns
+	// more options.
 	setup     func(f *fixture) []reconciler.Option
 	getStatus func(*item) status.Status
 	setStatus func(*item, status.Status) *item
 	tables    bool         // reconciler.TablesCell in the hive
 	log       *slog.Logger // the hive's logger instead of the test's
 	register  registerAt
-	// registered, if set, runs as the hive is populated, right after a
-	// register inInvoke.
+	// registered runs right after a register inInvoke.
 	registered func(f *fixture)
 	// first and last are cells put before and after all others.
 	first, last []cell.Cell
@@ -118,8 +113,8 @@ const (
 	byTheTest                     // by the test, with f.register
 )
 
-// startFixture starts a hive whose reconciler has ops, what w says and
-// opts. The hive is stopped when the test ends, or earlier with stop.
+// startFixture starts a hive whose reconciler has ops, w and opts; it is
+// stopped when the test ends, or with stop.
 func startFixture(t testing.TB, ops reconciler.Operations[*item], w *with, opts ...reconciler.Option) *fixture {
 	f := newFixture(t, ops, w, opts...)
 	f.start()
@@ -180,15 +175,13 @@ func newFixture(t testing.TB, ops reconciler.Operations[*item], w *with, opts ..
 	return f
 }
 
-// start starts the hive (again), failing the test if Start fails or does
-// not return.
+// start starts the hive (again), failing the test if Start fails.
 func (f *fixture) start() {
 	f.t.Helper()
 	require.NoError(f.t, f.tryStart())
 }
 
-// tryStart starts the hive and returns Start's error; the hive is stopped
-// when the test ends either way.
+// tryStart starts the hive and returns Start's error.
 func (f *fixture) tryStart() error {
 	f.t.Helper()
 	started := make(chan error, 1)
@@ -218,8 +211,7 @@ func (f *fixture) upsert(objs ...*item) statedb.Revision {
 	return f.insertAs(objs...)
 }
 
-// insertAs writes objects as they are, status included: re-inserting an
-// object read earlier keeps its status identity.
+// insertAs writes objects as they are, status (and its identity) included.
 func (f *fixture) insertAs(objs ...*item) statedb.Revision {
 	wtxn := f.db.WriteTxn(f.table)
 	for _, o := range objs {
@@ -248,9 +240,8 @@ func (f *fixture) get(id string) (*item, bool) {
 	return obj, found
 }
 
-// settle makes sure the reconciler has read every change written so far,
-// even while an operation is held: it writes a marker object and waits for
-// it to be Done. Changes are read in revision order.
+// settle makes sure the reconciler has read every change so far, even
+// while an operation is held, by waiting for a new marker to be Done.
 func (f *fixture) settle(n int) {
 	id := "marker" + strconv.Itoa(n)
 	f.upsert(&item{ID: id})
@@ -277,7 +268,7 @@ func (f *fixture) caughtUp() {
 }
 
 // waitReconciled waits for nothing to be Pending or Refreshing, for the
-// tests' timeout or as long as within says.
+// timeout or longer if within says.
 func (f *fixture) waitReconciled(within ...time.Duration) {
 	f.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), max(timeout, slices.Max(append(within, 0))))
@@ -308,17 +299,27 @@ func (f *fixture) countKind(txn statedb.ReadTxn, kind status.Kind) (n int) {
 // waitTable waits, on the table's watch channel, until cond holds.
 func (f *fixture) waitTable(what string, cond func(statedb.ReadTxn) bool) {
 	f.t.Helper()
-	deadline := time.After(timeout)
-	for {
+	waitUntil(f.t, what, func() (bool, <-chan struct{}) {
 		txn := f.db.ReadTxn()
 		_, watch := f.table.AllWatch(txn)
-		if cond(txn) {
+		return cond(txn), watch
+	})
+}
+
+// waitUntil waits until check reports done, checking again whenever the
+// channel it returned with is closed, and fails the test at the timeout.
+func waitUntil(t testing.TB, what string, check func() (done bool, changed <-chan struct{})) {
+	t.Helper()
+	deadline := time.After(timeout)
+	for {
+		done, changed := check()
+		if done {
 			return
 		}
 		select {
-		case <-watch:
+		case <-changed:
 		case <-deadline:
-			f.t.Fatalf("timed out waiting for %s", what)
+			t.Fatalf("timed out waiting for %s", what)
 		}
 	}
 }
@@ -336,23 +337,18 @@ func (f *fixture) waitApplied(tg reconcilertest.TargetReader, key, value string)
 	assert.Equal(f.t, value, got)
 }
 
-// waitHealth waits until the health of the reconcile job (or of scope, if
-// given) satisfies ok. SimpleHealth offers nothing to wait on, so it is
-// checked until a deadline.
+// waitHealth waits until the health of the reconcile job (or of scope)
+// satisfies ok. SimpleHealth offers nothing to wait on: it is polled.
 func (f *fixture) waitHealth(ok func(level cell.Level, message string) bool, scope ...string) {
 	f.t.Helper()
 	name := "job-reconcile"
 	if len(scope) > 0 {
 		name = scope[0]
 	}
-	var (
-		mu   sync.Mutex
-		last = "no such scope"
-	)
-	if !assert.Eventually(f.t, func() bool {
+	require.EventuallyWithT(f.t, func(c *assert.CollectT) {
 		child := f.health.GetChild(name)
-		if child == nil {
-			return false
+		if !assert.NotNil(c, child, "no health scope %s", name) {
+			return
 		}
 		child.Lock()
 		level, msg := child.Level, child.Status
@@ -360,15 +356,8 @@ func (f *fixture) waitHealth(ok func(level cell.Level, message string) bool, sco
 			msg += ": " + child.Error.Error()
 		}
 		child.Unlock()
-		mu.Lock()
-		last = string(level) + " " + msg
-		mu.Unlock()
-		return ok(level, msg)
-	}, timeout, time.Millisecond) {
-		mu.Lock()
-		defer mu.Unlock()
-		f.t.Fatalf("health of %s never matched; last: %s", name, last)
-	}
+		assert.True(c, ok(level, msg), "health of %s: %s %s", name, level, msg)
+	}, timeout, time.Millisecond)
 }
 
 // waitInfo waits until the reconcilers row of the fixture's reconciler
@@ -472,9 +461,7 @@ func describe(data map[string]string) string {
 	return strings.Join(words, " ")
 }
 
-// variant is how many workers a reconciler has and whether it has batch
-// operations; the tests of work carried over stops and of objects put
-// back run on each.
+// variant is a reconciler's workers and whether it has batch operations.
 type variant struct {
 	workers int
 	batch   bool

@@ -14,28 +14,11 @@ import (
 	"github.com/cilium/hive/cell"
 	"github.com/cilium/statedb"
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 	"golang.org/x/time/rate"
 
 	"github.com/converge-go/converge/reconciler"
-	"github.com/converge-go/converge/reconcilertest"
 	"github.com/converge-go/converge/status"
 )
-
-// Scripts written for the StateDB reconciler match its "N error(s)" wording.
-func TestHealthSaysErrorsLikeTheStateDBReconciler(t *testing.T) {
-	fo := reconcilertest.NewFaultyOps(itemKey, newTarget(), nil)
-	for _, key := range []string{"a", "b"} {
-		require.NoError(t, fo.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeError, Key: key}))
-	}
-	f := startFixture(t, fo, nil, reconciler.WithRetry(time.Hour, time.Hour))
-	f.upsert(&item{ID: "a"}, &item{ID: "b"}, &item{ID: "c"})
-	f.waitReconciled()
-	upstream := regexp.MustCompile(`^2 error\(s\)`)
-	f.waitHealth(func(level cell.Level, msg string) bool {
-		return level == cell.StatusDegraded && upstream.MatchString(msg) && strings.Contains(msg, "2 object(s) failing")
-	})
-}
 
 // Health lists the failing objects whose next attempt comes first, in that
 // order, and counts the rest.

@@ -1,8 +1,7 @@
 package reconciler_test
 
-// An object put back as it was before, its status included (Done too),
-// after the target changed: when it is applied again and when its status
-// is believed (reconciler/doc.go, "Objects put back").
+// Objects put back as they were, Done included, after the target changed
+// (reconciler/doc.go, "Objects put back").
 
 import (
 	"context"
@@ -11,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -37,33 +37,42 @@ func startWithADone(t *testing.T, opts ...reconciler.Option) (*target, *fixture,
 	return tg, f, f.waitKind("a", status.KindDone)
 }
 
-// Once its delete has run, the object read before the delete, put back as
-// it was with its Done status, is applied again: that Done speaks of what
-// the delete removed. Found by the outside randomized test (bug 5).
+// An object put back as read before its delete, Done included, is applied
+// again: after the delete ran (found by the outside randomized test, bug
+// 5), or after a delete made while stopped, at some moment after the start.
 func TestPutBackAfterItsDeleteIsAppliedAgain(t *testing.T) {
-	for _, v := range variants {
-		t.Run(v.String(), func(t *testing.T) {
-			tg := newTarget()
-			f := v.fixture(t, tg, nil)
-			f.start()
-			for i := range 20 {
-				id := fmt.Sprint("k", i)
-				f.upsert(&item{ID: id, Value: "v1"})
-				saved := f.waitKind(id, status.KindDone)
-				f.reconciledTo(f.remove(id))
-				require.False(t, tg.has(id, "v1"), "the delete of %s ran", id)
-				f.insertAs(saved)
-				f.converged(tg)
-			}
-		})
+	for _, stopped := range []bool{false, true} {
+		for _, v := range variants {
+			t.Run(fmt.Sprintf("%v,deletedWhileStopped=%v", v, stopped), func(t *testing.T) {
+				tg := newTarget()
+				f := v.fixture(t, tg, nil)
+				f.start()
+				for i := range 20 {
+					id := fmt.Sprint("k", i)
+					f.upsert(&item{ID: id, Value: "v1"})
+					saved := f.waitKind(id, status.KindDone)
+					if stopped {
+						f.converged(tg)
+						f.stop()
+						saved = f.takeOut(id)
+						f.start()
+						for range i * 100 {
+							runtime.Gosched()
+						}
+					} else {
+						f.reconciledTo(f.remove(id))
+						require.False(t, tg.has(id, "v1"), "the delete of %s ran", id)
+					}
+					f.insertAs(saved)
+					f.converged(tg)
+				}
+			})
+		}
 	}
 }
 
-// a's next update is in flight; a is deleted, a new value written, and a
-// put back as it was before, Done included. The delete was read, so that
-// Done no longer says anything about the target: the object put back is
-// applied after the update, and the new value is not left standing. Bug 5
-// in the words of the second review.
+// a put back as it was, Done, after a delete read while a's next update
+// runs and a newer write, is applied after that update. Bug 5 (second review).
 func TestPutBackWhileTheNextUpdateRunsIsAppliedAgain(t *testing.T) {
 	for _, workers := range []int{1, 2, 4} {
 		t.Run(fmt.Sprintf("workers=%d", workers), func(t *testing.T) {
@@ -83,19 +92,11 @@ func TestPutBackWhileTheNextUpdateRunsIsAppliedAgain(t *testing.T) {
 	}
 }
 
-// a is deleted after the loop read the changes of a round that runs a
-// prune, the prune removes a from the target, and a is put back as it was,
-// Done included, before the loop reads the changes again. The delete never
-// shows (the change iterator gives only the object put back), but the
-// prune's snapshot lacks a: the object put back is applied again. Found by
-// chaos after the first fix of bug 5.
-//
-// The prune must be asked for in the same wake of the loop as the round
-// that reads x, whose update deletes a; the loop takes the two in either
-// order, so the test tries until it sees the prune's (Delete never called)
-// and checks every try. With one object per round, the first read after
-// the prune may stop past the prune's revision before the object put back
-// (z comes between): the snapshot must be kept until that object is read.
+// a deleted after a round read its changes, pruned away, and put back as it
+// was, Done, before the next read (so the delete never shows) is applied
+// again; with rounds of one, also when the next read stops before it. The
+// loop takes the prune and the round in either order: the test retries
+// until the prune came first. Found by chaos after the first fix of bug 5.
 func TestPutBackAfterAPruneRemovedItIsAppliedAgain(t *testing.T) {
 	for _, round := range []int{1000, 1} {
 		t.Run(fmt.Sprintf("round=%d", round), func(t *testing.T) {
@@ -133,11 +134,9 @@ func TestPutBackAfterAPruneRemovedItIsAppliedAgain(t *testing.T) {
 	}
 }
 
-// Two prunes run while the loop reads no changes (every worker slot is
-// taken: two running, two waiting for a worker): the first removes a,
-// deleted meanwhile, from the target; a is put back as it was, Done
-// included, before the second. The second prune's snapshot has a, but says
-// nothing of what the first removed: a is applied again, not believed Done.
+// a deleted, pruned away, and put back as it was, Done, before a second
+// prune, all while the loop reads nothing (every worker slot taken), is
+// applied again.
 func TestPutBackBetweenTwoPrunesIsAppliedAgain(t *testing.T) {
 	rounds := newRoundWatcher()
 	tg, f, saved := startWithADone(t, reconciler.WithConcurrency(2), reconciler.WithRoundLimits(1, nil),
@@ -160,10 +159,8 @@ func TestPutBackBetweenTwoPrunesIsAppliedAgain(t *testing.T) {
 	f.waitApplied(tg, "a", "v1")
 }
 
-// The reconciler remembers the keys of the last 8192 deletes it read at
-// least: an object put back as read before its delete, Done included, is
-// applied again after 8192 more deletes. Past the 16384 keys it remembers
-// at most, such a Done is believed, as doc.go says.
+// An object put back as read before its delete, Done, is applied again
+// after 8192 more deletes; after 16384 its Done is believed (doc.go).
 func TestPutBackAfterManyDeletes(t *testing.T) {
 	for _, c := range []struct {
 		others, perTxn int // perTxn 0: all in one
@@ -203,12 +200,9 @@ func TestPutBackAfterManyDeletes(t *testing.T) {
 	}
 }
 
-// A delete and the put-back of the object as read before it, Done
-// included, converge whatever the hive does in between: the delete read
-// before a stop, the delete still unread at the stop (with every worker
-// slot held, the loop reads nothing), or both made while it is stopped. A
-// delete unread at the stop and not followed by a put-back runs after the
-// start.
+// A delete and a put-back as read before it, Done, converge across a stop:
+// the delete read before it, unread at it (every worker slot held), or both
+// made while stopped; a delete unread at the stop runs after the start.
 func TestPutBackAcrossARestart(t *testing.T) {
 	for _, c := range []struct {
 		when    string
@@ -267,9 +261,8 @@ func TestPutBackAcrossARestart(t *testing.T) {
 	}
 }
 
-// deleteAndPruneWhileHeld writes a=v1, and while its update is held by h
-// (v1 applied already) deletes a and has a prune remove it from the
-// target. It returns a as read while its update was held.
+// deleteAndPruneWhileHeld writes a=v1 and, while its update is held by h
+// after applying, deletes a and prunes it away; it returns a as read then.
 func deleteAndPruneWhileHeld(t *testing.T, f *fixture, tg *target, h *hold) *item {
 	t.Helper()
 	f.upsert(&item{ID: "a", Value: "v1"})
@@ -283,13 +276,10 @@ func deleteAndPruneWhileHeld(t *testing.T, f *fixture, tg *target, h *hold) *ite
 	return read
 }
 
-// a's update is in flight when a is deleted, and a prune then removes a
-// from the target. A writer puts a back as it was read (status identity
-// included) after the round that commits the update has read its changes
-// and before that commit: here the status setter, called as the commit
-// prepares a's Done, writes it. The object put back is new work: the
-// delete parked behind the update must not run after it, and a must end
-// applied and Done. Found by the second review (bug 3).
+// a, deleted and pruned away while its update runs, put back as read
+// between the committing round's read and its commit (from the status
+// setter) is applied, the parked delete not run after it. Bug 3 (second
+// review).
 func TestPutBackBetweenARoundsReadAndItsCommitIsApplied(t *testing.T) {
 	tg := newTarget()
 	held := tg.holdAfterApply("a", false)
@@ -299,10 +289,8 @@ func TestPutBackBetweenARoundsReadAndItsCommitIsApplied(t *testing.T) {
 	wroteBack := make(chan struct{})
 	setter := func(it *item, st status.Status) *item {
 		if it.ID == "a" && st.Kind == status.KindDone && armed.CompareAndSwap(true, false) {
-			// A writer woken here commits before the reconciler's
-			// commit. Waited for with a deadline: a reconciler that
-			// calls the setter inside its write transaction makes the
-			// writer wait for the commit instead.
+			// Bounded: a setter called inside the commit's write
+			// transaction would make the writer wait for it.
 			go func() {
 				f.insertAs(read)
 				close(wroteBack)
@@ -323,71 +311,33 @@ func TestPutBackBetweenARoundsReadAndItsCommitIsApplied(t *testing.T) {
 	f.waitApplied(tg, "a", "v1")
 }
 
-// As the test before, but the object put back is read while the update
-// runs, so it is to be applied again after it; then the hive stops, and
-// the update returns success as it does. The re-apply survives the stop:
-// after the start the target holds a again. Found by the second review
-// (bug 4).
-func TestPutBackWhileItsUpdateIsCutShortByAStopIsApplied(t *testing.T) {
-	tg := newTarget()
-	held := tg.holdAfterApply("a", true)
-	f := startFixture(t, tg, nil, reconciler.WithConcurrency(2), reconciler.WithPruning(0))
-	f.insertAs(deleteAndPruneWhileHeld(t, f, tg, held))
-	f.settle(2) // the object put back is read while the update runs
-	f.stop()    // the update returns success
-	f.start()
-	f.waitApplied(tg, "a", "v1")
-}
-
-// A prune that runs while an update is in flight for an object deleted
-// meanwhile may remove what the update applies; if the object then comes
-// back as that very version, it is applied again, not taken as done.
-func TestPutBackAfterAPruneWhileItsUpdateRunsIsApplied(t *testing.T) {
-	tg := newTarget()
-	held := tg.holdAfterApply("a", false) // a is in the target while its update is in flight
-	f := startFixture(t, tg, nil, reconciler.WithConcurrency(4))
-	tg.waitPrunes(t, 1) // the first prune, once the table is initialized
-	f.upsert(&item{ID: "a", Value: "v1"})
-	held.wait(t)
-	inFlight, _ := f.get("a")
-	f.remove("a")
-	f.settle(1)
-	tg.pruneNow(f)
-	f.insertAs(inFlight) // back to the version in flight
-	f.settle(2)
-	require.False(t, tg.has("a", "v1"), "the prune removed a while its update was in flight")
-	held.let()
-	f.waitApplied(tg, "a", "v1")
-}
-
-// A delete made while the hive is stopped, and the object put back as it
-// was at some moment right after the start: the target holds it.
-func TestDeletedWhileStoppedPutBackAfterTheStartIsApplied(t *testing.T) {
-	for _, v := range variants {
-		t.Run(v.String(), func(t *testing.T) {
+// The same put-back, read while the update runs, is applied again: after
+// the update, or after a stop that it answers with success (bug 4, second
+// review).
+func TestPutBackWhileItsUpdateRunsIsApplied(t *testing.T) {
+	for _, c := range []struct {
+		stop    bool
+		workers int
+	}{{false, 4}, {true, 2}} {
+		t.Run(fmt.Sprintf("stop=%v", c.stop), func(t *testing.T) {
 			tg := newTarget()
-			f := v.fixture(t, tg, nil)
-			f.start()
-			for i := range 10 {
-				id := fmt.Sprint("k", i)
-				f.upsert(&item{ID: id, Value: "1"})
-				f.converged(tg)
-				f.stop()
-				saved := f.takeOut(id)
+			held := tg.holdAfterApply("a", c.stop)
+			f := startFixture(t, tg, nil, reconciler.WithConcurrency(c.workers), reconciler.WithPruning(0))
+			f.insertAs(deleteAndPruneWhileHeld(t, f, tg, held))
+			f.settle(2) // the object put back is read while the update runs
+			require.False(t, tg.has("a", "v1"), "the prune removed a")
+			if c.stop {
+				f.stop() // the update returns success
 				f.start()
-				for range i * 200 {
-					runtime.Gosched()
-				}
-				f.insertAs(saved)
-				f.converged(tg)
 			}
+			held.let()
+			f.waitApplied(tg, "a", "v1")
 		})
 	}
 }
 
-// An older version put back as it was, Done, while the reconciler holds a
-// newer version of the key or its delete (running, cut short by a stop,
-// or failed and waiting for a retry, also across a stop) is applied again.
+// An older version put back as it was, Done, while a newer version or a
+// delete runs, is cut short by a stop or waits for a retry, is applied.
 func TestOlderVersionPutBackOverANewerOneIsApplied(t *testing.T) {
 	failV2 := func(tg *target) {
 		tg.mu.Lock()
@@ -397,6 +347,23 @@ func TestOlderVersionPutBackOverANewerOneIsApplied(t *testing.T) {
 				return errors.New("applied, then failed")
 			}
 			return nil
+		}
+	}
+	retrying := func(when string) func(t *testing.T, f *fixture, tg *target, was *item) {
+		return func(t *testing.T, f *fixture, tg *target, was *item) {
+			failV2(tg)
+			f.upsert(&item{ID: "k", Value: "2"})
+			f.waitKind("k", status.KindError)
+			if when != "" {
+				f.stop()
+			}
+			if when == "restart" {
+				f.start()
+			}
+			f.insertAs(was)
+			if when == "stopped" {
+				f.start()
+			}
 		}
 	}
 	cutShort := func(t *testing.T, f *fixture, tg *target, was *item, succeed, beforeStop bool) {
@@ -416,28 +383,9 @@ func TestOlderVersionPutBackOverANewerOneIsApplied(t *testing.T) {
 		name string
 		run  func(t *testing.T, f *fixture, tg *target, was *item)
 	}{
-		{"newer waiting for a retry", func(t *testing.T, f *fixture, tg *target, was *item) {
-			failV2(tg)
-			f.upsert(&item{ID: "k", Value: "2"})
-			f.waitKind("k", status.KindError)
-			f.insertAs(was)
-		}},
-		{"newer waiting for a retry, put back after a stop and start", func(t *testing.T, f *fixture, tg *target, was *item) {
-			failV2(tg)
-			f.upsert(&item{ID: "k", Value: "2"})
-			f.waitKind("k", status.KindError)
-			f.stop()
-			f.start()
-			f.insertAs(was)
-		}},
-		{"newer waiting for a retry, put back while stopped", func(t *testing.T, f *fixture, tg *target, was *item) {
-			failV2(tg)
-			f.upsert(&item{ID: "k", Value: "2"})
-			f.waitKind("k", status.KindError)
-			f.stop()
-			f.insertAs(was)
-			f.start()
-		}},
+		{"newer waiting for a retry", retrying("")},
+		{"newer waiting for a retry, put back after a stop and start", retrying("restart")},
+		{"newer waiting for a retry, put back while stopped", retrying("stopped")},
 		{"newer running", func(t *testing.T, f *fixture, tg *target, was *item) {
 			h := tg.holdAfterApply("k", false)
 			f.upsert(&item{ID: "k", Value: "2"})
@@ -504,9 +452,8 @@ func TestOlderVersionPutBackOverANewerOneIsApplied(t *testing.T) {
 	}
 }
 
-// An object deleted and put back as it was around prunes (which remove it
-// from the target, whether or not its delete was read first), behind a
-// backlog of fresh changes, is applied again.
+// An object deleted and put back as it was around prunes, behind a backlog
+// of fresh changes, is applied again.
 func TestPutBackAroundPrunesIsApplied(t *testing.T) {
 	for _, limited := range []bool{false, true} {
 		for _, v := range variants {
@@ -553,9 +500,8 @@ func TestPutBackAroundPrunesIsApplied(t *testing.T) {
 	}
 }
 
-// A prune that runs while an object's delete is still unread (a backlog
-// of fresh changes read one per round ahead of it), the object put back as
-// it was, then maybe a stop or a second prune: it is applied again.
+// A prune while an object's delete is unread (behind a backlog), the
+// object put back as it was, then maybe a stop or a second prune: applied.
 func TestPutBackAfterAPruneWhileItsDeleteIsUnreadIsApplied(t *testing.T) {
 	for _, then := range []string{"nothing", "stop after the put-back", "stop before the put-back", "second prune, then stop"} {
 		for _, v := range variants {
@@ -595,9 +541,8 @@ func TestPutBackAfterAPruneWhileItsDeleteIsUnreadIsApplied(t *testing.T) {
 	}
 }
 
-// Two reconcilers of a status.Set both apply again an object put back as
-// it was after its delete: after both read the delete, after a prune of
-// one only, or at once.
+// Both reconcilers of a status.Set apply again an object put back after
+// its delete: read by both, pruned by one only, or at once.
 func TestPutBackIsAppliedByEveryReconcilerOfASet(t *testing.T) {
 	for _, workers := range []int{1, 4} {
 		t.Run(fmt.Sprintf("workers=%d", workers), func(t *testing.T) {
@@ -642,17 +587,17 @@ func TestPutBackIsAppliedByEveryReconcilerOfASet(t *testing.T) {
 	}
 }
 
-// A random mix of writes, deletes, objects put back as they were,
-// prunes, pauses, stops and starts, against a target that fails (some
-// operations after applying) and yields at random: at every quiet point
-// the target holds the table.
+// Random writes, deletes, put-backs, prunes, pauses, stops and starts
+// against a flaky target: at every quiet point the target holds the table.
 func TestPutBackRandomized(t *testing.T) {
 	for _, round := range []int{1000, 2} {
 		for _, v := range variants {
 			t.Run(fmt.Sprintf("%v,round=%d", v, round), func(t *testing.T) {
 				seed := uint64(time.Now().UnixNano())
-				if os.Getenv("CONVERGE_PUTBACK_SEED") != "" {
-					seed = envInt(t, "CONVERGE_PUTBACK_SEED", 0)
+				if s := os.Getenv("CONVERGE_PUTBACK_SEED"); s != "" {
+					var err error
+					seed, err = strconv.ParseUint(s, 10, 64)
+					require.NoError(t, err)
 				}
 				t.Logf("seed %d (replay: CONVERGE_PUTBACK_SEED=%d)", seed, seed)
 				rnd := rand.New(rand.NewPCG(seed, 30))

@@ -50,6 +50,8 @@ func TestRegisterRejectsBadInput(t *testing.T) {
 			ops:       tgt,
 		}
 	}
+	with := func(o ...reconciler.Option) func(*args) { return func(a *args) { a.opts = o } }
+	var noTable statedb.Table[*item]
 	cases := []struct {
 		name   string
 		modify func(*args)
@@ -62,18 +64,20 @@ func TestRegisterRejectsBadInput(t *testing.T) {
 		{"nil ops", func(a *args) { a.ops = nil }, "Operations must not be nil"},
 		{"nil db", func(a *args) { a.params.DB = nil }, "Params.DB must not be nil"},
 		{"nil job group", func(a *args) { a.params.JobGroup = nil }, "Params.JobGroup must not be nil"},
-		{"nil option", func(a *args) { a.opts = []reconciler.Option{nil} }, "nil Option"},
-		{"zero round size", func(a *args) { a.opts = []reconciler.Option{reconciler.WithRoundLimits(0, nil)} }, "round size must be positive"},
-		{"negative round size", func(a *args) { a.opts = []reconciler.Option{reconciler.WithRoundLimits(-1, rate.NewLimiter(1, 1))} }, "round size must be positive"},
-		{"zero min backoff", func(a *args) { a.opts = []reconciler.Option{reconciler.WithRetry(0, time.Second)} }, "minimum retry backoff must be positive"},
-		{"max below min", func(a *args) { a.opts = []reconciler.Option{reconciler.WithRetry(time.Second, time.Millisecond)} }, "below the minimum"},
-		{"negative prune", func(a *args) { a.opts = []reconciler.Option{reconciler.WithPruning(-time.Second)} }, "prune interval must not be negative"},
-		{"negative refresh", func(a *args) { a.opts = []reconciler.Option{reconciler.WithRefreshing(-time.Second, nil)} }, "refresh interval must not be negative"},
-		{"jitter one", func(a *args) { a.opts = []reconciler.Option{reconciler.WithRetryJitter(1)} }, "retry jitter must be in [0, 1)"},
-		{"jitter negative", func(a *args) { a.opts = []reconciler.Option{reconciler.WithRetryJitter(-0.1)} }, "retry jitter"},
-		{"zero workers", func(a *args) { a.opts = []reconciler.Option{reconciler.WithConcurrency(0)} }, "concurrency must be in [1, 65536]"},
-		{"too many workers", func(a *args) { a.opts = []reconciler.Option{reconciler.WithConcurrency(1 << 20)} }, "concurrency must be in [1, 65536]"},
-		{"negative timeout", func(a *args) { a.opts = []reconciler.Option{reconciler.WithOperationTimeout(-1)} }, "operation timeout must not be negative"},
+		{"nil option", with(nil), "nil Option"},
+		{"zero round size", with(reconciler.WithRoundLimits(0, nil)), "round size must be positive"},
+		{"negative round size", with(reconciler.WithRoundLimits(-1, rate.NewLimiter(1, 1))), "round size must be positive"},
+		{"zero min backoff", with(reconciler.WithRetry(0, time.Second)), "minimum retry backoff must be positive"},
+		{"max below min", with(reconciler.WithRetry(time.Second, time.Millisecond)), "below the minimum"},
+		{"negative prune", with(reconciler.WithPruning(-time.Second)), "prune interval must not be negative"},
+		{"negative refresh", with(reconciler.WithRefreshing(-time.Second, nil)), "refresh interval must not be negative"},
+		{"jitter one", with(reconciler.WithRetryJitter(1)), "retry jitter must be in [0, 1)"},
+		{"jitter negative", with(reconciler.WithRetryJitter(-0.1)), "retry jitter"},
+		{"zero workers", with(reconciler.WithConcurrency(0)), "concurrency must be in [1, 65536]"},
+		{"too many workers", with(reconciler.WithConcurrency(1 << 20)), "concurrency must be in [1, 65536]"},
+		{"negative timeout", with(reconciler.WithOperationTimeout(-1)), "operation timeout must not be negative"},
+		{"dependency on itself", with(reconciler.WithDependency(table, sameID)), "cannot be a dependency of itself"},
+		{"nil dependency table", with(reconciler.WithDependency(noTable, sameID)), "needs a table and a mapper"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

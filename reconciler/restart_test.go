@@ -18,38 +18,6 @@ import (
 	"github.com/converge-go/converge/status"
 )
 
-// Work collected but not committed when the hive stopped, an update cut
-// short in flight included, and changes made while it was stopped, deletes
-// included, all converge after the start.
-func TestStopAndStartTheSameHiveConverges(t *testing.T) {
-	for _, workers := range []int{1, 4} {
-		t.Run(fmt.Sprintf("workers=%d", workers), func(t *testing.T) {
-			tg := newTarget()
-			held := tg.hold("held")
-			f := startFixture(t, tg, nil, reconciler.WithConcurrency(workers))
-			f.upsert(&item{ID: "a", Value: "1"}, &item{ID: "b", Value: "1"})
-			f.waitReconciled()
-			f.upsert(&item{ID: "held", Value: "1"})
-			held.wait(t) // its update is in flight when the hive stops
-
-			f.stop()
-			f.remove("a")
-			f.upsert(&item{ID: "c", Value: "1"}, &item{ID: "b", Value: "2"})
-			held.let()
-			f.start()
-
-			f.caughtUp()
-			for id, want := range map[string]string{"b": "2", "c": "1", "held": "1"} {
-				assert.True(t, tg.has(id, want), "target %s: want %q", id, want)
-				obj, _ := f.get(id)
-				assert.Equal(t, status.KindDone, obj.Status.Kind, id)
-			}
-			_, ok, _ := tg.Get("a")
-			assert.False(t, ok, "a was deleted while the hive was stopped")
-		})
-	}
-}
-
 // Work carried over a stop is superseded by a change of the same object
 // read after the start, also one that waits its turn as a refresh: a
 // refresh carried over, then written again with the same Refreshing status

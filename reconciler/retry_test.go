@@ -48,26 +48,31 @@ func TestRetryAfterSetsTheNextAttempt(t *testing.T) {
 	assert.GreaterOrEqual(t, times[1].Sub(times[0]), delay)
 }
 
-// An error wrapping TerminalError is recorded and not retried until the
-// object changes.
+// An error wrapping TerminalError is recorded and not retried, not even
+// when written back into the table, until the object changes.
 func TestTerminalErrorIsNotRetriedUntilChange(t *testing.T) {
 	var calls atomic.Int32
 	tg := newTarget()
 	tg.update = func(_ context.Context, it *item) error {
-		calls.Add(1)
+		if it.ID == "a" {
+			calls.Add(1)
+		}
 		if it.Value == "bad" {
 			return fmt.Errorf("wrapped: %w", reconciler.TerminalError(errors.New("invalid value")))
 		}
 		return nil
 	}
 	f := startFixture(t, tg, nil, reconciler.WithRetry(time.Millisecond, time.Millisecond))
-	f.reconciledTo(f.upsert(&item{ID: "a", Value: "bad"}))
-	obj, _ := f.get("a")
-	assert.Equal(t, status.KindError, obj.Status.Kind)
-	assert.Contains(t, obj.Status.Error, "invalid value")
-	// A later revision being reached proves rounds ran, with no new call.
-	f.reconciledTo(f.upsert(&item{ID: "other"}))
-	assert.Equal(t, int32(2), calls.Load(), "a then other; no retry of a")
+	f.upsert(&item{ID: "a", Value: "bad"})
+	failed := f.waitKind("a", status.KindError)
+	assert.True(t, failed.Status.Terminal)
+	assert.Contains(t, failed.Status.Error, "invalid value")
+	rev := f.insertAs(failed.clone()) // written back
+	f.upsert(&item{ID: "b"})
+	f.waitKind("b", status.KindDone) // rounds ran past a
+	_, retryLow := f.reconciledTo(rev)
+	assert.Zero(t, retryLow, "no retry queued for a terminal error")
+	assert.Equal(t, int32(1), calls.Load(), "a terminal error was retried")
 
 	f.upsert(&item{ID: "a", Value: "good"})
 	f.waitKind("a", status.KindDone)

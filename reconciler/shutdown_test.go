@@ -19,31 +19,6 @@ import (
 	"github.com/converge-go/converge/status"
 )
 
-// Every operation in flight sees its context cancelled by the stop, and
-// queued work does not start once stopping.
-func TestStopCancelsOperationsInFlight(t *testing.T) {
-	for _, workers := range []int{1, 8} {
-		t.Run(fmt.Sprintf("workers=%d", workers), func(t *testing.T) {
-			fo := reconcilertest.NewFaultyOps(itemKey, newTarget(), nil)
-			// Every update blocks until its context ends.
-			require.NoError(t, fo.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeDelay, Op: reconcilertest.OpUpdate}))
-			f := startFixture(t, fo, nil, reconciler.WithConcurrency(workers))
-			f.upsert(items("o", 2000, "")...)
-			waitInFlight(t, fo, workers)
-			f.stop()
-			assert.Empty(t, fo.InFlight(), "operations still running after Stop returned")
-			updates := 0
-			for _, c := range fo.Calls() {
-				if c.Op == reconcilertest.OpUpdate {
-					updates++
-					assert.ErrorIs(t, c.Err, context.Canceled, "every operation in flight sees its context cancelled: %s", c)
-				}
-			}
-			assert.LessOrEqual(t, updates, workers, "queued work must not start once stopping")
-		})
-	}
-}
-
 // TestShutdownUnderLoad stops the hive while thousands of objects are queued
 // for retry and every worker is blocked in an operation (holding a batch of
 // hundreds with BatchOperations), with more work queued behind them and,
@@ -154,18 +129,11 @@ func callID(c reconcilertest.Call) string { return fmt.Sprint(c.Op, c.Key, c.Rev
 // in flight.
 func waitBlocked(t *testing.T, fo *reconcilertest.FaultyOps[*item], n int, prune bool) {
 	t.Helper()
-	deadline := time.After(timeout)
-	for {
+	waitUntil(t, fmt.Sprintf("%d operations (prune: %v) blocked", n, prune), func() (bool, <-chan struct{}) {
 		inFlight, changed := fo.InFlightWatch()
-		if got, pruning := blocked(inFlight); got >= n && (pruning || !prune) {
-			return
-		}
-		select {
-		case <-changed:
-		case <-deadline:
-			t.Fatalf("fewer than %d operations (prune: %v) blocked: %v", n, prune, inFlight)
-		}
-	}
+		got, pruning := blocked(inFlight)
+		return got >= n && (pruning || !prune), changed
+	})
 }
 
 // waitCount waits until exactly n objects have a status of kind.

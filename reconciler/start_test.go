@@ -1,14 +1,13 @@
 package reconciler_test
 
 // When a reconciler starts: registered from a start hook or after the
-// start, inside a synctest bubble, and held back by WithStartAfter.
+// start, and inside a synctest bubble. (WithStartAfter:
+// testdata/start_after*.txtar.)
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"runtime"
-	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -23,37 +22,18 @@ import (
 	"github.com/converge-go/converge/status"
 )
 
-// reconciled waits until every change up to rev is applied, and checks
-// that no object failed and that the target holds exactly want.
-func reconciled(t *testing.T, f *fixture, tg *target, rev statedb.Revision, want map[string]string) {
-	t.Helper()
-	_, low := f.reconciledTo(rev)
-	require.Zero(t, low, "no object failed")
-	assert.Equal(t, want, tg.State())
-}
-
-// A reconciler registered from a start hook, as an agent does once a
-// resource it needs exists, starts with the hive: Start returns, and the
-// reconciler reconciles and stops cleanly.
-func TestRegisterFromAStartHook(t *testing.T) {
-	tg := newTarget()
-	f := startFixture(t, tg, &with{register: inStartHook})
-	rev := f.upsert(&item{ID: "a", Value: "1"})
-	reconciled(t, f, tg, rev, map[string]string{"a": "1"})
-	f.stop()
-}
-
-// A reconciler registered after the hive has started starts at once.
+// A reconciler registered after the hive has started starts at once: a
+// write made before Register, and a write and a delete after it, apply.
 func TestRegisterAfterTheHiveStarted(t *testing.T) {
 	tg := newTarget()
 	f := startFixture(t, tg, &with{register: byTheTest})
-	before := f.upsert(&item{ID: "a", Value: "1"})
+	f.upsert(&item{ID: "a", Value: "1"})
 	require.NoError(t, f.register())
-	reconciled(t, f, tg, before, map[string]string{"a": "1"})
+	f.waitApplied(tg, "a", "1")
 	f.upsert(&item{ID: "b", Value: "1"})
-	rev := f.remove("a")
-	reconciled(t, f, tg, rev, map[string]string{"b": "1"})
-	f.stop()
+	f.reconciledTo(f.remove("a"))
+	f.caughtUp()
+	assert.Equal(t, map[string]string{"b": "1"}, tg.State())
 }
 
 // The reconciler runs inside a testing/synctest bubble, as StateDB tests
@@ -101,15 +81,12 @@ func TestRunsInASynctestBubble(t *testing.T) {
 // leaves behind is touched from outside the bubble once it ends.
 func TestLeavesNothingBehindItsSynctestBubble(t *testing.T) {
 	errHook := errors.New("start hook fails")
-	failing := func(deps ...any) cell.Cell {
-		if len(deps) > 0 {
-			return cell.Invoke(func(_ *statedb.DB, lc cell.Lifecycle) {
-				lc.Append(cell.Hook{OnStart: func(cell.HookContext) error { return errHook }})
-			})
+	fail := cell.Hook{OnStart: func(cell.HookContext) error { return errHook }}
+	failing := func(afterDB bool) cell.Cell {
+		if afterDB {
+			return cell.Invoke(func(_ *statedb.DB, lc cell.Lifecycle) { lc.Append(fail) })
 		}
-		return cell.Invoke(func(lc cell.Lifecycle) {
-			lc.Append(cell.Hook{OnStart: func(cell.HookContext) error { return errHook }})
-		})
+		return cell.Invoke(func(lc cell.Lifecycle) { lc.Append(fail) })
 	}
 	type run func(t *testing.T, w *with) *fixture
 	writes := func(f *fixture) { f.upsert(items("k", 10, "1")...); f.remove("k-00001") }
@@ -129,7 +106,7 @@ func TestLeavesNothingBehindItsSynctestBubble(t *testing.T) {
 			return f
 		}},
 		{"start fails before the database starts", func(t *testing.T, w *with) *fixture {
-			w.first = []cell.Cell{failing()}
+			w.first = []cell.Cell{failing(false)}
 			return failsToStart(t, w)
 		}},
 		{"start fails after the database started", func(t *testing.T, w *with) *fixture {
@@ -137,7 +114,7 @@ func TestLeavesNothingBehindItsSynctestBubble(t *testing.T) {
 			return failsToStart(t, w)
 		}},
 		{"start fails after the reconciler's jobs", func(t *testing.T, w *with) *fixture {
-			w.last = []cell.Cell{failing()}
+			w.last = []cell.Cell{failing(false)}
 			return failsToStart(t, w)
 		}},
 		{"registered after the hive stopped", func(t *testing.T, w *with) *fixture {
@@ -168,17 +145,14 @@ func TestLeavesNothingBehindItsSynctestBubble(t *testing.T) {
 		for _, dep := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/dependency=%v", c.name, dep), func(t *testing.T) {
 				synctest.Test(t, func(t *testing.T) {
+					deps := withDeps(t, new(statedb.RWTable[*item]), sameID).setup
 					w := &with{setup: func(f *fixture) []reconciler.Option {
-						f.insertAs(&item{ID: "a", Value: "1", Status: status.Pending()})
+						f.upsert(&item{ID: "a", Value: "1"})
+						if dep {
+							return deps(f)
+						}
 						return nil
 					}}
-					if dep {
-						setup := withDeps(t, new(statedb.RWTable[*item]), sameID).setup
-						w.setup = func(f *fixture) []reconciler.Option {
-							f.insertAs(&item{ID: "a", Value: "1", Status: status.Pending()})
-							return setup(f)
-						}
-					}
 					c.run(t, w).stop()
 				})
 				collectGarbage(t)
@@ -269,24 +243,17 @@ func TestSeveralReconcilersRegisteredAtDifferentTimesAllRun(t *testing.T) {
 	}
 }
 
-// A failing start (a hook before the reconciler's, or the hook that
-// registers it) leaves nothing running: Stop returns, goleak is clean.
+// A start that fails in the hook that registers the reconciler leaves
+// nothing running: Stop returns, goleak is clean. (A hook failing before
+// the reconciler's: TestLeavesNothingBehindItsSynctestBubble.)
 func TestFailedStartLeavesNothingRunning(t *testing.T) {
 	errHook := errors.New("start hook fails")
-	fail := cell.Hook{OnStart: func(cell.HookContext) error { return errHook }}
-	t.Run("before the reconciler's jobs", func(t *testing.T) {
-		f := newFixture(t, newTarget(), &with{first: []cell.Cell{cell.Invoke(func(lc cell.Lifecycle) { lc.Append(fail) })}})
-		require.ErrorIs(t, f.tryStart(), errHook)
-		f.stop()
-	})
-	t.Run("in the hook that registers it", func(t *testing.T) {
-		var f *fixture
-		f = newFixture(t, newTarget(), &with{register: byTheTest, last: []cell.Cell{cell.Invoke(func(lc cell.Lifecycle) {
-			lc.Append(cell.Hook{OnStart: func(cell.HookContext) error { return errors.Join(f.register(), errHook) }})
-		})}})
-		require.ErrorIs(t, f.tryStart(), errHook)
-		f.stop()
-	})
+	var f *fixture
+	f = newFixture(t, newTarget(), &with{register: byTheTest, last: []cell.Cell{cell.Invoke(func(lc cell.Lifecycle) {
+		lc.Append(cell.Hook{OnStart: func(cell.HookContext) error { return errors.Join(f.register(), errHook) }})
+	})}})
+	require.ErrorIs(t, f.tryStart(), errHook)
+	f.stop()
 }
 
 // collectGarbage collects what is unreachable and waits for the cleanups
@@ -305,52 +272,4 @@ func collectGarbage(t *testing.T) {
 			t.Fatal("cleanups did not run")
 		}
 	}
-}
-
-// withInitializer is a with whose setup registers an initializer of the
-// items table, and sets markDone to the function that completes it.
-func withInitializer(name string, markDone *func(statedb.WriteTxn)) *with {
-	return &with{setup: func(f *fixture) []reconciler.Option {
-		wtxn := f.db.WriteTxn(f.table)
-		*markDone = f.table.RegisterInitializer(wtxn, name)
-		wtxn.Commit()
-		return nil
-	}}
-}
-
-// With WithStartAfter nothing is applied before the tables are
-// initialized; with a timeout it starts anyway, and health says why until
-// they are.
-func TestStartAfterWaitsForTheTables(t *testing.T) {
-	t.Run("initialized late", func(t *testing.T) {
-		tg := newTarget()
-		var markDone func(statedb.WriteTxn)
-		f := startFixture(t, tg, withInitializer("late", &markDone), reconciler.WithStartAfter(0))
-		rev := f.upsert(&item{ID: "a", Value: "1"})
-		f.waitHealth(func(_ cell.Level, msg string) bool {
-			return strings.Contains(msg, "Waiting for tables to be initialized: items")
-		})
-		_, _, err := f.rec.WaitUntilReconciled(ctxFor(t, 50*time.Millisecond), rev)
-		require.ErrorIs(t, err, context.DeadlineExceeded)
-		assert.Empty(t, tg.applied(), "nothing applied before initialization")
-
-		wtxn := f.db.WriteTxn(f.table)
-		markDone(wtxn)
-		wtxn.Commit()
-		f.waitKind("a", status.KindDone)
-	})
-	t.Run("timeout", func(t *testing.T) {
-		var markDone func(statedb.WriteTxn)
-		f := startFixture(t, newTarget(), withInitializer("never", &markDone), reconciler.WithStartAfter(20*time.Millisecond))
-		f.upsert(&item{ID: "a", Value: "1"})
-		f.waitKind("a", status.KindDone)
-		f.waitHealth(func(level cell.Level, msg string) bool {
-			return level == cell.StatusDegraded && strings.Contains(msg, "tables not initialized") && strings.Contains(msg, "items")
-		})
-		wtxn := f.db.WriteTxn(f.table)
-		markDone(wtxn)
-		wtxn.Commit()
-		f.upsert(&item{ID: "b", Value: "1"}) // a round notices
-		f.waitHealth(func(level cell.Level, _ string) bool { return level == cell.StatusOK })
-	})
 }

@@ -2,11 +2,11 @@ package reconciler_test
 
 import (
 	"context"
+	"fmt"
 	"iter"
 	"slices"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/cilium/statedb"
 
@@ -14,38 +14,32 @@ import (
 	"github.com/converge-go/converge/reconcilertest"
 )
 
-// target is the one target of these tests: a reconcilertest.Target, which
-// holds the key→value pairs the reconciler applied and records every call,
-// with two things the kit cannot do. A test can hold the next operation on
-// a key, or the next prune, at a precise point (before it applies its
-// object, or after) until it lets it go; and it can run code of its own
-// first in every operation, with the hooks. Faults come from wrapping a
-// target in a reconcilertest.FaultyOps.
-//
-// Set the hooks before the hive starts, or later holding mu. A target is
-// also BatchOperations, entry by entry.
+// target is the tests' target: a reconcilertest.Target, which keeps what
+// is applied and records every call, whose operations a test can hold at
+// a precise point (hold, holdAfterApply) and hook. Faults come from
+// wrapping it in a reconcilertest.FaultyOps. Set the hooks before the hive
+// starts, or later holding mu. It is BatchOperations too, entry by entry.
 type target struct {
 	*reconcilertest.Target[*item] // nil in TestScale: nothing is kept
 
 	mu sync.Mutex
-	// update, delete and prune, if set, run first in every operation; an
-	// error they return is the operation's, with nothing applied.
-	update func(ctx context.Context, it *item) error
-	delete func(ctx context.Context, it *item) error
-	prune  func(ctx context.Context) error
-	// updated and deleted run once an update or delete has applied its
-	// object, and may fail it then; pruned runs once a prune has removed
-	// what the table lacks.
-	updated, deleted func(ctx context.Context, it *item) error
-	pruned           func()
-
-	// reverse makes UpdateBatch and DeleteBatch reverse their entries
-	// first, as a BatchOperations may reorder them.
+	hooks
+	// reverse makes the batch operations reverse their entries first, as a
+	// BatchOperations may reorder them.
 	reverse bool
-
 	holds   map[string]*hold // by key; pruneKey for the next prune
 	prunes  int              // prunes that returned
 	changed chan struct{}    // closed and replaced when a prune returns
+}
+
+// hooks run in a target's operations. update, delete and prune run first:
+// an error they return is the operation's, with nothing applied. updated
+// and deleted run once the object is applied, and may fail it then;
+// pruned runs once a prune has removed what the table lacks.
+type hooks struct {
+	update, delete, updated, deleted func(ctx context.Context, it *item) error
+	prune                            func(ctx context.Context) error
+	pruned                           func()
 }
 
 // pruneKey is the key of a hold on the next prune.
@@ -64,14 +58,12 @@ type hold struct {
 	once          sync.Once
 }
 
-// hold holds the next operation on key (update or delete; pruneKey for
-// the next prune) before it applies anything, until the hold is let go or
-// the operation's context ends.
+// hold holds the next operation on key (pruneKey: the next prune) before
+// it applies anything, until let go or its context ends.
 func (tg *target) hold(key string) *hold { return tg.setHold(key, false, false) }
 
 // holdAfterApply holds the next update of key once it has applied its
-// object. With succeedAtStop, the update reports success, not its
-// context's error, if that context ends while it is held (a stop).
+// object; with succeedAtStop it returns success if its context ends.
 func (tg *target) holdAfterApply(key string, succeedAtStop bool) *hold {
 	return tg.setHold(key, true, succeedAtStop)
 }
@@ -115,19 +107,25 @@ func (tg *target) block(ctx context.Context, key string, it *item, afterApply bo
 	}
 }
 
-// hooks returns the hooks, read under mu.
-func (tg *target) hooks() (update, del func(context.Context, *item) error, prune func(context.Context) error, updated, deleted func(context.Context, *item) error, pruned func()) {
+// hooked returns the hooks, read under mu.
+func (tg *target) hooked() hooks {
 	tg.mu.Lock()
 	defer tg.mu.Unlock()
-	return tg.update, tg.delete, tg.prune, tg.updated, tg.deleted, tg.pruned
+	return tg.hooks
+}
+
+// call calls h if it is set.
+func call(h func(context.Context, *item) error, ctx context.Context, it *item) error {
+	if h == nil {
+		return nil
+	}
+	return h(ctx, it)
 }
 
 func (tg *target) Update(ctx context.Context, txn statedb.ReadTxn, rev statedb.Revision, it *item) error {
-	hook, _, _, updated, _, _ := tg.hooks()
-	if hook != nil {
-		if err := hook(ctx, it); err != nil {
-			return err
-		}
+	h := tg.hooked()
+	if err := call(h.update, ctx, it); err != nil {
+		return err
 	}
 	if err := tg.block(ctx, it.ID, it, false); err != nil {
 		return err
@@ -137,20 +135,16 @@ func (tg *target) Update(ctx context.Context, txn statedb.ReadTxn, rev statedb.R
 			return err
 		}
 	}
-	if updated != nil {
-		if err := updated(ctx, it); err != nil {
-			return err
-		}
+	if err := call(h.updated, ctx, it); err != nil {
+		return err
 	}
 	return tg.block(ctx, it.ID, it, true)
 }
 
 func (tg *target) Delete(ctx context.Context, txn statedb.ReadTxn, rev statedb.Revision, it *item) error {
-	_, hook, _, _, deleted, _ := tg.hooks()
-	if hook != nil {
-		if err := hook(ctx, it); err != nil {
-			return err
-		}
+	h := tg.hooked()
+	if err := call(h.delete, ctx, it); err != nil {
+		return err
 	}
 	if err := tg.block(ctx, it.ID, it, false); err != nil {
 		return err
@@ -160,14 +154,11 @@ func (tg *target) Delete(ctx context.Context, txn statedb.ReadTxn, rev statedb.R
 			return err
 		}
 	}
-	if deleted != nil {
-		return deleted(ctx, it)
-	}
-	return nil
+	return call(h.deleted, ctx, it)
 }
 
-func (tg *target) Prune(ctx context.Context, txn statedb.ReadTxn, objs iter.Seq2[*item, statedb.Revision]) (err error) {
-	_, _, hook, _, _, pruned := tg.hooks()
+func (tg *target) Prune(ctx context.Context, txn statedb.ReadTxn, objs iter.Seq2[*item, statedb.Revision]) error {
+	h := tg.hooked()
 	defer func() {
 		tg.mu.Lock()
 		tg.prunes++
@@ -175,8 +166,8 @@ func (tg *target) Prune(ctx context.Context, txn statedb.ReadTxn, objs iter.Seq2
 		tg.changed = make(chan struct{})
 		tg.mu.Unlock()
 	}()
-	if hook != nil {
-		if err := hook(ctx); err != nil {
+	if h.prune != nil {
+		if err := h.prune(ctx); err != nil {
 			return err
 		}
 	}
@@ -188,8 +179,8 @@ func (tg *target) Prune(ctx context.Context, txn statedb.ReadTxn, objs iter.Seq2
 			return err
 		}
 	}
-	if pruned != nil {
-		pruned()
+	if h.pruned != nil {
+		h.pruned()
 	}
 	return nil
 }
@@ -226,20 +217,11 @@ func (tg *target) pruneNow(f *fixture) {
 // waitPrunes waits until n prunes have returned.
 func (tg *target) waitPrunes(t testing.TB, n int) {
 	t.Helper()
-	deadline := time.After(timeout)
-	for {
+	waitUntil(t, fmt.Sprint("prune ", n), func() (bool, <-chan struct{}) {
 		tg.mu.Lock()
-		done, changed := tg.prunes >= n, tg.changed
-		tg.mu.Unlock()
-		if done {
-			return
-		}
-		select {
-		case <-changed:
-		case <-deadline:
-			t.Fatalf("timed out waiting for prune %d", n)
-		}
-	}
+		defer tg.mu.Unlock()
+		return tg.prunes >= n, tg.changed
+	})
 }
 
 // has reports whether the target holds key=value.
@@ -278,37 +260,21 @@ func (tg *target) applied() []string {
 	return words
 }
 
-// waitInFlight waits until at least n calls of tr are in flight, and
-// returns them.
-func waitInFlight(t testing.TB, tr reconcilertest.CallRecorder, n int) []reconcilertest.Call {
+// waitInFlight waits until at least n calls of tr are in flight.
+func waitInFlight(t testing.TB, tr reconcilertest.CallRecorder, n int) {
 	t.Helper()
-	deadline := time.After(timeout)
-	for {
+	waitUntil(t, fmt.Sprint(n, " calls in flight"), func() (bool, <-chan struct{}) {
 		calls, changed := tr.InFlightWatch()
-		if len(calls) >= n {
-			return calls
-		}
-		select {
-		case <-changed:
-		case <-deadline:
-			t.Fatalf("timed out waiting for %d calls in flight (%d are)", n, len(calls))
-		}
-	}
+		return len(calls) >= n, changed
+	})
 }
 
 // waitCalls waits until tr has recorded n successful calls of op on key.
 func waitCalls(t testing.TB, tr reconcilertest.CallRecorder, op reconcilertest.Op, key string, n int) {
 	t.Helper()
-	deadline := time.After(timeout)
-	for {
+	waitUntil(t, fmt.Sprint(n, " calls of ", op, " on ", key), func() (bool, <-chan struct{}) {
 		_, changed := tr.CallsWatch()
-		if _, ok := count(tr, op, key); ok >= n {
-			return
-		}
-		select {
-		case <-changed:
-		case <-deadline:
-			t.Fatalf("timed out waiting for %d calls of %s on %s", n, op, key)
-		}
-	}
+		_, ok := count(tr, op, key)
+		return ok >= n, changed
+	})
 }

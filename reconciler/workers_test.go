@@ -115,26 +115,6 @@ func TestWorkersKeepOneOperationPerObjectAndRevisionOrder(t *testing.T) {
 	}
 }
 
-// A slow operation holds back only the worker it occupies.
-func TestBlockedObjectDoesNotHoldBackOthers(t *testing.T) {
-	tg := newTarget()
-	blocked := tg.hold("blocked")
-	f := startFixture(t, tg, nil, reconciler.WithConcurrency(4))
-	f.upsert(&item{ID: "blocked"})
-	others := make([]*item, 1000)
-	for i := range others {
-		others[i] = &item{ID: fmt.Sprintf("o%04d", i)}
-	}
-	f.upsert(others...)
-	f.waitTable("the 1000 others to be Done while one is blocked", func(txn statedb.ReadTxn) bool {
-		return f.countKind(txn, status.KindDone) == 1000
-	})
-	obj, _ := f.get("blocked")
-	assert.Equal(t, status.KindPending, obj.Status.Kind)
-	blocked.let()
-	f.waitKind("blocked", status.KindDone)
-}
-
 // A BatchOperations that reorders its entries gets each result attributed
 // to its own object: failures are retried, successes Done. Found by the
 // second review (bug 6).

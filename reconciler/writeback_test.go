@@ -93,26 +93,6 @@ func TestErrorWrittenBackOverALaterFailureIsRetried(t *testing.T) {
 	require.Equal(t, "v1", f.waitKind("a", status.KindDone).Value)
 }
 
-// A terminal Error written back is not retried: the status says that
-// retrying cannot help.
-func TestTerminalErrorWrittenBackIsNotRetried(t *testing.T) {
-	fo := reconcilertest.NewFaultyOps(itemKey, newTarget(), nil)
-	require.NoError(t, fo.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeTerminal, Key: "a"}))
-	f := startFixture(t, fo, nil, reconciler.WithRetry(time.Millisecond, time.Millisecond))
-	f.upsert(&item{ID: "a", Value: "bad"})
-	failed := f.waitKind("a", status.KindError)
-	require.True(t, failed.Status.Terminal)
-
-	rev := f.insertAs(failed.clone())
-	f.upsert(&item{ID: "b", Value: "ok"})
-	f.waitKind("b", status.KindDone)
-	reached, retryLow := f.reconciledTo(rev)
-	require.GreaterOrEqual(t, reached, rev)
-	require.Zero(t, retryLow, "no retry queued for a terminal error")
-	all, _ := count(fo, reconcilertest.OpUpdate, "a")
-	require.Equal(t, 1, all)
-}
-
 // What runs when a is deleted is a retry, a prune then removes a from the
 // target, and what is written back is a as read while the retry ran, with
 // the Error status the retry answers. That write-back is new work after
