@@ -632,10 +632,22 @@ func (lc *lifecycles[Obj]) wait(s *keyState[Obj], due int64) {
 	lc.lows.push(int64(min(s.task.asked, math.MaxInt64)), e)
 	lc.lows.compact(len(lc.heap), lc.stillWaiting)
 	if !s.task.since.IsZero() {
-		lc.sinces.push(s.task.since.UnixNano(), e)
+		lc.sinces.push(unixNanoSat(s.task.since), e)
 		lc.sinces.compact(len(lc.heap), lc.stillWaiting)
 	}
 	lc.changed(s)
+}
+
+// unixNanoSat returns t in Unix nanoseconds, saturated where UnixNano's
+// result is undefined (before 1678, after 2262).
+func unixNanoSat(t time.Time) int64 {
+	switch {
+	case t.Before(time.Unix(0, math.MinInt64)):
+		return math.MinInt64
+	case t.After(time.Unix(0, math.MaxInt64)):
+		return math.MaxInt64
+	}
+	return t.UnixNano()
 }
 
 // waitingEntry names one wait of a keyState: it holds while s is in the

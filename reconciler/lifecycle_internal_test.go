@@ -267,3 +267,9 @@ func TestABurstOfFailuresLeavesNoMemoryHeld(t *testing.T) {
 	assert.LessOrEqual(t, lc.peak, shrinkAbove, "byKey made anew")
 	assert.Equal(t, 0, len(lc.spare), "the map the last call returned is dropped")
 }
+
+func TestUnixNanoSaturates(t *testing.T) {
+	assert.Equal(t, int64(math.MinInt64), unixNanoSat(time.Date(1000, 1, 1, 0, 0, 0, 0, time.UTC)))
+	assert.Equal(t, int64(math.MaxInt64), unixNanoSat(time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC)))
+	assert.Equal(t, int64(5), unixNanoSat(time.Unix(0, 5)))
+}
