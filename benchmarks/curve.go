@@ -20,7 +20,12 @@ import (
 //	             write
 //	prune        one prune of the whole table
 //	refresh      one refresh sweep of the whole table
-var curveWorkloads = []string{"incremental", "backlog", "shared", "prune", "refresh"}
+//	retry        every object fails once, then succeeds: time until all
+//	             are Done; up to retryCurveMax objects (the StateDB
+//	             reconciler takes minutes at a million)
+var curveWorkloads = []string{"incremental", "backlog", "shared", "prune", "refresh", "retry"}
+
+const retryCurveMax = 1_000_000
 
 func curveCaseName(workload string, size int) string {
 	return fmt.Sprintf("curve %s %s", workload, count(size))
@@ -51,6 +56,12 @@ func curveCases(sizes []int) []runCase {
 		add("shared", sharedStatus)
 		add("prune", prune)
 		add("refresh", refresh)
+		if size <= retryCurveMax {
+			add("retry", func(ctx context.Context, c config, im impl) (measurement, error) {
+				c.retryObjects = c.objects
+				return retryStorm(ctx, c, im, false)
+			})
+		}
 	}
 	return out
 }

@@ -24,7 +24,7 @@ func printCurve(w io.Writer, o options, res results) {
 	fmt.Fprintln(w, "(the inserter included); heap/obj is the heap's peak growth per object during the incremental run.")
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "objects\timpl\tincremental\tns/obj\tB/obj\theap/obj\tbacklog ns/obj\tshared set ns/obj\tprune ns/obj\trefresh ns/obj\t")
+	fmt.Fprintln(tw, "objects\timpl\tincremental\tns/obj\tB/obj\theap/obj\tbacklog ns/obj\tshared set ns/obj\tprune ns/obj\trefresh ns/obj\tretry ns/obj\t")
 	for _, size := range sizes {
 		for _, im := range curveImpls(res, size) {
 			inc := curveCaseName("incremental", size)

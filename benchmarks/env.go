@@ -38,6 +38,7 @@ type setup struct {
 	tables       bool // include reconciler.TablesCell (converge only)
 	deps         bool // a "deps" table, and WithDependency on it (converge only)
 	updateTarget int  // ops.reached closes after this many updates
+	heapAtReady  bool // start env.heap when the preload is done, before the jobs
 }
 
 // env is a started hive with one table and (unless implNone) something
@@ -51,7 +52,8 @@ type env struct {
 	ops   *ops
 	conv  reconciler.Reconciler[*object]
 	up    upstream.Reconciler[*object]
-	ready time.Time // when the preload finished, just before the jobs started
+	ready time.Time    // when the preload finished, just before the jobs started
+	heap  *heapSampler // with setup.heapAtReady: started at ready
 }
 
 var quietLog = slog.New(slog.DiscardHandler)
@@ -124,6 +126,10 @@ func start(ctx context.Context, s setup) (*env, error) {
 				// Appended before the reconciler's jobs, so it runs first.
 				lc.Append(cell.Hook{OnStart: func(cell.HookContext) error {
 					e.preload()
+					if s.heapAtReady {
+						settle()
+						e.heap = startHeapSampler()
+					}
 					e.ready = time.Now()
 					return nil
 				}})
@@ -221,9 +227,11 @@ func (e *env) floor(ctx context.Context, _ cell.Health) error {
 type preloadKind int
 
 const (
-	preloadOldDone    preloadKind = iota // Done an hour ago
-	preloadPending                       // a backlog, as after a restart
-	preloadRefreshing                    // marked by a refresh sweep just now
+	preloadOldDone     preloadKind = iota // Done an hour ago
+	preloadPending                        // a backlog, as after a restart
+	preloadRefreshing                     // marked by a refresh sweep just now
+	preloadDone                           // Done just now, as a restart restores it
+	preloadSomePending                    // Done just now, one in a hundred Pending
 )
 
 // preload inserts s.preload objects with the status s.preloadAs, in write
@@ -236,7 +244,7 @@ func (e *env) preload() {
 		for end := min(id+txnSize, e.s.preload); id < end; id++ {
 			o := &object{id: uint64(id)}
 			switch {
-			case e.s.preloadAs == preloadPending:
+			case e.s.preloadAs == preloadPending, e.s.preloadAs == preloadSomePending && id%100 == 0:
 				o = e.pending(uint64(id))
 			case e.s.impl == implUpstream && e.s.preloadAs == preloadRefreshing:
 				o.up = upstream.StatusRefreshing()
@@ -244,10 +252,14 @@ func (e *env) preload() {
 				o.conv = status.Refreshing()
 			case e.s.impl == implUpstream:
 				o.up = upstream.StatusDone()
-				o.up.UpdatedAt = old
+				if e.s.preloadAs == preloadOldDone {
+					o.up.UpdatedAt = old
+				}
 			default:
 				o.conv = status.Done()
-				o.conv.UpdatedAt = old
+				if e.s.preloadAs == preloadOldDone {
+					o.conv.UpdatedAt = old
+				}
 			}
 			e.tbl.Insert(wtxn, o)
 		}
@@ -281,6 +293,17 @@ func (e *env) isDone(o *object) bool {
 
 // insert writes pending objects with ids [from, to) in write transactions
 // of txnSize.
+// deleteAll deletes objects 0..n-1 in transactions of txnSize.
+func (e *env) deleteAll(n, txnSize int) {
+	for id := 0; id < n; {
+		wtxn := e.db.WriteTxn(e.tbl)
+		for end := min(id+txnSize, n); id < end; id++ {
+			e.tbl.Delete(wtxn, &object{id: uint64(id)})
+		}
+		wtxn.Commit()
+	}
+}
+
 func (e *env) insert(from, to, txnSize int) {
 	for id := from; id < to; {
 		wtxn := e.db.WriteTxn(e.tbl)

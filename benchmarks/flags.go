@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-var allWorkloads = []string{"incremental", "floor", "latency", "slow", "retry", "prune", "refresh", "fresh", "deps", "overhead", "curve"}
+var allWorkloads = []string{"incremental", "floor", "latency", "slow", "retry", "prune", "refresh", "fresh", "deps", "restart", "rest", "overhead", "curve"}
 
 // soakWorkload runs only when named: it takes -duration, not a few runs.
 const soakWorkload = "soak"

@@ -79,6 +79,12 @@ func TestQuickRun(t *testing.T) {
 		"7 refresh sweep 3k objects",
 		"8 fresh write behind 500 refreshes",
 		"8 fresh write behind 500 retries",
+		"9 restart with 3k Done: idle",
+		"9 restart with 3k Done: first prune",
+		"9 restart with 3k, 1% Pending: idle",
+		"10 heap held per object: converged",
+		"10 heap held per object: all deleted",
+		"10 heap held per object: after a burst",
 	}
 	body := strings.Join(lines[header+1:], "\n")
 	for _, name := range rows {

@@ -102,6 +102,7 @@ type ops struct {
 	target    int64           // when updates reaches target, reached is closed
 	reached   chan struct{}   //
 	pruned    chan int        // objects seen by each Prune
+	prunedAt  atomic.Int64    // when the first Prune ended (Unix ns)
 }
 
 func newOps(s setup) *ops {
@@ -144,6 +145,7 @@ func (o *ops) Prune(_ context.Context, _ statedb.ReadTxn, objs iter.Seq2[*object
 	for range objs {
 		n++
 	}
+	o.prunedAt.CompareAndSwap(0, time.Now().UnixNano())
 	select {
 	case o.pruned <- n:
 	default:

@@ -257,6 +257,7 @@ func curvePlots(res results, sizes []int) [][]*plot.Plot {
 		{"two reconcilers, one status set", "ns/object", "shared", both, curveNsPerObject("shared")},
 		{"one prune", "ns/object", "prune", both, curveNsPerObject("prune")},
 		{"one refresh sweep", "ns/object", "refresh", both, curveNsPerObject("refresh")},
+		{"every object failing once", "ns/object", "retry", both, curveNsPerObject("retry")},
 	}
 	xs := make([]float64, len(sizes))
 	for i, s := range sizes {

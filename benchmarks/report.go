@@ -122,6 +122,12 @@ func mainSources(c config) []source {
 		vsUp(fmt.Sprintf("7 refresh sweep %s objects", count(c.objects)), unitSecs, "refresh", "s"),
 		vsUp(fmt.Sprintf("8 fresh write behind %s refreshes", count(c.freshQueued)), unitNanos, "fresh refresh", "latency"),
 		vsUp(fmt.Sprintf("8 fresh write behind %s retries", count(c.freshQueued)), unitNanos, "fresh retry", "latency"),
+		vsUp(fmt.Sprintf("9 restart with %s Done: idle", count(c.objects)), unitSecs, "restart done", "s"),
+		vsUp(fmt.Sprintf("9 restart with %s Done: first prune", count(c.objects)), unitSecs, "restart done", "prune s"),
+		vsUp(fmt.Sprintf("9 restart with %s, 1%% Pending: idle", count(c.objects)), unitSecs, "restart pending", "s"),
+		vsUp("10 heap held per object: converged", unitBytes, "rest converged", "held/obj"),
+		vsUp("10 heap held per object: all deleted", unitBytes, "rest deleted", "held/obj"),
+		vsUp("10 heap held per object: after a burst", unitBytes, "rest burst", "held/obj"),
 	}
 	for i := range rows {
 		d := &rows[i].def

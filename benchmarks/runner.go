@@ -87,6 +87,21 @@ func cases(cfg config) []runCase {
 			return freshWrite(ctx, c, im, true)
 		}},
 		{"dependency trigger", "deps", []impl{implConverge}, nil, dependencyTrigger},
+		{"restart done", "restart", both, nil, func(ctx context.Context, c config, im impl) (measurement, error) {
+			return restart(ctx, c, im, false)
+		}},
+		{"restart pending", "restart", both, nil, func(ctx context.Context, c config, im impl) (measurement, error) {
+			return restart(ctx, c, im, true)
+		}},
+		{"rest converged", "rest", []impl{implConverge, implUpstream, implFloor}, nil, func(ctx context.Context, c config, im impl) (measurement, error) {
+			return atRest(ctx, c, im, "converged")
+		}},
+		{"rest deleted", "rest", []impl{implConverge, implUpstream, implFloor}, nil, func(ctx context.Context, c config, im impl) (measurement, error) {
+			return atRest(ctx, c, im, "deleted")
+		}},
+		{"rest burst", "rest", both, nil, func(ctx context.Context, c config, im impl) (measurement, error) {
+			return atRest(ctx, c, im, "burst")
+		}},
 	}
 	all = append(all, overheadCases()...)
 	return append(all, curveCases(cfg.curveSizes)...)
