@@ -24,9 +24,10 @@
 //	             per second until the last is Done, and bytes and allocations
 //	             per object (process-wide, minus an insert-only baseline), with
 //	             single and with batch operations.
-//	floor        the same inserter against a bare Changes() + CompareAndSwap
-//	             loop that marks pending objects Done, 1000 per transaction:
-//	             the least any StateDB reconciler must do. It runs in the
+//	floor        the same inserter against a bare loop that holds a write
+//	             transaction while it reads Changes() and marks each pending
+//	             object Done with CompareAndSwap as it reads it, committing
+//	             every 1000: the least any StateDB reconciler must do. It runs in the
 //	             same turn as the single-ops runs, right after or before
 //	             converge's, so that each ratio pairs adjacent runs.
 //	latency      one object at a time, with default options, from commit to

@@ -23,7 +23,7 @@ type impl int
 const (
 	implConverge impl = iota // github.com/converge-go/converge/reconciler
 	implUpstream             // github.com/cilium/statedb/reconciler
-	implFloor                // a bare Changes() + CompareAndSwap loop
+	implFloor                // a bare Changes() + CompareAndSwap loop in one write txn
 	implNone                 // nothing: the inserter alone, for allocation baselines
 )
 

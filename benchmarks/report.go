@@ -242,7 +242,7 @@ func printReport(w io.Writer, o options, res results, info runInfo) {
 	fmt.Fprintln(w, "- ratio is the median over runs of converge's figure divided by the reference's in the same run; \"better\" says who wins and by how much.")
 	fmt.Fprintln(w, "- spread: the lowest and highest ratio over the paired runs; throughput ratios are run again until the 95% confidence interval of their mean is within -spread.")
 	if len(res["incremental single"][implFloor]) > 0 {
-		fmt.Fprintln(w, "- rows marked floor compare with a bare Changes() + CompareAndSwap loop (1000 per txn) in the upstream column.")
+		fmt.Fprintln(w, "- rows marked floor compare with a bare loop in the upstream column: one write txn held while reading Changes(), CompareAndSwap each pending object Done as read, commit every 1000.")
 	}
 	if base := res.median("insert only", implNone, "B/obj"); !math.IsNaN(base) {
 		fmt.Fprintf(w, "- bytes and allocs per object exclude the inserter: an insert-only run costs %.0f B and %.2f allocs per object.\n",
