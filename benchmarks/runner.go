@@ -89,6 +89,7 @@ func cases(cfg config) []runCase {
 		{"dependency trigger", "deps", []impl{implConverge}, nil, dependencyTrigger},
 	}
 	all = append(all, overheadCases()...)
+	all = append(all, multiCases(cfg)...)
 	return append(all, curveCases(cfg.curveSizes)...)
 }
 
