@@ -22,18 +22,20 @@ func TestMultiRun(t *testing.T) {
 	var rows []string
 	for _, l := range strings.Split(out, "\n") {
 		f := strings.Fields(l)
-		if len(f) > 2 && (f[0] == "1" || f[0] == "3") && (f[1] == "converge" || f[1] == "upstream") {
+		if len(f) > 2 && (f[0] == "1" || f[0] == "3") && (f[1] == "converge" || f[1] == "upstream" || f[1] == "floor") {
 			rows = append(rows, f[0]+" "+f[1])
 			if !strings.Contains(l, "yes, 1 of 1 runs") {
 				t.Errorf("row without its check: %q", l)
 			}
 		}
 	}
-	if want := []string{"1 converge", "1 upstream", "3 converge", "3 upstream"}; !slices.Equal(rows, want) {
+	if want := []string{"1 converge", "1 upstream", "1 floor", "3 converge", "3 upstream", "3 floor"}; !slices.Equal(rows, want) {
 		t.Errorf("rows = %q, want %q", rows, want)
 	}
-	if !strings.Contains(out, "3 reconciler(s), converge/upstream obj/s") {
-		t.Errorf("no paired ratio for 3 reconcilers")
+	for _, want := range []string{"3 reconciler(s), converge/upstream obj/s", "3 reconciler(s), converge/floor obj/s"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no line %q", want)
+		}
 	}
 }
 
