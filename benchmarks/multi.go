@@ -355,10 +355,11 @@ func multi(ctx context.Context, cfg config, im impl, n int) (measurement, error)
 }
 
 // waitAllDone waits until every object is Done in every reconciler and
-// returns when it saw them so. WaitUntilReconciled cannot tell, in either
-// library: a reconciler that has read past an insert may not have read
-// the object yet, when another's status write came after the insert and
-// its read stopped short of that write. So it waits until every target
+// returns when it saw them so, the same way for both libraries.
+// Upstream's WaitUntilReconciled cannot tell: a reconciler that has read
+// past an insert may not have read the object yet, when another's status
+// write came after the insert and its read stopped short of that write
+// (converge's waits for such an object). So it waits until every target
 // has held every object, for every reconciler to have read up to then,
 // and then looks: it scans the table from the first object not seen Done,
 // waits for that object to change if it is not, and goes on. The time
