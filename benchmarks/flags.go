@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-var allWorkloads = []string{"incremental", "floor", "latency", "slow", "retry", "prune", "refresh", "fresh", "deps", "restart", "rest", "overhead", "curve"}
+var allWorkloads = []string{"incremental", "floor", "latency", "slow", "retry", "prune", "refresh", "fresh", "deps", "restart", "rest", "overhead", "curve", "multi"}
 
 // soakWorkload runs only when named: it takes -duration, not a few runs.
 const soakWorkload = "soak"
@@ -68,7 +68,11 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.Uint64Var(&o.soak.seed, "soak-seed", 1, "soak: seed of the writes' random choices")
 	fs.DurationVar(&o.soak.settle, "soak-settle", 0, "soak: bound on the final convergence (default 10 refresh intervals + 1m)")
 	fs.StringVar(&o.plotDir, "plot", "", "write SVG charts of what ran (cost curve, incremental throughput per run, soak series) into `dir`")
+	finishMulti := multiFlags(fs, &o.cfg.multi)
 	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if err := finishMulti(o.quick); err != nil {
 		return o, err
 	}
 	if fs.NArg() > 0 {

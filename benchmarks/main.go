@@ -51,6 +51,11 @@
 //	             backlog, two reconcilers sharing a status set, prune and
 //	             refresh, for both libraries, and the floor's incremental
 //	             run (curve.go).
+//	multi        1, 2 and 4 (-multi-counts) named reconcilers sharing a
+//	             status set on one table, each with its own target,
+//	             -multi-objects objects: throughput until all are Done in
+//	             all, bytes and CAS conflicts per object, and a check that
+//	             nothing was lost (multi.go).
 //	soak         run only when named: one converge reconciler under a
 //	             steady churn for -duration, sampled every -soak-interval,
 //	             judged by a rule printed before it starts (soak.go,
@@ -131,7 +136,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 
 	info := runInfo{start: readMachineState()}
 	fmt.Fprintf(stderr, "[machine] load average %s, calibration loop %s\n", fmtLoad(info.start.load), info.start.calibrate.Round(100*time.Microsecond))
-	if slices.ContainsFunc(o.workloads, func(w string) bool { return w == "incremental" || w == "floor" || w == "overhead" || w == "curve" }) {
+	if slices.ContainsFunc(o.workloads, func(w string) bool {
+		return w == "incremental" || w == "floor" || w == "overhead" || w == "curve" || w == "multi"
+	}) {
 		// The first run of a fresh process at full size is slower than the
 		// rest (the heap grows from nothing, its pages fault in), and the
 		// first reconciler to run would pay for it. An untimed floor run

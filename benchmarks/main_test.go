@@ -33,6 +33,7 @@ func TestQuickRun(t *testing.T) {
 		"-retry-objects", "1000",
 		"-fresh-queued", "500",
 		"-overhead-objects", "2000",
+		"-multi-objects", "2000",
 		"-curve-sizes", "1000,3000",
 		"-max-repeats", "2",
 		"-plot", dir,

@@ -221,6 +221,7 @@ func printReport(w io.Writer, o options, res results, info runInfo) {
 		printDeps(w, c, res)
 		printOverhead(w, o, res)
 		printCurve(w, o, res)
+		printMulti(w, o, res)
 		return
 	}
 	fmt.Fprintln(w)
@@ -267,6 +268,7 @@ func printReport(w io.Writer, o options, res results, info runInfo) {
 	printDeps(w, c, res)
 	printOverhead(w, o, res)
 	printCurve(w, o, res)
+	printMulti(w, o, res)
 }
 
 // printDeps prints the dependency trigger figure, converge's alone.

@@ -104,6 +104,7 @@ func cases(cfg config) []runCase {
 		}},
 	}
 	all = append(all, overheadCases()...)
+	all = append(all, multiCases(cfg)...)
 	return append(all, curveCases(cfg.curveSizes)...)
 }
 

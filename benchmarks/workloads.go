@@ -26,6 +26,8 @@ type config struct {
 	curveSizes      []int // table sizes of the cost curve
 	freshQueued     int   // refreshes or failing retries queued before the fresh write
 	sampleHeap      bool  // incremental also records the peak heap per object
+
+	multi multiConfig // several reconcilers on one table (multi.go)
 }
 
 // measurement is what one run yields; unused fields stay zero.

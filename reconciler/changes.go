@@ -33,6 +33,7 @@ type changeFeed[Obj any] struct {
 
 	iter    statedb.ChangeIterator[Obj] // nil while closed
 	read    statedb.Revision            // every change up to it was handed out
+	drained statedb.Revision            // every write up to it was handed out (see drainedTo)
 	opened  statedb.Revision            // the table's revision when iter opened
 	floor   statedb.Revision            // upserts at or below it were read before iter opened
 	held    statedb.ReadTxn             // while closed: the table as of the last iterator's end
@@ -120,6 +121,7 @@ func (f *changeFeed[Obj]) next(txn statedb.ReadTxn) (iter.Seq2[statedb.Change[Ob
 		// made before the open is not in the iterator, and may be the
 		// table's last change.
 		f.read = max(f.read, f.opened)
+		f.drained = max(f.drained, f.table.Revision(txn))
 	}, watch
 }
 
@@ -132,6 +134,14 @@ func recovered[Obj any](change statedb.Change[Obj], rev statedb.Revision) bool {
 
 // position returns the revision up to which every change was handed out.
 func (f *changeFeed[Obj]) position() statedb.Revision { return f.read }
+
+// drainedTo returns the revision up to which every write was handed out:
+// the table's revision in the last read that went to the end of its
+// changes. It is below position while a read stopped short: StateDB hands
+// out only the newest version of an object, so an object written at or
+// below position and again after it comes with that later write, which a
+// read that stopped short has not reached yet.
+func (f *changeFeed[Obj]) drainedTo() statedb.Revision { return f.drained }
 
 // close reads the deletes the iterator still holds, keeps them for the next
 // open with the table as of that read, and closes the iterator. Upserts

@@ -75,10 +75,12 @@ func (r *reconciler[Obj]) start(s *keyState[Obj]) {
 //
 // StateDB hands out only the newest change of a key since the last read, so
 // a change read now may stand for writes back to the first revision not
-// read before: that is the revision that asks for its work (task.asked),
-// which progress waits for.
+// handed out before: that is the revision that asks for its work
+// (task.asked), which progress waits for. After a read that stopped short
+// on its budget, that is the end of the last read that went through (see
+// changeFeed.drainedTo), not where the short read stopped.
 func (r *reconciler[Obj]) collectChanges(txn statedb.ReadTxn, changes iter.Seq2[statedb.Change[Obj], statedb.Revision], budget int, now time.Time) {
-	added, from := 0, r.lastRev+1
+	added, from := 0, min(r.lastRev, r.changes.drainedTo())+1
 	for change, rev := range changes {
 		r.lastRev = rev
 		if r.collectChange(txn, change, rev, min(from, change.Revision), now) {

@@ -74,10 +74,13 @@ func retries[Obj any](work []op[Obj]) (n int) {
 
 // progressRev returns the revision up to which every change read is
 // done: all but those queued or running (their successors included), or
-// deferred. Retries are told apart by the retry low watermark.
+// deferred. Retries are told apart by the retry low watermark. While a read
+// that stopped short on its budget has not been followed to the end, it is
+// no further than the end of the last read that went through: an object
+// written below where the short read stopped may come later, with a newer
+// write (see changeFeed.drainedTo).
 func (r *reconciler[Obj]) progressRev() statedb.Revision {
-
-	rev := r.lastRev
+	rev := min(r.lastRev, r.changes.drainedTo())
 	lower := func(low statedb.Revision) {
 		if low != 0 && low-1 < rev {
 			rev = low - 1

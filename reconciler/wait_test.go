@@ -103,3 +103,47 @@ func TestWaitUntilReconciledAboveTheTableRevision(t *testing.T) {
 	require.Greater(t, next, rev)
 	require.NoError(t, recv(t, done, "the wait to return once the table reached the revision"))
 }
+
+// An object written, then written again before the reconciler reads it, is
+// read once, with the second write. A round that stops reading on its
+// budget past the first write but short of the second has not handed the
+// object to Update: WaitUntilReconciled for the first write's revision
+// must not return yet. (With several reconcilers on one status set, the
+// second write is another reconciler's status.)
+func TestWaitUntilReconciledWaitsForAnObjectReadLate(t *testing.T) {
+	for _, v := range []variant{{1, false}, {1, true}} { // the loop blocks while an update is held
+		t.Run(v.String(), func(t *testing.T) {
+			tg := newTarget()
+			f := v.fixture(t, tg, nil, reconciler.WithRoundLimits(4, nil))
+			f.start()
+			z := tg.hold("z")
+			f.upsert(&item{ID: "z"})
+			z.wait(t) // the loop reads nothing new until z is let go
+
+			x := &item{ID: "x", Value: "1"}
+			revX := f.upsert(append([]*item{x}, items("y", 10, "1")...)...) - 10 // x first
+			f.upsert(&item{ID: "x", Value: "2"})                                 // read with y-00009 or later
+			y4 := tg.hold("y-00004")
+			z.let()
+			y4.wait(t) // a round read y-00000..3 and committed them; x is unread
+			got, ok := f.get("x")
+			require.True(t, ok)
+			require.Equal(t, status.KindPending, got.Status.Kind)
+
+			// Where the reconciler has got to, without waiting: a context
+			// already ended returns at once, with nil if revX was reached.
+			ended, cancel := context.WithCancel(t.Context())
+			cancel()
+			reached, _, err := f.rec.WaitUntilReconciled(ended, revX)
+			require.ErrorIs(t, err, context.Canceled, "WaitUntilReconciled(%d) reached %d while x is Pending", revX, reached)
+
+			y4.let()
+			reached, _, err = f.rec.WaitUntilReconciled(ctxFor(t, timeout), revX)
+			require.NoError(t, err)
+			require.GreaterOrEqual(t, reached, revX)
+			got, _ = f.get("x")
+			assert.Equal(t, status.KindDone, got.Status.Kind, "x after WaitUntilReconciled(%d)", revX)
+			assert.True(t, tg.has("x", "2"), "x applied")
+		})
+	}
+}
