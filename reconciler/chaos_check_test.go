@@ -1,8 +1,6 @@
 package reconciler_test
 
-// The chaos test's checks: what operations see as they start (one per key,
-// in revision order, none while paused, pruning or stopped), the table
-// against the model, and convergence once the faults stop.
+// The chaos test's checks, along the way and at the end.
 
 import (
 	"context"
@@ -29,15 +27,11 @@ func (o *chaosOps) violate(format string, args ...any) {
 	o.target.violate("gen %d: %s%s", o.gen, o.label(), fmt.Sprintf(format, args...))
 }
 
-// gateSeen is what an operation saw first thing: whether every reconciler
-// was paused, its reconciler's prune ran, or an operation of its round
-// paused it.
+// gateSeen is what an operation saw first thing.
 type gateSeen struct{ paused, pruning, pausedInRound bool }
 
-// startGrace is how long after Pause returned (or a prune began) an
-// operation may still show its first line: the reconciler decides at the
-// gate, a few instructions before, but may be descheduled in between. The
-// bugs this checks for start much later.
+// startGrace is how long after Pause returned (or a prune began) a start
+// may still show: the reconciler may be descheduled after its gate.
 const startGrace = 20 * time.Millisecond
 
 func (o *chaosOps) gate() gateSeen {
@@ -50,18 +44,11 @@ func (o *chaosOps) gate() gateSeen {
 func (o *chaosOps) begin(g gateSeen, what string) {
 	o.target.calls++
 	o.target.notify()
-	for _, v := range []struct {
-		bad bool
-		why string
-	}{
-		{o.stopped, "after Stop returned"},
-		{g.paused, "while paused"},
-		{g.pausedInRound, "after an operation of the round paused the reconciler"},
-		{g.pruning, "while a prune ran"},
-		{what == "prune" && !o.initialized, "before the table was initialized"},
-	} {
-		if v.bad {
-			o.violate("%s started %s", what, v.why)
+	for why, bad := range map[string]bool{"after Stop returned": o.stopped, "while paused": g.paused, "while a prune ran": g.pruning,
+		"after an operation of the round paused the reconciler": g.pausedInRound,
+		"before the table was initialized":                      what == "prune" && !o.initialized} {
+		if bad {
+			o.violate("%s started %s", what, why)
 		}
 	}
 }
@@ -82,15 +69,9 @@ func (o *chaosOps) enter(g gateSeen, del bool, key string, rev statedb.Revision)
 	o.lastRev[key] = rev
 }
 
-func (o *chaosOps) leave(key string) {
-	o.target.mu.Lock()
-	o.inFlight[key]--
-	o.running--
-	o.target.mu.Unlock()
-}
+func (o *chaosOps) leave(key string) { o.target.with(func() { o.inFlight[key]--; o.running-- }) }
 
-// tableProblem reports how the table's key→value pairs differ from the
-// model, or "".
+// tableProblem reports how the table differs from the model, or "".
 func (r *chaosRun) tableProblem() string {
 	inTable := map[string]string{}
 	for obj := range r.gen.table.All(r.gen.db.ReadTxn()) {
@@ -108,11 +89,9 @@ func (r *chaosRun) checkTable() {
 	}
 }
 
-// writeBackUndoesMark reports whether writing back obj, written or read
-// earlier, may undo the mark a change of key's dependency made since obj's
-// statuses were written: an update that ran with the dependency's old
-// value then stands (see WithDependency). Only statuses the test wrote
-// after the dependency's last change are known not to.
+// writeBackUndoesMark reports whether writing back obj may undo the mark a
+// change of key's dependency made since obj's statuses were written (see
+// WithDependency): unless the test wrote them after that change.
 func (r *chaosRun) writeBackUndoesMark(key string, obj *item) bool {
 	changed, ok := r.depChangedAt[depOf(key)]
 	if !ok {
@@ -126,14 +105,9 @@ func (r *chaosRun) writeBackUndoesMark(key string, obj *item) bool {
 func (r *chaosRun) violations() string {
 	var all []string
 	for _, rec := range r.recs {
-		rec.target.mu.Lock()
-		all = append(all, rec.target.violations...)
-		rec.target.mu.Unlock()
+		rec.target.with(func() { all = append(all, rec.target.violations...) })
 	}
-	if len(all) == 0 {
-		return ""
-	}
-	return fmt.Sprintf("%d violation(s):\n  %s", len(all), strings.Join(all, "\n  "))
+	return map[bool]string{true: fmt.Sprintf("%d violation(s):\n  %s", len(all), strings.Join(all, "\n  "))}[len(all) > 0]
 }
 
 func (r *chaosRun) checkViolations() {
@@ -142,9 +116,8 @@ func (r *chaosRun) checkViolations() {
 	}
 }
 
-// until re-checks cond whenever a target or the table changes (and every
-// few milliseconds, for health) until it returns "" or timeout passes, and
-// then returns its last problem.
+// until re-checks cond on every change of a target or the table, and every
+// few milliseconds (health), until it returns "" or timeout passes.
 func (r *chaosRun) until(timeout time.Duration, cond func() string) string {
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
@@ -153,9 +126,7 @@ func (r *chaosRun) until(timeout time.Duration, cond func() string) string {
 	for {
 		var changed [2]<-chan struct{}
 		for i, rec := range r.recs {
-			rec.target.mu.Lock()
-			changed[i] = rec.target.changed
-			rec.target.mu.Unlock()
+			rec.target.with(func() { changed[i] = rec.target.changed })
 		}
 		_, tableWatch := r.gen.table.AllWatch(r.gen.db.ReadTxn())
 		problem := cond()
@@ -173,17 +144,15 @@ func (r *chaosRun) until(timeout time.Duration, cond func() string) string {
 	}
 }
 
-// waitFor fails the test, with the violations so far, unless cond comes
-// to return "" within timeout.
+// waitFor fails the test unless cond comes to return "" within timeout.
 func (r *chaosRun) waitFor(what string, timeout time.Duration, cond func() string) {
 	if problem := r.until(timeout, cond); problem != "" {
 		r.t.Fatalf("seed %d: %s: not reached within %s: %s\n%s", r.seed, what, timeout, problem, r.violations())
 	}
 }
 
-// reconciled waits up to d for reconciler i to handle every change so far
-// and logs its answer; if it says everything is applied, with no retry
-// left, it checks so (checkDoneApplied).
+// reconciled waits up to d for reconciler i to reach the last change, and
+// checks what that promises.
 func (r *chaosRun) reconciled(i int, d time.Duration) bool {
 	rev := r.gen.table.Revision(r.gen.db.ReadTxn())
 	ctx, cancel := context.WithTimeout(context.Background(), d)
@@ -191,19 +160,15 @@ func (r *chaosRun) reconciled(i int, d time.Duration) bool {
 	cancel()
 	r.logf("%swait for @%d: reached @%d, retry low @%d, err=%v", r.recs[i].label(), rev, reached, low, err)
 	r.checkTable()
-	if err != nil || reached < rev {
-		return false
-	}
-	if low == 0 {
+	if err == nil && reached >= rev && low == 0 {
 		r.checkDoneApplied(i, rev)
 	}
-	return true
+	return err == nil && reached >= rev
 }
 
-// checkDoneApplied checks WaitUntilReconciled's promise for rev, the
-// test's last change, with no retry left: every object whose status of
-// reconciler i is Done is in its target with its value. An object put back
-// with a Done from before its delete or a prune is new work.
+// checkDoneApplied checks WaitUntilReconciled's promise once it returned for
+// rev with no retry left: every object Done for reconciler i is applied (an
+// object put back with a Done from before its delete or a prune included).
 func (r *chaosRun) checkDoneApplied(i int, rev statedb.Revision) {
 	rec := r.recs[i]
 	rec.target.mu.Lock()
@@ -221,12 +186,8 @@ func (r *chaosRun) checkDoneApplied(i int, rev statedb.Revision) {
 	}
 }
 
-// healAndCheck turns the faults off, replaces later values (as a user
-// fixes them: the new version must not wait behind their retry) and checks
-// that the first prune after initialization comes by itself, and that the
-// system converges, also once the retry queues are empty (an operation
-// started before the heal may fail after it: a delete applied and then
-// failed leaves nothing to see).
+// healAndCheck turns the faults off, replaces later values, and checks the
+// initial prune and convergence, again once the retry queues are empty.
 func (r *chaosRun) healAndCheck(settings string) {
 	for _, rec := range r.recs {
 		rec.target.heal()
@@ -282,10 +243,8 @@ func (r *chaosRun) healAndCheck(settings string) {
 		r.seed, settings, len(r.steps), r.gens, calls, g.table.NumObjects(g.db.ReadTxn()))
 }
 
-// converged returns "" if every target holds exactly the table, every
-// object is settled (Done, or a terminal Error for poison, which the
-// target must not hold), with its dependency's current value, and health
-// is OK; otherwise what is wrong.
+// converged returns what differs from every target holding the table, with
+// current dependencies, every object settled and health OK.
 func (r *chaosRun) converged() string {
 	g := r.gen
 	var problems []string

@@ -5,6 +5,7 @@ package reconciler_test
 // keeps its schedule.
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"runtime"
@@ -20,15 +21,20 @@ import (
 
 func (r *chaosRun) key() string { return fmt.Sprintf("k%02d", r.rng.IntN(chaosKeys)) }
 
+// keys returns the distinct keys of n draws.
+func (r *chaosRun) keys(n int) (keys []string) {
+	for ; n > 0; n-- {
+		if k := r.key(); !slices.Contains(keys, k) {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
 func (r *chaosRun) value() string {
 	r.values++
-	switch n := r.rng.IntN(40); {
-	case n < 4:
-		return fmt.Sprintf("poison-%d.%d", r.gens, r.values)
-	case n == 4:
-		return fmt.Sprintf("later-%d.%d", r.gens, r.values)
-	}
-	return fmt.Sprintf("v%d.%d", r.gens, r.values)
+	prefix := map[int]string{0: "poison-", 1: "poison-", 2: "poison-", 3: "poison-", 4: "later-"}[r.rng.IntN(40)]
+	return fmt.Sprintf("%s%d.%d", cmp.Or(prefix, "v"), r.gens, r.values)
 }
 
 func (r *chaosRun) get(key string) (*item, bool) {
@@ -74,16 +80,14 @@ func (r *chaosRun) step() {
 		words := make([]string, len(changes))
 		for i := range changes {
 			ch := &changes[i]
-			ch.key = r.key()
-			if r.rng.IntN(4) == 1 {
+			if ch.key = r.key(); r.rng.IntN(4) == 1 {
 				ch.obj = r.earlier(ch.key)
 			}
-			if ch.obj == nil && r.rng.IntN(3) > 0 {
+			if words[i] = ch.key + "="; ch.obj != nil {
+				words[i] += ch.obj.Value + " (revert)"
+			} else if r.rng.IntN(3) > 0 {
 				ch.value = r.value()
-			}
-			words[i] = ch.key + "=" + ch.value
-			if ch.obj != nil {
-				words[i] = ch.key + "=" + ch.obj.Value + " (revert)"
+				words[i] += ch.value
 			}
 		}
 		r.logf("@%d txn %s", r.write(changes...), strings.Join(words, " "))
@@ -96,16 +100,12 @@ func (r *chaosRun) step() {
 	case p < 64:
 		[]func(){r.writeBackAfterPrune, func() { r.putBackDone(false) }, r.putBackAfterARestart, r.scenario}[r.rng.IntN(4)]()
 	case p < 68:
-		switch r.rng.IntN(4) {
-		case 0:
+		switch i := r.rng.IntN(4); {
+		case i == 0:
 			r.whileBusy(false)
-		case 1:
+		case i == 1:
 			r.putBackDone(true)
-		default:
-			if !r.manualPrune {
-				r.logf("(no Prune() in this seed)")
-				return
-			}
+		case r.manualPrune:
 			i := r.rng.IntN(len(r.recs))
 			r.gen.recs[i].Prune()
 			r.logf("%sPrune()", r.recs[i].label())
@@ -116,21 +116,20 @@ func (r *chaosRun) step() {
 		i, n := r.rng.IntN(len(r.recs)), 1+r.rng.IntN(10)
 		r.waitCalls(r.recs[i].target, n, 10*time.Millisecond)
 		r.logf("%swait for %d calls", r.recs[i].label(), n)
-	case p < 101: // change what objects depend on
-		d := fmt.Sprintf("d%d", r.rng.IntN(chaosDeps))
+	case p < 101: // change what objects depend on ("" deletes the dependency)
+		d, v := fmt.Sprintf("d%d", r.rng.IntN(chaosDeps)), ""
 		wtxn := r.gen.db.WriteTxn(r.gen.deps)
 		var err error
 		if r.rng.IntN(4) == 0 {
 			_, _, err = r.gen.deps.Delete(wtxn, &chaosDep{ID: d})
-			r.logf("delete dependency %s", d)
 		} else {
-			v := r.value()
+			v = r.value()
 			_, _, err = r.gen.deps.Insert(wtxn, &chaosDep{ID: d, Value: v})
-			r.logf("set dependency %s=%s", d, v)
 		}
 		wtxn.Commit()
 		require.NoError(r.t, err)
 		r.depChangedAt[d] = len(r.steps)
+		r.logf("set dependency %s=%q", d, v)
 	case p < 104: // pause (three ways), or resume
 		switch {
 		case r.gen.paused || r.rng.IntN(2) == 0:
@@ -140,15 +139,9 @@ func (r *chaosRun) step() {
 		default:
 			r.pauseFromAnOperation()
 		}
-	default:
-		if r.restarts >= chaosMaxRestarts {
-			r.logf("(no restart: limit reached)")
-			return
-		}
-		r.restarts++
-		r.checkTable()
-		if r.rng.IntN(2) == 0 {
-			r.restartInPlace(nil)
+	case r.restart(): // in place, or a new generation
+		if r.checkTable(); r.rng.IntN(2) == 0 {
+			r.restartInPlace(r.someMoves)
 			return
 		}
 		desired := maps.Clone(r.model)
@@ -158,8 +151,17 @@ func (r *chaosRun) step() {
 	}
 }
 
-// earlier returns an object the test inserted for key in this generation,
-// as inserted (status identity included), or nil.
+// someMoves makes a few key moves (while a hive is stopped).
+func (r *chaosRun) someMoves() {
+	for n := r.rng.IntN(5); n > 0; n-- {
+		r.keyMove(r.key(), r.rng.IntN(5))
+	}
+}
+
+// restart counts a restart and reports whether it is allowed.
+func (r *chaosRun) restart() bool { r.restarts++; return r.restarts <= chaosMaxRestarts }
+
+// earlier returns an object inserted for key in this generation, or nil.
 func (r *chaosRun) earlier(key string) *item {
 	if objs := r.written[key]; len(objs) > 0 {
 		return objs[r.rng.IntN(len(objs))]
@@ -167,65 +169,45 @@ func (r *chaosRun) earlier(key string) *item {
 	return nil
 }
 
-// keyMove makes one change to key: 0 a delete, 1 a new value, 2 a revert
-// to an earlier value, 3 a re-insert of the object as it is or as read
-// earlier, 4 a delete and the object put back as it was.
+// keyMove makes one change to key: 0 delete, 1 a new value, 2 revert, 3
+// re-insert as it is or as read earlier (not a Done, which no reconciler
+// can tell from a true one), 4 delete and put back as it was.
 func (r *chaosRun) keyMove(key string, move int) {
 	obj, found := r.get(key)
-	switch {
+	switch old := r.read[key]; {
 	case move == 0:
 		r.del(key, "")
-		return
 	case move == 2 && r.written[key] != nil:
 		r.put(key, r.earlier(key), "revert")
-		return
+	case move == 3 && found && old != nil && !r.anyDone(old) && r.rng.IntN(2) == 0:
+		r.put(key, old, "re-insert as read earlier")
+		r.read[key] = obj
 	case move == 3 && found:
-		// A read-modify-write across transactions writes back statuses
-		// that reconcilers replaced since; not a Done one, which no
-		// reconciler can tell from a true one.
-		if old := r.read[key]; old != nil && !r.anyDone(old) && r.rng.IntN(2) == 0 {
-			r.read[key] = obj
-			r.put(key, old, "re-insert as read earlier")
-			return
-		}
-		if obj, ok := r.reinsertAsIs(key); ok {
-			r.read[key] = obj
-			return
-		}
+		r.read[key], _ = r.reinsertAsIs(key)
 	case move == 4 && found:
-		r.putBackAfterDelete(key, obj)
-		return
+		if r.del(key, ""); r.rng.IntN(2) == 0 {
+			r.reconciled(r.rng.IntN(len(r.recs)), time.Duration(1+r.rng.IntN(10))*time.Millisecond)
+		}
+		r.put(key, obj, "put back")
+	default:
+		r.set(key, r.value(), "")
 	}
-	r.set(key, r.value(), "")
 }
 
-// putBackAfterDelete deletes key and writes obj back as it was, Done
-// statuses too, sometimes once a reconciler read the delete: a reconciler
-// that read the delete must apply obj again.
-func (r *chaosRun) putBackAfterDelete(key string, obj *item) {
-	r.del(key, "")
-	if r.rng.IntN(2) == 0 {
-		r.reconciled(r.rng.IntN(len(r.recs)), time.Duration(1+r.rng.IntN(10))*time.Millisecond)
-	}
-	r.put(key, obj, "put back")
-}
-
-// reinsertAsIs writes key's object back as it is, in the transaction that
+// reinsertAsIs writes key's object back as it is in the transaction that
 // reads it: an identical re-insert, which leaves marks in place.
 func (r *chaosRun) reinsertAsIs(key string) (*item, bool) {
-	g := r.gen
-	wtxn := g.db.WriteTxn(g.table)
+	wtxn := r.gen.db.WriteTxn(r.gen.table)
 	defer wtxn.Abort()
-	obj, _, found := g.table.Get(wtxn, itemID.Query(key))
+	obj, _, found := r.gen.table.Get(wtxn, itemID.Query(key))
 	if !found {
 		return nil, false
 	}
-	_, _, err := g.table.Insert(wtxn, obj.clone())
+	_, _, err := r.gen.table.Insert(wtxn, obj.clone())
 	require.NoError(r.t, err)
 	r.reinserted(obj)
-	rev := g.table.Revision(wtxn)
+	r.logf("@%d re-insert %s=%s as it is (%s)", r.gen.table.Revision(wtxn), key, obj.Value, r.statuses(obj))
 	wtxn.Commit()
-	r.logf("@%d re-insert %s=%s as it is (%s)", rev, key, obj.Value, r.statuses(obj))
 	return obj, true
 }
 
@@ -242,36 +224,31 @@ func (r *chaosRun) statuses(obj *item) string {
 	return strings.Join(words, ", ")
 }
 
-// scenario writes a key and, while its operation on one target is held in
-// flight, held with a newer version parked behind it, or waits for a retry,
-// changes the key a few times, often back to the value being applied.
-func (r *chaosRun) scenario() {
-	k, i := r.key(), r.rng.IntN(len(r.recs))
-	c := r.recs[i].target
-	mode := r.rng.IntN(3)
-	var h *chaosHold
-	if mode == 2 {
-		c.failNextN(k, 1+r.rng.IntN(2))
-	} else {
-		h = c.hold(k, false)
+// arm makes the next operation on key fail n times, or be held.
+func arm(c *chaosTarget, key string, fail bool, n int, afterApply bool) *chaosHold {
+	if fail {
+		c.failNextN(key, n)
+		return nil
 	}
+	return c.hold(key, afterApply)
+}
+
+// scenario changes a key while its operation is held in flight (then maybe
+// deleted, set, and the object in flight put back, the delete held in turn),
+// parked behind a newer version, or waiting for a retry.
+func (r *chaosRun) scenario() {
+	k, i, mode := r.key(), r.rng.IntN(len(r.recs)), r.rng.IntN(3)
+	c := r.recs[i].target
+	h := arm(c, k, mode == 2, 1+r.rng.IntN(2), false)
 	r.set(k, r.value(), fmt.Sprintf(", %soperation to be %s", r.recs[i].label(), []string{"held in flight", "parked behind", "waiting for a retry"}[mode]))
 	first := r.written[k][len(r.written[k])-1]
-	// The operation may not start (the key may be deleted, or busy).
-	if h == nil {
-		r.waitCalls(c, 1, 10*time.Millisecond)
-	} else if closedWithin(h.started, 20*time.Millisecond) {
-		r.logf("%s: operation held", k)
-	}
-	if mode == 1 {
+	if h == nil { // the operation may not start (deleted, or busy)
+		r.waitCalls(c, 1, 20*time.Millisecond)
+	} else if closedWithin(h.started, 20*time.Millisecond) && mode == 1 {
 		r.keyMove(k, 1)
 	}
-	// Held in flight: deleted, a new value, and the object in flight again,
-	// status identity included (after a delete it is new work); sometimes
-	// with the update let go and the delete held in turn.
 	if sub := r.rng.IntN(3); mode == 0 && sub < 2 {
-		r.keyMove(k, 0)
-		if sub == 1 {
+		if r.keyMove(k, 0); sub == 1 {
 			next := c.hold(k, false)
 			c.release(h)
 			if h = next; closedWithin(h.started, 20*time.Millisecond) {
@@ -287,28 +264,18 @@ func (r *chaosRun) scenario() {
 	if r.rng.IntN(2) == 0 {
 		r.put(k, first, "revert to the scenario's value")
 	}
-	if h != nil {
-		c.release(h)
-		r.logf("%s: released", k)
-	}
+	c.release(h)
+	r.logf("%s: released", k)
 }
 
-// writeBackAfterPrune holds k's update (sometimes its retry) on one target,
-// before or after it applied its object, deletes k, has that reconciler
-// prune, and lets the update go with k written back as read before the
-// delete, status identity included: while the update is held, over a stop
-// during which it reports success, or from inside it as it returns (so
-// between a round's read and its commit). The write-back is new work.
+// writeBackAfterPrune holds k's update (or its retry, before or after it
+// applied), deletes k, prunes, and writes k back as read before the delete:
+// while the update is held, over a stop (it then succeeds), or from inside.
 func (r *chaosRun) writeBackAfterPrune() {
 	k, i := r.key(), r.rng.IntN(len(r.recs))
 	c := r.recs[i].target
 	retry, applyFirst := r.rng.IntN(3) == 0, r.rng.IntN(2) == 0
-	var h *chaosHold
-	if retry {
-		c.failNextN(k, 1)
-	} else {
-		h = c.hold(k, applyFirst)
-	}
+	h := arm(c, k, retry, 1, applyFirst)
 	r.set(k, r.value(), fmt.Sprintf(", %supdate held for a write-back after a prune (retry: %v, held after applying: %v)", r.recs[i].label(), retry, applyFirst))
 	if retry {
 		r.waitCalls(c, 1, 20*time.Millisecond)
@@ -320,13 +287,12 @@ func (r *chaosRun) writeBackAfterPrune() {
 		r.logf("%s: released, nothing to write back", k)
 		return
 	}
-	r.del(k, "")
-	if r.manualPrune {
+	if r.del(k, ""); r.manualPrune {
 		r.logf("%sPrune() while %s is held: ran %v", r.recs[i].label(), k, r.pruneAndWait(i, 20*time.Millisecond))
 	}
 	yields := r.rng.IntN(4)
 	heldStop := applyFirst && r.heldStops < chaosMaxHeldStops && r.rng.IntN(3) == 0
-	restart := !heldStop && r.restarts < chaosMaxRestarts && r.rng.IntN(4) == 0
+	restart := !heldStop && r.rng.IntN(4) == 0 && r.restart()
 	if stop := restart && r.rng.IntN(2) == 0; heldStop || stop || r.rng.IntN(3) == 0 {
 		r.put(k, read, "while its update is held, write-back")
 		switch {
@@ -335,7 +301,7 @@ func (r *chaosRun) writeBackAfterPrune() {
 			c.with(func() { h.succeedAtStop = true })
 			<-time.After(20 * time.Millisecond) // for a loop with workers to read the write-back
 			r.logf("%s: the hive stops while the update is held; it reports success", k)
-			r.restartInPlace(nil)
+			r.restartInPlace(r.someMoves)
 		case !stop:
 			<-time.After(5 * time.Millisecond) // any order is a valid schedule
 		}
@@ -362,44 +328,40 @@ func (r *chaosRun) writeBackAfterPrune() {
 		}
 	}
 	if restart {
-		r.restarts++
-		r.restartInPlace(nil)
+		r.restartInPlace(r.someMoves)
 	}
 }
 
-// pruneAndWait asks reconciler i for a prune and waits up to d for one to
-// end (paused, or while an operation holds a loop without workers, it
-// waits).
+// pruneAndWait asks reconciler i for a prune and waits up to d for one.
 func (r *chaosRun) pruneAndWait(i int, d time.Duration) bool {
-	c, ops := r.recs[i].target, r.gen.ops[i]
-	var before int
+	c, ops, before := r.recs[i].target, r.gen.ops[i], 0
 	c.with(func() { before = ops.prunes })
 	r.gen.recs[i].Prune()
 	return c.waitUntil(d, func() bool { return ops.prunes > before })
 }
 
-// heldMany holds the next operation of each key on reconciler i's target
-// and writes the keys new values in one transaction.
-func (r *chaosRun) heldMany(i int, keys []string, why string) []*chaosHold {
-	holds := make([]*chaosHold, len(keys))
+// heldMany holds the next operation of each key on reconciler i's target,
+// writes the keys in one transaction and waits for upTo of them to start.
+func (r *chaosRun) heldMany(i int, keys []string, why string, d time.Duration, upTo int) []*chaosHold {
+	holds, started := make([]*chaosHold, len(keys)), 0
 	for j, k := range keys {
 		holds[j] = r.recs[i].target.hold(k, false)
 	}
 	r.setMany(keys, fmt.Sprintf(", %soperations held%s", r.recs[i].label(), why))
+	for _, h := range holds {
+		if started < upTo && closedWithin(h.started, d) {
+			started++
+		}
+	}
 	return holds
 }
 
-// putBackDone deletes a Done object and puts it back, statuses included:
-// while one reconciler's delete is held in flight, then written once more
-// as it is (a new revision, the same statuses); or (saturate) while
-// operations on more keys than its executor takes are held, so that its
-// loop reads no change, with a prune before and after the put-back. The
-// put-back is new work: the target must come to hold it (or its status
-// change), and WaitUntilReconciled must not pass it before.
+// putBackDone deletes a Done object and puts it back as it was, while its
+// delete is held (then re-inserts it as it is), or (saturate) while every
+// slot is held, with a prune before and after: it is new work.
 func (r *chaosRun) putBackDone(saturate bool) {
 	slots := max(r.roundSize, 2*r.cfg.workers) // the executor's limit
 	if saturate && (!r.manualPrune || r.cfg.workers == 1 || slots >= chaosKeys-6) {
-		r.logf("(no two prunes while saturated in this seed)")
 		return
 	}
 	k, i := r.key(), r.rng.IntN(len(r.recs))
@@ -413,34 +375,25 @@ func (r *chaosRun) putBackDone(saturate bool) {
 		r.logf("%s: not Done, no put-back", k)
 		return
 	}
-	holds := []*chaosHold{c.hold(k, false)}
-	if saturate {
-		c.release(holds...)
-		var keys []string // a few more than the slots: a parked or queued key takes none
+	var holds []*chaosHold
+	if saturate { // a few more than the slots: a parked or queued key takes none
+		var keys []string
 		for _, n := range r.rng.Perm(chaosKeys) {
-			if other := fmt.Sprintf("k%02d", n); other != k && len(keys) < slots+6 {
-				keys = append(keys, other)
+			if o := fmt.Sprintf("k%02d", n); o != k {
+				keys = append(keys, o)
 			}
 		}
-		holds = r.heldMany(i, keys, ", to take every slot")
-		started := 0
-		for _, h := range holds {
-			if started < r.cfg.workers && closedWithin(h.started, 5*time.Millisecond) {
-				started++
-			}
-		}
+		holds = r.heldMany(i, keys[:slots+6], ", to take every slot", 5*time.Millisecond, r.cfg.workers)
 		<-time.After(2 * time.Millisecond) // for the loop to fill its queue; any order is a valid schedule
-	}
-	r.del(k, "")
-	if saturate {
+		r.del(k, "")
 		r.logf("%sPrune() while saturated: ran %v", rec.label(), r.pruneAndWait(i, 20*time.Millisecond))
-	} else if !closedWithin(holds[0].started, 20*time.Millisecond) {
-		r.logf("%s: the delete did not start in time", k)
-	}
-	r.put(k, read, "put back")
-	if saturate {
+		r.put(k, read, "put back")
 		r.logf("%sPrune() again: ran %v", rec.label(), r.pruneAndWait(i, 20*time.Millisecond))
 	} else {
+		holds = []*chaosHold{c.hold(k, false)}
+		r.del(k, "")
+		r.logf("%s: delete held: %v", k, closedWithin(holds[0].started, 20*time.Millisecond))
+		r.put(k, read, "put back")
 		r.reinsertAsIs(k)
 	}
 	c.release(holds...)
@@ -463,37 +416,20 @@ func (r *chaosRun) putBackDone(saturate bool) {
 	}
 }
 
-// whileBusy holds operations on a few keys of one target (its workers
-// busy), queues work behind them, and then lets the operations go while a
-// prune is held, or (pause) once every reconciler is paused, with a newer
-// version of a held key parked: the queued work must wait for the prune's
-// end, or for Resume.
+// whileBusy holds a few operations, queues work behind them and lets them
+// go while a prune is held or (pause) every reconciler is paused, with a
+// newer version of a held key parked: the queued work must wait.
 func (r *chaosRun) whileBusy(pause bool) {
 	if !pause && !r.manualPrune {
-		r.logf("(no Prune() in this seed)")
 		return
 	}
 	i := r.rng.IntN(len(r.recs))
-	c := r.recs[i].target
-	var keys, queued []string
-	for n := 2 + r.rng.IntN(4); n > 0; n-- {
-		if k := r.key(); !slices.Contains(keys, k) {
-			keys = append(keys, k)
-		}
-	}
-	holds := r.heldMany(i, keys, "")
-	for _, h := range holds {
-		closedWithin(h.started, 10*time.Millisecond)
-	}
-	for n := 1 + r.rng.IntN(3); n > 0; n-- {
-		queued = append(queued, r.key())
-	}
+	c, keys, queued := r.recs[i].target, r.keys(2+r.rng.IntN(4)), r.keys(1+r.rng.IntN(3))
+	holds := r.heldMany(i, keys, "", 10*time.Millisecond, len(keys))
 	if pause {
 		queued = append(queued, keys[0])
 	}
 	r.setMany(queued, ", queued behind them")
-	// A start sooner than startGrace after Pause returned (or the prune
-	// began) is not told from one that passed the gate before.
 	var ph *chaosHold
 	if pause && !r.gen.paused {
 		r.setPaused(true)
@@ -510,49 +446,35 @@ func (r *chaosRun) whileBusy(pause bool) {
 	r.logf("%soperations released (paused: %v)", r.recs[i].label(), pause)
 }
 
-// setPaused pauses or resumes every reconciler.
+// setPaused pauses or resumes every reconciler; markPaused tells targets.
 func (r *chaosRun) setPaused(paused bool) {
-	if !paused {
-		r.markPaused(false) // before Resume: starts are allowed from now on
-	}
+	r.markPaused(false)
 	for _, rc := range r.gen.recs {
-		if paused {
-			rc.Pause()
-		} else {
-			rc.Resume()
-		}
+		map[bool]func(){true: rc.Pause, false: rc.Resume}[paused]()
 	}
-	if paused {
-		r.markPaused(true) // every Pause returned: no start from now on
+	if r.gen.paused = paused; paused {
+		r.markPaused(true)
 	}
-	r.gen.paused = paused
 	r.logf("paused: %v", paused)
 }
 
-// markPaused tells the targets whether every reconciler is paused.
 func (r *chaosRun) markPaused(paused bool) {
 	for _, rec := range r.recs {
-		if paused {
-			rec.target.pausedAt.Store(time.Now().UnixNano())
-		} else {
-			rec.target.pausedAt.Store(0)
+		if rec.target.pausedAt.Store(map[bool]int64{true: time.Now().UnixNano()}[paused]); !paused {
 			rec.target.pausedInRound.Store(false)
 		}
 	}
 }
 
-// pauseFromAnOperation pauses every reconciler from inside an operation,
-// in the middle of a round, after asking for a prune: the round must start
-// nothing more, its due prune included. An operation on another key held
-// first keeps a loop without workers in its round meanwhile, so that the
-// next round may be the prune's and run k's operation too.
+// pauseFromAnOperation pauses every reconciler from inside an operation of
+// a round whose prune is due; another key's operation, held first, keeps a
+// loop without workers in its round meanwhile.
 func (r *chaosRun) pauseFromAnOperation() {
 	k, i := r.key(), r.rng.IntN(len(r.recs))
 	c, recs := r.recs[i].target, slices.Clone(r.gen.recs)
-	var first *chaosHold
+	var first []*chaosHold
 	if j := r.key(); j != k {
-		first = r.heldMany(i, []string{j}, "")[0]
-		closedWithin(first.started, 20*time.Millisecond)
+		first = r.heldMany(i, []string{j}, "", 20*time.Millisecond, 1)
 	}
 	h := c.hold(k, false)
 	h.done = make(chan struct{})
@@ -560,27 +482,19 @@ func (r *chaosRun) pauseFromAnOperation() {
 		for _, rc := range recs {
 			rc.Pause()
 		}
-		if r.cfg.workers <= 1 {
-			c.pausedInRound.Store(true)
-		}
+		c.pausedInRound.Store(r.cfg.workers <= 1)
 		r.markPaused(true)
 	}
-	if r.manualPrune {
-		for _, rc := range recs {
+	for _, rc := range recs {
+		if r.manualPrune {
 			rc.Prune()
 		}
 	}
 	r.set(k, r.value(), fmt.Sprintf(", %soperation to pause every reconciler", r.recs[i].label()))
-	if first != nil {
-		c.release(first)
-	}
+	c.release(first...)
+	taken := true
 	if !closedWithin(h.started, 20*time.Millisecond) {
-		taken := false
-		if c.with(func() { taken = h.taken; c.open(h) }); !taken {
-			r.logf("%s: operation did not start; paused from the test", k)
-			r.setPaused(true)
-			return
-		}
+		c.with(func() { taken = h.taken; c.open(h) }) // if not taken, no operation takes it now
 	}
 	c.release(h)
 	select {
@@ -588,10 +502,10 @@ func (r *chaosRun) pauseFromAnOperation() {
 		r.gen.paused = true
 		r.logf("paused: true, from the operation on %s", k)
 	case <-h.cut:
-	case <-time.After(10 * time.Second):
+	case <-time.After(map[bool]time.Duration{true: 10 * time.Second}[taken]):
 	}
-	if !r.gen.paused { // cut short (a timeout)
-		r.logf("%s: operation cut short; paused from the test", k)
+	if !r.gen.paused { // it did not start, or was cut short (a timeout)
+		r.logf("%s: operation did not pause (started: %v); paused from the test", k, taken)
 		r.setPaused(true)
 	}
 }
@@ -608,9 +522,9 @@ func closedWithin(ch <-chan struct{}, d time.Duration) bool {
 }
 
 // waitCalls waits up to d for n more calls on the target.
-func (r *chaosRun) waitCalls(c *chaosTarget, n int, d time.Duration) {
+func (r *chaosRun) waitCalls(c *chaosTarget, n int, d time.Duration) bool {
 	until := -1
-	c.waitUntil(d, func() bool {
+	return c.waitUntil(d, func() bool {
 		if until < 0 {
 			until = c.calls + n
 		}
@@ -618,39 +532,23 @@ func (r *chaosRun) waitCalls(c *chaosTarget, n int, d time.Duration) {
 	})
 }
 
-// putBackAfterARestart writes a few keys (the first sometimes held in
-// flight over the stop, or failing once), stops the hive, deletes them,
-// starts it paused, puts each back as it was (statuses included) and
-// resumes: work carried over the stop may apply a put-back before the
-// deletes found at the start are read, which must not undo it.
+// putBackAfterARestart writes a few keys (the first held over the stop, or
+// failing once), stops, deletes them, starts paused, puts them back, resumes.
 func (r *chaosRun) putBackAfterARestart() {
-	if r.restarts >= chaosMaxRestarts {
-		r.logf("(no restart: limit reached)")
+	if !r.restart() {
 		return
 	}
-	r.restarts++
-	keys := []string{r.key()}
-	for n := r.rng.IntN(3); n > 0; n-- {
-		if k := r.key(); !slices.Contains(keys, k) {
-			keys = append(keys, k)
-		}
-	}
-	c := r.recs[r.rng.IntN(len(r.recs))].target
+	keys, c, m := r.keys(1+r.rng.IntN(3)), r.recs[r.rng.IntN(len(r.recs))].target, r.rng.IntN(3)
 	var h *chaosHold
-	switch r.rng.IntN(3) {
-	case 0:
-		h = c.hold(keys[0], false)
+	if m < 2 {
+		h = arm(c, keys[0], m == 1, 1, false)
 		defer c.release(h)
-	case 1:
-		c.failNextN(keys[0], 1)
 	}
 	for _, k := range keys {
 		r.set(k, r.value(), ", to be deleted while the hive is stopped and put back after it starts")
 	}
-	if h != nil && closedWithin(h.started, 20*time.Millisecond) {
-		r.logf("%s: operation held over the stop", keys[0])
-	} else if n := r.rng.IntN(3); n > 0 {
-		r.waitCalls(c, n, 10*time.Millisecond)
+	if h == nil || !closedWithin(h.started, 20*time.Millisecond) {
+		r.waitCalls(c, r.rng.IntN(3), 10*time.Millisecond)
 	}
 	taken, wasPaused := map[string]*item{}, r.gen.paused
 	r.restartInPlace(func() {

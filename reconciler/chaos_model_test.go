@@ -1,9 +1,6 @@
 package reconciler_test
 
-// The chaos test's world: the target every generation shares (chaosTarget),
-// one generation's operations (chaosOps), the hives (chaosGen), the
-// dependency table, and the writes, which keep the model of what the test
-// wrote.
+// The chaos test's world: targets, operations, hives, dependencies, writes.
 
 import (
 	"context"
@@ -52,25 +49,20 @@ const (
 
 const pruneHoldKey = "(prune)" // a hold on it blocks the next prune
 
-// A poison value fails terminally and must never reach the target. A later
-// value's update asks for the longest RetryAfter (past the end of Unix
-// nanoseconds): it must not be asked again for that status, let alone
-// spin. The test replaces later values before the final check.
+// A poison value fails terminally and never reaches the target; a later
+// value asks for the longest RetryAfter, and must not be asked again.
 func isPoison(value string) bool { return strings.HasPrefix(value, "poison") }
 func isLater(value string) bool  { return strings.HasPrefix(value, "later") }
 
 // chaosTarget is the target system every generation of a run shares: it
-// holds key→value pairs, draws faults from a seeded RNG and records the
-// violations of the guarantees it sees. Fields below mu are guarded by it.
+// holds key→value pairs, draws faults and records the violations it sees.
 type chaosTarget struct {
-	// pausedAt is when every Pause had returned (Unix ns), 0 if not
-	// paused; pausedInRound is set when an operation of a loop without
-	// workers paused its own reconciler (nothing of that round may start).
-	// Operations read them first thing, without the lock.
+	// When every Pause had returned (0: not paused), and whether an operation
+	// of a loop without workers paused it; read first thing, without mu.
 	pausedAt      atomic.Int64
 	pausedInRound atomic.Bool
 
-	mu                 sync.Mutex
+	mu                 sync.Mutex // guards what follows
 	rng                *rand.Rand
 	failProb, slowProb float64
 	healed             bool
@@ -83,17 +75,17 @@ type chaosTarget struct {
 	reinserts          map[uint64]int        // per status identity, the test's writes of it again
 }
 
-// chaosHold blocks an operation: before it applies anything, or with
-// afterApply once an update applied its object.
+// chaosHold blocks an operation on key, before it applies anything or (with
+// afterApply) once an update applied its object, until released.
 type chaosHold struct {
+	key             string
 	taken, released bool
 	started         chan struct{} // closed when an operation blocks on it
 	release         chan struct{}
 	inside          func() // if set, called by the operation once released; done closed after
 	done            chan struct{}
 	cut             chan struct{} // closed when the operation's context ends first
-	// succeedAtStop makes the operation report success, not its context's
-	// error, when that context ends (a stop).
+	// succeedAtStop: the operation reports success if its context ends.
 	afterApply, succeedAtStop bool
 }
 
@@ -105,17 +97,14 @@ func newChaosTarget(seed uint64, failProb, slowProb float64) *chaosTarget {
 	}
 }
 
-// hold makes the next operation on key (with afterApply, the next update
-// once it applied) block until the hold is released or its context ends.
 func (c *chaosTarget) hold(key string, afterApply bool) *chaosHold {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if old := c.holds[key]; old != nil {
 		c.open(old)
 	}
-	h := &chaosHold{started: make(chan struct{}), release: make(chan struct{}), cut: make(chan struct{}), afterApply: afterApply}
-	c.holds[key] = h
-	return h
+	c.holds[key] = &chaosHold{key: key, started: make(chan struct{}), release: make(chan struct{}), cut: make(chan struct{}), afterApply: afterApply}
+	return c.holds[key]
 }
 
 // release lets the operations held by holds go on; it may be called again.
@@ -131,24 +120,20 @@ func (c *chaosTarget) release(holds ...*chaosHold) {
 
 // open must be called with mu held.
 func (c *chaosTarget) open(h *chaosHold) {
-	if h.released {
-		return
+	if !h.released {
+		h.released = true
+		close(h.release)
 	}
-	h.released = true
-	close(h.release)
-	for key, held := range c.holds {
-		if held == h {
-			delete(c.holds, key)
-		}
+	if c.holds[h.key] == h {
+		delete(c.holds, h.key)
 	}
 }
 
-// wait blocks the operation on key on its hold, if one is set for this
-// moment (applied: after an update applied its object).
+// wait blocks the operation on key on its hold for this moment, if any.
 func (c *chaosTarget) wait(ctx context.Context, key string, applied bool) error {
 	c.mu.Lock()
 	h := c.holds[key]
-	if h == nil || h.taken || c.healed || h.afterApply != applied {
+	if h == nil || c.healed || h.afterApply != applied {
 		c.mu.Unlock()
 		return nil
 	}
@@ -167,10 +152,7 @@ func (c *chaosTarget) wait(ctx context.Context, key string, applied bool) error 
 		close(h.cut)
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		if h.succeedAtStop {
-			return nil
-		}
-		return ctx.Err()
+		return map[bool]error{false: ctx.Err()}[h.succeedAtStop]
 	}
 }
 
@@ -186,10 +168,9 @@ func (c *chaosTarget) failNextN(key string, n int) { c.with(func() { c.failNext[
 func (c *chaosTarget) reinserted(ids ...uint64) {
 	c.with(func() {
 		for _, id := range ids {
-			if id != 0 {
-				c.reinserts[id]++
-			}
+			c.reinserts[id]++
 		}
+		delete(c.reinserts, 0)
 	})
 }
 
@@ -199,8 +180,7 @@ func (c *chaosTarget) notify() {
 	c.changed = make(chan struct{})
 }
 
-// waitUntil waits up to d for cond, called with mu held, re-checking it on
-// every change of the target.
+// waitUntil waits up to d for cond (called with mu held) to hold.
 func (c *chaosTarget) waitUntil(d time.Duration, cond func() bool) bool {
 	deadline := time.NewTimer(d)
 	defer deadline.Stop()
@@ -229,8 +209,7 @@ func (c *chaosTarget) heal() {
 	})
 }
 
-// decide draws the fault for one call on key and its delay: slowness
-// mostly well under a millisecond, a RetryAfter under 5ms.
+// decide draws the fault of a call on key and its delay.
 func (c *chaosTarget) decide(key string) (chaosFault, time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -250,18 +229,6 @@ func (c *chaosTarget) decide(key string) (chaosFault, time.Duration) {
 		time.Duration(c.rng.Int64N(int64(5 * time.Millisecond)))
 }
 
-// apply sets key to value (deletes it if del) and notifies.
-func (c *chaosTarget) apply(key, value, dep string, del bool) {
-	c.mu.Lock()
-	if del {
-		delete(c.data, key)
-	} else {
-		c.data[key], c.depSeen[key] = value, dep
-	}
-	c.notify()
-	c.mu.Unlock()
-}
-
 // sleepCtx sleeps for d, or returns ctx's error if it ends first.
 func sleepCtx(ctx context.Context, d time.Duration) error {
 	if closedWithin(ctx.Done(), d) {
@@ -271,30 +238,26 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 }
 
 // chaosOps is the Operations and BatchOperations of one reconciler in one
-// generation; it checks what it sees (chaos_check_test.go). The fields
-// below the tables are guarded by target.mu.
+// generation; the fields below the tables are guarded by target.mu.
 type chaosOps struct {
 	*chaosRec
-	gen          int
-	table        statedb.Table[*item]
-	deps         statedb.Table[*chaosDep]
-	pruningAt    atomic.Int64 // when the running prune began (Unix ns), 0 if none
-	initialized  bool
-	stopped      bool
-	inFlight     map[string]int
-	running      int
-	lastRev      map[string]statedb.Revision
-	prunes       int // completed prunes
-	pruneRunning bool
-	lastPruneOK  bool
-	// Per status identity, the updates that succeeded and those of a later
-	// value (see count); per key, the identity of its last success.
-	applied, laterAsked map[uint64]int
-	lastApplied         map[string]uint64
+	gen                 int
+	table               statedb.Table[*item]
+	deps                statedb.Table[*chaosDep]
+	pruningAt           atomic.Int64 // when the running prune began (Unix ns), 0 if none
+	initialized         bool
+	stopped             bool
+	inFlight            map[string]int
+	running, prunes     int // operations running, prunes completed
+	lastRev             map[string]statedb.Revision
+	pruneRunning        bool
+	lastPruneOK         bool
+	applied, laterAsked map[uint64]int    // per status identity (see count)
+	lastApplied         map[string]uint64 // per key, the status identity of its last success
 }
 
-// start runs what comes before an operation on key applies anything: its
-// hold and its fault, which it returns with the error to end with, if any.
+// start runs an operation's hold and fault; it returns the fault and the
+// error to end with, if any.
 func (o *chaosOps) start(ctx context.Context, key, what string, inBatch bool) (chaosFault, error) {
 	if err := o.target.wait(ctx, key, false); err != nil {
 		return faultNone, err
@@ -318,8 +281,8 @@ func (o *chaosOps) start(ctx context.Context, key, what string, inBatch bool) (c
 	return f, nil
 }
 
-// count adds one to m for it's status, and flags a count past the times the
-// test wrote that status, plus one: work redone. mu must be held.
+// count counts it's status in m and flags more than once per write of it:
+// work redone. mu must be held.
 func (o *chaosOps) count(m map[uint64]int, it *item, what string) {
 	st := o.getStatus(it)
 	if m[st.ID()]++; m[st.ID()] > 1+o.target.reinserts[st.ID()] {
@@ -335,7 +298,7 @@ func (o *chaosOps) op(ctx context.Context, txn statedb.ReadTxn, it *item, inBatc
 	case err != nil:
 		return err
 	case del:
-		c.apply(it.ID, "", "", true)
+		c.with(func() { delete(c.data, it.ID); c.notify() })
 	case isPoison(it.Value):
 		return reconciler.TerminalError(fmt.Errorf("update %s: poison value %q", it.ID, it.Value))
 	case isLater(it.Value):
@@ -348,7 +311,7 @@ func (o *chaosOps) op(ctx context.Context, txn statedb.ReadTxn, it *item, inBatc
 		if d, _, found := o.deps.Get(txn, chaosDepID.Query(depOf(it.ID))); found {
 			dep = d.Value
 		}
-		c.apply(it.ID, it.Value, dep, false)
+		c.with(func() { c.data[it.ID], c.depSeen[it.ID] = it.Value, dep; c.notify() })
 		if err := c.wait(ctx, it.ID, true); err != nil {
 			return fmt.Errorf("update %s: applied, then: %w", it.ID, err)
 		}
@@ -374,23 +337,18 @@ func (o *chaosOps) one(ctx context.Context, txn statedb.ReadTxn, rev statedb.Rev
 func (o *chaosOps) Update(ctx context.Context, txn statedb.ReadTxn, rev statedb.Revision, it *item) error {
 	return o.one(ctx, txn, rev, it, false)
 }
-
 func (o *chaosOps) Delete(ctx context.Context, txn statedb.ReadTxn, rev statedb.Revision, it *item) error {
 	return o.one(ctx, txn, rev, it, true)
 }
-
-func (o *chaosOps) UpdateBatch(ctx context.Context, txn statedb.ReadTxn, batch []reconciler.BatchEntry[*item]) {
-	o.batch(ctx, txn, batch, false)
+func (o *chaosOps) UpdateBatch(ctx context.Context, txn statedb.ReadTxn, b []reconciler.BatchEntry[*item]) {
+	o.batch(ctx, txn, b, false)
+}
+func (o *chaosOps) DeleteBatch(ctx context.Context, txn statedb.ReadTxn, b []reconciler.BatchEntry[*item]) {
+	o.batch(ctx, txn, b, true)
 }
 
-func (o *chaosOps) DeleteBatch(ctx context.Context, txn statedb.ReadTxn, batch []reconciler.BatchEntry[*item]) {
-	o.batch(ctx, txn, batch, true)
-}
-
-// batch runs op on every entry. Like a user's BatchOperations it sometimes
-// reorders the entries, or replaces the last with an entry of its own that
-// the reconciler cannot bind to its object (so it tries that one again);
-// and sometimes it panics part way.
+// batch runs op on every entry; it may reorder them, replace the last with
+// one of its own (which the reconciler cannot bind), or panic part way.
 func (o *chaosOps) batch(ctx context.Context, txn statedb.ReadTxn, batch []reconciler.BatchEntry[*item], del bool) {
 	g := o.gate()
 	for _, e := range batch {
@@ -425,17 +383,15 @@ func (o *chaosOps) batch(ctx context.Context, txn statedb.ReadTxn, batch []recon
 		}
 		batch[i].Result = o.op(ctx, txn, batch[i].Object, true, del)
 	}
-	// Past the deadline the reconciler cannot tell an entry that succeeded
-	// from one never reached (both nil): it retries them. The margin covers
-	// the time between this check and the reconciler's.
+	// Near the deadline the reconciler cannot tell a success from an entry
+	// never reached: it retries them.
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < 10*time.Millisecond {
 		o.askedAgain(del, batch)
 	}
 }
 
-// askedAgain records that the reconciler will ask again for the updates of
-// entries, whose results it cannot take: one more success, or one more
-// later value's RetryAfter, is allowed.
+// askedAgain allows one more success (or later-value ask) per entry whose
+// result the reconciler cannot take.
 func (o *chaosOps) askedAgain(del bool, entries []reconciler.BatchEntry[*item]) {
 	if del {
 		return
@@ -501,8 +457,7 @@ func (o *chaosOps) Prune(ctx context.Context, txn statedb.ReadTxn, objs iter.Seq
 	return nil
 }
 
-// chaosRec is one reconciler of a run: its target and how it reads and
-// writes its status; name is "" when it is alone and uses item.Status.
+// chaosRec is one reconciler of a run; name "" uses item.Status.
 type chaosRec struct {
 	name      string
 	target    *chaosTarget
@@ -515,8 +470,7 @@ func (c *chaosRec) label() string {
 	return map[bool]string{true: "reconciler " + c.name + ": "}[c.name != ""]
 }
 
-// chaosGen is one hive: a new DB, table and reconcilers over the run's
-// targets; slices are indexed like chaosRun.recs.
+// chaosGen is one hive; slices are indexed like chaosRun.recs.
 type chaosGen struct {
 	hive     *hive.Hive
 	db       *statedb.DB
@@ -530,9 +484,7 @@ type chaosGen struct {
 	paused   bool
 }
 
-// chaosDep is an object of the dependency table: item kM depends on
-// d(M % chaosDeps); its update records the value it saw, which must be the
-// current one at the end.
+// chaosDep is a dependency: kM depends on d(M % chaosDeps).
 type chaosDep struct{ ID, Value string }
 
 func (d *chaosDep) TableHeader() []string { return []string{"ID", "Value"} }
@@ -561,8 +513,7 @@ func dependents(d *chaosDep, _ bool) (qs []statedb.Query[*item]) {
 	return qs
 }
 
-// chaosChange is one change of a write: obj, if set, is inserted as it is,
-// statuses included; else a value of "" deletes key.
+// chaosChange inserts obj as it is, or key=value ("" deletes key).
 type chaosChange struct {
 	key, value string
 	obj        *item
@@ -614,10 +565,8 @@ func (r *chaosRun) write(changes ...chaosChange) statedb.Revision {
 	return g.table.Revision(wtxn)
 }
 
-// startGen starts a hive over a new table holding desired, populated while
-// the reconcilers run, some objects with a retryable Error status as
-// restored from a file (which no reconciler has a retry for), and marks
-// the table initialized now or after a few steps.
+// startGen starts a hive over a new table holding desired, some objects
+// restored in Error, and marks it initialized now or after a few steps.
 func (r *chaosRun) startGen(desired map[string]string) {
 	r.markPaused(false)
 	r.gens++
@@ -648,10 +597,7 @@ func (r *chaosRun) startGen(desired map[string]string) {
 				for i, rec := range r.recs {
 					ops := g.ops[i]
 					ops.table, ops.deps = g.table, g.deps
-					var batch reconciler.BatchOperations[*item]
-					if r.cfg.batch {
-						batch = ops
-					}
+					batch := map[bool]reconciler.BatchOperations[*item]{true: ops}[r.cfg.batch]
 					opts := append(slices.Clip(r.opts), reconciler.WithDependency(g.deps, dependents))
 					if rec.name != "" {
 						opts = append(opts, reconciler.WithName(rec.name))
@@ -668,22 +614,17 @@ func (r *chaosRun) startGen(desired map[string]string) {
 	)
 	require.NoError(r.t, g.hive.Start(r.log, context.Background()))
 	r.gen = g
-	keys := slices.Sorted(maps.Keys(desired))
-	var restored []string
-	for len(keys) > 0 {
+	for keys := slices.Sorted(maps.Keys(desired)); len(keys) > 0; {
 		n := min(len(keys), 1+r.rng.IntN(chaosKeys))
 		changes := make([]chaosChange, n)
 		for i, k := range keys[:n] {
-			changes[i] = chaosChange{key: k, value: desired[k]}
-			if r.rng.IntN(4) == 0 {
+			if changes[i] = (chaosChange{key: k, value: desired[k]}); r.rng.IntN(4) == 0 {
 				changes[i].obj = r.restoredInError(k, desired[k])
-				restored = append(restored, k)
 			}
 		}
 		r.write(changes...)
 		keys = keys[n:]
 	}
-	r.logf("restored in Error: %s", strings.Join(restored, " "))
 	if r.initIn = 0; r.rng.IntN(2) == 0 {
 		r.initIn = 1 + r.rng.IntN(12)
 		if r.manualPrune && r.rng.IntN(2) == 0 {
@@ -698,13 +639,13 @@ func (r *chaosRun) startGen(desired map[string]string) {
 	}
 }
 
-// restoredInError returns key=value with a retryable Error status of a
-// fresh identity for every reconciler, as decoding a saved table gives.
+// restoredInError returns key=value Error for every reconciler, as loaded.
 func (r *chaosRun) restoredInError(key, value string) *item {
 	obj, at := &item{ID: key, Value: value, Statuses: status.NewSet()}, time.Now().Add(-time.Hour)
 	for _, rec := range r.recs {
 		obj = rec.setStatus(obj, status.ErrorAt(at, errors.New("restored")))
 	}
+	r.logf("%s=%s restored in Error", key, value)
 	return obj
 }
 
@@ -719,9 +660,8 @@ func (r *chaosRun) markInitialized() {
 	r.logf("table initialized")
 }
 
-// stop stops the hive and checks that nothing runs after Stop returned. A
-// failure returning as the hive stops is taken for the stop's doing and
-// asked again after a start: so may a later value's.
+// stop stops the hive and checks that nothing runs after; a later value
+// failing as it stops may be asked again after a start.
 func (r *chaosRun) stop() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -748,14 +688,8 @@ func (r *chaosRun) stopGen() {
 	r.gen.hive = nil
 }
 
-// restartInPlace stops the hive, changes a few keys while it is stopped
-// (changes, if set, does instead), and starts the same hive again.
-//
-// An update that succeeded but was cut short before its status was
-// written (a batch stopped part way cannot tell which entries ran) may be
-// applied again after the start: the object is still Pending or Error, or
-// carries a status from before a delete and gets a Pending of the
-// reconciler's making, which only the key's last update has seen.
+// restartInPlace stops the hive, makes changes and starts it again. An
+// update cut short before its status was written may be applied again.
 func (r *chaosRun) restartInPlace(changes func()) {
 	r.stop()
 	for obj := range r.gen.table.All(r.gen.db.ReadTxn()) {
@@ -770,13 +704,6 @@ func (r *chaosRun) restartInPlace(changes func()) {
 		}
 	}
 	r.logf("hive stopped")
-	if changes == nil {
-		changes = func() {
-			for n := r.rng.IntN(5); n > 0; n-- {
-				r.keyMove(r.key(), r.rng.IntN(5))
-			}
-		}
-	}
 	changes()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

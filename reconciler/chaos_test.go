@@ -103,24 +103,19 @@ type chaosRun struct {
 	opts        []reconciler.Option
 	refresh     bool
 	manualPrune bool // random Prune() calls
-	roundSize   int
 	log         *slog.Logger
 	gen         *chaosGen
-	gens        int
-	restarts    int
-	heldStops   int // stops while an update is held (writeBackAfterPrune)
-	initIn      int // steps until the generation is marked initialized; <0 once done
 	steps       []string
-	model       map[string]string // what the test wrote: the table's key→value pairs
-	values      int
+	model       map[string]string  // what the test wrote
 	written     map[string][]*item // per key, the objects inserted in this generation (reverts)
 	read        map[string]*item   // per key, the object as a re-insert last read it
-	// The steps objects were inserted and dependencies changed at, and the
-	// keys whose statuses may predate their dependency's change
-	// (writeBackUndoesMark).
+	// For writeBackUndoesMark.
 	writtenAt    map[*item]int
 	depChangedAt map[string]int
 	depStale     map[string]bool
+	// roundSize, generations, restarts, stops while an update is held, values
+	// written, and steps until the table is initialized (<0 once done).
+	roundSize, gens, restarts, heldStops, values, initIn int
 }
 
 func runChaos(t *testing.T, cfg chaosConfig, seed uint64) {
@@ -138,11 +133,10 @@ func runChaos(t *testing.T, cfg chaosConfig, seed uint64) {
 		r.recs = []*chaosRec{{target: newChaosTarget(seed, failProb, slowProb), getStatus: (*item).getStatus, setStatus: (*item).setStatus}}
 	}
 	r.roundSize = []int{1, 3, 10, 1000, math.MaxInt}[rng.IntN(5)]
-	retryMax := 10 * time.Millisecond
+	retryMax, pruneInterval, timeout := 10*time.Millisecond, time.Hour, time.Duration(0) // prunes: the initial one and Prune()
 	if rng.IntN(6) == 0 && failProb < 0.25 {
 		retryMax = time.Duration(math.MaxInt64) // saturates; failures stay few
 	}
-	pruneInterval := time.Hour // only the initial prune and Prune() calls
 	if rng.IntN(5) == 0 {
 		pruneInterval = time.Duration(5+rng.IntN(30)) * time.Millisecond
 	}
@@ -153,7 +147,6 @@ func runChaos(t *testing.T, cfg chaosConfig, seed uint64) {
 		reconciler.WithPruning(pruneInterval),
 	}
 	r.manualPrune = rng.IntN(3) > 0
-	var timeout time.Duration
 	if rng.IntN(4) == 0 {
 		timeout = 20 * time.Millisecond
 		r.opts = append(r.opts, reconciler.WithOperationTimeout(timeout))
