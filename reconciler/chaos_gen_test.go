@@ -1,12 +1,11 @@
 package reconciler_test
 
-// The chaos test's generator: each step draws a move from the run's
-// seeded RNG (see chaosRun.step). A move must draw from r.rng in the same
-// order for a seed, so that a seed keeps meaning the same schedule.
+// The chaos test's generator: each step draws a move from the run's seeded
+// RNG (chaosRun.step); only the test goroutine draws from it, so a seed
+// keeps its schedule.
 
 import (
-	"context"
-	"errors"
+	"cmp"
 	"fmt"
 	"maps"
 	"runtime"
@@ -22,136 +21,127 @@ import (
 
 func (r *chaosRun) key() string { return fmt.Sprintf("k%02d", r.rng.IntN(chaosKeys)) }
 
+// keys returns the distinct keys of n draws.
+func (r *chaosRun) keys(n int) (keys []string) {
+	for ; n > 0; n-- {
+		if k := r.key(); !slices.Contains(keys, k) {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
 func (r *chaosRun) value() string {
 	r.values++
-	switch n := r.rng.IntN(40); {
-	case n < 4:
-		return fmt.Sprintf("poison-%d.%d", r.gens, r.values)
-	case n == 4:
-		return fmt.Sprintf("later-%d.%d", r.gens, r.values)
+	prefix := map[int]string{0: "poison-", 1: "poison-", 2: "poison-", 3: "poison-", 4: "later-"}[r.rng.IntN(40)]
+	return fmt.Sprintf("%s%d.%d", cmp.Or(prefix, "v"), r.gens, r.values)
+}
+
+func (r *chaosRun) get(key string) (*item, bool) {
+	obj, _, found := r.gen.table.Get(r.gen.db.ReadTxn(), itemID.Query(key))
+	return obj, found
+}
+
+// set, del and put write one change and log it; put writes obj as it is.
+func (r *chaosRun) set(key, value, why string) {
+	r.logf("@%d set %s=%s%s", r.write(chaosChange{key: key, value: value}), key, value, why)
+}
+
+func (r *chaosRun) del(key, why string) {
+	r.logf("@%d delete %s%s", r.write(chaosChange{key: key}), key, why)
+}
+
+func (r *chaosRun) put(key string, obj *item, what string) {
+	r.logf("@%d %s %s=%s (%s)", r.write(chaosChange{key: key, obj: obj}), what, key, obj.Value, r.statuses(obj))
+}
+
+// setMany writes each key a new value in one transaction.
+func (r *chaosRun) setMany(keys []string, why string) {
+	changes, words := make([]chaosChange, len(keys)), make([]string, len(keys))
+	for i, k := range keys {
+		changes[i] = chaosChange{key: k, value: r.value()}
+		words[i] = k + "=" + changes[i].value
 	}
-	return fmt.Sprintf("v%d.%d", r.gens, r.values)
+	r.logf("@%d set %s%s", r.write(changes...), strings.Join(words, " "), why)
 }
 
 func (r *chaosRun) step() {
 	switch p := r.rng.IntN(109); {
-	case p < 28: // insert or update
-		k := r.key()
-		v := r.value()
-		if old, ok := r.current(k); ok && r.rng.IntN(8) == 0 {
-			v = old // same value, new Pending status
+	case p < 28: // insert or update; sometimes the same value, a new Pending
+		k, v := r.key(), r.value()
+		if old, ok := r.model[k]; ok && r.rng.IntN(8) == 0 {
+			v = old
 		}
-		rev := r.write(chaosChange{key: k, value: v})
-		r.logf("@%d set %s=%s", rev, k, v)
-	case p < 38: // delete
-		k := r.key()
-		rev := r.write(chaosChange{key: k})
-		r.logf("@%d delete %s", rev, k)
+		r.set(k, v, "")
+	case p < 38:
+		r.keyMove(r.key(), 0)
 	case p < 46: // a transaction of several changes, possibly of one key
-		n := 2 + r.rng.IntN(7)
-		changes := make([]chaosChange, n)
-		words := make([]string, n)
+		changes := make([]chaosChange, 2+r.rng.IntN(7))
+		words := make([]string, len(changes))
 		for i := range changes {
-			changes[i].key = r.key()
-			switch r.rng.IntN(4) {
-			case 0: // delete
-			case 1:
-				changes[i].obj = r.earlier(changes[i].key)
+			ch := &changes[i]
+			if ch.key = r.key(); r.rng.IntN(4) == 1 {
+				ch.obj = r.earlier(ch.key)
 			}
-			if changes[i].obj == nil && r.rng.IntN(3) > 0 {
-				changes[i].value = r.value()
-			}
-			words[i] = changes[i].key + "=" + changes[i].value
-			if changes[i].obj != nil {
-				words[i] = changes[i].key + "=" + changes[i].obj.Value + " (revert)"
+			if words[i] = ch.key + "="; ch.obj != nil {
+				words[i] += ch.obj.Value + " (revert)"
+			} else if r.rng.IntN(3) > 0 {
+				ch.value = r.value()
+				words[i] += ch.value
 			}
 		}
-		rev := r.write(changes...)
-		r.logf("@%d txn %s", rev, strings.Join(words, " "))
-	case p < 51: // delete then re-insert, in two transactions
+		r.logf("@%d txn %s", r.write(changes...), strings.Join(words, " "))
+	case p < 51: // delete, then a new value or a revert
 		k := r.key()
-		rev := r.write(chaosChange{key: k})
-		r.logf("@%d delete %s", rev, k)
-		r.keyMove(k, r.rng.IntN(2)+1)
-	case p < 56: // revert, re-insert the object as it is, or put it back after a delete
+		r.keyMove(k, 0)
+		r.keyMove(k, 1+r.rng.IntN(2))
+	case p < 56:
 		r.keyMove(r.key(), 2+r.rng.IntN(3))
 	case p < 64:
-		switch r.rng.IntN(4) {
-		case 0:
-			r.writeBackAfterPrune()
-		case 1:
-			r.putBackOverAHeldDelete()
-		case 2:
-			r.putBackAfterARestart()
-		default:
-			r.scenario()
-		}
+		[]func(){r.writeBackAfterPrune, func() { r.putBackDone(false) }, r.putBackAfterARestart, r.scenario}[r.rng.IntN(4)]()
 	case p < 68:
-		switch r.rng.IntN(4) {
-		case 0:
-			r.pruneWhileBusy()
-			return
-		case 1:
-			r.twoPrunesWhileSaturated()
-			return
+		switch i := r.rng.IntN(4); {
+		case i == 0:
+			r.whileBusy(false)
+		case i == 1:
+			r.putBackDone(true)
+		case r.manualPrune:
+			i := r.rng.IntN(len(r.recs))
+			r.gen.recs[i].Prune()
+			r.logf("%sPrune()", r.recs[i].label())
 		}
-		if !r.manualPrune {
-			r.logf("(no Prune() in this seed)")
-			return
-		}
-		i := r.rng.IntN(len(r.recs))
-		r.gen.recs[i].Prune()
-		r.logf("%sPrune()", r.recs[i].label())
-	case p < 82: // let a reconciler catch up with the current revision, or not
-		i := r.rng.IntN(len(r.recs))
-		rev := r.gen.table.Revision(r.gen.db.ReadTxn())
-		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(1+r.rng.IntN(20))*time.Millisecond)
-		reached, low, err := r.gen.recs[i].WaitUntilReconciled(ctx, rev)
-		cancel()
-		r.logf("%swait for @%d: reached @%d, retry low @%d, err=%v", r.recs[i].label(), rev, reached, low, err)
-		r.checkTable()
-		if err == nil && reached >= rev && low == 0 {
-			r.checkDoneApplied(i, rev)
-		}
-	case p < 95: // wait for some operations on a target
-		i := r.rng.IntN(len(r.recs))
-		n := 1 + r.rng.IntN(10)
+	case p < 82: // let a reconciler catch up, or not
+		r.reconciled(r.rng.IntN(len(r.recs)), time.Duration(1+r.rng.IntN(20))*time.Millisecond)
+	case p < 95:
+		i, n := r.rng.IntN(len(r.recs)), 1+r.rng.IntN(10)
 		r.waitCalls(r.recs[i].target, n, 10*time.Millisecond)
 		r.logf("%swait for %d calls", r.recs[i].label(), n)
-	case p < 101: // change what objects depend on
-		d := fmt.Sprintf("d%d", r.rng.IntN(chaosDeps))
+	case p < 101: // change what objects depend on ("" deletes the dependency)
+		d, v := fmt.Sprintf("d%d", r.rng.IntN(chaosDeps)), ""
 		wtxn := r.gen.db.WriteTxn(r.gen.deps)
 		var err error
 		if r.rng.IntN(4) == 0 {
 			_, _, err = r.gen.deps.Delete(wtxn, &chaosDep{ID: d})
-			r.logf("delete dependency %s", d)
 		} else {
-			v := r.value()
+			v = r.value()
 			_, _, err = r.gen.deps.Insert(wtxn, &chaosDep{ID: d, Value: v})
-			r.logf("set dependency %s=%s", d, v)
 		}
 		wtxn.Commit()
 		require.NoError(r.t, err)
 		r.depChangedAt[d] = len(r.steps)
-	case p < 104: // pause, or resume
-		if !r.gen.paused && r.rng.IntN(2) == 0 {
-			if r.rng.IntN(2) == 0 {
-				r.pauseWhileBusy()
-			} else {
-				r.pauseFromAnOperation()
-			}
-			return
+		r.logf("set dependency %s=%q", d, v)
+	case p < 104: // pause (three ways), or resume
+		switch {
+		case r.gen.paused || r.rng.IntN(2) == 0:
+			r.setPaused(!r.gen.paused)
+		case r.rng.IntN(2) == 0:
+			r.whileBusy(true)
+		default:
+			r.pauseFromAnOperation()
 		}
-		r.setPaused(!r.gen.paused)
-	default:
-		if r.restarts >= chaosMaxRestarts {
-			r.logf("(no restart: limit reached)")
-			return
-		}
-		r.restarts++
-		r.checkTable()
-		if r.rng.IntN(2) == 0 {
-			r.restartInPlace()
+	case r.restart(): // in place, or a new generation
+		if r.checkTable(); r.rng.IntN(2) == 0 {
+			r.restartInPlace(r.someMoves)
 			return
 		}
 		desired := maps.Clone(r.model)
@@ -161,131 +151,68 @@ func (r *chaosRun) step() {
 	}
 }
 
-// earlier returns an object the test inserted for key in this generation,
-// as it was inserted (status identity included), or nil.
+// someMoves makes a few key moves (while a hive is stopped).
+func (r *chaosRun) someMoves() {
+	for n := r.rng.IntN(5); n > 0; n-- {
+		r.keyMove(r.key(), r.rng.IntN(5))
+	}
+}
+
+// restart counts a restart and reports whether it is allowed.
+func (r *chaosRun) restart() bool { r.restarts++; return r.restarts <= chaosMaxRestarts }
+
+// earlier returns an object inserted for key in this generation, or nil.
 func (r *chaosRun) earlier(key string) *item {
-	objs := r.written[key]
-	if len(objs) == 0 {
-		return nil
+	if objs := r.written[key]; len(objs) > 0 {
+		return objs[r.rng.IntN(len(objs))]
 	}
-	return objs[r.rng.IntN(len(objs))]
+	return nil
 }
 
-// keyMove makes one change to key: 0 delete, 1 a new value, 2 a revert to
-// an earlier value, 3 an identical re-insert of the object as it is now,
-// 4 a delete and then the object put back as it was before it.
+// keyMove makes one change to key: 0 delete, 1 a new value, 2 revert, 3
+// re-insert as it is or as read earlier (not a Done, which no reconciler
+// can tell from a true one), 4 delete and put back as it was.
 func (r *chaosRun) keyMove(key string, move int) {
-	switch move {
-	case 0:
-		rev := r.write(chaosChange{key: key})
-		r.logf("@%d delete %s", rev, key)
-		return
-	case 4:
-		if obj, _, found := r.gen.table.Get(r.gen.db.ReadTxn(), itemID.Query(key)); found {
-			r.putBackAfterDelete(key, obj)
-			return
+	obj, found := r.get(key)
+	switch old := r.read[key]; {
+	case move == 0:
+		r.del(key, "")
+	case move == 2 && r.written[key] != nil:
+		r.put(key, r.earlier(key), "revert")
+	case move == 3 && found && old != nil && !r.anyDone(old) && r.rng.IntN(2) == 0:
+		r.put(key, old, "re-insert as read earlier")
+		r.read[key] = obj
+	case move == 3 && found:
+		r.read[key], _ = r.reinsertAsIs(key)
+	case move == 4 && found:
+		if r.del(key, ""); r.rng.IntN(2) == 0 {
+			r.reconciled(r.rng.IntN(len(r.recs)), time.Duration(1+r.rng.IntN(10))*time.Millisecond)
 		}
-	case 2:
-		if obj := r.earlier(key); obj != nil {
-			rev := r.write(chaosChange{key: key, obj: obj})
-			r.logf("@%d revert %s=%s (%s)", rev, key, obj.Value, r.statuses(obj))
-			return
-		}
-	case 3:
-		if obj, _, found := r.gen.table.Get(r.gen.db.ReadTxn(), itemID.Query(key)); found {
-			// Sometimes the object as read some steps ago, statuses
-			// included: a read-modify-write that spans transactions
-			// writes back statuses that reconcilers have replaced. Not a
-			// Done status: no reconciler can tell a stale Done from a
-			// true one without remembering every object it applied. (A
-			// write-back may also undo a dependency's mark; see
-			// writeBackUndoesMark.)
-			if old := r.read[key]; old != nil && !r.anyDone(old) && r.rng.IntN(2) == 0 {
-				r.read[key] = obj
-				rev := r.write(chaosChange{key: key, obj: old})
-				r.logf("@%d re-insert %s=%s as read earlier (%s)", rev, key, old.Value, r.statuses(old))
-				return
-			}
-			// The object as it is, read and written in one transaction:
-			// an identical re-insert, which leaves marks in place.
-			if rev, obj, ok := r.reinsertAsIs(key); ok {
-				r.read[key] = obj
-				r.logf("@%d re-insert %s=%s as it is (%s)", rev, key, obj.Value, r.statuses(obj))
-				return
-			}
-		}
+		r.put(key, obj, "put back")
+	default:
+		r.set(key, r.value(), "")
 	}
-	v := r.value()
-	rev := r.write(chaosChange{key: key, value: v})
-	r.logf("@%d set %s=%s", rev, key, v)
 }
 
-// putBackAfterDelete deletes key and then writes obj, its object read
-// just before, back as it was, statuses included: Done ones too. A Done
-// status from before a delete says nothing about the target once the
-// delete has run, so a reconciler that read the delete must apply obj
-// again; one that did not still holds obj's version, unless the delete is
-// still to run. Sometimes the test waits, briefly, for a reconciler to read
-// the delete first.
-func (r *chaosRun) putBackAfterDelete(key string, obj *item) {
-	rev := r.write(chaosChange{key: key})
-	r.logf("@%d delete %s", rev, key)
-	if r.rng.IntN(2) == 0 {
-		i := r.rng.IntN(len(r.recs))
-		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(1+r.rng.IntN(10))*time.Millisecond)
-		reached, _, err := r.gen.recs[i].WaitUntilReconciled(ctx, rev)
-		cancel()
-		r.logf("%swait for @%d: reached @%d, err=%v", r.recs[i].label(), rev, reached, err)
-	}
-	rev = r.write(chaosChange{key: key, obj: obj})
-	r.logf("@%d put %s=%s back as it was before its delete (%s)", rev, key, obj.Value, r.statuses(obj))
-}
-
-// restoredInError returns key=value with a retryable Error status for
-// every reconciler, each with a fresh identity, as decoding a saved table
-// gives.
-func (r *chaosRun) restoredInError(key, value string) *item {
-	obj := &item{ID: key, Value: value}
-	st := status.ErrorAt(time.Now().Add(-time.Hour), errors.New("restored"))
-	if r.cfg.set {
-		obj.Statuses = status.NewSet()
-		for _, rec := range r.recs {
-			obj.Statuses = obj.Statuses.Set(rec.name, status.ErrorAt(st.UpdatedAt, errors.New("restored")))
-		}
-	} else {
-		obj.Status = st
-	}
-	return obj
-}
-
-// reinsertAsIs writes key's object back as it is, statuses included, in
-// the write transaction that reads it.
-func (r *chaosRun) reinsertAsIs(key string) (statedb.Revision, *item, bool) {
-	g := r.gen
-	wtxn := g.db.WriteTxn(g.table)
+// reinsertAsIs writes key's object back as it is in the transaction that
+// reads it: an identical re-insert, which leaves marks in place.
+func (r *chaosRun) reinsertAsIs(key string) (*item, bool) {
+	wtxn := r.gen.db.WriteTxn(r.gen.table)
 	defer wtxn.Abort()
-	obj, _, found := g.table.Get(wtxn, itemID.Query(key))
+	obj, _, found := r.gen.table.Get(wtxn, itemID.Query(key))
 	if !found {
-		return 0, nil, false
+		return nil, false
 	}
-	_, _, err := g.table.Insert(wtxn, obj.clone())
+	_, _, err := r.gen.table.Insert(wtxn, obj.clone())
 	require.NoError(r.t, err)
-	for _, rec := range r.recs {
-		rec.target.reinserted(r.statusIDs(obj)...)
-	}
-	rev := g.table.Revision(wtxn)
+	r.reinserted(obj)
+	r.logf("@%d re-insert %s=%s as it is (%s)", r.gen.table.Revision(wtxn), key, obj.Value, r.statuses(obj))
 	wtxn.Commit()
-	return rev, obj, true
+	return obj, true
 }
 
-// anyDone reports whether a reconciler's status on obj is Done.
 func (r *chaosRun) anyDone(obj *item) bool {
-	for _, rec := range r.recs {
-		if rec.getStatus(obj).Kind == status.KindDone {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(r.recs, func(rec *chaosRec) bool { return rec.getStatus(obj).Kind == status.KindDone })
 }
 
 func (r *chaosRun) statuses(obj *item) string {
@@ -297,649 +224,350 @@ func (r *chaosRun) statuses(obj *item) string {
 	return strings.Join(words, ", ")
 }
 
-// scenario writes a key and, while its operation on one target is held in
-// flight, or held with a newer version parked behind it, or has failed and
-// waits for its retry, changes the key a few times: deletes, new values,
-// reverts (often to the very value being applied) and identical re-inserts.
-func (r *chaosRun) scenario() {
-	k := r.key()
-	i := r.rng.IntN(len(r.recs))
-	c := r.recs[i].target
-	mode := []string{"held in flight", "parked behind", "waiting for a retry"}[r.rng.IntN(3)]
-	var h *chaosHold
-	if mode == "waiting for a retry" {
-		c.mu.Lock()
-		c.failNext[k] = 1 + r.rng.IntN(2)
-		c.mu.Unlock()
-	} else {
-		h = c.hold(k)
+// arm makes the next operation on key fail n times, or be held.
+func arm(c *chaosTarget, key string, fail bool, n int, afterApply bool) *chaosHold {
+	if fail {
+		c.failNextN(key, n)
+		return nil
 	}
-	v := r.value()
-	rev := r.write(chaosChange{key: k, value: v})
-	first := r.written[k][len(r.written[k])-1]
-	r.logf("@%d set %s=%s, %soperation to be %s", rev, k, v, r.recs[i].label(), mode)
+	return c.hold(key, afterApply)
+}
 
-	// Give the operation time to start; it may not (the key may be
-	// deleted, or the object busy with an earlier version).
-	if h != nil {
-		timer := time.NewTimer(20 * time.Millisecond)
-		select {
-		case <-h.started:
-			r.logf("%s: operation held", k)
-		case <-timer.C:
-		}
-		timer.Stop()
-	} else {
-		r.waitCalls(c, 1, 10*time.Millisecond)
-	}
-	if mode == "parked behind" {
+// scenario changes a key while its operation is held in flight (then maybe
+// deleted, set, and the object in flight put back, the delete held in turn),
+// parked behind a newer version, or waiting for a retry.
+func (r *chaosRun) scenario() {
+	k, i, mode := r.key(), r.rng.IntN(len(r.recs)), r.rng.IntN(3)
+	c := r.recs[i].target
+	h := arm(c, k, mode == 2, 1+r.rng.IntN(2), false)
+	r.set(k, r.value(), fmt.Sprintf(", %soperation to be %s", r.recs[i].label(), []string{"held in flight", "parked behind", "waiting for a retry"}[mode]))
+	first := r.written[k][len(r.written[k])-1]
+	if h == nil { // the operation may not start (deleted, or busy)
+		r.waitCalls(c, 1, 20*time.Millisecond)
+	} else if closedWithin(h.started, 20*time.Millisecond) && mode == 1 {
 		r.keyMove(k, 1)
 	}
-	if mode == "held in flight" {
-		switch r.rng.IntN(3) {
-		case 0:
-			// Deleted, a new value, and at once the object in flight
-			// again, status identity included: after a delete, the same
-			// identity is new work.
-			r.keyMove(k, 0)
-			r.keyMove(k, 1)
-			rev := r.write(chaosChange{key: k, obj: first})
-			r.logf("@%d revert %s=%s, the value in flight, after a delete", rev, k, first.Value)
-		case 1:
-			// The same, but the update is let go once the delete is
-			// written, and the delete that follows it is held in turn:
-			// the new value and the revert arrive while the delete of
-			// the very object being reverted to is in flight.
-			r.keyMove(k, 0)
-			next := c.hold(k)
+	if sub := r.rng.IntN(3); mode == 0 && sub < 2 {
+		if r.keyMove(k, 0); sub == 1 {
+			next := c.hold(k, false)
 			c.release(h)
-			h = next
-			if r.waitStarted(h, 20*time.Millisecond) {
+			if h = next; closedWithin(h.started, 20*time.Millisecond) {
 				r.logf("%s: update released, delete held", k)
 			}
-			r.keyMove(k, 1)
-			rev := r.write(chaosChange{key: k, obj: first})
-			r.logf("@%d revert %s=%s, the value of the update, while its delete is held", rev, k, first.Value)
 		}
+		r.keyMove(k, 1)
+		r.put(k, first, "after a delete, revert to the value in flight")
 	}
 	for n := r.rng.IntN(3); n > 0; n-- {
 		r.keyMove(k, r.rng.IntN(5))
 	}
 	if r.rng.IntN(2) == 0 {
-		rev := r.write(chaosChange{key: k, obj: first})
-		r.logf("@%d revert %s=%s, the value %s", rev, k, first.Value, mode)
+		r.put(k, first, "revert to the scenario's value")
 	}
-	if h != nil {
-		c.release(h)
-		r.logf("%s: released", k)
-	}
+	c.release(h)
+	r.logf("%s: released", k)
 }
 
-// writeBackAfterPrune holds k's operation (sometimes its retry) on one
-// target in flight, deletes k, has that reconciler prune while the
-// operation is held (the prune may
-// remove what the operation applies), and then lets the operation go while
-// a writer it wakes puts k back as it was read before the delete, status
-// identity included. The write-back lands while the operation returns, so
-// it may fall between the changes a round has read and that round's
-// commit; the object is then new work, not the version the operation
-// applied. Sometimes the hive is stopped and started again as the
-// operation returns.
+// writeBackAfterPrune holds k's update (or its retry, before or after it
+// applied), deletes k, prunes, and writes k back as read before the delete:
+// while the update is held, over a stop (it then succeeds), or from inside.
 func (r *chaosRun) writeBackAfterPrune() {
-	k := r.key()
-	i := r.rng.IntN(len(r.recs))
+	k, i := r.key(), r.rng.IntN(len(r.recs))
 	c := r.recs[i].target
-	// Sometimes the first attempt fails and its retry is held: what is
-	// read then, and written back, carries the Error status the retry
-	// answers.
-	retry := r.rng.IntN(3) == 0
-	// Sometimes the update is held once it has applied its object: then
-	// the prune removes what it applied.
-	applyFirst := r.rng.IntN(2) == 0
-	hold := c.hold
-	if applyFirst {
-		hold = c.holdAfterApply
-	}
-	var h *chaosHold
-	if retry {
-		c.mu.Lock()
-		c.failNext[k] = 1
-		c.mu.Unlock()
-	} else {
-		h = hold(k)
-	}
-	v := r.value()
-	rev := r.write(chaosChange{key: k, value: v})
-	r.logf("@%d set %s=%s, %soperation held for a write-back after a prune (retry: %v, held after applying: %v)", rev, k, v, r.recs[i].label(), retry, applyFirst)
+	retry, applyFirst := r.rng.IntN(3) == 0, r.rng.IntN(2) == 0
+	h := arm(c, k, retry, 1, applyFirst)
+	r.set(k, r.value(), fmt.Sprintf(", %supdate held for a write-back after a prune (retry: %v, held after applying: %v)", r.recs[i].label(), retry, applyFirst))
 	if retry {
 		r.waitCalls(c, 1, 20*time.Millisecond)
-		h = hold(k)
+		h = c.hold(k, applyFirst)
 	}
-	if !r.waitStarted(h, 20*time.Millisecond) {
-		c.release(h)
-		r.logf("%s: operation did not start", k)
-		return
-	}
-	read, _, found := r.gen.table.Get(r.gen.db.ReadTxn(), itemID.Query(k))
-	if !found || r.anyDone(read) {
+	read, found := r.get(k)
+	if !closedWithin(h.started, 20*time.Millisecond) || !found || r.anyDone(read) {
 		c.release(h)
 		r.logf("%s: released, nothing to write back", k)
 		return
 	}
-	rev = r.write(chaosChange{key: k})
-	r.logf("@%d delete %s", rev, k)
-	if r.manualPrune {
-		r.pruneAndWait(i, 20*time.Millisecond)
-		r.logf("%sPrune() while %s is held", r.recs[i].label(), k)
+	if r.del(k, ""); r.manualPrune {
+		r.logf("%sPrune() while %s is held: ran %v", r.recs[i].label(), k, r.pruneAndWait(i, 20*time.Millisecond))
 	}
 	yields := r.rng.IntN(4)
-	if applyFirst && r.heldStops < chaosMaxHeldStops && r.rng.IntN(3) == 0 {
-		// The hive stops while the update, which applied its object
-		// before the prune removed it, is still held: it reports
-		// success as the stop cuts it short, with the write-back
-		// waiting to apply the object again.
-		r.heldStops++
-		rev = r.write(chaosChange{key: k, obj: read})
-		r.logf("@%d write-back %s=%s as read before the delete (%s), while its operation is held", rev, k, read.Value, r.statuses(read))
-		c.mu.Lock()
-		h.succeedAtStop = true
-		c.mu.Unlock()
-		<-time.After(20 * time.Millisecond) // for a loop with workers to read the write-back
-		r.logf("%s: the hive stops while the operation is held; it reports success", k)
-		r.restartInPlace()
-		c.release(h)
-		return
-	}
-	restart := r.restarts < chaosMaxRestarts && r.rng.IntN(4) == 0
-	if stop := restart && r.rng.IntN(2) == 0; stop || r.rng.IntN(3) == 0 {
-		// The write-back comes while the operation is held, so that it
-		// is read while it runs and waits to be applied again after
-		// it; sometimes the hive stops as the operation returns.
-		rev = r.write(chaosChange{key: k, obj: read})
-		r.logf("@%d write-back %s=%s as read before the delete (%s), while its operation is held", rev, k, read.Value, r.statuses(read))
-		if !stop {
-			// A few milliseconds for a loop with workers to read it;
-			// any order is a valid schedule.
-			<-time.After(5 * time.Millisecond)
-			c.release(h)
-			return
+	heldStop := applyFirst && r.heldStops < chaosMaxHeldStops && r.rng.IntN(3) == 0
+	restart := !heldStop && r.rng.IntN(4) == 0 && r.restart()
+	if stop := restart && r.rng.IntN(2) == 0; heldStop || stop || r.rng.IntN(3) == 0 {
+		r.put(k, read, "while its update is held, write-back")
+		switch {
+		case heldStop: // the update applied before the prune removed it
+			r.heldStops++
+			c.with(func() { h.succeedAtStop = true })
+			<-time.After(20 * time.Millisecond) // for a loop with workers to read the write-back
+			r.logf("%s: the hive stops while the update is held; it reports success", k)
+			r.restartInPlace(r.someMoves)
+		case !stop:
+			<-time.After(5 * time.Millisecond) // any order is a valid schedule
 		}
 		c.release(h)
-		r.restarts++
-		r.restartInPlace()
-		return
-	}
-	written := make(chan statedb.Revision, 1)
-	c.mu.Lock()
-	h.done = make(chan struct{})
-	h.inside = func() {
-		go func() {
-			for range yields {
-				runtime.Gosched()
+	} else {
+		written := make(chan statedb.Revision, 1)
+		c.with(func() {
+			h.done = make(chan struct{})
+			h.inside = func() {
+				go func() {
+					for range yields {
+						runtime.Gosched()
+					}
+					written <- r.write(chaosChange{key: k, obj: read}) // the test goroutine waits for it
+				}()
 			}
-			// The test goroutine waits for this write: r is not
-			// shared.
-			written <- r.write(chaosChange{key: k, obj: read})
-		}()
-	}
-	c.mu.Unlock()
-	c.release(h)
-	select {
-	case rev = <-written:
-		r.logf("@%d write-back %s=%s as read before the delete (%s), from inside its operation", rev, k, read.Value, r.statuses(read))
-	case <-h.cut:
-		// The operation was cut short (a timeout) and woke no writer.
-		rev = r.write(chaosChange{key: k, obj: read})
-		r.logf("@%d write-back %s=%s from the test: the operation was cut short", rev, k, read.Value)
+		})
+		c.release(h)
+		select {
+		case rev := <-written:
+			r.logf("@%d write-back %s=%s (%s) from inside its update", rev, k, read.Value, r.statuses(read))
+		case <-h.cut: // cut short (a timeout), it woke no writer
+			r.put(k, read, "the update was cut short; write-back")
+		}
 	}
 	if restart {
-		r.restarts++
-		r.restartInPlace()
+		r.restartInPlace(r.someMoves)
 	}
 }
 
-// pruneAndWait asks reconciler i for a prune and waits up to d for one to
-// end; paused, or without workers while an operation is held (the loop is
-// in it), the prune waits, and the test goes on without it.
+// pruneAndWait asks reconciler i for a prune and waits up to d for one.
 func (r *chaosRun) pruneAndWait(i int, d time.Duration) bool {
-	c, ops := r.recs[i].target, r.gen.ops[i]
-	c.mu.Lock()
-	before := ops.prunes
-	c.mu.Unlock()
+	c, ops, before := r.recs[i].target, r.gen.ops[i], 0
+	c.with(func() { before = ops.prunes })
 	r.gen.recs[i].Prune()
-	deadline := time.NewTimer(d)
-	defer deadline.Stop()
-	for {
-		c.mu.Lock()
-		pruned, changed := ops.prunes > before, c.changed
-		c.mu.Unlock()
-		if pruned {
-			return true
-		}
-		select {
-		case <-changed:
-		case <-deadline.C:
-			return false
-		}
-	}
+	return c.waitUntil(d, func() bool { return ops.prunes > before })
 }
 
-// twoPrunesWhileSaturated holds operations on as many keys as one
-// reconciler's workers and their queue take, so that its loop reads no
-// change, and then, with k Done: deletes k, has the reconciler prune (which
-// removes k from its target, the delete unread), puts k back as read
-// before the delete, Done status included, and has it prune again, before
-// the operations go. The second prune finds k; the first one's removal
-// must still count: k is new work.
-func (r *chaosRun) twoPrunesWhileSaturated() {
-	slots := max(r.roundSize, 2*r.cfg.workers) // the executor's limit
-	if !r.manualPrune || r.cfg.workers == 1 || slots >= chaosKeys-6 {
-		r.logf("(no two prunes while saturated in this seed)")
-		return
+// heldMany holds the next operation of each key on reconciler i's target,
+// writes the keys in one transaction and waits for upTo of them to start.
+func (r *chaosRun) heldMany(i int, keys []string, why string, d time.Duration, upTo int) []*chaosHold {
+	holds, started := make([]*chaosHold, len(keys)), 0
+	for j, k := range keys {
+		holds[j] = r.recs[i].target.hold(k, false)
 	}
-	i := r.rng.IntN(len(r.recs))
-	c := r.recs[i].target
-	k := r.key()
-	read, _, found := r.gen.table.Get(r.gen.db.ReadTxn(), itemID.Query(k))
-	if !found || r.recs[i].getStatus(read).Kind != status.KindDone {
-		r.logf("%s: not Done, no two prunes", k)
-		return
-	}
-	var holds []*chaosHold
-	var busy []chaosChange
-	// A few more than the slots: a key whose version is parked behind
-	// its operation, or queued already, takes none.
-	for _, n := range r.rng.Perm(chaosKeys) {
-		if other := fmt.Sprintf("k%02d", n); other != k && len(busy) < slots+6 {
-			holds = append(holds, c.hold(other))
-			busy = append(busy, chaosChange{key: other, value: r.value()})
-		}
-	}
-	rev := r.write(busy...)
-	r.logf("@%d %soperations held on %s, to take every slot", rev, r.recs[i].label(), describeChanges(busy))
-	started := 0
+	r.setMany(keys, fmt.Sprintf(", %soperations held%s", r.recs[i].label(), why))
 	for _, h := range holds {
-		if started < r.cfg.workers && r.waitStarted(h, 5*time.Millisecond) {
+		if started < upTo && closedWithin(h.started, d) {
 			started++
 		}
 	}
-	<-time.After(2 * time.Millisecond) // for the loop to fill its queue; any order is a valid schedule
-	rev = r.write(chaosChange{key: k})
-	r.logf("@%d delete %s (%d held operations started)", rev, k, started)
-	r.logf("%sPrune() while saturated: ran %v", r.recs[i].label(), r.pruneAndWait(i, 20*time.Millisecond))
+	return holds
+}
 
-	rev = r.write(chaosChange{key: k, obj: read})
-	r.logf("@%d put %s=%s back as read before the delete (%s)", rev, k, read.Value, r.statuses(read))
-	r.logf("%sPrune() again: ran %v", r.recs[i].label(), r.pruneAndWait(i, 20*time.Millisecond))
-	for _, h := range holds {
-		c.release(h)
-	}
-	r.logf("%soperations released", r.recs[i].label())
-
-	// Once the put-back is read, the target must come to hold it, or its
-	// status change (applied again, or failed): a Done that stays while
-	// the target lacks the object was believed. A retry or a requeued
-	// batch entry may still be on its way, so this waits a while.
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	reached, _, err := r.gen.recs[i].WaitUntilReconciled(ctx, rev)
-	cancel()
-	if err != nil || reached < rev {
-		r.logf("%s: not read within 100ms (reached @%d), not checked", k, reached)
+// putBackDone deletes a Done object and puts it back as it was, while its
+// delete is held (then re-inserts it as it is), or (saturate) while every
+// slot is held, with a prune before and after: it is new work.
+func (r *chaosRun) putBackDone(saturate bool) {
+	slots := max(r.roundSize, 2*r.cfg.workers) // the executor's limit
+	if saturate && (!r.manualPrune || r.cfg.workers == 1 || slots >= chaosKeys-6) {
 		return
 	}
-	deadline := time.NewTimer(2 * time.Second)
-	defer deadline.Stop()
-	for {
-		obj, _, watch, found := r.gen.table.GetWatch(r.gen.db.ReadTxn(), itemID.Query(k))
-		if !found || r.recs[i].getStatus(obj).ID() != r.recs[i].getStatus(read).ID() {
-			return
+	k, i := r.key(), r.rng.IntN(len(r.recs))
+	rec, c := r.recs[i], r.recs[i].target
+	if !saturate {
+		r.set(k, r.value(), fmt.Sprintf(", for a put-back over %sheld delete", rec.label()))
+		r.reconciled(i, 50*time.Millisecond)
+	}
+	read, found := r.get(k)
+	if !found || rec.getStatus(read).Kind != status.KindDone {
+		r.logf("%s: not Done, no put-back", k)
+		return
+	}
+	var holds []*chaosHold
+	if saturate { // a few more than the slots: a parked or queued key takes none
+		var keys []string
+		for _, n := range r.rng.Perm(chaosKeys) {
+			if o := fmt.Sprintf("k%02d", n); o != k {
+				keys = append(keys, o)
+			}
 		}
-		c.mu.Lock()
-		got, has := c.data[k]
-		changed := c.changed
-		c.mu.Unlock()
-		if has && got == read.Value {
-			return
+		holds = r.heldMany(i, keys[:slots+6], ", to take every slot", 5*time.Millisecond, r.cfg.workers)
+		<-time.After(2 * time.Millisecond) // for the loop to fill its queue; any order is a valid schedule
+		r.del(k, "")
+		r.logf("%sPrune() while saturated: ran %v", rec.label(), r.pruneAndWait(i, 20*time.Millisecond))
+		r.put(k, read, "put back")
+		r.logf("%sPrune() again: ran %v", rec.label(), r.pruneAndWait(i, 20*time.Millisecond))
+	} else {
+		holds = []*chaosHold{c.hold(k, false)}
+		r.del(k, "")
+		r.logf("%s: delete held: %v", k, closedWithin(holds[0].started, 20*time.Millisecond))
+		r.put(k, read, "put back")
+		r.reinsertAsIs(k)
+	}
+	c.release(holds...)
+	if !r.reconciled(i, 100*time.Millisecond) { // a retry may still be on its way
+		return
+	}
+	if problem := r.until(2*time.Second, func() string {
+		obj, found := r.get(k)
+		if !found || rec.getStatus(obj).ID() != rec.getStatus(read).ID() {
+			return ""
 		}
-		select {
-		case <-watch:
-		case <-changed:
-		case <-deadline.C:
-			c.mu.Lock()
-			c.violate("%s=%s put back after two prunes was believed %s: the target has %q (present: %v)",
-				k, read.Value, r.recs[i].getStatus(read), got, has)
-			c.mu.Unlock()
-			return
+		var got string
+		var has bool
+		if c.with(func() { got, has = c.data[k] }); has && got == read.Value {
+			return ""
 		}
+		return fmt.Sprintf("%s=%s put back was believed %s: the target has %q (present: %v)", k, read.Value, rec.getStatus(read), got, has)
+	}); problem != "" {
+		c.with(func() { c.violate("%s", problem) })
 	}
 }
 
-// pruneWhileBusy holds operations on a few keys, so that with workers the
-// workers are busy, writes more keys so that work is queued behind them,
-// and holds a prune asked for meanwhile. While the prune is held it lets
-// the operations go: the workers are free, and the queued work must still
-// wait for the prune to end.
-func (r *chaosRun) pruneWhileBusy() { r.whileBusy(false) }
-
-// pauseWhileBusy is pruneWhileBusy with Pause in place of the prune, and a
-// newer version of one held key parked behind its operation: once every
-// Pause has returned, neither the parked version nor the queued work may
-// start, however the workers come free.
-func (r *chaosRun) pauseWhileBusy() { r.whileBusy(true) }
-
+// whileBusy holds a few operations, queues work behind them and lets them
+// go while a prune is held or (pause) every reconciler is paused, with a
+// newer version of a held key parked: the queued work must wait.
 func (r *chaosRun) whileBusy(pause bool) {
 	if !pause && !r.manualPrune {
-		r.logf("(no Prune() in this seed)")
 		return
 	}
 	i := r.rng.IntN(len(r.recs))
-	c := r.recs[i].target
-	var holds []*chaosHold
-	var busy, queued []chaosChange
-	chosen := map[string]bool{}
-	for n := 2 + r.rng.IntN(4); n > 0; n-- {
-		k := r.key()
-		if chosen[k] {
-			continue
-		}
-		chosen[k] = true
-		holds = append(holds, c.hold(k))
-		busy = append(busy, chaosChange{key: k, value: r.value()})
-	}
-	rev := r.write(busy...)
-	r.logf("@%d %soperations held on %s", rev, r.recs[i].label(), describeChanges(busy))
-	for _, h := range holds {
-		r.waitStarted(h, 10*time.Millisecond)
-	}
-	for n := 1 + r.rng.IntN(3); n > 0; n-- {
-		queued = append(queued, chaosChange{key: r.key(), value: r.value()})
-	}
+	c, keys, queued := r.recs[i].target, r.keys(2+r.rng.IntN(4)), r.keys(1+r.rng.IntN(3))
+	holds := r.heldMany(i, keys, "", 10*time.Millisecond, len(keys))
 	if pause {
-		queued = append(queued, chaosChange{key: busy[0].key, value: r.value()})
+		queued = append(queued, keys[0])
 	}
-	rev = r.write(queued...)
-	r.logf("@%d %s, queued behind them", rev, describeChanges(queued))
-	if pause {
-		if !r.gen.paused {
-			r.setPaused(true)
-		}
-		// A start sooner than startGrace after Pause returned is not
-		// told from one that passed the gate before it.
+	r.setMany(queued, ", queued behind them")
+	var ph *chaosHold
+	if pause && !r.gen.paused {
+		r.setPaused(true)
+	} else if !pause {
+		ph = c.hold(pruneHoldKey, false)
+		r.gen.recs[i].Prune()
+	}
+	if pause || closedWithin(ph.started, 20*time.Millisecond) {
 		<-time.After(startGrace)
-		for _, h := range holds {
-			c.release(h)
-		}
-		r.waitCalls(c, len(queued), 20*time.Millisecond)
-		r.logf("%soperations released while paused", r.recs[i].label())
-		return
 	}
-	ph := c.hold(pruneHoldKey)
-	r.gen.recs[i].Prune()
-	if r.waitStarted(ph, 20*time.Millisecond) {
-		// A start sooner than startGrace after the prune began is not
-		// told from one that passed the gate before it.
-		<-time.After(startGrace)
-		r.logf("%sprune held", r.recs[i].label())
-	}
-	for _, h := range holds {
-		c.release(h)
-	}
+	c.release(holds...)
 	r.waitCalls(c, len(queued), 20*time.Millisecond)
 	c.release(ph)
-	r.logf("%sprune and operations released", r.recs[i].label())
+	r.logf("%soperations released (paused: %v)", r.recs[i].label(), pause)
 }
 
-func describeChanges(changes []chaosChange) string {
-	words := make([]string, len(changes))
-	for i, ch := range changes {
-		words[i] = ch.key + "=" + ch.value
-	}
-	return strings.Join(words, " ")
-}
-
-// setPaused pauses or resumes every reconciler.
+// setPaused pauses or resumes every reconciler; markPaused tells targets.
 func (r *chaosRun) setPaused(paused bool) {
-	if !paused {
-		r.markPaused(false) // before Resume: starts are allowed from now on
-	}
+	r.markPaused(false)
 	for _, rc := range r.gen.recs {
-		if paused {
-			rc.Pause()
-		} else {
-			rc.Resume()
-		}
+		map[bool]func(){true: rc.Pause, false: rc.Resume}[paused]()
 	}
-	if paused {
-		r.markPaused(true) // every Pause has returned: no start from now on
+	if r.gen.paused = paused; paused {
+		r.markPaused(true)
 	}
-	r.gen.paused = paused
 	r.logf("paused: %v", paused)
 }
 
-// pauseFromAnOperation pauses every reconciler from inside an operation,
-// in the middle of a round, after asking for a prune: the round must not
-// start anything more, its due prune included.
-func (r *chaosRun) pauseFromAnOperation() {
-	k := r.key()
-	i := r.rng.IntN(len(r.recs))
-	c := r.recs[i].target
-	recs := slices.Clone(r.gen.recs)
-	// An operation on another key held first keeps a loop without
-	// workers in its round while the prune is asked for and k written, so
-	// that the next round may be the prune's and also run k's operation.
-	var first *chaosHold
-	if j := r.key(); j != k {
-		first = c.hold(j)
-		v := r.value()
-		rev := r.write(chaosChange{key: j, value: v})
-		r.logf("@%d set %s=%s, %soperation held", rev, j, v, r.recs[i].label())
-		r.waitStarted(first, 20*time.Millisecond)
+func (r *chaosRun) markPaused(paused bool) {
+	for _, rec := range r.recs {
+		if rec.target.pausedAt.Store(map[bool]int64{true: time.Now().UnixNano()}[paused]); !paused {
+			rec.target.pausedInRound.Store(false)
+		}
 	}
-	h := c.hold(k)
+}
+
+// pauseFromAnOperation pauses every reconciler from inside an operation of
+// a round whose prune is due; another key's operation, held first, keeps a
+// loop without workers in its round meanwhile.
+func (r *chaosRun) pauseFromAnOperation() {
+	k, i := r.key(), r.rng.IntN(len(r.recs))
+	c, recs := r.recs[i].target, slices.Clone(r.gen.recs)
+	var first []*chaosHold
+	if j := r.key(); j != k {
+		first = r.heldMany(i, []string{j}, "", 20*time.Millisecond, 1)
+	}
+	h := c.hold(k, false)
 	h.done = make(chan struct{})
 	h.inside = func() {
 		for _, rc := range recs {
 			rc.Pause()
 		}
-		if r.cfg.workers <= 1 {
-			c.pausedInRound.Store(true)
-		}
+		c.pausedInRound.Store(r.cfg.workers <= 1)
 		r.markPaused(true)
 	}
-	if r.manualPrune {
-		for _, rc := range recs {
+	for _, rc := range recs {
+		if r.manualPrune {
 			rc.Prune()
 		}
 	}
-	v := r.value()
-	rev := r.write(chaosChange{key: k, value: v})
-	r.logf("@%d set %s=%s, %soperation to pause every reconciler", rev, k, v, r.recs[i].label())
-	if first != nil {
-		c.release(first)
-	}
-	timer := time.NewTimer(20 * time.Millisecond)
-	defer timer.Stop()
-	select {
-	case <-h.started:
-	case <-timer.C:
-		c.mu.Lock()
-		taken := h.taken
-		if !taken {
-			delete(c.holds, k)
-		}
-		c.mu.Unlock()
-		if !taken {
-			r.logf("%s: operation did not start; paused from the test", k)
-			r.setPaused(true)
-			return
-		}
-		<-h.started
+	r.set(k, r.value(), fmt.Sprintf(", %soperation to pause every reconciler", r.recs[i].label()))
+	c.release(first...)
+	taken := true
+	if !closedWithin(h.started, 20*time.Millisecond) {
+		c.with(func() { taken = h.taken; c.open(h) }) // if not taken, no operation takes it now
 	}
 	c.release(h)
-	timer.Reset(10 * time.Second)
 	select {
 	case <-h.done:
 		r.gen.paused = true
 		r.logf("paused: true, from the operation on %s", k)
-	case <-timer.C: // cut short (a timeout): pause from here
-		r.logf("%s: operation cut short; paused from the test", k)
+	case <-h.cut:
+	case <-time.After(map[bool]time.Duration{true: 10 * time.Second}[taken]):
+	}
+	if !r.gen.paused { // it did not start, or was cut short (a timeout)
+		r.logf("%s: operation did not pause (started: %v); paused from the test", k, taken)
 		r.setPaused(true)
 	}
 }
 
-// waitStarted waits up to d for an operation to block on h.
-func (r *chaosRun) waitStarted(h *chaosHold, d time.Duration) bool {
+func closedWithin(ch <-chan struct{}, d time.Duration) bool {
 	timer := time.NewTimer(d)
 	defer timer.Stop()
 	select {
-	case <-h.started:
+	case <-ch:
 		return true
 	case <-timer.C:
 		return false
 	}
 }
 
-// markPaused tells the targets whether every reconciler is paused, so
-// that they flag an operation that starts meanwhile.
-func (r *chaosRun) markPaused(paused bool) {
-	for _, rec := range r.recs {
-		if paused {
-			rec.target.pausedAt.Store(time.Now().UnixNano())
-		} else {
-			rec.target.pausedAt.Store(0)
-			rec.target.pausedInRound.Store(false)
+// waitCalls waits up to d for n more calls on the target.
+func (r *chaosRun) waitCalls(c *chaosTarget, n int, d time.Duration) bool {
+	until := -1
+	return c.waitUntil(d, func() bool {
+		if until < 0 {
+			until = c.calls + n
 		}
-	}
+		return c.calls >= until
+	})
 }
 
-// waitCalls waits for n more calls on the target, or for the timeout.
-func (r *chaosRun) waitCalls(c *chaosTarget, n int, timeout time.Duration) {
-	c.mu.Lock()
-	until := c.calls + n
-	c.mu.Unlock()
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	for {
-		c.mu.Lock()
-		calls, changed := c.calls, c.changed
-		c.mu.Unlock()
-		if calls >= until {
-			return
-		}
-		select {
-		case <-changed:
-		case <-deadline.C:
-			return
-		}
-	}
-}
-
-// putBackOverAHeldDelete puts an object back, with the Done statuses it
-// had before its delete, while one reconciler's delete of it is held in
-// flight, and writes it once more as it is (a new revision with the same
-// statuses, as another reconciler's status write makes one): the put-back
-// waits behind the delete, and the write after it must not make
-// WaitUntilReconciled pass the put-back before it is applied. Then it lets
-// the delete go and waits for that reconciler (checkDoneApplied).
-func (r *chaosRun) putBackOverAHeldDelete() {
-	k, i := r.key(), r.rng.IntN(len(r.recs))
-	rec := r.recs[i]
-	v := r.value()
-	rev := r.write(chaosChange{key: k, value: v})
-	r.logf("@%d set %s=%s, for a put-back over %sheld delete", rev, k, v, rec.label())
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	_, _, err := r.gen.recs[i].WaitUntilReconciled(ctx, rev)
-	cancel()
-	obj, _, found := r.gen.table.Get(r.gen.db.ReadTxn(), itemID.Query(k))
-	if err != nil || !found || rec.getStatus(obj).Kind != status.KindDone {
-		r.logf("%s: not Done in time; no put-back", k)
-		return
-	}
-	h := rec.target.hold(k)
-	defer rec.target.release(h)
-	rev = r.write(chaosChange{key: k})
-	r.logf("@%d delete %s, %soperation held", rev, k, rec.label())
-	if !r.waitStarted(h, 20*time.Millisecond) {
-		r.logf("%s: the delete did not start in time", k)
-	}
-	rev = r.write(chaosChange{key: k, obj: obj})
-	r.logf("@%d put %s=%s back as it was before its delete (%s)", rev, k, obj.Value, r.statuses(obj))
-	if rev, _, ok := r.reinsertAsIs(k); ok {
-		r.logf("@%d re-insert %s as it is", rev, k)
-	}
-	rec.target.release(h)
-	rev = r.gen.table.Revision(r.gen.db.ReadTxn())
-	ctx, cancel = context.WithTimeout(context.Background(), 100*time.Millisecond)
-	reached, low, err := r.gen.recs[i].WaitUntilReconciled(ctx, rev)
-	cancel()
-	r.logf("%swait for @%d: reached @%d, retry low @%d, err=%v", rec.label(), rev, reached, low, err)
-	if err == nil && reached >= rev && low == 0 {
-		r.checkDoneApplied(i, rev)
-	}
-}
-
-// putBackAfterARestart writes a few keys (the first sometimes held in
-// flight over the stop, or failing once), stops the hive while their work
-// is queued, in flight or waiting for a retry, deletes them while it is
-// stopped, starts it again with the reconcilers paused, puts each key back
-// as it was before its delete (statuses included) and resumes. Deletes
-// made while the hive is stopped are found when it starts; the work
-// carried over the stop may apply an object put back before such a delete
-// is read, which must not undo it.
+// putBackAfterARestart writes a few keys (the first held over the stop, or
+// failing once), stops, deletes them, starts paused, puts them back, resumes.
 func (r *chaosRun) putBackAfterARestart() {
-	if r.restarts >= chaosMaxRestarts {
-		r.logf("(no restart: limit reached)")
+	if !r.restart() {
 		return
 	}
-	r.restarts++
-	keys := []string{r.key()}
-	for n := r.rng.IntN(3); n > 0; n-- {
-		if k := r.key(); !slices.Contains(keys, k) {
-			keys = append(keys, k)
-		}
-	}
-	c := r.recs[r.rng.IntN(len(r.recs))].target
+	keys, c, m := r.keys(1+r.rng.IntN(3)), r.recs[r.rng.IntN(len(r.recs))].target, r.rng.IntN(3)
 	var h *chaosHold
-	switch r.rng.IntN(3) {
-	case 0:
-		h = c.hold(keys[0])
+	if m < 2 {
+		h = arm(c, keys[0], m == 1, 1, false)
 		defer c.release(h)
-	case 1:
-		c.mu.Lock()
-		c.failNext[keys[0]] = 1
-		c.mu.Unlock()
 	}
 	for _, k := range keys {
-		v := r.value()
-		rev := r.write(chaosChange{key: k, value: v})
-		r.logf("@%d set %s=%s, to be deleted while the hive is stopped and put back after it starts", rev, k, v)
+		r.set(k, r.value(), ", to be deleted while the hive is stopped and put back after it starts")
 	}
-	if h != nil && r.waitStarted(h, 20*time.Millisecond) {
-		r.logf("%s: operation held over the stop", keys[0])
-	} else if n := r.rng.IntN(3); n > 0 {
-		r.waitCalls(c, n, 10*time.Millisecond)
+	if h == nil || !closedWithin(h.started, 20*time.Millisecond) {
+		r.waitCalls(c, r.rng.IntN(3), 10*time.Millisecond)
 	}
-	r.stopInPlace()
-	taken := map[string]*item{}
-	for _, k := range keys {
-		if obj, _, found := r.gen.table.Get(r.gen.db.ReadTxn(), itemID.Query(k)); found {
-			taken[k] = obj
-			rev := r.write(chaosChange{key: k})
-			r.logf("@%d delete %s=%s (%s)", rev, k, obj.Value, r.statuses(obj))
+	taken, wasPaused := map[string]*item{}, r.gen.paused
+	r.restartInPlace(func() {
+		for _, k := range keys {
+			if obj, found := r.get(k); found {
+				taken[k] = obj
+				r.del(k, fmt.Sprintf(" (was %s, %s)", obj.Value, r.statuses(obj)))
+			}
 		}
-	}
-	for n := r.rng.IntN(4); n > 0; n-- {
-		r.keyMove(r.key(), 0) // more deletes to find at the start
-	}
-	wasPaused := r.gen.paused
-	if !wasPaused {
-		r.setPaused(true)
-	}
-	r.startInPlace()
+		for n := r.rng.IntN(4); n > 0; n-- {
+			r.keyMove(r.key(), 0) // more deletes to find at the start
+		}
+		if !wasPaused {
+			r.setPaused(true)
+		}
+	})
 	for _, k := range keys {
 		if obj := taken[k]; obj != nil {
-			rev := r.write(chaosChange{key: k, obj: obj})
-			r.logf("@%d put %s=%s back as it was before its delete (%s)", rev, k, obj.Value, r.statuses(obj))
+			r.put(k, obj, "put back")
 		}
 	}
 	if !wasPaused {

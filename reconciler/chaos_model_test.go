@@ -1,9 +1,6 @@
 package reconciler_test
 
-// The chaos test's world: the target system every generation shares
-// (chaosTarget), the operations of one generation (chaosOps), the hives
-// (chaosGen), the dependency table, and the writes to the table, which keep
-// the model of what the test wrote. See chaos_test.go.
+// The chaos test's world: targets, operations, hives, dependencies, writes.
 
 import (
 	"context"
@@ -34,147 +31,109 @@ import (
 
 var errChaos = errors.New("chaos")
 
+// The faults of one call: faultApplyThenError applies the change and
+// reports a failure; faultTerminal is terminal for deletes (which must not
+// be lost), a plain error otherwise; faultForced is the test's (failNext).
 type chaosFault int
 
 const (
 	faultNone chaosFault = iota
 	faultError
-	faultApplyThenError // the change is applied, but reported as failed
+	faultApplyThenError
 	faultRetryAfter
 	faultPanic
-	faultTerminal // deletes only: a terminal error must not lose the delete
+	faultTerminal
 	faultSlow
+	faultForced
 )
 
-// pruneHoldKey is the key under which a hold blocks the next prune.
-const pruneHoldKey = "(prune)"
+const pruneHoldKey = "(prune)" // a hold on it blocks the next prune
 
+// A poison value fails terminally and never reaches the target; a later
+// value asks for the longest RetryAfter, and must not be asked again.
 func isPoison(value string) bool { return strings.HasPrefix(value, "poison") }
+func isLater(value string) bool  { return strings.HasPrefix(value, "later") }
 
-// isLater reports whether value's update asks to be retried in about 292
-// years, the longest RetryAfter there is (past the year 2262, where Unix
-// nanoseconds end): the reconciler must not ask again for that version, let
-// alone spin. The test replaces such values before it checks convergence.
-func isLater(value string) bool { return strings.HasPrefix(value, "later") }
-
-// chaosLater is the RetryAfter of an update of a later value.
-const chaosLater = time.Duration(math.MaxInt64)
-
-// chaosTarget is the target system shared by every generation (hive) of a
-// run. It holds key→value pairs, decides faults from a seeded RNG, and
-// records violations of the reconciler's guarantees that it can see.
+// chaosTarget is the target system every generation of a run shares: it
+// holds key→value pairs, draws faults and records the violations it sees.
 type chaosTarget struct {
-	mu       sync.Mutex
-	rng      *rand.Rand
-	failProb float64
-	slowProb float64
-	healed   bool
-	// pausedAt is when every reconciler's Pause had returned (Unix ns),
-	// 0 while not paused. Operations read it (and pruningAt) first thing,
-	// without a lock, as close to the call as a target can be.
-	pausedAt atomic.Int64
-	// pausedInRound is set when an operation of a loop without workers
-	// paused its own reconciler: the loop is in that operation's round, so
-	// no operation or prune of it may begin until Resume, however soon
-	// after Pause.
+	// When every Pause had returned (0: not paused), and whether an operation
+	// of a loop without workers paused it; read first thing, without mu.
+	pausedAt      atomic.Int64
 	pausedInRound atomic.Bool
-	data          map[string]string
-	depSeen       map[string]string // per key, the dependency value its last update saw
-	calls         int
-	violations    []string
-	changed       chan struct{} // closed and replaced on every call
 
-	// holds blocks the next operation on a key until released; held
-	// receives the key when it starts blocking.
-	holds map[string]*chaosHold
-	// failNext makes the next operations on a key fail.
-	failNext map[string]int
-	// reinserts counts, per status identity, how often the test wrote an
-	// object carrying that status again: each may legitimately be applied
-	// once more.
-	reinserts map[uint64]int
+	mu                 sync.Mutex // guards what follows
+	rng                *rand.Rand
+	failProb, slowProb float64
+	healed             bool
+	data, depSeen      map[string]string // depSeen: the dependency value a key's last update saw
+	calls              int
+	violations         []string
+	changed            chan struct{}         // closed and replaced on every change
+	holds              map[string]*chaosHold // the next operation on a key blocks on it
+	failNext           map[string]int        // the next operations on a key fail
+	reinserts          map[uint64]int        // per status identity, the test's writes of it again
 }
 
+// chaosHold blocks an operation on key, before it applies anything or (with
+// afterApply) once an update applied its object, until released.
 type chaosHold struct {
-	taken    bool
-	released bool
-	started  chan struct{} // closed when an operation blocks on the hold
-	release  chan struct{}
-	// inside, if set, is called by the held operation once released,
-	// before it returns; done is closed after.
-	inside func()
-	done   chan struct{}
-	// cut is closed when the held operation's context ends before the
-	// hold is released.
-	cut chan struct{}
-	// afterApply holds the update once it has applied its object, not
-	// before; succeedAtStop makes it report success, not its context's
-	// error, when that context ends while it is held (a stop).
+	key             string
+	taken, released bool
+	started         chan struct{} // closed when an operation blocks on it
+	release         chan struct{}
+	inside          func() // if set, called by the operation once released; done closed after
+	done            chan struct{}
+	cut             chan struct{} // closed when the operation's context ends first
+	// succeedAtStop: the operation reports success if its context ends.
 	afterApply, succeedAtStop bool
-}
-
-// release lets the operation held by h, if any, go on; later operations
-// are not held. It may be called more than once.
-func (c *chaosTarget) release(h *chaosHold) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.open(h)
-}
-
-// open must be called with mu held.
-func (c *chaosTarget) open(h *chaosHold) {
-	if h.released {
-		return
-	}
-	h.released = true
-	close(h.release)
-	for key, held := range c.holds {
-		if held == h {
-			delete(c.holds, key)
-		}
-	}
 }
 
 func newChaosTarget(seed uint64, failProb, slowProb float64) *chaosTarget {
 	return &chaosTarget{
-		rng:       rand.New(rand.NewPCG(seed, 0xfa017)),
-		failProb:  failProb,
-		slowProb:  slowProb,
-		data:      map[string]string{},
-		depSeen:   map[string]string{},
-		changed:   make(chan struct{}),
-		holds:     map[string]*chaosHold{},
-		failNext:  map[string]int{},
-		reinserts: map[uint64]int{},
+		rng: rand.New(rand.NewPCG(seed, 0xfa017)), failProb: failProb, slowProb: slowProb,
+		data: map[string]string{}, depSeen: map[string]string{}, changed: make(chan struct{}),
+		holds: map[string]*chaosHold{}, failNext: map[string]int{}, reinserts: map[uint64]int{},
 	}
 }
 
-// hold makes the next operation on key block until the returned hold is
-// released (or its context ends).
-func (c *chaosTarget) hold(key string) *chaosHold { return c.setHold(key, false) }
-
-// holdAfterApply makes the next update of key block once it has applied
-// its object, until the returned hold is released (or its context ends).
-func (c *chaosTarget) holdAfterApply(key string) *chaosHold { return c.setHold(key, true) }
-
-func (c *chaosTarget) setHold(key string, afterApply bool) *chaosHold {
+func (c *chaosTarget) hold(key string, afterApply bool) *chaosHold {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	h := &chaosHold{started: make(chan struct{}), release: make(chan struct{}), cut: make(chan struct{}), afterApply: afterApply}
 	if old := c.holds[key]; old != nil {
 		c.open(old)
 	}
-	c.holds[key] = h
-	return h
+	c.holds[key] = &chaosHold{key: key, started: make(chan struct{}), release: make(chan struct{}), cut: make(chan struct{}), afterApply: afterApply}
+	return c.holds[key]
 }
 
-// wait blocks the operation on key if a hold is set for it: before it
-// applies anything, or, with applied, an update that has just applied its
-// object if the hold is for that moment.
+// release lets the operations held by holds go on; it may be called again.
+func (c *chaosTarget) release(holds ...*chaosHold) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, h := range holds {
+		if h != nil {
+			c.open(h)
+		}
+	}
+}
+
+// open must be called with mu held.
+func (c *chaosTarget) open(h *chaosHold) {
+	if !h.released {
+		h.released = true
+		close(h.release)
+	}
+	if c.holds[h.key] == h {
+		delete(c.holds, h.key)
+	}
+}
+
+// wait blocks the operation on key on its hold for this moment, if any.
 func (c *chaosTarget) wait(ctx context.Context, key string, applied bool) error {
 	c.mu.Lock()
 	h := c.holds[key]
-	if h == nil || h.taken || c.healed || h.afterApply != applied {
+	if h == nil || c.healed || h.afterApply != applied {
 		c.mu.Unlock()
 		return nil
 	}
@@ -192,34 +151,27 @@ func (c *chaosTarget) wait(ctx context.Context, key string, applied bool) error 
 	case <-ctx.Done():
 		close(h.cut)
 		c.mu.Lock()
-		succeed := h.succeedAtStop
-		c.mu.Unlock()
-		if succeed {
-			return nil
-		}
-		return ctx.Err()
+		defer c.mu.Unlock()
+		return map[bool]error{false: ctx.Err()}[h.succeedAtStop]
 	}
 }
 
-// forcedFailure reports whether the operation on key must fail now.
-func (c *chaosTarget) forcedFailure(key string) bool {
+// with runs f with mu held.
+func (c *chaosTarget) with(f func()) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.failNext[key] == 0 || c.healed {
-		return false
-	}
-	c.failNext[key]--
-	return true
+	f()
 }
 
+func (c *chaosTarget) failNextN(key string, n int) { c.with(func() { c.failNext[key] = n }) }
+
 func (c *chaosTarget) reinserted(ids ...uint64) {
-	c.mu.Lock()
-	for _, id := range ids {
-		if id != 0 {
+	c.with(func() {
+		for _, id := range ids {
 			c.reinserts[id]++
 		}
-	}
-	c.mu.Unlock()
+		delete(c.reinserts, 0)
+	})
 }
 
 // notify must be called with mu held.
@@ -228,454 +180,311 @@ func (c *chaosTarget) notify() {
 	c.changed = make(chan struct{})
 }
 
-func (c *chaosTarget) heal() {
-	c.mu.Lock()
-	c.healed = true
-	for _, h := range c.holds {
-		c.open(h)
-	}
-	clear(c.failNext)
-	c.mu.Unlock()
-}
-
-// delay returns a random slowness, mostly well under a millisecond.
-func (c *chaosTarget) delay() time.Duration {
-	if c.rng.IntN(20) == 0 {
-		return time.Duration(c.rng.Int64N(int64(15 * time.Millisecond)))
-	}
-	return time.Duration(c.rng.Int64N(int64(time.Millisecond)))
-}
-
-// decide draws the fault for one call.
-func (c *chaosTarget) decide() (chaosFault, time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.healed {
-		return faultNone, 0
-	}
-	if c.rng.Float64() >= c.failProb {
-		if c.rng.Float64() < c.slowProb {
-			return faultSlow, c.delay()
-		}
-		return faultNone, 0
-	}
-	switch c.rng.IntN(6) {
-	case 0, 1:
-		return faultError, 0
-	case 2:
-		return faultApplyThenError, 0
-	case 3:
-		return faultRetryAfter, time.Duration(c.rng.Int64N(int64(5 * time.Millisecond)))
-	case 4:
-		return faultPanic, 0
-	default:
-		return faultTerminal, 0
-	}
-}
-
-// chance draws a fault-free random decision (for batch-level faults).
-func (c *chaosTarget) chance(p float64) (bool, int) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.healed {
-		return false, 0
-	}
-	return c.rng.Float64() < p, c.rng.IntN(1 << 20)
-}
-
-func (c *chaosTarget) set(key, value, dep string) {
-	c.mu.Lock()
-	c.data[key] = value
-	c.depSeen[key] = dep
-	c.notify()
-	c.mu.Unlock()
-}
-
-func (c *chaosTarget) del(key string) {
-	c.mu.Lock()
-	delete(c.data, key)
-	c.notify()
-	c.mu.Unlock()
-}
-
-func (c *chaosTarget) snapshot() (map[string]string, <-chan struct{}) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return maps.Clone(c.data), c.changed
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-timer.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// chaosOps is the Operations (and BatchOperations) of one generation. It
-// checks, per generation, that at most one operation per key is in flight,
-// that a key's operations come in revision order, that nothing starts after
-// the hive stopped and that Prune comes only after initialization, with the
-// whole table.
-type chaosOps struct {
-	c         *chaosTarget
-	gen       int
-	name      string // the reconciler's name, "" when it is alone
-	getStatus func(*item) status.Status
-	table     statedb.Table[*item]
-	deps      statedb.Table[*chaosDep]
-
-	// Guarded by c.mu.
-	initialized  bool
-	stopped      bool
-	inFlight     map[string]int
-	running      int
-	lastRev      map[string]statedb.Revision
-	prunes       int // completed prunes
-	pruneRunning bool
-	pruningAt    atomic.Int64 // when the running prune began (Unix ns), 0 if none
-	lastPruneOK  bool
-	// applied counts, per status identity, the updates that succeeded. A
-	// success more than once (plus the times the test wrote that status
-	// again) means work was redone, for example because another reconciler
-	// wrote its own status.
-	applied map[uint64]int
-	// lastApplied is, per key, the identity of the status of its last
-	// successful update.
-	lastApplied map[string]uint64
-	// laterAsked counts, per status identity, the updates of a later value
-	// (see isLater).
-	laterAsked map[uint64]int
-}
-
-func (o *chaosOps) update(ctx context.Context, txn statedb.ReadTxn, it *item, inBatch bool) error {
-	c := o.c
-	if err := c.wait(ctx, it.ID, false); err != nil {
-		return err
-	}
-	if c.forcedFailure(it.ID) {
-		return reconciler.RetryAfter(5*time.Millisecond, fmt.Errorf("update %s: forced: %w", it.ID, errChaos))
-	}
-	f, d := c.decide()
-	switch f {
-	case faultError, faultTerminal:
-		return fmt.Errorf("update %s: %w", it.ID, errChaos)
-	case faultRetryAfter:
-		return reconciler.RetryAfter(d, fmt.Errorf("update %s: busy: %w", it.ID, errChaos))
-	case faultPanic:
-		if inBatch {
-			return fmt.Errorf("update %s: %w", it.ID, errChaos)
-		}
-		panic(fmt.Sprintf("update %s: chaos panic", it.ID))
-	case faultSlow:
-		if err := sleepCtx(ctx, d); err != nil {
-			return err
-		}
-	}
-	if isPoison(it.Value) {
-		return reconciler.TerminalError(fmt.Errorf("update %s: poison value %q", it.ID, it.Value))
-	}
-	if isLater(it.Value) {
-		st := o.getStatus(it)
+// waitUntil waits up to d for cond (called with mu held) to hold.
+func (c *chaosTarget) waitUntil(d time.Duration, cond func() bool) bool {
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	for {
 		c.mu.Lock()
-		o.laterAsked[st.ID()]++
-		if n, allowed := o.laterAsked[st.ID()], 1+c.reinserts[st.ID()]; n > allowed {
-			o.violate("update %s=%s for status %s (id %d) asked %d times within a RetryAfter of %s", it.ID, it.Value, st, st.ID(), n, chaosLater)
-		}
+		ok, changed := cond(), c.changed
 		c.mu.Unlock()
-		return reconciler.RetryAfter(chaosLater, fmt.Errorf("update %s: later value %q", it.ID, it.Value))
-	}
-	dep := ""
-	if d, _, found := o.deps.Get(txn, chaosDepID.Query(depOf(it.ID))); found {
-		dep = d.Value
-	}
-	c.set(it.ID, it.Value, dep)
-	if err := c.wait(ctx, it.ID, true); err != nil {
-		return fmt.Errorf("update %s: applied, then: %w", it.ID, err)
-	}
-	if f == faultApplyThenError {
-		return fmt.Errorf("update %s: applied, then: %w", it.ID, errChaos)
-	}
-	st := o.getStatus(it)
-	c.mu.Lock()
-	o.applied[st.ID()]++
-	o.lastApplied[it.ID] = st.ID()
-	if n, allowed := o.applied[st.ID()], 1+c.reinserts[st.ID()]; n > allowed {
-		o.violate("update %s=%s for status %s (id %d) succeeded %d times, written %d time(s)", it.ID, it.Value, st, st.ID(), n, allowed)
-	}
-	c.mu.Unlock()
-	return nil
-}
-
-func (o *chaosOps) delete(ctx context.Context, _ statedb.ReadTxn, it *item, inBatch bool) error {
-	c := o.c
-	if err := c.wait(ctx, it.ID, false); err != nil {
-		return err
-	}
-	if c.forcedFailure(it.ID) {
-		return reconciler.RetryAfter(5*time.Millisecond, fmt.Errorf("delete %s: forced: %w", it.ID, errChaos))
-	}
-	f, d := c.decide()
-	switch f {
-	case faultError:
-		return fmt.Errorf("delete %s: %w", it.ID, errChaos)
-	case faultTerminal:
-		return reconciler.TerminalError(fmt.Errorf("delete %s: terminal: %w", it.ID, errChaos))
-	case faultRetryAfter:
-		return reconciler.RetryAfter(d, fmt.Errorf("delete %s: busy: %w", it.ID, errChaos))
-	case faultPanic:
-		if inBatch {
-			return fmt.Errorf("delete %s: %w", it.ID, errChaos)
+		if ok {
+			return true
 		}
-		panic(fmt.Sprintf("delete %s: chaos panic", it.ID))
-	case faultSlow:
-		if err := sleepCtx(ctx, d); err != nil {
-			return err
-		}
-	}
-	c.del(it.ID)
-	if f == faultApplyThenError {
-		return fmt.Errorf("delete %s: applied, then: %w", it.ID, errChaos)
-	}
-	return nil
-}
-
-func (o *chaosOps) Update(ctx context.Context, txn statedb.ReadTxn, rev statedb.Revision, it *item) error {
-	g := o.gate()
-	o.enter(g, "update", it.ID, rev)
-	defer o.leave(it.ID)
-	return o.update(ctx, txn, it, false)
-}
-
-func (o *chaosOps) Delete(ctx context.Context, _ statedb.ReadTxn, rev statedb.Revision, it *item) error {
-	g := o.gate()
-	o.enter(g, "delete", it.ID, rev)
-	defer o.leave(it.ID)
-	return o.delete(ctx, nil, it, false)
-}
-
-// batch applies fn to every entry; sometimes the whole batch panics part way.
-func (o *chaosOps) batch(g gateSeen, ctx context.Context, txn statedb.ReadTxn, op string, batch []reconciler.BatchEntry[*item], fn func(context.Context, statedb.ReadTxn, *item, bool) error) {
-	for i := range batch {
-		o.enter(g, op, batch[i].Object.ID, batch[i].Revision)
-	}
-	defer func() {
-		for i := range batch {
-			o.leave(batch[i].Object.ID)
-		}
-	}()
-	// Like a user's BatchOperations, sometimes reorder the entries (sort
-	// them, group them), and sometimes replace one with an entry of its
-	// own making, which the reconciler cannot bind to its object: it
-	// tries that object again.
-	o.c.mu.Lock()
-	reorder, overwrite := o.c.rng.IntN(3) == 0, o.c.rng.IntN(8) == 0
-	if reorder {
-		o.c.rng.Shuffle(len(batch), func(i, j int) { batch[i], batch[j] = batch[j], batch[i] })
-	}
-	o.c.mu.Unlock()
-	if overwrite {
-		defer func() {
-			e := &batch[len(batch)-1]
-			if op == "update" {
-				o.c.mu.Lock()
-				o.askedAgain(e) // it is applied again
-				o.c.mu.Unlock()
-			}
-			*e = reconciler.BatchEntry[*item]{Object: e.Object, Revision: e.Revision, Result: e.Result}
-		}()
-	}
-	panics, at := o.c.chance(o.c.failProb / 4)
-	at %= len(batch)
-	for i := range batch {
-		if panics && i == at {
-			// The reconciler records the whole batch as failed, so the
-			// updates applied so far will be applied again.
-			o.c.mu.Lock()
-			for j := range batch[:i] {
-				if op == "update" {
-					o.askedAgain(&batch[j])
-				}
-			}
-			o.c.mu.Unlock()
-			panic(fmt.Sprintf("%s batch: chaos panic at entry %d of %d", op, i, len(batch)))
-		}
-		batch[i].Result = fn(ctx, txn, batch[i].Object, true)
-	}
-	// Once the deadline has passed when the batch returns, the reconciler
-	// cannot tell an entry that succeeded from one the batch never got to
-	// (both have a nil Result), so it retries them: a success near the
-	// deadline may be applied again. The margin covers the time between
-	// this check and the reconciler's.
-	if dl, ok := ctx.Deadline(); ok && op == "update" && time.Until(dl) < 10*time.Millisecond {
-		o.c.mu.Lock()
-		for j := range batch {
-			o.askedAgain(&batch[j])
-		}
-		o.c.mu.Unlock()
-	}
-}
-
-// askedAgain records that the reconciler will ask again for the update of
-// e, whose result it cannot take: one success, or one later value's
-// RetryAfter, more is allowed. It must be called with o.c.mu held.
-func (o *chaosOps) askedAgain(e *reconciler.BatchEntry[*item]) {
-	id := o.getStatus(e.Object).ID()
-	switch {
-	case e.Result == nil:
-		o.applied[id]--
-	case isLater(e.Object.Value) && strings.Contains(e.Result.Error(), "later value"):
-		o.laterAsked[id]--
-	}
-}
-
-func (o *chaosOps) UpdateBatch(ctx context.Context, txn statedb.ReadTxn, batch []reconciler.BatchEntry[*item]) {
-	o.batch(o.gate(), ctx, txn, "update", batch, o.update)
-}
-
-func (o *chaosOps) DeleteBatch(ctx context.Context, txn statedb.ReadTxn, batch []reconciler.BatchEntry[*item]) {
-	o.batch(o.gate(), ctx, txn, "delete", batch, o.delete)
-}
-
-func (o *chaosOps) Prune(ctx context.Context, txn statedb.ReadTxn, objs iter.Seq2[*item, statedb.Revision]) (err error) {
-	g := o.gate()
-	c := o.c
-	c.mu.Lock()
-	if g.paused {
-		o.violate("prune started while paused")
-	}
-	if o.c.pausedInRound.Load() {
-		o.violate("prune started after an operation of the round paused the reconciler")
-	}
-	c.calls++
-	c.notify()
-	if o.stopped {
-		o.violate("prune started after Stop returned")
-	}
-	if !o.initialized {
-		o.violate("prune before the table was initialized")
-	}
-	o.pruneRunning = true
-	o.pruningAt.Store(time.Now().UnixNano())
-	c.mu.Unlock()
-	ok := false
-	defer func() {
-		c.mu.Lock()
-		o.prunes++
-		o.pruneRunning = false
-		o.pruningAt.Store(0)
-		o.lastPruneOK = ok
-		c.notify()
-		c.mu.Unlock()
-	}()
-	if err := c.wait(ctx, pruneHoldKey, false); err != nil {
-		return err
-	}
-
-	want := map[string]bool{}
-	for it := range objs {
-		want[it.ID] = true
-	}
-	var all []string
-	for it := range o.table.All(txn) {
-		all = append(all, it.ID)
-	}
-	if len(all) != len(want) || !allIn(all, want) {
-		c.mu.Lock()
-		o.violate("prune given %v, the table holds %v", slices.Sorted(maps.Keys(want)), all)
-		c.mu.Unlock()
-	}
-
-	f, d := c.decide()
-	partial := false
-	switch f {
-	case faultError, faultTerminal, faultRetryAfter:
-		return fmt.Errorf("prune: %w", errChaos)
-	case faultPanic:
-		panic("prune: chaos panic")
-	case faultSlow:
-		if err := sleepCtx(ctx, d); err != nil {
-			return err
-		}
-	case faultApplyThenError:
-		partial = true
-	}
-	c.mu.Lock()
-	n := 0
-	for k := range c.data {
-		if !want[k] {
-			n++
-			if partial && n%2 == 0 {
-				continue
-			}
-			delete(c.data, k)
-		}
-	}
-	c.notify()
-	c.mu.Unlock()
-	if partial {
-		return fmt.Errorf("prune: partly done: %w", errChaos)
-	}
-	ok = true
-	return nil
-}
-
-func allIn(keys []string, set map[string]bool) bool {
-	for _, k := range keys {
-		if !set[k] {
+		select {
+		case <-changed:
+		case <-deadline.C:
 			return false
 		}
 	}
-	return true
 }
 
-// chaosRec is one reconciler of a run: its target and how it reads and
-// writes its status.
+func (c *chaosTarget) heal() {
+	c.with(func() {
+		c.healed = true
+		for _, h := range c.holds {
+			c.open(h)
+		}
+		clear(c.failNext)
+	})
+}
+
+// decide draws the fault of a call on key and its delay.
+func (c *chaosTarget) decide(key string) (chaosFault, time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.healed:
+		return faultNone, 0
+	case c.failNext[key] > 0:
+		c.failNext[key]--
+		return faultForced, 0
+	case c.rng.Float64() >= c.failProb:
+		if c.rng.Float64() >= c.slowProb {
+			return faultNone, 0
+		}
+		return faultSlow, time.Duration(c.rng.Int64N(int64([]time.Duration{15, 1}[min(c.rng.IntN(20), 1)] * time.Millisecond)))
+	}
+	return []chaosFault{faultError, faultError, faultApplyThenError, faultRetryAfter, faultPanic, faultTerminal}[c.rng.IntN(6)],
+		time.Duration(c.rng.Int64N(int64(5 * time.Millisecond)))
+}
+
+// sleepCtx sleeps for d, or returns ctx's error if it ends first.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	if closedWithin(ctx.Done(), d) {
+		return ctx.Err()
+	}
+	return nil
+}
+
+// chaosOps is the Operations and BatchOperations of one reconciler in one
+// generation; the fields below the tables are guarded by target.mu.
+type chaosOps struct {
+	*chaosRec
+	gen                 int
+	table               statedb.Table[*item]
+	deps                statedb.Table[*chaosDep]
+	pruningAt           atomic.Int64 // when the running prune began (Unix ns), 0 if none
+	initialized         bool
+	stopped             bool
+	inFlight            map[string]int
+	running, prunes     int // operations running, prunes completed
+	lastRev             map[string]statedb.Revision
+	pruneRunning        bool
+	lastPruneOK         bool
+	applied, laterAsked map[uint64]int    // per status identity (see count)
+	lastApplied         map[string]uint64 // per key, the status identity of its last success
+}
+
+// start runs an operation's hold and fault; it returns the fault and the
+// error to end with, if any.
+func (o *chaosOps) start(ctx context.Context, key, what string, inBatch bool) (chaosFault, error) {
+	if err := o.target.wait(ctx, key, false); err != nil {
+		return faultNone, err
+	}
+	f, d := o.target.decide(key)
+	err := fmt.Errorf("%s %s: %w", what, key, errChaos)
+	switch {
+	case f == faultForced:
+		return f, reconciler.RetryAfter(5*time.Millisecond, err)
+	case f == faultTerminal && what == "delete":
+		return f, reconciler.TerminalError(err)
+	case f == faultError || f == faultTerminal || f == faultPanic && inBatch:
+		return f, err
+	case f == faultRetryAfter:
+		return f, reconciler.RetryAfter(d, err)
+	case f == faultPanic:
+		panic(err.Error())
+	case f == faultSlow:
+		return f, sleepCtx(ctx, d)
+	}
+	return f, nil
+}
+
+// count counts it's status in m and flags more than once per write of it:
+// work redone. mu must be held.
+func (o *chaosOps) count(m map[uint64]int, it *item, what string) {
+	st := o.getStatus(it)
+	if m[st.ID()]++; m[st.ID()] > 1+o.target.reinserts[st.ID()] {
+		o.violate("update %s=%s for status %s (id %d) %s %d times, written %d time(s)", it.ID, it.Value, st, st.ID(), what, m[st.ID()], 1+o.target.reinserts[st.ID()])
+	}
+}
+
+// op runs an update (or, with del, a delete) of it.
+func (o *chaosOps) op(ctx context.Context, txn statedb.ReadTxn, it *item, inBatch, del bool) error {
+	c, what := o.target, map[bool]string{false: "update", true: "delete"}[del]
+	f, err := o.start(ctx, it.ID, what, inBatch)
+	switch {
+	case err != nil:
+		return err
+	case del:
+		c.with(func() { delete(c.data, it.ID); c.notify() })
+	case isPoison(it.Value):
+		return reconciler.TerminalError(fmt.Errorf("update %s: poison value %q", it.ID, it.Value))
+	case isLater(it.Value):
+		c.with(func() {
+			o.count(o.laterAsked, it, "asked within a RetryAfter of "+time.Duration(math.MaxInt64).String())
+		})
+		return reconciler.RetryAfter(time.Duration(math.MaxInt64), fmt.Errorf("update %s: later value %q", it.ID, it.Value))
+	default:
+		dep := ""
+		if d, _, found := o.deps.Get(txn, chaosDepID.Query(depOf(it.ID))); found {
+			dep = d.Value
+		}
+		c.with(func() { c.data[it.ID], c.depSeen[it.ID] = it.Value, dep; c.notify() })
+		if err := c.wait(ctx, it.ID, true); err != nil {
+			return fmt.Errorf("update %s: applied, then: %w", it.ID, err)
+		}
+	}
+	if f == faultApplyThenError {
+		return fmt.Errorf("%s %s: applied, then: %w", what, it.ID, errChaos)
+	}
+	if !del {
+		c.with(func() {
+			o.lastApplied[it.ID] = o.getStatus(it).ID()
+			o.count(o.applied, it, "succeeded")
+		})
+	}
+	return nil
+}
+
+func (o *chaosOps) one(ctx context.Context, txn statedb.ReadTxn, rev statedb.Revision, it *item, del bool) error {
+	o.enter(o.gate(), del, it.ID, rev)
+	defer o.leave(it.ID)
+	return o.op(ctx, txn, it, false, del)
+}
+
+func (o *chaosOps) Update(ctx context.Context, txn statedb.ReadTxn, rev statedb.Revision, it *item) error {
+	return o.one(ctx, txn, rev, it, false)
+}
+func (o *chaosOps) Delete(ctx context.Context, txn statedb.ReadTxn, rev statedb.Revision, it *item) error {
+	return o.one(ctx, txn, rev, it, true)
+}
+func (o *chaosOps) UpdateBatch(ctx context.Context, txn statedb.ReadTxn, b []reconciler.BatchEntry[*item]) {
+	o.batch(ctx, txn, b, false)
+}
+func (o *chaosOps) DeleteBatch(ctx context.Context, txn statedb.ReadTxn, b []reconciler.BatchEntry[*item]) {
+	o.batch(ctx, txn, b, true)
+}
+
+// batch runs op on every entry; it may reorder them, replace the last with
+// one of its own (which the reconciler cannot bind), or panic part way.
+func (o *chaosOps) batch(ctx context.Context, txn statedb.ReadTxn, batch []reconciler.BatchEntry[*item], del bool) {
+	g := o.gate()
+	for _, e := range batch {
+		o.enter(g, del, e.Object.ID, e.Revision)
+	}
+	defer func() {
+		for _, e := range batch {
+			o.leave(e.Object.ID)
+		}
+	}()
+	overwrite, at := false, -1
+	o.target.with(func() {
+		c := o.target
+		if c.rng.IntN(3) == 0 {
+			c.rng.Shuffle(len(batch), func(i, j int) { batch[i], batch[j] = batch[j], batch[i] })
+		}
+		if overwrite = c.rng.IntN(8) == 0; !c.healed && c.rng.Float64() < c.failProb/4 {
+			at = c.rng.IntN(len(batch))
+		}
+	})
+	if overwrite {
+		defer func() {
+			e := &batch[len(batch)-1]
+			o.askedAgain(del, batch[len(batch)-1:])
+			*e = reconciler.BatchEntry[*item]{Object: e.Object, Revision: e.Revision, Result: e.Result}
+		}()
+	}
+	for i := range batch {
+		if i == at {
+			o.askedAgain(del, batch[:i]) // the whole batch is recorded as failed
+			panic(fmt.Sprintf("batch: chaos panic at entry %d of %d", i, len(batch)))
+		}
+		batch[i].Result = o.op(ctx, txn, batch[i].Object, true, del)
+	}
+	// Near the deadline the reconciler cannot tell a success from an entry
+	// never reached: it retries them.
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < 10*time.Millisecond {
+		o.askedAgain(del, batch)
+	}
+}
+
+// askedAgain allows one more success (or later-value ask) per entry whose
+// result the reconciler cannot take.
+func (o *chaosOps) askedAgain(del bool, entries []reconciler.BatchEntry[*item]) {
+	if del {
+		return
+	}
+	o.target.mu.Lock()
+	defer o.target.mu.Unlock()
+	for _, e := range entries {
+		id := o.getStatus(e.Object).ID()
+		switch {
+		case e.Result == nil:
+			o.applied[id]--
+		case isLater(e.Object.Value) && strings.Contains(e.Result.Error(), "later value"):
+			o.laterAsked[id]--
+		}
+	}
+}
+
+func (o *chaosOps) Prune(ctx context.Context, txn statedb.ReadTxn, objs iter.Seq2[*item, statedb.Revision]) error {
+	g, c, ok := o.gate(), o.target, false
+	c.with(func() {
+		o.begin(g, "prune")
+		o.pruneRunning = true
+		o.pruningAt.Store(time.Now().UnixNano())
+	})
+	defer c.with(func() {
+		o.prunes++
+		o.pruneRunning, o.lastPruneOK = false, ok
+		o.pruningAt.Store(0)
+		c.notify()
+	})
+	want, all := map[string]bool{}, map[string]bool{}
+	for it := range objs {
+		want[it.ID] = true
+	}
+	for it := range o.table.All(txn) {
+		all[it.ID] = true
+	}
+	if !maps.Equal(want, all) {
+		c.with(func() {
+			o.violate("prune given %v, the table holds %v", slices.Sorted(maps.Keys(want)), slices.Sorted(maps.Keys(all)))
+		})
+	}
+	f, err := o.start(ctx, pruneHoldKey, "prune", false)
+	if err != nil {
+		return err
+	}
+	partial := f == faultApplyThenError // removes every other key
+	ok = !partial
+	c.with(func() {
+		n := 0
+		for k := range c.data {
+			if !want[k] {
+				if n++; !partial || n%2 == 1 {
+					delete(c.data, k)
+				}
+			}
+		}
+		c.notify()
+	})
+	if partial {
+		return fmt.Errorf("prune: partly done: %w", errChaos)
+	}
+	return nil
+}
+
+// chaosRec is one reconciler of a run; name "" uses item.Status.
 type chaosRec struct {
-	name      string // "" when it is alone and uses item.Status
+	name      string
 	target    *chaosTarget
 	getStatus func(*item) status.Status
 	setStatus func(*item, status.Status) *item
 }
 
-func (c *chaosRec) healthName() string {
-	if c.name == "" {
-		return "job-reconcile"
-	}
-	return "job-reconcile-" + c.name
-}
-
+func (c *chaosRec) healthName() string { return strings.TrimSuffix("job-reconcile-"+c.name, "-") }
 func (c *chaosRec) label() string {
-	if c.name == "" {
-		return ""
-	}
-	return "reconciler " + c.name + ": "
+	return map[bool]string{true: "reconciler " + c.name + ": "}[c.name != ""]
 }
 
-// chaosGen is one hive: a new DB, table and reconcilers over the same
-// targets. Slices are indexed like chaosRun.recs.
+// chaosGen is one hive; slices are indexed like chaosRun.recs.
 type chaosGen struct {
 	hive     *hive.Hive
 	db       *statedb.DB
 	table    statedb.RWTable[*item]
+	deps     statedb.RWTable[*chaosDep] // WithDependency of every reconciler
 	indexes  []statedb.Index[*item, status.Kind]
 	recs     []reconciler.Reconciler[*item]
 	ops      []*chaosOps
 	health   *cell.SimpleHealth
 	markDone func(statedb.WriteTxn)
-	deps     statedb.RWTable[*chaosDep] // WithDependency of every reconciler
 	paused   bool
 }
 
-// chaosDep is an object of the dependency table. Dependency dN is what
-// every item kM with M % chaosDeps == N depends on: their Update records
-// the dependency's value it saw, which must be the current one at the end.
+// chaosDep is a dependency: kM depends on d(M % chaosDeps).
 type chaosDep struct{ ID, Value string }
 
 func (d *chaosDep) TableHeader() []string { return []string{"ID", "Value"} }
@@ -691,38 +500,37 @@ var chaosDepID = statedb.Index[*chaosDep, string]{
 	Unique:     true,
 }
 
-// depOf returns the dependency of item key.
 func depOf(key string) string {
 	n, _ := strconv.Atoi(strings.TrimPrefix(key, "k"))
 	return fmt.Sprintf("d%d", n%chaosDeps)
 }
 
-// dependents maps a dependency to queries for the items that depend on it.
-func dependents(d *chaosDep, _ bool) []statedb.Query[*item] {
+func dependents(d *chaosDep, _ bool) (qs []statedb.Query[*item]) {
 	n, _ := strconv.Atoi(strings.TrimPrefix(d.ID, "d"))
-	var qs []statedb.Query[*item]
 	for k := n; k < chaosKeys; k += chaosDeps {
 		qs = append(qs, itemID.Query(fmt.Sprintf("k%02d", k)))
 	}
 	return qs
 }
 
-// write applies changes in one transaction: a value of "" deletes the key,
-// and obj, if set, is inserted as it is, status included.
+// chaosChange inserts obj as it is, or key=value ("" deletes key).
 type chaosChange struct {
 	key, value string
 	obj        *item
 }
 
-// statusIDs returns the identities of the statuses obj carries.
-func (r *chaosRun) statusIDs(obj *item) []uint64 {
+// reinserted tells every target that obj's statuses are written again.
+func (r *chaosRun) reinserted(obj *item) {
 	var ids []uint64
 	for _, rec := range r.recs {
 		ids = append(ids, rec.getStatus(obj).ID())
 	}
-	return ids
+	for _, rec := range r.recs {
+		rec.target.reinserted(ids...)
+	}
 }
 
+// write applies changes in one transaction and keeps the model.
 func (r *chaosRun) write(changes ...chaosChange) statedb.Revision {
 	g := r.gen
 	wtxn := g.db.WriteTxn(g.table)
@@ -730,30 +538,20 @@ func (r *chaosRun) write(changes ...chaosChange) statedb.Revision {
 		var err error
 		switch {
 		case ch.obj != nil:
-			// A copy: StateDB refuses the very pointer it holds, and
-			// the copy carries the same status identities.
-			_, _, err = g.table.Insert(wtxn, ch.obj.clone())
+			_, _, err = g.table.Insert(wtxn, ch.obj.clone()) // StateDB refuses the pointer it holds
 			r.model[ch.key] = ch.obj.Value
-			if r.writeBackUndoesMark(ch.key, ch.obj) {
-				r.depStale[ch.key] = true
-			}
-			ids := r.statusIDs(ch.obj)
-			for _, rec := range r.recs {
-				rec.target.reinserted(ids...)
-			}
+			r.depStale[ch.key] = r.depStale[ch.key] || r.writeBackUndoesMark(ch.key, ch.obj)
+			r.reinserted(ch.obj)
 		case ch.value == "":
 			_, _, err = g.table.Delete(wtxn, &item{ID: ch.key})
 			delete(r.model, ch.key)
 		default:
-			obj := &item{ID: ch.key, Value: ch.value}
-			if r.cfg.set {
-				// A new set, or the old one with every status Pending.
-				obj.Statuses = status.NewSet()
+			obj := &item{ID: ch.key, Value: ch.value, Status: status.Pending()}
+			if r.cfg.set { // a new set, or the old one with every status Pending
+				obj.Status, obj.Statuses = status.Status{}, status.NewSet()
 				if old, _, found := g.table.Get(wtxn, itemID.Query(ch.key)); found && r.rng.IntN(2) == 0 {
 					obj.Statuses = old.Statuses.Pending()
 				}
-			} else {
-				obj.Status = status.Pending()
 			}
 			_, _, err = g.table.Insert(wtxn, obj)
 			r.model[ch.key] = ch.value
@@ -763,46 +561,31 @@ func (r *chaosRun) write(changes ...chaosChange) statedb.Revision {
 		}
 		require.NoError(r.t, err)
 	}
-	rev := g.table.Revision(wtxn)
-	wtxn.Commit()
-	return rev
+	defer wtxn.Commit()
+	return g.table.Revision(wtxn)
 }
 
-func (r *chaosRun) current(key string) (string, bool) {
-	v, ok := r.model[key]
-	return v, ok
-}
-
-// startGen starts a hive over a new table holding desired, all Pending, and
-// marks the table initialized now or after a few steps.
+// startGen starts a hive over a new table holding desired, some objects
+// restored in Error, and marks it initialized now or after a few steps.
 func (r *chaosRun) startGen(desired map[string]string) {
-	r.markPaused(false) // a new generation's reconcilers are not paused
+	r.markPaused(false)
 	r.gens++
-	clear(r.written) // statuses of an earlier generation mean nothing to this one
+	clear(r.written) // an earlier generation's statuses mean nothing here
 	clear(r.read)
 	g := &chaosGen{}
+	var indexers []statedb.Indexer[*item]
 	for _, rec := range r.recs {
-		g.ops = append(g.ops, &chaosOps{
-			c: rec.target, gen: r.gens, name: rec.name, getStatus: rec.getStatus,
-			inFlight: map[string]int{}, lastRev: map[string]statedb.Revision{}, applied: map[uint64]int{}, lastApplied: map[string]uint64{}, laterAsked: map[uint64]int{},
-		})
+		g.ops = append(g.ops, &chaosOps{chaosRec: rec, gen: r.gens, inFlight: map[string]int{}, lastRev: map[string]statedb.Revision{},
+			applied: map[uint64]int{}, lastApplied: map[string]uint64{}, laterAsked: map[uint64]int{}})
 		g.indexes = append(g.indexes, convergeindex.NewNamedStatusIndex("status-"+rec.name, rec.getStatus))
+		indexers = append(indexers, g.indexes[len(g.indexes)-1])
 	}
-	g.hive = hive.New(
-		statedb.Cell,
-		job.Cell,
-		cell.Provide(cell.NewSimpleHealth),
+	g.hive = hive.New(statedb.Cell, job.Cell, cell.Provide(cell.NewSimpleHealth),
 		cell.Module("test", "Chaos test module",
 			cell.Provide(job.Registry.NewGroup),
-			cell.Invoke(func(db *statedb.DB, p reconciler.Params, h *cell.SimpleHealth) error {
+			cell.Invoke(func(db *statedb.DB, p reconciler.Params, h *cell.SimpleHealth) (err error) {
 				g.db, g.health = db, h
-				indexes := make([]statedb.Indexer[*item], len(g.indexes))
-				for i := range g.indexes {
-					indexes[i] = g.indexes[i]
-				}
-				var err error
-				g.table, err = statedb.NewTable(db, "items", itemID, indexes...)
-				if err != nil {
+				if g.table, err = statedb.NewTable(db, "items", itemID, indexers...); err != nil {
 					return err
 				}
 				if g.deps, err = statedb.NewTable(db, "deps", chaosDepID); err != nil {
@@ -814,10 +597,7 @@ func (r *chaosRun) startGen(desired map[string]string) {
 				for i, rec := range r.recs {
 					ops := g.ops[i]
 					ops.table, ops.deps = g.table, g.deps
-					var batch reconciler.BatchOperations[*item]
-					if r.cfg.batch {
-						batch = ops
-					}
+					batch := map[bool]reconciler.BatchOperations[*item]{true: ops}[r.cfg.batch]
 					opts := append(slices.Clip(r.opts), reconciler.WithDependency(g.deps, dependents))
 					if rec.name != "" {
 						opts = append(opts, reconciler.WithName(rec.name))
@@ -834,31 +614,18 @@ func (r *chaosRun) startGen(desired map[string]string) {
 	)
 	require.NoError(r.t, g.hive.Start(r.log, context.Background()))
 	r.gen = g
-
-	// Populate in a few transactions while the reconcilers already run.
-	// Some objects come with a retryable Error status of their own, as
-	// restored from a file: no reconciler has a retry for it, and each
-	// must still apply them.
-	keys := slices.Sorted(maps.Keys(desired))
-	var restored []string
-	for len(keys) > 0 {
+	for keys := slices.Sorted(maps.Keys(desired)); len(keys) > 0; {
 		n := min(len(keys), 1+r.rng.IntN(chaosKeys))
 		changes := make([]chaosChange, n)
 		for i, k := range keys[:n] {
-			changes[i] = chaosChange{key: k, value: desired[k]}
-			if r.rng.IntN(4) == 0 {
+			if changes[i] = (chaosChange{key: k, value: desired[k]}); r.rng.IntN(4) == 0 {
 				changes[i].obj = r.restoredInError(k, desired[k])
-				restored = append(restored, k)
 			}
 		}
 		r.write(changes...)
 		keys = keys[n:]
 	}
-	if len(restored) > 0 {
-		r.logf("restored in Error: %s", strings.Join(restored, " "))
-	}
-	r.initIn = 0
-	if r.rng.IntN(2) == 0 {
+	if r.initIn = 0; r.rng.IntN(2) == 0 {
 		r.initIn = 1 + r.rng.IntN(12)
 		if r.manualPrune && r.rng.IntN(2) == 0 {
 			for _, rc := range g.recs {
@@ -872,91 +639,63 @@ func (r *chaosRun) startGen(desired map[string]string) {
 	}
 }
 
-func (r *chaosRun) markInitialized() {
-	g := r.gen
-	for _, ops := range g.ops {
-		ops.c.mu.Lock()
-		ops.initialized = true
-		ops.c.mu.Unlock()
+// restoredInError returns key=value Error for every reconciler, as loaded.
+func (r *chaosRun) restoredInError(key, value string) *item {
+	obj, at := &item{ID: key, Value: value, Statuses: status.NewSet()}, time.Now().Add(-time.Hour)
+	for _, rec := range r.recs {
+		obj = rec.setStatus(obj, status.ErrorAt(at, errors.New("restored")))
 	}
-	wtxn := g.db.WriteTxn(g.table)
-	g.markDone(wtxn)
+	r.logf("%s=%s restored in Error", key, value)
+	return obj
+}
+
+func (r *chaosRun) markInitialized() {
+	for _, ops := range r.gen.ops {
+		ops.target.with(func() { ops.initialized = true })
+	}
+	wtxn := r.gen.db.WriteTxn(r.gen.table)
+	r.gen.markDone(wtxn)
 	wtxn.Commit()
 	r.initIn = -1
 	r.logf("table initialized")
 }
 
-// stopGen stops the current hive and checks that no operation outlives Stop.
-func (r *chaosRun) stopGen() {
-	g := r.gen
+// stop stops the hive and checks that nothing runs after; a later value
+// failing as it stops may be asked again after a start.
+func (r *chaosRun) stop() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	start := time.Now()
-	err := g.hive.Stop(r.log, ctx)
-	took := time.Since(start)
-	g.hive = nil
-	require.NoError(r.t, err, "stopping generation %d", r.gens)
-	for _, ops := range g.ops {
-		ops.c.mu.Lock()
-		if ops.running > 0 || ops.pruneRunning {
-			ops.violate("%d operation(s) (prune: %v) still running after Stop returned", ops.running, ops.pruneRunning)
-		}
-		ops.stopped = true
-		// A failure that returns as the hive stops is taken for the stop's
-		// doing, and its update asked again after the start: so may a
-		// later value's.
-		for id := range ops.laterAsked {
-			ops.c.reinserts[id]++
-		}
-		ops.c.mu.Unlock()
-	}
-	if took > 5*time.Second {
+	require.NoError(r.t, r.gen.hive.Stop(r.log, ctx), "stopping generation %d", r.gens)
+	if took := time.Since(start); took > 5*time.Second {
 		r.t.Errorf("seed %d: stopping generation %d took %s", r.seed, r.gens, took)
 	}
+	for _, ops := range r.gen.ops {
+		ops.target.with(func() {
+			if ops.running > 0 || ops.pruneRunning {
+				ops.violate("%d operation(s) (prune: %v) still running after Stop returned", ops.running, ops.pruneRunning)
+			}
+			ops.stopped = true
+			for id := range ops.laterAsked {
+				ops.target.reinserts[id]++
+			}
+		})
+	}
 }
 
-// restartInPlace stops the hive, changes a few keys while it is stopped,
-// and starts the same hive again: same table, same reconcilers, whose jobs
-// run again.
-func (r *chaosRun) restartInPlace() {
-	r.stopInPlace()
-	for n := r.rng.IntN(5); n > 0; n-- {
-		r.keyMove(r.key(), r.rng.IntN(5))
-	}
-	r.startInPlace()
+func (r *chaosRun) stopGen() {
+	r.stop()
+	r.gen.hive = nil
 }
 
-// stopInPlace stops the hive, for startInPlace to start it again.
-func (r *chaosRun) stopInPlace() {
-	g := r.gen
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	require.NoError(r.t, g.hive.Stop(r.log, ctx), "stopping the hive")
-	for _, ops := range g.ops {
-		ops.c.mu.Lock()
-		if ops.running > 0 || ops.pruneRunning {
-			ops.violate("%d operation(s) (prune: %v) still running after Stop returned", ops.running, ops.pruneRunning)
-		}
-		ops.stopped = true
-		// A failure that returns as the hive stops is taken for the stop's
-		// doing, and its update asked again after the start: so may a
-		// later value's.
-		for id := range ops.laterAsked {
-			ops.c.reinserts[id]++
-		}
-		ops.c.mu.Unlock()
-	}
-	// An update that succeeded but was cut short before its status was
-	// written (a batch stopped part way cannot tell which entries ran) may
-	// be applied again after the start: the object is still Pending, or
-	// still Error from an earlier attempt, or carries a status from before
-	// a delete and is applied with a Pending status of the reconciler's
-	// making, which only the last update of the key has seen.
-	for obj := range g.table.All(g.db.ReadTxn()) {
+// restartInPlace stops the hive, makes changes and starts it again. An
+// update cut short before its status was written may be applied again.
+func (r *chaosRun) restartInPlace(changes func()) {
+	r.stop()
+	for obj := range r.gen.table.All(r.gen.db.ReadTxn()) {
 		for i, rec := range r.recs {
-			rec.target.mu.Lock()
-			last := g.ops[i].lastApplied[obj.ID]
-			rec.target.mu.Unlock()
+			var last uint64
+			rec.target.with(func() { last = r.gen.ops[i].lastApplied[obj.ID] })
 			if st := rec.getStatus(obj); st.Kind != status.KindDone {
 				rec.target.reinserted(st.ID(), last)
 			} else if last != st.ID() {
@@ -965,18 +704,12 @@ func (r *chaosRun) stopInPlace() {
 		}
 	}
 	r.logf("hive stopped")
-}
-
-// startInPlace starts the hive stopInPlace stopped.
-func (r *chaosRun) startInPlace() {
-	g := r.gen
+	changes()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	for _, ops := range g.ops {
-		ops.c.mu.Lock()
-		ops.stopped = false
-		ops.c.mu.Unlock()
+	for _, ops := range r.gen.ops {
+		ops.target.with(func() { ops.stopped = false })
 	}
-	require.NoError(r.t, g.hive.Start(r.log, ctx), "starting the hive again")
+	require.NoError(r.t, r.gen.hive.Start(r.log, ctx), "starting the hive again")
 	r.logf("hive started again")
 }
