@@ -171,9 +171,8 @@ var closedChan = func() <-chan struct{} {
 // deferredQueue holds the changes that wait behind fresh ones: objects
 // marked Refreshing (by the refresh sweep or a dependency) and the backlog
 // of Pending objects that were in the table when the reconcile job first ran.
-// A deferred change is taken only if its object is still at the revision it
-// was deferred at: if it changed since, the iterator brings the newer
-// version in its own turn. It has no cap: its entries are two words each,
+// A deferred change is taken as its object now is, if that still asks for
+// work (see collectDeferred). It has no cap: its entries are two words each,
 // and a cap would hold fresh changes back behind it. It is owned by the
 // loop goroutine.
 type deferredQueue[Obj any] struct {

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/converge-go/converge/internal/ident"
+
 	"github.com/cilium/hive/cell"
 	"github.com/cilium/statedb"
 	"github.com/stretchr/testify/require"
@@ -154,16 +156,38 @@ func (r *chaosRun) waitFor(what string, timeout time.Duration, cond func() strin
 // reconciled waits up to d for reconciler i to reach the last change, and
 // checks what that promises.
 func (r *chaosRun) reconciled(i int, d time.Duration) bool {
-	rev := r.gen.table.Revision(r.gen.db.ReadTxn())
+	rev, cut := r.gen.table.Revision(r.gen.db.ReadTxn()), ident.Last()
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	reached, low, err := r.gen.recs[i].WaitUntilReconciled(ctx, rev)
 	cancel()
 	r.logf("%swait for @%d: reached @%d, retry low @%d, err=%v", r.recs[i].label(), rev, reached, low, err)
 	r.checkTable()
+	if err == nil && reached >= rev {
+		r.checkNonePending(i, rev, cut)
+	}
 	if err == nil && reached >= rev && low == 0 {
 		r.checkDoneApplied(i, rev)
 	}
 	return err == nil && reached >= rev
+}
+
+// checkNonePending checks WaitUntilReconciled's promise once it returned
+// for rev, the table's revision when the wait began: no object is Pending
+// for reconciler i with a status made before then (cut: the generator
+// writes nothing meanwhile, but a dependency may mark an object Pending
+// anew).
+func (r *chaosRun) checkNonePending(i int, rev statedb.Revision, cut uint64) {
+	rec := r.recs[i]
+	var pending []string
+	for obj, objRev := range r.gen.table.All(r.gen.db.ReadTxn()) {
+		if st := rec.getStatus(obj); st.Kind == status.KindPending && st.ID() <= cut {
+			pending = append(pending, fmt.Sprintf("%s=%s@%d", obj.ID, obj.Value, objRev))
+		}
+	}
+	if len(pending) > 0 {
+		r.t.Fatalf("seed %d: %sWaitUntilReconciled(@%d) returned, yet objects are Pending: %s\n%s",
+			r.seed, rec.label(), rev, strings.Join(pending, ", "), r.violations())
+	}
 }
 
 // checkDoneApplied checks WaitUntilReconciled's promise once it returned for

@@ -248,29 +248,41 @@ func (r *reconciler[Obj]) current(txn statedb.ReadTxn, s *keyState[Obj]) bool {
 	return true
 }
 
-// collectDeferred takes up to budget deferred changes, oldest first,
-// dropping those whose object has changed since (see deferredQueue).
+// collectDeferred takes up to budget deferred changes, oldest first. A
+// deferred object written again since (another reconciler's status, a
+// dependency's mark, a newer version) whose newer change is not read yet
+// is taken as the table holds it, if it still asks for work: the request
+// made at the deferred revision holds progress until it is done, which
+// waiting for that change would not. It is tracked, so that the newer
+// change, read while it runs, is known as the same request. One deleted,
+// no longer asking, or whose newer change was read (and asks in its own
+// right) is dropped.
 func (r *reconciler[Obj]) collectDeferred(txn statedb.ReadTxn, now time.Time, budget int) {
 	lc := r.lifecycles
 	for added := 0; added < budget && r.deferred.len() > 0; {
 		d := r.deferred.pop()
-		if _, rev, found := r.lookup(txn, d.obj); !found || rev != d.rev {
+		obj, rev, found := r.lookup(txn, d.obj)
+		changed := rev != d.rev
+		if !found || (changed && rev <= r.lastRev) {
 			continue
 		}
-		st := r.getStatus(d.obj)
-		t := task[Obj]{obj: d.obj, rev: d.rev, asked: d.rev, statusID: st.ID(), since: st.UpdatedAt, refresh: st.Kind == status.KindRefreshing}
+		st := r.getStatus(obj)
+		if !st.IsPendingOrRefreshing() {
+			continue
+		}
+		t := task[Obj]{obj: obj, rev: rev, asked: d.rev, statusID: st.ID(), since: st.UpdatedAt, refresh: st.Kind == status.KindRefreshing}
 		if t.since.IsZero() {
 			t.since = now
 		}
 		t.ready = t.since.UnixNano()
-		if r.opts.concurrency == 1 && !lc.tracked() {
+		if r.opts.concurrency == 1 && !lc.tracked() && !changed {
 			r.work = append(r.work, op[Obj]{task: t})
 			added++
 			continue
 		}
-		key, ok := r.keyOf(d.obj)
+		key, ok := r.keyOf(obj)
 		if !ok {
-			r.noKey("a deferred change", d.obj)
+			r.noKey("a deferred change", obj)
 			continue
 		}
 		if s := lc.observe(key, t); s != nil {
