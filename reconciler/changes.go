@@ -181,14 +181,15 @@ type deferredQueue[Obj any] struct {
 }
 
 type deferred[Obj any] struct {
-	obj Obj
-	rev statedb.Revision
+	obj   Obj
+	rev   statedb.Revision // the object's, when deferred
+	asked statedb.Revision // the first revision the change stands for (see task.asked)
 }
 
 func (q *deferredQueue[Obj]) len() int { return q.size }
 
 // push defers a change.
-func (q *deferredQueue[Obj]) push(obj Obj, rev statedb.Revision) {
+func (q *deferredQueue[Obj]) push(obj Obj, rev, asked statedb.Revision) {
 	if q.size == len(q.ring) {
 		grown := make([]deferred[Obj], max(2*len(q.ring), 64))
 		for i := range q.size {
@@ -196,7 +197,7 @@ func (q *deferredQueue[Obj]) push(obj Obj, rev statedb.Revision) {
 		}
 		q.ring, q.head = grown, 0
 	}
-	q.ring[(q.head+q.size)%len(q.ring)] = deferred[Obj]{obj, rev}
+	q.ring[(q.head+q.size)%len(q.ring)] = deferred[Obj]{obj, rev, asked}
 	q.size++
 }
 
@@ -212,12 +213,14 @@ func (q *deferredQueue[Obj]) pop() deferred[Obj] {
 	return d
 }
 
-// lowRev returns the revision of the oldest deferred change, 0 if none.
+// lowRev returns the first revision the oldest deferred change stands
+// for, the lowest of all (changes are deferred in the order they are
+// read), or 0 if none.
 func (q *deferredQueue[Obj]) lowRev() statedb.Revision {
 	if q.size == 0 {
 		return 0
 	}
-	return q.ring[q.head].rev
+	return q.ring[q.head].asked
 }
 
 // ownWrites remembers the revisions at which the loop's commits wrote

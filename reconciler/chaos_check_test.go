@@ -171,6 +171,30 @@ func (r *chaosRun) reconciled(i int, d time.Duration) bool {
 	return err == nil && reached >= rev
 }
 
+// reconciledTo waits up to d for reconciler i to reach m, an earlier write
+// of the test, and checks that no object is Pending for it with a status
+// made by then and left as the test wrote it by then.
+func (r *chaosRun) reconciledTo(i int, m chaosMark, d time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	reached, low, err := r.gen.recs[i].WaitUntilReconciled(ctx, m.rev)
+	cancel()
+	r.logf("%swait for the write @%d: reached @%d, retry low @%d, err=%v", r.recs[i].label(), m.rev, reached, low, err)
+	if err != nil || reached < m.rev {
+		return
+	}
+	rec := r.recs[i]
+	var pending []string
+	for obj, objRev := range r.gen.table.All(r.gen.db.ReadTxn()) {
+		if st := rec.getStatus(obj); st.Kind == status.KindPending && st.ID() <= m.cut && r.lastWrite[obj.ID] <= m.rev {
+			pending = append(pending, fmt.Sprintf("%s=%s@%d (written @%d)", obj.ID, obj.Value, objRev, r.lastWrite[obj.ID]))
+		}
+	}
+	if len(pending) > 0 {
+		r.t.Fatalf("seed %d: %sWaitUntilReconciled(@%d) returned, yet objects written by then are Pending: %s\n%s",
+			r.seed, rec.label(), m.rev, strings.Join(pending, ", "), r.violations())
+	}
+}
+
 // checkNonePending checks WaitUntilReconciled's promise once it returned
 // for rev, the table's revision when the wait began: no object is Pending
 // for reconciler i with a status made before then (cut: the generator

@@ -110,8 +110,12 @@ func (r *chaosRun) step() {
 			r.gen.recs[i].Prune()
 			r.logf("%sPrune()", r.recs[i].label())
 		}
-	case p < 82: // let a reconciler catch up, or not
+	case p < 79: // let a reconciler catch up, or not
 		r.reconciled(r.rng.IntN(len(r.recs)), time.Duration(1+r.rng.IntN(20))*time.Millisecond)
+	case p < 82: // wait for an earlier write of the test
+		if len(r.marks) > 0 {
+			r.reconciledTo(r.rng.IntN(len(r.recs)), r.marks[max(0, len(r.marks)-1-r.rng.IntN(20))], time.Duration(1+r.rng.IntN(20))*time.Millisecond)
+		}
 	case p < 95:
 		i, n := r.rng.IntN(len(r.recs)), 1+r.rng.IntN(10)
 		r.waitCalls(r.recs[i].target, n, 10*time.Millisecond)

@@ -17,6 +17,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/converge-go/converge/internal/ident"
+
 	"github.com/cilium/hive"
 	"github.com/cilium/hive/cell"
 	"github.com/cilium/hive/job"
@@ -561,8 +563,20 @@ func (r *chaosRun) write(changes ...chaosChange) statedb.Revision {
 		}
 		require.NoError(r.t, err)
 	}
-	defer wtxn.Commit()
-	return g.table.Revision(wtxn)
+	rev := g.table.Revision(wtxn)
+	wtxn.Commit()
+	for _, ch := range changes {
+		r.lastWrite[ch.key] = rev
+	}
+	r.marks = append(r.marks, chaosMark{rev, ident.Last()})
+	return rev
+}
+
+// chaosMark is one write of the test: its revision, and the greatest
+// status identity handed out once it was made.
+type chaosMark struct {
+	rev statedb.Revision
+	cut uint64
 }
 
 // startGen starts a hive over a new table holding desired, some objects
@@ -571,6 +585,8 @@ func (r *chaosRun) startGen(desired map[string]string) {
 	r.markPaused(false)
 	r.gens++
 	clear(r.written) // an earlier generation's statuses mean nothing here
+	clear(r.lastWrite)
+	r.marks = nil
 	clear(r.read)
 	g := &chaosGen{}
 	var indexers []statedb.Indexer[*item]
@@ -624,6 +640,11 @@ func (r *chaosRun) startGen(desired map[string]string) {
 		}
 		r.write(changes...)
 		keys = keys[n:]
+	}
+	for range r.rng.IntN(3) { // waits for what was restored, as the backlog drains
+		if len(r.marks) > 0 {
+			r.reconciledTo(r.rng.IntN(len(r.recs)), r.marks[r.rng.IntN(len(r.marks))], time.Duration(1+r.rng.IntN(30))*time.Millisecond)
+		}
 	}
 	if r.initIn = 0; r.rng.IntN(2) == 0 {
 		r.initIn = 1 + r.rng.IntN(12)

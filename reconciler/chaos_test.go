@@ -30,6 +30,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/statedb"
+
 	"github.com/cilium/hive/hivetest"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/time/rate"
@@ -106,9 +108,11 @@ type chaosRun struct {
 	log         *slog.Logger
 	gen         *chaosGen
 	steps       []string
-	model       map[string]string  // what the test wrote
-	written     map[string][]*item // per key, the objects inserted in this generation (reverts)
-	read        map[string]*item   // per key, the object as a re-insert last read it
+	model       map[string]string           // what the test wrote
+	written     map[string][]*item          // per key, the objects inserted in this generation (reverts)
+	read        map[string]*item            // per key, the object as a re-insert last read it
+	lastWrite   map[string]statedb.Revision // per key, the revision of the test's last write in this generation
+	marks       []chaosMark                 // the test's writes in this generation, oldest first
 	// For writeBackUndoesMark.
 	writtenAt    map[*item]int
 	depChangedAt map[string]int
@@ -121,7 +125,7 @@ type chaosRun struct {
 func runChaos(t *testing.T, cfg chaosConfig, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, 0x5c4ed))
 	r := &chaosRun{t: t, cfg: cfg, seed: seed, rng: rng, model: map[string]string{}, written: map[string][]*item{}, read: map[string]*item{},
-		writtenAt: map[*item]int{}, depChangedAt: map[string]int{}, depStale: map[string]bool{}}
+		writtenAt: map[*item]int{}, depChangedAt: map[string]int{}, depStale: map[string]bool{}, lastWrite: map[string]statedb.Revision{}}
 
 	failProb, slowProb := 0.05+0.45*rng.Float64(), 0.3*rng.Float64()
 	if cfg.set {

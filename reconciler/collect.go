@@ -130,7 +130,7 @@ func (r *reconciler[Obj]) collectChange(txn statedb.ReadTxn, change statedb.Chan
 			t.since, t.ready = st.UpdatedAt, st.UpdatedAt.UnixNano()
 		}
 		if t.refresh || rev <= r.backlog {
-			r.deferred.push(change.Object, rev)
+			r.deferred.push(change.Object, rev, asked)
 			if lc.tracked() {
 				if key, ok := r.keyOf(change.Object); ok {
 					lc.dropRetry(key) // a newer version waits in the deferred queue
@@ -140,8 +140,10 @@ func (r *reconciler[Obj]) collectChange(txn statedb.ReadTxn, change statedb.Chan
 		}
 	}
 	// A recovered delete is tracked: the iterator may hand out a later
-	// change of its key in the same read, which must wait behind it.
-	if r.opts.concurrency == 1 && !lc.tracked() && !recovered(change, rev) {
+	// change of its key in the same read, which must wait behind it. So
+	// is every change while changes are deferred: a deferred one of the
+	// same key may be taken in the same round (see collectDeferred).
+	if r.opts.concurrency == 1 && !lc.tracked() && r.deferred.len() == 0 && !recovered(change, rev) {
 		r.work = append(r.work, op[Obj]{task: t}) // untracked: see keyState
 		return true
 	}
@@ -250,27 +252,26 @@ func (r *reconciler[Obj]) current(txn statedb.ReadTxn, s *keyState[Obj]) bool {
 
 // collectDeferred takes up to budget deferred changes, oldest first. A
 // deferred object written again since (another reconciler's status, a
-// dependency's mark, a newer version) whose newer change is not read yet
-// is taken as the table holds it, if it still asks for work: the request
-// made at the deferred revision holds progress until it is done, which
-// waiting for that change would not. It is tracked, so that the newer
-// change, read while it runs, is known as the same request. One deleted,
-// no longer asking, or whose newer change was read (and asks in its own
-// right) is dropped.
+// dependency's mark, a newer version) is taken as the table holds it, if
+// it still asks for work, so that the request made at the deferred
+// revision holds progress until it is done; its newer change, read before
+// or after, may ask only from a later revision. It is tracked, so that the
+// two are known as one request (see lifecycles.follow and observe). One
+// deleted, or no longer asking, is dropped.
 func (r *reconciler[Obj]) collectDeferred(txn statedb.ReadTxn, now time.Time, budget int) {
 	lc := r.lifecycles
 	for added := 0; added < budget && r.deferred.len() > 0; {
 		d := r.deferred.pop()
 		obj, rev, found := r.lookup(txn, d.obj)
 		changed := rev != d.rev
-		if !found || (changed && rev <= r.lastRev) {
+		if !found {
 			continue
 		}
 		st := r.getStatus(obj)
 		if !st.IsPendingOrRefreshing() {
 			continue
 		}
-		t := task[Obj]{obj: obj, rev: rev, asked: d.rev, statusID: st.ID(), since: st.UpdatedAt, refresh: st.Kind == status.KindRefreshing}
+		t := task[Obj]{obj: obj, rev: rev, asked: d.asked, statusID: st.ID(), since: st.UpdatedAt, refresh: st.Kind == status.KindRefreshing}
 		if t.since.IsZero() {
 			t.since = now
 		}

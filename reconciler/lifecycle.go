@@ -248,6 +248,7 @@ func (lc *lifecycles[Obj]) follow(s *keyState[Obj], t task[Obj]) {
 		s.deleteSeen = true
 	case !s.deleteSeen && !s.pruned && t.statusID != 0 && t.statusID == s.task.statusID:
 		lc.setNext(s, task[Obj]{}, false)
+		s.task = stillAsked(t, s.task) // one request: progress waits for the earlier ask
 	default:
 		lc.setNext(s, t, true)
 	}
