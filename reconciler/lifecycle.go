@@ -77,8 +77,9 @@ import (
 // key has one (the common case): the change is applied and committed in the
 // same round, so there is nothing to remember unless it fails or the round
 // is cut short, and then settle or requeue create it (see track). A delete
-// recovered at the start is not skipped: a later change of its key may be
-// read in the same round.
+// recovered at the start is not skipped, nor is any change while changes
+// are deferred: a later change of the key, or a deferred one, may be taken
+// in the same round.
 type keyState[Obj any] struct {
 	key   string
 	phase phase
