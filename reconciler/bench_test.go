@@ -258,7 +258,7 @@ func BenchmarkCommitErrors(b *testing.B) {
 			ops = append(ops, op[*benchObj]{task: task[*benchObj]{obj: obj, rev: rev, statusID: obj.st.ID()}, updated: obj.clone(), err: errFail, ran: true})
 		}
 		b.StartTimer()
-		if out := r.commit(ops, time.Now()); out.failed != benchRound {
+		if out := r.commit(ops, false, time.Now()); out.failed != benchRound {
 			b.Fatalf("%d failed", out.failed)
 		}
 	}

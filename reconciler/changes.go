@@ -6,39 +6,28 @@ import (
 	"github.com/cilium/statedb"
 )
 
-// changeFeed reads the changes of one table for as long as the reconciler
-// lives, across stops and starts of the hive, while holding a StateDB
-// change iterator only when its job runs.
-//
-// The job opens the feed when it starts and closes it when it stops, on its
-// own goroutine: an iterator left to a runtime cleanup would be closed on
-// another goroutine (fatal inside a testing/synctest bubble), and one kept
-// open while stopped would hold every deleted object of the table. What is
-// deleted while no iterator is open is recovered when the next one opens:
-// the feed holds the table as it was when the last iterator closed (a
-// snapshot costs nothing to hold), and a key found there but gone from the
-// table is handed out as a delete. Upserts need no such care: a new
-// iterator hands out every object, and those at or below the revision
-// already read are skipped.
-//
-// Recovered deletes come first, with the revision just after the
-// snapshot's. By the time one is read its key may be back in the table:
-// the object put back is then newer than the delete (see recovered).
-//
-// Make one with newChangeFeed, at registration, so that deletes before the
-// first start are not missed; one goroutine uses it at a time.
+// changeFeed hands out the changes of one table for as long as the
+// reconciler lives, holding a StateDB change iterator only while the job
+// runs (open to close, on the job's goroutine). Deletes made while it is
+// closed are recovered at the next open from the snapshot kept at close,
+// and handed out first (see open and gone). Make one with newChangeFeed at
+// registration; one goroutine uses it at a time.
 type changeFeed[Obj any] struct {
 	db    *statedb.DB
 	table statedb.Table[Obj]
 
-	iter    statedb.ChangeIterator[Obj] // nil while closed
-	read    statedb.Revision            // every change up to it was handed out
-	drained statedb.Revision            // every write up to it was handed out (see drainedTo)
-	opened  statedb.Revision            // the table's revision when iter opened
-	floor   statedb.Revision            // upserts at or below it were read before iter opened
-	held    statedb.ReadTxn             // while closed: the table as of the last iterator's end
-	missed  []statedb.Change[Obj]       // deletes to hand out before iter's changes
-	missedN int                         // how many of missed were handed out
+	iter statedb.ChangeIterator[Obj] // nil while closed
+	// Every change up to read was handed out, and every write up to
+	// drained: a read that stops short leaves drained behind, since an
+	// object written below read and again after it comes only with its
+	// later write.
+	read    statedb.Revision
+	drained statedb.Revision
+	opened  statedb.Revision      // the table's revision when iter opened
+	floor   statedb.Revision      // upserts at or below it were read before iter opened
+	held    statedb.ReadTxn       // while closed: the table as of the last iterator's end
+	missed  []statedb.Change[Obj] // deletes to hand out before iter's changes
+	missedN int                   // how many of missed were handed out
 }
 
 // newChangeFeed begins a feed of table's changes: every object then in the
@@ -48,7 +37,10 @@ func newChangeFeed[Obj any](db *statedb.DB, table statedb.Table[Obj]) *changeFee
 }
 
 // open starts a StateDB change iterator and finds what was deleted while
-// the feed was closed. It returns the table's revision when it opened.
+// the feed was closed. An iterator must be closed on the goroutine that
+// opened it (a runtime cleanup closing it elsewhere is fatal inside a
+// testing/synctest bubble), and one kept open while stopped would hold
+// every deleted object. It returns the table's revision when it opened.
 func (f *changeFeed[Obj]) open() (statedb.Revision, error) {
 	if f.iter != nil {
 		return f.read, nil
@@ -65,7 +57,9 @@ func (f *changeFeed[Obj]) open() (statedb.Revision, error) {
 	return f.opened, nil
 }
 
-// gone returns a delete for every object of before whose key now lacks.
+// gone returns a delete for every object of before whose key now lacks,
+// at the revision just after before's. Upserts need no such care: a new
+// iterator hands out every object, and those read before are skipped.
 func (f *changeFeed[Obj]) gone(before, now statedb.ReadTxn) []statedb.Change[Obj] {
 	if before == nil || f.table.NumObjects(before) == 0 || f.table.Revision(before) == f.table.Revision(now) {
 		return nil
@@ -125,24 +119,6 @@ func (f *changeFeed[Obj]) next(txn statedb.ReadTxn) (iter.Seq2[statedb.Change[Ob
 	}, watch
 }
 
-// recovered reports whether change, handed out by next beside rev, is a
-// delete recovered when the feed opened. Its key may have been put back
-// since: the iterator hands out the object put back after it.
-func recovered[Obj any](change statedb.Change[Obj], rev statedb.Revision) bool {
-	return change.Deleted && rev < change.Revision
-}
-
-// position returns the revision up to which every change was handed out.
-func (f *changeFeed[Obj]) position() statedb.Revision { return f.read }
-
-// drainedTo returns the revision up to which every write was handed out:
-// the table's revision in the last read that went to the end of its
-// changes. It is below position while a read stopped short: StateDB hands
-// out only the newest version of an object, so an object written at or
-// below position and again after it comes with that later write, which a
-// read that stopped short has not reached yet.
-func (f *changeFeed[Obj]) drainedTo() statedb.Revision { return f.drained }
-
 // close reads the deletes the iterator still holds, keeps them for the next
 // open with the table as of that read, and closes the iterator. Upserts
 // are left: the next iterator hands them out again.
@@ -176,8 +152,9 @@ var closedChan = func() <-chan struct{} {
 // and a cap would hold fresh changes back behind it. It is owned by the
 // loop goroutine.
 type deferredQueue[Obj any] struct {
-	ring       []deferred[Obj]
-	head, size int
+	ring []deferred[Obj]
+	head int
+	size int // how many changes are deferred
 }
 
 type deferred[Obj any] struct {
@@ -185,8 +162,6 @@ type deferred[Obj any] struct {
 	rev   statedb.Revision // the object's, when deferred
 	asked statedb.Revision // the first revision the change stands for (see task.asked)
 }
-
-func (q *deferredQueue[Obj]) len() int { return q.size }
 
 // push defers a change.
 func (q *deferredQueue[Obj]) push(obj Obj, rev, asked statedb.Revision) {
@@ -239,7 +214,9 @@ type revRange struct{ lo, hi statedb.Revision }
 // add records that a commit wrote the revisions lo to hi (both included),
 // and forgets the ranges that changes up to read have passed.
 func (w *ownWrites) add(lo, hi, read statedb.Revision) {
-	w.forget(read)
+	if len(w.ranges) > 0 {
+		w.forget(read)
+	}
 	if n := len(w.ranges); n > 0 && w.ranges[n-1].hi+1 == lo {
 		w.ranges[n-1].hi = hi
 		return

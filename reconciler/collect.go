@@ -10,20 +10,11 @@ import (
 	"github.com/converge-go/converge/status"
 )
 
-// collect is the first stage of a round: it returns the work to start, at
-// most room ops, taken in this order and by this budget rule:
-//
-//  1. queued keys (work cut short by a stop or a pause, or a successor
-//     released by the last commit) keep their place and come first;
-//  2. fresh changes (new Pending versions and deletes) may take all that
-//     is left, but for a reserve of an eighth kept while retries are due or
-//     changes are deferred, so that a stream of writes cannot starve those;
-//  3. due retries and deferred changes (Refreshing marks and the backlog
-//     found at the first start) share the rest, half each, and either takes
-//     what the other leaves.
-//
-// Reading a change that is deferred, dropped or parked costs no budget and
-// the deferred queue has no cap, so only room holds a fresh change back.
+// collect is the first stage of a round: it returns up to room ops. Queued
+// keys come first; fresh changes may take the rest but for an eighth kept
+// while retries are due or changes deferred, so that writes cannot starve
+// them; due retries and deferred changes share what is left, half each.
+// A change deferred, dropped or parked costs no budget.
 func (r *reconciler[Obj]) collect(txn statedb.ReadTxn, now time.Time, room int) []op[Obj] {
 	lc := r.lifecycles
 	r.work = r.work[:0]
@@ -31,33 +22,42 @@ func (r *reconciler[Obj]) collect(txn statedb.ReadTxn, now time.Time, room int) 
 		r.watch = closedChan // look again as soon as there is room
 		return nil
 	}
-	for _, s := range lc.takeQueued(room) {
-		if r.current(txn, s) {
-			r.start(s)
-		} else {
-			lc.forget(s)
+	if len(lc.queued) > 0 {
+		for _, s := range lc.takeQueued(room) {
+			if r.current(txn, s) {
+				r.start(s)
+			} else {
+				lc.forget(s)
+			}
 		}
 	}
 	left := room - len(r.work)
 	due, dueOK := lc.nextDue()
+	retriesDue := dueOK && due <= now.UnixNano()
 	reserve := 0
-	if (dueOK && due <= now.UnixNano()) || r.deferred.len() > 0 {
+	if retriesDue || r.deferred.size > 0 {
 		reserve = left / 8
 	}
 	if budget := left - reserve; budget > 0 {
 		var seq iter.Seq2[statedb.Change[Obj], statedb.Revision]
 		seq, r.watch = r.changes.next(txn)
 		r.collectChanges(txn, seq, budget, now)
-		r.lastRev = max(r.lastRev, r.changes.position())
-		r.lifecycles.readUpTo(r.lastRev, r.table.Revision(txn))
+		r.lastRev = max(r.lastRev, r.changes.read)
+		if len(r.stales.pruned) > 0 {
+			r.stales.readUpTo(r.lastRev, r.table.Revision(txn))
+		}
 	} else {
 		r.watch = closedChan // changes wait for room
 	}
 	left = room - len(r.work)
-	deferredShare := min(r.deferred.len(), left/2)
-	r.collectRetries(txn, now, left-deferredShare)
-	r.collectDeferred(txn, now, room-len(r.work))
-	if len(lc.queued) > 0 || r.deferred.len() > 0 {
+	deferredShare := min(r.deferred.size, left/2)
+	if retriesDue {
+		r.collectRetries(txn, now, left-deferredShare)
+	}
+	if r.deferred.size > 0 {
+		r.collectDeferred(txn, now, room-len(r.work))
+	}
+	if len(lc.queued) > 0 || r.deferred.size > 0 {
 		r.watch = closedChan // more work for the next round
 	}
 	return r.work
@@ -70,17 +70,11 @@ func (r *reconciler[Obj]) start(s *keyState[Obj]) {
 }
 
 // collectChanges reads changes, turning those that need work into ops,
-// until budget ops were added or the changes run out. A change read is
-// consumed, so the budget is checked once a change has been acted on.
-//
-// StateDB hands out only the newest change of a key since the last read, so
-// a change read now may stand for writes back to the first revision not
-// handed out before: that is the revision that asks for its work
-// (task.asked), which progress waits for. After a read that stopped short
-// on its budget, that is the end of the last read that went through (see
-// changeFeed.drainedTo), not where the short read stopped.
+// until budget ops were added or the changes run out. A change stands for
+// every write of its key since the last full read (changeFeed.drained), so
+// that is where its request begins (task.asked), for progress.
 func (r *reconciler[Obj]) collectChanges(txn statedb.ReadTxn, changes iter.Seq2[statedb.Change[Obj], statedb.Revision], budget int, now time.Time) {
-	added, from := 0, min(r.lastRev, r.changes.drainedTo())+1
+	added, from := 0, min(r.lastRev, r.changes.drained)+1
 	for change, rev := range changes {
 		r.lastRev = rev
 		if r.collectChange(txn, change, rev, min(from, change.Revision), now) {
@@ -96,11 +90,14 @@ func (r *reconciler[Obj]) collectChanges(txn statedb.ReadTxn, changes iter.Seq2[
 func (r *reconciler[Obj]) collectChange(txn statedb.ReadTxn, change statedb.Change[Obj], rev, asked statedb.Revision, now time.Time) bool {
 	lc := r.lifecycles
 	t := task[Obj]{obj: change.Object, rev: change.Revision, asked: asked, delete: change.Deleted, since: now, ready: now.UnixNano()}
+	// A delete recovered when the feed opened comes beside a revision
+	// below its own (see changeFeed). Its key may have been put back since.
+	recovered := change.Deleted && rev < change.Revision
 	if change.Deleted {
 		if key, ok := r.primary.ObjectToKey(change.Object); ok {
-			lc.sawDelete(key)
+			r.stales.sawDelete(key)
 		}
-		if recovered(change, rev) {
+		if recovered {
 			if _, _, found := r.lookup(txn, change.Object); found {
 				// Put back since: the object put back is newer, and is
 				// applied with its own change, or was already as queued
@@ -110,13 +107,13 @@ func (r *reconciler[Obj]) collectChange(txn statedb.ReadTxn, change statedb.Chan
 		}
 	} else if st := r.getStatus(change.Object); !st.IsPendingOrRefreshing() {
 		switch {
-		case st.Kind != status.KindError && !lc.mayBeStale():
+		case st.Kind != status.KindError && !lc.tracked() && !r.stales.any():
 			return false // a Done, most often this reconciler's own: nothing to ask
 		case r.own.has(rev):
 			return false
 		case r.stale(change.Object, st):
 			// Put back with a status older than what is known of its key:
-			// apply it as if Pending (see lifecycles.stale).
+			// apply it as if Pending (see staleness).
 			t.obj, t.statusID = r.setStatus(r.clone(change.Object), status.PendingAt(now)), st.ID()
 		case st.Kind == status.KindError && !st.Terminal:
 			r.adopt(change.Object, rev, asked, st, now)
@@ -143,7 +140,7 @@ func (r *reconciler[Obj]) collectChange(txn statedb.ReadTxn, change statedb.Chan
 	// change of its key in the same read, which must wait behind it. So
 	// is every change while changes are deferred: a deferred one of the
 	// same key may be taken in the same round (see collectDeferred).
-	if r.opts.concurrency == 1 && !lc.tracked() && r.deferred.len() == 0 && !recovered(change, rev) {
+	if r.opts.concurrency == 1 && !lc.tracked() && r.deferred.size == 0 && !recovered {
 		r.work = append(r.work, op[Obj]{task: t}) // untracked: see keyState
 		return true
 	}
@@ -160,21 +157,21 @@ func (r *reconciler[Obj]) collectChange(txn statedb.ReadTxn, change statedb.Chan
 }
 
 // stale reports whether st, a status of obj that asks for no work, is
-// older than what is known of obj's key (see lifecycles.stale).
+// older than what is known of obj's key: older than a version held for it
+// (see lifecycles.holdsNewer), or remembered as stale (see staleness).
 func (r *reconciler[Obj]) stale(obj Obj, st status.Status) bool {
-	lc := r.lifecycles
-	if !lc.mayBeStale() {
+	if st.ID() == 0 || (!r.lifecycles.tracked() && !r.stales.any()) {
 		return false
 	}
-	for _, p := range lc.pruned {
-		if st.ID() != 0 && st.ID() <= p.cut {
+	for _, p := range r.stales.pruned {
+		if st.ID() <= p.cut {
 			if _, _, found := r.lookup(p.txn, obj); !found {
 				return true // the prune may have removed it (see pruneSnapshot)
 			}
 		}
 	}
 	key, ok := r.primary.ObjectToKey(obj)
-	return ok && lc.stale(key, st.ID())
+	return ok && (r.lifecycles.holdsNewer(key, st.ID()) || r.stales.cut(key, st.ID()))
 }
 
 // adopt hands lifecycles.adopt an Error status found on obj.
@@ -240,7 +237,7 @@ func (r *reconciler[Obj]) current(txn statedb.ReadTxn, s *keyState[Obj]) bool {
 			// short by a stop, or failed): that object is new work when
 			// its change is read, as it is when a commit finds it.
 			if key, ok := r.primary.ObjectToKey(cur); ok {
-				r.lifecycles.sawOlder(key, s.task.statusID)
+				r.stales.sawOlder(key, s.task.statusID)
 			}
 		}
 		return false
@@ -250,17 +247,13 @@ func (r *reconciler[Obj]) current(txn statedb.ReadTxn, s *keyState[Obj]) bool {
 	return true
 }
 
-// collectDeferred takes up to budget deferred changes, oldest first. A
-// deferred object written again since (another reconciler's status, a
-// dependency's mark, a newer version) is taken as the table holds it, if
-// it still asks for work, so that the request made at the deferred
-// revision holds progress until it is done; its newer change, read before
-// or after, may ask only from a later revision. It is tracked, so that the
-// two are known as one request (see lifecycles.follow and observe). One
-// deleted, or no longer asking, is dropped.
+// collectDeferred takes up to budget deferred changes, oldest first, each
+// as the table now holds its object if that still asks for work (else it
+// is dropped). One written again since is tracked, so that it and its
+// newer change are one request, held from the deferred revision on.
 func (r *reconciler[Obj]) collectDeferred(txn statedb.ReadTxn, now time.Time, budget int) {
 	lc := r.lifecycles
-	for added := 0; added < budget && r.deferred.len() > 0; {
+	for added := 0; added < budget && r.deferred.size > 0; {
 		d := r.deferred.pop()
 		obj, rev, found := r.lookup(txn, d.obj)
 		changed := rev != d.rev

@@ -7,23 +7,22 @@ import (
 
 	"github.com/cilium/statedb"
 
+	"github.com/converge-go/converge/metrics"
 	"github.com/converge-go/converge/status"
 )
 
-// commit is the third stage of a round: it records the outcome of finished
-// ops and tells each key's lifecycle what came of it. It locks the table
-// only for the writes themselves:
-//
-//  1. decide the status each update calls for and set it on its clone;
-//  2. write the statuses in one write transaction, each a compare-and-swap
-//     on the revision the op applied (see writeStatus);
-//  3. settle each op in its key's lifecycle (done, retry with backoff, or
-//     its successor queued), log failures, and report the figures.
-//
-// Ops that never started (ran == false) go back to the queue.
-func (r *reconciler[Obj]) commit(ops []op[Obj], now time.Time) (out commitOutcome) {
+// commit is the third stage of a round: it prepares each update's status,
+// writes them in one write transaction (see writeStatus), and settles each
+// op in its key's lifecycle. Ops that never started go back to the queue,
+// and so do failures of ops cut short by a stop (cut): that is no outcome.
+func (r *reconciler[Obj]) commit(ops []op[Obj], cut bool, now time.Time) (out commitOutcome) {
 	if len(ops) == 0 {
 		return out
+	}
+	for i := range ops {
+		if cut && ops[i].err != nil {
+			ops[i].ran = false
+		}
 	}
 	if r.prepare(ops, now) > 0 {
 		r.write(ops, now)
@@ -115,7 +114,7 @@ func (r *reconciler[Obj]) writeStatus(wtxn statedb.WriteTxn, o *op[Obj]) (writte
 			// Written back with an older status, which asks for nothing:
 			// that object is new work when its change is read.
 			if key, ok := r.primary.ObjectToKey(cur); ok {
-				r.lifecycles.sawOlder(key, o.statusID)
+				r.stales.sawOlder(key, o.statusID)
 			}
 		}
 		return false, false
@@ -131,8 +130,9 @@ func (r *reconciler[Obj]) writeStatus(wtxn statedb.WriteTxn, o *op[Obj]) (writte
 // figures and failure logs.
 func (r *reconciler[Obj]) settle(ops []op[Obj], now time.Time) (out commitOutcome) {
 	lc := r.lifecycles
-	fig := &r.figures
-	fig.reset()
+	fig := &r.figures // reused: keep its slices
+	*fig = commitFigures{stats: metrics.CommitStats{QueueWaits: fig.stats.QueueWaits[:0], Latencies: fig.stats.Latencies[:0]}}
+	slices := r.metrics.commit != nil
 	for i := range ops {
 		o := &ops[i]
 		if !o.ran {
@@ -144,17 +144,15 @@ func (r *reconciler[Obj]) settle(ops []op[Obj], now time.Time) (out commitOutcom
 		if o.s != nil {
 			attempts = o.s.attempts
 		}
-		fig.count(o.delete, outcome(o.err, r.opts.operationTimeout), o.started-o.ready, r.metrics.commit != nil)
+		fig.count(o.delete, o.err, outcome(o.err, r.opts.operationTimeout), o.started-o.ready, now, slices)
 		if o.err != nil {
 			out.failed++
-			r.failed(o, attempts+1, now)
-		} else {
-			r.totals.succeededLast()
+			r.failLog.record(r.log, o.delete, r.opKey(o), attempts+1, o.err, now)
 		}
 		settled := o.err == nil || (!o.delete && IsTerminal(o.err))
 		written := o.delete || o.written
 		if o.err == nil && written && !o.delete {
-			fig.done(now.Sub(o.since), r.metrics.commit != nil)
+			fig.done(now.Sub(o.since), slices)
 		}
 		s := o.s
 		if s == nil {
@@ -212,15 +210,6 @@ func (r *reconciler[Obj]) requeue(o *op[Obj]) {
 	lc.requeue(s)
 }
 
-// failed records a failed op, its attempt-th: the last error and the
-// count of failures since a success; and logs it.
-func (r *reconciler[Obj]) failed(o *op[Obj], attempt int, now time.Time) {
-	r.totals.sinceSuccess++
-	r.totals.lastErr = o.err.Error()
-	r.totals.lastErrAt = now
-	r.failLog.record(r.log, o.delete, r.opKey(o), attempt, o.err, now)
-}
-
 // opKey returns o's primary key for messages.
 func (r *reconciler[Obj]) opKey(o *op[Obj]) string {
 	if o.key != "" {
@@ -228,4 +217,21 @@ func (r *reconciler[Obj]) opKey(o *op[Obj]) string {
 	}
 	key, _ := r.keyOf(o.obj)
 	return displayKey(key)
+}
+
+// outcome classifies how an operation ended, in the order of precedence
+// metrics.Outcome documents: a panic, a timeout of the operation's own
+// deadline, a terminal error, any other error.
+func outcome(err error, timeout time.Duration) metrics.Outcome {
+	switch {
+	case err == nil:
+		return metrics.OutcomeSuccess
+	case errors.Is(err, ErrPanic):
+		return metrics.OutcomePanic
+	case timeout > 0 && errors.As(err, new(*timeoutError)):
+		return metrics.OutcomeTimeout
+	case IsTerminal(err):
+		return metrics.OutcomeTerminal
+	}
+	return metrics.OutcomeError
 }

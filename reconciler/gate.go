@@ -6,16 +6,11 @@ import (
 	"sync/atomic"
 )
 
-// gate answers the one question asked before every operation starts: may
-// an operation start now? Not while paused, not while a prune runs, not
-// once the loop is stopping. Pause, Resume and the loop change it from any
-// goroutine; workers wait on it.
-//
-// A start is enter, then the call of the operation, then entered. Closing
-// the gate (Pause, a prune) waits for the starts under way, so that once
-// it returns no operation begins: an operation that begins afterwards was
-// called before the gate closed, within the few instructions between
-// entered and the call.
+// gate answers the question asked before every operation starts: may one
+// start now? Not while paused, pruning or stopping. A start is enter, then
+// the operation's call, which first calls entered; closing the gate waits for
+// the starts between enter and entered, so that once it is closed only
+// those already past entered begin. Safe for concurrent use; see newGate.
 type gate struct {
 	mu       sync.Mutex
 	paused   bool

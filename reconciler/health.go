@@ -32,14 +32,10 @@ type healthState struct {
 	gateErr      error  // started before its tables were initialized
 }
 
-// update reports the state after a round if it differs from what was last
-// reported. While paused, health is OK with "Paused". While nothing fails,
-// health is OK with the number of objects.
-// Otherwise it is Degraded with "N error(s)", the wording of the StateDB
-// reconciler that scripts match on, then what fails, and up to
-// maxHealthErrors errors of failing objects, earliest next attempt first.
-// objects and retryErrors are called only when needed. It returns the
-// state for the reconcilers table.
+// update reports s, the state after a round, if it changed: "Paused", "OK,
+// N object(s)", or Degraded with "N error(s)" (the StateDB reconciler's
+// wording) and up to maxHealthErrors errors. objects and retryErrors are
+// called only when needed. It returns the state for the reconcilers table.
 func (h *healthReporter) update(s healthState, objects func() int, retryErrors func(limit int) []error) State {
 	if s.paused {
 		// Paused on purpose: OK, but saying so.

@@ -4,32 +4,7 @@ import (
 	"time"
 
 	"github.com/cilium/statedb"
-	"github.com/converge-go/converge/metrics"
 )
-
-// totals are the running figures of a reconciler that its row in the
-// reconcilers table shows. The loop owns them.
-type totals struct {
-	succeeded, failed uint64
-	sinceSuccess      int // failed operations since the last that succeeded
-	lastErr           string
-	lastErrAt         time.Time
-	refreshRepaired   int
-}
-
-// add counts a commit's figures.
-func (t *totals) add(fig *commitFigures) {
-	for _, c := range []*metrics.OutcomeCounts{&fig.stats.Update, &fig.stats.Delete} {
-		ok := c[metrics.OutcomeSuccess]
-		t.succeeded += uint64(ok)
-		t.failed += uint64(c.Failed())
-	}
-	t.refreshRepaired += fig.stats.RefreshRepaired
-}
-
-// succeededLast records that an operation succeeded: the count of
-// failures since one did starts again.
-func (t *totals) succeededLast() { t.sinceSuccess = 0 }
 
 // infoWriter keeps the reconciler's rows in the tables of TablesCell
 // current. It writes only what changed since its last write.

@@ -1,23 +1,20 @@
 package reconciler
 
 import (
-	"hash/maphash"
 	"math"
 	"time"
 
 	"github.com/cilium/statedb"
-
-	"github.com/converge-go/converge/internal/ident"
 )
 
 // The life of one key.
 //
-// Everything the reconciler knows about one primary key lives in one
-// keyState, and every change of a keyState, its position in the retry heap
-// included, is made in this file, by a method of lifecycles or of the
-// heap, on the loop's goroutine. A key with no keyState needs nothing from
-// the reconciler (its next change, if any, is still in the change iterator
-// or the deferred queue).
+// The work the reconciler holds for one primary key lives in one keyState,
+// and every change of a keyState, its position in the retry heap included,
+// is made in this file, by a method of lifecycles or of the heap, on the
+// loop's goroutine. A key with no keyState needs nothing from the
+// reconciler (its next change, if any, is still in the change iterator or
+// the deferred queue); what makes a status of it stale is in staleness.
 //
 //	                      start
 //	    queued ─────────────────────────────► running
@@ -69,7 +66,7 @@ import (
 //     replaces it.
 //   - An object put back with a status older than what the reconciler
 //     knows of its key (a delete read since, or a newer version it holds or
-//     applied; see stale) is new work, although its status (Done, say, on
+//     applied; see staleness) is new work, although its status (Done, say, on
 //     a value read earlier) asks for none: that status speaks of a target
 //     that has changed since.
 //
@@ -147,61 +144,7 @@ type lifecycles[Obj any] struct {
 	// date: their failure changed since the last takeOutdated (nil: not
 	// tracking); spare is its double buffer.
 	outdated, spare map[string]*keyState[Obj]
-
-	superseded supersededKeys
-	pruned     []pruneSnapshot // oldest first
 }
-
-// pruneSnapshot is the snapshot a prune ran with while changes up to its
-// revision were unread, kept until the changes read pass that revision. A
-// prune may remove from the target an object whose delete the loop has not
-// read yet, and if the object is put back before the loop reads the
-// changes, the delete never shows: the change feed gives only the object
-// put back. Such an object, absent from the snapshot of any prune kept and
-// carrying a status no newer than that snapshot's cut (the greatest
-// identity handed out when it was taken), is new work (see loop.stale).
-// Every such prune is kept, not only the last: a later prune that finds
-// the object put back says nothing of what an earlier one removed.
-type pruneSnapshot struct {
-	txn   statedb.ReadTxn
-	rev   statedb.Revision
-	cut   uint64
-	until statedb.Revision // once known, kept until the changes read reach it
-}
-
-// supersededKeys remembers, for some keys, a cut: every status of this
-// reconciler with an identity no greater than the cut, found on an object
-// of the key, was created before something that has since changed the
-// target, so it no longer says what the target holds (identities increase,
-// see package ident). A key gets a cut
-//
-//   - when its delete is read: the greatest identity handed out then (the
-//     delete removes the object from the target, whatever status it had);
-//   - when a commit finds the object it applied written back, in the
-//     meantime, with a status older than the one that asked for the
-//     version applied: just below that status (the target holds a newer
-//     version than the one written back).
-//
-// An object found with such a status is put back as it was before: it is
-// new work, whatever its status says (see lifecycles.stale).
-//
-// It remembers the last supersededGeneration keys at least and twice as
-// many at most: when the current generation is full it becomes the old one,
-// and the old one is dropped. Beyond that, a put-back object is trusted as
-// its status says (a refresh, if enabled, repairs it). Keys are kept as
-// 64-bit hashes: two keys sharing one cost a needless Update, never a lost
-// one. The zero value is empty.
-type supersededKeys struct {
-	seed     maphash.Seed
-	cur, old map[uint64]uint64 // key hash → cut
-}
-
-// any reports whether a cut was recorded.
-func (k *supersededKeys) any() bool { return k.cur != nil }
-
-// supersededGeneration is the number of keys one generation of
-// supersededKeys holds: about 150 KiB of memory.
-const supersededGeneration = 1 << 13
 
 func newLifecycles[Obj any]() *lifecycles[Obj] {
 	return &lifecycles[Obj]{byKey: map[string]*keyState[Obj]{}}
@@ -255,14 +198,10 @@ func (lc *lifecycles[Obj]) follow(s *keyState[Obj], t task[Obj]) {
 	}
 }
 
-// adopt records an Error status, not terminal and not written by this
-// reconciler's last commits, found on obj (t asks to apply it again): a
-// user wrote it back after its retry was dropped, or it was in the table
-// at start. Left alone the object would stay failed for good, so it is
-// retried at now, unless the key's keyState already knows that status.
-// While a version of the key runs, the status is a change like any other
-// (see follow): the retry running for that very status is the version
-// running written back.
+// adopt records an Error status this reconciler did not just write, found
+// on key's object (written back, or there at start; t applies it again):
+// it is retried at now, unless the keyState knows that status already.
+// While a version of the key runs, it is a change like any other (follow).
 func (lc *lifecycles[Obj]) adopt(key string, t task[Obj], errID uint64, err error, now time.Time) {
 	s, ok := lc.byKey[key]
 	if ok && s.phase == phaseRunning {
@@ -502,96 +441,12 @@ func (lc *lifecycles[Obj]) unqueue(s *keyState[Obj]) {
 	}
 }
 
-// sawDelete records that a delete of key was read (see supersededKeys).
-func (lc *lifecycles[Obj]) sawDelete(key []byte) { lc.supersede(key, ident.Last()) }
-
-// sawOlder records that a commit found the object of key written back with
-// a status older than statusID, the identity of the status that asked for
-// the version it applied (see supersededKeys).
-func (lc *lifecycles[Obj]) sawOlder(key []byte, statusID uint64) { lc.supersede(key, statusID-1) }
-
-// supersede raises the cut of key to cut.
-func (lc *lifecycles[Obj]) supersede(key []byte, cut uint64) {
-	k := &lc.superseded
-	if k.cur == nil {
-		k.seed = maphash.MakeSeed()
-		k.cur = make(map[uint64]uint64)
-	}
-	h := maphash.Bytes(k.seed, key)
-	if c, ok := k.cur[h]; ok {
-		k.cur[h] = max(c, cut)
-		return
-	}
-	if len(k.cur) >= supersededGeneration {
-		clear(k.old)
-		k.old, k.cur = k.cur, k.old
-		if k.cur == nil {
-			k.cur = make(map[uint64]uint64, supersededGeneration)
-		}
-	}
-	k.cur[h] = max(k.old[h], cut)
-}
-
-// sawPrune records the snapshot of a prune that ran while changes up to its
-// revision rev were still unread; cut is the greatest status identity
-// handed out when it was taken (see pruneSnapshot).
-func (lc *lifecycles[Obj]) sawPrune(txn statedb.ReadTxn, rev statedb.Revision, cut uint64) {
-	lc.pruned = append(lc.pruned, pruneSnapshot{txn: txn, rev: rev, cut: cut})
-}
-
-// mayBeStale reports whether any status can be stale (see stale): a key
-// is tracked, a cut recorded, or a prune's snapshot kept.
-func (lc *lifecycles[Obj]) mayBeStale() bool {
-	return lc.tracked() || lc.superseded.any() || len(lc.pruned) > 0
-}
-
-// readUpTo drops the prunes' snapshots that can no longer be needed: read
-// is the last change read, txnRev the revision of the snapshot those
-// changes were read from. A delete at or before a prune's revision that
-// the changes read have passed either showed as a delete, or its key was
-// put back before that read's snapshot: then the object put back shows by
-// txnRev at the latest. So once read passes the prune's revision, the
-// snapshot is kept until read also passes that read's txnRev.
-func (lc *lifecycles[Obj]) readUpTo(read, txnRev statedb.Revision) {
-	kept := lc.pruned[:0]
-	for _, p := range lc.pruned {
-		if read >= p.rev && p.until == 0 {
-			p.until = txnRev
-		}
-		if p.until == 0 || read < p.until {
-			kept = append(kept, p)
-		}
-	}
-	clear(lc.pruned[len(kept):])
-	lc.pruned = kept
-	if len(kept) == 0 {
-		lc.pruned = nil
-	}
-}
-
-// stale reports whether statusID, the identity of a status that asks for
-// no work (Done, or an Error) found on an object of key, is older than what
-// the reconciler knows of key: older than the status of a version it holds
-// for key (queued, running or waiting for a retry), or no newer than the
-// cut of key (see supersededKeys). The object was then put back as it was
-// before, and must be applied again.
-func (lc *lifecycles[Obj]) stale(key []byte, statusID uint64) bool {
-	if statusID == 0 {
-		return false
-	}
-	if s, ok := lc.byKey[string(key)]; ok && !s.task.delete && statusID < s.task.statusID {
-		return true
-	}
-	k := &lc.superseded
-	if k.cur == nil {
-		return false
-	}
-	h := maphash.Bytes(k.seed, key)
-	if cut, ok := k.cur[h]; ok && statusID <= cut {
-		return true
-	}
-	cut, ok := k.old[h]
-	return ok && statusID <= cut
+// holdsNewer reports whether the reconciler holds for key a version newer
+// than the status statusID found on an object of key (see staleness): one
+// queued, running or waiting for a retry, asked for by a later status.
+func (lc *lifecycles[Obj]) holdsNewer(key []byte, statusID uint64) bool {
+	s, ok := lc.byKey[string(key)]
+	return ok && statusID != 0 && !s.task.delete && statusID < s.task.statusID
 }
 
 // markPruned records that a prune runs while s's task is running and its
@@ -742,6 +597,9 @@ func (lc *lifecycles[Obj]) oldestSince() time.Time {
 			oldest = earliest(oldest, s.next.since)
 		}
 	}
+	if len(lc.heap) == 0 {
+		return oldest
+	}
 	if e, ok := lc.sinces.min(lc.stillWaiting); ok {
 		oldest = earliest(oldest, e.s.task.since)
 	}
@@ -760,6 +618,9 @@ func earliest(a, b time.Time) time.Time {
 // waiting or being attempted again, or 0.
 func (lc *lifecycles[Obj]) retryLowWatermark() statedb.Revision {
 	var low statedb.Revision
+	if lc.retrying == 0 {
+		return 0 // every waiting keyState has failed
+	}
 	if e, ok := lc.lows.min(lc.stillWaiting); ok {
 		low = e.s.task.asked
 	}

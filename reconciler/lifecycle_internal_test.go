@@ -209,42 +209,42 @@ func TestLifecycleMatchesAModel(t *testing.T) {
 	}
 }
 
-// TestStaleAfterDelete checks the memory of superseded keys: a status
-// created before a delete of its key was read is stale, one created after
-// is not, a commit's cut lies just below the version it applied, and the
-// memory keeps between one and two generations of keys.
+// TestStaleAfterDelete checks the cuts of staleness: a status created
+// before a delete of its key was read is stale, one created after is not,
+// a commit's cut lies just below the version it applied, and between one
+// and two generations of keys are kept.
 func TestStaleAfterDelete(t *testing.T) {
-	lc := newLifecycles[int]()
+	var lc staleness
 	before := status.Done()
-	assert.False(t, lc.stale([]byte("a"), before.ID()), "nothing recorded yet")
+	assert.False(t, lc.cut([]byte("a"), before.ID()), "nothing recorded yet")
 
 	lc.sawDelete([]byte("a"))
 	after := status.Done()
-	assert.True(t, lc.stale([]byte("a"), before.ID()), "created before the delete was read")
-	assert.False(t, lc.stale([]byte("a"), after.ID()), "created after")
-	assert.False(t, lc.stale([]byte("b"), before.ID()), "another key")
-	assert.False(t, lc.stale([]byte("a"), 0), "no identity")
+	assert.True(t, lc.cut([]byte("a"), before.ID()), "created before the delete was read")
+	assert.False(t, lc.cut([]byte("a"), after.ID()), "created after")
+	assert.False(t, lc.cut([]byte("b"), before.ID()), "another key")
+	assert.False(t, lc.cut([]byte("a"), 0), "no identity")
 
 	applied := status.Pending()
 	lc.sawOlder([]byte("c"), applied.ID())
-	assert.True(t, lc.stale([]byte("c"), after.ID()), "older than the version applied")
-	assert.False(t, lc.stale([]byte("c"), applied.ID()), "the version applied itself")
+	assert.True(t, lc.cut([]byte("c"), after.ID()), "older than the version applied")
+	assert.False(t, lc.cut([]byte("c"), applied.ID()), "the version applied itself")
 	lc.sawOlder([]byte("a"), after.ID())
-	assert.False(t, lc.stale([]byte("a"), after.ID()), "a later cut never lowers")
+	assert.False(t, lc.cut([]byte("a"), after.ID()), "a later cut never lowers")
 
 	for i := range supersededGeneration - 2 {
 		lc.sawDelete(fmt.Appendf(nil, "k%d", i))
 	}
-	assert.True(t, lc.stale([]byte("a"), before.ID()), "one generation is kept whole")
+	assert.True(t, lc.cut([]byte("a"), before.ID()), "one generation is kept whole")
 	for i := range supersededGeneration {
 		lc.sawDelete(fmt.Appendf(nil, "m%d", i))
 	}
-	assert.True(t, lc.stale([]byte("k0"), before.ID()), "the previous generation is kept")
+	assert.True(t, lc.cut([]byte("k0"), before.ID()), "the previous generation is kept")
 	for i := range supersededGeneration {
 		lc.sawDelete(fmt.Appendf(nil, "n%d", i))
 	}
-	assert.False(t, lc.stale([]byte("k0"), before.ID()), "two generations back are dropped")
-	assert.LessOrEqual(t, len(lc.superseded.cur)+len(lc.superseded.old), 2*supersededGeneration)
+	assert.False(t, lc.cut([]byte("k0"), before.ID()), "two generations back are dropped")
+	assert.LessOrEqual(t, len(lc.cur)+len(lc.old), 2*supersededGeneration)
 }
 
 // Once a burst of failures has settled, the lifecycles hold no storage

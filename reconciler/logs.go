@@ -6,14 +6,10 @@ import (
 	"time"
 )
 
-// Failure logs are rate limited per reconciler, so that a storm of failures
-// cannot flood the log: an object's first failure is logged at Warn level
-// if the reconciler has logged fewer than failLogBurst failures in the last
-// failLogInterval; otherwise it is counted, and the count is added
-// ("suppressed") to the first Warn line once the window has passed: the
-// next first failure, or, if the next failure is a later failure of an
-// object that keeps failing, a Warn line for it. Later failures of an
-// object that keeps failing are otherwise logged at Debug level only.
+// Failure logs are rate limited per reconciler: at most failLogBurst first
+// failures per failLogInterval are logged at Warn, the rest counted and
+// the count ("suppressed") added to the next Warn line. Later failures of
+// an object that keeps failing are logged at Debug.
 const (
 	failLogBurst    = 10
 	failLogInterval = 10 * time.Second

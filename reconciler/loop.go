@@ -11,15 +11,15 @@ import (
 	"github.com/cilium/statedb"
 )
 
-// loop is one run of the reconcile job: the executor and the prune
-// schedule, which live as long as the run. Everything else it works on
-// belongs to the reconciler, whose stages (collect, operate, commit, prune,
-// report) it runs in order.
+// loop is one run of the reconcile job: the executor, the prune schedule
+// and the retry timer, which live as long as the run. Everything else it
+// works on belongs to the reconciler, whose stages (collect, operate,
+// commit, prune, report) it runs in order.
 type loop[Obj any] struct {
 	r     *reconciler[Obj]
 	exec  *executor[Obj]
 	prune pruneSchedule
-	retry retryTimer
+	retry *time.Timer // fires when the earliest retry is due (see armRetry)
 }
 
 // run is the reconcile job: it waits for something to do and runs a round,
@@ -33,7 +33,8 @@ func (r *reconciler[Obj]) run(ctx context.Context, health cell.Health) error {
 		r.started, r.backlog = true, opened // what the table holds now waits behind fresh changes
 	}
 	r.resetRun(health)
-	l := &loop[Obj]{r: r, prune: newPruneSchedule(r)}
+	l := &loop[Obj]{r: r, prune: newPruneSchedule(r), retry: time.NewTimer(time.Hour)}
+	l.retry.Stop()
 	r.gate.setStopping(false)
 	l.exec = newExecutor(ctx, r)
 	defer l.stopped()
@@ -42,7 +43,7 @@ func (r *reconciler[Obj]) run(ctx context.Context, health cell.Health) error {
 	}
 	for {
 		paused, pauseChanged := r.gate.state()
-		watch, retryC := r.watch, l.retry.C()
+		watch, retryC := r.watch, l.retry.C
 		if l.exec.room() <= 0 || paused {
 			watch, retryC = nil, nil // read nothing new; commit what finishes
 		}
@@ -55,19 +56,19 @@ func (r *reconciler[Obj]) run(ctx context.Context, health cell.Health) error {
 		case <-pauseChanged:
 		case <-watch:
 		case <-retryC:
-		case <-l.exec.finished():
-		case <-l.prune.initialized():
-			l.prune.setInitialized()
-		case <-l.prune.tick():
+		case <-l.exec.finished:
+		case <-l.prune.initC:
+			l.prune.initialized()
+		case <-l.prune.tickC:
 			l.prune.request()
-		case <-l.prune.retry():
+		case <-l.prune.retry.C:
 			l.prune.request()
 		case <-r.pruneRequests:
 			l.prune.request()
 		case <-r.gateWatch:
 			r.gateWatch = nil // checkGate sets it again if need be
 		}
-		if paused, _ = r.gate.state(); !paused {
+		if paused, _ = r.gate.state(); !paused && r.opts.roundLimiter != nil {
 			r.waitForLimiter(ctx)
 		}
 		if ctx.Err() != nil {
@@ -75,7 +76,7 @@ func (r *reconciler[Obj]) run(ctx context.Context, health cell.Health) error {
 		}
 		l.round(ctx, paused)
 		r.wasPaused = paused
-		l.retry.set(r, l.exec.room() > 0)
+		l.armRetry()
 	}
 }
 
@@ -88,13 +89,15 @@ func (l *loop[Obj]) round(ctx context.Context, paused bool) {
 	if paused {
 		room = 0
 	}
-	work := r.collect(txn, now, room)                                  // 1. queued, fresh, retries, deferred
-	finished := l.exec.operate(ctx, txn, work)                         // 2. started at the gate; what finished
-	outcome := r.commit(cutShort(finished, ctx.Err() != nil), r.now()) // 3. statuses written, keys settled
-	if !paused {
-		r.pruneIfDue(ctx, &l.prune) // 4. no operation starts meanwhile
+	work := r.collect(txn, now, room)                        // 1. queued, fresh, retries, deferred
+	finished := l.exec.operate(txn, work)                    // 2. started at the gate; what finished
+	outcome := r.commit(finished, ctx.Err() != nil, r.now()) // 3. statuses written, keys settled
+	if l.prune.due && !paused {
+		r.pruneNow(ctx, &l.prune) // 4. no operation starts meanwhile
 	}
-	r.checkGate(txn)
+	if r.gateErr != nil {
+		r.checkGate(txn)
+	}
 	r.report(txn, work, outcome, l.exec.load(now), &l.prune, r.now(), paused) // 5. progress, metrics, tables, health
 }
 
@@ -103,18 +106,34 @@ func (l *loop[Obj]) round(ctx context.Context, paused bool) {
 // past those changes), closes the feed, and marks the reconciler stopped.
 func (l *loop[Obj]) stopped() {
 	r := l.r
-	l.retry.stop()
+	l.retry.Stop()
 	l.prune.stop()
 	r.pruneOwed = l.prune.owed() // asked again at the next start
 	r.gate.setStopping(true)
 	left := l.exec.stop() // waits for the operations under way to return
-	r.commit(cutShort(left, true), r.now())
+	r.commit(left, true, r.now())
 	r.progress.update(r.progressRev(), r.lifecycles.retryLowWatermark())
 	r.changes.close()
 	if r.info != nil {
 		txn := r.db.ReadTxn()
 		r.info.write(r.db, r.infoRow(&l.prune, StateStopped, r.table.NumObjects(txn), r.lifecycles.retrying, 0, r.lifecycles.oldestSince()), r.lifecycles.takeOutdated())
 	}
+}
+
+// armRetry sets the retry timer for the earliest retry, if one can be
+// taken: while the executor has no room none could start, so the timer is
+// left off and the next finished operation wakes the loop instead. It
+// fires a jitter window past the earliest retry, so that retries spread by
+// jitter are taken in few rounds, not one each.
+func (l *loop[Obj]) armRetry() {
+	l.retry.Stop()
+	r := l.r
+	due, ok := r.lifecycles.nextDue()
+	if !ok || l.exec.room() <= 0 {
+		return
+	}
+	window := durationOf(float64(r.opts.retryMin) * r.opts.retryJitter)
+	l.retry.Reset(durationOf(float64(due) - float64(r.now().UnixNano()) + float64(window)))
 }
 
 // resetRun readies the state of one run of the job.
@@ -125,28 +144,12 @@ func (r *reconciler[Obj]) resetRun(health cell.Health) {
 	r.reported, r.figures, r.totals, r.failLog = struct{ failing, inFlight int }{}, commitFigures{}, totals{}, failLog{}
 }
 
-// cutShort returns ops, with the failures marked as not run if cut: ops
-// cut short by a stop fail because of it, which is not an outcome, and
-// are queued for the next start with their attempts kept.
-func cutShort[Obj any](ops []op[Obj], cut bool) []op[Obj] {
-	for i := range ops {
-		if cut && ops[i].err != nil {
-			ops[i].ran = false
-		}
-	}
-	return ops
-}
-
-// waitForLimiter paces rounds with the round limiter, if any. A limiter
+// waitForLimiter paces rounds with the round limiter. A limiter
 // whose Wait fails for any reason but ctx (its owner made it unusable while
 // the reconciler runs) does not stop the reconciler: the round goes ahead
 // unpaced and health reports the error until the limiter works again.
 func (r *reconciler[Obj]) waitForLimiter(ctx context.Context) {
-	lim := r.opts.roundLimiter
-	if lim == nil {
-		return
-	}
-	err := lim.Wait(ctx)
+	err := r.opts.roundLimiter.Wait(ctx)
 	if err != nil && ctx.Err() != nil {
 		return
 	}
@@ -160,54 +163,6 @@ func (r *reconciler[Obj]) waitForLimiter(ctx context.Context) {
 }
 
 var errRoundLimiter = errors.New("round limiter")
-
-// retryTimer wakes the loop when the earliest retry is due.
-type retryTimer struct{ t *time.Timer }
-
-func (t *retryTimer) C() <-chan time.Time {
-	if t.t == nil {
-		return nil
-	}
-	return t.t.C
-}
-
-// set arms the timer for the earliest retry, if any can be taken. While
-// the executor has no room no retry could be started, so the timer is left
-// off; the next finished operation wakes the loop instead. The timer fires
-// a jitter window past the earliest retry, so that retries spread by jitter
-// are taken in few rounds, not one each.
-func (t *retryTimer) set(r interface {
-	nextRetry() (time.Duration, bool)
-}, canTake bool) {
-	if t.t != nil {
-		t.t.Stop()
-	}
-	d, ok := r.nextRetry()
-	if !ok || !canTake {
-		return
-	}
-	if t.t == nil {
-		t.t = time.NewTimer(d)
-		return
-	}
-	t.t.Reset(d)
-}
-
-func (t *retryTimer) stop() {
-	if t.t != nil {
-		t.t.Stop()
-	}
-}
-
-// nextRetry returns how long until the retry timer should fire.
-func (r *reconciler[Obj]) nextRetry() (time.Duration, bool) {
-	due, ok := r.lifecycles.nextDue()
-	if !ok {
-		return 0, false
-	}
-	window := durationOf(float64(r.opts.retryMin) * r.opts.retryJitter)
-	return durationOf(float64(due) - float64(r.now().UnixNano()) + float64(window)), true
-}
 
 // startGate waits, before the loop's first round, for the tables of
 // WithStartAfter to be initialized. It returns false if ctx ended. If it
@@ -261,12 +216,9 @@ func (r *reconciler[Obj]) uninitialized(txn statedb.ReadTxn) ([]string, <-chan s
 	return names, watch
 }
 
-// checkGate clears r.gateErr once the tables it names are initialized;
-// until then r.gateWatch wakes the loop when one of them is.
+// checkGate clears r.gateErr, once set, when the tables it names are
+// initialized; until then r.gateWatch wakes the loop when one of them is.
 func (r *reconciler[Obj]) checkGate(txn statedb.ReadTxn) {
-	if r.gateErr == nil {
-		return
-	}
 	waiting, watch := r.uninitialized(txn)
 	if len(waiting) == 0 {
 		r.gateErr, r.gateWatch = nil, nil

@@ -14,35 +14,35 @@ import (
 	"github.com/converge-go/converge/metrics"
 )
 
-// executor is the operate stage of a round: it runs the ops collected in
-// the round and returns those whose outcome is known. It has two modes:
-// inline (WithConcurrency(1)), which runs them on the loop's goroutine and
-// returns them all, and a workerPool, which hands them to worker goroutines
-// and returns what they finished since the last round. Either starts an
-// operation only when gate.enter allows, at the moment it starts; an op it
-// never started comes back with ran == false. Every method is called from
-// the loop's goroutine.
+// executor is the operate stage of a round: it runs the round's ops, inline
+// on the loop's goroutine (WithConcurrency(1)) or on a workerPool, and
+// returns those finished. An op starts only when gate.enter allows; one
+// never started comes back with ran == false. The loop's goroutine owns it.
 type executor[Obj any] struct {
-	inline runner[Obj]      // inline mode
+	inline *runner[Obj]     // inline mode
 	size   int              // inline mode: the round size
 	pool   *workerPool[Obj] // nil in inline mode
+
+	// finished is signalled when ops finish outside operate; nil inline.
+	finished <-chan struct{}
 }
 
 func newExecutor[Obj any](ctx context.Context, r *reconciler[Obj]) *executor[Obj] {
 	if r.opts.concurrency > 1 {
-		return &executor[Obj]{pool: newWorkerPool(ctx, r)}
+		p := newWorkerPool(ctx, r)
+		return &executor[Obj]{pool: p, finished: p.signal}
 	}
-	return &executor[Obj]{inline: runner[Obj]{r: r}, size: r.opts.roundSize}
+	return &executor[Obj]{inline: newRunner(ctx, r), size: r.opts.roundSize}
 }
 
 // operate runs work, or hands it to the workers, and returns the ops
 // finished: inline, all of work; with workers, what finished since the
 // last call.
-func (e *executor[Obj]) operate(ctx context.Context, txn statedb.ReadTxn, work []op[Obj]) (finished []op[Obj]) {
+func (e *executor[Obj]) operate(txn statedb.ReadTxn, work []op[Obj]) (finished []op[Obj]) {
 	if e.pool != nil {
 		return e.pool.operate(work)
 	}
-	e.inline.run(ctx, txn, work)
+	e.inline.run(txn, work)
 	return work
 }
 
@@ -52,14 +52,6 @@ func (e *executor[Obj]) room() int {
 		return e.pool.limit - e.pool.held
 	}
 	return e.size
-}
-
-// finished is signalled when ops finish outside operate; nil inline.
-func (e *executor[Obj]) finished() <-chan struct{} {
-	if e.pool != nil {
-		return e.pool.signal
-	}
-	return nil
 }
 
 // load describes the ops it holds, as of now.
@@ -221,7 +213,7 @@ func (p *workerPool[Obj]) take(buf []op[Obj]) ([]op[Obj], bool) {
 
 func (p *workerPool[Obj]) work(running *atomic.Int64) {
 	defer p.wg.Done()
-	run := runner[Obj]{r: p.r}
+	run := newRunner(p.ctx, p.r)
 	var chunk []op[Obj]
 	for {
 		var ok bool
@@ -230,7 +222,7 @@ func (p *workerPool[Obj]) work(running *atomic.Int64) {
 			return
 		}
 		running.Store(time.Now().UnixNano())
-		run.run(p.ctx, p.r.db.ReadTxn(), chunk)
+		run.run(p.r.db.ReadTxn(), chunk)
 		running.Store(0)
 		p.mu.Lock()
 		p.done = append(p.done, chunk...)
@@ -243,35 +235,29 @@ func (p *workerPool[Obj]) work(running *atomic.Int64) {
 	}
 }
 
-// runner calls the operations. The loop has one and so does every worker;
+// runner calls the operations, with the context of the loop's run and
+// its drift counter attached. The loop has one and so does every worker;
 // its buffers are reused from one call to the next.
 type runner[Obj any] struct {
 	r       *reconciler[Obj]
+	ctx     context.Context
+	drift   driftCounter // ReportRepaired calls of the operation running
 	updates []BatchEntry[Obj]
 	deletes []BatchEntry[Obj]
 	ops     []*op[Obj] // the ops of the batch running, in the order given
-
-	// drift counts ReportRepaired calls; ctx is the context given to run
-	// with drift attached, made once for each new parent context.
-	drift  driftCounter
-	parent context.Context
-	ctx    context.Context
 }
 
-// withDrift returns ctx with the runner's drift counter attached. The loop
-// and each worker always run with the same context, so this allocates once.
-func (e *runner[Obj]) withDrift(ctx context.Context) context.Context {
-	if ctx != e.parent {
-		e.parent, e.ctx = ctx, context.WithValue(ctx, driftKey{}, &e.drift)
-	}
-	return e.ctx
+func newRunner[Obj any](ctx context.Context, r *reconciler[Obj]) *runner[Obj] {
+	e := &runner[Obj]{r: r}
+	e.ctx = context.WithValue(ctx, driftKey{}, &e.drift)
+	return e
 }
 
 // run applies ops, recording each outcome. Each operation starts only if
 // the gate allows it then; the ops it does not start (the gate closed, or
-// ctx ended) keep ran == false.
-func (e *runner[Obj]) run(ctx context.Context, txn statedb.ReadTxn, ops []op[Obj]) {
-	ctx = e.withDrift(ctx)
+// the run's context ended) keep ran == false.
+func (e *runner[Obj]) run(txn statedb.ReadTxn, ops []op[Obj]) {
+	ctx := e.ctx
 	if e.r.batchOps != nil {
 		e.runBatches(ctx, txn, ops)
 		return
@@ -303,8 +289,8 @@ func (e *runner[Obj]) run(ctx context.Context, txn statedb.ReadTxn, ops []op[Obj
 			})
 		}
 		o.ran = true
-		if n := e.drift.take(); n > 0 && o.refresh && !o.delete {
-			r.refreshDrift.Add(int64(n))
+		if n := e.drift.n.Swap(0); n > 0 && o.refresh && !o.delete {
+			r.refreshDrift.Add(n)
 		}
 		end := time.Now()
 		r.metrics.ReconciliationDuration(r.moduleID, r.opts.name, name, end.Sub(start))
@@ -385,8 +371,8 @@ func (e *runner[Obj]) batch(ctx context.Context, txn statedb.ReadTxn, name strin
 		refreshed = refreshed || (o.refresh && !o.delete)
 	}
 	// Drift reported by a batch counts if the batch refreshed anything.
-	if n := e.drift.take(); n > 0 && refreshed {
-		r.refreshDrift.Add(int64(n))
+	if n := e.drift.n.Swap(0); n > 0 && refreshed {
+		r.refreshDrift.Add(n)
 	}
 }
 
@@ -455,3 +441,26 @@ func entryErr(result, batchErr error) error {
 	}
 	return result
 }
+
+// ReportRepaired lets an operation say that it repaired n pieces of drift:
+// Prune counting what it removed from the target that should not have been
+// there, or Update counting what it had to put right in the target for an
+// object marked Refreshing. Call it with the context the operation was
+// given, any number of times. The counts go to the metrics (drift repaired,
+// by source "prune" or "refresh"; see [metrics.PruneStats] and
+// [metrics.CommitStats]) and to the reconcilers table. With a context that
+// does not come from a reconciler it does nothing. It is safe for
+// concurrent use and does not allocate.
+func ReportRepaired(ctx context.Context, n int) {
+	if c, ok := ctx.Value(driftKey{}).(*driftCounter); ok && n > 0 {
+		c.n.Add(int64(n))
+	}
+}
+
+type driftKey struct{}
+
+// driftCounter collects ReportRepaired calls of the operations an executor
+// runs. The executor reads and resets it around each operation.
+type driftCounter struct{ n atomic.Int64 }
+
+func (c *driftCounter) take() int { return int(c.n.Swap(0)) }

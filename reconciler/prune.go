@@ -13,21 +13,23 @@ import (
 
 // pruneSchedule decides when the loop prunes: once the table is
 // initialized, then every prune interval and on Reconciler.Prune; a failed
-// prune again after the retry backoff. The loop waits on its channels and
-// runs the prune, when due, between commit and report, with the gate
-// closed (what a prune may undo is in keyState and pruneSnapshot).
+// prune again after the retry backoff. The loop waits on its channels,
+// tells it what fired (initialized, request), and runs the prune while due
+// is set, between commit and report, with the gate closed (what a prune
+// may undo is in keyState and pruneSnapshot).
 type pruneSchedule struct {
 	prune func(ctx context.Context, txn statedb.ReadTxn) pruneResult
 
-	initWatch   <-chan struct{} // closed when the table is initialized; nil after
-	isInit      bool
-	requested   bool
-	ticker      *time.Ticker // nil without periodic pruning
-	retryTimer  *time.Timer
-	retryMin    time.Duration
-	retryMax    time.Duration
-	retryJitter float64
-	rand        func() float64
+	initC             <-chan struct{}  // closed when the table is initialized; nil once told
+	tickC             <-chan time.Time // ticks every prune interval; nil without
+	retry             *time.Timer      // fires when a failed prune is to be tried again
+	due               bool             // initialized and requested: prune in the next round
+	ticker            *time.Ticker     // nil without periodic pruning
+	isInit, requested bool
+
+	retryMin, retryMax time.Duration
+	retryJitter        float64
+	rand               func() float64
 
 	failures int
 	last     pruneResult // the last prune's, zero before the first
@@ -36,19 +38,20 @@ type pruneSchedule struct {
 }
 
 func newPruneSchedule[Obj any](r *reconciler[Obj]) pruneSchedule {
-	_, initWatch := r.table.Initialized(r.db.ReadTxn())
+	_, initC := r.table.Initialized(r.db.ReadTxn())
 	s := pruneSchedule{
 		prune:       r.prune,
-		initWatch:   initWatch,
-		retryTimer:  time.NewTimer(time.Hour),
+		initC:       initC,
+		retry:       time.NewTimer(time.Hour),
 		retryMin:    r.opts.retryMin,
 		retryMax:    r.opts.retryMax,
 		retryJitter: r.opts.retryJitter,
 		rand:        r.rand,
 	}
-	s.retryTimer.Stop()
+	s.retry.Stop()
 	if r.opts.pruneInterval > 0 {
 		s.ticker = time.NewTicker(r.opts.pruneInterval)
+		s.tickC = s.ticker.C
 		s.requested = true // the first prune comes once the table is initialized
 	}
 	if r.pruneOwed {
@@ -62,42 +65,23 @@ func newPruneSchedule[Obj any](r *reconciler[Obj]) pruneSchedule {
 // asks for one at once.
 func (s *pruneSchedule) owed() bool { return s.requested || s.lastErr != nil }
 
-// initialized returns a channel closed once the table is initialized, or
-// nil once the loop has been told with setInitialized.
-func (s *pruneSchedule) initialized() <-chan struct{} {
-	if s.isInit {
-		return nil
-	}
-	return s.initWatch
+// initialized records that the table is initialized.
+func (s *pruneSchedule) initialized() {
+	s.initC, s.isInit = nil, true
+	s.due = s.requested
 }
-
-func (s *pruneSchedule) setInitialized() { s.isInit = true }
-
-// tick returns the channel of the prune interval, nil if there is none.
-func (s *pruneSchedule) tick() <-chan time.Time {
-	if s.ticker == nil {
-		return nil
-	}
-	return s.ticker.C
-}
-
-// retry returns the channel of the timer for trying a failed prune again.
-func (s *pruneSchedule) retry() <-chan time.Time { return s.retryTimer.C }
 
 // request asks for a prune as soon as the table is initialized. The loop
 // calls it when the tick or retry channel fires and on Reconciler.Prune.
-func (s *pruneSchedule) request() { s.requested = true }
+func (s *pruneSchedule) request() {
+	s.requested = true
+	s.due = s.isInit
+}
 
-// due reports whether a prune should run now.
-func (s *pruneSchedule) due() bool { return s.isInit && s.requested }
-
-// pruneIfDue prunes if a prune is due, with a snapshot taken now, not the
-// round's: the commit may have marked Done an object written back after the
-// round began, and the prune must not remove it from the target.
-func (r *reconciler[Obj]) pruneIfDue(ctx context.Context, p *pruneSchedule) {
-	if !p.due() {
-		return
-	}
+// pruneNow prunes, the schedule being due, with a snapshot taken now, not
+// the round's: the commit may have marked Done an object written back
+// after the round began, and the prune must not remove it from the target.
+func (r *reconciler[Obj]) pruneNow(ctx context.Context, p *pruneSchedule) {
 	if !r.gate.beginPrune() {
 		return // paused since the round began: the prune stays due
 	}
@@ -115,15 +99,15 @@ func (r *reconciler[Obj]) pruneIfDue(ctx context.Context, p *pruneSchedule) {
 		}
 	}
 	if rev := r.table.Revision(txn); rev > r.lastRev {
-		r.lifecycles.sawPrune(txn, rev, ident.Last())
+		r.stales.sawPrune(txn, rev, ident.Last())
 	}
 	p.run(ctx, txn)
 }
 
 // run prunes and schedules a retry if it failed.
 func (s *pruneSchedule) run(ctx context.Context, txn statedb.ReadTxn) {
-	s.requested = false
-	s.retryTimer.Stop()
+	s.requested, s.due = false, false
+	s.retry.Stop()
 	s.last = s.prune(ctx, txn)
 	s.lastErr = s.last.err
 	s.repaired += s.last.repaired
@@ -132,14 +116,14 @@ func (s *pruneSchedule) run(ctx context.Context, txn statedb.ReadTxn) {
 		return
 	}
 	s.failures++
-	s.retryTimer.Reset(backoff(s.failures, s.retryMin, s.retryMax, s.retryJitter, s.rand()))
+	s.retry.Reset(backoff(s.failures, s.retryMin, s.retryMax, s.retryJitter, s.rand()))
 }
 
 func (s *pruneSchedule) stop() {
 	if s.ticker != nil {
 		s.ticker.Stop()
 	}
-	s.retryTimer.Stop()
+	s.retry.Stop()
 }
 
 // pruneResult is what one prune did.

@@ -91,11 +91,11 @@ func TestPruneSeesWhatTheCommitBeforeItWrote(t *testing.T) {
 	l := &loop[*benchObj]{r: r, exec: newExecutor(ctx, r), prune: newPruneSchedule(r)}
 	defer l.prune.stop()
 	defer l.exec.stop()
-	l.prune.setInitialized()
+	l.prune.initialized()
 	// No prune until the test asks for one: the first round would close
 	// the gate for it, and a worker taking object 1's update meanwhile
 	// would hand it back unstarted, for a round this test does not run.
-	l.prune.requested = false
+	l.prune.requested, l.prune.due = false, false
 	within := func(ch <-chan struct{}, what string) {
 		t.Helper()
 		select {
@@ -126,11 +126,11 @@ func TestPruneSeesWhatTheCommitBeforeItWrote(t *testing.T) {
 
 	// The update finishes.
 	select {
-	case <-l.exec.finished():
+	case <-l.exec.finished:
 	default:
 	}
 	close(g.gate)
-	within(l.exec.finished(), "the update of object 1 to finish")
+	within(l.exec.finished, "the update of object 1 to finish")
 
 	// The next round's snapshot has no object 1. While it commits the
 	// update, object 1 is written back as it was, status included; the
@@ -160,7 +160,7 @@ func TestPruneSeesWhatTheCommitBeforeItWrote(t *testing.T) {
 			continue
 		}
 		select {
-		case <-l.exec.finished():
+		case <-l.exec.finished:
 		case <-r.watch:
 		case <-deadline:
 			t.Fatalf("object 1 not Done: %+v", obj.st)

@@ -11,22 +11,12 @@ import (
 	"github.com/converge-go/converge/status"
 )
 
-// reconciler implements Reconciler: what Register was given, and the state
-// the reconcile job works on. Fields from changes on are owned by the job's
-// goroutine; those above "the state of one run" outlive a stop of the job.
-//
-// The source is layered, and no two files refer to each other both ways:
-//
-//   - register.go: Register and the methods of Reconciler; loop.go: the
-//     reconcile job, running a round's stages in order;
-//   - the stages, methods of reconciler: collect.go, operate.go (with the
-//     executor and its workers), commit.go, prune.go, report.go, and the
-//     jobs beside the loop, refresh.go and dependency.go;
-//   - this file, declaring the state they share;
-//   - the types that state is made of, each in its own file, referring to
-//     nothing above it: lifecycle.go (every key's state), changes.go (the
-//     change feed, deferred changes, own writes), gate.go, progress.go,
-//     health.go, info.go, logs.go, observers.go, options.go, types.go.
+// reconciler implements Reconciler: what Register was given and the state
+// its jobs work on, declared here for the stages (loop.go runs collect.go,
+// operate.go, commit.go, prune.go, report.go in order) and built of types
+// that each own a file below them (lifecycle.go, stale.go, changes.go,
+// gate.go, ...). No two files refer to each other both ways. Fields from
+// changes on are owned by the reconcile job's goroutine.
 type reconciler[Obj any] struct {
 	opts      options
 	log       *slog.Logger
@@ -55,6 +45,7 @@ type reconciler[Obj any] struct {
 
 	changes    *changeFeed[Obj]   // the table's changes, across stops
 	lifecycles *lifecycles[Obj]   // what is known about each key
+	stales     staleness          // what makes a status found stale
 	deferred   deferredQueue[Obj] // changes taken after fresh ones
 	lastRev    statedb.Revision   // last change read
 	backlog    statedb.Revision   // the table's revision when the job first ran: what is deferred

@@ -32,9 +32,15 @@ func (r *reconciler[Obj]) report(txn statedb.ReadTxn, work []op[Obj], c commitOu
 		if !oldest.IsZero() {
 			age = now.Sub(oldest)
 		}
+		retries := 0
+		for i := range work {
+			if s := work[i].s; s != nil && s.attempts > 0 {
+				retries++
+			}
+		}
 		r.metrics.round.Round(r.moduleID, r.opts.name, metrics.RoundStats{
 			Adds:           len(work),
-			Retries:        retries(work),
+			Retries:        retries,
 			Depth:          load.waiting + len(lc.queued) + lc.parked,
 			Retrying:       failing,
 			InFlight:       inFlight,
@@ -62,25 +68,15 @@ func (r *reconciler[Obj]) report(txn statedb.ReadTxn, work []op[Obj], c commitOu
 	r.progress.update(r.progressRev(), lc.retryLowWatermark())
 }
 
-// retries counts the retries among work.
-func retries[Obj any](work []op[Obj]) (n int) {
-	for i := range work {
-		if s := work[i].s; s != nil && s.attempts > 0 {
-			n++
-		}
-	}
-	return n
-}
-
 // progressRev returns the revision up to which every change read is
 // done: all but those queued or running (their successors included), or
 // deferred. Retries are told apart by the retry low watermark. While a read
 // that stopped short on its budget has not been followed to the end, it is
 // no further than the end of the last read that went through: an object
 // written below where the short read stopped may come later, with a newer
-// write (see changeFeed.drainedTo).
+// write (see changeFeed.drained).
 func (r *reconciler[Obj]) progressRev() statedb.Revision {
-	rev := min(r.lastRev, r.changes.drainedTo())
+	rev := min(r.lastRev, r.changes.drained)
 	lower := func(low statedb.Revision) {
 		if low != 0 && low-1 < rev {
 			rev = low - 1
@@ -94,7 +90,9 @@ func (r *reconciler[Obj]) progressRev() statedb.Revision {
 			lower(s.next.asked)
 		}
 	}
-	lower(r.deferred.lowRev())
+	if r.deferred.size > 0 {
+		lower(r.deferred.lowRev())
+	}
 	return rev
 }
 

@@ -1,0 +1,102 @@
+package reconciler
+
+import (
+	"time"
+
+	"github.com/converge-go/converge/metrics"
+)
+
+// The figures a reconciler keeps of its commits, and the metrics it
+// reports them to.
+
+// observers holds the metrics a reconciler reports to: the seed's Metrics
+// and whichever optional interfaces it implements (nil otherwise), found
+// once when the reconciler is registered.
+type observers struct {
+	metrics.Metrics
+	queue   metrics.QueueMetrics
+	round   metrics.RoundMetrics
+	commit  metrics.CommitMetrics
+	prune   metrics.PruneMetrics
+	refresh metrics.RefreshMetrics
+}
+
+func newObservers(m metrics.Metrics) observers {
+	o := observers{Metrics: m}
+	o.queue, _ = m.(metrics.QueueMetrics)
+	o.round, _ = m.(metrics.RoundMetrics)
+	o.commit, _ = m.(metrics.CommitMetrics)
+	o.prune, _ = m.(metrics.PruneMetrics)
+	o.refresh, _ = m.(metrics.RefreshMetrics)
+	return o
+}
+
+// commitFigures gathers the figures of one commit, for the metrics and
+// the reconcilers table. Its slices are reused from one commit to the next.
+type commitFigures struct {
+	stats     metrics.CommitStats
+	converged int
+	total     time.Duration
+	longest   time.Duration
+
+	succeeded  bool      // an operation succeeded
+	failedLast int       // operations that failed after the last success
+	lastErr    error     // the last failure's error, or nil
+	lastErrAt  time.Time // when it was committed
+}
+
+// count records one committed op: its error, outcome and queue wait (in
+// ns), committed at now. The slices are filled only if some metrics want
+// them.
+func (c *commitFigures) count(isDelete bool, err error, out metrics.Outcome, wait int64, now time.Time, slices bool) {
+	if isDelete {
+		c.stats.Delete.Add(out)
+	} else {
+		c.stats.Update.Add(out)
+	}
+	if slices {
+		c.stats.QueueWaits = append(c.stats.QueueWaits, time.Duration(max(wait, 0)))
+	}
+	if err == nil {
+		c.succeeded, c.failedLast = true, 0
+	} else {
+		c.failedLast++
+		c.lastErr, c.lastErrAt = err, now
+	}
+}
+
+// done records an object committed Done after latency.
+func (c *commitFigures) done(latency time.Duration, slices bool) {
+	c.converged++
+	c.total += latency
+	c.longest = max(c.longest, latency)
+	if slices {
+		c.stats.Latencies = append(c.stats.Latencies, latency)
+	}
+}
+
+// totals are the running figures of a reconciler that its row in the
+// reconcilers table shows. The loop owns them.
+type totals struct {
+	succeeded, failed uint64
+	sinceSuccess      int // failed operations since the last that succeeded
+	lastErr           string
+	lastErrAt         time.Time
+	refreshRepaired   int
+}
+
+// add counts a commit's figures.
+func (t *totals) add(fig *commitFigures) {
+	for _, c := range []*metrics.OutcomeCounts{&fig.stats.Update, &fig.stats.Delete} {
+		t.succeeded += uint64(c[metrics.OutcomeSuccess])
+		t.failed += uint64(c.Failed())
+	}
+	t.refreshRepaired += fig.stats.RefreshRepaired
+	if fig.succeeded {
+		t.sinceSuccess = 0
+	}
+	t.sinceSuccess += fig.failedLast
+	if fig.lastErr != nil {
+		t.lastErr, t.lastErrAt = fig.lastErr.Error(), fig.lastErrAt
+	}
+}
