@@ -52,6 +52,8 @@ type ExpVar struct {
 	QueueAddsVar           *expvar.Map // objects taken for work since start
 	QueueRetriesVar        *expvar.Map // of those, retries
 	QueueWaitHistogramVar  *expvar.Map // histogram of seconds from ready to started
+	WorkersVar             *expvar.Map // operations run at once, as configured
+	BusyWorkersVar         *expvar.Map // workers running an operation at the end of the last round
 
 	RefreshMarksVar  *expvar.Map // objects marked Refreshing since start
 	DriftRepairedVar *expvar.Map // drift repaired since start, per "prune" and "refresh"
@@ -115,6 +117,8 @@ var varNames = []string{
 	"queue_wait_histogram",
 	"refresh_marks",
 	"drift_repaired",
+	"workers",
+	"busy_workers",
 }
 
 // NewExpVar returns metrics published as top-level expvar variables
@@ -196,6 +200,8 @@ func newExpVar(publish bool, prefix string) *ExpVar {
 		QueueWaitHistogramVar:              maps[23],
 		RefreshMarksVar:                    maps[24],
 		DriftRepairedVar:                   maps[25],
+		WorkersVar:                         maps[26],
+		BusyWorkersVar:                     maps[27],
 		convergenceMaxMu:                   maxMu,
 	}
 }

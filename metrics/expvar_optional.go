@@ -13,6 +13,7 @@ import (
 type (
 	roundVars struct {
 		adds, retries, depth, retrying, inFlight *expvar.Int
+		workers, busy                            *expvar.Int
 		oldest, unfinished, longest              *expvar.Float
 	}
 	commitVars struct {
@@ -34,6 +35,8 @@ func (m *ExpVar) Round(moduleID cell.FullModuleID, name string, s RoundStats) {
 			oldest:     floatVar(m.QueueOldestPendingVar, key),
 			unfinished: floatVar(m.QueueUnfinishedWorkVar, key),
 			longest:    floatVar(m.QueueLongestRunningVar, key),
+			workers:    intVar(m.WorkersVar, key),
+			busy:       intVar(m.BusyWorkersVar, key),
 		}
 	})
 	v.adds.Add(int64(s.Adds))
@@ -44,6 +47,8 @@ func (m *ExpVar) Round(moduleID cell.FullModuleID, name string, s RoundStats) {
 	v.oldest.Set(s.OldestPending.Seconds())
 	v.unfinished.Set(s.UnfinishedWork.Seconds())
 	v.longest.Set(s.LongestRunning.Seconds())
+	v.workers.Set(int64(s.Workers))
+	v.busy.Set(int64(s.BusyWorkers))
 }
 
 // Committed implements [CommitMetrics].

@@ -15,9 +15,9 @@ func TestRound(t *testing.T) {
 	mod := cell.FullModuleID{"mod"}
 	key := "mod/r"
 	m.Round(mod, "r", metrics.RoundStats{Adds: 10, Retries: 2, Depth: 4, Retrying: 3, InFlight: 6,
-		OldestPending: 2 * time.Second, UnfinishedWork: 1500 * time.Millisecond, LongestRunning: time.Second})
+		OldestPending: 2 * time.Second, UnfinishedWork: 1500 * time.Millisecond, LongestRunning: time.Second, Workers: 4, BusyWorkers: 2})
 	m.Round(mod, "r", metrics.RoundStats{Adds: 5, Retries: 1, Depth: 1, Retrying: 0, InFlight: 2,
-		OldestPending: 250 * time.Millisecond})
+		OldestPending: 250 * time.Millisecond, Workers: 4, BusyWorkers: 1})
 
 	assert.Equal(t, int64(15), intVal(t, m.QueueAddsVar, key), "adds accumulate")
 	assert.Equal(t, int64(3), intVal(t, m.QueueRetriesVar, key), "retries accumulate")
@@ -27,6 +27,8 @@ func TestRound(t *testing.T) {
 	assert.InDelta(t, 0.25, floatVal(t, m.QueueOldestPendingVar, key), 1e-9)
 	assert.Zero(t, floatVal(t, m.QueueUnfinishedWorkVar, key), "nothing running any more")
 	assert.Zero(t, floatVal(t, m.QueueLongestRunningVar, key))
+	assert.Equal(t, int64(4), intVal(t, m.WorkersVar, key), "workers as configured")
+	assert.Equal(t, int64(1), intVal(t, m.BusyWorkersVar, key), "busy workers are a gauge")
 
 	// QueueLength and Round write the same retrying and in-flight figures.
 	m.QueueLength(mod, "r", 9, 8)

@@ -233,7 +233,7 @@ func TestMapRendersJSON(t *testing.T) {
 	m.QueueLength(mod, "r", 4, 2)
 	m.Converged(mod, "r", 1, 2*time.Second, 2*time.Second)
 	m.Round(mod, "r", metrics.RoundStats{Adds: 3, Retries: 1, Depth: 5, Retrying: 4, InFlight: 2,
-		OldestPending: 3 * time.Second, UnfinishedWork: time.Second, LongestRunning: 500 * time.Millisecond})
+		OldestPending: 3 * time.Second, UnfinishedWork: time.Second, LongestRunning: 500 * time.Millisecond, Workers: 4, BusyWorkers: 3})
 	var update metrics.OutcomeCounts
 	update.Add(metrics.OutcomeSuccess)
 	update.Add(metrics.OutcomeError)
@@ -285,6 +285,8 @@ func TestMapRendersJSON(t *testing.T) {
 		"queue_wait_histogram":           {"agent.mod/r": wantHistogram(durations, 0.001, 0.002)},
 		"refresh_marks":                  {"agent.mod/r": 7.0},
 		"drift_repaired":                 {"agent.mod/r/prune": 2.0, "agent.mod/r/refresh": 1.0},
+		"workers":                        {"agent.mod/r": 4.0},
+		"busy_workers":                   {"agent.mod/r": 3.0},
 	}
 	assert.Equal(t, want, got)
 

@@ -36,6 +36,8 @@ var varNames = []string{
 	"queue_wait_histogram",
 	"refresh_marks",
 	"drift_repaired",
+	"workers",
+	"busy_workers",
 }
 
 func exVars(m *metrics.ExpVar) []*expvar.Map {
@@ -66,6 +68,8 @@ func exVars(m *metrics.ExpVar) []*expvar.Map {
 		m.QueueWaitHistogramVar,
 		m.RefreshMarksVar,
 		m.DriftRepairedVar,
+		m.WorkersVar,
+		m.BusyWorkersVar,
 	}
 }
 

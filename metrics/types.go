@@ -94,6 +94,12 @@ type RoundStats struct {
 	// LongestRunning is how long the longest running operation has been
 	// running. Zero when none is running.
 	LongestRunning time.Duration
+
+	// Workers is the number of operations the reconciler runs at once
+	// (WithConcurrency), and BusyWorkers how many of them were running an
+	// operation at the end of the round. One worker runs its operations
+	// within the round, so its BusyWorkers is zero.
+	Workers, BusyWorkers int
 }
 
 // CommitMetrics is implemented by metrics that want the outcome of every

@@ -14,11 +14,11 @@ type infoWriter[Obj any] struct {
 	last   Info // as last written, without the fields others write
 }
 
-func newInfoWriter[Obj any](tables *Tables, id string, keys *lifecycles[Obj]) *infoWriter[Obj] {
+func newInfoWriter[Obj any](tables *Tables, id string, lc *lifecycles[Obj]) *infoWriter[Obj] {
 	if tables == nil {
 		return nil
 	}
-	keys.trackOutdated()
+	lc.trackOutdated()
 	return &infoWriter[Obj]{tables: tables, id: id}
 }
 

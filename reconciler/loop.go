@@ -116,7 +116,7 @@ func (l *loop[Obj]) stopped() {
 	r.changes.close()
 	if r.info != nil {
 		txn := r.db.ReadTxn()
-		r.info.write(r.db, r.infoRow(&l.prune, StateStopped, r.table.NumObjects(txn), r.lifecycles.retrying, 0, r.lifecycles.oldestSince()), r.lifecycles.takeOutdated())
+		r.info.write(r.db, r.infoRow(&l.prune, StateStopped, r.table.NumObjects(txn), r.lifecycles.retrying, 0, 0, r.lifecycles.oldestSince()), r.lifecycles.takeOutdated())
 	}
 }
 

@@ -74,6 +74,7 @@ func (e *executor[Obj]) stop() (left []op[Obj]) {
 // execLoad describes what an executor holds.
 type execLoad struct {
 	waiting int // not started: queued for a worker, or held by the gate
+	busy    int // workers running an operation
 	// unfinished is the total, and longest the longest, time the
 	// operations under way have run.
 	unfinished, longest time.Duration
@@ -166,6 +167,7 @@ func (p *workerPool[Obj]) load(now time.Time) execLoad {
 	p.mu.Unlock()
 	for i := range p.running {
 		if started := p.running[i].Load(); started != 0 {
+			w.busy++
 			d := time.Duration(now.UnixNano() - started)
 			w.unfinished += d
 			w.longest = max(w.longest, d)

@@ -47,6 +47,8 @@ func (r *reconciler[Obj]) report(txn statedb.ReadTxn, work []op[Obj], c commitOu
 			OldestPending:  age,
 			UnfinishedWork: load.unfinished,
 			LongestRunning: load.longest,
+			Workers:        r.opts.concurrency,
+			BusyWorkers:    load.busy,
 		})
 	}
 
@@ -60,7 +62,7 @@ func (r *reconciler[Obj]) report(txn statedb.ReadTxn, work []op[Obj], c commitOu
 	}, func() int { return r.table.NumObjects(txn) }, lc.errors)
 
 	if r.info != nil {
-		r.info.write(r.db, r.infoRow(p, state, r.table.NumObjects(txn), failing, inFlight, oldest), lc.takeOutdated())
+		r.info.write(r.db, r.infoRow(p, state, r.table.NumObjects(txn), failing, inFlight, load.busy, oldest), lc.takeOutdated())
 	}
 
 	// Progress last, so that a WaitUntilReconciled that returns sees the
@@ -97,7 +99,7 @@ func (r *reconciler[Obj]) progressRev() statedb.Revision {
 }
 
 // infoRow returns the reconciler's row of the reconcilers table.
-func (r *reconciler[Obj]) infoRow(p *pruneSchedule, state State, objects, failing, inFlight int, oldest time.Time) Info {
+func (r *reconciler[Obj]) infoRow(p *pruneSchedule, state State, objects, failing, inFlight, busy int, oldest time.Time) Info {
 	t := &r.totals
 	info := Info{
 		Module:               r.moduleID.String(),
@@ -111,6 +113,8 @@ func (r *reconciler[Obj]) infoRow(p *pruneSchedule, state State, objects, failin
 		LastErrorAt:          t.lastErrAt,
 		Retrying:             failing,
 		InFlight:             inFlight,
+		Workers:              r.opts.concurrency,
+		BusyWorkers:          busy,
 		OldestPending:        oldest,
 		LastPrune:            p.last.at,
 		LastPruneDuration:    p.last.duration,

@@ -104,6 +104,11 @@ type Info struct {
 
 	Retrying int `json:"retrying" yaml:"retrying"`   // objects failing
 	InFlight int `json:"in-flight" yaml:"in-flight"` // operations not yet committed
+	// Workers is how many operations the reconciler runs at once
+	// (WithConcurrency); BusyWorkers how many were running one at the end
+	// of the last round (one worker runs them within the round: zero).
+	Workers     int `json:"workers" yaml:"workers"`
+	BusyWorkers int `json:"busy-workers" yaml:"busy-workers"`
 	// OldestPending is when the status of the oldest object still to be
 	// reconciled (collected, or waiting for a retry) was written.
 	OldestPending time.Time `json:"oldest-pending,omitzero" yaml:"oldest-pending,omitempty"`
@@ -185,7 +190,7 @@ func (i *Info) decode(e infoEncoding) error {
 
 // TableHeader implements statedb.TableWritable, for db/show.
 func (*Info) TableHeader() []string {
-	return []string{"Module", "Name", "State", "Objects", "Succeeded", "Failed", "Retrying", "InFlight", "OldestPending", "LastError", "LastPrune", "LastRefresh"}
+	return []string{"Module", "Name", "State", "Objects", "Succeeded", "Failed", "Retrying", "InFlight", "Workers", "OldestPending", "LastError", "LastPrune", "LastRefresh"}
 }
 
 // TableRow implements statedb.TableWritable. Times show as ages.
@@ -201,7 +206,8 @@ func (i *Info) TableRow() []string {
 	return []string{
 		i.Module, i.Name, string(i.State), strconv.Itoa(i.Objects),
 		strconv.FormatUint(i.Succeeded, 10), strconv.FormatUint(i.Failed, 10),
-		strconv.Itoa(i.Retrying), strconv.Itoa(i.InFlight), age(i.OldestPending),
+		strconv.Itoa(i.Retrying), strconv.Itoa(i.InFlight),
+		strconv.Itoa(i.BusyWorkers) + "/" + strconv.Itoa(i.Workers), age(i.OldestPending),
 		lastErr, prune, age(i.LastRefresh),
 	}
 }

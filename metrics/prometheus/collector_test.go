@@ -55,6 +55,8 @@ var familyNames = []string{
 	"reconcile_panics_total",
 	"reconcile_timeouts_total",
 	"reconcile_time_seconds",
+	"max_concurrent_reconciles",
+	"active_workers",
 	"convergence_latency_seconds",
 	"objects_failing",
 	"retry_queue_length",

@@ -146,8 +146,8 @@ func TestCommitted(t *testing.T) {
 func TestRoundAndQueueLength(t *testing.T) {
 	m := convergeprom.New()
 	m.Round(mod, "r", metrics.RoundStats{Adds: 10, Retries: 3, Depth: 7, Retrying: 2, InFlight: 4,
-		OldestPending: 5 * time.Second, UnfinishedWork: 3 * time.Second, LongestRunning: 2 * time.Second})
-	m.Round(mod, "r", metrics.RoundStats{Adds: 1, Depth: 1, Retrying: 1, InFlight: 1})
+		OldestPending: 5 * time.Second, UnfinishedWork: 3 * time.Second, LongestRunning: 2 * time.Second, Workers: 8, BusyWorkers: 5})
+	m.Round(mod, "r", metrics.RoundStats{Adds: 1, Depth: 1, Retrying: 1, InFlight: 1, Workers: 8, BusyWorkers: 3})
 
 	assert.Equal(t, 11.0, testutil.ToFloat64(counterOf(t, m, "converge_workqueue_adds_total")))
 	fams := gather(t, m)
@@ -159,6 +159,8 @@ func TestRoundAndQueueLength(t *testing.T) {
 	assert.Equal(t, 0.0, value(t, fams, "converge_oldest_pending_seconds", rec("r")))
 	assert.Equal(t, 0.0, value(t, fams, "converge_workqueue_unfinished_work_seconds", rec("r")))
 	assert.Equal(t, 0.0, value(t, fams, "converge_workqueue_longest_running_processor_seconds", rec("r")))
+	assert.Equal(t, 8.0, value(t, fams, "converge_max_concurrent_reconciles", rec("r")), "workers as configured")
+	assert.Equal(t, 3.0, value(t, fams, "converge_active_workers", rec("r")), "busy workers, as of the last round")
 
 	m.Round(mod, "r", metrics.RoundStats{OldestPending: 1500 * time.Millisecond, UnfinishedWork: time.Second, LongestRunning: 250 * time.Millisecond})
 	m.QueueLength(mod, "r", 6, 9)

@@ -35,6 +35,8 @@
 //	converge_reconcile_panics_total            counter    module, name, operation
 //	converge_reconcile_timeouts_total          counter    module, name, operation
 //	converge_reconcile_time_seconds            histogram  module, name, operation
+//	converge_max_concurrent_reconciles         gauge      module, name
+//	converge_active_workers                    gauge      module, name
 //
 // converge's own:
 //

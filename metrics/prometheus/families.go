@@ -39,6 +39,8 @@ type families struct {
 	terminalErrors  *prom.CounterVec
 	panics          *prom.CounterVec
 	timeouts        *prom.CounterVec
+	maxConcurrent   *prom.GaugeVec
+	activeWorkers   *prom.GaugeVec
 
 	// converge's own.
 	convergence   *histogramVec
@@ -94,6 +96,10 @@ func newFamilies(ns string) *families {
 			"Operations that panicked.", operationLabels),
 		timeouts: counter("", "reconcile_timeouts_total",
 			"Operations that exceeded the operation timeout.", operationLabels),
+		maxConcurrent: gauge("", "max_concurrent_reconciles",
+			"Operations the reconciler runs at once, as configured (WithConcurrency).", reconcilerLabels),
+		activeWorkers: gauge("", "active_workers",
+			"Workers running an operation at the end of the last round.", reconcilerLabels),
 
 		convergence: histogram("", "convergence_latency_seconds",
 			"Time from an object's Pending or Refreshing status being written to its Done status.", metrics.ConvergenceBuckets(), reconcilerLabels),
@@ -126,7 +132,7 @@ func newFamilies(ns string) *families {
 func (f *families) collectors() []prom.Collector {
 	return []prom.Collector{
 		f.depth, f.adds, f.retries, f.queueDuration, f.workDuration, f.unfinishedWork, f.longestRunning,
-		f.reconcileTotal, f.reconcileErrors, f.terminalErrors, f.panics, f.timeouts,
+		f.reconcileTotal, f.reconcileErrors, f.terminalErrors, f.panics, f.timeouts, f.maxConcurrent, f.activeWorkers,
 		f.convergence, f.failing, f.retryQueue, f.inFlight, f.oldestPending, f.rounds,
 		f.prunes, f.pruneErrors, f.pruneFailing, f.pruneDuration, f.refreshMarks, f.drift,
 	}

@@ -163,6 +163,8 @@ func (m *Metrics) Round(moduleID cell.FullModuleID, name string, r metrics.Round
 	s.oldestPending.Set(r.OldestPending.Seconds())
 	s.unfinishedWork.Set(r.UnfinishedWork.Seconds())
 	s.longestRunning.Set(r.LongestRunning.Seconds())
+	s.maxConcurrent.Set(float64(r.Workers))
+	s.activeWorkers.Set(float64(r.BusyWorkers))
 }
 
 // Committed implements [metrics.CommitMetrics]: it counts outcomes in

@@ -27,7 +27,7 @@ type series struct {
 	reconcileErrors, rounds, prunes, pruneErrors prom.Counter
 	refreshMarks, driftPrune, driftRefresh       prom.Counter
 	failing, retryQueue, inFlight, oldestPending prom.Gauge
-	pruneFailing                                 prom.Gauge
+	pruneFailing, maxConcurrent, activeWorkers   prom.Gauge
 	ops                                          [len(operations)]operationSeries
 }
 
@@ -68,6 +68,8 @@ func newSeries(f *families, module, name string) *series {
 		inFlight:        f.inFlight.WithLabelValues(module, name),
 		oldestPending:   f.oldestPending.WithLabelValues(module, name),
 		pruneFailing:    f.pruneFailing.WithLabelValues(module, name),
+		maxConcurrent:   f.maxConcurrent.WithLabelValues(module, name),
+		activeWorkers:   f.activeWorkers.WithLabelValues(module, name),
 	}
 	for i, op := range operations {
 		o := &s.ops[i]
