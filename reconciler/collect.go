@@ -66,7 +66,7 @@ func (r *reconciler[Obj]) collect(txn statedb.ReadTxn, now time.Time, room int) 
 // start adds the job of s to the round's work.
 func (r *reconciler[Obj]) start(s *keyState[Obj]) {
 	r.lifecycles.start(s)
-	r.work = append(r.work, op[Obj]{task: s.task, s: s, key: s.key})
+	r.work = append(r.work, op[Obj]{task: s.task, s: s, key: s.key, attempt: s.attempts + 1})
 }
 
 // collectChanges reads changes, turning those that need work into ops,

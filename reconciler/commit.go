@@ -209,29 +209,3 @@ func (r *reconciler[Obj]) requeue(o *op[Obj]) {
 	}
 	lc.requeue(s)
 }
-
-// opKey returns o's primary key for messages.
-func (r *reconciler[Obj]) opKey(o *op[Obj]) string {
-	if o.key != "" {
-		return displayKey(o.key)
-	}
-	key, _ := r.keyOf(o.obj)
-	return displayKey(key)
-}
-
-// outcome classifies how an operation ended, in the order of precedence
-// metrics.Outcome documents: a panic, a timeout of the operation's own
-// deadline, a terminal error, any other error.
-func outcome(err error, timeout time.Duration) metrics.Outcome {
-	switch {
-	case err == nil:
-		return metrics.OutcomeSuccess
-	case errors.Is(err, ErrPanic):
-		return metrics.OutcomePanic
-	case timeout > 0 && errors.As(err, new(*timeoutError)):
-		return metrics.OutcomeTimeout
-	case IsTerminal(err):
-		return metrics.OutcomeTerminal
-	}
-	return metrics.OutcomeError
-}

@@ -1,6 +1,7 @@
 package reconciler
 
 import (
+	"errors"
 	"time"
 
 	"github.com/converge-go/converge/metrics"
@@ -29,6 +30,23 @@ func newObservers(m metrics.Metrics) observers {
 	o.prune, _ = m.(metrics.PruneMetrics)
 	o.refresh, _ = m.(metrics.RefreshMetrics)
 	return o
+}
+
+// outcome classifies how an operation ended, in the order of precedence
+// metrics.Outcome documents: a panic, a timeout of the operation's own
+// deadline, a terminal error, any other error.
+func outcome(err error, timeout time.Duration) metrics.Outcome {
+	switch {
+	case err == nil:
+		return metrics.OutcomeSuccess
+	case errors.Is(err, ErrPanic):
+		return metrics.OutcomePanic
+	case timeout > 0 && errors.As(err, new(*timeoutError)):
+		return metrics.OutcomeTimeout
+	case IsTerminal(err):
+		return metrics.OutcomeTerminal
+	}
+	return metrics.OutcomeError
 }
 
 // commitFigures gathers the figures of one commit, for the metrics and

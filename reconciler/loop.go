@@ -9,6 +9,7 @@ import (
 
 	"github.com/cilium/hive/cell"
 	"github.com/cilium/statedb"
+	"github.com/converge-go/converge/tracing"
 )
 
 // loop is one run of the reconcile job: the executor, the prune schedule
@@ -84,6 +85,10 @@ func (r *reconciler[Obj]) run(ctx context.Context, health cell.Health) error {
 // and does not prune: it commits what finished and reports.
 func (l *loop[Obj]) round(ctx context.Context, paused bool) {
 	r := l.r
+	var span tracing.Span
+	if r.opts.tracer != nil {
+		ctx, span = r.startSpan(ctx, tracing.Start{Kind: tracing.Round})
+	}
 	now, txn := r.now(), r.db.ReadTxn()
 	room := l.exec.room()
 	if paused {
@@ -99,6 +104,9 @@ func (l *loop[Obj]) round(ctx context.Context, paused bool) {
 		r.checkGate(txn)
 	}
 	r.report(txn, work, outcome, l.exec.load(now), &l.prune, r.now(), paused) // 5. progress, metrics, tables, health
+	if span != nil {
+		span.End(tracing.End{Collected: len(work), Committed: outcome.committed, Failed: outcome.failed})
+	}
 }
 
 // stopped ends a run of the loop: it stops the executor, commits what

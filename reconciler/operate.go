@@ -12,6 +12,7 @@ import (
 	"github.com/cilium/statedb"
 
 	"github.com/converge-go/converge/metrics"
+	"github.com/converge-go/converge/tracing"
 )
 
 // executor is the operate stage of a round: it runs the round's ops, inline
@@ -277,20 +278,29 @@ func (e *runner[Obj]) run(txn statedb.ReadTxn, ops []op[Obj]) {
 			return
 		}
 		o.started = start.UnixNano()
-		name := metrics.OpUpdate
+		name, kind := metrics.OpUpdate, tracing.Update
 		if o.delete {
-			name = metrics.OpDelete
-			o.err = r.call(ctx, name, func(ctx context.Context) error {
+			name, kind = metrics.OpDelete, tracing.Delete
+		}
+		opCtx, span := ctx, tracing.Span(nil)
+		if r.opts.tracer != nil {
+			opCtx, span = r.startSpan(ctx, tracing.Start{Kind: kind, Key: r.opKey(o), Revision: o.rev, Attempt: max(o.attempt, 1)})
+		}
+		if o.delete {
+			o.err = r.call(opCtx, name, func(ctx context.Context) error {
 				r.gate.entered()
 				return r.ops.Delete(ctx, txn, o.rev, o.obj)
 			})
 		} else {
-			o.err = r.call(ctx, name, func(ctx context.Context) error {
+			o.err = r.call(opCtx, name, func(ctx context.Context) error {
 				r.gate.entered()
 				return r.ops.Update(ctx, txn, o.rev, o.updated)
 			})
 		}
 		o.ran = true
+		if span != nil {
+			span.End(tracing.End{Outcome: outcome(o.err, r.opts.operationTimeout), Err: o.err})
+		}
 		if n := e.drift.n.Swap(0); n > 0 && o.refresh && !o.delete {
 			r.refreshDrift.Add(n)
 		}
@@ -342,6 +352,14 @@ func (e *runner[Obj]) batch(ctx context.Context, txn statedb.ReadTxn, name strin
 	if !r.gate.enter() {
 		return
 	}
+	var span tracing.Span
+	if r.opts.tracer != nil {
+		kind := tracing.UpdateBatch
+		if name == metrics.OpDelete {
+			kind = tracing.DeleteBatch
+		}
+		ctx, span = r.startSpan(ctx, tracing.Start{Kind: kind, Objects: len(entries)})
+	}
 	err := r.call(ctx, name+" batch", func(ctx context.Context) error {
 		r.gate.entered()
 		if name == metrics.OpDelete {
@@ -355,6 +373,9 @@ func (e *runner[Obj]) batch(ctx context.Context, txn statedb.ReadTxn, name strin
 	if ctx.Err() != nil && err == nil {
 		// Cut short by a stop: an entry it never got to has a nil Result
 		// and did not run. Nothing is known; all are tried again.
+		if span != nil {
+			span.End(tracing.End{Outcome: metrics.OutcomeError, Err: ctx.Err()})
+		}
 		return
 	}
 	for i := range entries {
@@ -365,12 +386,18 @@ func (e *runner[Obj]) batch(ctx context.Context, txn statedb.ReadTxn, name strin
 			}
 		}
 	}
-	refreshed := false
+	refreshed, failed := false, 0
 	for _, o := range ops {
 		if !o.ran {
 			o.err, o.ran = errBatchEntryLost, true
 		}
 		refreshed = refreshed || (o.refresh && !o.delete)
+		if o.err != nil {
+			failed++
+		}
+	}
+	if span != nil {
+		span.End(tracing.End{Outcome: outcome(err, r.opts.operationTimeout), Err: err, Failed: failed})
 	}
 	// Drift reported by a batch counts if the batch refreshed anything.
 	if n := e.drift.n.Swap(0); n > 0 && refreshed {
@@ -423,13 +450,6 @@ func batchTimeout(ctx context.Context) error {
 	}
 	return nil
 }
-
-// timeoutError marks the error of an operation that exceeded the operation
-// timeout.
-type timeoutError struct{ err error }
-
-func (e *timeoutError) Error() string { return e.err.Error() }
-func (e *timeoutError) Unwrap() error { return e.err }
 
 // entryErr is the outcome of a batch entry: its Result, or the batch's
 // error (a panic or a timeout) if it has none. When the batch timed out, an

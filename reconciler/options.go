@@ -11,6 +11,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/converge-go/converge/metrics"
+	"github.com/converge-go/converge/tracing"
 )
 
 // Option configures a reconciler. Options are applied in order; a later
@@ -21,6 +22,7 @@ import (
 //
 //	name               ""              (WithName; jobs are "reconcile" and "refresh")
 //	metrics            Params.DefaultMetrics, else unpublished expvar metrics (WithMetrics)
+//	tracing            off             (WithTracer)
 //	prune interval     1h              (WithPruning; 0: only on request)
 //	refresh            off             (WithRefreshing)
 //	retry backoff      100ms to 1m     (WithRetry), doubling per failure
@@ -39,6 +41,7 @@ type Option func(*options)
 type options struct {
 	name    string
 	metrics metrics.Metrics
+	tracer  tracing.Tracer
 
 	pruneInterval time.Duration
 
@@ -140,6 +143,15 @@ func WithName(name string) Option {
 // and [metrics.RefreshMetrics].
 func WithMetrics(m metrics.Metrics) Option {
 	return func(o *options) { o.metrics = m }
+}
+
+// WithTracer reports a span to t for every round, operation or batch
+// call, prune and refresh sweep (see package tracing). An operation's span
+// is in the context the operation is given, so the spans it starts are its
+// children. A nil t turns tracing off, the default: then nothing is traced
+// and nothing allocated for it.
+func WithTracer(t tracing.Tracer) Option {
+	return func(o *options) { o.tracer = t }
 }
 
 // WithPruning prunes every interval, once the table is initialized. Pruning

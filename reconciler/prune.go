@@ -9,6 +9,7 @@ import (
 
 	"github.com/converge-go/converge/internal/ident"
 	"github.com/converge-go/converge/metrics"
+	"github.com/converge-go/converge/tracing"
 )
 
 // pruneSchedule decides when the loop prunes: once the table is
@@ -139,12 +140,19 @@ type pruneResult struct {
 func (r *reconciler[Obj]) prune(ctx context.Context, txn statedb.ReadTxn) pruneResult {
 	var drift driftCounter
 	ctx = context.WithValue(ctx, driftKey{}, &drift)
+	var span tracing.Span
+	if r.opts.tracer != nil {
+		ctx, span = r.startSpan(ctx, tracing.Start{Kind: tracing.Prune})
+	}
 	start := time.Now()
 	err := r.call(ctx, "prune", func(ctx context.Context) error {
 		r.gate.entered() // begun with enterPrune
 		return r.ops.Prune(ctx, txn, r.table.All(txn))
 	})
 	res := pruneResult{at: start, duration: time.Since(start), repaired: drift.take()}
+	if span != nil {
+		span.End(tracing.End{Outcome: outcome(err, r.opts.operationTimeout), Err: err, Repaired: res.repaired})
+	}
 	r.metrics.PruneDuration(r.moduleID, r.opts.name, res.duration)
 	r.metrics.PruneError(r.moduleID, r.opts.name, err)
 	if r.metrics.prune != nil {

@@ -1,6 +1,7 @@
 package reconciler
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"sync/atomic"
@@ -9,6 +10,7 @@ import (
 	"github.com/cilium/hive/cell"
 	"github.com/cilium/statedb"
 	"github.com/converge-go/converge/status"
+	"github.com/converge-go/converge/tracing"
 )
 
 // reconciler implements Reconciler: what Register was given and the state
@@ -23,6 +25,7 @@ type reconciler[Obj any] struct {
 	db        *statedb.DB
 	table     statedb.RWTable[Obj]
 	moduleID  cell.FullModuleID
+	module    string // moduleID as text, for spans
 	clone     func(Obj) Obj
 	setStatus func(Obj, status.Status) Obj
 	getStatus func(Obj) status.Status
@@ -89,12 +92,27 @@ func (r *reconciler[Obj]) lookup(txn statedb.ReadTxn, obj Obj) (Obj, statedb.Rev
 	return r.table.Get(txn, q)
 }
 
+// opKey returns o's primary key for messages.
+func (r *reconciler[Obj]) opKey(o *op[Obj]) string {
+	if o.key != "" {
+		return displayKey(o.key)
+	}
+	key, _ := r.keyOf(o.obj)
+	return displayKey(key)
+}
+
 // noKey logs that an object without a primary key was met where, and is
 // left alone. It happens only when a user function (clone, setStatus, or
 // Update on its argument) changed the fields the primary index reads.
 func (r *reconciler[Obj]) noKey(where string, obj Obj) {
 	r.log.Error("Reconciler met an object without a primary key; leaving it alone",
 		"where", where, "error", ErrNoPrimaryKey, "object", fmt.Sprintf("%v", obj))
+}
+
+// startSpan starts a span of the reconciler's tracer, which must be set.
+func (r *reconciler[Obj]) startSpan(ctx context.Context, s tracing.Start) (context.Context, tracing.Span) {
+	s.Module, s.Name = r.module, r.opts.name
+	return r.opts.tracer.Start(ctx, s)
 }
 
 func (r *reconciler[Obj]) jobName(base string) string {

@@ -9,6 +9,7 @@ import (
 	"github.com/cilium/statedb"
 
 	"github.com/converge-go/converge/status"
+	"github.com/converge-go/converge/tracing"
 )
 
 // refreshBatch is how many objects one write transaction marks Refreshing.
@@ -37,7 +38,14 @@ func (r *reconciler[Obj]) refreshLoop(ctx context.Context, health cell.Health) e
 		if !r.waitWhilePaused(ctx, health) {
 			return nil
 		}
-		wait, err := r.refreshSweep(ctx, &last)
+		sweepCtx, span := ctx, tracing.Span(nil)
+		if r.opts.tracer != nil {
+			sweepCtx, span = r.startSpan(ctx, tracing.Start{Kind: tracing.Refresh})
+		}
+		wait, marked, err := r.refreshSweep(sweepCtx, &last)
+		if span != nil {
+			span.End(tracing.End{Err: err, Marked: marked})
+		}
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -79,11 +87,11 @@ type refreshCandidate[Obj any] struct {
 // refreshSweep walks the objects in revision order from last+1, marking the
 // stale Done ones Refreshing, and returns when to sweep next. Objects are
 // visited in the order they were last written, so the walk stops at the
-// first one that is not yet stale. It returns an error if the limiter's
-// Wait failed for another reason than ctx ending.
-func (r *reconciler[Obj]) refreshSweep(ctx context.Context, last *statedb.Revision) (time.Duration, error) {
+// first one that is not yet stale. It returns how many it marked, and an
+// error if the limiter's Wait failed for another reason than ctx ending.
+func (r *reconciler[Obj]) refreshSweep(ctx context.Context, last *statedb.Revision) (wait time.Duration, marked int, err error) {
 	interval := r.opts.refreshInterval
-	wait := interval
+	wait = interval
 	now := r.now()
 	var batch []refreshCandidate[Obj]
 	txn := r.db.ReadTxn()
@@ -98,31 +106,30 @@ func (r *reconciler[Obj]) refreshSweep(ctx context.Context, last *statedb.Revisi
 			continue
 		}
 		if lim := r.opts.refreshLimiter; lim != nil && !lim.Allow() {
-			r.markRefreshing(batch)
+			marked += r.markRefreshing(batch)
 			batch = batch[:0]
 			if err := lim.Wait(ctx); err != nil {
 				*last = rev - 1 // this object is still to be marked
 				if ctx.Err() != nil {
-					return wait, nil
+					return wait, marked, nil
 				}
-				return min(wait, r.opts.retryMax), fmt.Errorf("refresh limiter: %w", err)
+				return min(wait, r.opts.retryMax), marked, fmt.Errorf("refresh limiter: %w", err)
 			}
 		}
 		batch = append(batch, refreshCandidate[Obj]{obj, rev})
 		if len(batch) == refreshBatch {
-			r.markRefreshing(batch)
+			marked += r.markRefreshing(batch)
 			batch = batch[:0]
 		}
 	}
-	r.markRefreshing(batch)
-	return wait, nil
+	return wait, marked + r.markRefreshing(batch), nil
 }
 
 // markRefreshing sets the candidates that have not changed since they were
-// read to Refreshing, in one write transaction.
-func (r *reconciler[Obj]) markRefreshing(batch []refreshCandidate[Obj]) {
+// read to Refreshing, in one write transaction, and returns how many.
+func (r *reconciler[Obj]) markRefreshing(batch []refreshCandidate[Obj]) int {
 	if len(batch) == 0 {
-		return
+		return 0
 	}
 	now := r.now()
 	wtxn := r.db.WriteTxn(r.table)
@@ -140,4 +147,5 @@ func (r *reconciler[Obj]) markRefreshing(batch []refreshCandidate[Obj]) {
 	if marked > 0 && r.metrics.refresh != nil {
 		r.metrics.refresh.RefreshMarked(r.moduleID, r.opts.name, marked)
 	}
+	return marked
 }

@@ -71,6 +71,7 @@ func Register[Obj any](
 		db:            params.DB,
 		table:         table,
 		moduleID:      params.ModuleID,
+		module:        params.ModuleID.String(),
 		clone:         clone,
 		setStatus:     setStatus,
 		getStatus:     getStatus,

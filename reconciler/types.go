@@ -182,6 +182,13 @@ func retryAfter(err error) (time.Duration, bool) {
 	return 0, false
 }
 
+// timeoutError marks the error of an operation that exceeded the operation
+// timeout.
+type timeoutError struct{ err error }
+
+func (e *timeoutError) Error() string { return e.err.Error() }
+func (e *timeoutError) Unwrap() error { return e.err }
+
 // panicError records a recovered panic.
 func panicError(v any) error {
 	return fmt.Errorf("%w: %v", ErrPanic, v)
@@ -192,6 +199,7 @@ type op[Obj any] struct {
 	task[Obj]
 	s       *keyState[Obj] // nil: an untracked task of the inline executor (see keyState)
 	key     string         // s's key, or for an untracked job "" until needed
+	attempt int            // which attempt this is for a tracked key (1: the first), else 0
 	updated Obj            // an update's clone, as Update left it
 	started int64          // when the operation started (Unix ns)
 	err     error
