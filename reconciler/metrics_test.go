@@ -238,7 +238,7 @@ func TestDriftPruneAndRefreshCounted(t *testing.T) {
 	info = f.waitInfo("degraded by the prune", func(i *reconciler.Info) bool { return i.LastPruneError != "" })
 	assert.Equal(t, reconciler.StateDegraded, info.State)
 	assert.Equal(t, "prune: no", info.LastPruneError)
-	assert.Contains(t, info.TableRow()[10], "ago: prune: no")
+	assert.Contains(t, info.TableRow()[11], "ago: prune: no")
 	eventually(t, "prune error counted", func() bool {
 		return ev(m, "prune_total_errors", "test") == "1" && ev(m, "prune_current_errors", "test") == "1"
 	})

@@ -30,7 +30,7 @@ func TestTablesFollowFailureAndRecovery(t *testing.T) {
 	f.upsert(&item{ID: "a", Value: "1"})
 	f.waitReconciled()
 	info := f.waitInfo("running with a", func(i *reconciler.Info) bool { return i.Succeeded == 1 })
-	assert.Equal(t, reconciler.Info{ID: "test", Module: "test", State: reconciler.StateRunning, Objects: 1, Succeeded: 1}, *info)
+	assert.Equal(t, reconciler.Info{ID: "test", Module: "test", State: reconciler.StateRunning, Objects: 1, Succeeded: 1, Workers: 1}, *info)
 
 	require.NoError(t, fo.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeError, Key: "b"}))
 	before := time.Now()
@@ -135,7 +135,7 @@ func TestTableRowsReadAsTables(t *testing.T) {
 	now := time.Now()
 	info := &reconciler.Info{
 		ID: "agent.routes/r", Module: "agent.routes", Name: "r", State: reconciler.StateDegraded,
-		Objects: 3, Succeeded: 10, Failed: 2, Retrying: 1, InFlight: 1,
+		Objects: 3, Succeeded: 10, Failed: 2, Retrying: 1, InFlight: 1, Workers: 4, BusyWorkers: 1,
 		OldestPending: now.Add(-time.Second), LastError: "disk full", LastErrorAt: now.Add(-2 * time.Second),
 		LastPrune: now.Add(-3 * time.Second), LastPruneError: "prune: nope",
 	}
@@ -158,13 +158,14 @@ func TestTableRowsReadAsTables(t *testing.T) {
 	assert.Equal(t, "2", cell("Failed"))
 	assert.Equal(t, "1", cell("Retrying"))
 	assert.Equal(t, "1", cell("InFlight"))
+	assert.Equal(t, "1/4", cell("Workers"), "busy/configured")
 	assert.Regexp(t, `^1(\.\d+)?s ago$`, cell("OldestPending"))
 	assert.Regexp(t, `^disk full \(2(\.\d+)?s ago\)$`, cell("LastError"))
 	assert.Regexp(t, `^3(\.\d+)?s ago: prune: nope$`, cell("LastPrune"))
 	assert.Equal(t, "", cell("LastRefresh"), "never refreshed: empty")
 
 	empty := (&reconciler.Info{Module: "m", State: reconciler.StateRunning}).TableRow()
-	assert.Equal(t, []string{"m", "", "running", "0", "0", "0", "0", "0", "", "", "", ""}, empty)
+	assert.Equal(t, []string{"m", "", "running", "0", "0", "0", "0", "0", "0/0", "", "", "", ""}, empty)
 
 	retry := &reconciler.RetryInfo{Reconciler: "m", Key: "k", Attempts: 3, FirstFailed: now.Add(-time.Minute), NextAttempt: now.Add(time.Hour), LastError: "x"}
 	rh, rr := retry.TableHeader(), retry.TableRow()
