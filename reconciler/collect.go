@@ -176,7 +176,6 @@ func (r *reconciler[Obj]) stale(obj Obj, st status.Status) bool {
 
 // adopt hands lifecycles.adopt an Error status found on obj.
 func (r *reconciler[Obj]) adopt(obj Obj, rev, asked statedb.Revision, st status.Status, now time.Time) {
-
 	key, ok := r.keyOf(obj)
 	if !ok {
 		r.noKey("an Error status", obj)
@@ -223,7 +222,6 @@ func (r *reconciler[Obj]) collectRetries(txn statedb.ReadTxn, now time.Time, bud
 // the table holds it, with the status that asked for the work rather than
 // the Error a failure wrote, so every attempt sees the same request.
 func (r *reconciler[Obj]) current(txn statedb.ReadTxn, s *keyState[Obj]) bool {
-
 	cur, rev, found := r.lookup(txn, s.task.obj)
 	switch {
 	case s.task.delete:

@@ -38,7 +38,6 @@ type commitOutcome struct {
 // prepare sets on each update's clone the status its outcome calls for and
 // returns how many there are to write.
 func (r *reconciler[Obj]) prepare(ops []op[Obj], now time.Time) (writes int) {
-
 	for i := range ops {
 		o := &ops[i]
 		if !o.ran || o.delete {
@@ -63,7 +62,6 @@ func (r *reconciler[Obj]) prepare(ops []op[Obj], now time.Time) (writes int) {
 // revisions it wrote as the loop's own, and sets each op's written (and
 // over, for a write over a changed object; see writeStatus).
 func (r *reconciler[Obj]) write(ops []op[Obj], now time.Time) {
-
 	wtxn := r.db.WriteTxn(r.table)
 	lo := r.table.Revision(wtxn) // the table's revision before the writes
 	for i := range ops {
