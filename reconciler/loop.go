@@ -59,7 +59,7 @@ func (r *reconciler[Obj]) run(ctx context.Context, health cell.Health) error {
 		case <-retryC:
 		case <-l.exec.finished:
 		case <-l.prune.initC:
-			l.prune.initialized()
+			l.prune.initialized(r.uninitialized(r.db.ReadTxn()))
 		case <-l.prune.tickC:
 			l.prune.request()
 		case <-l.prune.retry.C:
@@ -197,7 +197,7 @@ func (r *reconciler[Obj]) startGate(ctx context.Context, health cell.Health) boo
 		case <-watch:
 		case <-timeout:
 			r.gateWatch = watch
-			r.gateErr = fmt.Errorf("started after %s without waiting any longer for tables to be initialized: %s",
+			r.gateErr = fmt.Errorf("started after %s without waiting any longer for tables to be initialized: %s (prunes wait for them)",
 				r.opts.startTimeout, strings.Join(waiting, ", "))
 			r.log.Warn("Reconciler started before its tables were initialized", "tables", waiting, "waited", r.opts.startTimeout)
 			return true
@@ -205,8 +205,9 @@ func (r *reconciler[Obj]) startGate(ctx context.Context, health cell.Health) boo
 	}
 }
 
-// uninitialized returns the names of the tables of WithStartAfter not yet
-// initialized in txn, and a channel closed when the first of them is.
+// uninitialized returns the names of the tables not yet initialized in
+// txn, the reconciler's and those of WithStartAfter, and a channel closed
+// when the first of them is.
 func (r *reconciler[Obj]) uninitialized(txn statedb.ReadTxn) ([]string, <-chan struct{}) {
 	var (
 		names []string

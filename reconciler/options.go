@@ -260,7 +260,9 @@ func WithoutPanicRecovery() Option {
 // timeout passes first, the reconciler starts anyway and its health is
 // Degraded, naming the tables still waited for, until they are initialized.
 // A timeout of zero waits for as long as it takes. Pruning waits for the
-// reconciled table's initialization in any case.
+// reconciled table and these tables to be initialized, whatever the
+// timeout: a prune given a desired set built from tables still being
+// filled would remove from the target what is only missing so far.
 //
 // By default the reconciler starts at once: objects are reconciled as soon
 // as they are written, even while the table is still being filled.

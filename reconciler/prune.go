@@ -12,8 +12,10 @@ import (
 	"github.com/converge-go/converge/tracing"
 )
 
-// pruneSchedule decides when the loop prunes: once the table is
-// initialized, then every prune interval and on Reconciler.Prune; a failed
+// pruneSchedule decides when the loop prunes: once the table and those of
+// WithStartAfter are initialized (also when the reconciler started without
+// waiting any longer for them), then every prune interval and on
+// Reconciler.Prune; a failed
 // prune again after the retry backoff. The loop waits on its channels,
 // tells it what fired (initialized, request), and runs the prune while due
 // is set, between commit and report, with the gate closed (what a prune
@@ -21,7 +23,7 @@ import (
 type pruneSchedule struct {
 	prune func(ctx context.Context, txn statedb.ReadTxn) pruneResult
 
-	initC             <-chan struct{}  // closed when the table is initialized; nil once told
+	initC             <-chan struct{}  // closed when one of the tables is initialized; nil once all are
 	tickC             <-chan time.Time // ticks every prune interval; nil without
 	retry             *time.Timer      // fires when a failed prune is to be tried again
 	due               bool             // initialized and requested: prune in the next round
@@ -39,7 +41,10 @@ type pruneSchedule struct {
 }
 
 func newPruneSchedule[Obj any](r *reconciler[Obj]) pruneSchedule {
-	_, initC := r.table.Initialized(r.db.ReadTxn())
+	initC := closedChan
+	if waiting, watch := r.uninitialized(r.db.ReadTxn()); len(waiting) > 0 {
+		initC = watch
+	}
 	s := pruneSchedule{
 		prune:       r.prune,
 		initC:       initC,
@@ -66,8 +71,13 @@ func newPruneSchedule[Obj any](r *reconciler[Obj]) pruneSchedule {
 // asks for one at once.
 func (s *pruneSchedule) owed() bool { return s.requested || s.lastErr != nil }
 
-// initialized records that the table is initialized.
-func (s *pruneSchedule) initialized() {
+// initialized is told, when initC closes, which tables are still not
+// initialized (waiting) and a channel closed when one of them is.
+func (s *pruneSchedule) initialized(waiting []string, watch <-chan struct{}) {
+	if len(waiting) > 0 {
+		s.initC = watch
+		return
+	}
 	s.initC, s.isInit = nil, true
 	s.due = s.requested
 }

@@ -91,7 +91,7 @@ func TestPruneSeesWhatTheCommitBeforeItWrote(t *testing.T) {
 	l := &loop[*benchObj]{r: r, exec: newExecutor(ctx, r), prune: newPruneSchedule(r)}
 	defer l.prune.stop()
 	defer l.exec.stop()
-	l.prune.initialized()
+	l.prune.initialized(nil, nil)
 	// No prune until the test asks for one: the first round would close
 	// the gate for it, and a worker taking object 1's update meanwhile
 	// would hand it back unstarted, for a round this test does not run.
