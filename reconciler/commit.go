@@ -15,13 +15,18 @@ import (
 // writes them in one write transaction (see writeStatus), and settles each
 // op in its key's lifecycle. Ops that never started go back to the queue,
 // and so do failures of ops cut short by a stop (cut): that is no outcome.
+// An update failing its last attempt (WithMaxAttempts) fails for good.
 func (r *reconciler[Obj]) commit(ops []op[Obj], cut bool, now time.Time) (out commitOutcome) {
 	if len(ops) == 0 {
 		return out
 	}
 	for i := range ops {
-		if cut && ops[i].err != nil {
-			ops[i].ran = false
+		o := &ops[i]
+		switch {
+		case cut && o.err != nil:
+			o.ran = false
+		case r.opts.maxAttempts > 0 && o.err != nil && !o.delete && !IsTerminal(o.err) && max(o.attempt, 1) >= r.opts.maxAttempts:
+			o.err = TerminalError(fmt.Errorf("gave up after %d attempts: %w", max(o.attempt, 1), o.err))
 		}
 	}
 	if r.prepare(ops, now) > 0 {

@@ -27,6 +27,7 @@ import (
 //	refresh            off             (WithRefreshing)
 //	retry backoff      100ms to 1m     (WithRetry), doubling per failure
 //	retry jitter       0.1             (WithRetryJitter): ±10% of the backoff
+//	attempts           no limit        (WithMaxAttempts)
 //	round size         1000 objects    (WithRoundLimits)
 //	round rate limit   none            (WithRoundLimits)
 //	concurrency        1               (WithConcurrency)
@@ -50,6 +51,7 @@ type options struct {
 
 	retryMin, retryMax time.Duration
 	retryJitter        float64
+	maxAttempts        int
 
 	roundSize    int
 	roundLimiter *rate.Limiter
@@ -97,6 +99,8 @@ func (o *options) validate() error {
 		return fmt.Errorf("%T: maximum retry backoff %s is below the minimum %s: %w", *o, o.retryMax, o.retryMin, ErrInvalidConfig)
 	case !(o.retryJitter >= 0 && o.retryJitter < 1):
 		return fmt.Errorf("%T: retry jitter must be in [0, 1), got %v: %w", *o, o.retryJitter, ErrInvalidConfig)
+	case o.maxAttempts < 0:
+		return fmt.Errorf("%T: maximum attempts must not be negative, got %d: %w", *o, o.maxAttempts, ErrInvalidConfig)
 	case o.roundSize <= 0:
 		return fmt.Errorf("%T: round size must be positive, got %d: %w", *o, o.roundSize, ErrInvalidConfig)
 	case o.concurrency <= 0 || o.concurrency > maxConcurrency:
@@ -143,6 +147,17 @@ func WithName(name string) Option {
 // and [metrics.RefreshMetrics].
 func WithMetrics(m metrics.Metrics) Option {
 	return func(o *options) { o.metrics = m }
+}
+
+// WithMaxAttempts gives up on an update after n failed attempts: the n-th
+// failure is recorded as terminal, as if Update had returned
+// [TerminalError] ("gave up after n attempts: ..."), so the object is not
+// tried again until it changes, is counted as settled rather than failing
+// in health, and as terminal in the metrics (a panic or a timeout still
+// counts as such). Deletes are retried whatever n: a delete must not be
+// lost. Zero, the default, retries for ever; a negative n is refused.
+func WithMaxAttempts(n int) Option {
+	return func(o *options) { o.maxAttempts = n }
 }
 
 // WithTracer reports a span to t for every round, operation or batch

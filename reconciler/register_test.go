@@ -73,6 +73,7 @@ func TestRegisterRejectsBadInput(t *testing.T) {
 		{"negative refresh", with(reconciler.WithRefreshing(-time.Second, nil)), "refresh interval must not be negative"},
 		{"jitter one", with(reconciler.WithRetryJitter(1)), "retry jitter must be in [0, 1)"},
 		{"jitter negative", with(reconciler.WithRetryJitter(-0.1)), "retry jitter"},
+		{"negative max attempts", with(reconciler.WithMaxAttempts(-1)), "maximum attempts must not be negative"},
 		{"zero workers", with(reconciler.WithConcurrency(0)), "concurrency must be in [1, 65536]"},
 		{"too many workers", with(reconciler.WithConcurrency(1 << 20)), "concurrency must be in [1, 65536]"},
 		{"negative timeout", with(reconciler.WithOperationTimeout(-1)), "operation timeout must not be negative"},

@@ -54,6 +54,7 @@ type scriptFlags struct {
 	startAfter  time.Duration
 	dependency  bool
 	roundSize   int
+	maxAttempts int
 }
 
 func parseScriptFlags(args []string) (scriptFlags, error) {
@@ -72,6 +73,7 @@ func parseScriptFlags(args []string) (scriptFlags, error) {
 	fs.DurationVar(&f.startAfter, "start-after", -1, "WithStartAfter(TIMEOUT, others): start once items and others (others/init) are initialized; 0 waits as long as it takes")
 	fs.BoolVar(&f.dependency, "dependency", false, "WithDependency on the deps table: a dep re-reconciles the items it lists; see depOps")
 	fs.IntVar(&f.roundSize, "round-size", 0, "WithRoundLimits objects per round (0: the default)")
+	fs.IntVar(&f.maxAttempts, "max-attempts", 0, "WithMaxAttempts (0: no limit)")
 	if err := fs.Parse(args); err != nil {
 		return f, err
 	}
@@ -170,6 +172,9 @@ func registerScriptReconcilers(p reconciler.Params, flags scriptFlags, m metrics
 			return out, err
 		}
 		extra = append(extra, reconciler.WithDependency(deps.table, itemsOfDep))
+	}
+	if flags.maxAttempts > 0 {
+		extra = append(extra, reconciler.WithMaxAttempts(flags.maxAttempts))
 	}
 	if flags.roundSize > 0 {
 		extra = append(extra, reconciler.WithRoundLimits(flags.roundSize, nil))
