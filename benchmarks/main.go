@@ -56,7 +56,8 @@
 //	             status set on one table, each with its own target,
 //	             -multi-objects objects: throughput until all are Done in
 //	             all, bytes and CAS conflicts per object, and a check that
-//	             nothing was lost (multi.go).
+//	             nothing was lost; beside n floor loops, one floor loop that
+//	             commits each object once for all n (multi.go).
 //	soak         run only when named: one converge reconciler under a
 //	             steady churn for -duration, sampled every -soak-interval,
 //	             judged by a rule printed before it starts (soak.go,
