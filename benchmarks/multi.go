@@ -42,6 +42,12 @@ import (
 //	             wrapper of the table's CompareAndSwap, the same for both
 //	updates/obj  Update calls per object and reconciler: above 1, work was
 //	             done again
+//	txns/obj     write transactions on the table per object, the
+//	             inserter's included (StateDB's Metrics, see lockMeter)
+//	lock held    the time write transactions held the table's lock, as a
+//	             share of the run: near 1, every write waits its turn
+//	lock waiters the time write transactions waited for the lock, over the
+//	             run's time: how many writers wait on average
 //
 // and then checks that no work was lost: the table holds every object, each
 // Done in every reconciler, and every target holds every object. The floor
@@ -121,6 +127,37 @@ func multiCases(cfg config) []runCase {
 	return out
 }
 
+// lockMeter is StateDB's Metrics for the multi workload: it sums, over
+// every write transaction, the time it waited for its tables' locks and the
+// time it held them. The rest is not kept. Safe for concurrent use.
+type lockMeter struct {
+	txns, waitNs, heldNs atomic.Int64
+}
+
+func (m *lockMeter) WriteTxnTotalAcquisition(_ string, _ []string, d time.Duration) {
+	m.waitNs.Add(int64(d))
+}
+
+func (m *lockMeter) WriteTxnDuration(_ string, _ []string, d time.Duration) {
+	m.txns.Add(1)
+	m.heldNs.Add(int64(d))
+}
+
+func (m *lockMeter) WriteTxnTableAcquisition(string, string, time.Duration) {}
+func (m *lockMeter) GraveyardLowWatermark(string, statedb.Revision)         {}
+func (m *lockMeter) GraveyardCleaningDuration(string, time.Duration)        {}
+func (m *lockMeter) GraveyardObjectCount(string, int)                       {}
+func (m *lockMeter) ObjectCount(string, int)                                {}
+func (m *lockMeter) DeleteTrackerCount(string, int)                         {}
+func (m *lockMeter) Revision(string, statedb.Revision)                      {}
+
+// lockTotals is a reading of a lockMeter.
+type lockTotals struct{ txns, wait, held int64 }
+
+func (m *lockMeter) read() lockTotals {
+	return lockTotals{m.txns.Load(), m.waitNs.Load(), m.heldNs.Load()}
+}
+
 // casCounter is the table as the reconcilers see it: every call goes to the
 // table, and compare-and-swaps that fail because the object changed are
 // counted.
@@ -192,6 +229,7 @@ type multiEnv struct {
 	db        *statedb.DB
 	tbl       *casCounter[*setObject]
 	recs      []*multiReconciler
+	locks     lockMeter
 }
 
 func startMulti(ctx context.Context, im impl, n, objects int, oneCommit bool) (*multiEnv, error) {
@@ -201,6 +239,7 @@ func startMulti(ctx context.Context, im impl, n, objects int, oneCommit bool) (*
 	e := &multiEnv{im: im, oneCommit: oneCommit}
 	cells := []cell.Cell{
 		cell.SimpleHealthCell, statedb.Cell, job.Cell,
+		cell.Provide(func() statedb.Metrics { return &e.locks }),
 		cell.Invoke(func(db *statedb.DB) error {
 			tbl, err := statedb.NewTable(db, "objects", setIDIndex)
 			e.db, e.tbl = db, &casCounter[*setObject]{RWTable: tbl}
@@ -414,6 +453,7 @@ func multi(ctx context.Context, cfg config, im impl, n int, oneCommit bool) (mea
 	settle()
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
+	locks0 := e.locks.read()
 	t0 := time.Now()
 	for id := 0; id < objects; {
 		wtxn := e.db.WriteTxn(e.tbl)
@@ -434,11 +474,15 @@ func multi(ctx context.Context, cfg config, im impl, n int, oneCommit bool) (mea
 	}
 	d := end.Sub(t0)
 	runtime.ReadMemStats(&after)
+	locks := e.locks.read()
 	nf := float64(objects)
 	m.set("obj/s", nf/d.Seconds())
 	m.set("B/obj", float64(after.TotalAlloc-before.TotalAlloc)/nf)
 	m.set("allocs/obj", float64(after.Mallocs-before.Mallocs)/nf)
 	m.set("conflicts/obj", float64(e.tbl.conflicts.Load())/nf)
+	m.set("txns/obj", float64(locks.txns-locks0.txns)/nf)
+	m.set("lock held", float64(locks.held-locks0.held)/float64(d))
+	m.set("lock waiters", float64(locks.wait-locks0.wait)/float64(d))
 	var updates int64
 	for _, rec := range e.recs {
 		updates += rec.target.updates.Load()
@@ -546,10 +590,12 @@ func printMulti(w io.Writer, o options, res results) {
 	}
 	fmt.Fprintf(w, "\nSeveral reconcilers on one table (%s objects inserted %d per txn, one status set, one target each, no-op targets; medians over runs).\n", count(c.objects), o.cfg.txnSize)
 	fmt.Fprintln(w, "obj/s: until every object is Done in every reconciler; B/obj: allocated, the inserter included; conflicts/obj: status compare-and-swaps")
-	fmt.Fprintln(w, "that found the object changed; updates/obj: Update calls per object and reconciler; ratios are paired run by run (median, min–max).")
+	fmt.Fprintln(w, "that found the object changed; updates/obj: Update calls per object and reconciler; txns/1k: write transactions on the table per 1000 objects,")
+	fmt.Fprintln(w, "the inserter's included; lock held: share of the run a write transaction held the table's lock; waiters: write transactions waiting for it,")
+	fmt.Fprintln(w, "on average over the run; ratios are paired run by run (median, min–max).")
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "reconcilers\timpl\tobj/s\tvs %d\tB/obj\tconflicts/obj\tupdates/obj\tall Done, all in targets\t\n", c.counts[0])
+	fmt.Fprintf(tw, "reconcilers\timpl\tobj/s\tvs %d\tB/obj\tconflicts/obj\tupdates/obj\ttxns/1k\tlock held\twaiters\tall Done, all in targets\t\n", c.counts[0])
 	for _, n := range c.counts {
 		cs := multiCaseName(n)
 		for _, r := range []struct {
@@ -565,9 +611,10 @@ func printMulti(w io.Writer, o options, res results) {
 				st := res.ratioStats(ratioDef{conv: sample{r.cs, r.im, "obj/s"}, ref: sample{multiCaseName(c.counts[0]), r.im, "obj/s"}})
 				scale = fmt.Sprintf("%s (%s)", fmtRatio(st.median), st)
 			}
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%.0f B\t%.3f\t%.3f\tyes, %d of %d runs\t\n", n, r.label,
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%.0f B\t%.3f\t%.3f\t%.1f\t%.2f\t%.2f\tyes, %d of %d runs\t\n", n, r.label,
 				fmtValue(unitRate, res.median(r.cs, r.im, "obj/s")), scale,
-				res.median(r.cs, r.im, "B/obj"), res.median(r.cs, r.im, "conflicts/obj"), res.median(r.cs, r.im, "updates/obj"), runs, runs)
+				res.median(r.cs, r.im, "B/obj"), res.median(r.cs, r.im, "conflicts/obj"), res.median(r.cs, r.im, "updates/obj"),
+				1000*res.median(r.cs, r.im, "txns/obj"), res.median(r.cs, r.im, "lock held"), res.median(r.cs, r.im, "lock waiters"), runs, runs)
 		}
 	}
 	tw.Flush()

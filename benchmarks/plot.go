@@ -73,7 +73,7 @@ func writePlots(o options, res results, soak *soakResult) ([]string, error) {
 		}
 	}
 	if plots := multiPlots(res, o.cfg.multi); plots != nil {
-		if err := save("multi.svg", 1, 4, 36*vg.Centimeter, 10*vg.Centimeter, plots); err != nil {
+		if err := save("multi.svg", 2, 3, 32*vg.Centimeter, 18*vg.Centimeter, plots); err != nil {
 			return files, err
 		}
 	}

@@ -15,10 +15,12 @@ import (
 //
 //	multi.svg    several reconcilers on one status set: objects per second
 //	             against the number of reconcilers, each count's paired
-//	             ratio to one reconciler with the goal of 0.5 marked, and
-//	             conflicts and bytes per object; converge, upstream, the
-//	             floor and the floor that commits once for all reconcilers,
-//	             median over runs, bars from the lowest to the highest
+//	             ratio to one reconciler with the goal of 0.5 marked, the
+//	             share of the run the table's write lock was held, and
+//	             conflicts, bytes and write transactions per object;
+//	             converge, upstream, the floor and the floor that commits
+//	             once for all reconcilers, median over runs, bars from the
+//	             lowest to the highest
 //	restart.svg  a restart with the table full of Done objects, or with 1%
 //	             of them Pending: time until idle, the first prune's end
 //	             and the peak heap growth per object, converge beside
@@ -137,7 +139,21 @@ func multiPlots(res results, c multiConfig) [][]*plot.Plot {
 		func(im impl) [][]float64 { return values(im, "conflicts/obj") }, oneCommit("conflicts/obj"))
 	bytes := panel("allocated, the inserter included", "B/object",
 		func(im impl) [][]float64 { return values(im, "B/obj") }, oneCommit("B/obj"))
-	return [][]*plot.Plot{{rate, share, conflicts, bytes}}
+	held := panel("the table's write lock held", "share of the run",
+		func(im impl) [][]float64 { return values(im, "lock held") }, oneCommit("lock held"))
+	held.Y.Max = math.Max(held.Y.Max, 1.2)
+	perThousand := func(vs [][]float64) [][]float64 {
+		out := make([][]float64, len(vs))
+		for i := range vs {
+			for _, v := range vs[i] {
+				out[i] = append(out[i], 1000*v)
+			}
+		}
+		return out
+	}
+	txns := panel("write transactions, the inserter's included", "per 1000 objects",
+		func(im impl) [][]float64 { return perThousand(values(im, "txns/obj")) }, perThousand(oneCommit("txns/obj")))
+	return [][]*plot.Plot{{rate, share, held}, {conflicts, bytes, txns}}
 }
 
 // addHLine draws a horizontal line at y from x0 to x1, named in the legend.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"time"
@@ -157,7 +158,15 @@ func runAll(ctx context.Context, o options, todo []runCase, progress io.Writer) 
 					return res, err
 				}
 				start := time.Now()
-				m, err := c.fn(ctx, o.cfg, im)
+				// Labels let a CPU profile of several cases be cut by
+				// case (go tool pprof -tagfocus 'case=^multi 4$').
+				var (
+					m   measurement
+					err error
+				)
+				pprof.Do(ctx, pprof.Labels("case", c.name, "impl", im.String()), func(ctx context.Context) {
+					m, err = c.fn(ctx, o.cfg, im)
+				})
 				if err != nil {
 					return res, fmt.Errorf("%s, %s: %w", c.name, im, err)
 				}
