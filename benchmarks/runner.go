@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"runtime/pprof"
 	"slices"
 	"strings"
 	"time"
@@ -158,15 +157,7 @@ func runAll(ctx context.Context, o options, todo []runCase, progress io.Writer) 
 					return res, err
 				}
 				start := time.Now()
-				// Labels let a CPU profile of several cases be cut by
-				// case (go tool pprof -tagfocus 'case=^multi 4$').
-				var (
-					m   measurement
-					err error
-				)
-				pprof.Do(ctx, pprof.Labels("case", c.name, "impl", im.String()), func(ctx context.Context) {
-					m, err = c.fn(ctx, o.cfg, im)
-				})
+				m, err := c.fn(ctx, o.cfg, im)
 				if err != nil {
 					return res, fmt.Errorf("%s, %s: %w", c.name, im, err)
 				}
