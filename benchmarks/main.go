@@ -28,8 +28,9 @@
 //	             transaction while it reads Changes() and marks each pending
 //	             object Done with CompareAndSwap as it reads it, committing
 //	             every 1000: the least any StateDB reconciler must do. It runs in the
-//	             same turn as the single-ops runs, right after or before
-//	             converge's, so that each ratio pairs adjacent runs.
+//	             same turn as the single-ops runs and again in that of the
+//	             batch-ops runs, each time right after or before converge's,
+//	             so that each ratio pairs adjacent runs.
 //	latency      one object at a time, with default options, from commit to
 //	             Done: p50 and p99, back to back (the next object is written
 //	             as soon as the previous is Done) and idle (-latency-gap
@@ -55,7 +56,8 @@
 //	             status set on one table, each with its own target,
 //	             -multi-objects objects: throughput until all are Done in
 //	             all, bytes and CAS conflicts per object, and a check that
-//	             nothing was lost (multi.go).
+//	             nothing was lost; beside n floor loops, one floor loop that
+//	             commits each object once for all n (multi.go).
 //	soak         run only when named: one converge reconciler under a
 //	             steady churn for -duration, sampled every -soak-interval,
 //	             judged by a rule printed before it starts (soak.go,
@@ -63,7 +65,8 @@
 //	             verdict is a failure.
 //
 // -plot DIR writes SVG charts of what ran: the cost curve, the incremental
-// workload's throughput run by run, the soak's series (plot.go).
+// workload's throughput run by run, the multi and restart workloads, the
+// soak's series (plot.go, plot_workloads.go).
 package main
 
 import (

@@ -67,6 +67,7 @@ func TestQuickRun(t *testing.T) {
 		"2 allocs/object, single",
 		"2 allocs/object, batch",
 		"3 floor: single ops vs floor",
+		"3 floor: batch ops vs floor",
 		"3 floor: bytes/object vs floor",
 		"4 latency back-to-back p50",
 		"4 latency back-to-back p99",
@@ -127,7 +128,7 @@ func TestQuickRun(t *testing.T) {
 			}
 		}
 	}
-	for _, name := range []string{"curve.svg", "throughput.svg"} {
+	for _, name := range []string{"curve.svg", "throughput.svg", "multi.svg", "restart.svg"} {
 		b, err := os.ReadFile(filepath.Join(dir, name))
 		if err != nil {
 			t.Error(err)

@@ -42,11 +42,21 @@ import (
 //	             wrapper of the table's CompareAndSwap, the same for both
 //	updates/obj  Update calls per object and reconciler: above 1, work was
 //	             done again
+//	txns/obj     write transactions on the table per object, the
+//	             inserter's included (StateDB's Metrics, see lockMeter)
+//	lock held    the time write transactions held the table's lock, as a
+//	             share of the run: near 1, every write waits its turn
+//	lock waiters the time write transactions waited for the lock, over the
+//	             run's time: how many writers wait on average
 //
 // and then checks that no work was lost: the table holds every object, each
 // Done in every reconciler, and every target holds every object. The floor
 // runs n bare loops that do the least such a reconciler must (see
 // multiEnv.floor): what StateDB and the status set cost by themselves.
+// With more than one reconciler the floor also runs as one loop that does
+// the work of all n and commits each object once, with every status Done
+// ("one commit"): what a design in which the reconcilers of a table share
+// one committer could reach at best.
 // Periodic pruning is off for both libraries, as in the curve's shared
 // workload; everything else is each library's default.
 
@@ -91,6 +101,10 @@ func multiFlags(fs *flag.FlagSet, c *multiConfig) func(quick bool) error {
 
 func multiCaseName(n int) string { return fmt.Sprintf("multi %d", n) }
 
+// multiOneCommitCaseName names the case of the floor that commits each
+// object once for n reconcilers.
+func multiOneCommitCaseName(n int) string { return fmt.Sprintf("multi %d one commit", n) }
+
 // multiCases runs the workload once per count, for both libraries.
 func multiCases(cfg config) []runCase {
 	var out []runCase
@@ -98,11 +112,50 @@ func multiCases(cfg config) []runCase {
 		out = append(out, runCase{
 			name: multiCaseName(n), workload: "multi", impls: []impl{implConverge, implUpstream, implFloor},
 			fn: func(ctx context.Context, c config, im impl) (measurement, error) {
-				return multi(ctx, c, im, n)
+				return multi(ctx, c, im, n, false)
 			},
 		})
+		if n > 1 {
+			out = append(out, runCase{
+				name: multiOneCommitCaseName(n), workload: "multi", impls: []impl{implFloor},
+				fn: func(ctx context.Context, c config, im impl) (measurement, error) {
+					return multi(ctx, c, im, n, true)
+				},
+			})
+		}
 	}
 	return out
+}
+
+// lockMeter is StateDB's Metrics for the multi workload: it sums, over
+// every write transaction, the time it waited for its tables' locks and the
+// time it held them. The rest is not kept. Safe for concurrent use.
+type lockMeter struct {
+	txns, waitNs, heldNs atomic.Int64
+}
+
+func (m *lockMeter) WriteTxnTotalAcquisition(_ string, _ []string, d time.Duration) {
+	m.waitNs.Add(int64(d))
+}
+
+func (m *lockMeter) WriteTxnDuration(_ string, _ []string, d time.Duration) {
+	m.txns.Add(1)
+	m.heldNs.Add(int64(d))
+}
+
+func (m *lockMeter) WriteTxnTableAcquisition(string, string, time.Duration) {}
+func (m *lockMeter) GraveyardLowWatermark(string, statedb.Revision)         {}
+func (m *lockMeter) GraveyardCleaningDuration(string, time.Duration)        {}
+func (m *lockMeter) GraveyardObjectCount(string, int)                       {}
+func (m *lockMeter) ObjectCount(string, int)                                {}
+func (m *lockMeter) DeleteTrackerCount(string, int)                         {}
+func (m *lockMeter) Revision(string, statedb.Revision)                      {}
+
+// lockTotals is a reading of a lockMeter.
+type lockTotals struct{ txns, wait, held int64 }
+
+func (m *lockMeter) read() lockTotals {
+	return lockTotals{m.txns.Load(), m.waitNs.Load(), m.heldNs.Load()}
 }
 
 // casCounter is the table as the reconcilers see it: every call goes to the
@@ -170,17 +223,23 @@ type multiReconciler struct {
 // multiEnv is a started hive with one table of setObjects and n reconcilers
 // of one library on it, each in its own module.
 type multiEnv struct {
-	im   impl
-	h    *hive.Hive
-	db   *statedb.DB
-	tbl  *casCounter[*setObject]
-	recs []*multiReconciler
+	im        impl
+	oneCommit bool // the floor: one loop for every reconciler (floorOneCommit)
+	h         *hive.Hive
+	db        *statedb.DB
+	tbl       *casCounter[*setObject]
+	recs      []*multiReconciler
+	locks     lockMeter
 }
 
-func startMulti(ctx context.Context, im impl, n, objects int) (*multiEnv, error) {
-	e := &multiEnv{im: im}
+func startMulti(ctx context.Context, im impl, n, objects int, oneCommit bool) (*multiEnv, error) {
+	if oneCommit && im != implFloor {
+		return nil, fmt.Errorf("the multi workload's one-commit run is the floor's, not %s's", im)
+	}
+	e := &multiEnv{im: im, oneCommit: oneCommit}
 	cells := []cell.Cell{
 		cell.SimpleHealthCell, statedb.Cell, job.Cell,
+		cell.Provide(func() statedb.Metrics { return &e.locks }),
 		cell.Invoke(func(db *statedb.DB) error {
 			tbl, err := statedb.NewTable(db, "objects", setIDIndex)
 			e.db, e.tbl = db, &casCounter[*setObject]{RWTable: tbl}
@@ -232,7 +291,12 @@ func (e *multiEnv) register(rec *multiReconciler, p reconciler.Params, up upstre
 			return err
 		}
 	case implFloor:
-		jobs.Add(job.OneShot("floor", func(ctx context.Context, _ cell.Health) error { return e.floor(ctx, rec) }))
+		switch {
+		case !e.oneCommit:
+			jobs.Add(job.OneShot("floor", func(ctx context.Context, _ cell.Health) error { return e.floor(ctx, rec) }))
+		case rec == e.recs[0]:
+			jobs.Add(job.OneShot("floor-one-commit", func(ctx context.Context, _ cell.Health) error { return e.floorOneCommit(ctx) }))
+		}
 		rec.wait = func(context.Context, statedb.Revision) error { return nil } // waitAllDone scans
 	default:
 		return fmt.Errorf("the multi workload has no %s run", e.im)
@@ -302,14 +366,82 @@ func (e *multiEnv) floor(ctx context.Context, rec *multiReconciler) error {
 	}
 }
 
-// multi runs n reconcilers of im on one table: see multiConfig.
-func multi(ctx context.Context, cfg config, im impl, n int) (measurement, error) {
+// floorOneCommit is the floor of a design in which the reconcilers of a
+// table share one committer: one loop reads the changes as each floor loop
+// does, puts each object pending for any reconciler in that reconciler's
+// target, and writes it back once, Done for all of them, 1000 objects per
+// write transaction. It is e.floor with the work of every reconciler in
+// one loop; the inserter writes only new objects, so its compare-and-swaps
+// do not conflict, and if one did, the object's newer change is read next.
+func (e *multiEnv) floorOneCommit(ctx context.Context) error {
+	wtxn := e.db.WriteTxn(e.tbl)
+	changes, err := e.tbl.Changes(wtxn)
+	wtxn.Commit()
+	if err != nil {
+		return err
+	}
+	defer changes.Close()
+	type item struct {
+		obj *setObject // with every status Done
+		rev statedb.Revision
+	}
+	batch := make([]item, 0, 1000)
+	flush := func() {
+		if len(batch) == 0 {
+			return
+		}
+		wtxn := e.db.WriteTxn(e.tbl)
+		for _, it := range batch {
+			_, _, _ = e.tbl.CompareAndSwap(wtxn, it.rev, it.obj)
+		}
+		wtxn.Commit()
+		clear(batch)
+		batch = batch[:0]
+	}
+	for {
+		changed, watch := changes.Next(e.db.ReadTxn())
+		for c, rev := range changed {
+			if c.Deleted {
+				continue
+			}
+			var o *setObject
+			for _, rec := range e.recs {
+				if c.Object.conv.Get(rec.name).Kind != status.KindPending {
+					continue
+				}
+				_ = rec.target.Update(ctx, nil, rev, c.Object)
+				if o == nil {
+					cp := *c.Object
+					o = &cp
+				}
+				o.conv = o.conv.Set(rec.name, status.Done())
+			}
+			if o == nil {
+				continue
+			}
+			batch = append(batch, item{o, rev})
+			if len(batch) == cap(batch) {
+				flush()
+			}
+		}
+		flush()
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-watch:
+		}
+	}
+}
+
+// multi runs n reconcilers of im on one table: see multiConfig. With
+// oneCommit (the floor only) one loop does the work of all n.
+func multi(ctx context.Context, cfg config, im impl, n int, oneCommit bool) (measurement, error) {
 	m := newMeasurement()
 	objects := cfg.multi.objects
 	settle()
 	ctx, cancel := context.WithTimeout(ctx, cfg.timeout)
 	defer cancel()
-	e, err := startMulti(ctx, im, n, objects)
+	e, err := startMulti(ctx, im, n, objects, oneCommit)
 	if err != nil {
 		return m, err
 	}
@@ -321,6 +453,7 @@ func multi(ctx context.Context, cfg config, im impl, n int) (measurement, error)
 	settle()
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
+	locks0 := e.locks.read()
 	t0 := time.Now()
 	for id := 0; id < objects; {
 		wtxn := e.db.WriteTxn(e.tbl)
@@ -341,11 +474,15 @@ func multi(ctx context.Context, cfg config, im impl, n int) (measurement, error)
 	}
 	d := end.Sub(t0)
 	runtime.ReadMemStats(&after)
+	locks := e.locks.read()
 	nf := float64(objects)
 	m.set("obj/s", nf/d.Seconds())
 	m.set("B/obj", float64(after.TotalAlloc-before.TotalAlloc)/nf)
 	m.set("allocs/obj", float64(after.Mallocs-before.Mallocs)/nf)
 	m.set("conflicts/obj", float64(e.tbl.conflicts.Load())/nf)
+	m.set("txns/obj", float64(locks.txns-locks0.txns)/nf)
+	m.set("lock held", float64(locks.held-locks0.held)/float64(d))
+	m.set("lock waiters", float64(locks.wait-locks0.wait)/float64(d))
 	var updates int64
 	for _, rec := range e.recs {
 		updates += rec.target.updates.Load()
@@ -453,25 +590,31 @@ func printMulti(w io.Writer, o options, res results) {
 	}
 	fmt.Fprintf(w, "\nSeveral reconcilers on one table (%s objects inserted %d per txn, one status set, one target each, no-op targets; medians over runs).\n", count(c.objects), o.cfg.txnSize)
 	fmt.Fprintln(w, "obj/s: until every object is Done in every reconciler; B/obj: allocated, the inserter included; conflicts/obj: status compare-and-swaps")
-	fmt.Fprintln(w, "that found the object changed; updates/obj: Update calls per object and reconciler; ratios are paired run by run (median, min–max).")
+	fmt.Fprintln(w, "that found the object changed; updates/obj: Update calls per object and reconciler; txns/1k: write transactions on the table per 1000 objects,")
+	fmt.Fprintln(w, "the inserter's included; lock held: share of the run a write transaction held the table's lock; waiters: write transactions waiting for it,")
+	fmt.Fprintln(w, "on average over the run; ratios are paired run by run (median, min–max).")
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "reconcilers\timpl\tobj/s\tvs %d\tB/obj\tconflicts/obj\tupdates/obj\tall Done, all in targets\t\n", c.counts[0])
+	fmt.Fprintf(tw, "reconcilers\timpl\tobj/s\tvs %d\tB/obj\tconflicts/obj\tupdates/obj\ttxns/1k\tlock held\twaiters\tall Done, all in targets\t\n", c.counts[0])
 	for _, n := range c.counts {
 		cs := multiCaseName(n)
-		for _, im := range []impl{implConverge, implUpstream, implFloor} {
-			runs := len(res[cs][im]["obj/s"])
+		for _, r := range []struct {
+			cs, label string
+			im        impl
+		}{{cs, "converge", implConverge}, {cs, "upstream", implUpstream}, {cs, "floor", implFloor}, {multiOneCommitCaseName(n), "floor, one commit", implFloor}} {
+			runs := len(res[r.cs][r.im]["obj/s"])
 			if runs == 0 {
 				continue
 			}
 			scale := "(reference)"
 			if n != c.counts[0] {
-				st := res.ratioStats(ratioDef{conv: sample{cs, im, "obj/s"}, ref: sample{multiCaseName(c.counts[0]), im, "obj/s"}})
+				st := res.ratioStats(ratioDef{conv: sample{r.cs, r.im, "obj/s"}, ref: sample{multiCaseName(c.counts[0]), r.im, "obj/s"}})
 				scale = fmt.Sprintf("%s (%s)", fmtRatio(st.median), st)
 			}
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%.0f B\t%.3f\t%.3f\tyes, %d of %d runs\t\n", n, im,
-				fmtValue(unitRate, res.median(cs, im, "obj/s")), scale,
-				res.median(cs, im, "B/obj"), res.median(cs, im, "conflicts/obj"), res.median(cs, im, "updates/obj"), runs, runs)
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%.0f B\t%.3f\t%.3f\t%.1f\t%.2f\t%.2f\tyes, %d of %d runs\t\n", n, r.label,
+				fmtValue(unitRate, res.median(r.cs, r.im, "obj/s")), scale,
+				res.median(r.cs, r.im, "B/obj"), res.median(r.cs, r.im, "conflicts/obj"), res.median(r.cs, r.im, "updates/obj"),
+				1000*res.median(r.cs, r.im, "txns/obj"), res.median(r.cs, r.im, "lock held"), res.median(r.cs, r.im, "lock waiters"), runs, runs)
 		}
 	}
 	tw.Flush()
@@ -482,12 +625,17 @@ func printMulti(w io.Writer, o options, res results) {
 			{conv: sample{cs, implConverge, "obj/s"}, ref: sample{cs, implUpstream, "obj/s"}},
 			{conv: sample{cs, implConverge, "B/obj"}, ref: sample{cs, implUpstream, "B/obj"}},
 			{conv: sample{cs, implConverge, "obj/s"}, ref: sample{cs, implFloor, "obj/s"}},
+			{conv: sample{multiOneCommitCaseName(n), implFloor, "obj/s"}, ref: sample{cs, implFloor, "obj/s"}},
 		} {
 			st := res.ratioStats(d)
 			if st.n == 0 || math.IsNaN(st.median) {
 				continue
 			}
-			fmt.Fprintf(w, "  %d reconciler(s), %s/%s %s: %s (%s)\n", n, d.conv.im, d.ref.im, d.conv.metric, fmtRatio(st.median), st)
+			conv := d.conv.im.String()
+			if d.conv.c != d.ref.c {
+				conv += " one commit"
+			}
+			fmt.Fprintf(w, "  %d reconciler(s), %s/%s %s: %s (%s)\n", n, conv, d.ref.im, d.conv.metric, fmtRatio(st.median), st)
 		}
 	}
 }

@@ -10,7 +10,8 @@ import (
 )
 
 // TestMultiRun runs the multi workload small, for both libraries, and
-// checks its table: a row per count and library, each run checked.
+// checks its table: a row per count and library, and with more than one
+// reconciler the floor that commits once for all, each run checked.
 func TestMultiRun(t *testing.T) {
 	args := []string{"-workloads", "multi", "-objects", "3000", "-multi-objects", "3000", "-multi-counts", "3,1", "-repeats", "1"}
 	var stdout, stderr bytes.Buffer
@@ -22,17 +23,21 @@ func TestMultiRun(t *testing.T) {
 	var rows []string
 	for _, l := range strings.Split(out, "\n") {
 		f := strings.Fields(l)
-		if len(f) > 2 && (f[0] == "1" || f[0] == "3") && (f[1] == "converge" || f[1] == "upstream" || f[1] == "floor") {
-			rows = append(rows, f[0]+" "+f[1])
+		if len(f) > 2 && (f[0] == "1" || f[0] == "3") && (f[1] == "converge" || f[1] == "upstream" || f[1] == "floor" || f[1] == "floor,") {
+			row := f[0] + " " + f[1]
+			if f[1] == "floor," {
+				row += " " + f[2] + " " + f[3]
+			}
+			rows = append(rows, row)
 			if !strings.Contains(l, "yes, 1 of 1 runs") {
 				t.Errorf("row without its check: %q", l)
 			}
 		}
 	}
-	if want := []string{"1 converge", "1 upstream", "1 floor", "3 converge", "3 upstream", "3 floor"}; !slices.Equal(rows, want) {
+	if want := []string{"1 converge", "1 upstream", "1 floor", "3 converge", "3 upstream", "3 floor", "3 floor, one commit"}; !slices.Equal(rows, want) {
 		t.Errorf("rows = %q, want %q", rows, want)
 	}
-	for _, want := range []string{"3 reconciler(s), converge/upstream obj/s", "3 reconciler(s), converge/floor obj/s"} {
+	for _, want := range []string{"3 reconciler(s), converge/upstream obj/s", "3 reconciler(s), converge/floor obj/s", "3 reconciler(s), floor one commit/floor obj/s"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("no line %q", want)
 		}

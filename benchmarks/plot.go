@@ -28,6 +28,8 @@ import (
 //	throughput.svg  the incremental workload's objects per second, run by
 //	                run, with single and batch ops, and the paired ratios
 //	                per run with their median
+//	multi.svg       several reconcilers on one table (plot_workloads.go)
+//	restart.svg     a restart with the table full (plot_workloads.go)
 //	soak.svg        the soak's series over time, the warm-up marked, and the
 //	                medians of the first and last third that the verdict
 //	                compares
@@ -67,6 +69,16 @@ func writePlots(o options, res results, soak *soakResult) ([]string, error) {
 	}
 	if plots := throughputPlots(res, o.cfg.objects); plots != nil {
 		if err := save("throughput.svg", 1, 3, 32*vg.Centimeter, 10*vg.Centimeter, plots); err != nil {
+			return files, err
+		}
+	}
+	if plots := multiPlots(res, o.cfg.multi); plots != nil {
+		if err := save("multi.svg", 2, 3, 32*vg.Centimeter, 18*vg.Centimeter, plots); err != nil {
+			return files, err
+		}
+	}
+	if plots := restartPlots(res, o.cfg.objects); plots != nil {
+		if err := save("restart.svg", 1, 3, 30*vg.Centimeter, 10*vg.Centimeter, plots); err != nil {
 			return files, err
 		}
 	}
@@ -178,9 +190,9 @@ type medianBars struct {
 	plotter.YErrors
 }
 
-// addMedianLine adds to p a line through the median of each x's values,
-// with bars from their lowest to their highest, in c, named in the legend.
-func addMedianLine(p *plot.Plot, name string, c color.Color, dashed bool, xs []float64, values [][]float64) error {
+// medianBarsOf returns the median of each x's finite values, with bars
+// from their lowest to their highest; an x with none is left out.
+func medianBarsOf(xs []float64, values [][]float64) medianBars {
 	var mb medianBars
 	for i, x := range xs {
 		vs := slices.DeleteFunc(slices.Clone(values[i]), func(v float64) bool { return math.IsNaN(v) || math.IsInf(v, 0) })
@@ -191,6 +203,13 @@ func addMedianLine(p *plot.Plot, name string, c color.Color, dashed bool, xs []f
 		mb.XYs = append(mb.XYs, plotter.XY{X: x, Y: m})
 		mb.YErrors = append(mb.YErrors, struct{ Low, High float64 }{m - slices.Min(vs), slices.Max(vs) - m})
 	}
+	return mb
+}
+
+// addMedianLine adds to p a line through the median of each x's values,
+// with bars from their lowest to their highest, in c, named in the legend.
+func addMedianLine(p *plot.Plot, name string, c color.Color, dashed bool, xs []float64, values [][]float64) error {
+	mb := medianBarsOf(xs, values)
 	if len(mb.XYs) == 0 {
 		return nil
 	}
@@ -326,6 +345,7 @@ func throughputPlots(res results, objects int) [][]*plot.Plot {
 		{"converge/upstream single", ratioDef{conv: sample{"incremental single", implConverge, "obj/s"}, ref: sample{"incremental single", implUpstream, "obj/s"}}, implColors[implUpstream]},
 		{"converge/upstream batch", ratioDef{conv: sample{"incremental batch", implConverge, "obj/s"}, ref: sample{"incremental batch", implUpstream, "obj/s"}}, colorPass},
 		{"converge/floor single", ratioDef{conv: sample{"incremental single", implConverge, "obj/s"}, ref: sample{"incremental single", implFloor, "obj/s"}}, implColors[implFloor]},
+		{"converge/floor batch", ratioDef{conv: sample{"incremental batch", implConverge, "obj/s"}, ref: sample{"incremental batch", implFloor, "obj/s"}}, colorMark},
 	}
 	for _, r := range ratios {
 		a, b := res.series(r.def.conv, false), res.series(r.def.ref, false)

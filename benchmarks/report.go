@@ -109,6 +109,7 @@ func mainSources(c config) []source {
 		vsUp("2 allocs/object, single", unitAllocs, "incremental single", "allocs/obj"),
 		vsUp("2 allocs/object, batch", unitAllocs, "incremental batch", "allocs/obj"),
 		{"3 floor: single ops vs floor", unitRate, ratioDef{conv: conv("incremental single", "obj/s"), ref: fl("incremental single", "obj/s")}},
+		{"3 floor: batch ops vs floor", unitRate, ratioDef{conv: conv("incremental batch", "obj/s"), ref: fl("incremental batch", "obj/s")}},
 		{"3 floor: bytes/object vs floor", unitBytes, ratioDef{conv: conv("incremental single", "B/obj"), ref: fl("incremental single", "B/obj"), net: true}},
 		vsUp("4 latency back-to-back p50", unitNanos, "latency back-to-back", "p50"),
 		vsUp("4 latency back-to-back p99", unitNanos, "latency back-to-back", "p99"),
