@@ -38,7 +38,7 @@ var (
 	// given.
 	errUnauthorized = errors.New("unauthorized")
 	// errNoTable: the agent has no such table.
-	errNoTable = errors.New("no such table")
+	errNoTable = errors.New("no table")
 	// errVersion: the agent answers in a form this command does not know:
 	// not StateDB's handler, or rows of another converge version.
 	errVersion = errors.New("unexpected answer")
@@ -281,7 +281,7 @@ func (c *client) statusError(resp *http.Response, where, table string) error {
 	case resp.StatusCode == http.StatusUnauthorized:
 		return fmt.Errorf("%w: %s answered %s: it refused the token (the example writes a new one at every start)", errUnauthorized, where, resp.Status)
 	case resp.StatusCode == http.StatusNotFound && strings.HasPrefix(msg.Err, "Table "):
-		return fmt.Errorf("%w: the agent has no table %s: is reconciler.TablesCell in its hive?", errNoTable, table)
+		return fmt.Errorf("%w %s: is reconciler.TablesCell in the agent's hive?", errNoTable, table)
 	case resp.StatusCode == http.StatusNotFound:
 		return fmt.Errorf("%w: %s answered %s: is --url the base of the agent's StateDB handler, under which it serves /query and /changes (such as %s)?",
 			errVersion, where, resp.Status, defaultURL)
