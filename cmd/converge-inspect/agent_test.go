@@ -66,6 +66,7 @@ type agent struct {
 	db      *statedb.DB
 	tables  map[string]statedb.RWTable[*item] // by module
 	faults  map[string]*reconcilertest.FaultyOps[*item]
+	recs    map[string]reconciler.Reconciler[*item]
 	infos   statedb.Table[*reconciler.Info]
 	retries statedb.Table[*reconciler.RetryInfo]
 	server  *httptest.Server
@@ -79,6 +80,7 @@ const testToken = "s3cret-t0ken"
 func startAgent(t testing.TB, withTables bool, modules ...string) *agent {
 	t.Helper()
 	a := &agent{t: t, tables: map[string]statedb.RWTable[*item]{}, faults: map[string]*reconcilertest.FaultyOps[*item]{},
+		recs:  map[string]reconciler.Reconciler[*item]{},
 		token: testToken, dir: t.TempDir()}
 	cells := []cell.Cell{statedb.Cell, job.Cell, cell.Provide(cell.NewSimpleHealth), cell.Invoke(func(db *statedb.DB) { a.db = db })}
 	if withTables {
@@ -96,8 +98,8 @@ func startAgent(t testing.TB, withTables bool, modules ...string) *agent {
 				}
 				ops := reconcilertest.NewFaultyOps(itemKey, reconcilertest.NewTarget(itemKey, itemKey), nil)
 				a.tables[name], a.faults[name] = table, ops
-				_, err = reconciler.Register(p, table, (*item).clone, (*item).setStatus, (*item).getStatus, ops, nil,
-					reconciler.WithRetry(20*time.Millisecond, 200*time.Millisecond))
+				a.recs[name], err = reconciler.Register(p, table, (*item).clone, (*item).setStatus, (*item).getStatus, ops, nil,
+					reconciler.WithRetry(20*time.Millisecond, 200*time.Millisecond), reconciler.WithPruning(time.Hour))
 				return err
 			})))
 	}

@@ -14,9 +14,9 @@
 //
 // It prints one line per reconciler (its state, objects, failing objects,
 // operations in flight, how long the oldest unfinished object has waited,
-// the last prune), the last error of a degraded one, then the failing
-// objects (key, attempts, next attempt, error), at most ten per
-// reconciler. Paused and stopped reconcilers show as such in STATE.
+// the last prune and its error), then the failing objects (key, attempts,
+// next attempt, error), at most ten per reconciler. Paused and stopped
+// reconcilers show as such in STATE. docs/observability.md shows a sample.
 //
 // Flags:
 //

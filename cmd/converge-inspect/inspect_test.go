@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/converge-go/converge/reconciler"
+	"github.com/converge-go/converge/reconcilertest"
 )
 
 // The tables as text and JSON, with the exit status saying whether a
@@ -24,7 +25,6 @@ func TestShowsTables(t *testing.T) {
 	t.Logf("output:\n%s", stdout)
 	require.Regexp(t, `(?m)^RECONCILER +STATE +OBJECTS +FAILING +IN FLIGHT +OLDEST PENDING +LAST PRUNE$`, stdout)
 	require.Regexp(t, `(?m)^routes +degraded +3 +1 +[01] +\S+ +(-|\S+ ago)$`, stdout)
-	require.Regexp(t, `(?m)^routes: last error \(\S+ ago\): injected fault: update b$`, stdout)
 	require.Regexp(t, `(?m)^RECONCILER +FAILING OBJECT +ATTEMPTS +NEXT ATTEMPT +ERROR$`, stdout)
 	require.Regexp(t, `(?m)^routes +b +[1-9]\d* +(in \S+|due|running) +.*injected`, stdout)
 	require.NotContains(t, stdout, testToken)
@@ -52,7 +52,23 @@ func TestShowsTables(t *testing.T) {
 	require.Equal(t, exitHealthy, code, stderr)
 	require.Regexp(t, `(?m)^routes +running +3 +0 +0 +- +(-|\S+ ago)$`, stdout)
 	require.Regexp(t, `(?m)^No failing objects\.$`, stdout)
-	require.NotRegexp(t, `last error`, stdout)
+}
+
+// A failed prune makes a reconciler degraded, with no failing object; the
+// LAST PRUNE column says why.
+func TestPruneFailure(t *testing.T) {
+	a := startAgent(t, true, "routes")
+	require.NoError(t, a.faults["routes"].Inject(reconcilertest.Fault{Mode: reconcilertest.ModeError, Op: reconcilertest.OpPrune}))
+	a.insert("routes", "a")
+	a.recs["routes"].Prune()
+	a.waitInfo("routes", "a failed prune", func(i *reconciler.Info) bool {
+		return i.State == reconciler.StateDegraded && i.LastPruneError != "" && i.Retrying == 0
+	})
+	code, stdout, stderr := runInspect(t, nil, a.args()...)
+	require.Equal(t, exitDegraded, code, stderr)
+	require.Regexp(t, `(?m)^routes +degraded +1 +0 +0 +- +\S+ ago, failed: prune: injected fault: prune$`, stdout)
+	require.Regexp(t, `(?m)^No failing objects\.$`, stdout)
+	require.NotContains(t, stdout, "round limiter")
 }
 
 // --reconciler shows one reconciler and its failing objects, by ID or

@@ -186,7 +186,7 @@ var infoColumns = []column{
 	{"LAST PRUNE", func(i *reconciler.Info, now time.Time) string {
 		s := since(i.LastPrune, now, " ago")
 		if i.LastPruneError != "" {
-			s += ": failed: " + i.LastPruneError
+			s += ", failed: " + i.LastPruneError
 		}
 		return s
 	}},
@@ -224,8 +224,8 @@ func (r report) writeText(w io.Writer, now time.Time) error {
 		return err
 	}
 	for _, info := range r.Reconcilers {
-		if info.State == reconciler.StateDegraded && info.LastError != "" {
-			fmt.Fprintf(w, "%s: last error (%s): %s\n", cleanText(info.ID), since(info.LastErrorAt, now, " ago"), clip(info.LastError))
+		if info.State == reconciler.StateDegraded && info.Retrying == 0 && info.LastPruneError == "" {
+			fmt.Fprintf(w, "%s is degraded with no failing object and no failed prune: its round limiter or start gate fails (its health says which)\n", cleanText(info.ID))
 		}
 	}
 	fmt.Fprintln(w)
@@ -250,7 +250,7 @@ func (r report) writeText(w io.Writer, now time.Time) error {
 			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", clip(retry.Reconciler), key, retry.Attempts, nextAttempt(retry.NextAttempt, now), clip(retry.LastError))
 		}
 		if more > 0 && (i == len(r.Retries)-1 || retry.Reconciler != r.Retries[i+1].Reconciler) {
-			fmt.Fprintf(tw, "%s\t... %d more (--json lists them all)\t\t\t\n", clip(retry.Reconciler), more)
+			fmt.Fprintf(tw, "%s\t...\t\t\tand %d more (--json lists them all)\n", clip(retry.Reconciler), more)
 			more = 0
 		}
 	}
