@@ -176,7 +176,7 @@ func TestInspectEndToEnd(t *testing.T) {
 	}
 
 	watch := start(t, ctx, inspect, append(args, "--watch")...)
-	_, at := watch.stdout.wait(t, 0, `^files +running +3 +0 +0 `)
+	_, at := watch.stdout.wait(t, 0, `^files +running +3 +0 +0 +16 +0 +- `)
 
 	// A file the example cannot write.
 	require.NoError(t, os.MkdirAll(filepath.Join(dir, "blocked", "inner"), 0o755))
@@ -194,7 +194,7 @@ func TestInspectEndToEnd(t *testing.T) {
 	code, stdout, stderr := run()
 	require.Equal(t, 1, code, "exit status when degraded\nstdout:\n%s\nstderr:\n%s", stdout, stderr)
 	require.Empty(t, stderr)
-	require.Regexp(t, `(?m)^files +degraded +4 +1 +[01] +\S+ +- *$`, stdout)
+	require.Regexp(t, `(?m)^files +degraded +4 +1 +[01] +16 +[01] +\S+ +-$`, stdout)
 	require.Regexp(t, `(?m)^files +blocked +[1-9]\d* +(in \S+|due|running) +write blocked: `, stdout)
 	// The headers are those of the sample in the README.
 	for _, header := range readmeSampleHeaders(t) {
@@ -208,11 +208,11 @@ func TestInspectEndToEnd(t *testing.T) {
 
 	// Repaired: the retry writes the file.
 	require.NoError(t, os.RemoveAll(filepath.Join(dir, "blocked")))
-	_, at = watch.stdout.wait(t, at, `^files +running +4 +0 +0 `)
+	_, at = watch.stdout.wait(t, at, `^files +running +4 +0 +0 +16 +0 +- `)
 	watch.stdout.wait(t, at, `^No failing objects\.$`)
 	code, stdout, stderr = run()
 	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
-	require.Regexp(t, `(?m)^files +running +4 +0 +0 +- +- *$`, stdout)
+	require.Regexp(t, `(?m)^files +running +4 +0 +0 +16 +0 +- +-$`, stdout)
 
 	require.Equal(t, 0, watch.interrupt(t), watch.stderr.String())
 	require.Empty(t, watch.stderr.String())

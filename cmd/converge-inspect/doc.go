@@ -13,10 +13,11 @@
 // or build it once with go build ./cmd/converge-inspect.
 //
 // It prints one line per reconciler (its state, objects, failing objects,
-// operations in flight, how long the oldest unfinished object has waited,
-// the last prune and its error), then the failing objects (key, attempts,
-// next attempt, error), at most ten per reconciler. Paused and stopped
-// reconcilers show as such in STATE. docs/observability.md shows a sample.
+// operations in flight, workers and busy workers, how long the oldest
+// unfinished object has waited, the last prune and its error), then the
+// failing objects (key, attempts, next attempt, error), at most ten per
+// reconciler. Paused and stopped reconcilers show as such in STATE.
+// docs/observability.md shows a sample.
 //
 // Flags:
 //

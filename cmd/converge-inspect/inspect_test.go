@@ -23,8 +23,8 @@ func TestShowsTables(t *testing.T) {
 	require.Equal(t, exitDegraded, code, stderr)
 	require.Empty(t, stderr)
 	t.Logf("output:\n%s", stdout)
-	require.Regexp(t, `(?m)^RECONCILER +STATE +OBJECTS +FAILING +IN FLIGHT +OLDEST PENDING +LAST PRUNE$`, stdout)
-	require.Regexp(t, `(?m)^routes +degraded +3 +1 +[01] +\S+ +(-|\S+ ago)$`, stdout)
+	require.Regexp(t, `(?m)^RECONCILER +STATE +OBJECTS +FAILING +IN FLIGHT +WORKERS +BUSY +OLDEST PENDING +LAST PRUNE$`, stdout)
+	require.Regexp(t, `(?m)^routes +degraded +3 +1 +[01] +1 +[01] +\S+ +(-|\S+ ago)$`, stdout)
 	require.Regexp(t, `(?m)^RECONCILER +FAILING OBJECT +ATTEMPTS +NEXT ATTEMPT +ERROR$`, stdout)
 	require.Regexp(t, `(?m)^routes +b +[1-9]\d* +(in \S+|due|running) +.*injected`, stdout)
 	require.NotContains(t, stdout, testToken)
@@ -50,7 +50,7 @@ func TestShowsTables(t *testing.T) {
 	a.waitRunning("routes", 3)
 	code, stdout, stderr = runInspect(t, nil, a.args()...)
 	require.Equal(t, exitHealthy, code, stderr)
-	require.Regexp(t, `(?m)^routes +running +3 +0 +0 +- +(-|\S+ ago)$`, stdout)
+	require.Regexp(t, `(?m)^routes +running +3 +0 +0 +1 +0 +- +(-|\S+ ago)$`, stdout)
 	require.Regexp(t, `(?m)^No failing objects\.$`, stdout)
 }
 
@@ -66,7 +66,7 @@ func TestPruneFailure(t *testing.T) {
 	})
 	code, stdout, stderr := runInspect(t, nil, a.args()...)
 	require.Equal(t, exitDegraded, code, stderr)
-	require.Regexp(t, `(?m)^routes +degraded +1 +0 +0 +- +\S+ ago, failed: prune: injected fault: prune$`, stdout)
+	require.Regexp(t, `(?m)^routes +degraded +1 +0 +0 +1 +0 +- +\S+ ago, failed: prune: injected fault: prune$`, stdout)
 	require.Regexp(t, `(?m)^No failing objects\.$`, stdout)
 	require.NotContains(t, stdout, "round limiter")
 }
@@ -112,7 +112,7 @@ func TestWatch(t *testing.T) {
 
 	w := startWatch(t, a.args()...)
 	w.waitLine(`^--- \d\d:\d\d:\d\d$`)
-	w.waitLine(`^routes +running +1 +0 `)
+	w.waitLine(`^routes +running +1 +0 +0 +1 +0 +- `)
 	w.waitLine(`^No failing objects\.$`)
 
 	a.fail("routes", "b")
@@ -121,7 +121,7 @@ func TestWatch(t *testing.T) {
 	w.waitLine(`^routes +b +\d+ +.*injected`)
 
 	a.heal("routes", "b")
-	_, before := w.waitLine(`^routes +running +2 +0 `)
+	_, before := w.waitLine(`^routes +running +2 +0 +0 +1 +0 +- `)
 	require.NotEmpty(t, before)
 	w.waitLine(`^No failing objects\.$`)
 	require.Equal(t, exitHealthy, w.stop())

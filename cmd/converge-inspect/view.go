@@ -182,6 +182,8 @@ var infoColumns = []column{
 	{"OBJECTS", func(i *reconciler.Info, _ time.Time) string { return strconv.Itoa(i.Objects) }},
 	{"FAILING", func(i *reconciler.Info, _ time.Time) string { return strconv.Itoa(i.Retrying) }},
 	{"IN FLIGHT", func(i *reconciler.Info, _ time.Time) string { return strconv.Itoa(i.InFlight) }},
+	{"WORKERS", func(i *reconciler.Info, _ time.Time) string { return strconv.Itoa(i.Workers) }},
+	{"BUSY", func(i *reconciler.Info, _ time.Time) string { return strconv.Itoa(i.BusyWorkers) }},
 	{"OLDEST PENDING", func(i *reconciler.Info, now time.Time) string { return since(i.OldestPending, now, "") }},
 	{"LAST PRUNE", func(i *reconciler.Info, now time.Time) string {
 		s := since(i.LastPrune, now, " ago")

@@ -23,7 +23,7 @@ func sample() report {
 	return report{
 		Reconcilers: []*reconciler.Info{{
 			ID: "files", Module: "files", State: reconciler.StateDegraded,
-			Objects: 4, Succeeded: 9, Failed: 6, FailuresSinceSuccess: 6, Retrying: 1,
+			Objects: 4, Succeeded: 9, Failed: 6, FailuresSinceSuccess: 6, Retrying: 1, Workers: 16,
 			LastError:     "write blocked: exists and the example did not write it: remove it or use another name",
 			LastErrorAt:   sampleNow.Add(-1800 * time.Millisecond),
 			OldestPending: sampleNow.Add(-41 * time.Second),
@@ -57,8 +57,8 @@ func TestWriteText(t *testing.T) {
 	now := sampleNow
 	rep := sample()
 	rep.Reconcilers = append(rep.Reconcilers,
-		&reconciler.Info{ID: "routes/v4", Module: "routes", Name: "v4", State: reconciler.StatePaused, Objects: 1200},
-		&reconciler.Info{ID: "routes/v6", Module: "routes", Name: "v6", State: reconciler.StateDegraded, Objects: 7,
+		&reconciler.Info{ID: "routes/v4", Module: "routes", Name: "v4", State: reconciler.StatePaused, Objects: 1200, Workers: 4},
+		&reconciler.Info{ID: "routes/v6", Module: "routes", Name: "v6", State: reconciler.StateDegraded, Objects: 7, Workers: 1, BusyWorkers: 1,
 			LastPrune: now.Add(-90 * time.Minute), LastPruneError: "prune: netlink: permission denied"},
 		&reconciler.Info{ID: "x\x1b[2Jy", Module: "x", State: reconciler.StateDegraded},
 	)
@@ -76,9 +76,9 @@ func TestWriteText(t *testing.T) {
 	got := b.String()
 	t.Logf("\n%s", got)
 	lines := strings.Split(got, "\n")
-	require.Regexp(t, `^routes/v4 +paused +1200 +0 +0 +- +-$`, lines[2])
-	require.Regexp(t, `^routes/v6 +degraded +7 +0 +0 +- +1h30m ago, failed: prune: netlink: permission denied$`, lines[3])
-	require.Regexp(t, `^x\?\[2Jy +degraded +0 +0 +0 +- +-$`, lines[4])
+	require.Regexp(t, `^routes/v4 +paused +1200 +0 +0 +4 +0 +- +-$`, lines[2])
+	require.Regexp(t, `^routes/v6 +degraded +7 +0 +0 +1 +1 +- +1h30m ago, failed: prune: netlink: permission denied$`, lines[3])
+	require.Regexp(t, `^x\?\[2Jy +degraded +0 +0 +0 +0 +0 +- +-$`, lines[4])
 	// The reason a degraded reconciler without failures or a failed
 	// prune is degraded is not in the table.
 	require.Equal(t, "x?[2Jy is degraded with no failing object and no failed prune: its round limiter or start gate fails (its health says which)", lines[5])
