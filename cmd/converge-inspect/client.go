@@ -199,6 +199,8 @@ func (s *stream) next() (row, error) {
 	switch {
 	case err == nil:
 		err = fmt.Errorf("the agent ended the stream of changes of %s (did it stop?)", s.table)
+	case errors.Is(err, bufio.ErrTooLong):
+		err = fmt.Errorf("%w: the stream of changes of %s has a line longer than %d bytes", errTooLarge, s.table, maxLine)
 	case s.idled.Load():
 		err = fmt.Errorf("%w: no data on the stream of changes of %s for %s, not even StateDB's keep-alive", errUnreachable, s.table, maxIdle)
 	default:

@@ -248,3 +248,44 @@ func TestTokenOverPlainHTTP(t *testing.T) {
 	requireFails(t, `--url http://agent\.example:8080/statedb: refusing to send the token over plain HTTP to a host that is not a loopback address; use https`,
 		code, stdout, stderr)
 }
+
+// A stream of changes that sends what the command cannot read ends
+// --watch with exit status 2, after the first frame.
+func TestWatchBadStream(t *testing.T) {
+	cases := map[string]struct{ change, want string }{
+		"unknown state": {`{"rev":7,"obj":{"id":"routes","module":"routes","state":"exploded"}}`,
+			`unexpected answer: a row of table reconcilers does not decode .*: reconciler routes has the unknown state "exploded"`},
+		"a line too long": {`{"rev":7,"obj":"` + strings.Repeat("x", maxLine) + `"}`,
+			`answer too large: the stream of changes of reconcilers has a line longer than 1048576 bytes`},
+		"not StateDB": {`<html>`,
+			`unexpected answer: the answer of http://127\.0\.0\.1:\d+/statedb/changes/reconcilers for table reconcilers is not StateDB's: .*`},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			release := make(chan struct{})
+			s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				switch r.URL.Path {
+				case "/statedb/changes/reconcilers":
+					fmt.Fprintln(w, `{"rev":0,"obj":null}`) // a keep-alive
+					fmt.Fprintln(w, c.change)
+				case "/statedb/changes/reconciler-retries":
+					w.(http.Flusher).Flush()
+					select { // a stream with nothing to say
+					case <-r.Context().Done():
+					case <-release:
+					}
+				case "/statedb/query":
+					// An empty table.
+				default:
+					w.WriteHeader(http.StatusNotFound)
+				}
+			}))
+			defer s.Close()
+			defer close(release)
+			code, stdout, stderr := runInspect(t, nil, "--url", s.URL+"/statedb", "--watch")
+			require.Equal(t, exitError, code, stderr)
+			require.Regexp(t, `^--- \d\d:\d\d:\d\d\nNo reconcilers\.\n\n$`, stdout)
+			require.Regexp(t, regexp.MustCompile(`^converge-inspect: `+c.want+`\n$`), stderr)
+		})
+	}
+}

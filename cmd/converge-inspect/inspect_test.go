@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -96,6 +97,12 @@ func TestFilter(t *testing.T) {
 	require.Equal(t, exitDegraded, code, stderr)
 	require.Regexp(t, `(?m)^alpha +degraded`, stdout)
 	require.Regexp(t, `(?m)^beta +running`, stdout)
+
+	w := startWatch(t, a.args("--reconciler", "beta")...)
+	_, before := w.waitLine(`^No failing objects\.$`)
+	require.Regexp(t, `(?m)^beta +running +1 +0 +0 +1 +0 +- `, strings.Join(before, "\n"))
+	require.NotContains(t, strings.Join(before, "\n"), "alpha")
+	require.Equal(t, exitHealthy, w.stop())
 
 	code, stdout, stderr = runInspect(t, nil, a.args("--reconciler", "gamma")...)
 	require.Equal(t, exitError, code)
