@@ -24,8 +24,8 @@ const minFrame = 250 * time.Millisecond
 // tables: every change after the read is in the streams, and a change at
 // or below the highest revision the read saw of its table is already in
 // it. (A row deleted between the opening and the read, newer than every
-// row left in its table, comes back until its deletion, next in its
-// stream, is read: each frame drains what the streams sent before it.)
+// row left in its table, may come back for a frame, until its deletion,
+// next in its stream, is read.)
 func watch(ctx context.Context, c *client, o options, w io.Writer) (int, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	var (
