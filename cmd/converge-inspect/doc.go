@@ -30,7 +30,7 @@
 //	--watch            redraw on every change, read from StateDB's stream of changes
 //	                   (at most four times a second), until Ctrl-C
 //	--json             print JSON: {"reconcilers": [...], "retries": [...], "degraded": bool};
-//	                   with --watch, one such object per line per change
+//	                   with --watch, one such object per line per redraw
 //	--timeout 10s      bound on connecting and on reading the tables
 //
 // Exit status:

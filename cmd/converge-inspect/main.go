@@ -68,7 +68,7 @@ func parseFlags(args []string, stdout io.Writer) (options, error) {
 	fs.StringVar(&o.tokenFile, "token-file", "", "`file` holding the bearer token, readable by its owner only; else $"+tokenEnv)
 	fs.StringVar(&o.reconciler, "reconciler", "", "show only the reconciler with this ID (module/name) or `name`")
 	fs.BoolVar(&o.watch, "watch", false, "redraw on every change until Ctrl-C")
-	fs.BoolVar(&o.json, "json", false, "print JSON (with --watch, one line per change)")
+	fs.BoolVar(&o.json, "json", false, "print JSON (with --watch, one line per redraw)")
 	fs.DurationVar(&o.timeout, "timeout", 10*time.Second, "bound on connecting and on reading the tables")
 	err := fs.Parse(args)
 	if errors.Is(err, flag.ErrHelp) {
