@@ -1,0 +1,151 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// defaultURL is where the example serves StateDB's handler by default.
+const defaultURL = "http://127.0.0.1:8080/statedb"
+
+// Exit statuses; see the package documentation.
+const (
+	exitHealthy  = 0 // every reconciler shown is running, paused or stopped
+	exitDegraded = 1 // a reconciler shown is degraded
+	exitError    = 2 // the command failed
+)
+
+// options are the flags.
+type options struct {
+	url        string
+	tokenFile  string
+	reconciler string
+	watch      bool
+	json       bool
+	timeout    time.Duration
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run runs the command with args and the environment that getenv reads,
+// until it is done or ctx ends, and returns its exit status. Errors go to
+// stderr, once, as "converge-inspect: ...".
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	o, err := parseFlags(args, stdout)
+	if errors.Is(err, flag.ErrHelp) {
+		return exitHealthy
+	}
+	if err == nil {
+		var code int
+		if code, err = inspect(ctx, o, getenv, stdout); err == nil {
+			return code
+		}
+	}
+	fmt.Fprintln(stderr, "converge-inspect:", err)
+	return exitError
+}
+
+// parseFlags parses args; with -help or --help it prints the usage to
+// stdout and returns flag.ErrHelp.
+func parseFlags(args []string, stdout io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("converge-inspect", flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // run prints the error; -help prints the usage below
+	fs.StringVar(&o.url, "url", defaultURL, "base `URL` of the agent's StateDB handler, under which it serves /query and /changes")
+	fs.StringVar(&o.tokenFile, "token-file", "", "`file` holding the bearer token, readable by its owner only; else $"+tokenEnv)
+	fs.StringVar(&o.reconciler, "reconciler", "", "show only the reconciler with this ID (module/name) or `name`")
+	fs.BoolVar(&o.watch, "watch", false, "redraw on every change until Ctrl-C")
+	fs.BoolVar(&o.json, "json", false, "print JSON (with --watch, one line per redraw)")
+	fs.DurationVar(&o.timeout, "timeout", 10*time.Second, "bound on connecting and on reading the tables")
+	err := fs.Parse(args)
+	if errors.Is(err, flag.ErrHelp) {
+		fs.SetOutput(stdout)
+		fmt.Fprintf(stdout, "Usage: converge-inspect [flags]\n\n"+
+			"Shows the reconcilers and reconciler-retries tables of a running agent,\n"+
+			"read from its StateDB HTTP handler. Flags:\n\n")
+		fs.PrintDefaults()
+		fmt.Fprint(stdout, exitRule)
+		return o, err
+	}
+	if err == nil && fs.NArg() > 0 {
+		err = fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	if err == nil && o.timeout <= 0 {
+		err = fmt.Errorf("--timeout must be positive, got %s", o.timeout)
+	}
+	if err != nil {
+		return o, fmt.Errorf("%w (see --help)", err)
+	}
+	return o, nil
+}
+
+// exitRule explains the exit statuses in --help.
+const exitRule = `
+Exit status: 0 if every reconciler shown is running, paused or stopped;
+1 if one is degraded (with --watch: in the last state shown); 2 if the
+command failed (a bad flag or token, an unreachable agent, a refused token,
+an agent without the tables or of another converge version).
+`
+
+// inspect shows the tables once, or with o.watch until ctx ends, and
+// returns the exit status.
+func inspect(ctx context.Context, o options, getenv func(string) string, stdout io.Writer) (int, error) {
+	token, err := loadToken(o.tokenFile, getenv)
+	if err != nil {
+		return exitError, err
+	}
+	c, err := newClient(o.url, token, o.timeout)
+	if err != nil {
+		return exitError, err
+	}
+	defer c.close()
+	if o.watch {
+		return watch(ctx, c, o, stdout)
+	}
+
+	qctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	t, err := snapshot(qctx, c)
+	if err != nil {
+		return exitError, err
+	}
+	rep := t.report(o.reconciler)
+	if o.reconciler != "" && len(rep.Reconcilers) == 0 {
+		return exitError, fmt.Errorf("no reconciler %s; the agent has %s", cleanText(o.reconciler), t.ids())
+	}
+	if o.json {
+		err = rep.writeJSON(stdout, false)
+	} else {
+		err = rep.writeText(stdout, time.Now())
+	}
+	if err != nil {
+		return exitError, err
+	}
+	return rep.exitStatus(), nil
+}
+
+// ids lists the IDs of the reconcilers, for an error.
+func (t *tables) ids() string {
+	rep := t.report("")
+	if len(rep.Reconcilers) == 0 {
+		return "none"
+	}
+	ids := make([]string, len(rep.Reconcilers))
+	for i, info := range rep.Reconcilers {
+		ids[i] = cleanText(info.ID)
+	}
+	return strings.Join(ids, ", ")
+}

@@ -1,0 +1,97 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+)
+
+// tokenEnv is the environment variable that holds the token when
+// --token-file is not given.
+const tokenEnv = "CONVERGE_INSPECT_TOKEN"
+
+// maxToken bounds the size of a token file.
+const maxToken = 4 << 10
+
+// errToken: the token file or variable cannot be used. Its messages never
+// hold the token.
+var errToken = errors.New("unusable token")
+
+// loadToken returns the token in the file at path if path is not empty,
+// else the value of tokenEnv (which getenv reads), else "". It refuses a
+// file that is not a regular file, that others than its owner can read or
+// write (on systems with Unix permissions), or that is larger than
+// maxToken, and a token with characters a bearer token cannot have
+// (RFC 6750: letters, digits and -._~+/ then =).
+func loadToken(path string, getenv func(string) string) (string, error) {
+	if path == "" {
+		token := string(bytes.TrimSpace([]byte(getenv(tokenEnv))))
+		if token == "" {
+			return "", nil
+		}
+		if !isToken(token) {
+			return "", fmt.Errorf("%w: %s does not hold a bearer token (letters, digits and -._~+/ then =)", errToken, tokenEnv)
+		}
+		return token, nil
+	}
+	// Stat first: opening a named pipe would wait for a writer.
+	if info, err := os.Stat(path); err != nil {
+		return "", fmt.Errorf("%w: --token-file: %w", errToken, err)
+	} else if !info.Mode().IsRegular() {
+		return "", fmt.Errorf("%w: --token-file %s is not a regular file", errToken, path)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("%w: --token-file: %w", errToken, err)
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return "", fmt.Errorf("%w: --token-file: %w", errToken, err)
+	}
+	if !info.Mode().IsRegular() {
+		return "", fmt.Errorf("%w: --token-file %s is not a regular file", errToken, path)
+	}
+	if perm := info.Mode().Perm(); perm&0o077 != 0 && runtime.GOOS != "windows" {
+		return "", fmt.Errorf("%w: --token-file %s has mode %#o: others can read or write it; make it readable by its owner only (chmod 600)", errToken, path, perm)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, maxToken+1))
+	if err != nil {
+		return "", fmt.Errorf("%w: --token-file: %w", errToken, err)
+	}
+	if len(data) > maxToken {
+		return "", fmt.Errorf("%w: --token-file %s is larger than %d bytes", errToken, path, maxToken)
+	}
+	token := string(bytes.TrimSpace(data))
+	if token == "" {
+		return "", fmt.Errorf("%w: --token-file %s is empty", errToken, path)
+	}
+	if !isToken(token) {
+		return "", fmt.Errorf("%w: --token-file %s does not hold a bearer token (one line of letters, digits and -._~+/ then =)", errToken, path)
+	}
+	return token, nil
+}
+
+// isToken reports whether s has the form of a bearer token (RFC 6750's
+// b64token).
+func isToken(s string) bool {
+	i := 0
+	for ; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || bytes.IndexByte([]byte("-._~+/"), c) >= 0) {
+			break
+		}
+	}
+	if i == 0 {
+		return false
+	}
+	for ; i < len(s); i++ {
+		if s[i] != '=' {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,337 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode"
+
+	"github.com/converge-go/converge/reconciler"
+)
+
+// tables holds the rows of the two tables as last read, by primary key.
+type tables struct {
+	infos   map[string]*reconciler.Info      // by ID
+	retries map[string]*reconciler.RetryInfo // by reconciler.RetryKey
+	// seen is, per table, the highest revision the snapshot held: a change
+	// at or below it is already in the rows.
+	seen map[string]uint64
+}
+
+// snapshot reads both tables.
+func snapshot(ctx context.Context, c *client) (*tables, error) {
+	t := &tables{infos: map[string]*reconciler.Info{}, retries: map[string]*reconciler.RetryInfo{}, seen: map[string]uint64{}}
+	for _, table := range []struct{ name, index string }{
+		{reconciler.ReconcilersTableName, reconciler.InfoByID.Name},
+		{reconciler.RetriesTableName, reconciler.RetryByKey.Name},
+	} {
+		rows, err := c.query(ctx, table.name, table.index)
+		if err != nil {
+			return nil, err
+		}
+		var seen uint64
+		for _, r := range rows {
+			if err := t.put(table.name, r); err != nil {
+				return nil, err
+			}
+			seen = max(seen, r.Rev)
+		}
+		t.seen[table.name] = seen
+	}
+	return t, nil
+}
+
+// apply applies a change of table, and reports whether the rows changed:
+// a change the snapshot already held does not.
+func (t *tables) apply(table string, r row) (bool, error) {
+	if r.Rev <= t.seen[table] {
+		return false, nil
+	}
+	return true, t.put(table, r)
+}
+
+// put puts a row of table in t, or deletes it.
+func (t *tables) put(table string, r row) error {
+	switch table {
+	case reconciler.ReconcilersTableName:
+		info, err := decodeInfo(r.Obj)
+		if err != nil {
+			return err
+		}
+		if r.Deleted {
+			delete(t.infos, info.ID)
+			return nil
+		}
+		if _, ok := t.infos[info.ID]; !ok && len(t.infos) == maxRows {
+			return fmt.Errorf("%w: table %s has more than %d rows", errTooLarge, table, maxRows)
+		}
+		t.infos[info.ID] = info
+	case reconciler.RetriesTableName:
+		retry, err := decodeRetry(r.Obj)
+		if err != nil {
+			return err
+		}
+		key := reconciler.RetryKey(retry.Reconciler, retry.Key)
+		if r.Deleted {
+			delete(t.retries, key)
+			return nil
+		}
+		if _, ok := t.retries[key]; !ok && len(t.retries) == maxRows {
+			return fmt.Errorf("%w: table %s has more than %d rows", errTooLarge, table, maxRows)
+		}
+		t.retries[key] = retry
+	}
+	return nil
+}
+
+// decodeInfo decodes a row of the reconcilers table, and checks that it
+// has what this command relies on.
+func decodeInfo(data json.RawMessage) (*reconciler.Info, error) {
+	var info reconciler.Info
+	if err := json.Unmarshal(data, &info); err != nil {
+		return nil, versionError(reconciler.ReconcilersTableName, err)
+	}
+	switch {
+	case info.ID == "":
+		return nil, versionError(reconciler.ReconcilersTableName, fmt.Errorf("a row has no id"))
+	case !slices.Contains([]reconciler.State{reconciler.StateRunning, reconciler.StateDegraded, reconciler.StatePaused, reconciler.StateStopped}, info.State):
+		return nil, versionError(reconciler.ReconcilersTableName, fmt.Errorf("reconciler %s has the unknown state %q", cleanText(info.ID), cleanText(string(info.State))))
+	}
+	return &info, nil
+}
+
+// decodeRetry decodes a row of the retries table, and checks that it has
+// what this command relies on.
+func decodeRetry(data json.RawMessage) (*reconciler.RetryInfo, error) {
+	var retry reconciler.RetryInfo
+	if err := json.Unmarshal(data, &retry); err != nil {
+		return nil, versionError(reconciler.RetriesTableName, err)
+	}
+	if retry.Reconciler == "" {
+		return nil, versionError(reconciler.RetriesTableName, fmt.Errorf("a row has no reconciler"))
+	}
+	return &retry, nil
+}
+
+func versionError(table string, err error) error {
+	return fmt.Errorf("%w: a row of table %s does not decode as this command's converge version writes it "+
+		"(is the agent built with another version of converge?): %v", errVersion, table, err)
+}
+
+// report is what the command shows, and prints with --json.
+type report struct {
+	Reconcilers []*reconciler.Info      `json:"reconcilers"`
+	Retries     []*reconciler.RetryInfo `json:"retries"`
+	// Degraded is true if a reconciler shown is degraded.
+	Degraded bool `json:"degraded"`
+	// filter is --reconciler, which matched nothing if Reconcilers is
+	// empty.
+	filter string
+}
+
+// report returns the rows of the reconcilers matching filter (all if
+// empty), sorted by ID, and their failing objects, sorted by key.
+func (t *tables) report(filter string) report {
+	rep := report{Reconcilers: []*reconciler.Info{}, Retries: []*reconciler.RetryInfo{}, filter: filter}
+	shown := map[string]bool{}
+	for _, info := range t.infos {
+		if filter == "" || info.ID == filter || info.Name == filter {
+			rep.Reconcilers = append(rep.Reconcilers, info)
+			shown[info.ID] = true
+			rep.Degraded = rep.Degraded || info.State == reconciler.StateDegraded
+		}
+	}
+	for _, retry := range t.retries {
+		if filter == "" || shown[retry.Reconciler] {
+			rep.Retries = append(rep.Retries, retry)
+		}
+	}
+	slices.SortFunc(rep.Reconcilers, func(a, b *reconciler.Info) int { return strings.Compare(a.ID, b.ID) })
+	slices.SortFunc(rep.Retries, func(a, b *reconciler.RetryInfo) int {
+		return cmp.Or(strings.Compare(a.Reconciler, b.Reconciler), strings.Compare(a.Key, b.Key))
+	})
+	return rep
+}
+
+// exitStatus is the exit status the report calls for.
+func (r report) exitStatus() int {
+	if r.Degraded {
+		return exitDegraded
+	}
+	return exitHealthy
+}
+
+// column is a column of the reconcilers table.
+type column struct {
+	header string
+	value  func(i *reconciler.Info, now time.Time) string
+}
+
+// infoColumns are the columns shown of the reconcilers table. A figure
+// added to reconciler.Info is shown by adding a line here.
+var infoColumns = []column{
+	{"RECONCILER", func(i *reconciler.Info, _ time.Time) string { return i.ID }},
+	{"STATE", func(i *reconciler.Info, _ time.Time) string { return string(i.State) }},
+	{"OBJECTS", func(i *reconciler.Info, _ time.Time) string { return strconv.Itoa(i.Objects) }},
+	{"FAILING", func(i *reconciler.Info, _ time.Time) string { return strconv.Itoa(i.Retrying) }},
+	{"IN FLIGHT", func(i *reconciler.Info, _ time.Time) string { return strconv.Itoa(i.InFlight) }},
+	{"WORKERS", func(i *reconciler.Info, _ time.Time) string { return strconv.Itoa(i.Workers) }},
+	{"BUSY", func(i *reconciler.Info, _ time.Time) string { return strconv.Itoa(i.BusyWorkers) }},
+	{"OLDEST PENDING", func(i *reconciler.Info, now time.Time) string { return since(i.OldestPending, now, "") }},
+	{"LAST PRUNE", func(i *reconciler.Info, now time.Time) string {
+		s := since(i.LastPrune, now, " ago")
+		if i.LastPruneError != "" {
+			s += ", failed: " + i.LastPruneError
+		}
+		return s
+	}},
+}
+
+// maxRetriesShown is how many failing objects of each reconciler the text
+// shows.
+const maxRetriesShown = 10
+
+// maxText bounds each text from the agent shown in a cell of a table.
+const maxText = 200
+
+// writeText writes the report as text tables, with ages as of now.
+func (r report) writeText(w io.Writer, now time.Time) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	if len(r.Reconcilers) == 0 {
+		if r.filter != "" {
+			fmt.Fprintf(tw, "No reconciler %s.\n", cleanText(r.filter))
+		} else {
+			fmt.Fprintln(tw, "No reconcilers.")
+		}
+		return tw.Flush()
+	}
+	for n, c := range infoColumns {
+		fmt.Fprint(tw, sep(n), c.header)
+	}
+	fmt.Fprintln(tw)
+	for _, info := range r.Reconcilers {
+		for n, c := range infoColumns {
+			fmt.Fprint(tw, sep(n), clip(c.value(info, now)))
+		}
+		fmt.Fprintln(tw)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, info := range r.Reconcilers {
+		if info.State == reconciler.StateDegraded && info.Retrying == 0 && info.LastPruneError == "" {
+			fmt.Fprintf(w, "%s is degraded with no failing object and no failed prune: its round limiter or start gate fails (its health says which)\n", cleanText(info.ID))
+		}
+	}
+	fmt.Fprintln(w)
+	if len(r.Retries) == 0 {
+		_, err := fmt.Fprintln(w, "No failing objects.")
+		return err
+	}
+	fmt.Fprintln(tw, "RECONCILER\tFAILING OBJECT\tATTEMPTS\tNEXT ATTEMPT\tERROR")
+	shown, more := 0, 0
+	for i, retry := range r.Retries {
+		if i == 0 || retry.Reconciler != r.Retries[i-1].Reconciler {
+			shown = 0
+		}
+		if shown == maxRetriesShown {
+			more++
+		} else {
+			shown++
+			key := clip(retry.Key)
+			if retry.Delete {
+				key += " (delete)"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", clip(retry.Reconciler), key, retry.Attempts, nextAttempt(retry.NextAttempt, now), clip(retry.LastError))
+		}
+		if more > 0 && (i == len(r.Retries)-1 || retry.Reconciler != r.Retries[i+1].Reconciler) {
+			fmt.Fprintf(tw, "%s\t...\t\t\tand %d more (--json lists them all)\n", clip(retry.Reconciler), more)
+			more = 0
+		}
+	}
+	return tw.Flush()
+}
+
+func sep(n int) string {
+	if n == 0 {
+		return ""
+	}
+	return "\t"
+}
+
+// writeJSON writes the report as JSON: indented, or on one line if compact.
+func (r report) writeJSON(w io.Writer, compact bool) error {
+	enc := json.NewEncoder(w)
+	if !compact {
+		enc.SetIndent("", "  ")
+	}
+	return enc.Encode(r)
+}
+
+// since renders how long before now t was, then suffix, or "-" if t is
+// zero.
+func since(t, now time.Time, suffix string) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return short(now.Sub(t)) + suffix
+}
+
+// nextAttempt renders when a failing object is tried next.
+func nextAttempt(t, now time.Time) string {
+	switch {
+	case t.IsZero():
+		return "running"
+	case !t.After(now):
+		return "due"
+	}
+	return "in " + short(t.Sub(now))
+}
+
+// short renders d to two or three significant figures: 350ms, 4.2s, 1m5s,
+// 3h20m.
+func short(d time.Duration) string {
+	switch d = max(d, 0); {
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < 10*time.Second:
+		return d.Round(100 * time.Millisecond).String()
+	case d < time.Hour:
+		return d.Round(time.Second).String()
+	}
+	return strings.TrimSuffix(d.Round(time.Minute).String(), "0s")
+}
+
+// clip returns s for a cell of a table: cleaned and at most maxText
+// runes.
+func clip(s string) string {
+	s = cleanText(s)
+	if n := 0; len(s) > maxText {
+		for i := range s {
+			if n == maxText {
+				return s[:i] + "…"
+			}
+			n++
+		}
+	}
+	return s
+}
+
+// cleanText replaces control characters (escape sequences, tabs, new
+// lines) and invalid UTF-8 in s, from the agent, with '?', so that
+// it cannot drive the terminal or break the tables.
+func cleanText(s string) string {
+	return strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) || r == unicode.ReplacementChar || unicode.Is(unicode.Bidi_Control, r) {
+			return '?'
+		}
+		return r
+	}, strings.ToValidUTF8(s, "?"))
+}

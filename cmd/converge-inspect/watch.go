@@ -1,0 +1,151 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/converge-go/converge/reconciler"
+)
+
+// minFrame is the shortest time between two frames of --watch: changes
+// that come closer together are shown together.
+const minFrame = 250 * time.Millisecond
+
+// watch shows the tables, then again after every change, until ctx ends
+// or a stream of changes breaks. It returns the exit status of the last
+// state shown when ctx ends.
+//
+// It opens the streams of changes of both tables first, then reads the
+// tables: every change after the read is in the streams, and a change at
+// or below the highest revision the read saw of its table is already in
+// it. (A row deleted between the opening and the read, newer than every
+// row left in its table, may come back for a frame, until its deletion,
+// next in its stream, is read.)
+func watch(ctx context.Context, c *client, o options, w io.Writer) (int, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	var (
+		streams []*stream
+		wg      sync.WaitGroup
+	)
+	defer func() {
+		cancel()
+		for _, s := range streams {
+			s.close()
+		}
+		wg.Wait()
+	}()
+	for _, table := range []string{reconciler.ReconcilersTableName, reconciler.RetriesTableName} {
+		s, err := c.changes(ctx, table)
+		if err != nil {
+			return exitError, err
+		}
+		streams = append(streams, s)
+	}
+	qctx, qcancel := context.WithTimeout(ctx, o.timeout)
+	t, err := snapshot(qctx, c)
+	qcancel()
+	if err != nil {
+		return exitError, err
+	}
+
+	type event struct {
+		table string
+		row   row
+		err   error
+	}
+	events := make(chan event)
+	for _, s := range streams {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				r, err := s.next()
+				select {
+				case events <- event{s.table, r, err}:
+				case <-ctx.Done():
+					return
+				}
+				if err != nil {
+					return
+				}
+			}
+		}()
+	}
+
+	terminal := isTerminal(w)
+	rep := t.report(o.reconciler)
+	if err := drawFrame(w, rep, o.json, terminal); err != nil {
+		return exitError, err
+	}
+	drawn := time.Now()
+	next := time.NewTimer(0)
+	next.Stop()
+	pending := false // a change not yet shown; next is set
+	for {
+		select {
+		case <-ctx.Done():
+			return rep.exitStatus(), nil
+		case ev := <-events:
+			if ev.err != nil {
+				if ctx.Err() != nil {
+					return rep.exitStatus(), nil
+				}
+				return exitError, ev.err
+			}
+			changed, err := t.apply(ev.table, ev.row)
+			if err != nil {
+				return exitError, err
+			}
+			if changed && !pending {
+				pending = true
+				next.Reset(max(0, minFrame-time.Since(drawn)))
+			}
+		case <-next.C:
+			pending = false
+			rep = t.report(o.reconciler)
+			if err := drawFrame(w, rep, o.json, terminal); err != nil {
+				return exitError, err
+			}
+			drawn = time.Now()
+		}
+	}
+}
+
+// drawFrame writes a frame of --watch in one write: JSON on one line, or
+// the text under a line with the time, after clearing the screen if w is
+// a terminal.
+func drawFrame(w io.Writer, rep report, asJSON, terminal bool) error {
+	var b bytes.Buffer
+	now := time.Now()
+	if asJSON {
+		if err := rep.writeJSON(&b, true); err != nil {
+			return err
+		}
+	} else {
+		if terminal {
+			b.WriteString("\x1b[H\x1b[2J") // home, clear the screen
+		}
+		fmt.Fprintf(&b, "--- %s\n", now.Format(time.TimeOnly))
+		if err := rep.writeText(&b, now); err != nil {
+			return err
+		}
+		b.WriteString("\n")
+	}
+	_, err := w.Write(b.Bytes())
+	return err
+}
+
+// isTerminal reports whether w is a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	info, err := f.Stat()
+	return err == nil && info.Mode()&os.ModeCharDevice != 0
+}
