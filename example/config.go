@@ -26,6 +26,7 @@ type config struct {
 	PruneInterval   time.Duration `mapstructure:"prune"`   // 0 disables pruning
 	RetryMax        time.Duration // longest backoff between retries
 	Adopt           bool          // take over a non-empty directory the example did not create
+	TraceStdout     bool          // write the reconciler's spans to standard output
 }
 
 // envPrefix prefixes the environment variables that set flags, so that a
@@ -51,6 +52,7 @@ func (def config) Flags(flags *pflag.FlagSet) {
 	flags.Duration("prune", def.PruneInterval, "remove files the example wrote and no longer wants this often, starting once the initial set is loaded (0 disables, else at least 10ms)")
 	flags.Duration("retry-max", def.RetryMax, "longest wait between retries of a failing file (at least 10ms)")
 	flags.Bool("adopt", def.Adopt, "take over --dir even if it holds files the example did not write (they are never changed or removed)")
+	flags.Bool("trace-stdout", def.TraceStdout, "write the reconciler's OpenTelemetry spans to standard output, one JSON object per span")
 }
 
 // usageError is input the example refuses to start with: a flag or

@@ -123,7 +123,7 @@ func TestHelpListsEnvironmentAndExitStatus(t *testing.T) {
 		re := regexp.MustCompile(`(?m)^  ` + regexp.QuoteMeta(envName(f.Name)) + ` +--` + regexp.QuoteMeta(f.Name) + `$`)
 		require.Regexp(t, re, help)
 	})
-	require.Equal(t, 7, n)
+	require.Equal(t, 8, n)
 	for _, want := range []string{"CONVERGE_EXAMPLE_DIR", "CONVERGE_EXAMPLE_RETRY_MAX", "--retry-max", "Environment:", exitRule,
 		"2  refused to start because of what it was given", "a port already in use", "1  any other failure"} {
 		require.Contains(t, help, want)

@@ -18,7 +18,11 @@
 //     reconciler.ReportRepaired;
 //   - Pause and Resume, at POST /pause and POST /resume;
 //   - workers (reconciler.WithConcurrency), which overlap the writes'
-//     fsyncs.
+//     fsyncs;
+//   - OpenTelemetry traces (tracing/otel): with --trace-stdout, a span per
+//     round, write, prune and refresh sweep, one JSON object a line on
+//     standard output (redirect it to keep them; the example writes no
+//     file for them).
 //
 // Users copy it to write their own agent, so it behaves as a safe service
 // on a machine shared with other users and browsed with a web browser:
@@ -59,13 +63,14 @@
 // variables), each also set by the environment variable named after it;
 // a flag given on the command line wins:
 //
-//	--dir DIR          CONVERGE_EXAMPLE_DIR        target directory
-//	--addr HOST:PORT   CONVERGE_EXAMPLE_ADDR       HTTP address (a warning unless loopback)
-//	--files FILE       CONVERGE_EXAMPLE_FILES      initial desired set (YAML, see files.yaml)
-//	--refresh 10s      CONVERGE_EXAMPLE_REFRESH    how old a file's status gets before it is checked for drift (0: never)
-//	--prune 10s        CONVERGE_EXAMPLE_PRUNE      how often files no longer wanted are removed (0: never)
-//	--retry-max 5s     CONVERGE_EXAMPLE_RETRY_MAX  longest wait between retries of a failing file
-//	--adopt            CONVERGE_EXAMPLE_ADOPT      use a non-empty directory the example did not create
+//	--dir DIR          CONVERGE_EXAMPLE_DIR           target directory
+//	--addr HOST:PORT   CONVERGE_EXAMPLE_ADDR          HTTP address (a warning unless loopback)
+//	--files FILE       CONVERGE_EXAMPLE_FILES         initial desired set (YAML, see files.yaml)
+//	--refresh 10s      CONVERGE_EXAMPLE_REFRESH       how old a file's status gets before it is checked for drift (0: never)
+//	--prune 10s        CONVERGE_EXAMPLE_PRUNE         how often files no longer wanted are removed (0: never)
+//	--retry-max 5s     CONVERGE_EXAMPLE_RETRY_MAX     longest wait between retries of a failing file
+//	--adopt            CONVERGE_EXAMPLE_ADOPT         use a non-empty directory the example did not create
+//	--trace-stdout     CONVERGE_EXAMPLE_TRACE_STDOUT  write the reconciler's spans to standard output
 //
 // Exit status: 2 when the example refuses to start because of what it was
 // given (a bad flag or environment variable value, a failed validation, a
@@ -131,6 +136,7 @@ func newApp(extra ...cell.Cell) *hive.Hive {
 		cell.Provide(
 			newHealth,
 			newPromMetrics, // served at /metrics
+			newTraces,      // to standard output with --trace-stdout
 		),
 		filesModule,
 	}
@@ -165,6 +171,7 @@ var filesModule = cell.Module(
 		func(*initialSet) {}, // --files, read and parsed
 		func(*server) {},     // --addr
 		registerStart,        // listen, claim --dir, insert the initial set
+		func(*traces) {},     // --trace-stdout: the exporter, stopped after the reconciler
 		startReconciler,      // the reconciler's jobs; the server pauses and resumes it
 		func(lc cell.Lifecycle, s *server) { lc.Append(cell.Hook{OnStart: s.serve, OnStop: s.stop}) },
 	),
@@ -187,9 +194,10 @@ func startReconciler(s *server, r reconciler.Reconciler[*File]) { s.control = r 
 // the module's job group, so they start and stop with the hive and report
 // health under "files.job-reconcile". It keeps its row of the reconcilers
 // table and the rows of its failing files (p.Tables, from
-// reconciler.TablesCell), reports metrics to Prometheus, and depends on
-// the templates table: a changed template rewrites the files that use it.
-func newReconciler(p reconciler.Params, cfg config, files filesTable, templates statedb.RWTable[*Template], t *target, m promMetrics) (reconciler.Reconciler[*File], error) {
+// reconciler.TablesCell), reports metrics to Prometheus, spans to tr (with
+// --trace-stdout), and depends on the templates table: a changed template
+// rewrites the files that use it.
+func newReconciler(p reconciler.Params, cfg config, files filesTable, templates statedb.RWTable[*Template], t *target, m promMetrics, tr *traces) (reconciler.Reconciler[*File], error) {
 	return reconciler.Register(
 		p,
 		files.RWTable,
@@ -199,6 +207,7 @@ func newReconciler(p reconciler.Params, cfg config, files filesTable, templates 
 		t,
 		nil,
 		reconciler.WithMetrics(m.teeMetrics),
+		reconciler.WithTracer(tr.tracer), // nil: off
 		templateDependency(p.DB, files, templates),
 		reconciler.WithPruning(cfg.PruneInterval),
 		reconciler.WithRefreshing(cfg.RefreshInterval, rate.NewLimiter(100, 100)),
@@ -252,7 +261,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		srv *server
 		cfg config
 	)
-	app := newApp(cell.Invoke(func(s *server, c config) { srv, cfg = s, c }))
+	app := newApp(
+		cell.Provide(func() traceOutput { return traceOutput{stdout} }),
+		cell.Invoke(func(s *server, c config) { srv, cfg = s, c }),
+	)
 	flags := pflag.NewFlagSet("example", pflag.ContinueOnError)
 	flags.SetOutput(io.Discard) // errors and usage are printed below
 	app.RegisterFlags(flags)
@@ -345,7 +357,7 @@ func envHelp(flags *pflag.FlagSet) string {
 	var b strings.Builder
 	b.WriteString("Environment: each flag can also be set by a variable; the command line wins.\n\n")
 	flags.VisitAll(func(f *pflag.Flag) {
-		fmt.Fprintf(&b, "  %-28s --%s\n", envName(f.Name), f.Name)
+		fmt.Fprintf(&b, "  %-30s --%s\n", envName(f.Name), f.Name)
 	})
 	return b.String()
 }
