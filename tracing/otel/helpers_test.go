@@ -261,7 +261,23 @@ func start(t testing.TB, batch bool, opts ...reconciler.Option) *fixture {
 		reconciler.WithPruning(0),
 		reconciler.WithRetry(time.Millisecond, 2*time.Millisecond),
 	}, opts...)
-	f.statusIndex = convergeindex.NewStatusIndex((*item).getStatus)
+	f.db, f.table, f.statusIndex, f.rec = startHive(t, user, batchOps, opts...)
+	return f
+}
+
+// startHive starts a hive with the items table and its reconciler, in
+// module "test", with ops, batch (which may be nil) and opts. The hive
+// stops when the test ends. It logs warnings to the test's log, and a
+// benchmark's nowhere.
+func startHive(t testing.TB, ops reconciler.Operations[*item], batch reconciler.BatchOperations[*item], opts ...reconciler.Option) (
+	*statedb.DB, statedb.RWTable[*item], statedb.Index[*item, status.Kind], reconciler.Reconciler[*item],
+) {
+	var (
+		db    *statedb.DB
+		table statedb.RWTable[*item]
+		rec   reconciler.Reconciler[*item]
+	)
+	statusIndex := convergeindex.NewStatusIndex((*item).getStatus)
 	h := hive.New(
 		statedb.Cell,
 		job.Cell,
@@ -270,11 +286,11 @@ func start(t testing.TB, batch bool, opts ...reconciler.Option) *fixture {
 			cell.Provide(job.Registry.NewGroup),
 			cell.Invoke(func(p reconciler.Params) error {
 				var err error
-				f.db = p.DB
-				if f.table, err = statedb.NewTable(p.DB, "items", itemID, f.statusIndex); err != nil {
+				db = p.DB
+				if table, err = statedb.NewTable(p.DB, "items", itemID, statusIndex); err != nil {
 					return err
 				}
-				f.rec, err = reconciler.Register(p, f.table, (*item).clone, (*item).setStatus, (*item).getStatus, user, batchOps, opts...)
+				rec, err = reconciler.Register(p, table, (*item).clone, (*item).setStatus, (*item).getStatus, ops, batch, opts...)
 				return err
 			}),
 		),
@@ -285,7 +301,7 @@ func start(t testing.TB, batch bool, opts ...reconciler.Option) *fixture {
 	}
 	require.NoError(t, h.Start(log, context.Background()))
 	t.Cleanup(func() { assert.NoError(t, h.Stop(log, context.Background())) })
-	return f
+	return db, table, statusIndex, rec
 }
 
 // insert inserts Pending objects of the given IDs in one transaction and
