@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/converge-go/converge/metrics"
 	"github.com/converge-go/converge/tracing"
 )
 
@@ -54,11 +55,12 @@ var spanNames = [...]string{
 // Tracer reports the spans of reconcilers to an OpenTelemetry
 // TracerProvider. It implements tracing.Tracer: give it to reconcilers with
 // reconciler.WithTracer. One Tracer serves any number of reconcilers. Make
-// one with New; the zero value is not usable. It is safe for concurrent
-// use.
+// one with New; the zero Tracer reports every kind to the global
+// TracerProvider, as New(nil) does, and a nil *Tracer traces nothing. It
+// is safe for concurrent use.
 type Tracer struct {
-	tracer trace.Tracer
-	only   *kindSet // the kinds traced; nil: all
+	tracer trace.Tracer // nil: the global TracerProvider's
+	only   *kindSet     // the kinds traced; nil: all
 }
 
 // kindSet is a set of tracing.Kind.
@@ -109,8 +111,12 @@ func New(tp trace.TracerProvider, opts ...Option) *Tracer {
 // named after s.Kind, with the attributes known at the start, as a child
 // of the span in ctx if there is one.
 func (t *Tracer) Start(ctx context.Context, s tracing.Start) (context.Context, tracing.Span) {
-	if t.only != nil && !t.only.has(s.Kind) {
+	if t == nil || (t.only != nil && !t.only.has(s.Kind)) {
 		return ctx, noSpan{}
+	}
+	tracer := t.tracer
+	if tracer == nil {
+		tracer = otel.Tracer(ScopeName)
 	}
 	attrs := make([]attribute.KeyValue, 2, 5)
 	attrs[0], attrs[1] = moduleKey.String(s.Module), reconcilerKey.String(s.Name)
@@ -120,7 +126,7 @@ func (t *Tracer) Start(ctx context.Context, s tracing.Start) (context.Context, t
 	case tracing.UpdateBatch, tracing.DeleteBatch:
 		attrs = append(attrs, batchSizeKey.Int(s.Objects))
 	}
-	ctx, sp := t.tracer.Start(ctx, spanName(s.Kind), trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...))
+	ctx, sp := tracer.Start(ctx, spanName(s.Kind), trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...))
 	return ctx, &span{span: sp, kind: s.Kind}
 }
 
@@ -148,24 +154,24 @@ func (s *span) End(e tracing.End) {
 		sp.End()
 		return
 	}
-	failure := ""
+	outcome := e.Outcome.String()
 	switch s.kind {
 	case tracing.Round:
 		sp.SetAttributes(roundCollectedKey.Int(e.Collected), roundCommittedKey.Int(e.Committed), roundFailedKey.Int(e.Failed))
+		outcome = ""
 	case tracing.Update, tracing.Delete:
-		sp.SetAttributes(outcomeKey.String(e.Outcome.String()))
-		failure = e.Outcome.String()
+		sp.SetAttributes(outcomeKey.String(outcome))
 	case tracing.UpdateBatch, tracing.DeleteBatch:
-		sp.SetAttributes(outcomeKey.String(e.Outcome.String()), batchFailedKey.Int(e.Failed))
-		failure = e.Outcome.String()
+		sp.SetAttributes(outcomeKey.String(outcome), batchFailedKey.Int(e.Failed))
 	case tracing.Prune:
-		sp.SetAttributes(outcomeKey.String(e.Outcome.String()), pruneRepairedKey.Int(e.Repaired))
-		failure = e.Outcome.String()
+		sp.SetAttributes(outcomeKey.String(outcome), pruneRepairedKey.Int(e.Repaired))
 	case tracing.Refresh:
 		sp.SetAttributes(refreshMarkedKey.Int(e.Marked))
+		outcome = ""
 	}
 	if e.Err != nil {
-		if failure == "" || failure == "success" {
+		failure := outcome
+		if failure == "" || e.Outcome == metrics.OutcomeSuccess {
 			failure = "error" // an error without an outcome saying which
 		}
 		sp.SetAttributes(errorTypeKey.String(failure))

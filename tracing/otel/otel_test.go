@@ -188,17 +188,26 @@ func TestSampledOut(t *testing.T) {
 	assert.Empty(t, rec.Ended())
 }
 
-// A nil TracerProvider is the global one. (That the global one forwards
-// to one set after New is OpenTelemetry's to test: it does so once per
-// process.)
+// A nil TracerProvider is the global one, and so is a zero Tracer's. (That
+// the global one forwards to one set after New is OpenTelemetry's to test:
+// it does so once per process.) A nil *Tracer traces nothing.
 func TestNilProviderIsTheGlobalOne(t *testing.T) {
 	prev := otel.GetTracerProvider()
 	t.Cleanup(func() { otel.SetTracerProvider(prev) })
 	tp, rec := newProvider(t)
 	otel.SetTracerProvider(tp)
-	tr := convergeotel.New(nil)
-	_, span := tr.Start(context.Background(), tracing.Start{Kind: tracing.Round})
-	span.End(tracing.End{})
-	require.Len(t, rec.Ended(), 1)
-	assert.Equal(t, "converge.round", rec.Ended()[0].Name())
+	for i, tr := range []*convergeotel.Tracer{convergeotel.New(nil), {}} {
+		_, span := tr.Start(context.Background(), tracing.Start{Kind: tracing.Round})
+		span.End(tracing.End{})
+		require.Len(t, rec.Ended(), i+1)
+		assert.Equal(t, "converge.round", rec.Ended()[i].Name())
+		assert.Equal(t, convergeotel.ScopeName, rec.Ended()[i].InstrumentationScope().Name)
+	}
+
+	var none *convergeotel.Tracer
+	ctx := context.Background()
+	got, span := none.Start(ctx, tracing.Start{Kind: tracing.Update})
+	span.End(tracing.End{Err: errors.New("x")})
+	assert.Equal(t, ctx, got)
+	assert.Len(t, rec.Ended(), 2)
 }
