@@ -97,8 +97,10 @@ type RoundStats struct {
 
 	// Workers is the number of operations the reconciler runs at once
 	// (WithConcurrency), and BusyWorkers how many of them were running an
-	// operation at the end of the round. One worker runs its operations
-	// within the round, so its BusyWorkers is zero.
+	// operation at the end of the round, or taking one queued for them
+	// (unless paused). One worker runs its operations within the round, so
+	// its BusyWorkers is zero. When the reconciler stops, a last round
+	// reports nothing running.
 	Workers, BusyWorkers int
 }
 

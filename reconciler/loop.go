@@ -103,7 +103,8 @@ func (l *loop[Obj]) round(ctx context.Context, paused bool) {
 	if r.gateErr != nil {
 		r.checkGate(txn)
 	}
-	r.report(txn, work, outcome, l.exec.load(now), &l.prune, r.now(), paused) // 5. progress, metrics, tables, health
+	end := r.now()
+	r.report(txn, work, outcome, l.exec.load(end), &l.prune, end, paused) // 5. progress, metrics, tables, health
 	if span != nil {
 		span.End(tracing.End{Collected: len(work), Committed: outcome.committed, Failed: outcome.failed})
 	}
@@ -122,6 +123,7 @@ func (l *loop[Obj]) stopped() {
 	r.commit(left, true, r.now())
 	r.progress.update(r.progressRev(), r.lifecycles.retryLowWatermark())
 	r.changes.close()
+	r.reportStopped()
 	if r.info != nil {
 		txn := r.db.ReadTxn()
 		r.info.write(r.db, r.infoRow(&l.prune, StateStopped, r.table.NumObjects(txn), r.lifecycles.retrying, 0, 0, r.lifecycles.oldestSince()), r.lifecycles.takeOutdated())

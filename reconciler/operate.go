@@ -162,17 +162,24 @@ func (p *workerPool[Obj]) operate(work []op[Obj]) []op[Obj] {
 // operations.
 const gatherYields = 3
 
+// load counts, under the lock that take holds while a worker takes ops
+// and marks itself running, so that an op is either queued or its worker
+// running: busy is the workers running, and with the gate open also the
+// idle ones woken to take what is queued.
 func (p *workerPool[Obj]) load(now time.Time) execLoad {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	w := execLoad{waiting: len(p.queue)}
-	p.mu.Unlock()
 	for i := range p.running {
 		if started := p.running[i].Load(); started != 0 {
 			w.busy++
-			d := time.Duration(now.UnixNano() - started)
+			d := time.Duration(max(now.UnixNano()-started, 0)) // started after now was read
 			w.unfinished += d
 			w.longest = max(w.longest, d)
 		}
+	}
+	if p.r.gate.isOpen() {
+		w.busy = min(len(p.running), w.busy+len(p.queue))
 	}
 	return w
 }
@@ -194,7 +201,7 @@ func (p *workerPool[Obj]) stop() []op[Obj] {
 // take waits until there is work and the gate is open, and returns up to a
 // fair share of the queue: one op, or with BatchOperations an equal share
 // per worker up to the round size.
-func (p *workerPool[Obj]) take(buf []op[Obj]) ([]op[Obj], bool) {
+func (p *workerPool[Obj]) take(buf []op[Obj], running *atomic.Int64) ([]op[Obj], bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for !p.stopped && (len(p.queue) == 0 || !p.r.gate.isOpen()) {
@@ -211,6 +218,7 @@ func (p *workerPool[Obj]) take(buf []op[Obj]) ([]op[Obj], bool) {
 	buf = append(buf[:0], p.queue[:n]...)
 	clear(p.queue[:n])
 	p.queue = p.queue[n:]
+	running.Store(time.Now().UnixNano())
 	return buf, true
 }
 
@@ -220,15 +228,14 @@ func (p *workerPool[Obj]) work(running *atomic.Int64) {
 	var chunk []op[Obj]
 	for {
 		var ok bool
-		chunk, ok = p.take(chunk)
+		chunk, ok = p.take(chunk, running) // marks it running
 		if !ok {
 			return
 		}
-		running.Store(time.Now().UnixNano())
 		run.run(p.r.db.ReadTxn(), chunk)
-		running.Store(0)
 		p.mu.Lock()
 		p.done = append(p.done, chunk...)
+		running.Store(0)
 		p.mu.Unlock()
 		clear(chunk)
 		select {

@@ -70,6 +70,19 @@ func (r *reconciler[Obj]) report(txn statedb.ReadTxn, work []op[Obj], c commitOu
 	r.progress.update(r.progressRev(), lc.retryLowWatermark())
 }
 
+// reportStopped tells the metrics that nothing runs or waits to run any
+// more: the loop stopped. Failing objects still count.
+func (r *reconciler[Obj]) reportStopped() {
+	failing := r.lifecycles.retrying
+	if r.metrics.queue != nil {
+		r.metrics.queue.QueueLength(r.moduleID, r.opts.name, failing, 0)
+	}
+	if r.metrics.round != nil {
+		r.metrics.round.Round(r.moduleID, r.opts.name, metrics.RoundStats{Retrying: failing, Workers: r.opts.concurrency})
+	}
+	r.reported.failing, r.reported.inFlight = failing, 0
+}
+
 // progressRev returns the revision up to which every change read is
 // done: all but those queued or running (their successors included), or
 // deferred. Retries are told apart by the retry low watermark. While a read

@@ -105,8 +105,9 @@ type Info struct {
 	Retrying int `json:"retrying" yaml:"retrying"`   // objects failing
 	InFlight int `json:"in-flight" yaml:"in-flight"` // operations not yet committed
 	// Workers is how many operations the reconciler runs at once
-	// (WithConcurrency); BusyWorkers how many were running one at the end
-	// of the last round (one worker runs them within the round: zero).
+	// (WithConcurrency); BusyWorkers how many were running one, or taking
+	// one queued, at the end of the last round (one worker runs them
+	// within the round: zero).
 	Workers     int `json:"workers" yaml:"workers"`
 	BusyWorkers int `json:"busy-workers" yaml:"busy-workers"`
 	// OldestPending is when the status of the oldest object still to be
