@@ -73,6 +73,8 @@
 //	reconciler/fault [MODE|clear]        inject a fault (--key, --op, --next, --prob, --seed, --duration)
 //	reconciler/metrics [REGEXP...]       print the expvar metrics, or wait until each regexp matches a line
 //	reconciler/retries [REGEXP]          print the failing objects (reconciler.TablesCell), or wait until one matches (--absent)
+//	reconciler/save KEY...               remember objects as they are, status included (--delete: and take them out)
+//	reconciler/put-back KEY...           insert them again exactly as saved
 //
 // The commands find reconcilers in a [Registry] that the code registering
 // them fills with [Add]. They look them up when they run, so the registry
@@ -177,6 +179,23 @@
 //	reconciler/resume
 //	reconciler/wait
 //	reconciler/target --table
+//
+// # Objects put back
+//
+// An application may put an object back as it read it earlier, its Done
+// status included: a cache restored, a delete undone. reconciler/save
+// remembers objects as they are (with --delete, taking them out in the
+// same transaction), and reconciler/put-back inserts them again as saved,
+// so a script can check that the reconciler applies again what the target
+// lost meanwhile (package reconciler's "Objects put back"):
+//
+//	reconciler/save --delete a
+//	reconciler/wait
+//	reconciler/put-back a
+//	reconciler/wait
+//	reconciler/target --table
+//
+// testdata/put_back.txtar in this package is an example.
 //
 // # Waiting for one object
 //
