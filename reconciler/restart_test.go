@@ -6,7 +6,6 @@ package reconciler_test
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -67,32 +66,6 @@ func TestWaitCountsWorkCarriedOverAStop(t *testing.T) {
 	f.reconciledTo(revA)
 	obj, _ := f.get("a")
 	require.Equal(t, status.KindDone, obj.Status.Kind)
-}
-
-// An object deleted while the hive was stopped and put back as it was once
-// it started stays in the target: the delete, found at the start, comes
-// after the work carried over the stop, which applies the object put back.
-func TestPutBackAfterADeleteWhileStoppedStaysApplied(t *testing.T) {
-	for _, workers := range []int{1, 4} {
-		t.Run(fmt.Sprintf("workers=%d", workers), func(t *testing.T) {
-			tg := newTarget()
-			cut := tg.hold("a")
-			f := startFixture(t, tg, nil, reconciler.WithConcurrency(workers), reconciler.WithRoundLimits(1, nil))
-			f.upsert(&item{ID: "a", Value: "1"})
-			cut.wait(t)
-			f.stop() // cuts a's update short: carried over
-			was := f.takeOut("a")
-			f.rec.Pause()
-			f.start()
-			f.insertAs(was)
-			f.rec.Resume()
-
-			f.caughtUp()
-			assert.True(t, tg.has("a", "1"), "a put back after its delete: %v", tg.applied())
-			obj, _ := f.get("a")
-			assert.Equal(t, status.KindDone, obj.Status.Kind)
-		})
-	}
 }
 
 // countOf returns how many times word is in words.

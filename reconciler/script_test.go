@@ -5,6 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -34,10 +36,29 @@ import (
 // The reconciler's operations are a reconcilertest.FaultyOps around a
 // reconcilertest.Target. The first line of a script may configure the
 // reconciler, for example "#! -batch -workers=4"; see parseScriptFlags.
+// A script with -each-variant runs once more in every other variant of
+// workers and batch (TestScripts/VARIANT/SCRIPT).
 func TestScripts(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	t.Cleanup(cancel)
 	scripttest.Test(t, ctx, newScriptEngine, nil, "../testdata/*.txtar")
+	files, err := filepath.Glob("../testdata/*.txtar")
+	require.NoError(t, err)
+	files = slices.DeleteFunc(files, func(file string) bool {
+		data, err := os.ReadFile(file)
+		require.NoError(t, err)
+		first, _, _ := strings.Cut(string(data), "\n")
+		return !strings.HasPrefix(first, "#!") || !strings.Contains(first, "-each-variant")
+	})
+	for _, v := range variants[1:] {
+		t.Run(v.String(), func(t *testing.T) {
+			for _, file := range files {
+				scripttest.Test(t, ctx, func(t testing.TB, args []string) *script.Engine {
+					return newScriptEngine(t, append(args, fmt.Sprint("-workers=", v.workers), fmt.Sprint("-batch=", v.batch)))
+				}, nil, file)
+			}
+		})
+	}
 }
 
 type scriptFlags struct {
@@ -54,6 +75,7 @@ type scriptFlags struct {
 	startAfter  time.Duration
 	dependency  bool
 	roundSize   int
+	eachVariant bool
 }
 
 func parseScriptFlags(args []string) (scriptFlags, error) {
@@ -72,6 +94,7 @@ func parseScriptFlags(args []string) (scriptFlags, error) {
 	fs.DurationVar(&f.startAfter, "start-after", -1, "WithStartAfter(TIMEOUT, others): start once items and others (others/init) are initialized; 0 waits as long as it takes")
 	fs.BoolVar(&f.dependency, "dependency", false, "WithDependency on the deps table: a dep re-reconciles the items it lists; see depOps")
 	fs.IntVar(&f.roundSize, "round-size", 0, "WithRoundLimits objects per round (0: the default)")
+	fs.BoolVar(&f.eachVariant, "each-variant", false, "run the script in every variant of -workers and -batch too")
 	if err := fs.Parse(args); err != nil {
 		return f, err
 	}
@@ -228,22 +251,28 @@ func initCmd[Obj any](db *statedb.DB, table statedb.RWTable[Obj], summary string
 		})
 }
 
-// fillCmd inserts COUNT Pending items in one transaction, PREFIX000,
-// PREFIX001 and so on, each with the value "1".
+// fillCmd inserts COUNT items in one transaction, PREFIX000, PREFIX001 and
+// so on, each with the value "1" and a fresh status of KIND (Pending).
 func fillCmd(db *statedb.DB, table statedb.RWTable[*item]) script.Cmd {
-	return script.Command(script.CmdUsage{Summary: "insert COUNT Pending items PREFIX000, PREFIX001... with value 1", Args: "prefix count"},
+	return script.Command(script.CmdUsage{Summary: "insert COUNT items PREFIX000, PREFIX001... with value 1 and a status of KIND (Pending)", Args: "prefix count [kind]"},
 		func(_ *script.State, args ...string) (script.WaitFunc, error) {
-			if len(args) != 2 {
+			if len(args) < 2 || len(args) > 3 {
 				return nil, script.ErrUsage
 			}
 			n, err := strconv.Atoi(args[1])
 			if err != nil {
 				return nil, err
 			}
+			st := status.Pending
+			if len(args) == 3 && args[2] == "Refreshing" {
+				st = status.Refreshing
+			} else if len(args) == 3 && args[2] != "Pending" {
+				return nil, fmt.Errorf("kind %q: want Pending or Refreshing", args[2])
+			}
 			wtxn := db.WriteTxn(table)
 			defer wtxn.Abort() // after Commit, does nothing
 			for i := range n {
-				if _, _, err := table.Insert(wtxn, &item{ID: fmt.Sprintf("%s%03d", args[0], i), Value: "1", Status: status.Pending()}); err != nil {
+				if _, _, err := table.Insert(wtxn, &item{ID: fmt.Sprintf("%s%03d", args[0], i), Value: "1", Status: st()}); err != nil {
 					return nil, err
 				}
 			}
