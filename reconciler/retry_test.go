@@ -1,14 +1,14 @@
 package reconciler_test
 
-// Failures and their retries: errors, RetryAfter, terminal errors, panics,
-// and what a retry is handed.
+// Failures and their retries: what a retry is handed, values at the edges,
+// a conflicting status write. (Terminal errors, RetryAfter and panics:
+// testdata/policy.txtar and testdata/panics.txtar.)
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"math"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -19,64 +19,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/converge-go/converge/reconciler"
-	"github.com/converge-go/converge/reconcilertest"
 	"github.com/converge-go/converge/status"
 )
-
-// RetryAfter sets the next attempt's time, over the backoff.
-func TestRetryAfterSetsTheNextAttempt(t *testing.T) {
-	const delay = 150 * time.Millisecond
-	var mu sync.Mutex
-	var times []time.Time
-	tg := newTarget()
-	tg.update = func(context.Context, *item) error {
-		mu.Lock()
-		defer mu.Unlock()
-		times = append(times, time.Now())
-		if len(times) == 1 {
-			return reconciler.RetryAfter(delay, errors.New("not yet"))
-		}
-		return nil
-	}
-	// The backoff alone would retry after 1ms; RetryAfter must win.
-	f := startFixture(t, tg, nil, reconciler.WithRetry(time.Millisecond, time.Millisecond), reconciler.WithRetryJitter(0))
-	f.upsert(&item{ID: "a"})
-	f.waitKind("a", status.KindDone)
-	mu.Lock()
-	defer mu.Unlock()
-	require.Len(t, times, 2)
-	assert.GreaterOrEqual(t, times[1].Sub(times[0]), delay)
-}
-
-// An error wrapping TerminalError is recorded and not retried, not even
-// when written back into the table, until the object changes.
-func TestTerminalErrorIsNotRetriedUntilChange(t *testing.T) {
-	var calls atomic.Int32
-	tg := newTarget()
-	tg.update = func(_ context.Context, it *item) error {
-		if it.ID == "a" {
-			calls.Add(1)
-		}
-		if it.Value == "bad" {
-			return fmt.Errorf("wrapped: %w", reconciler.TerminalError(errors.New("invalid value")))
-		}
-		return nil
-	}
-	f := startFixture(t, tg, nil, reconciler.WithRetry(time.Millisecond, time.Millisecond))
-	f.upsert(&item{ID: "a", Value: "bad"})
-	failed := f.waitKind("a", status.KindError)
-	assert.True(t, failed.Status.Terminal)
-	assert.Contains(t, failed.Status.Error, "invalid value")
-	rev := f.insertAs(failed.clone()) // written back
-	f.upsert(&item{ID: "b"})
-	f.waitKind("b", status.KindDone) // rounds ran past a
-	_, retryLow := f.reconciledTo(rev)
-	assert.Zero(t, retryLow, "no retry queued for a terminal error")
-	assert.Equal(t, int32(1), calls.Load(), "a terminal error was retried")
-
-	f.upsert(&item{ID: "a", Value: "good"})
-	f.waitKind("a", status.KindDone)
-}
 
 // A retried update is handed the object with the status that asked for the
 // work (Pending or Refreshing), not the Error status the failure wrote, so
@@ -152,55 +96,6 @@ func TestValuesAtTheEdgesNeitherOverflowNorSpin(t *testing.T) {
 		f.reconciledTo(f.upsert(&item{ID: "tick"}))
 	}
 	assert.Equal(t, int32(1), attempts.Load(), "a retry 292 years away ran again")
-}
-
-// A panic in any operation, single or batch, is recovered, recorded as an
-// error and retried; the reconciler goes on.
-func TestPanicsBecomeErrorsAndAreRetried(t *testing.T) {
-	for _, c := range []struct {
-		where string
-		op    reconcilertest.Op
-		batch bool
-	}{
-		{"update", reconcilertest.OpUpdate, false},
-		{"delete", reconcilertest.OpDelete, false},
-		{"update-batch", reconcilertest.OpUpdate, true},
-		{"delete-batch", reconcilertest.OpDelete, true},
-		{"prune", reconcilertest.OpPrune, false},
-	} {
-		t.Run(c.where, func(t *testing.T) {
-			tg := newTarget()
-			fo := reconcilertest.NewFaultyOps(itemKey, tg, tg)
-			require.NoError(t, fo.Inject(reconcilertest.Fault{Mode: reconcilertest.ModePanic, Op: c.op, Next: 1}))
-			w := &with{}
-			if c.batch {
-				w.batch = fo
-			}
-			f := startFixture(t, fo, w, reconciler.WithRetry(time.Millisecond, 5*time.Millisecond), reconciler.WithPruning(0))
-
-			f.upsert(&item{ID: "a"}, &item{ID: "b"})
-			f.waitKind("a", status.KindDone)
-			f.waitKind("b", status.KindDone)
-			f.remove("a")
-			// The table has no initializers, so it is initialized. A failed
-			// prune waits for the next request.
-			require.Eventually(t, func() bool {
-				f.rec.Prune()
-				_, deleted := count(fo, reconcilertest.OpDelete, "a")
-				_, pruned := count(fo, reconcilertest.OpPrune, "")
-				return deleted >= 1 && pruned >= 1
-			}, timeout, time.Millisecond, "delete and prune eventually succeed")
-
-			panicked := false
-			for _, call := range fo.Calls() {
-				panicked = panicked || call.Op == c.op && call.Err != nil && strings.Contains(call.Err.Error(), "injected panic")
-			}
-			assert.True(t, panicked, "the operation panicked")
-			// The reconciler kept going: a new object is still reconciled.
-			f.upsert(&item{ID: "c"})
-			f.waitKind("c", status.KindDone)
-		})
-	}
 }
 
 // With two reconcilers on a status.Set, a failure of one whose status write

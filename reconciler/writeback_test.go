@@ -2,12 +2,12 @@ package reconciler_test
 
 // An Error status written back into the table: by a user re-inserting an
 // object read before a later attempt (or a newer version) committed, or
-// reverting to a value saved with its status.
+// reverting to a value saved with its status. (Written back after a newer
+// version succeeded: testdata/error_written_back.txtar.)
 
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,39 +19,6 @@ import (
 	"github.com/converge-go/converge/reconcilertest"
 	"github.com/converge-go/converge/status"
 )
-
-// An Error status that the reconciler no longer retries, written back, is
-// retried, and the target ends up holding what the table says; it used to
-// sit in Error for good. Found by the chaos test's "re-insert as it is"
-// move, whose read and write are two transactions.
-func TestErrorWrittenBackIsRetried(t *testing.T) {
-	for _, workers := range []int{1, 4} {
-		for _, batch := range []bool{false, true} {
-			t.Run(fmt.Sprintf("workers=%d/batch=%v", workers, batch), func(t *testing.T) {
-				tg := newTarget()
-				fo := reconcilertest.NewFaultyOps(itemKey, tg, tg)
-				require.NoError(t, fo.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeError, Op: reconcilertest.OpUpdate}))
-				w := &with{}
-				if batch {
-					w.batch = fo
-				}
-				// Retries far apart: only an adopted Error is retried
-				// within the test's deadline.
-				f := startFixture(t, fo, w, reconciler.WithConcurrency(workers), reconciler.WithRetry(time.Hour, time.Hour))
-				f.upsert(&item{ID: "a", Value: "v1"})
-				stale := f.waitKind("a", status.KindError) // read, kept
-				fo.Clear("")
-				f.upsert(&item{ID: "a", Value: "v2"})
-				f.waitKind("a", status.KindDone)
-
-				// v1 comes back with the Error status it was read with.
-				f.insertAs(stale.clone())
-				require.Equal(t, "v1", f.waitKind("a", status.KindDone).Value)
-				require.True(t, tg.has("a", "v1"), "the target holds what the table says")
-			})
-		}
-	}
-}
 
 // The same with the retry still queued for a later failure: the status
 // written back is not the one the queued retry is for, which used to drop
