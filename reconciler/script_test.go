@@ -252,9 +252,10 @@ func initCmd[Obj any](db *statedb.DB, table statedb.RWTable[Obj], summary string
 }
 
 // fillCmd inserts COUNT items in one transaction, PREFIX000, PREFIX001 and
-// so on, each with the value "1" and a fresh status of KIND (Pending).
+// so on, each with the value "1" and a fresh status of KIND (Pending,
+// Refreshing or Done).
 func fillCmd(db *statedb.DB, table statedb.RWTable[*item]) script.Cmd {
-	return script.Command(script.CmdUsage{Summary: "insert COUNT items PREFIX000, PREFIX001... with value 1 and a status of KIND (Pending)", Args: "prefix count [kind]"},
+	return script.Command(script.CmdUsage{Summary: "insert COUNT items PREFIX000, PREFIX001... with value 1 and a status of KIND (Pending, Refreshing or Done)", Args: "prefix count [kind]"},
 		func(_ *script.State, args ...string) (script.WaitFunc, error) {
 			if len(args) < 2 || len(args) > 3 {
 				return nil, script.ErrUsage
@@ -263,11 +264,13 @@ func fillCmd(db *statedb.DB, table statedb.RWTable[*item]) script.Cmd {
 			if err != nil {
 				return nil, err
 			}
-			st := status.Pending
-			if len(args) == 3 && args[2] == "Refreshing" {
-				st = status.Refreshing
-			} else if len(args) == 3 && args[2] != "Pending" {
-				return nil, fmt.Errorf("kind %q: want Pending or Refreshing", args[2])
+			kind := "Pending"
+			if len(args) == 3 {
+				kind = args[2]
+			}
+			st, ok := map[string]func() status.Status{"Pending": status.Pending, "Refreshing": status.Refreshing, "Done": status.Done}[kind]
+			if !ok {
+				return nil, fmt.Errorf("kind %q: want Pending, Refreshing or Done", kind)
 			}
 			wtxn := db.WriteTxn(table)
 			defer wtxn.Abort() // after Commit, does nothing

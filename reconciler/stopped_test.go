@@ -1,8 +1,9 @@
 package reconciler_test
 
-// Deletes made while the hive is stopped, or between Register and the
-// first start, are handed to Delete after the start, and
-// WaitUntilReconciled of their revision returns only after that.
+// Deletes made between Register and the first start are handed to Delete
+// after the start, and WaitUntilReconciled of a failing delete's revision
+// keeps it in the retry low watermark. (Deletes while stopped:
+// testdata/stopped_deletes.txtar.)
 
 import (
 	"context"
@@ -17,95 +18,6 @@ import (
 	"github.com/converge-go/converge/reconciler"
 	"github.com/converge-go/converge/status"
 )
-
-func TestDeletesWhileStoppedAreAppliedAfterTheStart(t *testing.T) {
-	cases := []struct {
-		name string
-		n    int // objects applied first
-		// run stops the hive, deletes, starts it again and returns the
-		// revision of the deletes and the keys they leave deleted.
-		run func(t *testing.T, f *fixture, tg *target, objs []*item) (statedb.Revision, []string)
-	}{
-		{"many, some put back as they were or anew", 3000, func(t *testing.T, f *fixture, _ *target, objs []*item) (statedb.Revision, []string) {
-			f.stop()
-			var asWas []*item
-			for _, o := range objs[:200] {
-				obj, _ := f.get(o.ID)
-				asWas = append(asWas, obj)
-			}
-			rev := f.remove(ids(objs[:2000])...)
-			f.insertAs(asWas...)
-			f.upsert(items("k", 400, "2")[200:]...)
-			f.start()
-			return rev, ids(objs[400:2000])
-		}},
-		{"everything", 1500, func(t *testing.T, f *fixture, _ *target, objs []*item) (statedb.Revision, []string) {
-			f.stop()
-			wtxn := f.db.WriteTxn(f.table)
-			require.NoError(t, f.table.DeleteAll(wtxn))
-			rev := f.table.Revision(wtxn)
-			wtxn.Commit()
-			f.start()
-			return rev, ids(objs)
-		}},
-		{"over five stops, each before the deletes before were handled", 2000, func(t *testing.T, f *fixture, _ *target, objs []*item) (rev statedb.Revision, deleted []string) {
-			for cycle := range 5 {
-				f.stop()
-				var keys []string
-				for i := cycle; i < len(objs); i += 5 {
-					keys = append(keys, objs[i].ID)
-				}
-				deleted = append(deleted, keys...)
-				rev = f.remove(keys...)
-				if cycle > 0 { // some deleted the cycle before, back and deleted again
-					var back []*item
-					for i := cycle - 1; i < 200; i += 5 {
-						back = append(back, &item{ID: objs[i].ID, Value: fmt.Sprint("back", cycle)})
-					}
-					f.upsert(back...)
-					rev = f.remove(ids(back)...)
-				}
-				f.start()
-			}
-			return rev, deleted
-		}},
-		{"unread at the stop, the loop held in an update", 100, func(t *testing.T, f *fixture, tg *target, objs []*item) (statedb.Revision, []string) {
-			held := tg.hold("held")
-			f.upsert(&item{ID: "held", Value: "1"})
-			held.wait(t)
-			rev := f.remove(ids(objs[:50])...)
-			f.stop()
-			f.upsert(&item{ID: "held", Value: "2"})
-			f.start()
-			return rev, ids(objs[:50])
-		}},
-		{"while paused, before and during the stop", 300, func(t *testing.T, f *fixture, _ *target, objs []*item) (statedb.Revision, []string) {
-			f.rec.Pause()
-			rev := f.remove(ids(objs[:100])...)
-			f.stop()
-			f.remove(ids(objs[100:150])...)
-			f.start()
-			f.rec.Resume()
-			return rev, ids(objs[:100]) // converged checks the others
-		}},
-	}
-	for _, c := range cases {
-		for _, v := range variants {
-			t.Run(c.name+"/"+v.String(), func(t *testing.T) {
-				tg := newTarget()
-				f := v.fixture(t, tg, nil)
-				f.start()
-				objs := items("k", c.n, "1")
-				f.upsert(objs...)
-				f.converged(tg)
-				rev, deleted := c.run(t, f, tg, objs)
-				f.reconciledTo(rev)
-				deletedAll(t, tg, deleted)
-				f.converged(tg)
-			})
-		}
-	}
-}
 
 // Deletes made between Register and the first start, of objects the
 // table held at Register and the target holds from an earlier run, are

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"iter"
-	"slices"
 	"sync"
 	"testing"
 
@@ -24,9 +23,6 @@ type target struct {
 
 	mu sync.Mutex
 	hooks
-	// reverse makes the batch operations reverse their entries first, as a
-	// BatchOperations may reorder them.
-	reverse bool
 	holds   map[string]*hold // by key; pruneKey for the next prune
 	prunes  int              // prunes that returned
 	changed chan struct{}    // closed and replaced when a prune returns
@@ -186,18 +182,12 @@ func (tg *target) Prune(ctx context.Context, txn statedb.ReadTxn, objs iter.Seq2
 }
 
 func (tg *target) UpdateBatch(ctx context.Context, txn statedb.ReadTxn, batch []reconciler.BatchEntry[*item]) {
-	if tg.reverse {
-		slices.Reverse(batch)
-	}
 	for i := range batch {
 		batch[i].Result = tg.Update(ctx, txn, batch[i].Revision, batch[i].Object)
 	}
 }
 
 func (tg *target) DeleteBatch(ctx context.Context, txn statedb.ReadTxn, batch []reconciler.BatchEntry[*item]) {
-	if tg.reverse {
-		slices.Reverse(batch)
-	}
 	for i := range batch {
 		batch[i].Result = tg.Delete(ctx, txn, batch[i].Revision, batch[i].Object)
 	}
