@@ -2,21 +2,19 @@ package reconciler_test
 
 // WithDependency: objects re-reconciled when what they depend on changes.
 // (Which objects, once each, on a change or a delete, keys not in the
-// table ignored: testdata/dependency.txtar; refusals: TestRegisterRejectsBadInput.)
+// table ignored, Unset objects left alone: testdata/dependency*.txtar;
+// refusals: TestRegisterRejectsBadInput.)
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/cilium/hive/cell"
 	"github.com/cilium/statedb"
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/converge-go/converge/reconciler"
-	"github.com/converge-go/converge/status"
 )
 
 // withDeps is a with whose setup creates a deps table, of items too, and
@@ -71,31 +69,4 @@ func TestDependencyMapperPanicIsRecovered(t *testing.T) {
 	f.waitHealth(func(level cell.Level, msg string) bool {
 		return level == cell.StatusDegraded && strings.Contains(msg, "mapper bug")
 	}, "job-dependency-deps")
-}
-
-// A dependency mark leaves objects whose status is Unset alone. Found by
-// the second review (bug 7).
-func TestDependencyMarkLeavesUnsetAlone(t *testing.T) {
-	tg := newTarget()
-	calls := make(chan string, 10)
-	tg.update = func(_ context.Context, it *item) error {
-		calls <- it.ID
-		return nil
-	}
-	var deps statedb.RWTable[*item]
-	f := startFixture(t, tg, withDeps(t, &deps, func(d *item, _ bool) []statedb.Query[*item] {
-		return []statedb.Query[*item]{itemID.Query(d.ID)}
-	}))
-	f.insertAs(&item{ID: "unset"}) // status Unset: never reconciled
-	writeDeps(t, f, deps, false, &item{ID: "unset"})
-	f.upsert(&item{ID: "marker"})
-	f.waitKind("marker", status.KindDone)
-	assert.Equal(t, "marker", recv(t, calls, "the marker's update"))
-	obj, _ := f.get("unset")
-	assert.Equal(t, status.KindUnset, obj.Status.Kind, "the mark changed an Unset status")
-	select {
-	case id := <-calls:
-		t.Errorf("%s was updated", id)
-	default:
-	}
 }

@@ -1,53 +1,21 @@
 package reconciler_test
 
-// The reconcile job's health.
+// The reconcile job's health. (Failing objects listed earliest retry
+// first: testdata/health_order.txtar.)
 
 import (
-	"context"
-	"errors"
 	"fmt"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/cilium/hive/cell"
 	"github.com/cilium/statedb"
-	"github.com/stretchr/testify/assert"
 	"golang.org/x/time/rate"
 
 	"github.com/converge-go/converge/reconciler"
 	"github.com/converge-go/converge/status"
 )
-
-// Health lists the failing objects whose next attempt comes first, in that
-// order, and counts the rest.
-func TestHealthListsEarliestRetriesFirst(t *testing.T) {
-	const n = 15
-	tg := newTarget()
-	tg.update = func(_ context.Context, it *item) error {
-		var i int
-		fmt.Sscanf(it.ID, "k%d", &i)
-		// Later keys retry sooner, so insertion order is not retry order.
-		return reconciler.RetryAfter(time.Duration(n-i)*time.Hour, errors.New("busy"))
-	}
-	f := startFixture(t, tg, nil)
-	objs := make([]*item, n)
-	for i := range objs {
-		objs[i] = &item{ID: fmt.Sprintf("k%02d", i)}
-	}
-	f.upsert(objs...)
-	f.waitReconciled()
-	var msg string
-	f.waitHealth(func(level cell.Level, m string) bool {
-		msg = m
-		return level == cell.StatusDegraded && strings.Contains(m, fmt.Sprintf("%d error(s)", n))
-	})
-	order := regexp.MustCompile(`k\d\d`).FindAllString(msg, -1)
-	want := []string{"k14", "k13", "k12", "k11", "k10", "k09", "k08", "k07", "k06", "k05"}
-	assert.Equal(t, want, order, "health: %s", msg)
-	assert.Contains(t, msg, "5 more error(s) omitted")
-}
 
 // A round limiter that turns unusable while the reconciler runs (its owner
 // set the burst to zero) neither stops the loop nor goes unnoticed: work

@@ -1,5 +1,8 @@
 package reconciler_test
 
+// Pause from inside a round. (Pause and Resume with every kind of change:
+// testdata/pause.txtar; parked and queued work: testdata/pause_parked.txtar.)
+
 import (
 	"context"
 	"fmt"
@@ -8,7 +11,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 
 	"github.com/converge-go/converge/reconciler"
 	"github.com/converge-go/converge/status"
@@ -38,42 +40,6 @@ func TestPauseStopsTheRestOfTheRound(t *testing.T) {
 		obj, _ := f.get(id)
 		assert.Equal(t, status.KindDone, obj.Status.Kind, id)
 	}
-}
-
-// With workers, once Pause has returned neither the version parked behind
-// an operation that then finishes nor work queued for the workers starts,
-// and WaitUntilReconciled makes no progress. Found by the second review.
-// (Pause and Resume with every kind of change: testdata/pause.txtar.)
-func TestPauseHoldsParkedAndQueuedWork(t *testing.T) {
-	tg := newTarget()
-	started := make(chan string, 100)
-	tg.update = func(_ context.Context, it *item) error {
-		select {
-		case started <- it.ID + "=" + it.Value:
-		default:
-		}
-		return nil
-	}
-	held := tg.hold("a")
-	f := startFixture(t, tg, nil, reconciler.WithConcurrency(2))
-	f.upsert(&item{ID: "a", Value: "v1"})
-	held.wait(t)
-	f.upsert(&item{ID: "a", Value: "v2"}) // parked behind v1
-	f.settle(1)
-	drain(started)
-
-	f.rec.Pause()
-	rev := f.upsert(&item{ID: "b"}) // queued
-	held.let()
-	quiet(t, started, 200*time.Millisecond, "started after Pause")
-	_, _, err := f.rec.WaitUntilReconciled(ctxFor(t, 50*time.Millisecond), rev)
-	require.ErrorIs(t, err, context.DeadlineExceeded, "no progress while paused")
-
-	f.rec.Resume()
-	f.waitReconciled()
-	obj, _ := f.get("a")
-	assert.Equal(t, "v2", obj.Value)
-	assert.Equal(t, status.KindDone, obj.Status.Kind)
 }
 
 // A prune already due in a round during which Pause is called (here from

@@ -77,21 +77,3 @@ func countOf(words []string, word string) (n int) {
 	}
 	return n
 }
-
-// A prune cut short by a stop, or asked for and not run before it, runs
-// after the start, also without periodic pruning. Found by the fourth
-// outside review.
-func TestPruneCutShortByAStopRunsAfterTheStart(t *testing.T) {
-	tg := newTarget()
-	f := startFixture(t, tg, nil, reconciler.WithPruning(0), reconciler.WithRetry(time.Millisecond, 10*time.Millisecond))
-	f.upsert(&item{ID: "a", Value: "1"})
-	f.waitReconciled()
-	held := tg.hold(pruneKey)
-	f.rec.Prune()
-	held.wait(t)
-	f.stop() // the prune fails as its context ends
-	tg.Set("stray", "x")
-	f.start()
-	require.Eventually(t, func() bool { _, has := tg.State()["stray"]; return !has }, timeout, time.Millisecond,
-		"the prune cut short by the stop did not run after the start")
-}
