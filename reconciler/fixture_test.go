@@ -373,22 +373,6 @@ func (f *fixture) waitInfo(what string, cond func(*reconciler.Info) bool) *recon
 	return info
 }
 
-// waitRetry waits until the retries row of key satisfies cond (a nil row
-// when absent) and returns it (with.tables).
-func (f *fixture) waitRetry(key, what string, cond func(*reconciler.RetryInfo) bool) *reconciler.RetryInfo {
-	f.t.Helper()
-	var row *reconciler.RetryInfo
-	f.waitRows("the retry row of "+key+" "+what, func(txn statedb.ReadTxn) bool {
-		var found bool
-		row, _, found = f.tables.Retries().Get(txn, reconciler.RetryByKey.Query(reconciler.RetryKey("test", key)))
-		if !found {
-			row = nil
-		}
-		return cond(row)
-	})
-	return row
-}
-
 // waitRows waits, on the watch channels of TablesCell's tables, until cond
 // holds.
 func (f *fixture) waitRows(what string, cond func(statedb.ReadTxn) bool) {
@@ -430,17 +414,6 @@ func quiet[T any](t testing.TB, ch <-chan T, d time.Duration, what string) {
 	case v := <-ch:
 		t.Errorf("%s: %v", what, v)
 	case <-time.After(d):
-	}
-}
-
-// drain empties ch.
-func drain[T any](ch <-chan T) {
-	for {
-		select {
-		case <-ch:
-		default:
-			return
-		}
 	}
 }
 
@@ -542,18 +515,4 @@ func deletedAll(t testing.TB, tg *target, keys []string) {
 func statusOf(name string) (func(*item) status.Status, func(*item, status.Status) *item) {
 	return func(it *item) status.Status { return it.Statuses.Get(name) },
 		func(it *item, s status.Status) *item { it.Statuses = it.Statuses.Set(name, s); return it }
-}
-
-// takeOut reads and deletes id in one transaction, and returns the object
-// as it was (nil if absent).
-func (f *fixture) takeOut(id string) *item {
-	wtxn := f.db.WriteTxn(f.table)
-	defer wtxn.Commit()
-	obj, _, found := f.table.Get(wtxn, itemID.Query(id))
-	if !found {
-		return nil
-	}
-	_, _, err := f.table.Delete(wtxn, obj)
-	require.NoError(f.t, err)
-	return obj
 }

@@ -1,14 +1,13 @@
 package reconciler_test
 
-// Failures and their retries: what a retry is handed, values at the edges,
-// a conflicting status write. (Terminal errors, RetryAfter and panics:
-// testdata/policy.txtar and testdata/panics.txtar.)
+// Failures and their retries: what a retry is handed, a conflicting status
+// write. (Terminal errors, RetryAfter and panics: testdata/policy.txtar
+// and testdata/panics.txtar; values at the edges: testdata/edges.txtar.)
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -70,32 +69,6 @@ func TestRetryIsHandedTheStatusThatAskedForWork(t *testing.T) {
 			}
 		}
 	}
-}
-
-// Option and error values at the edges (a round of math.MaxInt objects, a
-// backoff up to MaxInt64, a RetryAfter of 292 years) neither overflow nor
-// spin. Found by the second review (bug 9).
-func TestValuesAtTheEdgesNeitherOverflowNorSpin(t *testing.T) {
-	var attempts atomic.Int32
-	tg := newTarget()
-	tg.update = func(_ context.Context, it *item) error {
-		if it.ID == "later" {
-			attempts.Add(1)
-			return reconciler.RetryAfter(time.Duration(math.MaxInt64), errors.New("in 292 years"))
-		}
-		return nil
-	}
-	f := startFixture(t, tg, nil,
-		reconciler.WithRoundLimits(math.MaxInt, nil),
-		reconciler.WithRetry(time.Millisecond, time.Duration(math.MaxInt64)),
-		reconciler.WithRetryJitter(0.9))
-	f.upsert(&item{ID: "later"}, &item{ID: "now"})
-	f.waitKind("later", status.KindError)
-	f.waitKind("now", status.KindDone)
-	for range 20 { // rounds go on; the retry stays far away
-		f.reconciledTo(f.upsert(&item{ID: "tick"}))
-	}
-	assert.Equal(t, int32(1), attempts.Load(), "a retry 292 years away ran again")
 }
 
 // With two reconcilers on a status.Set, a failure of one whose status write

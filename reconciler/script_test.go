@@ -23,6 +23,7 @@ import (
 	"github.com/cilium/statedb/index"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/time/rate"
 
 	convergeindex "github.com/converge-go/converge/index"
 	"github.com/converge-go/converge/metrics"
@@ -66,7 +67,9 @@ type scriptFlags struct {
 	workers     int
 	prune       time.Duration
 	refresh     time.Duration
+	refreshOne  time.Duration
 	retryMin    time.Duration
+	jitter      float64
 	retryMax    time.Duration
 	reconcilers string
 	timeout     time.Duration
@@ -85,6 +88,8 @@ func parseScriptFlags(args []string) (scriptFlags, error) {
 	fs.IntVar(&f.workers, "workers", 1, "WithConcurrency")
 	fs.DurationVar(&f.prune, "prune", 0, "WithPruning interval (0: only on request)")
 	fs.DurationVar(&f.refresh, "refresh", 0, "WithRefreshing interval")
+	fs.DurationVar(&f.refreshOne, "refresh-one-per", 0, "WithRefreshing limiter: one object, then one per this long")
+	fs.Float64Var(&f.jitter, "retry-jitter", -1, "WithRetryJitter (default: the reconciler's)")
 	fs.DurationVar(&f.retryMin, "retry-min", 10*time.Millisecond, "minimum backoff")
 	fs.DurationVar(&f.retryMax, "retry-max", 50*time.Millisecond, "maximum backoff")
 	fs.StringVar(&f.reconcilers, "reconcilers", "", "comma-separated names of reconcilers sharing Statuses")
@@ -214,7 +219,12 @@ func registerScriptReconcilers(p reconciler.Params, flags scriptFlags, m metrics
 		if flags.prune > 0 {
 			opts = append(opts, reconciler.WithPruning(flags.prune))
 		}
-		if flags.refresh > 0 {
+		if flags.jitter >= 0 {
+			opts = append(opts, reconciler.WithRetryJitter(flags.jitter))
+		}
+		if flags.refresh > 0 && flags.refreshOne > 0 {
+			opts = append(opts, reconciler.WithRefreshing(flags.refresh, rate.NewLimiter(rate.Every(flags.refreshOne), 1)))
+		} else if flags.refresh > 0 {
 			opts = append(opts, reconciler.WithRefreshing(flags.refresh, nil))
 		}
 		get, set := (*item).getStatus, (*item).setStatus

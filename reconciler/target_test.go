@@ -250,15 +250,6 @@ func (tg *target) applied() []string {
 	return words
 }
 
-// waitInFlight waits until at least n calls of tr are in flight.
-func waitInFlight(t testing.TB, tr reconcilertest.CallRecorder, n int) {
-	t.Helper()
-	waitUntil(t, fmt.Sprint(n, " calls in flight"), func() (bool, <-chan struct{}) {
-		calls, changed := tr.InFlightWatch()
-		return len(calls) >= n, changed
-	})
-}
-
 // waitCalls waits until tr has recorded n successful calls of op on key.
 func waitCalls(t testing.TB, tr reconcilertest.CallRecorder, op reconcilertest.Op, key string, n int) {
 	t.Helper()
