@@ -23,7 +23,8 @@ type fakeGroup struct{ jobs []job.Job }
 func (g *fakeGroup) Add(jobs ...job.Job)                { g.jobs = append(g.jobs, jobs...) }
 func (g *fakeGroup) Scoped(name string) job.ScopedGroup { return g }
 
-// Register refuses a missing argument or an option out of range, with an
+// Register refuses a missing argument, an option out of range or a limiter
+// that never allows, with an
 // error wrapping ErrInvalidConfig that says which, and never panics.
 func TestRegisterRejectsBadInput(t *testing.T) {
 	db := statedb.New()
@@ -78,6 +79,11 @@ func TestRegisterRejectsBadInput(t *testing.T) {
 		{"negative timeout", with(reconciler.WithOperationTimeout(-1)), "operation timeout must not be negative"},
 		{"dependency on itself", with(reconciler.WithDependency(table, sameID)), "cannot be a dependency of itself"},
 		{"nil dependency table", with(reconciler.WithDependency(noTable, sameID)), "needs a table and a mapper"},
+		// A limiter whose Wait can never succeed would stop the loop for good.
+		{"round burst 0", with(reconciler.WithRoundLimits(10, rate.NewLimiter(100, 0))), "limiter"},
+		{"round limit 0", with(reconciler.WithRoundLimits(10, rate.NewLimiter(0, 5))), "limiter"},
+		{"refresh burst 0", with(reconciler.WithRefreshing(time.Minute, rate.NewLimiter(100, 0))), "limiter"},
+		{"refresh limit 0", with(reconciler.WithRefreshing(time.Minute, rate.NewLimiter(0, 5))), "limiter"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -107,37 +113,10 @@ func TestRegisterRejectsBadInput(t *testing.T) {
 		g := &fakeGroup{}
 		a.params.JobGroup = g
 		r, err := reconciler.Register(a.params, a.table, a.clone, a.setStatus, a.getStatus, a.ops, nil,
-			reconciler.WithName("x"), reconciler.WithRefreshing(time.Minute, nil))
+			reconciler.WithName("x"), reconciler.WithRefreshing(time.Minute, nil),
+			reconciler.WithRoundLimits(10, rate.NewLimiter(rate.Inf, 0))) // an infinite limit needs no burst
 		require.NoError(t, err)
 		require.NotNil(t, r)
 		assert.Len(t, g.jobs, 2, "reconcile and refresh jobs")
-	})
-}
-
-// A limiter whose Wait can never succeed would stop the loop for good, so
-// Register refuses it.
-func TestRegisterRefusesLimitersThatNeverAllow(t *testing.T) {
-	db := statedb.New()
-	table, err := statedb.NewTable(db, "items", itemID)
-	require.NoError(t, err)
-	params := reconciler.Params{Log: slog.Default(), DB: db, JobGroup: &fakeGroup{}}
-	cases := map[string]reconciler.Option{
-		"round burst 0":   reconciler.WithRoundLimits(10, rate.NewLimiter(100, 0)),
-		"round limit 0":   reconciler.WithRoundLimits(10, rate.NewLimiter(0, 5)),
-		"refresh burst 0": reconciler.WithRefreshing(time.Minute, rate.NewLimiter(100, 0)),
-		"refresh limit 0": reconciler.WithRefreshing(time.Minute, rate.NewLimiter(0, 5)),
-	}
-	for name, opt := range cases {
-		t.Run(name, func(t *testing.T) {
-			r, err := reconciler.Register(params, table, (*item).clone, (*item).setStatus, (*item).getStatus, newTarget(), nil, opt)
-			require.ErrorIs(t, err, reconciler.ErrInvalidConfig)
-			assert.Nil(t, r)
-			assert.Contains(t, err.Error(), "limiter")
-		})
-	}
-	t.Run("infinite limit with burst 0 is fine", func(t *testing.T) {
-		_, err := reconciler.Register(params, table, (*item).clone, (*item).setStatus, (*item).getStatus, newTarget(), nil,
-			reconciler.WithRoundLimits(10, rate.NewLimiter(rate.Inf, 0)))
-		require.NoError(t, err)
 	})
 }
