@@ -24,8 +24,8 @@ func (g *fakeGroup) Add(jobs ...job.Job)                { g.jobs = append(g.jobs
 func (g *fakeGroup) Scoped(name string) job.ScopedGroup { return g }
 
 // Register refuses a missing argument, an option out of range or a limiter
-// that never allows, with an
-// error wrapping ErrInvalidConfig that says which, and never panics.
+// that never allows, with an error wrapping ErrInvalidConfig that says
+// which, and never panics.
 func TestRegisterRejectsBadInput(t *testing.T) {
 	db := statedb.New()
 	table, err := statedb.NewTable(db, "items", itemID)
