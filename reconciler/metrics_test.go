@@ -1,22 +1,34 @@
 package reconciler_test
 
-// Figures that the scripts cannot produce: an operation's own deadline,
-// and drift reported by Update. (Outcomes, latency, queue depth, oldest
-// pending, prunes and refresh sweeps: testdata/observe_*.txtar.)
+// What the reconciler reports, where the scripts cannot produce it: an
+// operation's own deadline, drift reported by Update, how TablesCell's rows
+// render, failure logs in a storm, and health. (Outcomes, latency, queue
+// depth, oldest pending, prunes, refresh sweeps and the rows as objects
+// fail and recover: testdata/observe_*.txtar.)
 
 import (
 	"context"
+	"encoding/json"
 	"expvar"
 	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/cilium/hive/cell"
+	"github.com/cilium/statedb"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	yaml "go.yaml.in/yaml/v3"
+	"golang.org/x/time/rate"
 
 	"github.com/converge-go/converge/metrics"
 	"github.com/converge-go/converge/reconciler"
+	"github.com/converge-go/converge/reconcilertest"
 	"github.com/converge-go/converge/status"
 )
 
@@ -79,4 +91,196 @@ func TestRefreshDriftCountsOnlyRefreshingUpdates(t *testing.T) {
 	f.insertAs(a.clone().setStatus(status.Refreshing()))
 	f.waitInfo("refresh drift", func(i *reconciler.Info) bool { return i.DriftRepaired == 1 })
 	require.Eventually(t, func() bool { return ev(m, "drift_repaired", "test/refresh") == "1" }, timeout, time.Millisecond)
+}
+
+// How the rows of TablesCell's tables render and encode. (What they say
+// as objects fail and recover: testdata/observe_failure.txtar and
+// testdata/observe_retry_rows.txtar.)
+
+// The rows render as tables for db/show: one cell per header column, times
+// as ages, the next attempt as "in D" or "running".
+func TestTableRowsReadAsTables(t *testing.T) {
+	now := time.Now()
+	info := &reconciler.Info{
+		ID: "agent.routes/r", Module: "agent.routes", Name: "r", State: reconciler.StateDegraded,
+		Objects: 3, Succeeded: 10, Failed: 2, Retrying: 1, InFlight: 1,
+		OldestPending: now.Add(-time.Second), LastError: "disk full", LastErrorAt: now.Add(-2 * time.Second),
+		LastPrune: now.Add(-3 * time.Second), LastPruneError: "prune: nope",
+	}
+	header, row := info.TableHeader(), info.TableRow()
+	require.Len(t, row, len(header))
+	cell := func(name string) string {
+		for i, h := range header {
+			if h == name {
+				return row[i]
+			}
+		}
+		t.Fatalf("no column %q in %v", name, header)
+		return ""
+	}
+	assert.Equal(t, "agent.routes", cell("Module"))
+	assert.Equal(t, "r", cell("Name"))
+	assert.Equal(t, "degraded", cell("State"))
+	assert.Equal(t, "3", cell("Objects"))
+	assert.Equal(t, "10", cell("Succeeded"))
+	assert.Equal(t, "2", cell("Failed"))
+	assert.Equal(t, "1", cell("Retrying"))
+	assert.Equal(t, "1", cell("InFlight"))
+	assert.Regexp(t, `^1(\.\d+)?s ago$`, cell("OldestPending"))
+	assert.Regexp(t, `^disk full \(2(\.\d+)?s ago\)$`, cell("LastError"))
+	assert.Regexp(t, `^3(\.\d+)?s ago: prune: nope$`, cell("LastPrune"))
+	assert.Equal(t, "", cell("LastRefresh"), "never refreshed: empty")
+
+	empty := (&reconciler.Info{Module: "m", State: reconciler.StateRunning}).TableRow()
+	assert.Equal(t, []string{"m", "", "running", "0", "0", "0", "0", "0", "", "", "", ""}, empty)
+
+	retry := &reconciler.RetryInfo{Reconciler: "m", Key: "k", Attempts: 3, FirstFailed: now.Add(-time.Minute), NextAttempt: now.Add(time.Hour), LastError: "x"}
+	rh, rr := retry.TableHeader(), retry.TableRow()
+	require.Len(t, rr, len(rh))
+	assert.Equal(t, []string{"Reconciler", "Key", "Op", "Attempts", "FirstFailed", "NextAttempt", "LastError"}, rh)
+	assert.Equal(t, []string{"m", "k", "update", "3"}, rr[:4])
+	assert.Regexp(t, `^1m0(\.\d+)?s ago$`, rr[4])
+	assert.Regexp(t, `^in (1h0m0s|59m59(\.\d+)?s)$`, rr[5])
+	retry.NextAttempt, retry.Delete = time.Time{}, true
+	rr = retry.TableRow()
+	assert.Equal(t, "delete", rr[2])
+	assert.Equal(t, "running", rr[5])
+	assert.False(t, strings.Contains(strings.Join(rr, ""), "\n"))
+}
+
+func TestInfoEncodesDurationsAsStrings(t *testing.T) {
+	in := reconciler.Info{ID: "m/x", State: reconciler.StateRunning, LastPruneDuration: 375 * time.Microsecond, FailuresSinceSuccess: 2}
+	data, err := json.Marshal(in)
+	require.NoError(t, err)
+	assert.Contains(t, string(data), `"last-prune-duration":"375µs"`)
+	assert.Contains(t, string(data), `"failures-since-success":2`)
+	var out reconciler.Info
+	require.NoError(t, json.Unmarshal(data, &out))
+	assert.Equal(t, in, out)
+	y, err := yaml.Marshal(in)
+	require.NoError(t, err)
+	assert.Contains(t, string(y), "last-prune-duration: 375µs")
+	assert.Error(t, json.Unmarshal([]byte(`{"last-prune-duration":"soon"}`), &out))
+}
+
+// captureHandler keeps the records of the reconciler's failure logs.
+type captureHandler struct {
+	mu      sync.Mutex
+	records []slog.Record
+}
+
+func (h *captureHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *captureHandler) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.records = append(h.records, r.Clone())
+	return nil
+}
+func (h *captureHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *captureHandler) WithGroup(string) slog.Handler      { return h }
+
+func (h *captureHandler) failures() (warn, debug []map[string]any) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, r := range h.records {
+		attrs := map[string]any{}
+		r.Attrs(func(a slog.Attr) bool { attrs[a.Key] = a.Value.Any(); return true })
+		if _, ok := attrs["attempt"]; !ok {
+			continue
+		}
+		switch r.Level {
+		case slog.LevelWarn:
+			warn = append(warn, attrs)
+		case slog.LevelDebug:
+			debug = append(debug, attrs)
+		}
+	}
+	return warn, debug
+}
+
+// A storm of 100 objects failing at once logs at most ten Warn lines,
+// each with the object's key, its attempt and the error; later failures of
+// the same objects go to Debug.
+func TestFailureLogsRateLimitedInAStorm(t *testing.T) {
+	const n = 100
+	fo := reconcilertest.NewFaultyOps(itemKey, newTarget(), nil)
+	for i := range n { // two failures each
+		require.NoError(t, fo.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeError, Key: strconv.Itoa(i), Next: 2}))
+	}
+	h := &captureHandler{}
+	f := startFixture(t, fo, &with{tables: true, log: slog.New(h)}, reconciler.WithPruning(0), reconciler.WithRetry(time.Millisecond, 2*time.Millisecond))
+	objs := make([]*item, n)
+	for i := range objs {
+		objs[i] = &item{ID: strconv.Itoa(i), Value: "v"}
+	}
+	f.upsert(objs...)
+	f.waitInfo("all reconciled", func(i *reconciler.Info) bool { return i.Succeeded == n && i.Retrying == 0 })
+
+	warn, debug := h.failures()
+	require.NotEmpty(t, warn)
+	assert.LessOrEqual(t, len(warn), 10, "a storm logs at most ten Warn lines: %v", warn)
+	for _, a := range warn {
+		assert.EqualValues(t, 1, a["attempt"])
+		key, _ := a["key"].(string)
+		assert.NotEmpty(t, key)
+		if err, ok := a["error"].(error); assert.True(t, ok, "error attribute in %v", a) {
+			assert.Equal(t, "injected fault: update "+key, err.Error())
+		}
+	}
+	assert.Len(t, debug, n, "every object's second failure, at Debug")
+	for _, a := range debug {
+		assert.EqualValues(t, 2, a["attempt"])
+	}
+}
+
+// The reconcile job's health. (Failing objects listed earliest retry
+// first: testdata/health_order.txtar.)
+
+// A round limiter that turns unusable while the reconciler runs (its owner
+// set the burst to zero) neither stops the loop nor goes unnoticed: work
+// goes on and health says why.
+func TestRoundLimiterBrokenAtRunTimeDegradesHealth(t *testing.T) {
+	lim := rate.NewLimiter(rate.Inf, 1)
+	f := startFixture(t, newTarget(), nil, reconciler.WithRoundLimits(10, lim))
+	f.upsert(&item{ID: "a"})
+	f.waitKind("a", status.KindDone)
+
+	lim.SetLimit(100)
+	lim.SetBurst(0)
+	f.upsert(&item{ID: "b"})
+	f.waitKind("b", status.KindDone)
+	f.waitHealth(func(level cell.Level, msg string) bool {
+		return level == cell.StatusDegraded && strings.Contains(msg, "limiter")
+	})
+	f.remove("a")
+	f.upsert(&item{ID: "c"})
+	f.waitKind("c", status.KindDone)
+}
+
+// The health tree has the children the StateDB reconciler's has, named
+// after the reconciler, refreshing off included, and one per dependency.
+func TestHealthChildrenAreNamedLikeTheStateDBReconciler(t *testing.T) {
+	for _, name := range []string{"", "foo"} {
+		for _, refresh := range []bool{false, true} {
+			t.Run(fmt.Sprintf("name=%q,refresh=%v", name, refresh), func(t *testing.T) {
+				opts := []reconciler.Option{reconciler.WithName(name)}
+				if name == "" {
+					opts = nil
+				}
+				if refresh {
+					opts = append(opts, reconciler.WithRefreshing(time.Hour, nil))
+				}
+				f := startFixture(t, newTarget(), withDeps(t, new(statedb.RWTable[*item]), sameID), opts...)
+				f.upsert(&item{ID: "a", Value: "1"})
+				f.caughtUp()
+				suffix := ""
+				if name != "" {
+					suffix = "-" + name
+				}
+				for _, child := range []string{"job-reconcile" + suffix, "job-refresh" + suffix, "job-dependency-deps" + suffix} {
+					f.waitHealth(func(cell.Level, string) bool { return true }, child)
+				}
+			})
+		}
+	}
 }

@@ -1,13 +1,16 @@
 package reconciler_test
 
 // Failures and their retries: what a retry is handed, a conflicting status
-// write. (Terminal errors, RetryAfter and panics: testdata/policy.txtar
-// and testdata/panics.txtar; values at the edges: testdata/edges.txtar.)
+// write, an Error written back, retries against refreshes, and objects
+// that lose their primary key. (Terminal errors, RetryAfter and panics:
+// testdata/policy.txtar and testdata/panics.txtar; values at the edges:
+// testdata/edges.txtar.)
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/converge-go/converge/reconciler"
+	"github.com/converge-go/converge/reconcilertest"
 	"github.com/converge-go/converge/status"
 )
 
@@ -108,4 +112,204 @@ func TestFailureWithAConflictingStatusWriteIsRetried(t *testing.T) {
 	obj := f.waitKind("x", status.KindDone) // a's status
 	assert.GreaterOrEqual(t, aCalls.Load(), int32(2), "a failed once, then succeeded on retry")
 	assert.Equal(t, status.KindDone, obj.Statuses.Get("b").Kind, "b's status is left alone")
+}
+
+// An Error status written back into the table: by a user re-inserting an
+// object read before a later attempt (or a newer version) committed, or
+// reverting to a value saved with its status. (Written back after a newer
+// version succeeded: testdata/error_written_back.txtar.)
+
+// The same with the retry still queued for a later failure: the status
+// written back is not the one the queued retry is for, which used to drop
+// the retry when it came due.
+func TestErrorWrittenBackOverALaterFailureIsRetried(t *testing.T) {
+	tg := newTarget()
+	var calls atomic.Int32
+	proceed, release := make(chan struct{}), make(chan struct{})
+	wait := func(ctx context.Context, ch <-chan struct{}) error {
+		select {
+		case <-ch:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	tg.update = func(ctx context.Context, _ *item) error {
+		switch calls.Add(1) {
+		case 1:
+			return errors.New("target down")
+		case 2: // fails once the test has read the first failure
+			if err := wait(ctx, proceed); err != nil {
+				return err
+			}
+			return errors.New("target down")
+		}
+		return wait(ctx, release)
+	}
+	f := startFixture(t, tg, nil, reconciler.WithRetry(time.Millisecond, time.Millisecond))
+	f.upsert(&item{ID: "a", Value: "v1"})
+	first := f.waitKind("a", status.KindError)
+	close(proceed)
+	f.waitTable("a second failure", func(txn statedb.ReadTxn) bool {
+		obj, _, _ := f.table.Get(txn, itemID.Query("a"))
+		return obj.Status.Kind == status.KindError && obj.Status.ID() != first.Status.ID()
+	})
+	f.insertAs(first.clone())
+	close(release)
+	require.Equal(t, "v1", f.waitKind("a", status.KindDone).Value)
+}
+
+// What runs when a is deleted is a retry, a prune then removes a from the
+// target, and what is written back is a as read while the retry ran, with
+// the Error status the retry answers. That write-back is new work after
+// the delete, not the retry's own status: the delete parked behind the
+// retry gives way to it, and a ends applied and Done. Found by the chaos
+// test after the redesign.
+func TestErrorWrittenBackAfterADeleteWhileItsRetryRunsIsApplied(t *testing.T) {
+	tg := newTarget()
+	fo := reconcilertest.NewFaultyOps(itemKey, tg, nil)
+	require.NoError(t, fo.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeError, Key: "a", Next: 1}))
+	retry := tg.holdAfterApply("a", false)
+	f := startFixture(t, fo, nil, reconciler.WithConcurrency(2), reconciler.WithPruning(0),
+		reconciler.WithRetry(time.Millisecond, time.Millisecond))
+	f.upsert(&item{ID: "a", Value: "v1"})
+	retry.wait(t)
+	read, ok := f.get("a")
+	require.True(t, ok)
+	require.Equal(t, status.KindError, read.Status.Kind)
+	f.remove("a")
+	f.settle(1)
+	tg.pruneNow(f)
+	f.insertAs(read)
+	f.settle(2) // the write-back is read while the retry runs
+	retry.let()
+	f.waitApplied(tg, "a", "v1")
+}
+
+// New versions and deletes are taken before retries, refresh marks and the
+// backlog, so those never delay a later write by more than a round, however
+// many there are: testdata/fresh_*.txtar. Here, retries do not starve
+// refreshes either.
+
+// Retries that are due every round do not starve refresh marks (nor
+// objects marked by a dependency, nor the backlog found at start): they
+// share the budget left after fresh changes.
+func TestRefreshesAreNotStarvedByEndlessRetries(t *testing.T) {
+	const healthy, failing, round = 50, 1000, 10
+	var refreshed, failures atomic.Int32
+	tg := newTarget()
+	tg.update = func(_ context.Context, it *item) error {
+		if strings.HasPrefix(it.ID, "fail") {
+			failures.Add(1)
+			return reconciler.RetryAfter(0, errors.New("always"))
+		}
+		if it.Status.Kind == status.KindRefreshing {
+			refreshed.Add(1)
+		}
+		return nil
+	}
+	f := startFixture(t, tg, nil, reconciler.WithRoundLimits(round, nil))
+	objs := make([]*item, healthy)
+	for i := range objs {
+		objs[i] = &item{ID: fmt.Sprintf("ok%02d", i)}
+	}
+	f.upsert(objs...)
+	f.waitReconciled()
+	objs = make([]*item, failing)
+	for i := range objs {
+		objs[i] = &item{ID: fmt.Sprintf("fail%04d", i)}
+	}
+	f.upsert(objs...)
+	// Once every failing object has failed twice, due retries are more than
+	// a round can take, for as long as the test runs.
+	require.Eventually(t, func() bool { return failures.Load() >= 2*failing }, timeout, time.Millisecond)
+
+	wtxn := f.db.WriteTxn(f.table)
+	for i := range healthy {
+		obj, _, _ := f.table.Get(wtxn, itemID.Query(fmt.Sprintf("ok%02d", i)))
+		_, _, err := f.table.Insert(wtxn, obj.clone().setStatus(status.Refreshing()))
+		require.NoError(t, err)
+	}
+	wtxn.Commit()
+	require.Eventually(t, func() bool { return refreshed.Load() >= healthy }, timeout, time.Millisecond,
+		"only %d of %d refreshes while %d objects fail endlessly", refreshed.Load(), healthy, failing)
+}
+
+// Objects without a primary key: StateDB v0.9 lets a primary indexer say an
+// object has none (item.NoKey here), and then stores nothing for it.
+
+// An Update that leaves its object without a primary key gets an Error
+// status wrapping ErrNoPrimaryKey on the object as it was, and is retried;
+// the other objects of the round are reconciled as usual. A dependency mark
+// whose setStatus drops the key leaves that object alone, never panics, and
+// still marks the others.
+func TestObjectWithoutAPrimaryKey(t *testing.T) {
+	for _, workers := range []int{1, 3} {
+		t.Run(fmt.Sprintf("workers=%d", workers), func(t *testing.T) {
+			tg := newTarget()
+			tg.update = func(_ context.Context, it *item) error {
+				if it.ID == "bad" {
+					it.NoKey = true // a buggy Update changes what the primary index reads
+				}
+				return nil
+			}
+			var dropKeyOf atomic.Value // setStatus drops the key of this object
+			dropKeyOf.Store("")
+			var deps statedb.RWTable[*item]
+			w := withDeps(t, &deps, func(d *item, _ bool) []statedb.Query[*item] { return []statedb.Query[*item]{itemID.Query(d.ID)} })
+			w.setStatus = func(o *item, s status.Status) *item {
+				o.Status = s
+				if o.ID == dropKeyOf.Load() && s.Kind == status.KindRefreshing {
+					o.NoKey = true
+				}
+				return o
+			}
+			f := startFixture(t, tg, w, reconciler.WithConcurrency(workers), reconciler.WithRetry(time.Hour, time.Hour))
+			f.upsert(&item{ID: "a"}, &item{ID: "bad"}, &item{ID: "b"})
+			f.waitKind("a", status.KindDone)
+			bad := f.waitKind("bad", status.KindError)
+			b := f.waitKind("b", status.KindDone)
+			assert.Contains(t, bad.Status.Error, reconciler.ErrNoPrimaryKey.Error())
+			assert.False(t, bad.NoKey, "the object is stored as it was before Update")
+
+			// A dependency mark of a and b, whose setStatus drops a's key.
+			dropKeyOf.Store("a")
+			writeDeps(t, f, deps, false, &item{ID: "a"}, &item{ID: "b"})
+			f.waitTable("b to be reconciled again after the mark", func(txn statedb.ReadTxn) bool {
+				obj, _, found := f.table.Get(txn, itemID.Query("b"))
+				return found && obj.Status.Kind == status.KindDone && obj.Status.ID() != b.Status.ID()
+			})
+			a, found := f.get("a")
+			require.True(t, found, "a is still in the table")
+			assert.Equal(t, status.KindDone, a.Status.Kind, "a's mark was left out")
+		})
+	}
+}
+
+// A refresh mark whose setStatus drops the key leaves that object alone
+// and still refreshes the others.
+func TestRefreshMarkWithoutAPrimaryKey(t *testing.T) {
+	f := startFixture(t, newTarget(), &with{setStatus: func(o *item, s status.Status) *item {
+		o.Status = s
+		if o.ID == "a" && s.Kind == status.KindRefreshing {
+			o.NoKey = true
+		}
+		return o
+	}}, reconciler.WithRefreshing(10*time.Millisecond, nil))
+	f.upsert(&item{ID: "a"}, &item{ID: "b"})
+	a := f.waitKind("a", status.KindDone)
+	b := f.waitKind("b", status.KindDone)
+	for range 3 {
+		f.waitTable("b to be refreshed", func(txn statedb.ReadTxn) bool {
+			obj, _, found := f.table.Get(txn, itemID.Query("b"))
+			if found && obj.Status.Kind == status.KindDone && obj.Status.ID() != b.Status.ID() {
+				b = obj
+				return true
+			}
+			return false
+		})
+	}
+	now, found := f.get("a")
+	require.True(t, found, "a is still in the table")
+	assert.Equal(t, a.Status.ID(), now.Status.ID(), "a was left alone")
 }

@@ -1,21 +1,25 @@
 package reconciler_test
 
-// Deletes made between Register and the first start are handed to Delete
-// after the start, and WaitUntilReconciled of a failing delete's revision
-// keeps it in the retry low watermark. (Deletes while stopped:
-// testdata/stopped_deletes.txtar.)
+// Stopping and starting: deletes made before the first start, work carried
+// over a stop, and operations in flight at a stop. (Deletes while stopped:
+// testdata/stopped_deletes.txtar; stops with work in flight:
+// testdata/stop_start*.txtar and testdata/putback*.txtar.)
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/cilium/statedb"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"github.com/converge-go/converge/reconciler"
+	"github.com/converge-go/converge/reconcilertest"
 	"github.com/converge-go/converge/status"
 )
 
@@ -85,4 +89,195 @@ func TestFailingDeleteKeepsTheRetryLowWatermark(t *testing.T) {
 			})
 		}
 	}
+}
+
+// Stopping a hive and starting the same hive again (as the "hive stop" and
+// "hive start" script commands do) restarts the reconciler's job; work cut
+// short by the stop is carried over.
+
+// Work carried over a stop is superseded by a change of the same object
+// read after the start, also one that waits its turn as a refresh: a
+// refresh carried over, then written again with the same Refreshing status
+// while the hive was stopped, is applied once, not once as carried work and
+// once as the new change.
+func TestCarriedRefreshWrittenAgainIsAppliedOnce(t *testing.T) {
+	tg := newTarget()
+	held := tg.hold("held")
+	f := startFixture(t, tg, nil)
+
+	// One round takes both: held first, as a fresh change, then x, as a
+	// refresh. held's update is in flight when the hive stops, so x is
+	// carried over without having run.
+	x := &item{ID: "x", Value: "1", Status: status.Refreshing()}
+	f.insertAs(&item{ID: "held", Value: "1", Status: status.Pending()}, x)
+	held.wait(t)
+
+	f.stop()
+	f.insertAs(x.clone()) // the same version and status, a new revision
+	held.let()
+	f.start()
+
+	f.waitReconciled()
+	applied := tg.applied()
+	assert.Equal(t, 1, countOf(applied, "update x=1"), "updates of x: %v", applied)
+	assert.Equal(t, 1, countOf(applied, "update held=1"), "updates of held: %v", applied)
+}
+
+// WaitUntilReconciled counts work carried over a stop: a wait for a
+// revision does not return while work cut short below it is not done.
+// Found by the second review (bug 8).
+func TestWaitCountsWorkCarriedOverAStop(t *testing.T) {
+	tg := newTarget()
+	cut := tg.hold("a")
+	f := startFixture(t, tg, nil, reconciler.WithRoundLimits(1, nil))
+	revA := f.upsert(&item{ID: "a"})
+	cut.wait(t)
+	again := tg.hold("a") // after the start: held until the test has checked
+	f.stop()              // cuts a's update short
+	revB := f.upsert(&item{ID: "b"})
+	f.start()
+	again.wait(t)
+
+	reached, _, err := f.rec.WaitUntilReconciled(ctxFor(t, 200*time.Millisecond), revA)
+	assert.ErrorIs(t, err, context.DeadlineExceeded, "returned %d for a's revision %d (b's is %d) while a's update is held", reached, revA, revB)
+	again.let()
+	f.reconciledTo(revA)
+	obj, _ := f.get("a")
+	require.Equal(t, status.KindDone, obj.Status.Kind)
+}
+
+// countOf returns how many times word is in words.
+func countOf(words []string, word string) (n int) {
+	for w := range slices.Values(words) {
+		if w == word {
+			n++
+		}
+	}
+	return n
+}
+
+// Stopping the hive: operations in flight see their context cancelled, and
+// nothing starts afterwards.
+
+// TestShutdownUnderLoad stops the hive while thousands of objects are queued
+// for retry and every worker is blocked in an operation (holding a batch of
+// hundreds with BatchOperations), with more work queued behind them and,
+// with several workers, a prune in flight on the reconciler's loop. Stop
+// must return promptly; every blocked operation must have seen its context
+// cancelled and returned before Stop returned; no operation may start once
+// stopping; and no goroutine may be left behind.
+func TestShutdownUnderLoad(t *testing.T) {
+	const objects = 3000
+	for _, workers := range []int{1, 8} {
+		for _, batch := range []bool{false, true} {
+			mode := "single"
+			if batch {
+				mode = "batch"
+			}
+			t.Run(fmt.Sprintf("workers=%d-%s", workers, mode), func(t *testing.T) {
+				ignore := goleak.IgnoreCurrent()
+				tg := newTarget()
+				fo := reconcilertest.NewFaultyOps(itemKey, tg, tg)
+				w := &with{}
+				if batch {
+					w.batch = fo
+				}
+				require.NoError(t, fo.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeError}))
+				// Retries an hour away: no wave of them comes due in phase 2,
+				// to be taken in small batches before the new objects.
+				f := startFixture(t, fo, w, reconciler.WithConcurrency(workers),
+					reconciler.WithRetry(time.Hour, time.Hour), reconciler.WithPruning(0))
+
+				// Phase 1: every object fails once and is queued for retry.
+				f.upsert(items("a", objects, "")...)
+				waitCount(t, f, status.KindError, objects)
+
+				// Phase 2: every operation blocks until its context ends. New
+				// objects and deletes are written while paused, so that the
+				// workers share them out in full rounds.
+				f.rec.Pause()
+				fo.Clear("")
+				require.NoError(t, fo.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeDelay}))
+				f.upsert(items("b", objects, "")...)
+				var gone []string
+				for i := 0; i < objects; i += 3 {
+					gone = append(gone, fmt.Sprintf("a%05d", i))
+				}
+				f.remove(gone...)
+				f.rec.Resume()
+				waitBlocked(t, fo, workers, false)
+				if workers > 1 {
+					f.rec.Prune() // the loop prunes while the workers are busy
+					waitBlocked(t, fo, workers, true)
+				}
+
+				// Every caller is blocked: nothing starts but the entries of
+				// the batches in flight.
+				inFlight := fo.InFlight()
+				before := len(fo.Calls())
+				batches, singles := map[int]bool{}, map[string]bool{}
+				for _, c := range inFlight {
+					batches[c.Batch] = c.Batch > 0
+					singles[callID(c)] = c.Batch == 0
+				}
+				calls, _ := blocked(inFlight)
+				t.Logf("stopping with %d call(s) blocked, %d objects in Error", calls, f.countKind(f.db.ReadTxn(), status.KindError))
+				start := time.Now()
+				f.stop()
+				assert.Less(t, time.Since(start), 5*time.Second, "Stop must return promptly")
+				assert.Empty(t, fo.InFlight(), "operations still running after Stop returned")
+
+				// Once no goroutine of the hive is left, nothing can start an
+				// operation any more: every call since the stop began is one
+				// that was blocked, and it saw its context cancelled.
+				goleak.VerifyNone(t, ignore)
+				objs := 0
+				for _, c := range fo.Calls()[before:] {
+					objs++
+					assert.True(t, batches[c.Batch] || singles[callID(c)], "%s started once the hive was stopping", c)
+					assert.ErrorIs(t, c.Err, context.Canceled, "every blocked operation sees context.Canceled: %s", c)
+				}
+				if batch {
+					assert.Greater(t, objs, 10*workers, "workers should hold large batches")
+				}
+			})
+		}
+	}
+}
+
+// blocked counts the operation calls among calls in flight, a batch as
+// one, and whether a prune is among them.
+func blocked(calls []reconcilertest.Call) (n int, prune bool) {
+	batches := map[int]bool{}
+	for _, c := range calls {
+		switch {
+		case c.Op == reconcilertest.OpPrune:
+			prune = true
+		case c.Batch > 0:
+			batches[c.Batch] = true
+		default:
+			n++
+		}
+	}
+	return n + len(batches), prune
+}
+
+// callID identifies a call in flight and, once returned, in the log.
+func callID(c reconcilertest.Call) string { return fmt.Sprint(c.Op, c.Key, c.Revision) }
+
+// waitBlocked waits until n operation calls, and a prune if asked for, are
+// in flight.
+func waitBlocked(t *testing.T, fo *reconcilertest.FaultyOps[*item], n int, prune bool) {
+	t.Helper()
+	waitUntil(t, fmt.Sprintf("%d operations (prune: %v) blocked", n, prune), func() (bool, <-chan struct{}) {
+		inFlight, changed := fo.InFlightWatch()
+		got, pruning := blocked(inFlight)
+		return got >= n && (pruning || !prune), changed
+	})
+}
+
+// waitCount waits until exactly n objects have a status of kind.
+func waitCount(t *testing.T, f *fixture, kind status.Kind, n int) {
+	t.Helper()
+	f.waitTable(fmt.Sprintf("%d objects to be %s", n, kind), func(txn statedb.ReadTxn) bool { return f.countKind(txn, kind) == n })
 }
