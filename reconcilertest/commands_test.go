@@ -82,6 +82,7 @@ func TestCommandErrors(t *testing.T) {
 		{"reconciler/fault --duration=1s panic", "--duration applies to delay and retry-after"},
 		{"reconciler/fault --op=prune --key=a error", "a prune has no key"},
 		{"reconciler/fault error panic", "invalid usage"},
+		{"reconciler/fault --after panic", "a panic cannot be injected after the operation"},
 		{"reconciler/wait --name=zz", `no reconciler named "zz"; registered: ""`},
 		{"reconciler/calls --via=both", `--via: want batch or single, got "both"`},
 		{"reconciler/calls --in-flight --reset", "--reset forgets returned calls, not those in flight"},

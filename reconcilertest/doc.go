@@ -70,7 +70,7 @@
 //	reconciler/target/unset KEY...       remove from the target (a TargetWriter) behind the reconciler's back
 //	reconciler/calls                     print the recorded calls, or wait for a number (--op, --key, --via, --min, --exactly)
 //	reconciler/calls --in-flight         the same for the calls started and not yet returned
-//	reconciler/fault [MODE|clear]        inject a fault (--key, --op, --next, --prob, --seed, --duration)
+//	reconciler/fault [MODE|clear]        inject a fault (--key, --op, --next, --prob, --seed, --duration, --after)
 //	reconciler/metrics [REGEXP...]       print the expvar metrics, or wait until each regexp matches a line
 //	reconciler/retries [REGEXP]          print the failing objects (reconciler.TablesCell), or wait until one matches (--absent)
 //	reconciler/save KEY...               remember objects as they are, status included (--delete: and take them out)
@@ -85,7 +85,9 @@
 // [FaultyOps] wraps any [reconciler.Operations] and [reconciler.BatchOperations]
 // and injects a [Fault]: an error, a terminal error, a retry-after error,
 // a panic or a delay, for one key or all, one operation or all, for the
-// next N calls or until cleared, and at random with a seed. [Target]
+// next N calls or until cleared, and at random with a seed; before the
+// wrapped operation, or once it succeeded (Fault.After), to fail or hold a
+// call whose change was applied. [Target]
 // implements the operations in memory for any object type, records every
 // call and compares itself with a table ([Target.Diff]). Both record calls
 // ([Call]); FaultyOps also records the attempts that its faults stopped.
