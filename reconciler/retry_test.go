@@ -21,7 +21,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/converge-go/converge/reconciler"
-	"github.com/converge-go/converge/reconcilertest"
 	"github.com/converge-go/converge/status"
 )
 
@@ -157,33 +156,6 @@ func TestErrorWrittenBackOverALaterFailureIsRetried(t *testing.T) {
 	f.insertAs(first.clone())
 	close(release)
 	require.Equal(t, "v1", f.waitKind("a", status.KindDone).Value)
-}
-
-// What runs when a is deleted is a retry, a prune then removes a from the
-// target, and what is written back is a as read while the retry ran, with
-// the Error status the retry answers. That write-back is new work after
-// the delete, not the retry's own status: the delete parked behind the
-// retry gives way to it, and a ends applied and Done. Found by the chaos
-// test after the redesign.
-func TestErrorWrittenBackAfterADeleteWhileItsRetryRunsIsApplied(t *testing.T) {
-	tg := newTarget()
-	fo := reconcilertest.NewFaultyOps(itemKey, tg, nil)
-	require.NoError(t, fo.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeError, Key: "a", Next: 1}))
-	retry := tg.holdAfterApply("a", false)
-	f := startFixture(t, fo, nil, reconciler.WithConcurrency(2), reconciler.WithPruning(0),
-		reconciler.WithRetry(time.Millisecond, time.Millisecond))
-	f.upsert(&item{ID: "a", Value: "v1"})
-	retry.wait(t)
-	read, ok := f.get("a")
-	require.True(t, ok)
-	require.Equal(t, status.KindError, read.Status.Kind)
-	f.remove("a")
-	f.settle(1)
-	tg.pruneNow(f)
-	f.insertAs(read)
-	f.settle(2) // the write-back is read while the retry runs
-	retry.let()
-	f.waitApplied(tg, "a", "v1")
 }
 
 // New versions and deletes are taken before retries, refresh marks and the

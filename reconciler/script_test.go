@@ -183,6 +183,7 @@ func registerScriptReconcilers(p reconciler.Params, flags scriptFlags, m metrics
 	cmds := map[string]script.Cmd{
 		"items/init": initCmd(p.DB, table, "mark the items table initialized"),
 		"items/fill": fillCmd(p.DB, table),
+		"items/set":  setCmd(p.DB, table),
 	}
 	var extra []reconciler.Option
 	if flags.startAfter >= 0 {
@@ -286,6 +287,28 @@ func fillCmd(db *statedb.DB, table statedb.RWTable[*item]) script.Cmd {
 			defer wtxn.Abort() // after Commit, does nothing
 			for i := range n {
 				if _, _, err := table.Insert(wtxn, &item{ID: fmt.Sprintf("%s%03d", args[0], i), Value: "1", Status: st()}); err != nil {
+					return nil, err
+				}
+			}
+			wtxn.Commit()
+			return nil, nil
+		})
+}
+
+// setCmd inserts items KEY with VALUE in one transaction, each with a
+// fresh Pending status, as an application writes them: db/insert's YAML
+// gives statuses without an identity (see package status).
+func setCmd(db *statedb.DB, table statedb.RWTable[*item]) script.Cmd {
+	return script.Command(script.CmdUsage{Summary: "insert items KEY=VALUE with a fresh Pending status", Args: "key=value..."},
+		func(_ *script.State, args ...string) (script.WaitFunc, error) {
+			wtxn := db.WriteTxn(table)
+			defer wtxn.Abort() // after Commit, does nothing
+			for _, arg := range args {
+				key, value, ok := strings.Cut(arg, "=")
+				if !ok {
+					return nil, fmt.Errorf("%w: %q is not key=value", script.ErrUsage, arg)
+				}
+				if _, _, err := table.Insert(wtxn, &item{ID: key, Value: value, Status: status.Pending()}); err != nil {
 					return nil, err
 				}
 			}
