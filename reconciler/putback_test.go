@@ -31,27 +31,6 @@ func startWithADone(t *testing.T, opts ...reconciler.Option) (*target, *fixture,
 	return tg, f, f.waitKind("a", status.KindDone)
 }
 
-// a put back as it was, Done, after a delete read while a's next update
-// runs and a newer write, is applied after that update. Bug 5 (second review).
-func TestPutBackWhileTheNextUpdateRunsIsAppliedAgain(t *testing.T) {
-	for _, workers := range []int{1, 2, 4} {
-		t.Run(fmt.Sprintf("workers=%d", workers), func(t *testing.T) {
-			tg, f, saved := startWithADone(t, reconciler.WithConcurrency(workers))
-			update := tg.hold("a")
-			f.upsert(&item{ID: "a", Value: "v2"})
-			update.wait(t)
-			f.remove("a")
-			if workers > 1 { // with one worker the loop waits in the update
-				f.settle(1) // the delete has been read while the update runs
-			}
-			f.upsert(&item{ID: "a", Value: "v3"})
-			f.insertAs(saved)
-			update.let()
-			f.waitApplied(tg, "a", "v1")
-		})
-	}
-}
-
 // a deleted after a round read its changes, pruned away, and put back as it
 // was, Done, before the next read (so the delete never shows) is applied
 // again; with rounds of one, also when the next read stops before it. The
