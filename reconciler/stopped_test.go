@@ -7,7 +7,6 @@ package reconciler_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -48,46 +47,6 @@ func TestDeletesBeforeTheFirstStartAreApplied(t *testing.T) {
 			deletedAll(t, tg, ids(objs[:300]))
 			f.converged(tg)
 		})
-	}
-}
-
-// A delete whose Delete fails keeps WaitUntilReconciled's retry low
-// watermark at or below its revision, also when made while the hive was
-// stopped, once a later write is handled.
-func TestFailingDeleteKeepsTheRetryLowWatermark(t *testing.T) {
-	for _, v := range variants {
-		for _, stopped := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%v,whileStopped=%v", v, stopped), func(t *testing.T) {
-				tg := newTarget()
-				f := v.fixture(t, tg, nil, reconciler.WithRetry(time.Hour, time.Hour))
-				f.start()
-				f.upsert(&item{ID: "k", Value: "1"}, &item{ID: "other", Value: "1"})
-				f.caughtUp()
-				failed := make(chan struct{}, 1)
-				tg.mu.Lock()
-				tg.delete = func(_ context.Context, _ *item) error {
-					select {
-					case failed <- struct{}{}:
-					default:
-					}
-					return errors.New("delete fails")
-				}
-				tg.mu.Unlock()
-				if stopped {
-					f.stop()
-				}
-				delRev := f.remove("k")
-				rev := f.upsert(&item{ID: "other", Value: "2"})
-				if stopped {
-					f.start()
-				}
-				recv(t, failed, "the failing Delete")
-				reached, low := f.reconciledTo(rev)
-				require.GreaterOrEqual(t, reached, rev)
-				require.NotZero(t, low, "the failing delete (revision %d) is not in the retry low watermark", delRev)
-				require.LessOrEqual(t, low, delRev)
-			})
-		}
 	}
 }
 

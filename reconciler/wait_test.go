@@ -6,7 +6,6 @@ package reconciler_test
 import (
 	"context"
 	"errors"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,69 +18,78 @@ import (
 	"github.com/converge-go/converge/status"
 )
 
-// WaitUntilReconciled returns the revision reached and the lowest
-// revision of an object waiting for a retry; a revision never reached ends
-// with the context.
-func TestWaitUntilReconciledReportsFailingObjects(t *testing.T) {
-	fo := reconcilertest.NewFaultyOps(itemKey, newTarget(), nil)
-	require.NoError(t, fo.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeError, Key: "bad"}))
-	f := startFixture(t, fo, nil, reconciler.WithRetry(time.Millisecond, 5*time.Millisecond))
-
-	badRev := f.upsert(&item{ID: "bad"})
-	rev := f.upsert(&item{ID: "good"})
-	ctx := ctxFor(t, timeout)
-	reached, low := f.reconciledTo(rev)
-	assert.GreaterOrEqual(t, reached, rev)
-	assert.NotZero(t, low, "the failing object is waiting for a retry")
-	assert.GreaterOrEqual(t, low, badRev, "at the revision of its Error status or later")
-
-	fo.Clear("bad")
-	f.waitKind("bad", status.KindDone)
-	require.Eventually(t, func() bool {
-		_, low, err := f.rec.WaitUntilReconciled(ctx, rev)
-		return err == nil && low == 0
-	}, timeout, time.Millisecond, "no retry left once the object succeeds")
-
-	// A revision that is never reached ends with the context's error.
-	_, _, err := f.rec.WaitUntilReconciled(ctxFor(t, 10*time.Millisecond), rev+1000)
-	assert.ErrorIs(t, err, context.DeadlineExceeded)
-}
-
-// While a retry is running on a worker the object is still failing, so the
-// retry low watermark must not drop to zero until the retry's outcome is
-// committed.
-func TestRetryInFlightKeepsTheLowWatermark(t *testing.T) {
-	retrying := make(chan struct{})
-	release := make(chan struct{})
-	var calls atomic.Int32
-	tg := newTarget()
-	tg.update = func(ctx context.Context, it *item) error {
-		if it.ID != "bad" {
-			return nil
-		}
-		switch calls.Add(1) {
-		case 1:
-			return errors.New("first attempt fails")
-		case 2:
-			close(retrying)
-			select {
-			case <-release:
-			case <-ctx.Done():
+// WaitUntilReconciled reaches a revision past failing work but reports
+// the work in its retry low watermark until it succeeds: a new object
+// failing (at its revision or later), one whose retry is in flight, and a
+// failing delete (at or below its revision), also one made while the hive
+// was stopped.
+func TestRetryLowWatermarkHoldsFailingWork(t *testing.T) {
+	for _, c := range []struct {
+		name                   string
+		del, stopped, inFlight bool
+	}{{"update", false, false, false}, {"update, retry in flight", false, false, true}, {"delete", true, false, false}, {"delete while stopped", true, true, false}} {
+		for _, v := range variants {
+			if c.inFlight && v.workers == 1 {
+				continue // the loop would wait in the retry, reading nothing
 			}
-			return errors.New("the retry fails too")
+			t.Run(c.name+"/"+v.String(), func(t *testing.T) {
+				fo := reconcilertest.NewFaultyOps(itemKey, newTarget(), nil)
+				w := &with{}
+				if v.batch {
+					w.batch = fo
+				}
+				f := startFixture(t, fo, w, reconciler.WithConcurrency(v.workers), reconciler.WithRetry(time.Millisecond, 5*time.Millisecond))
+				if c.del {
+					f.upsert(&item{ID: "k", Value: "1"})
+					f.caughtUp()
+				}
+				op := map[bool]reconcilertest.Op{false: reconcilertest.OpUpdate, true: reconcilertest.OpDelete}[c.del]
+				if c.inFlight { // the first attempt fails, the retry is held
+					require.NoError(t, fo.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeDelay, Key: "k", Next: 1}))
+					require.NoError(t, fo.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeError, Key: "k", Next: 1}))
+				} else {
+					require.NoError(t, fo.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeError, Key: "k", Op: op}))
+				}
+				if c.stopped {
+					f.stop()
+				}
+				var failRev statedb.Revision
+				if c.del {
+					failRev = f.remove("k")
+				} else {
+					failRev = f.upsert(&item{ID: "k", Value: "1"})
+				}
+				rev := f.upsert(&item{ID: "other", Value: "1"})
+				if c.stopped {
+					f.start()
+				}
+				waitUntil(t, "a failed call on k", func() (bool, <-chan struct{}) {
+					_, changed := fo.CallsWatch()
+					all, ok := count(fo, op, "k")
+					return all > ok, changed
+				})
+				if c.inFlight {
+					waitUntil(t, "the retry in flight", func() (bool, <-chan struct{}) {
+						calls, changed := fo.InFlightWatch()
+						return len(calls) == 1, changed
+					})
+				}
+				reached, low := f.reconciledTo(rev)
+				require.GreaterOrEqual(t, reached, rev)
+				require.NotZero(t, low, "the failing work (revision %d) is not in the retry low watermark", failRev)
+				if c.del {
+					require.LessOrEqual(t, low, failRev)
+				} else {
+					require.GreaterOrEqual(t, low, failRev)
+				}
+				fo.Clear("")
+				require.Eventually(t, func() bool {
+					_, low, err := f.rec.WaitUntilReconciled(ctxFor(t, timeout), rev)
+					return err == nil && low == 0
+				}, timeout, time.Millisecond, "no retry left once k succeeds")
+			})
 		}
-		return nil
 	}
-	f := startFixture(t, tg, nil, reconciler.WithConcurrency(2), reconciler.WithRetry(time.Millisecond, time.Millisecond))
-	badRev := f.upsert(&item{ID: "bad"})
-	recv(t, retrying, "the retry")
-	rev := f.upsert(&item{ID: "good"})
-	reached, low := f.reconciledTo(rev)
-	assert.GreaterOrEqual(t, reached, rev, "a retry in flight does not hold back the revision")
-	assert.NotZero(t, low, "the object being retried is still failing")
-	assert.GreaterOrEqual(t, low, badRev)
-	close(release)
-	f.waitKind("bad", status.KindDone)
 }
 
 // Revisions are the table's own: a wait for a revision above the table's
