@@ -1,10 +1,11 @@
 package reconciler_test
 
 // Failures and their retries: what a retry is handed, a conflicting status
-// write, an Error written back, and objects that lose their primary key.
-// (Terminal errors, RetryAfter and panics: testdata/policy.txtar and
-// testdata/panics.txtar; values at the edges: testdata/edges.txtar;
-// retries against fresh writes and refreshes: testdata/fresh_*.txtar.)
+// write, and objects that lose their primary key. (Terminal errors,
+// RetryAfter and panics: testdata/policy.txtar and testdata/panics.txtar;
+// values at the edges: testdata/edges.txtar; retries against fresh writes
+// and refreshes: testdata/fresh_*.txtar; an Error written back:
+// testdata/error_written_back*.txtar and testdata/putback_held.txtar.)
 
 import (
 	"context"
@@ -110,51 +111,6 @@ func TestFailureWithAConflictingStatusWriteIsRetried(t *testing.T) {
 	obj := f.waitKind("x", status.KindDone) // a's status
 	assert.GreaterOrEqual(t, aCalls.Load(), int32(2), "a failed once, then succeeded on retry")
 	assert.Equal(t, status.KindDone, obj.Statuses.Get("b").Kind, "b's status is left alone")
-}
-
-// An Error status written back into the table: by a user re-inserting an
-// object read before a later attempt (or a newer version) committed, or
-// reverting to a value saved with its status. (Written back after a newer
-// version succeeded: testdata/error_written_back.txtar.)
-
-// The same with the retry still queued for a later failure: the status
-// written back is not the one the queued retry is for, which used to drop
-// the retry when it came due.
-func TestErrorWrittenBackOverALaterFailureIsRetried(t *testing.T) {
-	tg := newTarget()
-	var calls atomic.Int32
-	proceed, release := make(chan struct{}), make(chan struct{})
-	wait := func(ctx context.Context, ch <-chan struct{}) error {
-		select {
-		case <-ch:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	tg.update = func(ctx context.Context, _ *item) error {
-		switch calls.Add(1) {
-		case 1:
-			return errors.New("target down")
-		case 2: // fails once the test has read the first failure
-			if err := wait(ctx, proceed); err != nil {
-				return err
-			}
-			return errors.New("target down")
-		}
-		return wait(ctx, release)
-	}
-	f := startFixture(t, tg, nil, reconciler.WithRetry(time.Millisecond, time.Millisecond))
-	f.upsert(&item{ID: "a", Value: "v1"})
-	first := f.waitKind("a", status.KindError)
-	close(proceed)
-	f.waitTable("a second failure", func(txn statedb.ReadTxn) bool {
-		obj, _, _ := f.table.Get(txn, itemID.Query("a"))
-		return obj.Status.Kind == status.KindError && obj.Status.ID() != first.Status.ID()
-	})
-	f.insertAs(first.clone())
-	close(release)
-	require.Equal(t, "v1", f.waitKind("a", status.KindDone).Value)
 }
 
 // Objects without a primary key: StateDB v0.9 lets a primary indexer say an
