@@ -79,6 +79,7 @@ type scriptFlags struct {
 	dependency  bool
 	roundSize   int
 	eachVariant bool
+	held        int
 }
 
 func parseScriptFlags(args []string) (scriptFlags, error) {
@@ -100,6 +101,7 @@ func parseScriptFlags(args []string) (scriptFlags, error) {
 	fs.BoolVar(&f.dependency, "dependency", false, "WithDependency on the deps table: a dep re-reconciles the items it lists; see depOps")
 	fs.IntVar(&f.roundSize, "round-size", 0, "WithRoundLimits objects per round (0: the default)")
 	fs.BoolVar(&f.eachVariant, "each-variant", false, "run the script in every variant of -workers and -batch too")
+	fs.IntVar(&f.held, "held", 0, "N Done items held000... in the table at Register, and in the target, as after an earlier run")
 	if err := fs.Parse(args); err != nil {
 		return f, err
 	}
@@ -180,6 +182,15 @@ func registerScriptReconcilers(p reconciler.Params, flags scriptFlags, m metrics
 	if err != nil {
 		return out, err
 	}
+	wtxn := p.DB.WriteTxn(table)
+	for i := range flags.held {
+		it := &item{ID: fmt.Sprintf("held%03d", i), Value: "1", Status: status.Done()}
+		base.Target.Set(it.ID, it.Value)
+		if _, _, err := table.Insert(wtxn, it); err != nil {
+			return out, err
+		}
+	}
+	wtxn.Commit()
 	cmds := map[string]script.Cmd{
 		"items/init": initCmd(p.DB, table, "mark the items table initialized"),
 		"items/fill": fillCmd(p.DB, table),

@@ -1,8 +1,8 @@
 package reconciler_test
 
-// Stopping and starting: deletes made before the first start, work carried
-// over a stop, and operations in flight at a stop. (Deletes while stopped:
-// testdata/stopped_deletes.txtar; stops with work in flight:
+// Stopping and starting: work carried over a stop, and operations in
+// flight at a stop. (Deletes while stopped or before the first start:
+// testdata/stopped_deletes*.txtar; stops with work in flight:
 // testdata/stop_start*.txtar and testdata/putback*.txtar.)
 
 import (
@@ -21,34 +21,6 @@ import (
 	"github.com/converge-go/converge/reconcilertest"
 	"github.com/converge-go/converge/status"
 )
-
-// Deletes made between Register and the first start, of objects the
-// table held at Register and the target holds from an earlier run, are
-// applied after the start.
-func TestDeletesBeforeTheFirstStartAreApplied(t *testing.T) {
-	for _, v := range variants {
-		t.Run(v.String(), func(t *testing.T) {
-			tg := newTarget()
-			objs := items("k", 500, "1")
-			var rev statedb.Revision
-			f := v.fixture(t, tg, &with{
-				setup: func(f *fixture) []reconciler.Option {
-					for _, o := range objs {
-						tg.Set(o.ID, o.Value)
-						o.Status = status.Done()
-					}
-					f.insertAs(objs...)
-					return nil
-				},
-				registered: func(f *fixture) { rev = f.remove(ids(objs[:300])...) },
-			})
-			f.start()
-			f.reconciledTo(rev)
-			deletedAll(t, tg, ids(objs[:300]))
-			f.converged(tg)
-		})
-	}
-}
 
 // Stopping a hive and starting the same hive again (as the "hive stop" and
 // "hive start" script commands do) restarts the reconciler's job; work cut
