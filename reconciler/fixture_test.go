@@ -98,8 +98,6 @@ type with struct {
 	tables    bool         // reconciler.TablesCell in the hive
 	log       *slog.Logger // the hive's logger instead of the test's
 	register  registerAt
-	// registered runs right after a register inInvoke.
-	registered func(f *fixture)
 	// first and last are cells put before and after all others.
 	first, last []cell.Cell
 }
@@ -155,11 +153,7 @@ func newFixture(t testing.TB, ops reconciler.Operations[*item], w *with, opts ..
 				}
 				switch w.register {
 				case inInvoke:
-					err := f.register()
-					if err == nil && w.registered != nil {
-						w.registered(f)
-					}
-					return err
+					return f.register()
 				case inStartHook:
 					lc.Append(cell.Hook{OnStart: func(cell.HookContext) error { return f.register() }})
 				}
@@ -360,38 +354,19 @@ func (f *fixture) waitHealth(ok func(level cell.Level, message string) bool, sco
 	}, timeout, time.Millisecond)
 }
 
-// waitInfo waits until the reconcilers row of the fixture's reconciler
-// satisfies cond, and returns it (with.tables).
-func (f *fixture) waitInfo(what string, cond func(*reconciler.Info) bool) *reconciler.Info {
+// waitInfo waits, on the watch channel of TablesCell's reconcilers table,
+// until the row of the fixture's reconciler satisfies cond, and returns it
+// (with.tables).
+func (f *fixture) waitInfo(what string, cond func(*reconciler.Info) bool) (info *reconciler.Info) {
 	f.t.Helper()
-	var info *reconciler.Info
-	f.waitRows(what, func(txn statedb.ReadTxn) bool {
+	waitUntil(f.t, what, func() (bool, <-chan struct{}) {
+		txn := f.db.ReadTxn()
+		_, watch := f.tables.Reconcilers().AllWatch(txn)
 		var found bool
 		info, _, found = f.tables.Reconcilers().Get(txn, reconciler.InfoByID.Query("test"))
-		return found && cond(info)
+		return found && cond(info), watch
 	})
 	return info
-}
-
-// waitRows waits, on the watch channels of TablesCell's tables, until cond
-// holds.
-func (f *fixture) waitRows(what string, cond func(statedb.ReadTxn) bool) {
-	f.t.Helper()
-	deadline := time.After(timeout)
-	for {
-		txn := f.db.ReadTxn()
-		_, infos := f.tables.Reconcilers().AllWatch(txn)
-		_, retries := f.tables.Retries().AllWatch(txn)
-		if cond(txn) {
-			return
-		}
-		select {
-		case <-infos:
-		case <-retries:
-		case <-deadline:
-			f.t.Fatalf("timed out waiting for %s", what)
-		}
-	}
 }
 
 // recv receives from ch, failing the test after the timeout.

@@ -22,20 +22,6 @@ import (
 	"github.com/converge-go/converge/status"
 )
 
-// A reconciler registered after the hive has started starts at once: a
-// write made before Register, and a write and a delete after it, apply.
-func TestRegisterAfterTheHiveStarted(t *testing.T) {
-	tg := newTarget()
-	f := startFixture(t, tg, &with{register: byTheTest})
-	f.upsert(&item{ID: "a", Value: "1"})
-	require.NoError(t, f.register())
-	f.waitApplied(tg, "a", "1")
-	f.upsert(&item{ID: "b", Value: "1"})
-	f.reconciledTo(f.remove("a"))
-	f.caughtUp()
-	assert.Equal(t, map[string]string{"b": "1"}, tg.State())
-}
-
 // The reconciler runs inside a testing/synctest bubble, as StateDB tests
 // its own, with workers, batches, a dependency, refreshing, pruning and
 // retries: dependency changes and refreshes (in fake time) re-apply
@@ -199,8 +185,10 @@ func TestLeavesNothingBehindItsSynctestBubble(t *testing.T) {
 	}
 }
 
-// Several reconcilers, registered from an invoke, from start hooks (two in
-// one hook) and after the start, all reconcile.
+// Several reconcilers, registered from start hooks (two in one hook) and
+// after the start, all reconcile; the fixture's, registered after the
+// start too, applies a write made before Register and a write and a
+// delete after it.
 func TestSeveralReconcilersRegisteredAtDifferentTimesAllRun(t *testing.T) {
 	type other struct {
 		table statedb.RWTable[*item]
@@ -216,7 +204,7 @@ func TestSeveralReconcilersRegisteredAtDifferentTimesAllRun(t *testing.T) {
 		return err
 	}
 	tg := newTarget()
-	f := startFixture(t, tg, &with{setup: func(f *fixture) []reconciler.Option {
+	f := startFixture(t, tg, &with{register: byTheTest, setup: func(f *fixture) []reconciler.Option {
 		params = f.params
 		for _, name := range []string{"hook1", "hook2", "hook3", "after"} {
 			table, err := statedb.NewTable(f.db, "items-"+name, itemID, f.index)
@@ -230,7 +218,12 @@ func TestSeveralReconcilersRegisteredAtDifferentTimesAllRun(t *testing.T) {
 	})}})
 	require.NoError(t, register("after"))
 	f.upsert(&item{ID: "a", Value: "1"})
+	require.NoError(t, f.register())
 	f.waitApplied(tg, "a", "1")
+	f.upsert(&item{ID: "b", Value: "1"})
+	f.reconciledTo(f.remove("a"))
+	f.caughtUp()
+	assert.Equal(t, map[string]string{"b": "1"}, tg.State())
 	for name, o := range others {
 		wtxn := f.db.WriteTxn(o.table)
 		_, _, err := o.table.Insert(wtxn, &item{ID: "a", Value: name, Status: status.Pending()})
