@@ -467,26 +467,6 @@ func (f *fixture) converged(tg *target) {
 	require.Empty(f.t, tg.Diff(f.db.ReadTxn(), f.table), "the target holds the table")
 }
 
-// deletedAll checks that each key was handed to a Delete that succeeded
-// and that the target lacks it.
-func deletedAll(t testing.TB, tg *target, keys []string) {
-	t.Helper()
-	done := map[string]bool{}
-	for _, c := range tg.Calls() {
-		if c.Op == reconcilertest.OpDelete && c.Err == nil {
-			done[c.Key] = true
-		}
-	}
-	state := tg.State()
-	var missing []string
-	for _, k := range keys {
-		if _, has := state[k]; has || !done[k] {
-			missing = append(missing, k)
-		}
-	}
-	require.Empty(t, missing, "of %d deleted keys, these were not deleted from the target", len(keys))
-}
-
 // statusOf returns the getter and setter of reconciler name's status in
 // item.Statuses.
 func statusOf(name string) (func(*item) status.Status, func(*item, status.Status) *item) {

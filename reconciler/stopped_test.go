@@ -8,7 +8,6 @@ package reconciler_test
 import (
 	"context"
 	"fmt"
-	"slices"
 	"testing"
 	"time"
 
@@ -49,9 +48,10 @@ func TestCarriedRefreshWrittenAgainIsAppliedOnce(t *testing.T) {
 	f.start()
 
 	f.waitReconciled()
-	applied := tg.applied()
-	assert.Equal(t, 1, countOf(applied, "update x=1"), "updates of x: %v", applied)
-	assert.Equal(t, 1, countOf(applied, "update held=1"), "updates of held: %v", applied)
+	for _, key := range []string{"x", "held"} {
+		_, ok := count(tg, reconcilertest.OpUpdate, key)
+		assert.Equal(t, 1, ok, "updates of %s: %v", key, tg.applied())
+	}
 }
 
 // WaitUntilReconciled counts work carried over a stop: a wait for a
@@ -75,16 +75,6 @@ func TestWaitCountsWorkCarriedOverAStop(t *testing.T) {
 	f.reconciledTo(revA)
 	obj, _ := f.get("a")
 	require.Equal(t, status.KindDone, obj.Status.Kind)
-}
-
-// countOf returns how many times word is in words.
-func countOf(words []string, word string) (n int) {
-	for w := range slices.Values(words) {
-		if w == word {
-			n++
-		}
-	}
-	return n
 }
 
 // Stopping the hive: operations in flight see their context cancelled, and
