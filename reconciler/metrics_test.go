@@ -215,6 +215,7 @@ func TestFailureLogsRateLimitedInAStorm(t *testing.T) {
 	}
 	f.upsert(objs...)
 	f.waitInfo("all reconciled", func(i *reconciler.Info) bool { return i.Succeeded == n && i.Retrying == 0 })
+	assert.Zero(t, f.tables.Retries().NumObjects(f.db.ReadTxn()), "no retry rows left")
 
 	warn, debug := h.failures()
 	require.NotEmpty(t, warn)

@@ -1,6 +1,7 @@
 package reconciler_test
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -80,6 +81,7 @@ type scriptFlags struct {
 	roundSize   int
 	eachVariant bool
 	held        int
+	roundEvery  time.Duration
 }
 
 func parseScriptFlags(args []string) (scriptFlags, error) {
@@ -101,6 +103,7 @@ func parseScriptFlags(args []string) (scriptFlags, error) {
 	fs.BoolVar(&f.dependency, "dependency", false, "WithDependency on the deps table: a dep re-reconciles the items it lists; see depOps")
 	fs.IntVar(&f.roundSize, "round-size", 0, "WithRoundLimits objects per round (0: the default)")
 	fs.BoolVar(&f.eachVariant, "each-variant", false, "run the script in every variant of -workers and -batch too")
+	fs.DurationVar(&f.roundEvery, "round-every", 0, "WithRoundLimits limiter: one round, then one per this long")
 	fs.IntVar(&f.held, "held", 0, "N Done items held000... in the table at Register, and in the target, as after an earlier run")
 	if err := fs.Parse(args); err != nil {
 		return f, err
@@ -211,8 +214,12 @@ func registerScriptReconcilers(p reconciler.Params, flags scriptFlags, m metrics
 		}
 		extra = append(extra, reconciler.WithDependency(deps.table, itemsOfDep))
 	}
-	if flags.roundSize > 0 {
-		extra = append(extra, reconciler.WithRoundLimits(flags.roundSize, nil))
+	if flags.roundSize > 0 || flags.roundEvery > 0 {
+		var lim *rate.Limiter
+		if flags.roundEvery > 0 {
+			lim = rate.NewLimiter(rate.Every(flags.roundEvery), 1)
+		}
+		extra = append(extra, reconciler.WithRoundLimits(cmp.Or(flags.roundSize, 1000), lim))
 	}
 
 	names := []string{""}
