@@ -81,34 +81,30 @@ func TestLeavesNothingBehindItsSynctestBubble(t *testing.T) {
 		return cell.Invoke(func(lc cell.Lifecycle) { lc.Append(fail) })
 	}
 	type run func(t *testing.T, w *with) *fixture
-	writes := func(f *fixture) { f.upsert(items("k", 10, "1")...); f.remove("k-00001") }
-	failsToStart := func(t *testing.T, w *with) *fixture {
-		f := newFixture(t, newTarget(), w, reconciler.WithConcurrency(4))
-		require.ErrorIs(t, f.tryStart(), errHook)
-		writes(f)
-		return f
+	// failsToStart populates a fixture with the cells set adds and checks
+	// that Start fails, or does not start it if set is nil; then writes.
+	failsToStart := func(set func(w *with)) run {
+		return func(t *testing.T, w *with) *fixture {
+			if set != nil {
+				set(w)
+			}
+			f := newFixture(t, newTarget(), w, reconciler.WithConcurrency(4))
+			if set != nil {
+				require.ErrorIs(t, f.tryStart(), errHook)
+			}
+			f.upsert(items("k", 10, "1")...)
+			f.remove("k-00001")
+			return f
+		}
 	}
 	for _, c := range []struct {
 		name string
 		run  run
 	}{
-		{"registered, never started", func(t *testing.T, w *with) *fixture {
-			f := newFixture(t, newTarget(), w, reconciler.WithConcurrency(4))
-			writes(f)
-			return f
-		}},
-		{"start fails before the database starts", func(t *testing.T, w *with) *fixture {
-			w.first = []cell.Cell{failing(false)}
-			return failsToStart(t, w)
-		}},
-		{"start fails after the database started", func(t *testing.T, w *with) *fixture {
-			w.first = []cell.Cell{failing(true)}
-			return failsToStart(t, w)
-		}},
-		{"start fails after the reconciler's jobs", func(t *testing.T, w *with) *fixture {
-			w.last = []cell.Cell{failing(false)}
-			return failsToStart(t, w)
-		}},
+		{"registered, never started", failsToStart(nil)},
+		{"start fails before the database starts", failsToStart(func(w *with) { w.first = []cell.Cell{failing(false)} })},
+		{"start fails after the database started", failsToStart(func(w *with) { w.first = []cell.Cell{failing(true)} })},
+		{"start fails after the reconciler's jobs", failsToStart(func(w *with) { w.last = []cell.Cell{failing(false)} })},
 		{"registered after the hive stopped", func(t *testing.T, w *with) *fixture {
 			w.register = byTheTest
 			f := startFixture(t, newTarget(), w)
