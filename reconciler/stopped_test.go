@@ -90,80 +90,75 @@ func TestWaitCountsWorkCarriedOverAStop(t *testing.T) {
 // stopping; and no goroutine may be left behind.
 func TestShutdownUnderLoad(t *testing.T) {
 	const objects = 3000
-	for _, workers := range []int{1, 8} {
-		for _, batch := range []bool{false, true} {
-			mode := "single"
+	for _, v := range []variant{{1, false}, {1, true}, {8, false}, {8, true}} {
+		workers, batch := v.workers, v.batch
+		t.Run(v.String(), func(t *testing.T) {
+			ignore := goleak.IgnoreCurrent()
+			tg := newTarget()
+			fo := reconcilertest.NewFaultyOps(itemKey, tg, tg)
+			w := &with{}
 			if batch {
-				mode = "batch"
+				w.batch = fo
 			}
-			t.Run(fmt.Sprintf("workers=%d-%s", workers, mode), func(t *testing.T) {
-				ignore := goleak.IgnoreCurrent()
-				tg := newTarget()
-				fo := reconcilertest.NewFaultyOps(itemKey, tg, tg)
-				w := &with{}
-				if batch {
-					w.batch = fo
-				}
-				require.NoError(t, fo.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeError}))
-				// Retries an hour away: no wave of them comes due in phase 2,
-				// to be taken in small batches before the new objects.
-				f := startFixture(t, fo, w, reconciler.WithConcurrency(workers),
-					reconciler.WithRetry(time.Hour, time.Hour), reconciler.WithPruning(0))
+			require.NoError(t, fo.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeError}))
+			// Retries an hour away: no wave of them comes due in phase 2,
+			// to be taken in small batches before the new objects.
+			f := startFixture(t, fo, w, reconciler.WithConcurrency(workers),
+				reconciler.WithRetry(time.Hour, time.Hour), reconciler.WithPruning(0))
 
-				// Phase 1: every object fails once and is queued for retry.
-				f.upsert(items("a", objects, "")...)
-				waitCount(t, f, status.KindError, objects)
+			// Phase 1: every object fails once and is queued for retry.
+			f.upsert(items("a", objects, "")...)
+			f.waitTable("every object in Error", func(txn statedb.ReadTxn) bool { return f.countKind(txn, status.KindError) == objects })
 
-				// Phase 2: every operation blocks until its context ends. New
-				// objects and deletes are written while paused, so that the
-				// workers share them out in full rounds.
-				f.rec.Pause()
-				fo.Clear("")
-				require.NoError(t, fo.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeDelay}))
-				f.upsert(items("b", objects, "")...)
-				var gone []string
-				for i := 0; i < objects; i += 3 {
-					gone = append(gone, fmt.Sprintf("a%05d", i))
-				}
-				f.remove(gone...)
-				f.rec.Resume()
-				waitBlocked(t, fo, workers, false)
-				if workers > 1 {
-					f.rec.Prune() // the loop prunes while the workers are busy
-					waitBlocked(t, fo, workers, true)
-				}
+			// Phase 2: every operation blocks until its context ends. New
+			// objects and deletes are written while paused, so that the
+			// workers share them out in full rounds.
+			f.rec.Pause()
+			fo.Clear("")
+			require.NoError(t, fo.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeDelay}))
+			f.upsert(items("b", objects, "")...)
+			var gone []string
+			for i := 0; i < objects; i += 3 {
+				gone = append(gone, fmt.Sprintf("a%05d", i))
+			}
+			f.remove(gone...)
+			f.rec.Resume()
+			waitBlocked(t, fo, workers, false)
+			if workers > 1 {
+				f.rec.Prune() // the loop prunes while the workers are busy
+				waitBlocked(t, fo, workers, true)
+			}
 
-				// Every caller is blocked: nothing starts but the entries of
-				// the batches in flight.
-				inFlight := fo.InFlight()
-				before := len(fo.Calls())
-				batches, singles := map[int]bool{}, map[string]bool{}
-				for _, c := range inFlight {
-					batches[c.Batch] = c.Batch > 0
-					singles[callID(c)] = c.Batch == 0
-				}
-				calls, _ := blocked(inFlight)
-				t.Logf("stopping with %d call(s) blocked, %d objects in Error", calls, f.countKind(f.db.ReadTxn(), status.KindError))
-				start := time.Now()
-				f.stop()
-				assert.Less(t, time.Since(start), 5*time.Second, "Stop must return promptly")
-				assert.Empty(t, fo.InFlight(), "operations still running after Stop returned")
+			// Every caller is blocked: nothing starts but the entries of
+			// the batches in flight.
+			inFlight := fo.InFlight()
+			before := len(fo.Calls())
+			batches, singles := map[int]bool{}, map[string]bool{}
+			for _, c := range inFlight {
+				batches[c.Batch] = c.Batch > 0
+				singles[callID(c)] = c.Batch == 0
+			}
+			calls, _ := blocked(inFlight)
+			t.Logf("stopping with %d call(s) blocked, %d objects in Error", calls, f.countKind(f.db.ReadTxn(), status.KindError))
+			start := time.Now()
+			f.stop()
+			assert.Less(t, time.Since(start), 5*time.Second, "Stop must return promptly")
+			assert.Empty(t, fo.InFlight(), "operations still running after Stop returned")
 
-				// Once no goroutine of the hive is left, nothing can start an
-				// operation any more: every call since the stop began is one
-				// that was blocked, and it saw its context cancelled.
-				goleak.VerifyNone(t, ignore)
-				objs := 0
-				for _, c := range fo.Calls()[before:] {
-					objs++
-					assert.True(t, batches[c.Batch] || singles[callID(c)], "%s started once the hive was stopping", c)
-					assert.ErrorIs(t, c.Err, context.Canceled, "every blocked operation sees context.Canceled: %s", c)
-				}
-				if batch {
-					assert.Greater(t, objs, 10*workers, "workers should hold large batches")
-				}
-			})
-		}
+			// Once no goroutine of the hive is left, nothing can start an
+			// operation any more: every call since the stop began is one
+			// that was blocked, and it saw its context cancelled.
+			goleak.VerifyNone(t, ignore)
+			objs := 0
+			for _, c := range fo.Calls()[before:] {
+				objs++
+				assert.True(t, batches[c.Batch] || singles[callID(c)], "%s started once the hive was stopping", c)
+				assert.ErrorIs(t, c.Err, context.Canceled, "every blocked operation sees context.Canceled: %s", c)
+			}
+			if batch {
+				assert.Greater(t, objs, 10*workers, "workers should hold large batches")
+			}
+		})
 	}
 }
 
@@ -196,12 +191,6 @@ func waitBlocked(t *testing.T, fo *reconcilertest.FaultyOps[*item], n int, prune
 		got, pruning := blocked(inFlight)
 		return got >= n && (pruning || !prune), changed
 	})
-}
-
-// waitCount waits until exactly n objects have a status of kind.
-func waitCount(t *testing.T, f *fixture, kind status.Kind, n int) {
-	t.Helper()
-	f.waitTable(fmt.Sprintf("%d objects to be %s", n, kind), func(txn statedb.ReadTxn) bool { return f.countKind(txn, kind) == n })
 }
 
 // Pause from inside a round. (Pause and Resume with every kind of change:
