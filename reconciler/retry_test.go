@@ -121,78 +121,60 @@ func TestFailureWithAConflictingStatusWriteIsRetried(t *testing.T) {
 
 // An Update that leaves its object without a primary key gets an Error
 // status wrapping ErrNoPrimaryKey on the object as it was, and is retried;
-// the other objects of the round are reconciled as usual. A dependency mark
-// whose setStatus drops the key leaves that object alone, never panics, and
-// still marks the others.
+// the other objects of the round are reconciled as usual. A dependency or
+// refresh mark whose setStatus drops the key leaves that object alone,
+// never panics, and still marks the others.
 func TestObjectWithoutAPrimaryKey(t *testing.T) {
-	for _, workers := range []int{1, 3} {
-		t.Run(fmt.Sprintf("workers=%d", workers), func(t *testing.T) {
-			tg := newTarget()
-			tg.update = func(_ context.Context, it *item) error {
-				if it.ID == "bad" {
-					it.NoKey = true // a buggy Update changes what the primary index reads
+	for _, mark := range []string{"dependency", "refresh"} {
+		for _, workers := range []int{1, 3} {
+			t.Run(fmt.Sprintf("%s/workers=%d", mark, workers), func(t *testing.T) {
+				tg := newTarget()
+				tg.update = func(_ context.Context, it *item) error {
+					if it.ID == "bad" {
+						it.NoKey = true // a buggy Update changes what the primary index reads
+					}
+					return nil
 				}
-				return nil
-			}
-			var dropKeyOf atomic.Value // setStatus drops the key of this object
-			dropKeyOf.Store("")
-			var deps statedb.RWTable[*item]
-			w := withDeps(t, &deps, func(d *item, _ bool) []statedb.Query[*item] { return []statedb.Query[*item]{itemID.Query(d.ID)} })
-			w.setStatus = func(o *item, s status.Status) *item {
-				o.Status = s
-				if o.ID == dropKeyOf.Load() && s.Kind == status.KindRefreshing {
-					o.NoKey = true
+				var deps statedb.RWTable[*item]
+				w := withDeps(t, &deps, sameID)
+				w.setStatus = func(o *item, s status.Status) *item {
+					o.Status = s
+					if o.ID == "a" && s.Kind == status.KindRefreshing {
+						o.NoKey = true
+					}
+					return o
 				}
-				return o
-			}
-			f := startFixture(t, tg, w, reconciler.WithConcurrency(workers), reconciler.WithRetry(time.Hour, time.Hour))
-			f.upsert(&item{ID: "a"}, &item{ID: "bad"}, &item{ID: "b"})
-			f.waitKind("a", status.KindDone)
-			bad := f.waitKind("bad", status.KindError)
-			b := f.waitKind("b", status.KindDone)
-			assert.Contains(t, bad.Status.Error, reconciler.ErrNoPrimaryKey.Error())
-			assert.False(t, bad.NoKey, "the object is stored as it was before Update")
+				opts := []reconciler.Option{reconciler.WithConcurrency(workers), reconciler.WithRetry(time.Hour, time.Hour)}
+				if mark == "refresh" {
+					opts = append(opts, reconciler.WithRefreshing(10*time.Millisecond, nil))
+				}
+				f := startFixture(t, tg, w, opts...)
+				f.upsert(&item{ID: "a"}, &item{ID: "bad"}, &item{ID: "b"})
+				a := f.waitKind("a", status.KindDone)
+				bad := f.waitKind("bad", status.KindError)
+				b := f.waitKind("b", status.KindDone)
+				assert.Contains(t, bad.Status.Error, reconciler.ErrNoPrimaryKey.Error())
+				assert.False(t, bad.NoKey, "the object is stored as it was before Update")
 
-			// A dependency mark of a and b, whose setStatus drops a's key.
-			dropKeyOf.Store("a")
-			writeDeps(t, f, deps, false, &item{ID: "a"}, &item{ID: "b"})
-			f.waitTable("b to be reconciled again after the mark", func(txn statedb.ReadTxn) bool {
-				obj, _, found := f.table.Get(txn, itemID.Query("b"))
-				return found && obj.Status.Kind == status.KindDone && obj.Status.ID() != b.Status.ID()
+				if mark == "dependency" { // a mark of a and b; refreshes mark them over and over
+					writeDeps(t, f, deps, false, &item{ID: "a"}, &item{ID: "b"})
+				}
+				for range map[string]int{"dependency": 1, "refresh": 3}[mark] {
+					f.waitTable("b to be reconciled again after a mark", func(txn statedb.ReadTxn) bool {
+						obj, _, found := f.table.Get(txn, itemID.Query("b"))
+						if found && obj.Status.Kind == status.KindDone && obj.Status.ID() != b.Status.ID() {
+							b = obj
+							return true
+						}
+						return false
+					})
+				}
+				now, found := f.get("a")
+				require.True(t, found, "a is still in the table")
+				assert.Equal(t, a.Status.ID(), now.Status.ID(), "a's mark was left out")
 			})
-			a, found := f.get("a")
-			require.True(t, found, "a is still in the table")
-			assert.Equal(t, status.KindDone, a.Status.Kind, "a's mark was left out")
-		})
-	}
-}
-
-// A refresh mark whose setStatus drops the key leaves that object alone
-// and still refreshes the others.
-func TestRefreshMarkWithoutAPrimaryKey(t *testing.T) {
-	f := startFixture(t, newTarget(), &with{setStatus: func(o *item, s status.Status) *item {
-		o.Status = s
-		if o.ID == "a" && s.Kind == status.KindRefreshing {
-			o.NoKey = true
 		}
-		return o
-	}}, reconciler.WithRefreshing(10*time.Millisecond, nil))
-	f.upsert(&item{ID: "a"}, &item{ID: "b"})
-	a := f.waitKind("a", status.KindDone)
-	b := f.waitKind("b", status.KindDone)
-	for range 3 {
-		f.waitTable("b to be refreshed", func(txn statedb.ReadTxn) bool {
-			obj, _, found := f.table.Get(txn, itemID.Query("b"))
-			if found && obj.Status.Kind == status.KindDone && obj.Status.ID() != b.Status.ID() {
-				b = obj
-				return true
-			}
-			return false
-		})
 	}
-	now, found := f.get("a")
-	require.True(t, found, "a is still in the table")
-	assert.Equal(t, a.Status.ID(), now.Status.ID(), "a was left alone")
 }
 
 // WithDependency: objects re-reconciled when what they depend on changes.
