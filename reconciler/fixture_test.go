@@ -263,13 +263,10 @@ func (f *fixture) caughtUp() {
 	f.waitReconciled()
 }
 
-// waitReconciled waits for nothing to be Pending or Refreshing, for the
-// timeout or longer if within says.
-func (f *fixture) waitReconciled(within ...time.Duration) {
+// waitReconciled waits for nothing to be Pending or Refreshing.
+func (f *fixture) waitReconciled() {
 	f.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), max(timeout, slices.Max(append(within, 0))))
-	defer cancel()
-	require.NoError(f.t, reconciler.WaitForReconciliation(ctx, f.db, f.table, f.index))
+	require.NoError(f.t, reconciler.WaitForReconciliation(ctxFor(f.t, timeout), f.db, f.table, f.index))
 }
 
 // waitKind waits until the object with id has a status of kind.
@@ -380,17 +377,6 @@ func recv[T any](t testing.TB, ch <-chan T, what string) T {
 	case <-time.After(timeout):
 		t.Fatalf("timed out waiting for %s", what)
 		panic("unreachable")
-	}
-}
-
-// quiet gives what must not happen a chance to: it fails the test if ch
-// yields within d. A pass on a slow machine proves less, never more.
-func quiet[T any](t testing.TB, ch <-chan T, d time.Duration, what string) {
-	t.Helper()
-	select {
-	case v := <-ch:
-		t.Errorf("%s: %v", what, v)
-	case <-time.After(d):
 	}
 }
 

@@ -21,16 +21,6 @@ import (
 	"github.com/converge-go/converge/status"
 )
 
-// startWithADone starts a fixture over a new target with opts, writes
-// a=v1 and returns a as read once it is Done.
-func startWithADone(t *testing.T, opts ...reconciler.Option) (*target, *fixture, *item) {
-	t.Helper()
-	tg := newTarget()
-	f := startFixture(t, tg, nil, opts...)
-	f.upsert(&item{ID: "a", Value: "v1"})
-	return tg, f, f.waitKind("a", status.KindDone)
-}
-
 // a deleted after a round read its changes, pruned away, and put back as it
 // was, Done, before the next read (so the delete never shows) is applied
 // again; with rounds of one, also when the next read stops before it. The
@@ -41,7 +31,10 @@ func TestPutBackAfterAPruneRemovedItIsAppliedAgain(t *testing.T) {
 		t.Run(fmt.Sprintf("round=%d", round), func(t *testing.T) {
 			seen := 0
 			for try := 0; try < 40 && seen < 3; try++ {
-				tg, f, saved := startWithADone(t, reconciler.WithPruning(0), reconciler.WithRoundLimits(round, nil))
+				tg := newTarget()
+				f := startFixture(t, tg, nil, reconciler.WithPruning(0), reconciler.WithRoundLimits(round, nil))
+				f.upsert(&item{ID: "a", Value: "v1"})
+				saved := f.waitKind("a", status.KindDone)
 				held := tg.holdAfterApply("y", false)
 				f.upsert(&item{ID: "y", Value: "x"})
 				held.wait(t) // the loop waits in y's update

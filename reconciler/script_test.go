@@ -185,15 +185,14 @@ func registerScriptReconcilers(p reconciler.Params, flags scriptFlags, m metrics
 	if err != nil {
 		return out, err
 	}
-	wtxn := p.DB.WriteTxn(table)
-	for i := range flags.held {
-		it := &item{ID: fmt.Sprintf("held%03d", i), Value: "1", Status: status.Done()}
+	held := items("held", flags.held, "1")
+	for i, it := range held {
+		it.ID, it.Status = fmt.Sprintf("held%03d", i), status.Done()
 		base.Target.Set(it.ID, it.Value)
-		if _, _, err := table.Insert(wtxn, it); err != nil {
-			return out, err
-		}
 	}
-	wtxn.Commit()
+	if err := insertItems(p.DB, table, held...); err != nil {
+		return out, err
+	}
 	cmds := map[string]script.Cmd{
 		"items/init": initCmd(p.DB, table, "mark the items table initialized"),
 		"items/fill": fillCmd(p.DB, table),
@@ -301,16 +300,25 @@ func fillCmd(db *statedb.DB, table statedb.RWTable[*item]) script.Cmd {
 			if !ok {
 				return nil, fmt.Errorf("kind %q: want Pending, Refreshing or Done", kind)
 			}
-			wtxn := db.WriteTxn(table)
-			defer wtxn.Abort() // after Commit, does nothing
-			for i := range n {
-				if _, _, err := table.Insert(wtxn, &item{ID: fmt.Sprintf("%s%03d", args[0], i), Value: "1", Status: st()}); err != nil {
-					return nil, err
-				}
+			objs := make([]*item, n)
+			for i := range objs {
+				objs[i] = &item{ID: fmt.Sprintf("%s%03d", args[0], i), Value: "1", Status: st()}
 			}
-			wtxn.Commit()
-			return nil, nil
+			return nil, insertItems(db, table, objs...)
 		})
+}
+
+// insertItems inserts objs in one transaction.
+func insertItems(db *statedb.DB, table statedb.RWTable[*item], objs ...*item) error {
+	wtxn := db.WriteTxn(table)
+	defer wtxn.Abort() // after Commit, does nothing
+	for _, o := range objs {
+		if _, _, err := table.Insert(wtxn, o); err != nil {
+			return err
+		}
+	}
+	wtxn.Commit()
+	return nil
 }
 
 // setCmd inserts items KEY with VALUE in one transaction, each with a
@@ -319,19 +327,15 @@ func fillCmd(db *statedb.DB, table statedb.RWTable[*item]) script.Cmd {
 func setCmd(db *statedb.DB, table statedb.RWTable[*item]) script.Cmd {
 	return script.Command(script.CmdUsage{Summary: "insert items KEY=VALUE with a fresh Pending status", Args: "key=value..."},
 		func(_ *script.State, args ...string) (script.WaitFunc, error) {
-			wtxn := db.WriteTxn(table)
-			defer wtxn.Abort() // after Commit, does nothing
+			var objs []*item
 			for _, arg := range args {
 				key, value, ok := strings.Cut(arg, "=")
 				if !ok {
 					return nil, fmt.Errorf("%w: %q is not key=value", script.ErrUsage, arg)
 				}
-				if _, _, err := table.Insert(wtxn, &item{ID: key, Value: value, Status: status.Pending()}); err != nil {
-					return nil, err
-				}
+				objs = append(objs, &item{ID: key, Value: value, Status: status.Pending()})
 			}
-			wtxn.Commit()
-			return nil, nil
+			return nil, insertItems(db, table, objs...)
 		})
 }
 
