@@ -407,16 +407,19 @@ var variants = []variant{{1, false}, {4, false}, {1, true}, {4, true}}
 
 func (v variant) String() string { return fmt.Sprintf("workers=%d,batch=%v", v.workers, v.batch) }
 
-// fixture populates (does not start) a fixture of v over tg, without
-// pruning unless opts ask for it.
-func (v variant) fixture(t testing.TB, tg *target, w *with, opts ...reconciler.Option) *fixture {
+// fixture populates (does not start) a fixture of v over ops (a target or
+// a FaultyOps around one), without pruning unless opts ask for it.
+func (v variant) fixture(t testing.TB, ops interface {
+	reconciler.Operations[*item]
+	reconciler.BatchOperations[*item]
+}, w *with, opts ...reconciler.Option) *fixture {
 	if w == nil {
 		w = &with{}
 	}
 	if v.batch {
-		w.batch = tg
+		w.batch = ops
 	}
-	return newFixture(t, tg, w, append([]reconciler.Option{reconciler.WithConcurrency(v.workers), reconciler.WithPruning(0)}, opts...)...)
+	return newFixture(t, ops, w, append([]reconciler.Option{reconciler.WithConcurrency(v.workers), reconciler.WithPruning(0)}, opts...)...)
 }
 
 // items returns n objects prefix-00000... with value.

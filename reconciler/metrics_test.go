@@ -44,8 +44,8 @@ func ev(m *metrics.ExpVar, variable, key string) string {
 // returned before WithOperationTimeout ends the operation, is counted as an
 // error, not a timeout, single and batch.
 func TestOwnDeadlineIsAnErrorNotATimeout(t *testing.T) {
-	for _, batch := range []bool{false, true} {
-		t.Run(fmt.Sprintf("batch=%v", batch), func(t *testing.T) {
+	for _, v := range []variant{{1, false}, {1, true}} {
+		t.Run(v.String(), func(t *testing.T) {
 			tg := newTarget()
 			var once atomic.Bool
 			tg.update = func(context.Context, *item) error {
@@ -54,13 +54,10 @@ func TestOwnDeadlineIsAnErrorNotATimeout(t *testing.T) {
 				}
 				return nil
 			}
-			w := &with{}
-			if batch {
-				w.batch = tg
-			}
 			m := metrics.NewUnpublishedExpVar()
-			f := startFixture(t, tg, w, reconciler.WithMetrics(m), reconciler.WithRetry(time.Millisecond, time.Millisecond),
+			f := v.fixture(t, tg, nil, reconciler.WithMetrics(m), reconciler.WithRetry(time.Millisecond, time.Millisecond),
 				reconciler.WithOperationTimeout(time.Hour))
+			f.start()
 			f.upsert(&item{ID: "a", Value: "1"})
 			f.waitKind("a", status.KindDone)
 			require.Eventually(t, func() bool { return ev(m, "reconciliation_outcomes", "test/update/success") == "1" }, timeout, time.Millisecond)

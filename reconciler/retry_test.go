@@ -32,47 +32,42 @@ import (
 // that an operation treating Refreshing as "rewrite even if unchanged" keeps
 // that meaning on every attempt.
 func TestRetryIsHandedTheStatusThatAskedForWork(t *testing.T) {
-	for _, workers := range []int{1, 4} {
-		for _, batch := range []bool{false, true} {
-			for _, kind := range []status.Kind{status.KindPending, status.KindRefreshing} {
-				t.Run(fmt.Sprintf("workers=%d/batch=%v/%s", workers, batch, kind), func(t *testing.T) {
-					var (
-						mu     sync.Mutex
-						handed []status.Status
-					)
-					tg := newTarget()
-					tg.update = func(_ context.Context, it *item) error {
-						mu.Lock()
-						defer mu.Unlock()
-						handed = append(handed, it.Status)
-						if len(handed) < 3 {
-							return errors.New("not yet")
-						}
-						return nil
-					}
-					w := &with{}
-					if batch {
-						w.batch = tg
-					}
-					f := startFixture(t, tg, w, reconciler.WithConcurrency(workers), reconciler.WithRetry(time.Millisecond, time.Millisecond))
-
-					asked := status.Pending()
-					if kind == status.KindRefreshing {
-						asked = status.Refreshing()
-					}
-					f.insertAs(&item{ID: "a", Value: "v", Status: asked})
-					f.waitKind("a", status.KindDone)
-
+	for _, v := range variants {
+		for _, kind := range []status.Kind{status.KindPending, status.KindRefreshing} {
+			t.Run(fmt.Sprintf("%v/%s", v, kind), func(t *testing.T) {
+				var (
+					mu     sync.Mutex
+					handed []status.Status
+				)
+				tg := newTarget()
+				tg.update = func(_ context.Context, it *item) error {
 					mu.Lock()
 					defer mu.Unlock()
-					require.Len(t, handed, 3)
-					for i, st := range handed {
-						assert.Equal(t, kind, st.Kind, "attempt %d was handed %s", i+1, st)
-						assert.Equal(t, asked.ID(), st.ID(), "attempt %d was handed another status", i+1)
-						assert.True(t, asked.UpdatedAt.Equal(st.UpdatedAt), "attempt %d: %s", i+1, st)
+					handed = append(handed, it.Status)
+					if len(handed) < 3 {
+						return errors.New("not yet")
 					}
-				})
-			}
+					return nil
+				}
+				f := v.fixture(t, tg, nil, reconciler.WithRetry(time.Millisecond, time.Millisecond))
+				f.start()
+
+				asked := status.Pending()
+				if kind == status.KindRefreshing {
+					asked = status.Refreshing()
+				}
+				f.insertAs(&item{ID: "a", Value: "v", Status: asked})
+				f.waitKind("a", status.KindDone)
+
+				mu.Lock()
+				defer mu.Unlock()
+				require.Len(t, handed, 3)
+				for i, st := range handed {
+					assert.Equal(t, kind, st.Kind, "attempt %d was handed %s", i+1, st)
+					assert.Equal(t, asked.ID(), st.ID(), "attempt %d was handed another status", i+1)
+					assert.True(t, asked.UpdatedAt.Equal(st.UpdatedAt), "attempt %d: %s", i+1, st)
+				}
+			})
 		}
 	}
 }

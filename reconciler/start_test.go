@@ -157,12 +157,9 @@ func TestLeavesNothingBehindItsSynctestBubble(t *testing.T) {
 				fo := reconcilertest.NewFaultyOps(itemKey, tg, tg)
 				require.NoError(t, fo.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeError, Key: "fails"}))
 				held := tg.hold("held")
-				w := &with{}
-				if v.batch {
-					w.batch = fo
-				}
-				f := startFixture(t, fo, w, reconciler.WithConcurrency(v.workers), reconciler.WithRetry(time.Second, time.Minute),
+				f := v.fixture(t, fo, nil, reconciler.WithRetry(time.Second, time.Minute),
 					reconciler.WithPruning(time.Minute), reconciler.WithRefreshing(time.Minute, nil), reconciler.WithOperationTimeout(time.Hour))
+				f.start()
 				f.upsert(items("k", 20, "1")...)
 				f.upsert(&item{ID: "fails", Value: "1"})
 				f.waitKind("fails", status.KindError)

@@ -96,15 +96,11 @@ func TestShutdownUnderLoad(t *testing.T) {
 			ignore := goleak.IgnoreCurrent()
 			tg := newTarget()
 			fo := reconcilertest.NewFaultyOps(itemKey, tg, tg)
-			w := &with{}
-			if batch {
-				w.batch = fo
-			}
 			require.NoError(t, fo.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeError}))
 			// Retries an hour away: no wave of them comes due in phase 2,
 			// to be taken in small batches before the new objects.
-			f := startFixture(t, fo, w, reconciler.WithConcurrency(workers),
-				reconciler.WithRetry(time.Hour, time.Hour), reconciler.WithPruning(0))
+			f := v.fixture(t, fo, nil, reconciler.WithRetry(time.Hour, time.Hour))
+			f.start()
 
 			// Phase 1: every object fails once and is queued for retry.
 			f.upsert(items("a", objects, "")...)

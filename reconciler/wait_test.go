@@ -34,11 +34,8 @@ func TestRetryLowWatermarkHoldsFailingWork(t *testing.T) {
 			}
 			t.Run(c.name+"/"+v.String(), func(t *testing.T) {
 				fo := reconcilertest.NewFaultyOps(itemKey, newTarget(), nil)
-				w := &with{}
-				if v.batch {
-					w.batch = fo
-				}
-				f := startFixture(t, fo, w, reconciler.WithConcurrency(v.workers), reconciler.WithRetry(time.Millisecond, 5*time.Millisecond))
+				f := v.fixture(t, fo, nil, reconciler.WithRetry(time.Millisecond, 5*time.Millisecond))
+				f.start()
 				if c.del {
 					f.upsert(&item{ID: "k", Value: "1"})
 					f.caughtUp()
