@@ -3,10 +3,12 @@ package reconciler_test
 import (
 	"context"
 	"fmt"
+	"iter"
 	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -98,8 +100,6 @@ type with struct {
 	tables    bool         // reconciler.TablesCell in the hive
 	log       *slog.Logger // the hive's logger instead of the test's
 	register  registerAt
-	// registered runs right after a register inInvoke.
-	registered func(f *fixture)
 	// first and last are cells put before and after all others.
 	first, last []cell.Cell
 }
@@ -155,11 +155,7 @@ func newFixture(t testing.TB, ops reconciler.Operations[*item], w *with, opts ..
 				}
 				switch w.register {
 				case inInvoke:
-					err := f.register()
-					if err == nil && w.registered != nil {
-						w.registered(f)
-					}
-					return err
+					return f.register()
 				case inStartHook:
 					lc.Append(cell.Hook{OnStart: func(cell.HookContext) error { return f.register() }})
 				}
@@ -267,13 +263,10 @@ func (f *fixture) caughtUp() {
 	f.waitReconciled()
 }
 
-// waitReconciled waits for nothing to be Pending or Refreshing, for the
-// timeout or longer if within says.
-func (f *fixture) waitReconciled(within ...time.Duration) {
+// waitReconciled waits for nothing to be Pending or Refreshing.
+func (f *fixture) waitReconciled() {
 	f.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), max(timeout, slices.Max(append(within, 0))))
-	defer cancel()
-	require.NoError(f.t, reconciler.WaitForReconciliation(ctx, f.db, f.table, f.index))
+	require.NoError(f.t, reconciler.WaitForReconciliation(ctxFor(f.t, timeout), f.db, f.table, f.index))
 }
 
 // waitKind waits until the object with id has a status of kind.
@@ -360,54 +353,19 @@ func (f *fixture) waitHealth(ok func(level cell.Level, message string) bool, sco
 	}, timeout, time.Millisecond)
 }
 
-// waitInfo waits until the reconcilers row of the fixture's reconciler
-// satisfies cond, and returns it (with.tables).
-func (f *fixture) waitInfo(what string, cond func(*reconciler.Info) bool) *reconciler.Info {
+// waitInfo waits, on the watch channel of TablesCell's reconcilers table,
+// until the row of the fixture's reconciler satisfies cond, and returns it
+// (with.tables).
+func (f *fixture) waitInfo(what string, cond func(*reconciler.Info) bool) (info *reconciler.Info) {
 	f.t.Helper()
-	var info *reconciler.Info
-	f.waitRows(what, func(txn statedb.ReadTxn) bool {
+	waitUntil(f.t, what, func() (bool, <-chan struct{}) {
+		txn := f.db.ReadTxn()
+		_, watch := f.tables.Reconcilers().AllWatch(txn)
 		var found bool
 		info, _, found = f.tables.Reconcilers().Get(txn, reconciler.InfoByID.Query("test"))
-		return found && cond(info)
+		return found && cond(info), watch
 	})
 	return info
-}
-
-// waitRetry waits until the retries row of key satisfies cond (a nil row
-// when absent) and returns it (with.tables).
-func (f *fixture) waitRetry(key, what string, cond func(*reconciler.RetryInfo) bool) *reconciler.RetryInfo {
-	f.t.Helper()
-	var row *reconciler.RetryInfo
-	f.waitRows("the retry row of "+key+" "+what, func(txn statedb.ReadTxn) bool {
-		var found bool
-		row, _, found = f.tables.Retries().Get(txn, reconciler.RetryByKey.Query(reconciler.RetryKey("test", key)))
-		if !found {
-			row = nil
-		}
-		return cond(row)
-	})
-	return row
-}
-
-// waitRows waits, on the watch channels of TablesCell's tables, until cond
-// holds.
-func (f *fixture) waitRows(what string, cond func(statedb.ReadTxn) bool) {
-	f.t.Helper()
-	deadline := time.After(timeout)
-	for {
-		txn := f.db.ReadTxn()
-		_, infos := f.tables.Reconcilers().AllWatch(txn)
-		_, retries := f.tables.Retries().AllWatch(txn)
-		if cond(txn) {
-			return
-		}
-		select {
-		case <-infos:
-		case <-retries:
-		case <-deadline:
-			f.t.Fatalf("timed out waiting for %s", what)
-		}
-	}
 }
 
 // recv receives from ch, failing the test after the timeout.
@@ -419,28 +377,6 @@ func recv[T any](t testing.TB, ch <-chan T, what string) T {
 	case <-time.After(timeout):
 		t.Fatalf("timed out waiting for %s", what)
 		panic("unreachable")
-	}
-}
-
-// quiet gives what must not happen a chance to: it fails the test if ch
-// yields within d. A pass on a slow machine proves less, never more.
-func quiet[T any](t testing.TB, ch <-chan T, d time.Duration, what string) {
-	t.Helper()
-	select {
-	case v := <-ch:
-		t.Errorf("%s: %v", what, v)
-	case <-time.After(d):
-	}
-}
-
-// drain empties ch.
-func drain[T any](ch <-chan T) {
-	for {
-		select {
-		case <-ch:
-		default:
-			return
-		}
 	}
 }
 
@@ -471,16 +407,19 @@ var variants = []variant{{1, false}, {4, false}, {1, true}, {4, true}}
 
 func (v variant) String() string { return fmt.Sprintf("workers=%d,batch=%v", v.workers, v.batch) }
 
-// fixture populates (does not start) a fixture of v over tg, without
-// pruning unless opts ask for it.
-func (v variant) fixture(t testing.TB, tg *target, w *with, opts ...reconciler.Option) *fixture {
+// fixture populates (does not start) a fixture of v over ops (a target or
+// a FaultyOps around one), without pruning unless opts ask for it.
+func (v variant) fixture(t testing.TB, ops interface {
+	reconciler.Operations[*item]
+	reconciler.BatchOperations[*item]
+}, w *with, opts ...reconciler.Option) *fixture {
 	if w == nil {
 		w = &with{}
 	}
 	if v.batch {
-		w.batch = tg
+		w.batch = ops
 	}
-	return newFixture(t, tg, w, append([]reconciler.Option{reconciler.WithConcurrency(v.workers), reconciler.WithPruning(0)}, opts...)...)
+	return newFixture(t, ops, w, append([]reconciler.Option{reconciler.WithConcurrency(v.workers), reconciler.WithPruning(0)}, opts...)...)
 }
 
 // items returns n objects prefix-00000... with value.
@@ -517,26 +456,6 @@ func (f *fixture) converged(tg *target) {
 	require.Empty(f.t, tg.Diff(f.db.ReadTxn(), f.table), "the target holds the table")
 }
 
-// deletedAll checks that each key was handed to a Delete that succeeded
-// and that the target lacks it.
-func deletedAll(t testing.TB, tg *target, keys []string) {
-	t.Helper()
-	done := map[string]bool{}
-	for _, c := range tg.Calls() {
-		if c.Op == reconcilertest.OpDelete && c.Err == nil {
-			done[c.Key] = true
-		}
-	}
-	state := tg.State()
-	var missing []string
-	for _, k := range keys {
-		if _, has := state[k]; has || !done[k] {
-			missing = append(missing, k)
-		}
-	}
-	require.Empty(t, missing, "of %d deleted keys, these were not deleted from the target", len(keys))
-}
-
 // statusOf returns the getter and setter of reconciler name's status in
 // item.Statuses.
 func statusOf(name string) (func(*item) status.Status, func(*item, status.Status) *item) {
@@ -544,16 +463,240 @@ func statusOf(name string) (func(*item) status.Status, func(*item, status.Status
 		func(it *item, s status.Status) *item { it.Statuses = it.Statuses.Set(name, s); return it }
 }
 
-// takeOut reads and deletes id in one transaction, and returns the object
-// as it was (nil if absent).
-func (f *fixture) takeOut(id string) *item {
-	wtxn := f.db.WriteTxn(f.table)
-	defer wtxn.Commit()
-	obj, _, found := f.table.Get(wtxn, itemID.Query(id))
-	if !found {
+// target is the tests' target: a reconcilertest.Target, which keeps what
+// is applied and records every call, whose operations a test can hold at
+// a precise point (hold, holdAfterApply) and hook. Faults come from
+// wrapping it in a reconcilertest.FaultyOps. Set the hooks before the hive
+// starts, or later holding mu. It is BatchOperations too, entry by entry.
+type target struct {
+	*reconcilertest.Target[*item] // nil in TestScale: nothing is kept
+
+	mu sync.Mutex
+	hooks
+	holds   map[string]*hold // by key; pruneKey for the next prune
+	prunes  int              // prunes that returned
+	changed chan struct{}    // closed and replaced when a prune returns
+}
+
+// hooks run in a target's operations. update and prune run first: an
+// error they return is the operation's, with nothing applied. updated runs
+// once the object is applied, and may fail it then; pruned runs once a
+// prune has removed what the table lacks.
+type hooks struct {
+	update, updated func(ctx context.Context, it *item) error
+	prune           func(ctx context.Context) error
+	pruned          func()
+}
+
+// pruneKey is the key of a hold on the next prune.
+const pruneKey = "(prune)"
+
+func newTarget() *target {
+	return &target{Target: reconcilertest.NewTarget(itemKey, itemValue), holds: map[string]*hold{}, changed: make(chan struct{})}
+}
+
+// hold is an operation held by a target until let go: see target.hold.
+type hold struct {
+	afterApply    bool
+	succeedAtStop bool       // the held update reports success when its context ends
+	started       chan *item // receives the object (nil for a prune) when the operation blocks
+	release       chan struct{}
+	once          sync.Once
+}
+
+// hold holds the next operation on key (pruneKey: the next prune) before
+// it applies anything, until let go or its context ends.
+func (tg *target) hold(key string) *hold { return tg.setHold(key, false, false) }
+
+// holdAfterApply holds the next update of key once it has applied its
+// object; with succeedAtStop it returns success if its context ends.
+func (tg *target) holdAfterApply(key string, succeedAtStop bool) *hold {
+	return tg.setHold(key, true, succeedAtStop)
+}
+
+func (tg *target) setHold(key string, afterApply, succeedAtStop bool) *hold {
+	h := &hold{afterApply: afterApply, succeedAtStop: succeedAtStop, started: make(chan *item, 1), release: make(chan struct{})}
+	tg.mu.Lock()
+	defer tg.mu.Unlock()
+	tg.holds[key] = h
+	return h
+}
+
+// wait waits until the held operation blocks, and returns its object.
+func (h *hold) wait(t testing.TB) *item {
+	t.Helper()
+	return recv(t, h.started, "the held operation to start")
+}
+
+// let lets the held operation, if any, go on. It may be called again.
+func (h *hold) let() { h.once.Do(func() { close(h.release) }) }
+
+// block blocks the operation on key if a hold for this point is set.
+func (tg *target) block(ctx context.Context, key string, it *item, afterApply bool) error {
+	tg.mu.Lock()
+	h := tg.holds[key]
+	if h == nil || h.afterApply != afterApply {
+		tg.mu.Unlock()
 		return nil
 	}
-	_, _, err := f.table.Delete(wtxn, obj)
-	require.NoError(f.t, err)
-	return obj
+	delete(tg.holds, key)
+	tg.mu.Unlock()
+	h.started <- it
+	select {
+	case <-h.release:
+		return nil
+	case <-ctx.Done():
+		if h.succeedAtStop {
+			return nil
+		}
+		return ctx.Err()
+	}
+}
+
+// hooked returns the hooks, read under mu.
+func (tg *target) hooked() hooks {
+	tg.mu.Lock()
+	defer tg.mu.Unlock()
+	return tg.hooks
+}
+
+// call calls h if it is set.
+func call(h func(context.Context, *item) error, ctx context.Context, it *item) error {
+	if h == nil {
+		return nil
+	}
+	return h(ctx, it)
+}
+
+func (tg *target) Update(ctx context.Context, txn statedb.ReadTxn, rev statedb.Revision, it *item) error {
+	h := tg.hooked()
+	if err := call(h.update, ctx, it); err != nil {
+		return err
+	}
+	if err := tg.block(ctx, it.ID, it, false); err != nil {
+		return err
+	}
+	if tg.Target != nil {
+		if err := tg.Target.Update(ctx, txn, rev, it); err != nil {
+			return err
+		}
+	}
+	if err := call(h.updated, ctx, it); err != nil {
+		return err
+	}
+	return tg.block(ctx, it.ID, it, true)
+}
+
+func (tg *target) Delete(ctx context.Context, txn statedb.ReadTxn, rev statedb.Revision, it *item) error {
+	if err := tg.block(ctx, it.ID, it, false); err != nil || tg.Target == nil {
+		return err
+	}
+	return tg.Target.Delete(ctx, txn, rev, it)
+}
+
+func (tg *target) Prune(ctx context.Context, txn statedb.ReadTxn, objs iter.Seq2[*item, statedb.Revision]) error {
+	h := tg.hooked()
+	defer func() {
+		tg.mu.Lock()
+		tg.prunes++
+		close(tg.changed)
+		tg.changed = make(chan struct{})
+		tg.mu.Unlock()
+	}()
+	if h.prune != nil {
+		if err := h.prune(ctx); err != nil {
+			return err
+		}
+	}
+	if err := tg.block(ctx, pruneKey, nil, false); err != nil {
+		return err
+	}
+	if tg.Target != nil {
+		if err := tg.Target.Prune(ctx, txn, objs); err != nil {
+			return err
+		}
+	}
+	if h.pruned != nil {
+		h.pruned()
+	}
+	return nil
+}
+
+func (tg *target) UpdateBatch(ctx context.Context, txn statedb.ReadTxn, batch []reconciler.BatchEntry[*item]) {
+	for i := range batch {
+		batch[i].Result = tg.Update(ctx, txn, batch[i].Revision, batch[i].Object)
+	}
+}
+
+func (tg *target) DeleteBatch(ctx context.Context, txn statedb.ReadTxn, batch []reconciler.BatchEntry[*item]) {
+	for i := range batch {
+		batch[i].Result = tg.Delete(ctx, txn, batch[i].Revision, batch[i].Object)
+	}
+}
+
+// pruneNow asks f's reconciler for a prune and waits until a prune has
+// returned after the request.
+func (tg *target) pruneNow(f *fixture) {
+	f.t.Helper()
+	tg.mu.Lock()
+	before := tg.prunes
+	tg.mu.Unlock()
+	f.rec.Prune()
+	tg.waitPrunes(f.t, before+1)
+}
+
+// waitPrunes waits until n prunes have returned.
+func (tg *target) waitPrunes(t testing.TB, n int) {
+	t.Helper()
+	waitUntil(t, fmt.Sprint("prune ", n), func() (bool, <-chan struct{}) {
+		tg.mu.Lock()
+		defer tg.mu.Unlock()
+		return tg.prunes >= n, tg.changed
+	})
+}
+
+// has reports whether the target holds key=value.
+func (tg *target) has(key, value string) bool {
+	v, ok, _ := tg.Get(key)
+	return ok && v == value
+}
+
+// count returns how many calls of op on key (on any key if "") tr
+// recorded, and how many of them succeeded.
+func count(tr reconcilertest.CallRecorder, op reconcilertest.Op, key string) (all, ok int) {
+	for _, c := range tr.Calls() {
+		if c.Op == op && (key == "" || c.Key == key) {
+			all++
+			if c.Err == nil {
+				ok++
+			}
+		}
+	}
+	return all, ok
+}
+
+// applied returns the updates and deletes the target applied, in order,
+// as "update key=value" and "delete key".
+func (tg *target) applied() []string {
+	var words []string
+	for _, c := range tg.Calls() {
+		switch {
+		case c.Err != nil:
+		case c.Op == reconcilertest.OpUpdate:
+			words = append(words, "update "+c.Key+"="+c.Value)
+		case c.Op == reconcilertest.OpDelete:
+			words = append(words, "delete "+c.Key)
+		}
+	}
+	return words
+}
+
+// waitCalls waits until tr has recorded n successful calls of op on key.
+func waitCalls(t testing.TB, tr reconcilertest.CallRecorder, op reconcilertest.Op, key string, n int) {
+	t.Helper()
+	waitUntil(t, fmt.Sprint(n, " calls of ", op, " on ", key), func() (bool, <-chan struct{}) {
+		_, changed := tr.CallsWatch()
+		_, ok := count(tr, op, key)
+		return ok >= n, changed
+	})
 }

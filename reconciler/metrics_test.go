@@ -1,19 +1,30 @@
 package reconciler_test
 
+// What the reconciler reports, where the scripts cannot produce it: an
+// operation's own deadline, drift reported by Update, how TablesCell's rows
+// render, failure logs in a storm, and health. (Outcomes, latency, queue
+// depth, oldest pending, prunes, refresh sweeps and the rows as objects
+// fail and recover: testdata/observe_*.txtar.)
+
 import (
 	"context"
-	"errors"
+	"encoding/json"
 	"expvar"
 	"fmt"
+	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/cilium/hive/cell"
+	"github.com/cilium/statedb"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	yaml "go.yaml.in/yaml/v3"
+	"golang.org/x/time/rate"
 
 	"github.com/converge-go/converge/metrics"
 	"github.com/converge-go/converge/reconciler"
@@ -21,242 +32,45 @@ import (
 	"github.com/converge-go/converge/status"
 )
 
-// eventually waits until cond holds, checking every few milliseconds, for
-// figures without a change notification (expvar, Prometheus).
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	require.Eventually(t, cond, timeout, 2*time.Millisecond, what)
-}
-
 // ev returns the expvar figure named variable/key as a string ("" if none).
 func ev(m *metrics.ExpVar, variable, key string) string {
-	inner, ok := m.Map().Get(variable).(*expvar.Map)
-	if !ok {
-		return ""
-	}
-	if v := inner.Get(key); v != nil {
-		return v.String()
+	if inner, ok := m.Map().Get(variable).(*expvar.Map); ok && inner.Get(key) != nil {
+		return inner.Get(key).String()
 	}
 	return ""
 }
 
-func evFloat(m *metrics.ExpVar, variable, key string) float64 {
-	f, _ := strconv.ParseFloat(ev(m, variable, key), 64)
-	return f
-}
-
-// histCount returns the "count" of the expvar histogram variable/key.
-func histCount(m *metrics.ExpVar, variable, key string) string {
-	inner, ok := m.Map().Get(variable).(*expvar.Map)
-	if !ok {
-		return ""
-	}
-	h, ok := inner.Get(key).(*expvar.Map)
-	if !ok {
-		return ""
-	}
-	return h.Get("count").String()
-}
-
-// Each operation is counted once by how it ended, single and batch: a
-// success, an error, a terminal error, a panic, a timeout of
-// WithOperationTimeout, and an error with a deadline of its own (a remote
-// call's shorter timeout) before the operation timeout, which is an error,
-// not a timeout.
-func TestOutcomesCountedByResult(t *testing.T) {
-	keys := []string{"ok", "err", "term", "panic", "slow", "own-deadline"}
-	want := map[string]string{"success": "5", "error": "2", "terminal": "1", "panic": "1", "timeout": "1"}
-	for _, batch := range []bool{false, true} {
-		t.Run(fmt.Sprintf("batch=%v", batch), func(t *testing.T) {
-			// Each key fails on its first attempt only; "slow" until the
-			// operation timeout ends it.
+// An error with a deadline of its own (a remote call's shorter timeout),
+// returned before WithOperationTimeout ends the operation, is counted as an
+// error, not a timeout, single and batch.
+func TestOwnDeadlineIsAnErrorNotATimeout(t *testing.T) {
+	for _, v := range []variant{{1, false}, {1, true}} {
+		t.Run(v.String(), func(t *testing.T) {
 			tg := newTarget()
-			var ownDeadline atomic.Bool
-			tg.update = func(_ context.Context, it *item) error {
-				if it.ID == "own-deadline" && ownDeadline.CompareAndSwap(false, true) {
+			var once atomic.Bool
+			tg.update = func(context.Context, *item) error {
+				if once.CompareAndSwap(false, true) {
 					return fmt.Errorf("remote: %w", context.DeadlineExceeded)
 				}
 				return nil
 			}
-			fo := reconcilertest.NewFaultyOps(itemKey, tg, tg)
-			for key, mode := range map[string]reconcilertest.Mode{"err": reconcilertest.ModeError, "term": reconcilertest.ModeTerminal,
-				"panic": reconcilertest.ModePanic, "slow": reconcilertest.ModeDelay} {
-				require.NoError(t, fo.Inject(reconcilertest.Fault{Mode: mode, Key: key, Next: 1}))
-			}
-			w := &with{}
-			if batch {
-				w.batch = fo
-			}
 			m := metrics.NewUnpublishedExpVar()
-			f := startFixture(t, fo, w, reconciler.WithMetrics(m), reconciler.WithPruning(0),
-				reconciler.WithRetry(time.Millisecond, time.Millisecond), reconciler.WithOperationTimeout(200*time.Millisecond))
-			// One at a time, so that a batch holds one object: a panic fails
-			// every object of its batch.
-			for _, k := range keys {
-				f.upsert(&item{ID: k, Value: "1"})
-				if k == "term" {
-					f.waitKind(k, status.KindError)
-				} else {
-					f.waitKind(k, status.KindDone)
-				}
-			}
-			eventually(t, fmt.Sprintf("outcomes counted as %v", want), func() bool {
-				for res, n := range want {
-					if ev(m, "reconciliation_outcomes", "test/update/"+res) != n {
-						return false
-					}
-				}
-				return true
-			})
-			for res, n := range want {
-				assert.Equal(t, n, ev(m, "reconciliation_outcomes", "test/update/"+res), res)
-			}
+			f := v.fixture(t, tg, nil, reconciler.WithMetrics(m), reconciler.WithRetry(time.Millisecond, time.Millisecond),
+				reconciler.WithOperationTimeout(time.Hour))
+			f.start()
+			f.upsert(&item{ID: "a", Value: "1"})
+			f.waitKind("a", status.KindDone)
+			require.Eventually(t, func() bool { return ev(m, "reconciliation_outcomes", "test/update/success") == "1" }, timeout, time.Millisecond)
+			assert.Equal(t, "1", ev(m, "reconciliation_outcomes", "test/update/error"))
+			assert.Equal(t, "0", ev(m, "reconciliation_outcomes", "test/update/timeout"))
 		})
 	}
 }
 
-// The oldest-pending age is non-zero while an object is held, by an
-// operation in flight or by a retry, and zero once everything is Done; the
-// reconcilers row shows the same.
-func TestOldestPendingWhileHeld(t *testing.T) {
-	tg := newTarget()
-	held := tg.hold("held")
-	fo := reconcilertest.NewFaultyOps(itemKey, tg, nil)
-	require.NoError(t, fo.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeError, Key: "failing"}))
-	m := metrics.NewUnpublishedExpVar()
-	f := startFixture(t, fo, &with{tables: true}, reconciler.WithMetrics(m), reconciler.WithConcurrency(2),
-		reconciler.WithPruning(0), reconciler.WithRetry(5*time.Millisecond, 5*time.Millisecond))
-
-	f.upsert(&item{ID: "held", Value: "1"})
-	eventually(t, "oldest pending > 0 with an operation in flight", func() bool {
-		return evFloat(m, "queue_oldest_pending", "test") > 0 && ev(m, "queue_in_flight", "test") == "1"
-	})
-	info := f.waitInfo("holding one in flight", func(i *reconciler.Info) bool { return i.InFlight == 1 })
-	assert.False(t, info.OldestPending.IsZero())
-	held.let()
-	f.waitKind("held", status.KindDone)
-	eventually(t, "oldest pending back to 0", func() bool { return evFloat(m, "queue_oldest_pending", "test") == 0 })
-
-	f.upsert(&item{ID: "failing", Value: "1"})
-	f.waitKind("failing", status.KindError)
-	// Retried every 5ms, each round reports a larger age.
-	eventually(t, "the age of a held retry grows", func() bool { return evFloat(m, "queue_oldest_pending", "test") > 0.02 })
-	info = f.waitInfo("holding a retry", func(i *reconciler.Info) bool { return i.Retrying == 1 })
-	assert.False(t, info.OldestPending.IsZero())
-	fo.Clear("failing")
-	f.waitKind("failing", status.KindDone)
-	eventually(t, "oldest pending back to 0", func() bool { return evFloat(m, "queue_oldest_pending", "test") == 0 })
-	f.waitInfo("nothing held", func(i *reconciler.Info) bool { return i.OldestPending.IsZero() && i.Retrying == 0 })
-}
-
-// The Pending-to-Done histogram counts each object reconciled exactly once,
-// however many attempts it took, single and batch. (The Prometheus
-// adapter's module has a test of the same name, which scrapes it.)
-func TestLatencyHistogramCountsObjectsReconciled(t *testing.T) {
-	const n, flaky = 200, 20
-	for _, batch := range []bool{false, true} {
-		t.Run(fmt.Sprintf("batch=%v", batch), func(t *testing.T) {
-			tg := newTarget()
-			fo := reconcilertest.NewFaultyOps(itemKey, tg, tg)
-			for i := range flaky { // the first attempt fails
-				require.NoError(t, fo.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeError, Key: strconv.Itoa(i), Next: 1}))
-			}
-			w := &with{}
-			if batch {
-				w.batch = fo
-			}
-			ex := metrics.NewUnpublishedExpVar()
-			f := startFixture(t, fo, w, reconciler.WithMetrics(ex), reconciler.WithPruning(0),
-				reconciler.WithRetry(time.Millisecond, 2*time.Millisecond))
-			objs := make([]*item, n)
-			for i := range objs {
-				objs[i] = &item{ID: strconv.Itoa(i), Value: "v"}
-			}
-			f.upsert(objs...)
-			f.waitReconciled()
-
-			// The commit reports the histogram, then the count: wait for both.
-			eventually(t, "every object counted", func() bool {
-				return histCount(ex, "convergence_duration_histogram", "test") == strconv.Itoa(n) &&
-					ev(ex, "convergence_count", "test") == strconv.Itoa(n)
-			})
-			assert.Equal(t, strconv.Itoa(n), ev(ex, "reconciliation_outcomes", "test/update/success"))
-			assert.Equal(t, strconv.Itoa(flaky), ev(ex, "reconciliation_outcomes", "test/update/error"))
-		})
-	}
-}
-
-// Drift reported with ReportRepaired is counted by source: by Prune, and by
-// Update of an object marked Refreshing; the reconcilers row sums it and
-// shows the last prune, its error, and the last refresh sweep. Prunes are
-// counted with their errors, and refresh sweeps with the objects marked.
-func TestDriftPruneAndRefreshCounted(t *testing.T) {
-	var pruneErr atomic.Bool
-	tg := newTarget()
-	tg.update = func(ctx context.Context, it *item) error {
-		if it.Status.Kind == status.KindRefreshing {
-			reconciler.ReportRepaired(ctx, 1)
-		}
-		return nil
-	}
-	tg.prune = func(ctx context.Context) error {
-		if pruneErr.Load() {
-			return errors.New("no")
-		}
-		reconciler.ReportRepaired(ctx, 3)
-		return nil
-	}
-	m := metrics.NewUnpublishedExpVar()
-	f := startFixture(t, tg, &with{tables: true}, reconciler.WithMetrics(m), reconciler.WithPruning(time.Hour),
-		reconciler.WithRefreshing(30*time.Millisecond, nil), reconciler.WithRetry(time.Hour, time.Hour))
-
-	f.upsert(&item{ID: "a", Value: "1"})
-	f.waitReconciled()
-	// The first prune runs once the table is initialized (it has no
-	// initializers).
-	info := f.waitInfo("pruned", func(i *reconciler.Info) bool { return !i.LastPrune.IsZero() })
-	assert.Empty(t, info.LastPruneError)
-	eventually(t, "prune drift counted", func() bool {
-		return ev(m, "drift_repaired", "test/prune") == "3" && ev(m, "prune_count", "test") == "1"
-	})
-	assert.Equal(t, "0", ev(m, "prune_total_errors", "test"))
-	assert.Equal(t, "1", ev(m, "reconciliation_outcomes", "test/prune/success"))
-	assert.Positive(t, evFloat(m, "prune_duration", "test"))
-
-	// The refresh job marks a Refreshing; its Update repairs drift.
-	eventually(t, "refresh drift counted", func() bool {
-		n, _ := strconv.Atoi(ev(m, "drift_repaired", "test/refresh"))
-		marks, _ := strconv.Atoi(ev(m, "refresh_marks", "test"))
-		return n >= 2 && marks >= n
-	})
-	info = f.waitInfo("refreshed, with drift", func(i *reconciler.Info) bool { return !i.LastRefresh.IsZero() && i.DriftRepaired >= 5 })
-	assert.Equal(t, reconciler.StateRunning, info.State)
-
-	// A failed prune (retried only after an hour) degrades the row.
-	pruneErr.Store(true)
-	f.rec.Prune()
-	info = f.waitInfo("degraded by the prune", func(i *reconciler.Info) bool { return i.LastPruneError != "" })
-	assert.Equal(t, reconciler.StateDegraded, info.State)
-	assert.Equal(t, "prune: no", info.LastPruneError)
-	assert.Contains(t, info.TableRow()[11], "ago: prune: no")
-	eventually(t, "prune error counted", func() bool {
-		return ev(m, "prune_total_errors", "test") == "1" && ev(m, "prune_current_errors", "test") == "1"
-	})
-	assert.Equal(t, "1", ev(m, "reconciliation_outcomes", "test/prune/error"))
-	assert.Equal(t, "3", ev(m, "drift_repaired", "test/prune"), "a failed prune repaired nothing")
-
-	pruneErr.Store(false)
-	f.rec.Prune()
-	f.waitInfo("running after a good prune", func(i *reconciler.Info) bool {
-		return i.LastPruneError == "" && i.State == reconciler.StateRunning
-	})
-	eventually(t, "prune gauge cleared", func() bool { return ev(m, "prune_current_errors", "test") == "0" })
-}
-
-// Only Updates of objects marked Refreshing count as refresh drift: an
-// Update of a new desired state (Pending) that reports what it changed is
-// applying a change, not repairing drift.
-func TestPendingUpdateIsNotRefreshDrift(t *testing.T) {
+// Drift that Update reports with ReportRepaired counts as refresh drift,
+// in the metric and the reconcilers row, only for an object marked
+// Refreshing: an Update of a new desired state (Pending) applies a change.
+func TestRefreshDriftCountsOnlyRefreshingUpdates(t *testing.T) {
 	tg := newTarget()
 	tg.update = func(ctx context.Context, _ *item) error {
 		reconciler.ReportRepaired(ctx, 1)
@@ -269,82 +83,187 @@ func TestPendingUpdateIsNotRefreshDrift(t *testing.T) {
 	info := f.waitInfo("a reconciled", func(i *reconciler.Info) bool { return i.Succeeded == 1 })
 	assert.Zero(t, info.DriftRepaired)
 	assert.Equal(t, "", ev(m, "drift_repaired", "test/refresh"))
+
+	a, _ := f.get("a")
+	f.insertAs(a.clone().setStatus(status.Refreshing()))
+	f.waitInfo("refresh drift", func(i *reconciler.Info) bool { return i.DriftRepaired == 1 })
+	require.Eventually(t, func() bool { return ev(m, "drift_repaired", "test/refresh") == "1" }, timeout, time.Millisecond)
 }
 
-// roundWatcher is unpublished expvar metrics that also keep the last
-// round's figures.
-type roundWatcher struct {
-	metrics.Metrics
+// How the rows of TablesCell's tables render and encode. (What they say
+// as objects fail and recover: testdata/observe_failure.txtar and
+// testdata/observe_retry_rows.txtar.)
+
+// The rows render as tables for db/show: one cell per header column, times
+// as ages, the next attempt as "in D" or "running".
+func TestTableRowsReadAsTables(t *testing.T) {
+	now := time.Now()
+	info := &reconciler.Info{
+		ID: "agent.routes/r", Module: "agent.routes", Name: "r", State: reconciler.StateDegraded,
+		Objects: 3, Succeeded: 10, Failed: 2, Retrying: 1, InFlight: 1, Workers: 4, BusyWorkers: 1,
+		OldestPending: now.Add(-time.Second), LastError: "disk full", LastErrorAt: now.Add(-2 * time.Second),
+		LastPrune: now.Add(-3 * time.Second), LastPruneError: "prune: nope",
+	}
+	header, row := info.TableHeader(), info.TableRow()
+	require.Equal(t, []string{"Module", "Name", "State", "Objects", "Succeeded", "Failed", "Retrying", "InFlight", "Workers", "OldestPending", "LastError", "LastPrune", "LastRefresh"}, header)
+	require.Len(t, row, len(header))
+	assert.Equal(t, []string{"agent.routes", "r", "degraded", "3", "10", "2", "1", "1", "1/4"}, row[:9], "Workers is busy/configured")
+	assert.Regexp(t, `^1(\.\d+)?s ago$`, row[9])
+	assert.Regexp(t, `^disk full \(2(\.\d+)?s ago\)$`, row[10])
+	assert.Regexp(t, `^3(\.\d+)?s ago: prune: nope$`, row[11])
+	assert.Equal(t, "", row[12], "never refreshed: empty")
+
+	empty := (&reconciler.Info{Module: "m", State: reconciler.StateRunning}).TableRow()
+	assert.Equal(t, []string{"m", "", "running", "0", "0", "0", "0", "0", "0/0", "", "", "", ""}, empty)
+
+	retry := &reconciler.RetryInfo{Reconciler: "m", Key: "k", Attempts: 3, FirstFailed: now.Add(-time.Minute), NextAttempt: now.Add(time.Hour), LastError: "x"}
+	rh, rr := retry.TableHeader(), retry.TableRow()
+	require.Len(t, rr, len(rh))
+	assert.Equal(t, []string{"Reconciler", "Key", "Op", "Attempts", "FirstFailed", "NextAttempt", "LastError"}, rh)
+	assert.Equal(t, []string{"m", "k", "update", "3"}, rr[:4])
+	assert.Regexp(t, `^1m0(\.\d+)?s ago$`, rr[4])
+	assert.Regexp(t, `^in (1h0m0s|59m59(\.\d+)?s)$`, rr[5])
+	retry.NextAttempt, retry.Delete = time.Time{}, true
+	rr = retry.TableRow()
+	assert.Equal(t, "delete", rr[2])
+	assert.Equal(t, "running", rr[5])
+	assert.False(t, strings.Contains(strings.Join(rr, ""), "\n"))
+}
+
+func TestInfoEncodesDurationsAsStrings(t *testing.T) {
+	in := reconciler.Info{ID: "m/x", State: reconciler.StateRunning, LastPruneDuration: 375 * time.Microsecond, FailuresSinceSuccess: 2}
+	data, err := json.Marshal(in)
+	require.NoError(t, err)
+	assert.Contains(t, string(data), `"last-prune-duration":"375µs"`)
+	assert.Contains(t, string(data), `"failures-since-success":2`)
+	var out reconciler.Info
+	require.NoError(t, json.Unmarshal(data, &out))
+	assert.Equal(t, in, out)
+	y, err := yaml.Marshal(in)
+	require.NoError(t, err)
+	assert.Contains(t, string(y), "last-prune-duration: 375µs")
+	assert.Error(t, json.Unmarshal([]byte(`{"last-prune-duration":"soon"}`), &out))
+}
+
+// captureHandler keeps the records of the reconciler's failure logs.
+type captureHandler struct {
 	mu      sync.Mutex
-	last    metrics.RoundStats
-	changed chan struct{} // closed and replaced at every round
+	records []slog.Record
 }
 
-func newRoundWatcher() *roundWatcher {
-	return &roundWatcher{Metrics: metrics.NewUnpublishedExpVar(), changed: make(chan struct{})}
+func (h *captureHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *captureHandler) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.records = append(h.records, r.Clone())
+	return nil
 }
+func (h *captureHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *captureHandler) WithGroup(string) slog.Handler      { return h }
 
-func (w *roundWatcher) Round(_ cell.FullModuleID, _ string, s metrics.RoundStats) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.last = s
-	close(w.changed)
-	w.changed = make(chan struct{})
-}
-
-// waitRound waits until the last round's figures satisfy ok, and returns
-// them.
-func (w *roundWatcher) waitRound(t *testing.T, what string, ok func(metrics.RoundStats) bool) (s metrics.RoundStats) {
-	t.Helper()
-	waitUntil(t, "a round "+what, func() (bool, <-chan struct{}) {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		s = w.last
-		return ok(s), w.changed
-	})
-	return s
-}
-
-// Versions written while an operation on their object is in flight (a
-// newer one replacing the one parked before it), and deletes, wait behind
-// it and count in the queue depth until they start; so do operations
-// waiting for a worker.
-func TestParkedVersionCountsInQueueDepth(t *testing.T) {
-	tg, rounds := newTarget(), newRoundWatcher()
-	held := []*hold{tg.hold("a"), tg.hold("b"), tg.hold("c")}
-	f := startFixture(t, tg, nil, reconciler.WithConcurrency(3), reconciler.WithMetrics(rounds), reconciler.WithPruning(0))
-	f.upsert(&item{ID: "a", Value: "v1"}, &item{ID: "b", Value: "v1"}, &item{ID: "c", Value: "v1"})
-	for _, h := range held {
-		h.wait(t)
+func (h *captureHandler) failures() (warn, debug []map[string]any) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, r := range h.records {
+		attrs := map[string]any{}
+		r.Attrs(func(a slog.Attr) bool { attrs[a.Key] = a.Value.Any(); return true })
+		if _, ok := attrs["attempt"]; !ok {
+			continue
+		}
+		switch r.Level {
+		case slog.LevelWarn:
+			warn = append(warn, attrs)
+		case slog.LevelDebug:
+			debug = append(debug, attrs)
+		}
 	}
-	f.upsert(&item{ID: "a", Value: "v2"})
-	f.upsert(&item{ID: "a", Value: "v3"}, &item{ID: "b", Value: "v2"})
-	f.remove("c")
-	rounds.waitRound(t, "with a=v3, b=v2 and c's delete parked", func(s metrics.RoundStats) bool { return s.InFlight == 3 && s.Depth == 3 })
-	f.upsert(&item{ID: "d", Value: "v1"})
-	rounds.waitRound(t, "with d waiting for a worker", func(s metrics.RoundStats) bool { return s.Depth == 4 })
-	for _, h := range held {
-		h.let()
-	}
-	f.converged(tg)
-	assert.Equal(t, map[string]string{"a": "v3", "b": "v2", "d": "v1", "~marker": ""}, tg.State())
-	s := rounds.waitRound(t, "with nothing in flight", func(s metrics.RoundStats) bool { return s.InFlight == 0 })
-	assert.Zero(t, s.Depth)
+	return warn, debug
 }
 
-// reconciliation_count counts rounds that ran operations, as documented,
-// not every wake-up of the loop.
-func TestReconciliationCountCountsRoundsWithOperations(t *testing.T) {
-	m := metrics.NewUnpublishedExpVar()
-	tg := newTarget()
-	f := startFixture(t, tg, nil, reconciler.WithMetrics(m))
-	f.reconciledTo(f.upsert(&item{ID: "a"}))
+// A storm of 100 objects failing at once logs at most ten Warn lines,
+// each with the object's key, its attempt and the error; later failures of
+// the same objects go to Debug.
+func TestFailureLogsRateLimitedInAStorm(t *testing.T) {
+	const n = 100
+	fo := reconcilertest.NewFaultyOps(itemKey, newTarget(), nil)
+	for i := range n { // two failures each
+		require.NoError(t, fo.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeError, Key: strconv.Itoa(i), Next: 2}))
+	}
+	h := &captureHandler{}
+	f := startFixture(t, fo, &with{tables: true, log: slog.New(h)}, reconciler.WithPruning(0), reconciler.WithRetry(time.Millisecond, 2*time.Millisecond))
+	objs := make([]*item, n)
+	for i := range objs {
+		objs[i] = &item{ID: strconv.Itoa(i), Value: "v"}
+	}
+	f.upsert(objs...)
+	f.waitInfo("all reconciled", func(i *reconciler.Info) bool { return i.Succeeded == n && i.Retrying == 0 })
+	assert.Zero(t, f.tables.Retries().NumObjects(f.db.ReadTxn()), "no retry rows left")
+
+	warn, debug := h.failures()
+	require.NotEmpty(t, warn)
+	assert.LessOrEqual(t, len(warn), 10, "a storm logs at most ten Warn lines: %v", warn)
+	for _, a := range warn {
+		assert.EqualValues(t, 1, a["attempt"])
+		key, _ := a["key"].(string)
+		assert.NotEmpty(t, key)
+		if err, ok := a["error"].(error); assert.True(t, ok, "error attribute in %v", a) {
+			assert.Equal(t, "injected fault: update "+key, err.Error())
+		}
+	}
+	assert.Len(t, debug, n, "every object's second failure, at Debug")
+	for _, a := range debug {
+		assert.EqualValues(t, 2, a["attempt"])
+	}
+}
+
+// The reconcile job's health. (Failing objects listed earliest retry
+// first: testdata/health_order.txtar.)
+
+// A round limiter that turns unusable while the reconciler runs (its owner
+// set the burst to zero) neither stops the loop nor goes unnoticed: work
+// goes on and health says why.
+func TestRoundLimiterBrokenAtRunTimeDegradesHealth(t *testing.T) {
+	lim := rate.NewLimiter(rate.Inf, 1)
+	f := startFixture(t, newTarget(), nil, reconciler.WithRoundLimits(10, lim))
+	f.upsert(&item{ID: "a"})
 	f.waitKind("a", status.KindDone)
-	count := func() string { return m.ReconciliationCountVar.String() }
-	before := count()
-	for range 5 {
-		tg.pruneNow(f)
+
+	lim.SetLimit(100)
+	lim.SetBurst(0)
+	f.upsert(&item{ID: "b"})
+	f.waitKind("b", status.KindDone)
+	f.waitHealth(func(level cell.Level, msg string) bool {
+		return level == cell.StatusDegraded && strings.Contains(msg, "limiter")
+	})
+	f.remove("a")
+	f.upsert(&item{ID: "c"})
+	f.waitKind("c", status.KindDone)
+}
+
+// The health tree has the children the StateDB reconciler's has, named
+// after the reconciler, refreshing off included, and one per dependency.
+func TestHealthChildrenAreNamedLikeTheStateDBReconciler(t *testing.T) {
+	for _, name := range []string{"", "foo"} {
+		for _, refresh := range []bool{false, true} {
+			t.Run(fmt.Sprintf("name=%q,refresh=%v", name, refresh), func(t *testing.T) {
+				opts := []reconciler.Option{reconciler.WithName(name)}
+				if name == "" {
+					opts = nil
+				}
+				if refresh {
+					opts = append(opts, reconciler.WithRefreshing(time.Hour, nil))
+				}
+				f := startFixture(t, newTarget(), withDeps(t, new(statedb.RWTable[*item]), sameID), opts...)
+				f.upsert(&item{ID: "a", Value: "1"})
+				f.caughtUp()
+				suffix := ""
+				if name != "" {
+					suffix = "-" + name
+				}
+				for _, child := range []string{"job-reconcile" + suffix, "job-refresh" + suffix, "job-dependency-deps" + suffix} {
+					f.waitHealth(func(cell.Level, string) bool { return true }, child)
+				}
+			})
+		}
 	}
-	f.waitReconciled()
-	assert.Equal(t, before, count(), "prune wake-ups ran no operations")
 }

@@ -1,205 +1,74 @@
 package reconciler_test
 
-// Failures and their retries: errors, RetryAfter, terminal errors, panics,
-// and what a retry is handed.
+// Failures and their retries: what a retry is handed, a conflicting status
+// write, objects that lose their primary key, and a dependency mapper that
+// panics. (Terminal errors,
+// RetryAfter and panics: testdata/policy.txtar and testdata/panics.txtar;
+// values at the edges: testdata/edges.txtar; retries against fresh writes
+// and refreshes: testdata/fresh_*.txtar; an Error written back:
+// testdata/error_written_back*.txtar and testdata/putback_held.txtar.)
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/cilium/hive/cell"
 	"github.com/cilium/statedb"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/converge-go/converge/reconciler"
-	"github.com/converge-go/converge/reconcilertest"
 	"github.com/converge-go/converge/status"
 )
-
-// RetryAfter sets the next attempt's time, over the backoff.
-func TestRetryAfterSetsTheNextAttempt(t *testing.T) {
-	const delay = 150 * time.Millisecond
-	var mu sync.Mutex
-	var times []time.Time
-	tg := newTarget()
-	tg.update = func(context.Context, *item) error {
-		mu.Lock()
-		defer mu.Unlock()
-		times = append(times, time.Now())
-		if len(times) == 1 {
-			return reconciler.RetryAfter(delay, errors.New("not yet"))
-		}
-		return nil
-	}
-	// The backoff alone would retry after 1ms; RetryAfter must win.
-	f := startFixture(t, tg, nil, reconciler.WithRetry(time.Millisecond, time.Millisecond), reconciler.WithRetryJitter(0))
-	f.upsert(&item{ID: "a"})
-	f.waitKind("a", status.KindDone)
-	mu.Lock()
-	defer mu.Unlock()
-	require.Len(t, times, 2)
-	assert.GreaterOrEqual(t, times[1].Sub(times[0]), delay)
-}
-
-// An error wrapping TerminalError is recorded and not retried, not even
-// when written back into the table, until the object changes.
-func TestTerminalErrorIsNotRetriedUntilChange(t *testing.T) {
-	var calls atomic.Int32
-	tg := newTarget()
-	tg.update = func(_ context.Context, it *item) error {
-		if it.ID == "a" {
-			calls.Add(1)
-		}
-		if it.Value == "bad" {
-			return fmt.Errorf("wrapped: %w", reconciler.TerminalError(errors.New("invalid value")))
-		}
-		return nil
-	}
-	f := startFixture(t, tg, nil, reconciler.WithRetry(time.Millisecond, time.Millisecond))
-	f.upsert(&item{ID: "a", Value: "bad"})
-	failed := f.waitKind("a", status.KindError)
-	assert.True(t, failed.Status.Terminal)
-	assert.Contains(t, failed.Status.Error, "invalid value")
-	rev := f.insertAs(failed.clone()) // written back
-	f.upsert(&item{ID: "b"})
-	f.waitKind("b", status.KindDone) // rounds ran past a
-	_, retryLow := f.reconciledTo(rev)
-	assert.Zero(t, retryLow, "no retry queued for a terminal error")
-	assert.Equal(t, int32(1), calls.Load(), "a terminal error was retried")
-
-	f.upsert(&item{ID: "a", Value: "good"})
-	f.waitKind("a", status.KindDone)
-}
 
 // A retried update is handed the object with the status that asked for the
 // work (Pending or Refreshing), not the Error status the failure wrote, so
 // that an operation treating Refreshing as "rewrite even if unchanged" keeps
 // that meaning on every attempt.
 func TestRetryIsHandedTheStatusThatAskedForWork(t *testing.T) {
-	for _, workers := range []int{1, 4} {
-		for _, batch := range []bool{false, true} {
-			for _, kind := range []status.Kind{status.KindPending, status.KindRefreshing} {
-				t.Run(fmt.Sprintf("workers=%d/batch=%v/%s", workers, batch, kind), func(t *testing.T) {
-					var (
-						mu     sync.Mutex
-						handed []status.Status
-					)
-					tg := newTarget()
-					tg.update = func(_ context.Context, it *item) error {
-						mu.Lock()
-						defer mu.Unlock()
-						handed = append(handed, it.Status)
-						if len(handed) < 3 {
-							return errors.New("not yet")
-						}
-						return nil
-					}
-					w := &with{}
-					if batch {
-						w.batch = tg
-					}
-					f := startFixture(t, tg, w, reconciler.WithConcurrency(workers), reconciler.WithRetry(time.Millisecond, time.Millisecond))
-
-					asked := status.Pending()
-					if kind == status.KindRefreshing {
-						asked = status.Refreshing()
-					}
-					f.insertAs(&item{ID: "a", Value: "v", Status: asked})
-					f.waitKind("a", status.KindDone)
-
+	for _, v := range variants {
+		for _, kind := range []status.Kind{status.KindPending, status.KindRefreshing} {
+			t.Run(fmt.Sprintf("%v/%s", v, kind), func(t *testing.T) {
+				var (
+					mu     sync.Mutex
+					handed []status.Status
+				)
+				tg := newTarget()
+				tg.update = func(_ context.Context, it *item) error {
 					mu.Lock()
 					defer mu.Unlock()
-					require.Len(t, handed, 3)
-					for i, st := range handed {
-						assert.Equal(t, kind, st.Kind, "attempt %d was handed %s", i+1, st)
-						assert.Equal(t, asked.ID(), st.ID(), "attempt %d was handed another status", i+1)
-						assert.True(t, asked.UpdatedAt.Equal(st.UpdatedAt), "attempt %d: %s", i+1, st)
+					handed = append(handed, it.Status)
+					if len(handed) < 3 {
+						return errors.New("not yet")
 					}
-				})
-			}
+					return nil
+				}
+				f := v.fixture(t, tg, nil, reconciler.WithRetry(time.Millisecond, time.Millisecond))
+				f.start()
+
+				asked := status.Pending()
+				if kind == status.KindRefreshing {
+					asked = status.Refreshing()
+				}
+				f.insertAs(&item{ID: "a", Value: "v", Status: asked})
+				f.waitKind("a", status.KindDone)
+
+				mu.Lock()
+				defer mu.Unlock()
+				require.Len(t, handed, 3)
+				for i, st := range handed {
+					assert.Equal(t, kind, st.Kind, "attempt %d was handed %s", i+1, st)
+					assert.Equal(t, asked.ID(), st.ID(), "attempt %d was handed another status", i+1)
+					assert.True(t, asked.UpdatedAt.Equal(st.UpdatedAt), "attempt %d: %s", i+1, st)
+				}
+			})
 		}
-	}
-}
-
-// Option and error values at the edges (a round of math.MaxInt objects, a
-// backoff up to MaxInt64, a RetryAfter of 292 years) neither overflow nor
-// spin. Found by the second review (bug 9).
-func TestValuesAtTheEdgesNeitherOverflowNorSpin(t *testing.T) {
-	var attempts atomic.Int32
-	tg := newTarget()
-	tg.update = func(_ context.Context, it *item) error {
-		if it.ID == "later" {
-			attempts.Add(1)
-			return reconciler.RetryAfter(time.Duration(math.MaxInt64), errors.New("in 292 years"))
-		}
-		return nil
-	}
-	f := startFixture(t, tg, nil,
-		reconciler.WithRoundLimits(math.MaxInt, nil),
-		reconciler.WithRetry(time.Millisecond, time.Duration(math.MaxInt64)),
-		reconciler.WithRetryJitter(0.9))
-	f.upsert(&item{ID: "later"}, &item{ID: "now"})
-	f.waitKind("later", status.KindError)
-	f.waitKind("now", status.KindDone)
-	for range 20 { // rounds go on; the retry stays far away
-		f.reconciledTo(f.upsert(&item{ID: "tick"}))
-	}
-	assert.Equal(t, int32(1), attempts.Load(), "a retry 292 years away ran again")
-}
-
-// A panic in any operation, single or batch, is recovered, recorded as an
-// error and retried; the reconciler goes on.
-func TestPanicsBecomeErrorsAndAreRetried(t *testing.T) {
-	for _, c := range []struct {
-		where string
-		op    reconcilertest.Op
-		batch bool
-	}{
-		{"update", reconcilertest.OpUpdate, false},
-		{"delete", reconcilertest.OpDelete, false},
-		{"update-batch", reconcilertest.OpUpdate, true},
-		{"delete-batch", reconcilertest.OpDelete, true},
-		{"prune", reconcilertest.OpPrune, false},
-	} {
-		t.Run(c.where, func(t *testing.T) {
-			tg := newTarget()
-			fo := reconcilertest.NewFaultyOps(itemKey, tg, tg)
-			require.NoError(t, fo.Inject(reconcilertest.Fault{Mode: reconcilertest.ModePanic, Op: c.op, Next: 1}))
-			w := &with{}
-			if c.batch {
-				w.batch = fo
-			}
-			f := startFixture(t, fo, w, reconciler.WithRetry(time.Millisecond, 5*time.Millisecond), reconciler.WithPruning(0))
-
-			f.upsert(&item{ID: "a"}, &item{ID: "b"})
-			f.waitKind("a", status.KindDone)
-			f.waitKind("b", status.KindDone)
-			f.remove("a")
-			// The table has no initializers, so it is initialized. A failed
-			// prune waits for the next request.
-			require.Eventually(t, func() bool {
-				f.rec.Prune()
-				_, deleted := count(fo, reconcilertest.OpDelete, "a")
-				_, pruned := count(fo, reconcilertest.OpPrune, "")
-				return deleted >= 1 && pruned >= 1
-			}, timeout, time.Millisecond, "delete and prune eventually succeed")
-
-			panicked := false
-			for _, call := range fo.Calls() {
-				panicked = panicked || call.Op == c.op && call.Err != nil && strings.Contains(call.Err.Error(), "injected panic")
-			}
-			assert.True(t, panicked, "the operation panicked")
-			// The reconciler kept going: a new object is still reconciled.
-			f.upsert(&item{ID: "c"})
-			f.waitKind("c", status.KindDone)
-		})
 	}
 }
 
@@ -240,4 +109,124 @@ func TestFailureWithAConflictingStatusWriteIsRetried(t *testing.T) {
 	obj := f.waitKind("x", status.KindDone) // a's status
 	assert.GreaterOrEqual(t, aCalls.Load(), int32(2), "a failed once, then succeeded on retry")
 	assert.Equal(t, status.KindDone, obj.Statuses.Get("b").Kind, "b's status is left alone")
+}
+
+// Objects without a primary key: StateDB v0.9 lets a primary indexer say an
+// object has none (item.NoKey here), and then stores nothing for it.
+
+// An Update that leaves its object without a primary key gets an Error
+// status wrapping ErrNoPrimaryKey on the object as it was, and is retried;
+// the other objects of the round are reconciled as usual. A dependency or
+// refresh mark whose setStatus drops the key leaves that object alone,
+// never panics, and still marks the others.
+func TestObjectWithoutAPrimaryKey(t *testing.T) {
+	for _, mark := range []string{"dependency", "refresh"} {
+		for _, workers := range []int{1, 3} {
+			t.Run(fmt.Sprintf("%s/workers=%d", mark, workers), func(t *testing.T) {
+				tg := newTarget()
+				tg.update = func(_ context.Context, it *item) error {
+					if it.ID == "bad" {
+						it.NoKey = true // a buggy Update changes what the primary index reads
+					}
+					return nil
+				}
+				var deps statedb.RWTable[*item]
+				w := withDeps(t, &deps, sameID)
+				w.setStatus = func(o *item, s status.Status) *item {
+					o.Status = s
+					if o.ID == "a" && s.Kind == status.KindRefreshing {
+						o.NoKey = true
+					}
+					return o
+				}
+				opts := []reconciler.Option{reconciler.WithConcurrency(workers), reconciler.WithRetry(time.Hour, time.Hour)}
+				if mark == "refresh" {
+					opts = append(opts, reconciler.WithRefreshing(10*time.Millisecond, nil))
+				}
+				f := startFixture(t, tg, w, opts...)
+				f.upsert(&item{ID: "a"}, &item{ID: "bad"}, &item{ID: "b"})
+				a := f.waitKind("a", status.KindDone)
+				bad := f.waitKind("bad", status.KindError)
+				b := f.waitKind("b", status.KindDone)
+				assert.Contains(t, bad.Status.Error, reconciler.ErrNoPrimaryKey.Error())
+				assert.False(t, bad.NoKey, "the object is stored as it was before Update")
+
+				if mark == "dependency" { // a mark of a and b; refreshes mark them over and over
+					writeDeps(t, f, deps, false, &item{ID: "a"}, &item{ID: "b"})
+				}
+				for range map[string]int{"dependency": 1, "refresh": 3}[mark] {
+					f.waitTable("b to be reconciled again after a mark", func(txn statedb.ReadTxn) bool {
+						obj, _, found := f.table.Get(txn, itemID.Query("b"))
+						if found && obj.Status.Kind == status.KindDone && obj.Status.ID() != b.Status.ID() {
+							b = obj
+							return true
+						}
+						return false
+					})
+				}
+				now, found := f.get("a")
+				require.True(t, found, "a is still in the table")
+				assert.Equal(t, a.Status.ID(), now.Status.ID(), "a's mark was left out")
+			})
+		}
+	}
+}
+
+// WithDependency: objects re-reconciled when what they depend on changes.
+// (Which objects, once each, on a change or a delete, keys not in the
+// table ignored, Unset objects left alone: testdata/dependency*.txtar;
+// refusals: TestRegisterRejectsBadInput.)
+
+// withDeps is a with whose setup creates a deps table, of items too, and
+// makes the reconciler depend on it through mapper.
+func withDeps(t *testing.T, deps *statedb.RWTable[*item], mapper func(*item, bool) []statedb.Query[*item]) *with {
+	return &with{setup: func(f *fixture) []reconciler.Option {
+		var err error
+		*deps, err = statedb.NewTable(f.db, "deps", itemID)
+		require.NoError(t, err)
+		return []reconciler.Option{reconciler.WithDependency(*deps, mapper)}
+	}}
+}
+
+// sameID is a WithDependency mapper: a dep re-reconciles the item of its ID.
+func sameID(d *item, _ bool) []statedb.Query[*item] {
+	return []statedb.Query[*item]{itemID.Query(d.ID)}
+}
+
+// writeDeps inserts objs into deps, or deletes them, in one transaction.
+func writeDeps(t *testing.T, f *fixture, deps statedb.RWTable[*item], del bool, objs ...*item) {
+	wtxn := f.db.WriteTxn(deps)
+	for _, o := range objs {
+		var err error
+		if del {
+			_, _, err = deps.Delete(wtxn, o)
+		} else {
+			_, _, err = deps.Insert(wtxn, o)
+		}
+		require.NoError(t, err)
+	}
+	wtxn.Commit()
+}
+
+// A mapper that panics on one change neither stops the program nor loses
+// the triggers of other changes; the dependency job's health says so.
+func TestDependencyMapperPanicIsRecovered(t *testing.T) {
+	tg := newTarget()
+	var deps statedb.RWTable[*item]
+	f := startFixture(t, tg, withDeps(t, &deps, func(d *item, _ bool) []statedb.Query[*item] {
+		if d.Value == "boom" {
+			panic("mapper bug")
+		}
+		return []statedb.Query[*item]{itemID.Query(d.Value)}
+	}))
+	f.upsert(&item{ID: "a", Value: "1"})
+	f.waitReconciled()
+	base := len(tg.applied())
+
+	writeDeps(t, f, deps, false, &item{ID: "d1", Value: "boom"}, &item{ID: "d2", Value: "a"})
+	require.Eventually(t, func() bool { return len(tg.applied()) == base+1 }, timeout, time.Millisecond,
+		"the other change still triggers a")
+	f.waitHealth(func(level cell.Level, msg string) bool {
+		return level == cell.StatusDegraded && strings.Contains(msg, "mapper bug")
+	}, "job-dependency-deps")
 }

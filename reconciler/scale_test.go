@@ -10,6 +10,7 @@ package reconciler_test
 // CONVERGE_SCALE_OBJECTS=N changes the number of objects (default 1000000).
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -56,26 +57,20 @@ func TestScale(t *testing.T) {
 	if os.Getenv("CONVERGE_SCALE") == "" {
 		t.Skip("set CONVERGE_SCALE=1 to reconcile a million objects")
 	}
-	n := 1_000_000
-	if s := os.Getenv("CONVERGE_SCALE_OBJECTS"); s != "" {
-		var err error
-		n, err = strconv.Atoi(s)
-		require.NoError(t, err)
-	}
+	n, err := strconv.Atoi(cmp.Or(os.Getenv("CONVERGE_SCALE_OBJECTS"), "1000000"))
+	require.NoError(t, err)
 	for _, v := range []variant{{1, false}, {1, true}, {4, false}} {
 		t.Run(v.String(), func(t *testing.T) { runScale(t, n, v) })
 	}
 }
 
-// writeScale inserts the objects i in [0, to) for which which(i) (all if
-// nil) with value(i), Pending, in transactions of 10,000; it returns how many.
-func writeScale(t *testing.T, db *statedb.DB, table statedb.RWTable[*item], to int, which func(i int) bool, value func(i int) string) (statedb.Revision, int) {
-	var rev statedb.Revision
-	written := 0
+// writeScale inserts the objects i in [0, to) for which which(i) with
+// value(i), Pending, in transactions of 10,000; it returns how many.
+func writeScale(t *testing.T, db *statedb.DB, table statedb.RWTable[*item], to int, which func(i int) bool, value func(i int) string) (rev statedb.Revision, written int) {
 	for lo := 0; lo < to; lo += 10_000 {
 		wtxn := db.WriteTxn(table)
 		for i := lo; i < min(lo+10_000, to); i++ {
-			if which == nil || which(i) {
+			if which(i) {
 				_, _, err := table.Insert(wtxn, &item{ID: fmt.Sprintf("o%07d", i), Value: value(i), Status: status.Pending()})
 				require.NoError(t, err)
 				written++
@@ -89,20 +84,22 @@ func writeScale(t *testing.T, db *statedb.DB, table statedb.RWTable[*item], to i
 
 func runScale(t *testing.T, n int, v variant) {
 	failing, increment := n/100, n/10
+	all := func(int) bool { return true }
+	isFailing := func(i int) bool { return i%100 == 0 }
 	// The heap that the objects take in a table alone, for comparison.
 	before := heapAlloc()
 	db := statedb.New()
 	require.NoError(t, db.Start())
 	table, err := statedb.NewTable(db, "items", itemID, convergeindex.NewStatusIndex((*item).getStatus))
 	require.NoError(t, err)
-	writeScale(t, db, table, n, nil, func(int) string { return "v1" })
+	writeScale(t, db, table, n, all, func(int) string { return "v1" })
 	alone := heapAlloc() - before
 	runtime.KeepAlive(table)
 	db.Stop()
 
-	before = heapAlloc()
 	// A target that keeps nothing, so that the heap is the reconciler's; it
 	// fails objects whose value is "fail" while failOn is set.
+	before = heapAlloc()
 	var failOn atomic.Bool
 	failOn.Store(true)
 	ops := newTarget()
@@ -119,30 +116,19 @@ func runScale(t *testing.T, n int, v variant) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 
-	// write writes and waits until the reconciler has handled the objects;
-	// it returns the time taken, the rounds and the number written.
-	write := func(to int, which func(i int) bool, value func(i int) string) (time.Duration, int64, int) {
+	// write writes, waits until the reconciler has handled the objects and
+	// logs the rate, which it returns.
+	write := func(label string, to int, which func(i int) bool, value func(i int) string) float64 {
 		rounds, start := m.rounds.Load(), time.Now()
 		rev, written := writeScale(t, f.db, f.table, to, which, value)
 		_, _, err := f.rec.WaitUntilReconciled(ctx, rev)
 		require.NoError(t, err)
-		return time.Since(start), m.rounds.Load() - rounds, written
-	}
-	report := func(label string, took time.Duration, rounds int64, written int) float64 {
-		rate := float64(written) / took.Seconds()
+		took, rounds := time.Since(start), m.rounds.Load()-rounds
 		t.Logf("%s: %d objects in %s (%.0f objects/s), %d rounds (%s per round), %d failing", label, written,
-			took.Round(time.Millisecond), rate, rounds, (took / time.Duration(max(rounds, 1))).Round(time.Microsecond), m.failing.Load())
-		return rate
+			took.Round(time.Millisecond), float64(written)/took.Seconds(), rounds, (took / time.Duration(max(rounds, 1))).Round(time.Microsecond), m.failing.Load())
+		return float64(written) / took.Seconds()
 	}
-
-	isFailing := func(i int) bool { return i%100 == 0 }
-	took, rounds, written := write(n, nil, func(i int) string {
-		if isFailing(i) {
-			return "fail"
-		}
-		return "v1"
-	})
-	report("initial", took, rounds, written)
+	write("initial", n, all, func(i int) string { return map[bool]string{true: "fail", false: "v1"}[isFailing(i)] })
 	require.Eventually(t, func() bool { return m.failing.Load() == int64(failing) }, time.Minute, 10*time.Millisecond,
 		"failing objects: %d, want %d", m.failing.Load(), failing)
 	assert.Equal(t, failing, f.countKind(f.db.ReadTxn(), status.KindError))
@@ -175,11 +161,11 @@ func runScale(t *testing.T, n int, v variant) {
 	assert.Equal(t, listed-10, omitted)
 	assert.Less(t, len(msg), 2000)
 
-	// Updates of 10% of the objects, with and without 1% waiting for retry.
+	// Updates of 10% of the objects, with and without 1% waiting for retry:
+	// the best of three each.
 	measure := func(label string) (best float64) {
 		for attempt := range 3 {
-			took, rounds, written := write(increment, func(i int) bool { return !isFailing(i) }, func(int) string { return fmt.Sprint(label, ".", attempt) })
-			best = max(best, report(label, took, rounds, written))
+			best = max(best, write(label, increment, func(i int) bool { return !isFailing(i) }, func(int) string { return fmt.Sprint(label, ".", attempt) }))
 		}
 		return best
 	}

@@ -1,10 +1,13 @@
 package reconciler_test
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,6 +24,7 @@ import (
 	"github.com/cilium/statedb/index"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/time/rate"
 
 	convergeindex "github.com/converge-go/converge/index"
 	"github.com/converge-go/converge/metrics"
@@ -34,10 +38,29 @@ import (
 // The reconciler's operations are a reconcilertest.FaultyOps around a
 // reconcilertest.Target. The first line of a script may configure the
 // reconciler, for example "#! -batch -workers=4"; see parseScriptFlags.
+// A script with -each-variant runs once more in every other variant of
+// workers and batch (TestScripts/VARIANT/SCRIPT).
 func TestScripts(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	t.Cleanup(cancel)
 	scripttest.Test(t, ctx, newScriptEngine, nil, "../testdata/*.txtar")
+	files, err := filepath.Glob("../testdata/*.txtar")
+	require.NoError(t, err)
+	files = slices.DeleteFunc(files, func(file string) bool {
+		data, err := os.ReadFile(file)
+		require.NoError(t, err)
+		first, _, _ := strings.Cut(string(data), "\n")
+		return !strings.HasPrefix(first, "#!") || !strings.Contains(first, "-each-variant")
+	})
+	for _, v := range variants[1:] {
+		t.Run(v.String(), func(t *testing.T) {
+			for _, file := range files {
+				scripttest.Test(t, ctx, func(t testing.TB, args []string) *script.Engine {
+					return newScriptEngine(t, append(args, fmt.Sprint("-workers=", v.workers), fmt.Sprint("-batch=", v.batch)))
+				}, nil, file)
+			}
+		})
+	}
 }
 
 type scriptFlags struct {
@@ -45,7 +68,9 @@ type scriptFlags struct {
 	workers     int
 	prune       time.Duration
 	refresh     time.Duration
+	refreshOne  time.Duration
 	retryMin    time.Duration
+	jitter      float64
 	retryMax    time.Duration
 	reconcilers string
 	timeout     time.Duration
@@ -55,6 +80,9 @@ type scriptFlags struct {
 	dependency  bool
 	roundSize   int
 	maxAttempts int
+	eachVariant bool
+	held        int
+	roundEvery  time.Duration
 }
 
 func parseScriptFlags(args []string) (scriptFlags, error) {
@@ -64,6 +92,8 @@ func parseScriptFlags(args []string) (scriptFlags, error) {
 	fs.IntVar(&f.workers, "workers", 1, "WithConcurrency")
 	fs.DurationVar(&f.prune, "prune", 0, "WithPruning interval (0: only on request)")
 	fs.DurationVar(&f.refresh, "refresh", 0, "WithRefreshing interval")
+	fs.DurationVar(&f.refreshOne, "refresh-one-per", 0, "WithRefreshing limiter: one object, then one per this long")
+	fs.Float64Var(&f.jitter, "retry-jitter", -1, "WithRetryJitter (default: the reconciler's)")
 	fs.DurationVar(&f.retryMin, "retry-min", 10*time.Millisecond, "minimum backoff")
 	fs.DurationVar(&f.retryMax, "retry-max", 50*time.Millisecond, "maximum backoff")
 	fs.StringVar(&f.reconcilers, "reconcilers", "", "comma-separated names of reconcilers sharing Statuses")
@@ -74,6 +104,9 @@ func parseScriptFlags(args []string) (scriptFlags, error) {
 	fs.BoolVar(&f.dependency, "dependency", false, "WithDependency on the deps table: a dep re-reconciles the items it lists; see depOps")
 	fs.IntVar(&f.roundSize, "round-size", 0, "WithRoundLimits objects per round (0: the default)")
 	fs.IntVar(&f.maxAttempts, "max-attempts", 0, "WithMaxAttempts (0: no limit)")
+	fs.BoolVar(&f.eachVariant, "each-variant", false, "run the script in every variant of -workers and -batch too")
+	fs.DurationVar(&f.roundEvery, "round-every", 0, "WithRoundLimits limiter: one round, then one per this long")
+	fs.IntVar(&f.held, "held", 0, "N Done items held000... in the table at Register, and in the target, as after an earlier run")
 	if err := fs.Parse(args); err != nil {
 		return f, err
 	}
@@ -154,9 +187,18 @@ func registerScriptReconcilers(p reconciler.Params, flags scriptFlags, m metrics
 	if err != nil {
 		return out, err
 	}
+	held := items("held", flags.held, "1")
+	for i, it := range held {
+		it.ID, it.Status = fmt.Sprintf("held%03d", i), status.Done()
+		base.Target.Set(it.ID, it.Value)
+	}
+	if err := insertItems(p.DB, table, held...); err != nil {
+		return out, err
+	}
 	cmds := map[string]script.Cmd{
 		"items/init": initCmd(p.DB, table, "mark the items table initialized"),
 		"items/fill": fillCmd(p.DB, table),
+		"items/set":  setCmd(p.DB, table),
 	}
 	var extra []reconciler.Option
 	if flags.startAfter >= 0 {
@@ -176,8 +218,12 @@ func registerScriptReconcilers(p reconciler.Params, flags scriptFlags, m metrics
 	if flags.maxAttempts > 0 {
 		extra = append(extra, reconciler.WithMaxAttempts(flags.maxAttempts))
 	}
-	if flags.roundSize > 0 {
-		extra = append(extra, reconciler.WithRoundLimits(flags.roundSize, nil))
+	if flags.roundSize > 0 || flags.roundEvery > 0 {
+		var lim *rate.Limiter
+		if flags.roundEvery > 0 {
+			lim = rate.NewLimiter(rate.Every(flags.roundEvery), 1)
+		}
+		extra = append(extra, reconciler.WithRoundLimits(cmp.Or(flags.roundSize, 1000), lim))
 	}
 
 	names := []string{""}
@@ -196,7 +242,12 @@ func registerScriptReconcilers(p reconciler.Params, flags scriptFlags, m metrics
 		if flags.prune > 0 {
 			opts = append(opts, reconciler.WithPruning(flags.prune))
 		}
-		if flags.refresh > 0 {
+		if flags.jitter >= 0 {
+			opts = append(opts, reconciler.WithRetryJitter(flags.jitter))
+		}
+		if flags.refresh > 0 && flags.refreshOne > 0 {
+			opts = append(opts, reconciler.WithRefreshing(flags.refresh, rate.NewLimiter(rate.Every(flags.refreshOne), 1)))
+		} else if flags.refresh > 0 {
 			opts = append(opts, reconciler.WithRefreshing(flags.refresh, nil))
 		}
 		get, set := (*item).getStatus, (*item).setStatus
@@ -233,27 +284,63 @@ func initCmd[Obj any](db *statedb.DB, table statedb.RWTable[Obj], summary string
 		})
 }
 
-// fillCmd inserts COUNT Pending items in one transaction, PREFIX000,
-// PREFIX001 and so on, each with the value "1".
+// fillCmd inserts COUNT items in one transaction, PREFIX000, PREFIX001 and
+// so on, each with the value "1" and a fresh status of KIND (Pending,
+// Refreshing or Done).
 func fillCmd(db *statedb.DB, table statedb.RWTable[*item]) script.Cmd {
-	return script.Command(script.CmdUsage{Summary: "insert COUNT Pending items PREFIX000, PREFIX001... with value 1", Args: "prefix count"},
+	return script.Command(script.CmdUsage{Summary: "insert COUNT items PREFIX000, PREFIX001... with value 1 and a status of KIND (Pending, Refreshing or Done)", Args: "prefix count [kind]"},
 		func(_ *script.State, args ...string) (script.WaitFunc, error) {
-			if len(args) != 2 {
+			if len(args) < 2 || len(args) > 3 {
 				return nil, script.ErrUsage
 			}
 			n, err := strconv.Atoi(args[1])
 			if err != nil {
 				return nil, err
 			}
-			wtxn := db.WriteTxn(table)
-			defer wtxn.Abort() // after Commit, does nothing
-			for i := range n {
-				if _, _, err := table.Insert(wtxn, &item{ID: fmt.Sprintf("%s%03d", args[0], i), Value: "1", Status: status.Pending()}); err != nil {
-					return nil, err
-				}
+			kind := "Pending"
+			if len(args) == 3 {
+				kind = args[2]
 			}
-			wtxn.Commit()
-			return nil, nil
+			st, ok := map[string]func() status.Status{"Pending": status.Pending, "Refreshing": status.Refreshing, "Done": status.Done}[kind]
+			if !ok {
+				return nil, fmt.Errorf("kind %q: want Pending, Refreshing or Done", kind)
+			}
+			objs := make([]*item, n)
+			for i := range objs {
+				objs[i] = &item{ID: fmt.Sprintf("%s%03d", args[0], i), Value: "1", Status: st()}
+			}
+			return nil, insertItems(db, table, objs...)
+		})
+}
+
+// insertItems inserts objs in one transaction.
+func insertItems(db *statedb.DB, table statedb.RWTable[*item], objs ...*item) error {
+	wtxn := db.WriteTxn(table)
+	defer wtxn.Abort() // after Commit, does nothing
+	for _, o := range objs {
+		if _, _, err := table.Insert(wtxn, o); err != nil {
+			return err
+		}
+	}
+	wtxn.Commit()
+	return nil
+}
+
+// setCmd inserts items KEY with VALUE in one transaction, each with a
+// fresh Pending status, as an application writes them: db/insert's YAML
+// gives statuses without an identity (see package status).
+func setCmd(db *statedb.DB, table statedb.RWTable[*item]) script.Cmd {
+	return script.Command(script.CmdUsage{Summary: "insert items KEY=VALUE with a fresh Pending status", Args: "key=value..."},
+		func(_ *script.State, args ...string) (script.WaitFunc, error) {
+			var objs []*item
+			for _, arg := range args {
+				key, value, ok := strings.Cut(arg, "=")
+				if !ok {
+					return nil, fmt.Errorf("%w: %q is not key=value", script.ErrUsage, arg)
+				}
+				objs = append(objs, &item{ID: key, Value: value, Status: status.Pending()})
+			}
+			return nil, insertItems(db, table, objs...)
 		})
 }
 

@@ -1,40 +1,29 @@
 package reconciler_test
 
 // When a reconciler starts: registered from a start hook or after the
-// start, and inside a synctest bubble. (WithStartAfter:
-// testdata/start_after*.txtar.)
+// start, and inside a synctest bubble; and what Register refuses.
+// (WithStartAfter: testdata/start_after*.txtar.)
 
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/cilium/hive/cell"
+	"github.com/cilium/hive/job"
 	"github.com/cilium/statedb"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/time/rate"
 
 	"github.com/converge-go/converge/reconciler"
 	"github.com/converge-go/converge/reconcilertest"
 	"github.com/converge-go/converge/status"
 )
-
-// A reconciler registered after the hive has started starts at once: a
-// write made before Register, and a write and a delete after it, apply.
-func TestRegisterAfterTheHiveStarted(t *testing.T) {
-	tg := newTarget()
-	f := startFixture(t, tg, &with{register: byTheTest})
-	f.upsert(&item{ID: "a", Value: "1"})
-	require.NoError(t, f.register())
-	f.waitApplied(tg, "a", "1")
-	f.upsert(&item{ID: "b", Value: "1"})
-	f.reconciledTo(f.remove("a"))
-	f.caughtUp()
-	assert.Equal(t, map[string]string{"b": "1"}, tg.State())
-}
 
 // The reconciler runs inside a testing/synctest bubble, as StateDB tests
 // its own, with workers, batches, a dependency, refreshing, pruning and
@@ -69,7 +58,10 @@ func TestRunsInASynctestBubble(t *testing.T) {
 				writeDeps(t, f, deps, false, &item{ID: objs[40].ID})
 				f.start()
 				f.converged(tg)
-				deletedAll(t, tg, ids(objs[:10]))
+				for _, o := range objs[:10] { // deleted while stopped, not pruned
+					_, deleted := count(tg, reconcilertest.OpDelete, o.ID)
+					assert.Positive(t, deleted, "%s was not handed to Delete", o.ID)
+				}
 				f.stop()
 			})
 			collectGarbage(t)
@@ -89,34 +81,30 @@ func TestLeavesNothingBehindItsSynctestBubble(t *testing.T) {
 		return cell.Invoke(func(lc cell.Lifecycle) { lc.Append(fail) })
 	}
 	type run func(t *testing.T, w *with) *fixture
-	writes := func(f *fixture) { f.upsert(items("k", 10, "1")...); f.remove("k-00001") }
-	failsToStart := func(t *testing.T, w *with) *fixture {
-		f := newFixture(t, newTarget(), w, reconciler.WithConcurrency(4))
-		require.ErrorIs(t, f.tryStart(), errHook)
-		writes(f)
-		return f
+	// failsToStart populates a fixture with the cells set adds and checks
+	// that Start fails, or does not start it if set is nil; then writes.
+	failsToStart := func(set func(w *with)) run {
+		return func(t *testing.T, w *with) *fixture {
+			if set != nil {
+				set(w)
+			}
+			f := newFixture(t, newTarget(), w, reconciler.WithConcurrency(4))
+			if set != nil {
+				require.ErrorIs(t, f.tryStart(), errHook)
+			}
+			f.upsert(items("k", 10, "1")...)
+			f.remove("k-00001")
+			return f
+		}
 	}
 	for _, c := range []struct {
 		name string
 		run  run
 	}{
-		{"registered, never started", func(t *testing.T, w *with) *fixture {
-			f := newFixture(t, newTarget(), w, reconciler.WithConcurrency(4))
-			writes(f)
-			return f
-		}},
-		{"start fails before the database starts", func(t *testing.T, w *with) *fixture {
-			w.first = []cell.Cell{failing(false)}
-			return failsToStart(t, w)
-		}},
-		{"start fails after the database started", func(t *testing.T, w *with) *fixture {
-			w.first = []cell.Cell{failing(true)}
-			return failsToStart(t, w)
-		}},
-		{"start fails after the reconciler's jobs", func(t *testing.T, w *with) *fixture {
-			w.last = []cell.Cell{failing(false)}
-			return failsToStart(t, w)
-		}},
+		{"registered, never started", failsToStart(nil)},
+		{"start fails before the database starts", failsToStart(func(w *with) { w.first = []cell.Cell{failing(false)} })},
+		{"start fails after the database started", failsToStart(func(w *with) { w.first = []cell.Cell{failing(true)} })},
+		{"start fails after the reconciler's jobs", failsToStart(func(w *with) { w.last = []cell.Cell{failing(false)} })},
 		{"registered after the hive stopped", func(t *testing.T, w *with) *fixture {
 			w.register = byTheTest
 			f := startFixture(t, newTarget(), w)
@@ -169,12 +157,9 @@ func TestLeavesNothingBehindItsSynctestBubble(t *testing.T) {
 				fo := reconcilertest.NewFaultyOps(itemKey, tg, tg)
 				require.NoError(t, fo.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeError, Key: "fails"}))
 				held := tg.hold("held")
-				w := &with{}
-				if v.batch {
-					w.batch = fo
-				}
-				f := startFixture(t, fo, w, reconciler.WithConcurrency(v.workers), reconciler.WithRetry(time.Second, time.Minute),
+				f := v.fixture(t, fo, nil, reconciler.WithRetry(time.Second, time.Minute),
 					reconciler.WithPruning(time.Minute), reconciler.WithRefreshing(time.Minute, nil), reconciler.WithOperationTimeout(time.Hour))
+				f.start()
 				f.upsert(items("k", 20, "1")...)
 				f.upsert(&item{ID: "fails", Value: "1"})
 				f.waitKind("fails", status.KindError)
@@ -199,8 +184,10 @@ func TestLeavesNothingBehindItsSynctestBubble(t *testing.T) {
 	}
 }
 
-// Several reconcilers, registered from an invoke, from start hooks (two in
-// one hook) and after the start, all reconcile.
+// Several reconcilers, registered from start hooks (two in one hook) and
+// after the start, all reconcile; the fixture's, registered after the
+// start too, applies a write made before Register and a write and a
+// delete after it.
 func TestSeveralReconcilersRegisteredAtDifferentTimesAllRun(t *testing.T) {
 	type other struct {
 		table statedb.RWTable[*item]
@@ -216,7 +203,7 @@ func TestSeveralReconcilersRegisteredAtDifferentTimesAllRun(t *testing.T) {
 		return err
 	}
 	tg := newTarget()
-	f := startFixture(t, tg, &with{setup: func(f *fixture) []reconciler.Option {
+	f := startFixture(t, tg, &with{register: byTheTest, setup: func(f *fixture) []reconciler.Option {
 		params = f.params
 		for _, name := range []string{"hook1", "hook2", "hook3", "after"} {
 			table, err := statedb.NewTable(f.db, "items-"+name, itemID, f.index)
@@ -230,7 +217,12 @@ func TestSeveralReconcilersRegisteredAtDifferentTimesAllRun(t *testing.T) {
 	})}})
 	require.NoError(t, register("after"))
 	f.upsert(&item{ID: "a", Value: "1"})
+	require.NoError(t, f.register())
 	f.waitApplied(tg, "a", "1")
+	f.upsert(&item{ID: "b", Value: "1"})
+	f.reconciledTo(f.remove("a"))
+	f.caughtUp()
+	assert.Equal(t, map[string]string{"b": "1"}, tg.State())
 	for name, o := range others {
 		wtxn := f.db.WriteTxn(o.table)
 		_, _, err := o.table.Insert(wtxn, &item{ID: "a", Value: name, Status: status.Pending()})
@@ -272,4 +264,110 @@ func collectGarbage(t *testing.T) {
 			t.Fatal("cleanups did not run")
 		}
 	}
+}
+
+// fakeGroup records jobs instead of running them, for Register called
+// outside a hive.
+type fakeGroup struct{ jobs []job.Job }
+
+func (g *fakeGroup) Add(jobs ...job.Job)                { g.jobs = append(g.jobs, jobs...) }
+func (g *fakeGroup) Scoped(name string) job.ScopedGroup { return g }
+
+// Register refuses a missing argument, an option out of range or a limiter
+// that never allows, with an error wrapping ErrInvalidConfig that says
+// which, and never panics.
+func TestRegisterRejectsBadInput(t *testing.T) {
+	db := statedb.New()
+	table, err := statedb.NewTable(db, "items", itemID)
+	require.NoError(t, err)
+	tgt := newTarget()
+
+	type args struct {
+		params    reconciler.Params
+		table     statedb.RWTable[*item]
+		clone     func(*item) *item
+		setStatus func(*item, status.Status) *item
+		getStatus func(*item) status.Status
+		ops       reconciler.Operations[*item]
+		opts      []reconciler.Option
+	}
+	good := func() args {
+		return args{
+			params:    reconciler.Params{Log: slog.Default(), DB: db, JobGroup: &fakeGroup{}},
+			table:     table,
+			clone:     (*item).clone,
+			setStatus: (*item).setStatus,
+			getStatus: (*item).getStatus,
+			ops:       tgt,
+		}
+	}
+	with := func(o ...reconciler.Option) func(*args) { return func(a *args) { a.opts = o } }
+	var noTable statedb.Table[*item]
+	cases := []struct {
+		name   string
+		modify func(*args)
+		want   string
+	}{
+		{"nil table", func(a *args) { a.table = nil }, "table must not be nil"},
+		{"nil clone", func(a *args) { a.clone = nil }, "clone function must not be nil"},
+		{"nil setStatus", func(a *args) { a.setStatus = nil }, "setStatus function must not be nil"},
+		{"nil getStatus", func(a *args) { a.getStatus = nil }, "getStatus function must not be nil"},
+		{"nil ops", func(a *args) { a.ops = nil }, "Operations must not be nil"},
+		{"nil db", func(a *args) { a.params.DB = nil }, "Params.DB must not be nil"},
+		{"nil job group", func(a *args) { a.params.JobGroup = nil }, "Params.JobGroup must not be nil"},
+		{"nil option", with(nil), "nil Option"},
+		{"zero round size", with(reconciler.WithRoundLimits(0, nil)), "round size must be positive"},
+		{"negative round size", with(reconciler.WithRoundLimits(-1, rate.NewLimiter(1, 1))), "round size must be positive"},
+		{"zero min backoff", with(reconciler.WithRetry(0, time.Second)), "minimum retry backoff must be positive"},
+		{"max below min", with(reconciler.WithRetry(time.Second, time.Millisecond)), "below the minimum"},
+		{"negative prune", with(reconciler.WithPruning(-time.Second)), "prune interval must not be negative"},
+		{"negative refresh", with(reconciler.WithRefreshing(-time.Second, nil)), "refresh interval must not be negative"},
+		{"jitter one", with(reconciler.WithRetryJitter(1)), "retry jitter must be in [0, 1)"},
+		{"jitter negative", with(reconciler.WithRetryJitter(-0.1)), "retry jitter"},
+		{"negative max attempts", with(reconciler.WithMaxAttempts(-1)), "maximum attempts must not be negative"},
+		{"zero workers", with(reconciler.WithConcurrency(0)), "concurrency must be in [1, 65536]"},
+		{"too many workers", with(reconciler.WithConcurrency(1 << 20)), "concurrency must be in [1, 65536]"},
+		{"negative timeout", with(reconciler.WithOperationTimeout(-1)), "operation timeout must not be negative"},
+		{"dependency on itself", with(reconciler.WithDependency(table, sameID)), "cannot be a dependency of itself"},
+		{"nil dependency table", with(reconciler.WithDependency(noTable, sameID)), "needs a table and a mapper"},
+		// A limiter whose Wait can never succeed would stop the loop for good.
+		{"round burst 0", with(reconciler.WithRoundLimits(10, rate.NewLimiter(100, 0))), "limiter"},
+		{"round limit 0", with(reconciler.WithRoundLimits(10, rate.NewLimiter(0, 5))), "limiter"},
+		{"refresh burst 0", with(reconciler.WithRefreshing(time.Minute, rate.NewLimiter(100, 0))), "limiter"},
+		{"refresh limit 0", with(reconciler.WithRefreshing(time.Minute, rate.NewLimiter(0, 5))), "limiter"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			a := good()
+			tc.modify(&a)
+			var r reconciler.Reconciler[*item]
+			require.NotPanics(t, func() {
+				r, err = reconciler.Register(a.params, a.table, a.clone, a.setStatus, a.getStatus, a.ops, nil, a.opts...)
+			})
+			require.Error(t, err)
+			assert.Nil(t, r)
+			assert.True(t, errors.Is(err, reconciler.ErrInvalidConfig), "error %q should wrap ErrInvalidConfig", err)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+
+	t.Run("all nil reports every problem", func(t *testing.T) {
+		_, err := reconciler.Register[*item](reconciler.Params{}, nil, nil, nil, nil, nil, nil)
+		require.ErrorIs(t, err, reconciler.ErrInvalidConfig)
+		for _, want := range []string{"Params.DB", "table", "clone", "setStatus", "getStatus", "Operations"} {
+			assert.Contains(t, err.Error(), want)
+		}
+	})
+
+	t.Run("valid input registers jobs", func(t *testing.T) {
+		a := good()
+		g := &fakeGroup{}
+		a.params.JobGroup = g
+		r, err := reconciler.Register(a.params, a.table, a.clone, a.setStatus, a.getStatus, a.ops, nil,
+			reconciler.WithName("x"), reconciler.WithRefreshing(time.Minute, nil),
+			reconciler.WithRoundLimits(10, rate.NewLimiter(rate.Inf, 0))) // an infinite limit needs no burst
+		require.NoError(t, err)
+		require.NotNil(t, r)
+		assert.Len(t, g.jobs, 2, "reconcile and refresh jobs")
+	})
 }

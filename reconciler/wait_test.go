@@ -1,14 +1,15 @@
 package reconciler_test
 
-// WaitUntilReconciled: how far the reconciler got, and what still fails.
+// WaitUntilReconciled (how far the reconciler got, and what still fails)
+// and WaitForObject.
 
 import (
 	"context"
 	"errors"
-	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/cilium/statedb"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -17,69 +18,75 @@ import (
 	"github.com/converge-go/converge/status"
 )
 
-// WaitUntilReconciled returns the revision reached and the lowest
-// revision of an object waiting for a retry; a revision never reached ends
-// with the context.
-func TestWaitUntilReconciledReportsFailingObjects(t *testing.T) {
-	fo := reconcilertest.NewFaultyOps(itemKey, newTarget(), nil)
-	require.NoError(t, fo.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeError, Key: "bad"}))
-	f := startFixture(t, fo, nil, reconciler.WithRetry(time.Millisecond, 5*time.Millisecond))
-
-	badRev := f.upsert(&item{ID: "bad"})
-	rev := f.upsert(&item{ID: "good"})
-	ctx := ctxFor(t, timeout)
-	reached, low := f.reconciledTo(rev)
-	assert.GreaterOrEqual(t, reached, rev)
-	assert.NotZero(t, low, "the failing object is waiting for a retry")
-	assert.GreaterOrEqual(t, low, badRev, "at the revision of its Error status or later")
-
-	fo.Clear("bad")
-	f.waitKind("bad", status.KindDone)
-	require.Eventually(t, func() bool {
-		_, low, err := f.rec.WaitUntilReconciled(ctx, rev)
-		return err == nil && low == 0
-	}, timeout, time.Millisecond, "no retry left once the object succeeds")
-
-	// A revision that is never reached ends with the context's error.
-	_, _, err := f.rec.WaitUntilReconciled(ctxFor(t, 10*time.Millisecond), rev+1000)
-	assert.ErrorIs(t, err, context.DeadlineExceeded)
-}
-
-// While a retry is running on a worker the object is still failing, so the
-// retry low watermark must not drop to zero until the retry's outcome is
-// committed.
-func TestRetryInFlightKeepsTheLowWatermark(t *testing.T) {
-	retrying := make(chan struct{})
-	release := make(chan struct{})
-	var calls atomic.Int32
-	tg := newTarget()
-	tg.update = func(ctx context.Context, it *item) error {
-		if it.ID != "bad" {
-			return nil
-		}
-		switch calls.Add(1) {
-		case 1:
-			return errors.New("first attempt fails")
-		case 2:
-			close(retrying)
-			select {
-			case <-release:
-			case <-ctx.Done():
+// WaitUntilReconciled reaches a revision past failing work but reports
+// the work in its retry low watermark until it succeeds: a new object
+// failing (at its revision or later), one whose retry is in flight, and a
+// failing delete (at or below its revision), also one made while the hive
+// was stopped.
+func TestRetryLowWatermarkHoldsFailingWork(t *testing.T) {
+	for _, c := range []struct {
+		name                   string
+		del, stopped, inFlight bool
+	}{{"update", false, false, false}, {"update, retry in flight", false, false, true}, {"delete", true, false, false}, {"delete while stopped", true, true, false}} {
+		for _, v := range variants {
+			if c.inFlight && v.workers == 1 {
+				continue // the loop would wait in the retry, reading nothing
 			}
-			return errors.New("the retry fails too")
+			t.Run(c.name+"/"+v.String(), func(t *testing.T) {
+				fo := reconcilertest.NewFaultyOps(itemKey, newTarget(), nil)
+				f := v.fixture(t, fo, nil, reconciler.WithRetry(time.Millisecond, 5*time.Millisecond))
+				f.start()
+				if c.del {
+					f.upsert(&item{ID: "k", Value: "1"})
+					f.caughtUp()
+				}
+				op := map[bool]reconcilertest.Op{false: reconcilertest.OpUpdate, true: reconcilertest.OpDelete}[c.del]
+				if c.inFlight { // the first attempt fails, the retry is held
+					require.NoError(t, fo.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeDelay, Key: "k", Next: 1}))
+					require.NoError(t, fo.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeError, Key: "k", Next: 1}))
+				} else {
+					require.NoError(t, fo.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeError, Key: "k", Op: op}))
+				}
+				if c.stopped {
+					f.stop()
+				}
+				var failRev statedb.Revision
+				if c.del {
+					failRev = f.remove("k")
+				} else {
+					failRev = f.upsert(&item{ID: "k", Value: "1"})
+				}
+				rev := f.upsert(&item{ID: "other", Value: "1"})
+				if c.stopped {
+					f.start()
+				}
+				waitUntil(t, "a failed call on k", func() (bool, <-chan struct{}) {
+					_, changed := fo.CallsWatch()
+					all, ok := count(fo, op, "k")
+					return all > ok, changed
+				})
+				if c.inFlight {
+					waitUntil(t, "the retry in flight", func() (bool, <-chan struct{}) {
+						calls, changed := fo.InFlightWatch()
+						return len(calls) == 1, changed
+					})
+				}
+				reached, low := f.reconciledTo(rev)
+				require.GreaterOrEqual(t, reached, rev)
+				require.NotZero(t, low, "the failing work (revision %d) is not in the retry low watermark", failRev)
+				if c.del {
+					require.LessOrEqual(t, low, failRev)
+				} else {
+					require.GreaterOrEqual(t, low, failRev)
+				}
+				fo.Clear("")
+				require.Eventually(t, func() bool {
+					_, low, err := f.rec.WaitUntilReconciled(ctxFor(t, timeout), rev)
+					return err == nil && low == 0
+				}, timeout, time.Millisecond, "no retry left once k succeeds")
+			})
 		}
-		return nil
 	}
-	f := startFixture(t, tg, nil, reconciler.WithConcurrency(2), reconciler.WithRetry(time.Millisecond, time.Millisecond))
-	badRev := f.upsert(&item{ID: "bad"})
-	recv(t, retrying, "the retry")
-	rev := f.upsert(&item{ID: "good"})
-	reached, low := f.reconciledTo(rev)
-	assert.GreaterOrEqual(t, reached, rev, "a retry in flight does not hold back the revision")
-	assert.NotZero(t, low, "the object being retried is still failing")
-	assert.GreaterOrEqual(t, low, badRev)
-	close(release)
-	f.waitKind("bad", status.KindDone)
 }
 
 // Revisions are the table's own: a wait for a revision above the table's
@@ -146,4 +153,137 @@ func TestWaitUntilReconciledWaitsForAnObjectReadLate(t *testing.T) {
 			assert.True(t, tg.has("x", "2"), "x applied")
 		})
 	}
+}
+
+// WaitForObject's errors and options, beyond testdata/wait_object.txtar,
+// which waits through retryable errors and for absent objects, and returns
+// on Done, terminal errors, deletes and the last status at a timeout.
+
+// waitFor runs WaitForObject for id until it returns or d passes.
+func (f *fixture) waitFor(id string, d time.Duration, get func(*item) status.Status, opts ...reconciler.WaitOption) (*item, error) {
+	if get == nil {
+		get = (*item).getStatus
+	}
+	return reconciler.WaitForObject(ctxFor(f.t, d), f.db, f.table, itemID.Query(id), get, opts...)
+}
+
+// A Done object returns at once, also with options (a nil one included);
+// a terminal error returns ErrObjectFailed that IsTerminal, with or
+// without StopOnError; a retryable one only with StopOnError, and is not
+// terminal. A nil DB, table or getStatus is ErrInvalidConfig.
+func TestWaitForObjectReturns(t *testing.T) {
+	fo := reconcilertest.NewFaultyOps(itemKey, newTarget(), nil)
+	require.NoError(t, fo.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeTerminal, Key: "t"}))
+	require.NoError(t, fo.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeError, Key: "e"}))
+	f := startFixture(t, fo, nil)
+	f.upsert(&item{ID: "a"}, &item{ID: "t"}, &item{ID: "e"})
+	f.waitKind("a", status.KindDone)
+
+	obj, err := f.waitFor("a", timeout, nil, reconciler.StopOnError(), reconciler.FailIfAbsent(), nil)
+	require.NoError(t, err)
+	require.Equal(t, status.KindDone, obj.Status.Kind)
+	for _, opts := range [][]reconciler.WaitOption{nil, {reconciler.StopOnError()}} {
+		obj, err = f.waitFor("t", timeout, nil, opts...)
+		require.ErrorIs(t, err, reconciler.ErrObjectFailed)
+		require.True(t, reconciler.IsTerminal(err), "%v is terminal", err)
+		require.True(t, obj.Status.Terminal)
+	}
+	obj, err = f.waitFor("e", timeout, nil, reconciler.StopOnError())
+	require.ErrorIs(t, err, reconciler.ErrObjectFailed)
+	require.False(t, reconciler.IsTerminal(err), "%v is not terminal", err)
+	require.Equal(t, status.KindError, obj.Status.Kind)
+
+	ctx, q, get := ctxFor(t, timeout), itemID.Query("a"), (*item).getStatus
+	var noTable statedb.Table[*item]
+	for _, err := range []error{
+		func() error { _, err := reconciler.WaitForObject(ctx, nil, f.table, q, get); return err }(),
+		func() error { _, err := reconciler.WaitForObject(ctx, f.db, noTable, q, get); return err }(),
+		func() error { _, err := reconciler.WaitForObject(ctx, f.db, f.table, q, nil); return err }(),
+	} {
+		require.ErrorIs(t, err, reconciler.ErrInvalidConfig)
+	}
+}
+
+// blockSignal is a context whose Done reports each call on blocked:
+// WaitForObject calls it only to block after a read that did not end the
+// wait, so a test learns without sleeping that the waiter has looked.
+type blockSignal struct {
+	context.Context
+	blocked chan struct{}
+}
+
+func (c blockSignal) Done() <-chan struct{} {
+	select {
+	case c.blocked <- struct{}{}:
+	default:
+	}
+	return c.Context.Done()
+}
+
+// waitBlocked starts WaitForObject for id and returns once it has looked
+// and blocked, with its cancel and a channel of its error and object.
+func (f *fixture) waitBlocked(id string) (context.CancelFunc, <-chan error, **item) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	f.t.Cleanup(cancel)
+	sig := blockSignal{ctx, make(chan struct{}, 1)}
+	done, obj := make(chan error, 1), new(*item)
+	go func() {
+		var err error
+		*obj, err = reconciler.WaitForObject(sig, f.db, f.table, itemID.Query(id), (*item).getStatus)
+		done <- err
+	}()
+	recv(f.t, sig.blocked, "the waiter to look and block")
+	return cancel, done, obj
+}
+
+// An absent object is waited for (other objects do not end the wait) and
+// returned once inserted; a wait that ends first says no object matched,
+// not ErrObjectDeleted; FailIfAbsent returns ErrObjectNotFound. An object
+// seen and then deleted returns ErrObjectDeleted with the object as last
+// seen. A context ended already still gets one look.
+func TestWaitForObjectAbsent(t *testing.T) {
+	f := startFixture(t, newTarget(), nil)
+	_, late, lateObj := f.waitBlocked("late")
+	cancelNever, never, _ := f.waitBlocked("never")
+	f.upsert(&item{ID: "other"})
+	f.waitKind("other", status.KindDone)
+	f.upsert(&item{ID: "late"})
+	require.NoError(t, recv(t, late, "the wait for late"))
+	require.Equal(t, status.KindDone, (*lateObj).Status.Kind)
+	cancelNever()
+	err := recv(t, never, "the wait for never")
+	require.ErrorIs(t, err, context.Canceled)
+	require.ErrorContains(t, err, "no object matched")
+	require.NotErrorIs(t, err, reconciler.ErrObjectDeleted)
+
+	_, err = f.waitFor("missing", timeout, nil, reconciler.FailIfAbsent())
+	require.ErrorIs(t, err, reconciler.ErrObjectNotFound)
+
+	f.insertAs(&item{ID: "gone"}) // Unset: waited for, left alone
+	_, gone, goneObj := f.waitBlocked("gone")
+	f.remove("gone")
+	require.ErrorIs(t, recv(t, gone, "the wait for gone"), reconciler.ErrObjectDeleted)
+	require.Equal(t, "gone", (*goneObj).ID, "the object as last seen")
+
+	obj, err := f.waitFor("late", 0, nil)
+	require.NoError(t, err)
+	require.Equal(t, "late", obj.ID)
+}
+
+// With a status.Set only the given reconciler's entry counts: a missing
+// entry reads Pending, and Pending, Refreshing and Error keep the wait
+// going whatever the other entries say.
+func TestWaitForObjectStatusSet(t *testing.T) {
+	f := startFixture(t, newTarget(), nil) // item.Status stays Unset: left alone
+	getA, _ := statusOf("a")
+	set := status.NewSet().Set("b", status.Done())
+	for _, s := range []status.Set{set, set.Set("a", status.Refreshing()), set.Set("a", status.Error(errors.New("busy")))} {
+		f.insertAs(&item{ID: "s", Statuses: s})
+		_, err := f.waitFor("s", 20*time.Millisecond, getA)
+		require.ErrorIs(t, err, context.DeadlineExceeded, "returned on %v", s)
+	}
+	f.insertAs(&item{ID: "s", Statuses: set.Set("a", status.Done()).Set("b", status.Pending())})
+	obj, err := f.waitFor("s", timeout, getA)
+	require.NoError(t, err)
+	require.Equal(t, status.KindPending, obj.Statuses.Get("b").Kind)
 }

@@ -21,9 +21,11 @@ func faultCmd(reg *Registry) script.Cmd {
 				fs.Float64("prob", 0, "fire with this probability, in (0, 1), drawn from --seed")
 				fs.Uint64("seed", 1, "seed for --prob: the same calls get the same faults on every run")
 				fs.Duration("duration", 0, "delay of 'delay' (default: until cleared) and of 'retry-after'")
+				fs.Bool("after", false, "fire once the wrapped operation succeeded: its change is applied, then the call fails or is delayed")
 			},
 			Detail: []string{
 				"The modes: 'error' fails the call (wrapping ErrInjected), 'terminal' fails it with reconciler.TerminalError, 'retry-after' with reconciler.RetryAfter (--duration), 'panic' panics (part way through a batch), and 'delay' holds the call for --duration, or until cleared, unless its context ends first.",
+				"With --after, the fault fires on calls that the wrapped operation carried out without error, once it returned: the change is applied, then the call fails, or is held with it applied; 'panic' cannot be injected after.",
 				"The newest fault matching a call decides.",
 				"'clear' removes the faults for --key (or all) and releases delayed calls.",
 				"Without arguments, the command lists the active faults.",
@@ -85,6 +87,7 @@ func faultFromFlags(fs *pflag.FlagSet, modeText string) (Fault, error) {
 	f.Probability, _ = fs.GetFloat64("prob")
 	f.Seed, _ = fs.GetUint64("seed")
 	f.Duration, _ = fs.GetDuration("duration")
+	f.After, _ = fs.GetBool("after")
 	if fs.Changed("prob") && (f.Probability <= 0 || f.Probability >= 1) {
 		return Fault{}, fmt.Errorf("--prob must be in (0, 1), got %v", f.Probability)
 	}

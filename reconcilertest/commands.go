@@ -49,6 +49,8 @@ func ScriptCommands(reg *Registry) map[string]script.Cmd {
 		"reconciler/target/unset": targetUnsetCmd(reg),
 		"reconciler/calls":        callsCmd(reg),
 		"reconciler/fault":        faultCmd(reg),
+		"reconciler/save":         saveCmd(reg),
+		"reconciler/put-back":     putBackCmd(reg),
 	}
 }
 

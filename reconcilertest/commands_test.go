@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/cilium/hive/script"
+	"github.com/cilium/statedb"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -81,6 +82,7 @@ func TestCommandErrors(t *testing.T) {
 		{"reconciler/fault --duration=1s panic", "--duration applies to delay and retry-after"},
 		{"reconciler/fault --op=prune --key=a error", "a prune has no key"},
 		{"reconciler/fault error panic", "invalid usage"},
+		{"reconciler/fault --after panic", "a panic cannot be injected after the operation"},
 		{"reconciler/wait --name=zz", `no reconciler named "zz"; registered: ""`},
 		{"reconciler/calls --via=both", `--via: want batch or single, got "both"`},
 		{"reconciler/calls --in-flight --reset", "--reset forgets returned calls, not those in flight"},
@@ -95,6 +97,10 @@ func TestCommandErrors(t *testing.T) {
 		{"reconciler/wait-object --timeout=30ms nosuch", `timed out after 30ms waiting for "nosuch" to appear in the table`},
 		{"reconciler/pause now", "invalid usage: unexpected arguments"},
 		{"reconciler/resume --timeout=-1s", "--timeout must be positive"},
+		{"reconciler/save", "invalid usage: expected keys"},
+		{"reconciler/save --delete a nosuch", `not in table "items": nosuch`},
+		{"reconciler/put-back", "invalid usage: expected keys"},
+		{"reconciler/put-back a", "not saved with reconciler/save: a"},
 	} {
 		err := r.run(tc.line)
 		if assert.Error(t, err, tc.line) {
@@ -102,6 +108,7 @@ func TestCommandErrors(t *testing.T) {
 		}
 	}
 	assert.Empty(t, f.faults.Faults(), "no bad fault line added a fault")
+	require.NoError(t, r.run("reconciler/status --kind=Done a"), "a failed save --delete deleted nothing")
 }
 
 func TestCommandsNeedWhatTheyUse(t *testing.T) {
@@ -130,6 +137,9 @@ func TestCommandsNeedWhatTheyUse(t *testing.T) {
 		}
 	}
 	require.NoError(t, r.run("reconciler/prune --no-wait"), "a prune can be asked for without seeing it")
+	sub.Table = readOnly{sub.Table}
+	require.NoError(t, reconcilertest.Add(bare, sub))
+	assert.ErrorContains(t, r.run("reconciler/save a"), `table "items" of reconciler "" is read-only`)
 	require.NoError(t, r.run("reconciler/pause --no-wait"), "a pause can be asked for without seeing it")
 	require.NoError(t, r.run("reconciler/resume --no-wait"))
 
@@ -161,6 +171,9 @@ func TestRetriesCommandErrors(t *testing.T) {
 	require.NoError(t, r.run("reconciler/retries"))
 	require.NoError(t, r.run("reconciler/retries --absent --timeout=30ms"))
 }
+
+// readOnly hides that a table is a statedb.RWTable.
+type readOnly struct{ statedb.Table[*item] }
 
 // newBareSubject strips the fixture's (populated) reconciler to the
 // required fields.

@@ -70,9 +70,11 @@
 //	reconciler/target/unset KEY...       remove from the target (a TargetWriter) behind the reconciler's back
 //	reconciler/calls                     print the recorded calls, or wait for a number (--op, --key, --via, --min, --exactly)
 //	reconciler/calls --in-flight         the same for the calls started and not yet returned
-//	reconciler/fault [MODE|clear]        inject a fault (--key, --op, --next, --prob, --seed, --duration)
+//	reconciler/fault [MODE|clear]        inject a fault (--key, --op, --next, --prob, --seed, --duration, --after)
 //	reconciler/metrics [REGEXP...]       print the expvar metrics, or wait until each regexp matches a line
 //	reconciler/retries [REGEXP]          print the failing objects (reconciler.TablesCell), or wait until one matches (--absent)
+//	reconciler/save KEY...               remember objects as they are, status included (--delete: and take them out)
+//	reconciler/put-back KEY...           insert them again exactly as saved
 //
 // The commands find reconcilers in a [Registry] that the code registering
 // them fills with [Add]. They look them up when they run, so the registry
@@ -83,7 +85,9 @@
 // [FaultyOps] wraps any [reconciler.Operations] and [reconciler.BatchOperations]
 // and injects a [Fault]: an error, a terminal error, a retry-after error,
 // a panic or a delay, for one key or all, one operation or all, for the
-// next N calls or until cleared, and at random with a seed. [Target]
+// next N calls or until cleared, and at random with a seed; before the
+// wrapped operation, or once it succeeded (Fault.After), to fail or hold a
+// call whose change was applied. [Target]
 // implements the operations in memory for any object type, records every
 // call and compares itself with a table ([Target.Diff]). Both record calls
 // ([Call]); FaultyOps also records the attempts that its faults stopped.
@@ -177,6 +181,23 @@
 //	reconciler/resume
 //	reconciler/wait
 //	reconciler/target --table
+//
+// # Objects put back
+//
+// An application may put an object back as it read it earlier, its Done
+// status included: a cache restored, a delete undone. reconciler/save
+// remembers objects as they are (with --delete, taking them out in the
+// same transaction), and reconciler/put-back inserts them again as saved,
+// so a script can check that the reconciler applies again what the target
+// lost meanwhile (package reconciler's "Objects put back"):
+//
+//	reconciler/save --delete a
+//	reconciler/wait
+//	reconciler/put-back a
+//	reconciler/wait
+//	reconciler/target --table
+//
+// testdata/put_back.txtar in this package is an example.
 //
 // # Waiting for one object
 //

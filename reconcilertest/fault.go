@@ -73,6 +73,15 @@ type Fault struct {
 	// Duration is the delay of ModeDelay (zero: until cleared) and the
 	// delay asked for by ModeRetryAfter.
 	Duration time.Duration
+
+	// After makes the fault fire on calls that the wrapped operation has
+	// carried out without error, once it returned, as when a change reaches
+	// the target and its answer is lost: ModeError, ModeTerminal and
+	// ModeRetryAfter replace the success with their error, and ModeDelay
+	// holds the call with its change applied (returning the context's
+	// error if it ends first). It cannot be used with ModePanic. Faults
+	// without After fire before the wrapped operation, which they skip.
+	After bool
 }
 
 // validate reports a Fault's bad fields.
@@ -90,6 +99,8 @@ func (f Fault) validate() error {
 		return fmt.Errorf("probability must be in [0, 1], got %v", f.Probability)
 	case f.Duration < 0:
 		return fmt.Errorf("duration must not be negative, got %s", f.Duration)
+	case f.After && f.Mode == ModePanic:
+		return fmt.Errorf("a panic cannot be injected after the operation")
 	}
 	return nil
 }
@@ -111,6 +122,9 @@ func (f Fault) String() string {
 	}
 	if f.Duration > 0 {
 		fmt.Fprintf(&b, "--duration=%s ", f.Duration)
+	}
+	if f.After {
+		b.WriteString("--after ")
 	}
 	b.WriteString(f.Mode.String())
 	return b.String()
@@ -185,15 +199,16 @@ func (s *faultSet) list() []Fault {
 	return out
 }
 
-// decide returns the rule that fires for a call, or nil. The newest
-// matching rule decides; one that does not fire (by its probability)
-// leaves the decision to older ones.
-func (s *faultSet) decide(op Op, key string) *rule {
+// decide returns the rule that fires for a call, before the wrapped
+// operation or, if after, once it succeeded; or nil. The newest matching
+// rule decides; one that does not fire (by its probability) leaves the
+// decision to older ones.
+func (s *faultSet) decide(op Op, key string, after bool) *rule {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i := len(s.rules) - 1; i >= 0; i-- {
 		r := s.rules[i]
-		if (r.Op != "" && r.Op != op) || (r.Key != "" && r.Key != key) {
+		if (r.Op != "" && r.Op != op) || (r.Key != "" && r.Key != key) || r.After != after {
 			continue
 		}
 		if r.rng != nil && r.rng.Float64() >= r.Probability {

@@ -263,6 +263,7 @@ func TestFaultValidation(t *testing.T) {
 		{Mode: reconcilertest.ModeError, Next: -1},
 		{Mode: reconcilertest.ModeError, Probability: 1.5},
 		{Mode: reconcilertest.ModeDelay, Duration: -time.Second},
+		{Mode: reconcilertest.ModePanic, After: true},
 	} {
 		assert.Error(t, f.Inject(bad), "%+v", bad)
 	}
@@ -276,4 +277,56 @@ func TestFaultValidation(t *testing.T) {
 	}
 	_, err := reconcilertest.ParseMode("explode")
 	assert.ErrorContains(t, err, `unknown fault mode "explode"`)
+}
+
+// A fault with After fires once the wrapped operation succeeded: the change
+// is applied, then the call fails or is held; a call the wrapped operation
+// failed keeps its own error. In a batch, it fires on its entry alone.
+func TestFaultAfter(t *testing.T) {
+	ctx := context.Background()
+	inner := &innerOps{}
+	f := reconcilertest.NewFaultyOps(itemKey, inner, nil)
+	require.NoError(t, f.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeError, Key: "a", After: true, Next: 1}))
+	assert.Equal(t, "--key=a --next=1 --after error", f.Faults()[0].String())
+	require.ErrorIs(t, update(f, ctx, "a"), reconcilertest.ErrInjected)
+	require.NoError(t, update(f, ctx, "a"))
+	assert.Equal(t, []string{"a", "a"}, inner.updates, "applied before it failed")
+
+	require.NoError(t, f.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeDelay, Op: reconcilertest.OpDelete, After: true}))
+	spy := &doneSpy{Context: ctx, asked: make(chan struct{})}
+	done := make(chan error, 1)
+	go func() { done <- f.Delete(spy, nil, 2, &item{ID: "b"}) }()
+	<-spy.asked // the call is waiting in the delay
+	inner.mu.Lock()
+	assert.Equal(t, []string{"b"}, inner.deletes, "held with the delete applied")
+	inner.mu.Unlock()
+	f.Clear("")
+	require.NoError(t, <-done)
+
+	batched := reconcilertest.NewFaultyOps(itemKey, inner, inner)
+	require.NoError(t, batched.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeTerminal, Key: "c", After: true}))
+	batch := []reconciler.BatchEntry[*item]{{Object: &item{ID: "c"}}, {Object: &item{ID: "d"}}}
+	batched.UpdateBatch(ctx, nil, batch)
+	assert.EqualError(t, batch[0].Result, "inner result c", "an operation's own error is kept")
+	okBatch := &okBatchOps{}
+	batched = reconcilertest.NewFaultyOps(itemKey, okBatch, okBatch)
+	require.NoError(t, batched.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeTerminal, Key: "e", After: true}))
+	batch = []reconciler.BatchEntry[*item]{{Object: &item{ID: "e"}}, {Object: &item{ID: "g"}}}
+	batched.UpdateBatch(ctx, nil, batch)
+	assert.True(t, reconciler.IsTerminal(batch[0].Result), "%v", batch[0].Result)
+	assert.NoError(t, batch[1].Result)
+	assert.Equal(t, []string{"e", "g"}, okBatch.updates, "both applied")
+}
+
+// okBatchOps applies every batch entry with success.
+type okBatchOps struct{ innerOps }
+
+func (o *okBatchOps) UpdateBatch(_ context.Context, _ statedb.ReadTxn, batch []reconciler.BatchEntry[*item]) {
+	for i := range batch {
+		o.updates = append(o.updates, batch[i].Object.ID)
+	}
+}
+
+func (o *okBatchOps) DeleteBatch(ctx context.Context, txn statedb.ReadTxn, batch []reconciler.BatchEntry[*item]) {
+	o.UpdateBatch(ctx, txn, batch)
 }

@@ -74,12 +74,27 @@ func (f *FaultyOps[Obj]) Clear(key string) int { return f.faults.clear(key) }
 // calls each has left.
 func (f *FaultyOps[Obj]) Faults() []Fault { return f.faults.list() }
 
-// apply runs the fault that fires for a call, if any; id is the call's
-// start number. proceed reports whether the call should go on to the
-// wrapped operation; if not, err is its outcome. A panic fault runs
-// beforePanic if not nil, records the call and panics.
+// apply runs the fault that fires for a call before the wrapped operation,
+// if any; id is the call's start number. proceed reports whether the call
+// should go on to the wrapped operation; if not, err is its outcome. A
+// panic fault runs beforePanic if not nil, records the call and panics.
 func (f *FaultyOps[Obj]) apply(ctx context.Context, id int, c Call, beforePanic func()) (proceed bool, err error) {
-	r := f.faults.decide(c.Op, c.Key)
+	return f.fire(ctx, id, c, beforePanic, f.faults.decide(c.Op, c.Key, false))
+}
+
+// applyAfter runs the fault with After that fires for a call whose wrapped
+// operation returned err, if it returned nil, and returns the call's
+// outcome.
+func (f *FaultyOps[Obj]) applyAfter(ctx context.Context, id int, c Call, err error) error {
+	if err != nil {
+		return err
+	}
+	_, err = f.fire(ctx, id, c, nil, f.faults.decide(c.Op, c.Key, true))
+	return err
+}
+
+// fire runs rule r, if not nil, as apply describes.
+func (f *FaultyOps[Obj]) fire(ctx context.Context, id int, c Call, beforePanic func(), r *rule) (proceed bool, err error) {
 	if r == nil {
 		return true, nil
 	}
@@ -126,7 +141,7 @@ func (f *FaultyOps[Obj]) Update(ctx context.Context, txn statedb.ReadTxn, rev st
 	id := f.begin(c)
 	proceed, err := f.apply(ctx, id, c, nil)
 	if proceed {
-		err = f.ops.Update(ctx, txn, rev, obj)
+		err = f.applyAfter(ctx, id, c, f.ops.Update(ctx, txn, rev, obj))
 	}
 	c.Err = err
 	f.finish(id, c)
@@ -139,7 +154,7 @@ func (f *FaultyOps[Obj]) Delete(ctx context.Context, txn statedb.ReadTxn, rev st
 	id := f.begin(c)
 	proceed, err := f.apply(ctx, id, c, nil)
 	if proceed {
-		err = f.ops.Delete(ctx, txn, rev, obj)
+		err = f.applyAfter(ctx, id, c, f.ops.Delete(ctx, txn, rev, obj))
 	}
 	c.Err = err
 	f.finish(id, c)
@@ -156,7 +171,7 @@ func (f *FaultyOps[Obj]) Prune(ctx context.Context, txn statedb.ReadTxn, objects
 	id := f.begin(c)
 	proceed, err := f.apply(ctx, id, c, nil)
 	if proceed {
-		err = f.ops.Prune(ctx, txn, objects)
+		err = f.applyAfter(ctx, id, c, f.ops.Prune(ctx, txn, objects))
 	}
 	c.Err = err
 	f.finish(id, c)
@@ -193,6 +208,7 @@ func (f *FaultyOps[Obj]) runBatch(ctx context.Context, txn statedb.ReadTxn, op O
 	flush := func() {
 		f.forward(ctx, txn, op, batch, pass)
 		for _, i := range pass {
+			batch[i].Result = f.applyAfter(ctx, ids[i], calls[i], batch[i].Result)
 			calls[i].Err = batch[i].Result
 			f.finish(ids[i], calls[i])
 		}

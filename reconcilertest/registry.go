@@ -136,7 +136,7 @@ func Add[Obj any](reg *Registry, s Subject[Obj]) error {
 	}
 	reg.mu.Lock()
 	defer reg.mu.Unlock()
-	reg.subjects[s.Name] = &typedSubject[Obj]{s}
+	reg.subjects[s.Name] = &typedSubject[Obj]{s: s}
 	return nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/cilium/hive/cell"
 	"github.com/cilium/statedb"
@@ -47,6 +48,12 @@ type subject interface {
 	// targetRecorder is the Subject's Target, nil if it has none.
 	targetRecorder() CallRecorder
 	faults() faultControl
+
+	// save remembers the objects with keys as they are, deleting them in
+	// the same transaction if del; putBack inserts what save remembered.
+	// See saveCmd.
+	save(keys []string, del bool) error
+	putBack(keys []string) error
 }
 
 // targetView is the untyped view of a Subject's target: its Target or
@@ -70,7 +77,12 @@ type faultControl interface {
 	Faults() []Fault
 }
 
-type typedSubject[Obj any] struct{ s Subject[Obj] }
+type typedSubject[Obj any] struct {
+	s Subject[Obj]
+
+	mu    sync.Mutex
+	saved map[string]Obj // by reconciler/save, for reconciler/put-back
+}
 
 // recordingTarget is the view of a Target, which wakes waiters on every
 // change.
