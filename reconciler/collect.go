@@ -229,15 +229,9 @@ func (r *reconciler[Obj]) current(txn statedb.ReadTxn, s *keyState[Obj]) bool {
 	case !found:
 		return false
 	case r.getStatus(cur).ID() != s.task.statusID:
-		if st := r.getStatus(cur); !st.IsPendingOrRefreshing() && st.ID() != 0 && st.ID() < s.task.statusID {
-			// Written back with an older status over the version the
-			// task is for, which may have been applied in part (cut
-			// short by a stop, or failed): that object is new work when
-			// its change is read, as it is when a commit finds it.
-			if key, ok := r.primary.ObjectToKey(cur); ok {
-				r.stales.sawOlder(key, s.task.statusID)
-			}
-		}
+		// The version the task is for may have been applied in part (cut
+		// short by a stop, or failed).
+		r.writtenBack(cur, s.task.statusID)
 		return false
 	case rev != s.task.rev:
 		r.lifecycles.retarget(s, r.setStatus(r.clone(cur), r.getStatus(s.task.obj)), rev)

@@ -110,16 +110,8 @@ func (r *reconciler[Obj]) writeStatus(wtxn statedb.WriteTxn, o *op[Obj]) (writte
 		return false, false
 	case o.s != nil && (o.s.deleteSeen || o.s.pruned):
 		return false, false
-	case o.statusID == 0:
-		return false, false
-	case r.getStatus(cur).ID() != o.statusID:
-		if st := r.getStatus(cur); !st.IsPendingOrRefreshing() && st.ID() != 0 && st.ID() < o.statusID {
-			// Written back with an older status, which asks for nothing:
-			// that object is new work when its change is read.
-			if key, ok := r.primary.ObjectToKey(cur); ok {
-				r.stales.sawOlder(key, o.statusID)
-			}
-		}
+	case o.statusID == 0 || r.getStatus(cur).ID() != o.statusID:
+		r.writtenBack(cur, o.statusID)
 		return false, false
 	}
 	if _, _, err := r.table.Insert(wtxn, r.setStatus(r.clone(cur), r.getStatus(o.updated))); err != nil {

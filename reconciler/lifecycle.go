@@ -441,12 +441,20 @@ func (lc *lifecycles[Obj]) unqueue(s *keyState[Obj]) {
 	}
 }
 
-// holdsNewer reports whether the reconciler holds for key a version newer
-// than the status statusID found on an object of key (see staleness): one
-// queued, running or waiting for a retry, asked for by a later status.
+// holdsNewer reports whether the reconciler holds for key a version that
+// may be newer than the status statusID found on an object of key (see
+// staleness): one queued, running or waiting for a retry, asked for by a
+// later status, or by a status without identity, whose age nothing tells
+// (then any status but the Error written for it may be older).
 func (lc *lifecycles[Obj]) holdsNewer(key []byte, statusID uint64) bool {
 	s, ok := lc.byKey[string(key)]
-	return ok && statusID != 0 && !s.task.delete && statusID < s.task.statusID
+	switch {
+	case !ok || statusID == 0 || s.task.delete:
+		return false
+	case s.task.statusID == 0:
+		return statusID != s.errID
+	}
+	return statusID < s.task.statusID
 }
 
 // markPruned records that a prune runs while s's task is running and its

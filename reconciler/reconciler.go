@@ -101,6 +101,22 @@ func (r *reconciler[Obj]) opKey(o *op[Obj]) string {
 	return displayKey(key)
 }
 
+// writtenBack records that cur, found where the version asked for by the
+// status statusID was applied or tried, carries another status of this
+// reconciler. One that asks for nothing and is older than statusID, or
+// found where the version had no identity (statusID zero: nothing tells
+// which is older), was written back over what the target got: it is stale
+// (see staleness), and cur is new work when its change is read.
+func (r *reconciler[Obj]) writtenBack(cur Obj, statusID uint64) {
+	st := r.getStatus(cur)
+	if st.IsPendingOrRefreshing() || st.ID() == 0 || (statusID != 0 && st.ID() >= statusID) {
+		return
+	}
+	if key, ok := r.primary.ObjectToKey(cur); ok {
+		r.stales.sawOlder(key, max(statusID, st.ID()+1))
+	}
+}
+
 // noKey logs that an object without a primary key was met where, and is
 // left alone. It happens only when a user function (clone, setStatus, or
 // Update on its argument) changed the fields the primary index reads.
