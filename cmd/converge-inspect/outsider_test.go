@@ -406,3 +406,67 @@ func TestOutsiderTokenFiles(t *testing.T) {
 		})
 	}
 }
+
+// "The token is never printed": not even when the agent (or a proxy in
+// front of it) echoes the Authorization header back in its error.
+func TestOutsiderTokenEchoedBack(t *testing.T) {
+	for _, status := range []int{http.StatusBadRequest, http.StatusUnauthorized, http.StatusForbidden, http.StatusInternalServerError, http.StatusNotFound} {
+		t.Run(fmt.Sprint(status), func(t *testing.T) {
+			url := hostile(t, func(w http.ResponseWriter, r *http.Request) {
+				w.WriteHeader(status)
+				fmt.Fprintf(w, `{"rev":0,"obj":null,"err":"refused %s"}`+"\n", r.Header.Get("Authorization"))
+			})
+			for _, watch := range []bool{false, true} {
+				args := []string{"--url", url}
+				if watch {
+					args = append(args, "--watch")
+				}
+				code, stdout, stderr := runBounded(t, map[string]string{tokenEnv: testToken}, args...)
+				t.Logf("exit %d stderr %q", code, stderr)
+				require.Equal(t, exitError, code)
+				require.NotContains(t, stdout+stderr, testToken)
+			}
+		})
+	}
+	t.Run("in a row", func(t *testing.T) {
+		url := hostile(t, func(w http.ResponseWriter, r *http.Request) {
+			fmt.Fprintf(w, `{"rev":1,"obj":{"id":"r","module":"r","state":"exploded %s"}}`+"\n", r.Header.Get("Authorization"))
+		})
+		code, stdout, stderr := runBounded(t, map[string]string{tokenEnv: testToken}, "--url", url)
+		t.Logf("exit %d stderr %q", code, stderr)
+		require.Equal(t, exitError, code)
+		require.NotContains(t, stdout+stderr, testToken)
+	})
+}
+
+// The token goes over plain HTTP to loopback addresses only: a host
+// name that merely starts like one is not.
+func TestOutsiderLoopbackLookalikes(t *testing.T) {
+	for _, url := range []string{
+		"http://localhost.example:8080/statedb",
+		"http://127.0.0.1.nip.io:8080/statedb",
+		"http://localhost@agent.example:8080/statedb",
+		"http://0.0.0.0:8080/statedb",
+		"http://127.0.0.1%2eagent.example:8080/statedb",
+	} {
+		t.Run(url, func(t *testing.T) {
+			code, stdout, stderr := runBounded(t, map[string]string{tokenEnv: testToken}, "--url", url, "--timeout", "2s")
+			t.Logf("exit %d stderr %q", code, stderr)
+			require.Equal(t, exitError, code)
+			require.Empty(t, stdout)
+			require.Regexp(t, `refusing to send the token|give a URL without user|--url`, stderr)
+			require.NotContains(t, stderr, "cannot reach", "it tried to connect, token in hand")
+		})
+	}
+}
+
+// An answer cut short (the agent died mid-answer) is an error, not a
+// table with what arrived.
+func TestOutsiderTruncatedAnswer(t *testing.T) {
+	url := rawAgent(t, "HTTP/1.1 200 OK\r\nContent-Length: 500\r\nConnection: close\r\n\r\n"+
+		`{"rev":1,"obj":{"id":"r1","module":"r1","state":"running"}}`+"\n")
+	code, stdout, stderr := runBounded(t, nil, "--url", url)
+	t.Logf("exit %d stdout %q stderr %q", code, stdout, stderr)
+	require.Equal(t, exitError, code)
+	require.Empty(t, stdout)
+}
