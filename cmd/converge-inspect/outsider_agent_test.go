@@ -153,9 +153,12 @@ func TestOutsiderJSON(t *testing.T) {
 	for _, got := range rep.Reconcilers {
 		want, _, ok := a.infos.Get(txn, reconciler.InfoByID.Query(got.ID))
 		require.True(t, ok)
-		wantJSON, _ := json.Marshal(want)
-		gotJSON, _ := json.Marshal(got)
-		require.JSONEq(t, string(wantJSON), string(gotJSON))
+		// Retries go on meanwhile: compare what does not change.
+		require.Equal(t, want.Module, got.Module)
+		require.Equal(t, want.State, got.State)
+		require.Equal(t, want.Objects, got.Objects)
+		require.Equal(t, want.Workers, got.Workers)
+		require.Equal(t, want.LastPrune.UnixNano(), got.LastPrune.UnixNano())
 	}
 	require.Len(t, rep.Retries, 1)
 
