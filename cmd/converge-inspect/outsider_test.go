@@ -470,3 +470,58 @@ func TestOutsiderTruncatedAnswer(t *testing.T) {
 	require.Equal(t, exitError, code)
 	require.Empty(t, stdout)
 }
+
+// The bounds are where the documentation puts them: a table of exactly
+// 100,000 rows is read, and a row of exactly 1 MiB.
+func TestOutsiderBoundsAreInclusive(t *testing.T) {
+	t.Run("100000 rows", func(t *testing.T) {
+		var b bytes.Buffer
+		for i := range 100_000 {
+			fmt.Fprintf(&b, `{"rev":%d,"obj":{"id":"r%06d","module":"r%06d","state":"running"}}`+"\n", i+1, i, i)
+		}
+		body := b.Bytes()
+		url := hostile(t, func(w http.ResponseWriter, r *http.Request) {
+			var req bytes.Buffer
+			req.ReadFrom(r.Body)
+			if strings.Contains(req.String(), `"reconciler-retries"`) {
+				return
+			}
+			w.Write(body)
+		})
+		code, stdout, stderr := runBounded(t, nil, "--url", url, "--json")
+		require.Equal(t, exitHealthy, code, stderr)
+		require.Equal(t, 100_000, strings.Count(stdout, `"state": "running"`)+strings.Count(stdout, `"state":"running"`))
+	})
+	t.Run("a row of 1 MiB", func(t *testing.T) {
+		prefix := `{"rev":1,"obj":{"id":"r","module":"r","state":"degraded","last-prune":"2026-01-02T15:04:05Z","last-prune-error":"`
+		suffix := `"}}`
+		line := prefix + strings.Repeat("x", maxLine-len(prefix)-len(suffix)) + suffix
+		require.Len(t, line, 1<<20)
+		url := hostile(t, func(w http.ResponseWriter, r *http.Request) {
+			var req bytes.Buffer
+			req.ReadFrom(r.Body)
+			if strings.Contains(req.String(), `"reconciler-retries"`) {
+				return
+			}
+			fmt.Fprintln(w, line)
+		})
+		code, stdout, stderr := runBounded(t, nil, "--url", url)
+		require.Equal(t, exitDegraded, code, stderr)
+		require.Contains(t, stdout, "xxxx")
+	})
+}
+
+// --reconciler NAME: "only this reconciler (its ID, module/name, or its
+// name)". A NAME that is exactly one reconciler's ID names that one; a
+// readiness check for reconciler "routes" must not fail because another
+// module's reconciler, also named routes, is degraded.
+func TestOutsiderAmbiguousFilter(t *testing.T) {
+	url := rowsAgent(t, []string{
+		`{"id":"routes","module":"routes","state":"running"}`,
+		`{"id":"net/routes","module":"net","name":"routes","state":"degraded"}`,
+	}, nil)
+	code, stdout, stderr := runBounded(t, nil, "--url", url, "--reconciler", "routes")
+	t.Logf("exit %d\n%s%s", code, stdout, stderr)
+	require.Equal(t, exitHealthy, code, "only reconciler routes is asked for, and it is running")
+	require.NotContains(t, stdout, "net/routes")
+}
