@@ -47,7 +47,7 @@ func hostile(t *testing.T, h http.HandlerFunc) string {
 }
 
 // runBounded runs the command and fails the test if it does not return
-// within waitFor (runInspect's context bounds it too, but a command that
+// within 3*waitFor (runInspect's context bounds it too, but a command that
 // ignores its context would hang the test without this).
 func runBounded(t *testing.T, env map[string]string, args ...string) (int, string, string) {
 	t.Helper()
@@ -57,7 +57,7 @@ func runBounded(t *testing.T, env map[string]string, args ...string) (int, strin
 	}
 	done := make(chan result, 1)
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*waitFor)
+		ctx, cancel := context.WithTimeout(context.Background(), 4*waitFor)
 		defer cancel()
 		var stdout, stderr bytes.Buffer
 		code := run(ctx, args, func(k string) string { return env[k] }, &stdout, &stderr)
@@ -66,8 +66,8 @@ func runBounded(t *testing.T, env map[string]string, args ...string) (int, strin
 	select {
 	case r := <-done:
 		return r.code, r.stdout, r.stderr
-	case <-time.After(waitFor):
-		t.Fatalf("converge-inspect %q did not return within %s", args, waitFor)
+	case <-time.After(3 * waitFor):
+		t.Fatalf("converge-inspect %q did not return within %s", args, 3*waitFor)
 		return 0, "", ""
 	}
 }
@@ -488,7 +488,7 @@ func TestOutsiderBoundsAreInclusive(t *testing.T) {
 			}
 			w.Write(body)
 		})
-		code, stdout, stderr := runBounded(t, nil, "--url", url, "--json")
+		code, stdout, stderr := runBounded(t, nil, "--url", url, "--json", "--timeout", "50s")
 		require.Equal(t, exitHealthy, code, stderr)
 		require.Equal(t, 100_000, strings.Count(stdout, `"state": "running"`)+strings.Count(stdout, `"state":"running"`))
 	})
