@@ -6,7 +6,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"regexp"
 	"strings"
 	"testing"
 
@@ -23,19 +22,6 @@ func (a *agent) deleteAll(module string) {
 	wtxn := a.db.WriteTxn(a.tables[module])
 	require.NoError(a.t, a.tables[module].DeleteAll(wtxn))
 	wtxn.Commit()
-}
-
-// lastFrame waits until a frame (text mode) whose reconciler line matches
-// want and whose failing objects section matches tail is printed.
-func (w *watcher) waitFrame(want, tail string) {
-	w.t.Helper()
-	for {
-		_, before := w.waitLine(`^--- \d\d:\d\d:\d\d$`)
-		frame := strings.Join(before, "\n")
-		if regexp.MustCompile(want).MatchString(frame) && regexp.MustCompile(tail).MatchString(frame) {
-			return
-		}
-	}
 }
 
 // Many changes written as fast as possible: the frames are at most four a

@@ -332,6 +332,7 @@ func TestOutsiderInjectionInRows(t *testing.T) {
 	code, stdout, stderr = runBounded(t, nil, "--url", url, "--reconciler", "nope")
 	t.Logf("exit %d stderr %q", code, stderr)
 	require.Equal(t, exitError, code)
+	require.Empty(t, stdout)
 	check("no such reconciler", stderr)
 
 	w := startWatch(t, "--url", url)
