@@ -209,3 +209,48 @@ func TestOutsiderOddKeys(t *testing.T) {
 	require.NotContains(t, stdout, "\u202e")
 	_ = statedb.Revision(0)
 }
+
+// --watch --json: every line is one whole report; the last one shows the
+// final state, and the exit status is the last line's.
+func TestOutsiderWatchJSONLines(t *testing.T) {
+	a := startAgent(t, true, "routes")
+	w := startWatch(t, a.args("--json")...)
+	w.waitLine(`^\{"reconcilers":\[\{"id":"routes"`)
+	a.fail("routes", "z")
+	for i := range 50 {
+		a.insert("routes", fmt.Sprintf("k%02d", i))
+	}
+	a.insert("routes", "z")
+	a.waitDegraded("routes", 1)
+	for {
+		line, _ := w.waitLine(`^\{`)
+		var rep struct {
+			Reconcilers []*reconciler.Info      `json:"reconcilers"`
+			Retries     []*reconciler.RetryInfo `json:"retries"`
+			Degraded    bool                    `json:"degraded"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(line), &rep), line)
+		require.Len(t, rep.Reconcilers, 1)
+		if rep.Reconcilers[0].Objects == 51 && rep.Degraded && len(rep.Retries) == 1 {
+			break
+		}
+	}
+	require.Equal(t, exitDegraded, w.stop())
+}
+
+// --watch --reconciler NAME that matches nothing: the same error as
+// without --watch (exit 2, saying which reconcilers there are), or at
+// least not a silent success.
+func TestOutsiderWatchFilterMatchesNothing(t *testing.T) {
+	a := startAgent(t, true, "routes")
+	a.waitInfo("routes", "a row", func(*reconciler.Info) bool { return true })
+	code, stdout, stderr := runInspect(t, nil, a.args("--reconciler", "gamma")...)
+	require.Equal(t, exitError, code, stderr)
+	require.Empty(t, stdout)
+	w := startWatch(t, a.args("--reconciler", "gamma")...)
+	line, _ := w.waitLine(`.`)
+	t.Logf("first line: %q", line)
+	code = w.stop()
+	t.Logf("exit %d stderr %q", code, w.stderr.String())
+	require.NotEqual(t, exitHealthy, code, "--watch of a reconciler the agent does not have exits 0")
+}

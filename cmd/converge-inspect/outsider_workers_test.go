@@ -389,3 +389,22 @@ func TestOutsiderUnfinishedWorkNeverNegative(t *testing.T) {
 	}
 	require.Empty(t, bad, "rounds with a negative running time, or a sum below its largest term")
 }
+
+// Paused with operations running: they finish and are recorded; the
+// gauges come back to zero busy while paused.
+func TestOutsiderBusyWorkersPaused(t *testing.T) {
+	p := startPool(t, 4, false)
+	p.hold()
+	p.insert("pool", "a", "b", "c")
+	p.waitRunningCalls(3)
+	p.recs["pool"].Pause()
+	p.release()
+	p.waitInfo("pool", "paused, none busy", func(i *reconciler.Info) bool {
+		return i.State == reconciler.StatePaused && i.BusyWorkers == 0 && i.InFlight == 0 && i.Succeeded == 3
+	})
+	require.Equal(t, "0", p.expvarInt(p.rec.BusyWorkersVar))
+	code, stdout, stderr := runInspect(t, nil, p.args()...)
+	require.Equal(t, exitHealthy, code, stderr)
+	require.Regexp(t, `(?m)^pool +paused +3 +0 +0 +4 +0 `, stdout)
+	p.recs["pool"].Resume()
+}
