@@ -262,7 +262,8 @@ func (c *client) readError(ctx context.Context, where string, err error) error {
 	case errors.Is(ctx.Err(), context.DeadlineExceeded):
 		return fmt.Errorf("%w at %s: no complete answer in time (--timeout)", errUnreachable, where)
 	}
-	return fmt.Errorf("%w at %s: %v (is it running, and is --url the address of its StateDB handler?)", errUnreachable, where, err)
+	// A malformed answer's error quotes what the agent sent.
+	return fmt.Errorf("%w at %s: %s (is it running, and is --url the address of its StateDB handler?)", errUnreachable, where, cleanText(err.Error()))
 }
 
 // statusError explains an answer from where whose status is not 200.
@@ -276,23 +277,24 @@ func (c *client) statusError(resp *http.Response, where, table string) error {
 	}
 	json.Unmarshal(data, &msg)
 	said := cleanText(msg.Err + msg.Error)
+	status := cleanText(resp.Status) // its reason phrase is the agent's text
 	switch {
 	case resp.StatusCode == http.StatusUnauthorized && c.token == "":
 		return fmt.Errorf("%w: %s answered %s: it asks for a token; give --token-file (the example's is DIR/.converge-example/token) or set %s",
-			errUnauthorized, where, resp.Status, tokenEnv)
+			errUnauthorized, where, status, tokenEnv)
 	case resp.StatusCode == http.StatusUnauthorized:
-		return fmt.Errorf("%w: %s answered %s: it refused the token (the example writes a new one at every start)", errUnauthorized, where, resp.Status)
+		return fmt.Errorf("%w: %s answered %s: it refused the token (the example writes a new one at every start)", errUnauthorized, where, status)
 	case resp.StatusCode == http.StatusNotFound && strings.HasPrefix(msg.Err, "Table "):
 		return fmt.Errorf("%w %s: is reconciler.TablesCell in the agent's hive?", errNoTable, table)
 	case resp.StatusCode == http.StatusNotFound:
 		return fmt.Errorf("%w: %s answered %s: is --url the base of the agent's StateDB handler, under which it serves /query and /changes (such as %s)?",
-			errVersion, where, resp.Status, defaultURL)
+			errVersion, where, status, defaultURL)
 	case resp.StatusCode == http.StatusBadRequest && strings.HasPrefix(msg.Err, "Index "):
-		return fmt.Errorf("%w: %s answered %s: %s: is the agent built with another version of converge?", errVersion, where, resp.Status, said)
+		return fmt.Errorf("%w: %s answered %s: %s: is the agent built with another version of converge?", errVersion, where, status, said)
 	case said != "":
-		return fmt.Errorf("%s answered %s: %s", where, resp.Status, said)
+		return fmt.Errorf("%s answered %s: %s", where, status, said)
 	}
-	return fmt.Errorf("%s answered %s", where, resp.Status)
+	return fmt.Errorf("%s answered %s", where, status)
 }
 
 // newLineScanner returns a scanner of the lines of r, each at most maxLine
