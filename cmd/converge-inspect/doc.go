@@ -44,7 +44,8 @@
 // so that `converge-inspect --url ... >/dev/null` serves as a readiness
 // check, and a CI job can tell a degraded agent (1) from a broken check (2).
 //
-// The token is never printed. It is sent over plain HTTP only to a loopback
+// The token is never printed: text from the agent that holds it (an
+// agent or a proxy that echoes the request) shows [token]. It is sent over plain HTTP only to a loopback
 // address (use https for others); redirects are not followed. Every answer
 // is bounded (64 MiB a query, 1 MiB a row, 100,000 rows a table) and a
 // stream that sends nothing, not even StateDB's keep-alive, for two

@@ -48,13 +48,19 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if errors.Is(err, flag.ErrHelp) {
 		return exitHealthy
 	}
+	var token string
+	if err == nil {
+		token, err = loadToken(o.tokenFile, getenv)
+	}
 	if err == nil {
 		var code int
-		if code, err = inspect(ctx, o, getenv, stdout); err == nil {
+		if code, err = inspect(ctx, o, token, stdout); err == nil {
 			return code
 		}
 	}
-	fmt.Fprintln(stderr, "converge-inspect:", err)
+	// An error can quote the agent's text, which can hold the token (an
+	// agent or a proxy that echoes the request back).
+	fmt.Fprintln(stderr, "converge-inspect:", cleanText(redact(err.Error(), token)))
 	return exitError
 }
 
@@ -101,12 +107,8 @@ an agent without the tables or of another converge version).
 `
 
 // inspect shows the tables once, or with o.watch until ctx ends, and
-// returns the exit status.
-func inspect(ctx context.Context, o options, getenv func(string) string, stdout io.Writer) (int, error) {
-	token, err := loadToken(o.tokenFile, getenv)
-	if err != nil {
-		return exitError, err
-	}
+// returns the exit status. It sends token, if not empty.
+func inspect(ctx context.Context, o options, token string, stdout io.Writer) (int, error) {
 	c, err := newClient(o.url, token, o.timeout)
 	if err != nil {
 		return exitError, err

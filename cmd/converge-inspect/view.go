@@ -23,11 +23,13 @@ type tables struct {
 	// seen is, per table, the highest revision the snapshot held: a change
 	// at or below it is already in the rows.
 	seen map[string]uint64
+	// token is redacted from the rows' text.
+	token string
 }
 
 // snapshot reads both tables.
 func snapshot(ctx context.Context, c *client) (*tables, error) {
-	t := &tables{infos: map[string]*reconciler.Info{}, retries: map[string]*reconciler.RetryInfo{}, seen: map[string]uint64{}}
+	t := &tables{infos: map[string]*reconciler.Info{}, retries: map[string]*reconciler.RetryInfo{}, seen: map[string]uint64{}, token: c.token}
 	for _, table := range []struct{ name, index string }{
 		{reconciler.ReconcilersTableName, reconciler.InfoByID.Name},
 		{reconciler.RetriesTableName, reconciler.RetryByKey.Name},
@@ -72,7 +74,9 @@ func (t *tables) put(table string, r row) error {
 		if _, ok := t.infos[info.ID]; !ok && len(t.infos) == maxRows {
 			return fmt.Errorf("%w: table %s has more than %d rows", errTooLarge, table, maxRows)
 		}
-		t.infos[info.ID] = info
+		id := info.ID // the key as the agent has it, for its deletion
+		redactFields(info, t.token)
+		t.infos[id] = info
 	case reconciler.RetriesTableName:
 		retry, err := decodeRetry(r.Obj)
 		if err != nil {
@@ -86,6 +90,7 @@ func (t *tables) put(table string, r row) error {
 		if _, ok := t.retries[key]; !ok && len(t.retries) == maxRows {
 			return fmt.Errorf("%w: table %s has more than %d rows", errTooLarge, table, maxRows)
 		}
+		redactFields(retry, t.token)
 		t.retries[key] = retry
 	}
 	return nil
