@@ -132,6 +132,9 @@ func (c *client) query(ctx context.Context, table, index string) ([]row, error) 
 	lines := newLineScanner(http.MaxBytesReader(nil, resp.Body, maxResponse))
 	var rows []row
 	for lines.Scan() {
+		if lines.Err() != nil {
+			break // cut short: the line is what arrived of one, said below
+		}
 		r, err := decodeRow(lines.Bytes(), where, table)
 		if err != nil {
 			return nil, err
@@ -185,6 +188,9 @@ func (c *client) changes(ctx context.Context, table string) (*stream, error) {
 // next returns the next change, skipping StateDB's keep-alives.
 func (s *stream) next() (row, error) {
 	for s.lines.Scan() {
+		if s.lines.Err() != nil {
+			break // cut short: the line is what arrived of one, said below
+		}
 		s.idle.Reset(maxIdle)
 		r, err := decodeRow(s.lines.Bytes(), s.where, s.table)
 		if err != nil {
@@ -298,7 +304,9 @@ func (c *client) statusError(resp *http.Response, where, table string) error {
 }
 
 // newLineScanner returns a scanner of the lines of r, each at most maxLine
-// bytes.
+// bytes. When reading r fails, the scanner still hands out what it read of
+// the last line before Scan returns false, but Err already tells the
+// error: check it before decoding a line.
 func newLineScanner(r io.Reader) *bufio.Scanner {
 	s := bufio.NewScanner(r)
 	s.Buffer(make([]byte, 0, 64<<10), maxLine)

@@ -289,3 +289,36 @@ func TestWatchBadStream(t *testing.T) {
 		})
 	}
 }
+
+// An answer cut in the middle of a line (the agent died) says that it was
+// cut, not that the piece that arrived is not StateDB's answer: once, and
+// on the stream of changes of --watch.
+func TestCutMidLine(t *testing.T) {
+	const piece = `{"rev":1,"obj":{"id":"r","mod`
+	cut := func(w http.ResponseWriter) {
+		w.Header().Set("Content-Length", "1000")
+		w.Write([]byte(piece)) // then the handler returns: the server closes the connection
+	}
+	query := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { cut(w) }))
+	defer query.Close()
+	code, stdout, stderr := runInspect(t, nil, "--url", query.URL+"/statedb")
+	requireFails(t, `cannot reach the agent at http://127\.0\.0\.1:\d+/statedb/query: unexpected EOF .*`, code, stdout, stderr)
+
+	stream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/statedb/changes/") {
+			cut(w)
+		}
+		// /statedb/query: no rows
+	}))
+	defer stream.Close()
+	w := startWatch(t, "--url", stream.URL+"/statedb")
+	w.waitLine(`^No reconcilers\.$`)
+	select {
+	case code = <-w.done:
+		w.done <- code // for stop, at cleanup
+	case <-time.After(waitFor):
+		t.Fatal("--watch did not end when the stream of changes was cut")
+	}
+	require.Equal(t, exitError, code)
+	require.Regexp(t, `^converge-inspect: reading the stream of changes of (reconcilers|reconciler-retries): unexpected EOF\n$`, w.stderr.String())
+}
