@@ -304,12 +304,14 @@ func (c *client) statusError(resp *http.Response, where, table string) error {
 }
 
 // newLineScanner returns a scanner of the lines of r, each at most maxLine
-// bytes. When reading r fails, the scanner still hands out what it read of
+// bytes, its newline not counted. When reading r fails, the scanner still hands out what it read of
 // the last line before Scan returns false, but Err already tells the
 // error: check it before decoding a line.
 func newLineScanner(r io.Reader) *bufio.Scanner {
 	s := bufio.NewScanner(r)
-	s.Buffer(make([]byte, 0, 64<<10), maxLine)
+	// The buffer holds a line and its newline: the scanner refuses a line
+	// that fills it without one.
+	s.Buffer(make([]byte, 0, 64<<10), maxLine+1)
 	return s
 }
 

@@ -95,6 +95,11 @@ func fakeAgent(t *testing.T, status int, body string) string {
 	return s.URL
 }
 
+// lineOf returns prefix, then x's, then suffix: n bytes.
+func lineOf(n int, prefix, suffix string) string {
+	return prefix + strings.Repeat("x", n-len(prefix)-len(suffix)) + suffix
+}
+
 // An agent of another converge version, or something else than StateDB's
 // handler, answers what the command cannot read.
 func TestVersionMismatch(t *testing.T) {
@@ -109,6 +114,8 @@ func TestVersionMismatch(t *testing.T) {
 		"not StateDB": {"<html>hello</html>\n",
 			`unexpected answer: the answer of http://127\.0\.0\.1:\d+/statedb/query for table reconcilers is not StateDB's: invalid character '<' looking for beginning of value`},
 		"a line too long": {`{"rev":1,"obj":"` + strings.Repeat("x", maxLine) + `"}`,
+			`answer too large: the answer of http://127\.0\.0\.1:\d+/statedb/query has a line longer than 1048576 bytes`},
+		"a line a byte too long": {lineOf(maxLine+1, `{"rev":1,"obj":"`, `"}`) + "\n",
 			`answer too large: the answer of http://127\.0\.0\.1:\d+/statedb/query has a line longer than 1048576 bytes`},
 	}
 	for name, c := range cases {
@@ -256,6 +263,8 @@ func TestWatchBadStream(t *testing.T) {
 		"unknown state": {`{"rev":7,"obj":{"id":"routes","module":"routes","state":"exploded"}}`,
 			`unexpected answer: a row of table reconcilers does not decode .*: reconciler routes has the unknown state "exploded"`},
 		"a line too long": {`{"rev":7,"obj":"` + strings.Repeat("x", maxLine) + `"}`,
+			`answer too large: the stream of changes of reconcilers has a line longer than 1048576 bytes`},
+		"a line a byte too long": {lineOf(maxLine+1, `{"rev":7,"obj":"`, `"}`),
 			`answer too large: the stream of changes of reconcilers has a line longer than 1048576 bytes`},
 		"not StateDB": {`<html>`,
 			`unexpected answer: the answer of http://127\.0\.0\.1:\d+/statedb/changes/reconcilers for table reconcilers is not StateDB's: .*`},
