@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cilium/statedb"
 	"github.com/stretchr/testify/require"
@@ -241,6 +242,10 @@ func TestOutsiderWatchJSONLines(t *testing.T) {
 // --watch --reconciler NAME that matches nothing: the same error as
 // without --watch (exit 2, saying which reconcilers there are), or at
 // least not a silent success.
+//
+// converge-inspect chose the same error: --watch fails at the start,
+// printing no frame, so the test waits for it to end rather than for a
+// first line, and checks that its error is the one without --watch.
 func TestOutsiderWatchFilterMatchesNothing(t *testing.T) {
 	a := startAgent(t, true, "routes")
 	a.waitInfo("routes", "a row", func(*reconciler.Info) bool { return true })
@@ -248,9 +253,20 @@ func TestOutsiderWatchFilterMatchesNothing(t *testing.T) {
 	require.Equal(t, exitError, code, stderr)
 	require.Empty(t, stdout)
 	w := startWatch(t, a.args("--reconciler", "gamma")...)
-	line, _ := w.waitLine(`.`)
-	t.Logf("first line: %q", line)
-	code = w.stop()
+	select {
+	case code = <-w.done:
+		w.done <- code // for stop, at cleanup
+	case <-time.After(waitFor):
+		t.Fatalf("--watch of a reconciler the agent does not have did not end in %s", waitFor)
+	}
 	t.Logf("exit %d stderr %q", code, w.stderr.String())
 	require.NotEqual(t, exitHealthy, code, "--watch of a reconciler the agent does not have exits 0")
+	require.Equal(t, exitError, code)
+	require.Equal(t, stderr, w.stderr.String(), "the same error as without --watch")
+	select {
+	case line, ok := <-w.lines:
+		require.False(t, ok, "no frame, but %q", line)
+	case <-time.After(waitFor):
+		t.Fatalf("the output did not end in %s", waitFor)
+	}
 }

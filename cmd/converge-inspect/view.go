@@ -136,25 +136,26 @@ type report struct {
 	Retries     []*reconciler.RetryInfo `json:"retries"`
 	// Degraded is true if a reconciler shown is degraded.
 	Degraded bool `json:"degraded"`
-	// filter is --reconciler, which matched nothing if Reconcilers is
-	// empty.
+	// filter is the ID of the reconciler picked by --reconciler, or ""; it
+	// is gone if Reconcilers is empty.
 	filter string
 }
 
-// report returns the rows of the reconcilers matching filter (all if
-// empty), sorted by ID, and their failing objects, sorted by key.
-func (t *tables) report(filter string) report {
-	rep := report{Reconcilers: []*reconciler.Info{}, Retries: []*reconciler.RetryInfo{}, filter: filter}
+// report returns the row of the reconciler whose ID is id (every row,
+// sorted by ID, if id is empty), and their failing objects, sorted by key.
+// tables.pick finds the id that --reconciler names.
+func (t *tables) report(id string) report {
+	rep := report{Reconcilers: []*reconciler.Info{}, Retries: []*reconciler.RetryInfo{}, filter: id}
 	shown := map[string]bool{}
 	for _, info := range t.infos {
-		if filter == "" || info.ID == filter || info.Name == filter {
+		if id == "" || info.ID == id {
 			rep.Reconcilers = append(rep.Reconcilers, info)
 			shown[info.ID] = true
 			rep.Degraded = rep.Degraded || info.State == reconciler.StateDegraded
 		}
 	}
 	for _, retry := range t.retries {
-		if filter == "" || shown[retry.Reconciler] {
+		if id == "" || shown[retry.Reconciler] {
 			rep.Retries = append(rep.Retries, retry)
 		}
 	}
