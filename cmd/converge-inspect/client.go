@@ -132,6 +132,9 @@ func (c *client) query(ctx context.Context, table, index string) ([]row, error) 
 	lines := newLineScanner(http.MaxBytesReader(nil, resp.Body, maxResponse))
 	var rows []row
 	for lines.Scan() {
+		if lines.Err() != nil {
+			break // cut short: the line is what arrived of one, said below
+		}
 		r, err := decodeRow(lines.Bytes(), where, table)
 		if err != nil {
 			return nil, err
@@ -185,6 +188,9 @@ func (c *client) changes(ctx context.Context, table string) (*stream, error) {
 // next returns the next change, skipping StateDB's keep-alives.
 func (s *stream) next() (row, error) {
 	for s.lines.Scan() {
+		if s.lines.Err() != nil {
+			break // cut short: the line is what arrived of one, said below
+		}
 		s.idle.Reset(maxIdle)
 		r, err := decodeRow(s.lines.Bytes(), s.where, s.table)
 		if err != nil {
@@ -262,7 +268,8 @@ func (c *client) readError(ctx context.Context, where string, err error) error {
 	case errors.Is(ctx.Err(), context.DeadlineExceeded):
 		return fmt.Errorf("%w at %s: no complete answer in time (--timeout)", errUnreachable, where)
 	}
-	return fmt.Errorf("%w at %s: %v (is it running, and is --url the address of its StateDB handler?)", errUnreachable, where, err)
+	// A malformed answer's error quotes what the agent sent.
+	return fmt.Errorf("%w at %s: %s (is it running, and is --url the address of its StateDB handler?)", errUnreachable, where, cleanText(err.Error()))
 }
 
 // statusError explains an answer from where whose status is not 200.
@@ -276,30 +283,35 @@ func (c *client) statusError(resp *http.Response, where, table string) error {
 	}
 	json.Unmarshal(data, &msg)
 	said := cleanText(msg.Err + msg.Error)
+	status := cleanText(resp.Status) // its reason phrase is the agent's text
 	switch {
 	case resp.StatusCode == http.StatusUnauthorized && c.token == "":
 		return fmt.Errorf("%w: %s answered %s: it asks for a token; give --token-file (the example's is DIR/.converge-example/token) or set %s",
-			errUnauthorized, where, resp.Status, tokenEnv)
+			errUnauthorized, where, status, tokenEnv)
 	case resp.StatusCode == http.StatusUnauthorized:
-		return fmt.Errorf("%w: %s answered %s: it refused the token (the example writes a new one at every start)", errUnauthorized, where, resp.Status)
+		return fmt.Errorf("%w: %s answered %s: it refused the token (the example writes a new one at every start)", errUnauthorized, where, status)
 	case resp.StatusCode == http.StatusNotFound && strings.HasPrefix(msg.Err, "Table "):
 		return fmt.Errorf("%w %s: is reconciler.TablesCell in the agent's hive?", errNoTable, table)
 	case resp.StatusCode == http.StatusNotFound:
 		return fmt.Errorf("%w: %s answered %s: is --url the base of the agent's StateDB handler, under which it serves /query and /changes (such as %s)?",
-			errVersion, where, resp.Status, defaultURL)
+			errVersion, where, status, defaultURL)
 	case resp.StatusCode == http.StatusBadRequest && strings.HasPrefix(msg.Err, "Index "):
-		return fmt.Errorf("%w: %s answered %s: %s: is the agent built with another version of converge?", errVersion, where, resp.Status, said)
+		return fmt.Errorf("%w: %s answered %s: %s: is the agent built with another version of converge?", errVersion, where, status, said)
 	case said != "":
-		return fmt.Errorf("%s answered %s: %s", where, resp.Status, said)
+		return fmt.Errorf("%s answered %s: %s", where, status, said)
 	}
-	return fmt.Errorf("%s answered %s", where, resp.Status)
+	return fmt.Errorf("%s answered %s", where, status)
 }
 
 // newLineScanner returns a scanner of the lines of r, each at most maxLine
-// bytes.
+// bytes, its newline not counted. When reading r fails, the scanner still hands out what it read of
+// the last line before Scan returns false, but Err already tells the
+// error: check it before decoding a line.
 func newLineScanner(r io.Reader) *bufio.Scanner {
 	s := bufio.NewScanner(r)
-	s.Buffer(make([]byte, 0, 64<<10), maxLine)
+	// The buffer holds a line and its newline: the scanner refuses a line
+	// that fills it without one.
+	s.Buffer(make([]byte, 0, 64<<10), maxLine+1)
 	return s
 }
 

@@ -26,7 +26,10 @@
 //	--token-file PATH  file holding a bearer token, sent as "Authorization: Bearer TOKEN";
 //	                   refused if others can read or write it or it is over 4 KiB.
 //	                   Without it, the token is taken from $CONVERGE_INSPECT_TOKEN, if set
-//	--reconciler NAME  show only this reconciler: its ID (module/name) or its name
+//	--reconciler NAME  show only this reconciler: the one whose ID (module/name) is NAME,
+//	                   else the only one named NAME. It fails, listing IDs, if none is, or
+//	                   if several are named NAME and none has it as ID; with --watch it
+//	                   picks the reconciler when it starts, and fails then the same way
 //	--watch            redraw on every change, read from StateDB's stream of changes
 //	                   (at most four times a second), until Ctrl-C
 //	--json             print JSON: {"reconcilers": [...], "retries": [...], "degraded": bool};
@@ -39,13 +42,17 @@
 //	1  a reconciler shown is degraded (with --watch: in the last state shown)
 //	2  anything else failed: a bad flag or token file, an unreachable agent,
 //	   a refused token, an agent without the tables, rows it cannot decode
-//	   (an agent built with another converge version), a stream that broke
+//	   (an agent built with another converge version), a stream that broke,
+//	   a --reconciler that picks none (with --watch: or whose reconciler is
+//	   gone from the last state shown)
 //
 // so that `converge-inspect --url ... >/dev/null` serves as a readiness
 // check, and a CI job can tell a degraded agent (1) from a broken check (2).
 //
-// The token is never printed. It is sent over plain HTTP only to a loopback
-// address (use https for others); redirects are not followed. Every answer
+// The token is never printed: where the agent's text holds it (an agent or
+// a proxy that echoes the request), [token] is shown instead. It is sent
+// over plain HTTP only to a loopback address (use https for others);
+// redirects are not followed. Every answer
 // is bounded (64 MiB a query, 1 MiB a row, 100,000 rows a table) and a
 // stream that sends nothing, not even StateDB's keep-alive, for two
 // minutes is given up. Text from the agent is shown with control

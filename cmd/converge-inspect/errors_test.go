@@ -95,6 +95,11 @@ func fakeAgent(t *testing.T, status int, body string) string {
 	return s.URL
 }
 
+// lineOf returns prefix, then x's, then suffix: n bytes.
+func lineOf(n int, prefix, suffix string) string {
+	return prefix + strings.Repeat("x", n-len(prefix)-len(suffix)) + suffix
+}
+
 // An agent of another converge version, or something else than StateDB's
 // handler, answers what the command cannot read.
 func TestVersionMismatch(t *testing.T) {
@@ -109,6 +114,8 @@ func TestVersionMismatch(t *testing.T) {
 		"not StateDB": {"<html>hello</html>\n",
 			`unexpected answer: the answer of http://127\.0\.0\.1:\d+/statedb/query for table reconcilers is not StateDB's: invalid character '<' looking for beginning of value`},
 		"a line too long": {`{"rev":1,"obj":"` + strings.Repeat("x", maxLine) + `"}`,
+			`answer too large: the answer of http://127\.0\.0\.1:\d+/statedb/query has a line longer than 1048576 bytes`},
+		"a line a byte too long": {lineOf(maxLine+1, `{"rev":1,"obj":"`, `"}`) + "\n",
 			`answer too large: the answer of http://127\.0\.0\.1:\d+/statedb/query has a line longer than 1048576 bytes`},
 	}
 	for name, c := range cases {
@@ -257,6 +264,8 @@ func TestWatchBadStream(t *testing.T) {
 			`unexpected answer: a row of table reconcilers does not decode .*: reconciler routes has the unknown state "exploded"`},
 		"a line too long": {`{"rev":7,"obj":"` + strings.Repeat("x", maxLine) + `"}`,
 			`answer too large: the stream of changes of reconcilers has a line longer than 1048576 bytes`},
+		"a line a byte too long": {lineOf(maxLine+1, `{"rev":7,"obj":"`, `"}`),
+			`answer too large: the stream of changes of reconcilers has a line longer than 1048576 bytes`},
 		"not StateDB": {`<html>`,
 			`unexpected answer: the answer of http://127\.0\.0\.1:\d+/statedb/changes/reconcilers for table reconcilers is not StateDB's: .*`},
 	}
@@ -288,4 +297,37 @@ func TestWatchBadStream(t *testing.T) {
 			require.Regexp(t, regexp.MustCompile(`^converge-inspect: `+c.want+`\n$`), stderr)
 		})
 	}
+}
+
+// An answer cut in the middle of a line (the agent died) says that it was
+// cut, not that the piece that arrived is not StateDB's answer: once, and
+// on the stream of changes of --watch.
+func TestCutMidLine(t *testing.T) {
+	const piece = `{"rev":1,"obj":{"id":"r","mod`
+	cut := func(w http.ResponseWriter) {
+		w.Header().Set("Content-Length", "1000")
+		w.Write([]byte(piece)) // then the handler returns: the server closes the connection
+	}
+	query := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { cut(w) }))
+	defer query.Close()
+	code, stdout, stderr := runInspect(t, nil, "--url", query.URL+"/statedb")
+	requireFails(t, `cannot reach the agent at http://127\.0\.0\.1:\d+/statedb/query: unexpected EOF .*`, code, stdout, stderr)
+
+	stream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/statedb/changes/") {
+			cut(w)
+		}
+		// /statedb/query: no rows
+	}))
+	defer stream.Close()
+	w := startWatch(t, "--url", stream.URL+"/statedb")
+	w.waitLine(`^No reconcilers\.$`)
+	select {
+	case code = <-w.done:
+		w.done <- code // for stop, at cleanup
+	case <-time.After(waitFor):
+		t.Fatal("--watch did not end when the stream of changes was cut")
+	}
+	require.Equal(t, exitError, code)
+	require.Regexp(t, `^converge-inspect: reading the stream of changes of (reconcilers|reconciler-retries): unexpected EOF\n$`, w.stderr.String())
 }

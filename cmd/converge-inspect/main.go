@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -48,13 +49,19 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if errors.Is(err, flag.ErrHelp) {
 		return exitHealthy
 	}
+	var token string
+	if err == nil {
+		token, err = loadToken(o.tokenFile, getenv)
+	}
 	if err == nil {
 		var code int
-		if code, err = inspect(ctx, o, getenv, stdout); err == nil {
+		if code, err = inspect(ctx, o, token, stdout); err == nil {
 			return code
 		}
 	}
-	fmt.Fprintln(stderr, "converge-inspect:", err)
+	// An error can quote the agent's text, which can hold the token (an
+	// agent or a proxy that echoes the request back).
+	fmt.Fprintln(stderr, "converge-inspect:", cleanText(redact(err.Error(), token)))
 	return exitError
 }
 
@@ -66,7 +73,8 @@ func parseFlags(args []string, stdout io.Writer) (options, error) {
 	fs.SetOutput(io.Discard) // run prints the error; -help prints the usage below
 	fs.StringVar(&o.url, "url", defaultURL, "base `URL` of the agent's StateDB handler, under which it serves /query and /changes")
 	fs.StringVar(&o.tokenFile, "token-file", "", "`file` holding the bearer token, readable by its owner only; else $"+tokenEnv)
-	fs.StringVar(&o.reconciler, "reconciler", "", "show only the reconciler with this ID (module/name) or `name`")
+	fs.StringVar(&o.reconciler, "reconciler", "", "show only the reconciler with this ID (module/name), else the only one with this `name`;\n"+
+		"fails if none has it, or several have the name and none the ID (with --watch: when it starts)")
 	fs.BoolVar(&o.watch, "watch", false, "redraw on every change until Ctrl-C")
 	fs.BoolVar(&o.json, "json", false, "print JSON (with --watch, one line per redraw)")
 	fs.DurationVar(&o.timeout, "timeout", 10*time.Second, "bound on connecting and on reading the tables")
@@ -97,16 +105,13 @@ const exitRule = `
 Exit status: 0 if every reconciler shown is running, paused or stopped;
 1 if one is degraded (with --watch: in the last state shown); 2 if the
 command failed (a bad flag or token, an unreachable agent, a refused token,
-an agent without the tables or of another converge version).
+an agent without the tables or of another converge version, a --reconciler
+that picks no reconciler, or with --watch one that went away).
 `
 
 // inspect shows the tables once, or with o.watch until ctx ends, and
-// returns the exit status.
-func inspect(ctx context.Context, o options, getenv func(string) string, stdout io.Writer) (int, error) {
-	token, err := loadToken(o.tokenFile, getenv)
-	if err != nil {
-		return exitError, err
-	}
+// returns the exit status. It sends token, if not empty.
+func inspect(ctx context.Context, o options, token string, stdout io.Writer) (int, error) {
 	c, err := newClient(o.url, token, o.timeout)
 	if err != nil {
 		return exitError, err
@@ -122,10 +127,11 @@ func inspect(ctx context.Context, o options, getenv func(string) string, stdout 
 	if err != nil {
 		return exitError, err
 	}
-	rep := t.report(o.reconciler)
-	if o.reconciler != "" && len(rep.Reconcilers) == 0 {
-		return exitError, fmt.Errorf("no reconciler %s; the agent has %s", cleanText(o.reconciler), t.ids())
+	id, err := t.pick(o.reconciler)
+	if err != nil {
+		return exitError, err
 	}
+	rep := t.report(id)
 	if o.json {
 		err = rep.writeJSON(stdout, false)
 	} else {
@@ -137,15 +143,50 @@ func inspect(ctx context.Context, o options, getenv func(string) string, stdout 
 	return rep.exitStatus(), nil
 }
 
-// ids lists the IDs of the reconcilers, for an error.
-func (t *tables) ids() string {
-	rep := t.report("")
-	if len(rep.Reconcilers) == 0 {
+// pick returns the ID of the reconciler that --reconciler name names, or
+// "" if name is "" (every reconciler): the one whose ID is name, else the
+// only one whose name is name. It fails if none is, or if several have
+// that name and none that ID: it shows one reconciler or none.
+func (t *tables) pick(name string) (string, error) {
+	if name == "" {
+		return "", nil
+	}
+	var all, named []string
+	for _, info := range t.infos {
+		if info.ID == name {
+			return info.ID, nil
+		}
+		if info.Name == name {
+			named = append(named, info.ID)
+		}
+		all = append(all, info.ID)
+	}
+	switch len(named) {
+	case 0:
+		return "", fmt.Errorf("no reconciler %s; the agent has %s", cleanText(name), listIDs(all))
+	case 1:
+		return named[0], nil
+	}
+	return "", fmt.Errorf("--reconciler %s: %d reconcilers have that name and none has it as ID: %s; give the ID of one",
+		cleanText(name), len(named), listIDs(named))
+}
+
+// maxIDsListed bounds the IDs an error lists.
+const maxIDsListed = 20
+
+// listIDs lists ids, sorted, at most maxIDsListed of them, for an error.
+func listIDs(ids []string) string {
+	if len(ids) == 0 {
 		return "none"
 	}
-	ids := make([]string, len(rep.Reconcilers))
-	for i, info := range rep.Reconcilers {
-		ids[i] = cleanText(info.ID)
+	slices.Sort(ids)
+	more := ""
+	if len(ids) > maxIDsListed {
+		more = fmt.Sprintf(" and %d more", len(ids)-maxIDsListed)
+		ids = ids[:maxIDsListed]
 	}
-	return strings.Join(ids, ", ")
+	for i, id := range ids {
+		ids[i] = clip(id)
+	}
+	return strings.Join(ids, ", ") + more
 }

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"reflect"
 	"runtime"
+	"strings"
 )
 
 // tokenEnv is the environment variable that holds the token when
@@ -94,4 +96,33 @@ func isToken(s string) bool {
 		}
 	}
 	return true
+}
+
+// redacted is what the token is replaced with in the agent's text.
+const redacted = "[token]"
+
+// redact returns s, text from the agent, with every occurrence of token
+// replaced, so that an agent (or a proxy in front of it) that echoes the
+// request back cannot have it printed. The result never holds token: the
+// replacement has characters a token cannot have.
+func redact(s, token string) string {
+	if token == "" {
+		return s
+	}
+	return strings.ReplaceAll(s, token, redacted)
+}
+
+// redactFields redacts token in every string field of the struct that v
+// points to: a row of the reconcilers or reconciler-retries table, whose
+// other fields hold no text (TestRedactFieldsCoversRows keeps it so).
+func redactFields(v any, token string) {
+	if token == "" {
+		return
+	}
+	rv := reflect.ValueOf(v).Elem()
+	for i := range rv.NumField() {
+		if f := rv.Field(i); f.Kind() == reflect.String && f.CanSet() {
+			f.SetString(redact(f.String(), token))
+		}
+	}
 }

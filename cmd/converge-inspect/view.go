@@ -23,11 +23,13 @@ type tables struct {
 	// seen is, per table, the highest revision the snapshot held: a change
 	// at or below it is already in the rows.
 	seen map[string]uint64
+	// token is redacted from the rows' text.
+	token string
 }
 
 // snapshot reads both tables.
 func snapshot(ctx context.Context, c *client) (*tables, error) {
-	t := &tables{infos: map[string]*reconciler.Info{}, retries: map[string]*reconciler.RetryInfo{}, seen: map[string]uint64{}}
+	t := &tables{infos: map[string]*reconciler.Info{}, retries: map[string]*reconciler.RetryInfo{}, seen: map[string]uint64{}, token: c.token}
 	for _, table := range []struct{ name, index string }{
 		{reconciler.ReconcilersTableName, reconciler.InfoByID.Name},
 		{reconciler.RetriesTableName, reconciler.RetryByKey.Name},
@@ -72,7 +74,9 @@ func (t *tables) put(table string, r row) error {
 		if _, ok := t.infos[info.ID]; !ok && len(t.infos) == maxRows {
 			return fmt.Errorf("%w: table %s has more than %d rows", errTooLarge, table, maxRows)
 		}
-		t.infos[info.ID] = info
+		id := info.ID // the key as the agent has it, for its deletion
+		redactFields(info, t.token)
+		t.infos[id] = info
 	case reconciler.RetriesTableName:
 		retry, err := decodeRetry(r.Obj)
 		if err != nil {
@@ -86,6 +90,7 @@ func (t *tables) put(table string, r row) error {
 		if _, ok := t.retries[key]; !ok && len(t.retries) == maxRows {
 			return fmt.Errorf("%w: table %s has more than %d rows", errTooLarge, table, maxRows)
 		}
+		redactFields(retry, t.token)
 		t.retries[key] = retry
 	}
 	return nil
@@ -131,25 +136,26 @@ type report struct {
 	Retries     []*reconciler.RetryInfo `json:"retries"`
 	// Degraded is true if a reconciler shown is degraded.
 	Degraded bool `json:"degraded"`
-	// filter is --reconciler, which matched nothing if Reconcilers is
-	// empty.
+	// filter is the ID of the reconciler picked by --reconciler, or ""; it
+	// is gone if Reconcilers is empty.
 	filter string
 }
 
-// report returns the rows of the reconcilers matching filter (all if
-// empty), sorted by ID, and their failing objects, sorted by key.
-func (t *tables) report(filter string) report {
-	rep := report{Reconcilers: []*reconciler.Info{}, Retries: []*reconciler.RetryInfo{}, filter: filter}
+// report returns the row of the reconciler whose ID is id (every row,
+// sorted by ID, if id is empty), and their failing objects, sorted by key.
+// tables.pick finds the id that --reconciler names.
+func (t *tables) report(id string) report {
+	rep := report{Reconcilers: []*reconciler.Info{}, Retries: []*reconciler.RetryInfo{}, filter: id}
 	shown := map[string]bool{}
 	for _, info := range t.infos {
-		if filter == "" || info.ID == filter || info.Name == filter {
+		if id == "" || info.ID == id {
 			rep.Reconcilers = append(rep.Reconcilers, info)
 			shown[info.ID] = true
 			rep.Degraded = rep.Degraded || info.State == reconciler.StateDegraded
 		}
 	}
 	for _, retry := range t.retries {
-		if filter == "" || shown[retry.Reconciler] {
+		if id == "" || shown[retry.Reconciler] {
 			rep.Retries = append(rep.Retries, retry)
 		}
 	}

@@ -18,7 +18,8 @@ const minFrame = 250 * time.Millisecond
 
 // watch shows the tables, then again after every change, until ctx ends
 // or a stream of changes breaks. It returns the exit status of the last
-// state shown when ctx ends.
+// state shown when ctx ends. With --reconciler, it fails at the start if
+// the name picks no reconciler, as the command does without --watch.
 //
 // It opens the streams of changes of both tables first, then reads the
 // tables: every change after the read is in the streams, and a change at
@@ -52,6 +53,21 @@ func watch(ctx context.Context, c *client, o options, w io.Writer) (int, error) 
 	if err != nil {
 		return exitError, err
 	}
+	// --reconciler picks one when the watch starts, as without --watch,
+	// and fails the same way: a check that names a reconciler the agent
+	// does not have fails at once rather than wait for it.
+	id, err := t.pick(o.reconciler)
+	if err != nil {
+		return exitError, err
+	}
+	// end is the result when ctx ends: the exit status of the last frame,
+	// as the command without --watch would have it.
+	end := func(rep report) (int, error) {
+		if id != "" && len(rep.Reconcilers) == 0 {
+			return exitError, fmt.Errorf("no reconciler %s in the last state shown: it went away", cleanText(id))
+		}
+		return rep.exitStatus(), nil
+	}
 
 	type event struct {
 		table string
@@ -78,7 +94,7 @@ func watch(ctx context.Context, c *client, o options, w io.Writer) (int, error) 
 	}
 
 	terminal := isTerminal(w)
-	rep := t.report(o.reconciler)
+	rep := t.report(id)
 	if err := drawFrame(w, rep, o.json, terminal); err != nil {
 		return exitError, err
 	}
@@ -89,11 +105,11 @@ func watch(ctx context.Context, c *client, o options, w io.Writer) (int, error) 
 	for {
 		select {
 		case <-ctx.Done():
-			return rep.exitStatus(), nil
+			return end(rep)
 		case ev := <-events:
 			if ev.err != nil {
 				if ctx.Err() != nil {
-					return rep.exitStatus(), nil
+					return end(rep)
 				}
 				return exitError, ev.err
 			}
@@ -107,7 +123,7 @@ func watch(ctx context.Context, c *client, o options, w io.Writer) (int, error) 
 			}
 		case <-next.C:
 			pending = false
-			rep = t.report(o.reconciler)
+			rep = t.report(id)
 			if err := drawFrame(w, rep, o.json, terminal); err != nil {
 				return exitError, err
 			}
