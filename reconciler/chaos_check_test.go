@@ -204,7 +204,7 @@ func (r *chaosRun) checkNonePending(i int, rev statedb.Revision, cut uint64) {
 	rec := r.recs[i]
 	var pending []string
 	for obj, objRev := range r.gen.table.All(r.gen.db.ReadTxn()) {
-		if st := rec.getStatus(obj); st.Kind == status.KindPending && st.ID() <= cut {
+		if st := rec.getStatus(obj); st.Kind == status.KindPending && st.ID() <= cut && (st.ID() != 0 || r.lastWrite[obj.ID] <= rev) {
 			pending = append(pending, fmt.Sprintf("%s=%s@%d", obj.ID, obj.Value, objRev))
 		}
 	}

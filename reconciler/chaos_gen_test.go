@@ -361,7 +361,8 @@ func (r *chaosRun) heldMany(i int, keys []string, why string, d time.Duration, u
 }
 
 // putBackDone deletes a Done object and puts it back as it was, while its
-// delete is held (then re-inserts it as it is), or (saturate) while every
+// delete is held (then re-inserts it as it is), or while a new value whose
+// status has no identity is held once applied, or (saturate) while every
 // slot is held, with a prune before and after: it is new work.
 func (r *chaosRun) putBackDone(saturate bool) {
 	slots := max(r.roundSize, 2*r.cfg.workers) // the executor's limit
@@ -393,6 +394,13 @@ func (r *chaosRun) putBackDone(saturate bool) {
 		r.logf("%sPrune() while saturated: ran %v", rec.label(), r.pruneAndWait(i, 20*time.Millisecond))
 		r.put(k, read, "put back")
 		r.logf("%sPrune() again: ran %v", rec.label(), r.pruneAndWait(i, 20*time.Millisecond))
+	} else if len(r.steps)%3 == 0 && !r.cfg.set {
+		// Over a new value whose status has no identity (as decoded from
+		// YAML), held once applied: nothing tells which status is older.
+		holds = []*chaosHold{c.hold(k, true)}
+		r.put(k, &item{ID: k, Value: r.value(), Status: status.Status{Kind: status.KindPending}}, "set, without status identity,")
+		r.logf("%s: update held once applied: %v", k, closedWithin(holds[0].started, 20*time.Millisecond))
+		r.put(k, read, "put back")
 	} else {
 		holds = []*chaosHold{c.hold(k, false)}
 		r.del(k, "")
