@@ -207,26 +207,6 @@ func (r *reconciler[Obj]) startGate(ctx context.Context, health cell.Health) boo
 	}
 }
 
-// uninitialized returns the names of the tables not yet initialized in
-// txn, the reconciler's and those of WithStartAfter, and a channel closed
-// when the first of them is.
-func (r *reconciler[Obj]) uninitialized(txn statedb.ReadTxn) ([]string, <-chan struct{}) {
-	var (
-		names []string
-		watch <-chan struct{}
-	)
-	tables := append([]statedb.TableMeta{r.table}, r.opts.startTables...)
-	for _, t := range tables {
-		if ok, w := t.Initialized(txn); !ok {
-			names = append(names, t.Name())
-			if watch == nil {
-				watch = w
-			}
-		}
-	}
-	return names, watch
-}
-
 // checkGate clears r.gateErr, once set, when the tables it names are
 // initialized; until then r.gateWatch wakes the loop when one of them is.
 func (r *reconciler[Obj]) checkGate(txn statedb.ReadTxn) {

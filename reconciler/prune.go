@@ -13,13 +13,10 @@ import (
 )
 
 // pruneSchedule decides when the loop prunes: once the table and those of
-// WithStartAfter are initialized (also when the reconciler started without
-// waiting any longer for them), then every prune interval and on
-// Reconciler.Prune; a failed
-// prune again after the retry backoff. The loop waits on its channels,
-// tells it what fired (initialized, request), and runs the prune while due
-// is set, between commit and report, with the gate closed (what a prune
-// may undo is in keyState and pruneSnapshot).
+// WithStartAfter are initialized, whatever its timeout, then every prune
+// interval and on Reconciler.Prune; a failed prune again after the retry
+// backoff. The loop waits on its channels, tells it what fired, and prunes
+// while due is set, between commit and report, with the gate closed.
 type pruneSchedule struct {
 	prune func(ctx context.Context, txn statedb.ReadTxn) pruneResult
 

@@ -101,6 +101,26 @@ func (r *reconciler[Obj]) opKey(o *op[Obj]) string {
 	return displayKey(key)
 }
 
+// uninitialized returns the names of the tables not yet initialized in
+// txn, the reconciler's and those of WithStartAfter, and a channel closed
+// when the first of them is.
+func (r *reconciler[Obj]) uninitialized(txn statedb.ReadTxn) ([]string, <-chan struct{}) {
+	var (
+		names []string
+		watch <-chan struct{}
+	)
+	tables := append([]statedb.TableMeta{r.table}, r.opts.startTables...)
+	for _, t := range tables {
+		if ok, w := t.Initialized(txn); !ok {
+			names = append(names, t.Name())
+			if watch == nil {
+				watch = w
+			}
+		}
+	}
+	return names, watch
+}
+
 // writtenBack records that cur, found where the version asked for by the
 // status statusID was applied or tried, carries another status of this
 // reconciler. One that asks for nothing and is older than statusID, or
