@@ -87,6 +87,10 @@ func Register[Obj any](
 		rand:          rand.Float64,
 	}
 
+	if o.breakerFailures > 0 {
+		r.breaker = newBreaker(o.breakerFailures, o.breakerIsTarget, o.breakerBackoff, o.retryMax, r.gate, r.logBreaker)
+	}
+
 	// The feed begins now, not when the job first runs, so that no delete
 	// between registration and start is missed.
 	r.changes = newChangeFeed(params.DB, statedb.Table[Obj](table))
