@@ -39,6 +39,9 @@ type setup struct {
 	deps         bool // a "deps" table, and WithDependency on it (converge only)
 	updateTarget int  // ops.reached closes after this many updates
 	heapAtReady  bool // start env.heap when the preload is done, before the jobs
+
+	outage  *outageTarget // if set, the operations instead of ops (outage.go)
+	breaker int           // converge only: outageBreaker(breaker, retryMin) if > 0
 }
 
 // env is a started hive with one table and (unless implNone) something
@@ -74,6 +77,11 @@ func (s setup) convOptions() []reconciler.Option {
 	}
 	if m := s.metrics.new(); m != nil {
 		o = append(o, reconciler.WithMetrics(m))
+	}
+	if s.breaker > 0 {
+		if b := outageBreaker(s.breaker, s.retryMin); b != nil {
+			o = append(o, b)
+		}
 	}
 	return o
 }
@@ -150,21 +158,33 @@ func (e *env) register(p reconciler.Params, up upstream.Params, jobs job.Group) 
 	var err error
 	switch e.s.impl {
 	case implConverge:
+		var ops reconciler.Operations[*object] = e.ops
 		var batch reconciler.BatchOperations[*object]
-		if e.s.batch {
+		switch {
+		case e.s.outage != nil && e.s.batch:
+			ops, batch = e.s.outage, convOutageBatch{e.s.outage}
+		case e.s.outage != nil:
+			ops = e.s.outage
+		case e.s.batch:
 			batch = convBatch{e.ops}
 		}
 		opts := e.s.convOptions()
 		if e.s.deps {
 			opts = append(opts, e.depsOption())
 		}
-		e.conv, err = reconciler.Register(p, e.tbl, (*object).clone, convSet, convGet, e.ops, batch, opts...)
+		e.conv, err = reconciler.Register(p, e.tbl, (*object).clone, convSet, convGet, ops, batch, opts...)
 	case implUpstream:
+		var ops upstream.Operations[*object] = e.ops
 		var batch upstream.BatchOperations[*object]
-		if e.s.batch {
+		switch {
+		case e.s.outage != nil && e.s.batch:
+			ops, batch = e.s.outage, upOutageBatch{e.s.outage}
+		case e.s.outage != nil:
+			ops = e.s.outage
+		case e.s.batch:
 			batch = upBatch{e.ops}
 		}
-		e.up, err = upstream.Register(up, e.tbl, (*object).clone, upSet, upGet, e.ops, batch, e.s.upOptions()...)
+		e.up, err = upstream.Register(up, e.tbl, (*object).clone, upSet, upGet, ops, batch, e.s.upOptions()...)
 	case implFloor:
 		jobs.Add(job.OneShot("floor", e.floor))
 	}

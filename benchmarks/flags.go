@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-var allWorkloads = []string{"incremental", "floor", "latency", "slow", "retry", "prune", "refresh", "fresh", "deps", "restart", "rest", "overhead", "curve", "multi"}
+var allWorkloads = []string{"incremental", "floor", "latency", "slow", "retry", "prune", "refresh", "fresh", "deps", "restart", "rest", "overhead", "curve", "multi", "outage"}
 
 // soakWorkload runs only when named: it takes -duration, not a few runs.
 const soakWorkload = "soak"
@@ -69,6 +69,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.soak.settle, "soak-settle", 0, "soak: bound on the final convergence (default 10 refresh intervals + 1m)")
 	fs.StringVar(&o.plotDir, "plot", "", "write SVG charts of what ran (cost curve, incremental throughput per run, several reconcilers, restart, soak series) into `dir`")
 	finishMulti := multiFlags(fs, &o.cfg.multi)
+	finishOutage := outageFlags(fs, &o.cfg.outage)
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -132,6 +133,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		o.impls = append(o.impls, impl(i))
 	}
 	o.maxRepeats = max(o.maxRepeats, o.repeats)
+	if err := finishOutage(o.quick, o.repeats); err != nil {
+		return o, err
+	}
 	c := o.cfg
 	switch {
 	case len(o.workloads) == 0:

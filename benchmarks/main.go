@@ -58,6 +58,13 @@
 //	             all, bytes and CAS conflicts per object, and a check that
 //	             nothing was lost; beside n floor loops, one floor loop that
 //	             commits each object once for all n (multi.go).
+//	outage       -outage-objects objects inserted Pending while the target
+//	             fails every call for -outage-for, then recovers: calls to
+//	             the target per second during the outage, time from the
+//	             recovery until all are Done, for upstream and converge
+//	             (with converge's circuit breaker, single and batch ops,
+//	             when it has one); two runs unless -repeats is given
+//	             (outage.go).
 //	soak         run only when named: one converge reconciler under a
 //	             steady churn for -duration, sampled every -soak-interval,
 //	             judged by a rule printed before it starts (soak.go,

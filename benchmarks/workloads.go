@@ -27,7 +27,8 @@ type config struct {
 	freshQueued     int   // refreshes or failing retries queued before the fresh write
 	sampleHeap      bool  // incremental also records the peak heap per object
 
-	multi multiConfig // several reconcilers on one table (multi.go)
+	multi  multiConfig  // several reconcilers on one table (multi.go)
+	outage outageConfig // a target down for everyone (outage.go)
 }
 
 // measurement is what one run yields; unused fields stay zero.
