@@ -131,7 +131,7 @@ func TestQuickRun(t *testing.T) {
 			}
 		}
 	}
-	for _, name := range []string{"curve.svg", "throughput.svg", "multi.svg", "restart.svg"} {
+	for _, name := range []string{"curve.svg", "throughput.svg", "multi.svg", "restart.svg", "outage.svg"} {
 		b, err := os.ReadFile(filepath.Join(dir, name))
 		if err != nil {
 			t.Error(err)
