@@ -35,6 +35,8 @@ import (
 //	               second: with batch operations, the entries of the
 //	               batches; with single operations, the calls
 //	calls, entries the totals during the outage
+//	first ok s     from the target's recovery until its first successful
+//	               call: how long the reconciler took to notice
 //	recovery s     from the target's recovery until the status index shows
 //	               every object Done (absent if not within -outage-settle)
 //	calls after    calls (and entries) from the recovery until then
@@ -166,6 +168,7 @@ const (
 // its batch operations. Safe for concurrent use.
 type outageTarget struct {
 	half, end atomic.Int64 // Unix ns: the middle and the end of the outage
+	firstOK   atomic.Int64 // Unix ns: the first call that succeeded, 0 before
 	calls     [3]atomic.Int64
 	entries   [3]atomic.Int64
 }
@@ -192,6 +195,7 @@ func (t *outageTarget) call(n int) error {
 	t.calls[p].Add(1)
 	t.entries[p].Add(int64(n))
 	if p == outageRecovered {
+		t.firstOK.CompareAndSwap(0, now)
 		return nil
 	}
 	return errOutage
@@ -286,6 +290,9 @@ func outage(ctx context.Context, cfg config, v outageVariant) (measurement, erro
 			done = 0
 		}
 		m.set("done", done)
+		if ok := t.firstOK.Load(); ok != 0 {
+			m.set("first ok s", time.Duration(ok-recovery.UnixNano()).Seconds())
+		}
 		calls := float64(t.calls[outageFirstHalf].Load() + t.calls[outageSecondHalf].Load())
 		entries := float64(t.entries[outageFirstHalf].Load() + t.entries[outageSecondHalf].Load())
 		secs := c.outage.Seconds()
@@ -314,14 +321,15 @@ func printOutage(w io.Writer, o options, res results) {
 	fmt.Fprintf(w, "Every implementation has WithRetry(%s, %s), its other options at their defaults, pruning off; the breaker is WithCircuitBreaker(%d, %s, nil).\n",
 		c.retryMin, c.retryMax, outageBreakerFailures, c.retryMin)
 	fmt.Fprintln(w, "calls/s: calls to the target during the outage per second (whole outage; 2nd half); entries/s: objects in them (batch entries);")
-	fmt.Fprintln(w, "recovery: from the end of the outage until the status index shows every object Done; after: calls (entries) in that time;")
+	fmt.Fprintln(w, "1st success: from the end of the outage until the first call that succeeded; recovery: until the status index shows every object Done;")
+	fmt.Fprintln(w, "after: calls (entries) from the end of the outage until then;")
 	fmt.Fprintf(w, "all Done: runs whose table scan found every object Done. Medians over %d run(s) of each variant.\n", c.repeats)
 	if !haveOutageBreaker {
 		fmt.Fprintln(w, "This converge has no WithCircuitBreaker: the breaker variants did not run.")
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "variant\tcalls/s\t2nd half\tentries/s\t2nd half\tcalls\tentries\trecovery\tcalls after\tentries after\tall Done\t")
+	fmt.Fprintln(tw, "variant\tcalls/s\t2nd half\tentries/s\t2nd half\tcalls\tentries\t1st success\trecovery\tcalls after\tentries after\tall Done\t")
 	for _, v := range outageVariants {
 		cs := outageCaseName(v)
 		runs := len(res[cs][v.im]["done"])
@@ -335,14 +343,16 @@ func printOutage(w io.Writer, o options, res results) {
 				done++
 			}
 		}
-		recovery := "-"
-		if r := med("recovery s"); !math.IsNaN(r) {
-			recovery = fmtDuration(time.Duration(r * 1e9))
+		secs := func(metric string) string {
+			if r := med(metric); !math.IsNaN(r) {
+				return fmtDuration(time.Duration(r * 1e9))
+			}
+			return "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d of %d runs\t\n", v.name,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d of %d runs\t\n", v.name,
 			fmtCalls(med("calls/s")), fmtCalls(med("calls/s 2nd")), fmtCalls(med("entries/s")), fmtCalls(med("entries/s 2nd")),
-			fmtCalls(med("calls")), fmtCalls(med("entries")), recovery, fmtCalls(med("calls after")), fmtCalls(med("entries after")),
-			done, runs)
+			fmtCalls(med("calls")), fmtCalls(med("entries")), secs("first ok s"), secs("recovery s"),
+			fmtCalls(med("calls after")), fmtCalls(med("entries after")), done, runs)
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "\nGoal (issue 33): during the outage one probe per breaker backoff step (today about one call per object per backoff step);\n")

@@ -39,7 +39,9 @@ func TestOutage(t *testing.T) {
 			if get("done") != 1 {
 				t.Errorf("not every object Done: %s", m)
 			}
-			get("recovery s")
+			if get("first ok s") > get("recovery s") {
+				t.Errorf("the first success came after every object was Done: %s", m)
+			}
 			calls, entries := get("calls"), get("entries")
 			after, entriesAfter := get("calls after"), get("entries after")
 			switch {
