@@ -41,7 +41,7 @@ type setup struct {
 	heapAtReady  bool // start env.heap when the preload is done, before the jobs
 
 	outage  *outageTarget // if set, the operations instead of ops (outage.go)
-	breaker int           // converge only: outageBreaker(breaker, retryMin) if > 0
+	breaker int           // converge only: WithCircuitBreaker(breaker, retryMin, nil) if > 0
 }
 
 // env is a started hive with one table and (unless implNone) something
@@ -79,9 +79,7 @@ func (s setup) convOptions() []reconciler.Option {
 		o = append(o, reconciler.WithMetrics(m))
 	}
 	if s.breaker > 0 {
-		if b := outageBreaker(s.breaker, s.retryMin); b != nil {
-			o = append(o, b)
-		}
+		o = append(o, reconciler.WithCircuitBreaker(s.breaker, s.retryMin, nil))
 	}
 	return o
 }

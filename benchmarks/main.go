@@ -62,9 +62,8 @@
 //	             fails every call for -outage-for, then recovers: calls to
 //	             the target per second during the outage, time from the
 //	             recovery until all are Done, for upstream and converge
-//	             (with converge's circuit breaker, single and batch ops,
-//	             when it has one); two runs unless -repeats is given
-//	             (outage.go).
+//	             and converge with its circuit breaker, with single and
+//	             batch ops; two runs unless -repeats is given (outage.go).
 //	soak         run only when named: one converge reconciler under a
 //	             steady churn for -duration, sampled every -soak-interval,
 //	             judged by a rule printed before it starts (soak.go,

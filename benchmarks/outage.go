@@ -61,23 +61,6 @@ type outageConfig struct {
 // variants: WithCircuitBreaker(5, retryMin, nil).
 const outageBreakerFailures = 5
 
-// outageBreaker returns converge's circuit breaker option, or nil if this
-// converge has none.
-//
-// SHIM (issue 33): reconciler.WithCircuitBreaker is not on main yet. Until
-// it is, this returns nil, haveOutageBreaker is false and the breaker
-// variants do not run. Once it lands, return
-// reconciler.WithCircuitBreaker(failures, probeBackoff, nil) and remove
-// haveOutageBreaker.
-func outageBreaker(failures int, probeBackoff time.Duration) reconciler.Option {
-	_, _ = failures, probeBackoff
-	return nil
-}
-
-// haveOutageBreaker reports whether outageBreaker returns an option: see
-// the SHIM note there.
-const haveOutageBreaker = false
-
 // outageVariant is one row of the outage table.
 type outageVariant struct {
 	name    string
@@ -102,9 +85,6 @@ func outageCaseName(v outageVariant) string { return "outage " + v.name }
 func outageCases() []runCase {
 	var out []runCase
 	for _, v := range outageVariants {
-		if v.breaker && !haveOutageBreaker {
-			continue
-		}
 		out = append(out, runCase{
 			name: outageCaseName(v), workload: "outage", impls: []impl{v.im},
 			fn: func(ctx context.Context, c config, im impl) (measurement, error) {
@@ -324,9 +304,6 @@ func printOutage(w io.Writer, o options, res results) {
 	fmt.Fprintln(w, "1st success: from the end of the outage until the first call that succeeded; recovery: until the status index shows every object Done;")
 	fmt.Fprintln(w, "after: calls (entries) from the end of the outage until then;")
 	fmt.Fprintf(w, "all Done: runs whose table scan found every object Done. Medians over %d run(s) of each variant.\n", c.repeats)
-	if !haveOutageBreaker {
-		fmt.Fprintln(w, "This converge has no WithCircuitBreaker: the breaker variants did not run.")
-	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "variant\tcalls/s\t2nd half\tentries/s\t2nd half\tcalls\tentries\t1st success\trecovery\tcalls after\tentries after\tall Done\t")
