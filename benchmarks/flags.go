@@ -67,7 +67,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.soak.delay, "soak-delay", 200*time.Microsecond, "soak: duration of each Update and Delete")
 	fs.Uint64Var(&o.soak.seed, "soak-seed", 1, "soak: seed of the writes' random choices")
 	fs.DurationVar(&o.soak.settle, "soak-settle", 0, "soak: bound on the final convergence (default 10 refresh intervals + 1m)")
-	fs.StringVar(&o.plotDir, "plot", "", "write SVG charts of what ran (cost curve, incremental throughput per run, several reconcilers, restart, soak series) into `dir`")
+	fs.StringVar(&o.plotDir, "plot", "", "write SVG charts of what ran (cost curve, incremental throughput per run, several reconcilers, restart, outage, soak series) into `dir`")
 	finishMulti := multiFlags(fs, &o.cfg.multi)
 	finishOutage := outageFlags(fs, &o.cfg.outage)
 	if err := fs.Parse(args); err != nil {

@@ -71,8 +71,9 @@
 //	             verdict is a failure.
 //
 // -plot DIR writes SVG charts of what ran: the cost curve, the incremental
-// workload's throughput run by run, the multi and restart workloads, the
-// soak's series (plot.go, plot_workloads.go).
+// workload's throughput run by run, the multi, restart and outage
+// workloads, the soak's series (plot.go, plot_workloads.go,
+// outage_plot.go).
 package main
 
 import (
