@@ -315,10 +315,14 @@ func (e *runner[Obj]) run(txn statedb.ReadTxn, ops []op[Obj]) {
 		if n := e.reports.drift.Swap(0); n > 0 && o.refresh && !o.delete {
 			r.refreshDrift.Add(n)
 		}
-		if d := e.reports.recheck.Swap(0); d > 0 && o.err == nil && !o.delete {
-			o.recheck = time.Duration(d)
+		if e.reports.recheck.Load() != 0 {
+			if d := e.reports.recheck.Swap(0); d > 0 && o.err == nil && !o.delete {
+				o.recheck = time.Duration(d)
+			}
 		}
-		r.recordOutcome(o, probe)
+		if r.breaker != nil {
+			r.recordOutcome(o, probe)
+		}
 		end := time.Now()
 		r.metrics.ReconciliationDuration(r.moduleID, r.opts.name, name, end.Sub(start))
 		start = end
@@ -423,8 +427,10 @@ func (e *runner[Obj]) batch(ctx context.Context, txn statedb.ReadTxn, name strin
 		r.refreshDrift.Add(n)
 	}
 	e.reports.recheck.Store(0) // batches ask with BatchEntry.RecheckAfter
-	for _, o := range ops {
-		r.recordOutcome(o, probe)
+	if r.breaker != nil {
+		for _, o := range ops {
+			r.recordOutcome(o, probe)
+		}
 	}
 }
 
@@ -444,9 +450,6 @@ func (r *reconciler[Obj]) enter() (probe, ok bool) {
 // is set), to the circuit breaker. A failure the breaker holds is no
 // outcome: o goes back to the queue as if it had not started.
 func (r *reconciler[Obj]) recordOutcome(o *op[Obj], probe bool) {
-	if r.breaker == nil {
-		return
-	}
 	key := func() string {
 		if o.key != "" {
 			return o.key
