@@ -3,6 +3,7 @@ package reconciler
 import (
 	"errors"
 	"iter"
+	"math"
 	"time"
 
 	"github.com/cilium/statedb"
@@ -59,6 +60,41 @@ func (r *reconciler[Obj]) collect(txn statedb.ReadTxn, now time.Time, room int) 
 	}
 	if len(lc.queued) > 0 || r.deferred.size > 0 {
 		r.watch = closedChan // more work for the next round
+	}
+	return r.work
+}
+
+// collectProbe returns the one op of a probe round, the circuit breaker
+// being open: taken from the fresh changes, the queue, the retries (due or
+// not) and the deferred changes in turn, starting with the source turn
+// names, so that an object failing for a reason of its own is not probed
+// for ever while others wait. A probe that fails goes back to the queue.
+func (r *reconciler[Obj]) collectProbe(txn statedb.ReadTxn, now time.Time, turn int) []op[Obj] {
+	lc := r.lifecycles
+	r.work = r.work[:0]
+	for i := 0; i < 4 && len(r.work) == 0; i++ {
+		switch (turn + i) % 4 {
+		case 0:
+			var seq iter.Seq2[statedb.Change[Obj], statedb.Revision]
+			seq, r.watch = r.changes.next(txn)
+			r.collectChanges(txn, seq, 1, now)
+			r.lastRev = max(r.lastRev, r.changes.read)
+			if len(r.stales.pruned) > 0 {
+				r.stales.readUpTo(r.lastRev, r.table.Revision(txn))
+			}
+		case 1:
+			for _, s := range lc.takeQueued(1) {
+				if r.current(txn, s) {
+					r.start(s)
+				} else {
+					lc.forget(s)
+				}
+			}
+		case 2:
+			r.collectRetries(txn, time.Unix(0, math.MaxInt64), 1)
+		case 3:
+			r.collectDeferred(txn, now, 1)
+		}
 	}
 	return r.work
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"strings"
 	"time"
 
@@ -18,10 +17,11 @@ import (
 // works on belongs to the reconciler, whose stages (collect, operate,
 // commit, prune, report) it runs in order.
 type loop[Obj any] struct {
-	r     *reconciler[Obj]
-	exec  *executor[Obj]
-	prune pruneSchedule
-	retry *time.Timer // fires when the earliest retry is due (see armRetry)
+	r      *reconciler[Obj]
+	exec   *executor[Obj]
+	prune  pruneSchedule
+	retry  *time.Timer // fires when the earliest retry is due (see armRetry)
+	probes int         // probe rounds so far: whose turn the next probe is (see collectProbe)
 }
 
 // run is the reconcile job: it waits for something to do and runs a round,
@@ -106,10 +106,12 @@ func (l *loop[Obj]) round(ctx context.Context, paused bool) {
 	if _, ok := r.rechecks.next(); ok && !paused {
 		r.markRefreshing(r.rechecks.takeDue(txn, now.UnixNano(), r.lookup, r.getStatus))
 	}
-	work := r.collect(txn, now, room) // 1. queued, fresh, retries, deferred
-	if broken && room == 1 && len(work) == 0 {
-		r.collectRetries(txn, time.Unix(0, math.MaxInt64), 1) // probe with the next retry, due or not
-		work = r.work
+	var work []op[Obj]
+	if broken && room == 1 {
+		work = r.collectProbe(txn, now, l.probes) // 1. one op, for the breaker's probe
+		l.probes++
+	} else {
+		work = r.collect(txn, now, room) // 1. queued, fresh, retries, deferred
 	}
 	finished := l.exec.operate(txn, work)                    // 2. started at the gate; what finished
 	outcome := r.commit(finished, ctx.Err() != nil, r.now()) // 3. statuses written, keys settled

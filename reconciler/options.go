@@ -178,7 +178,9 @@ func WithMaxAttempts(n int) Option {
 //
 //   - no operation starts but a probe: one object at a time, the first
 //     probeBackoff after opening, then doubling per failed probe up to the
-//     maximum retry backoff (see [WithRetry]);
+//     maximum retry backoff (see [WithRetry]); probes take new changes,
+//     the objects held back and those waiting for a retry in turn, so
+//     that an object failing for a reason of its own cannot keep it open;
 //   - a failure about the target is no outcome for its object: its status,
 //     attempt count and backoff stay as they were, and it waits in the
 //     queue; nothing is lost, and new writes, deletes and prunes wait too;
@@ -187,7 +189,9 @@ func WithMaxAttempts(n int) Option {
 //
 // A probe that succeeds, or that fails with an error not about the target,
 // closes it, and everything waiting resumes. So does any other operation
-// that succeeds, and a stop. Off by default; failures == 0 keeps it off.
+// that succeeds, and a stop. A panic in isTargetError is recovered (unless
+// [WithoutPanicRecovery]), logged, and the error taken as not about the
+// target. Off by default; failures == 0 keeps it off.
 // A negative failures, or a probeBackoff <= 0 with the breaker on, is
 // refused.
 func WithCircuitBreaker(failures int, probeBackoff time.Duration, isTargetError func(error) bool) Option {
