@@ -144,6 +144,10 @@ func (r *chaosRun) step() {
 			r.pauseFromAnOperation()
 		}
 	case p < 107: // the target goes down, or comes back
+		if r.breaker && r.rng.IntN(3) == 0 {
+			r.partialOutage()
+			return
+		}
 		r.outage()
 	case r.restart(): // in place, or a new generation
 		if r.checkTable(); r.rng.IntN(2) == 0 {
@@ -601,4 +605,51 @@ func (r *chaosRun) outage() {
 		})
 	}
 	r.logf("target %s", map[bool]string{true: "down", false: "up"}[down])
+}
+
+// partialOutage makes four keys fail as if the target were down, which
+// opens a circuit breaker of up to four failures, then writes a fresh key
+// that the target takes: probing objects in turn, the breaker must get to
+// it and close within a few probes (each within the retry maximum), not
+// probe the failing ones for ever. Then the four recover.
+func (r *chaosRun) partialOutage() {
+	down := false
+	for _, rec := range r.recs {
+		rec.target.with(func() { down = down || rec.target.down })
+	}
+	if r.gen.paused || down {
+		return
+	}
+	bad := r.keys(4)
+	for _, rec := range r.recs {
+		rec.target.with(func() {
+			rec.target.downKeys = map[string]bool{}
+			for _, k := range bad {
+				rec.target.downKeys[k] = true
+			}
+		})
+	}
+	r.setMany(bad, ", failing as if the target were down")
+	for _, rec := range r.recs {
+		r.waitCalls(rec.target, len(bad), 50*time.Millisecond)
+	}
+	good := r.key()
+	for slices.Contains(bad, good) {
+		good = r.key()
+	}
+	value := fmt.Sprintf("v%d.%d", r.gens, r.values)
+	r.values++
+	r.set(good, value, " while they fail")
+	for _, rec := range r.recs {
+		c := rec.target
+		if !c.waitUntil(5*time.Second, func() bool { return c.data[good] == value || c.healed }) {
+			c.with(func() {
+				c.violate("%s=%s, written while %v failed as if the target were down, not applied in 5s: the breaker's probes never got to it", good, value, bad)
+			})
+		}
+	}
+	for _, rec := range r.recs {
+		rec.target.with(func() { rec.target.downKeys = nil })
+	}
+	r.logf("%v fail no more", bad)
 }

@@ -77,6 +77,7 @@ type chaosTarget struct {
 	failProb, slowProb float64
 	healed             bool
 	down               bool              // an outage: every call fails, until heal or the test ends it
+	downKeys           map[string]bool   // the calls on these keys fail as in an outage (partialOutage)
 	recheckProb        float64           // an update that succeeds asks for a re-check (RecheckAfter)
 	data, depSeen      map[string]string // depSeen: the dependency value a key's last update saw
 	calls              int
@@ -213,7 +214,7 @@ func (c *chaosTarget) waitUntil(d time.Duration, cond func() bool) bool {
 
 func (c *chaosTarget) heal() {
 	c.with(func() {
-		c.healed, c.down = true, false
+		c.healed, c.down, c.downKeys = true, false, nil
 		for _, h := range c.holds {
 			c.open(h)
 		}
@@ -228,7 +229,7 @@ func (c *chaosTarget) decide(key string) (chaosFault, time.Duration) {
 	switch {
 	case c.healed:
 		return faultNone, 0
-	case c.down:
+	case c.down || c.downKeys[key]:
 		return faultDown, 0
 	case c.failNext[key] > 0:
 		c.failNext[key]--

@@ -105,6 +105,7 @@ type chaosRun struct {
 	opts        []reconciler.Option
 	refresh     bool
 	manualPrune bool // random Prune() calls
+	breaker     bool // a circuit breaker whose probes come within 10ms (partialOutage)
 	log         *slog.Logger
 	gen         *chaosGen
 	steps       []string
@@ -165,6 +166,7 @@ func runChaos(t *testing.T, cfg chaosConfig, seed uint64) {
 			classify = nil // every error counts
 		}
 		r.opts = append(r.opts, reconciler.WithCircuitBreaker(n, probe, classify))
+		r.breaker = retryMax < time.Second // probes come within the retry maximum: see partialOutage
 		breaker = fmt.Sprintf("%d/%s/classified=%v", n, probe, classify != nil)
 	}
 	if rng.IntN(3) == 0 {
