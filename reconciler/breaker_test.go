@@ -1,0 +1,599 @@
+package reconciler_test
+
+import (
+	"context"
+	"errors"
+	"expvar"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cilium/statedb"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/converge-go/converge/metrics"
+	"github.com/converge-go/converge/reconciler"
+	"github.com/converge-go/converge/reconcilertest"
+	"github.com/converge-go/converge/status"
+)
+
+// kitbreaker starts a fixture over o with the breaker and the given extra
+// options; the reconcilers tables are in the hive.
+func kitbreaker(t *testing.T, o *kitops, v variant, m *kitmetrics, opts ...reconciler.Option) *fixture {
+	w := &with{tables: true}
+	f := v.fixture(t, o, w, append([]reconciler.Option{reconciler.WithMetrics(m)}, opts...)...)
+	f.start()
+	return f
+}
+
+// retryRows returns the fixture's rows of the retries table by key.
+func (f *fixture) kitretryRows() map[string]reconciler.RetryInfo {
+	rows := map[string]reconciler.RetryInfo{}
+	for r := range f.tables.Retries().List(f.db.ReadTxn(), reconciler.RetryByReconciler.Query("test")) {
+		rows[r.Key] = *r
+	}
+	return rows
+}
+
+// While open, one probe at a time and no attempt count grows, with any
+// number of workers or batches; WithMaxAttempts(2) gives up on nothing
+// because of probes; pause, resume, prune, deletes, new versions and
+// identical re-inserts made while open all converge once it closes.
+func TestBreakerHoldsEverythingAndLosesNothing(t *testing.T) {
+	for _, v := range []variant{{1, false}, {8, false}, {1, true}, {8, true}} {
+		t.Run(v.String(), func(t *testing.T) {
+			o, m := newKitOps(), newKitMetrics()
+			f := kitbreaker(t, o, v, m,
+				reconciler.WithCircuitBreaker(3, time.Millisecond, nil),
+				reconciler.WithRetry(time.Millisecond, 4*time.Millisecond),
+				reconciler.WithMaxAttempts(2))
+			base := items("k", 40, "1")
+			f.upsert(base...)
+			f.caughtUp()
+			o.down()
+			f.upsert(items("k", 40, "2")...)
+			m.waitOpen(t, 1)
+
+			// Let what started before opening finish, then count.
+			o.waitCalls(t, o.calls.Load()+5)
+			rows := f.kitretryRows()
+			require.NotEmpty(t, rows, "no failing objects in the retries table while open")
+			o.maxInflight.Store(o.inflight.Load())
+			o.maxBatch.Store(0)
+			prunes := o.prunes.Load()
+			o.waitCalls(t, o.calls.Load()+30)
+			assert.LessOrEqual(t, o.maxInflight.Load(), int64(1), "more than one probe in flight while open")
+			assert.LessOrEqual(t, o.maxBatch.Load(), int64(1), "a probe batch of more than one object while open")
+			for k, r := range f.kitretryRows() {
+				if old, ok := rows[k]; ok {
+					assert.Equal(t, old.Attempts, r.Attempts, "attempts of %s grew while open", k)
+				}
+				assert.LessOrEqual(t, r.Attempts, 1, "%s: attempts grew while open (max attempts 2)", k)
+			}
+			txn := f.db.ReadTxn()
+			for obj := range f.table.All(txn) {
+				assert.False(t, obj.Status.Kind == status.KindError && obj.Status.Terminal, "%s given up while open: %s", obj.ID, obj.Status.Error)
+			}
+
+			// Changes while open.
+			f.rec.Pause()
+			f.remove("k-00000", "k-00001", "k-00039")
+			f.upsert(kititems("3", "k-00002", "new")...)
+			f.rec.Resume()
+			f.insertAs(f.mustGet("k-00003").clone()) // identical re-insert
+			f.rec.Prune()
+			o.tg.Set("stray", "x") // for the prune to remove
+			o.waitCalls(t, o.calls.Load()+5)
+			s, _ := m.get()
+			assert.True(t, s.BreakerOpen, "closed with the target still down")
+			assert.Equal(t, prunes, o.prunes.Load(), "a prune ran while open")
+
+			o.recover()
+			m.waitClosed(t)
+			f.rec.Prune()
+			f.kitconverged(o)
+			_, ok, _ := o.tg.Get("stray")
+			assert.False(t, ok, "the prune asked for while open never ran")
+			for obj := range f.table.All(f.db.ReadTxn()) {
+				assert.False(t, obj.Status.Terminal, "%s: %s", obj.ID, obj.Status.Error)
+			}
+		})
+	}
+}
+
+func (f *fixture) mustGet(id string) *item {
+	f.t.Helper()
+	obj, ok := f.get(id)
+	require.True(f.t, ok, "%s not in the table", id)
+	return obj
+}
+
+// A tiny probe backoff must not make the reconciler spin: probes double up
+// to the maximum retry backoff.
+func TestBreakerTinyProbeBackoffDoesNotSpin(t *testing.T) {
+	for _, probe := range []time.Duration{time.Nanosecond, 50 * time.Millisecond} {
+		t.Run(probe.String(), func(t *testing.T) {
+			o, m := newKitOps(), newKitMetrics()
+			f := kitbreaker(t, o, variant{4, false}, m,
+				reconciler.WithCircuitBreaker(2, probe, nil),
+				reconciler.WithRetry(time.Millisecond, 50*time.Millisecond))
+			o.down()
+			f.upsert(items("s", 10, "1")...)
+			m.waitOpen(t, 1)
+			start := o.calls.Load()
+			window := time.NewTimer(400 * time.Millisecond)
+			defer window.Stop()
+			<-window.C
+			n := o.calls.Load() - start
+			// From 1ns doubling to 50ms takes ~26 probes and ~100ms; then
+			// one per 50ms: well under 100 in 400ms. Spinning is thousands.
+			assert.Less(t, n, int64(100), "%d calls in 400ms while open", n)
+			o.recover()
+			f.kitconverged(o)
+		})
+	}
+}
+
+// A huge probe backoff: nothing is probed, but a stop closes the breaker,
+// and after the start everything converges on a recovered target.
+func TestBreakerHugeProbeBackoffStopStart(t *testing.T) {
+	o, m := newKitOps(), newKitMetrics()
+	f := kitbreaker(t, o, variant{1, false}, m,
+		reconciler.WithCircuitBreaker(2, 1<<62, nil),
+		reconciler.WithRetry(time.Millisecond, time.Hour*24*365*100))
+	o.down()
+	f.upsert(items("h", 5, "1")...)
+	m.waitOpen(t, 1)
+	f.stop()
+	o.recover()
+	f.upsert(kititems("2", "h-00000")...)
+	f.remove("h-00001")
+	f.start()
+	f.kitconverged(o)
+	info := f.waitInfo("closed", func(i *reconciler.Info) bool { return i.TargetError == "" })
+	assert.True(t, info.TargetFailingSince.IsZero())
+}
+
+// A stop closes the breaker; with the target still down after the start it
+// opens again (a second opening), and everything converges afterwards.
+func TestBreakerStopClosesAndReopens(t *testing.T) {
+	o, m := newKitOps(), newKitMetrics()
+	f := kitbreaker(t, o, variant{4, true}, m,
+		reconciler.WithCircuitBreaker(2, 5*time.Millisecond, nil),
+		reconciler.WithRetry(time.Millisecond, 10*time.Millisecond))
+	o.down()
+	f.upsert(items("r", 10, "1")...)
+	m.waitOpen(t, 1)
+	f.stop()
+	f.remove("r-00000")
+	f.upsert(kititems("2", "r-00001")...)
+	f.start()
+	m.waitOpen(t, 2)
+	info := f.waitInfo("second opening", func(i *reconciler.Info) bool { return i.BreakerOpenings >= 2 })
+	assert.Equal(t, uint64(2), info.BreakerOpenings)
+	o.recover()
+	f.kitconverged(o)
+}
+
+// The target recovers while a probe is in flight: the probe succeeds and
+// closes the breaker.
+func TestBreakerRecoversDuringProbe(t *testing.T) {
+	o, m := newKitOps(), newKitMetrics()
+	f := kitbreaker(t, o, variant{1, false}, m,
+		reconciler.WithCircuitBreaker(2, 5*time.Millisecond, nil),
+		reconciler.WithRetry(time.Millisecond, 10*time.Millisecond))
+	o.down()
+	f.upsert(items("p", 4, "1")...)
+	m.waitOpen(t, 1)
+	entered, release := make(chan struct{}), make(chan struct{})
+	first := true
+	o.setFail(func(op reconcilertest.Op, it *item) error {
+		if first {
+			first = false
+			close(entered)
+			<-release // the probe is in flight (the lock is held: nothing else starts anyway)
+			return nil
+		}
+		return nil
+	})
+	recv(t, entered, "a probe")
+	close(release)
+	m.waitClosed(t)
+	f.kitconverged(o)
+	s, _ := m.get()
+	assert.Equal(t, uint64(1), s.BreakerOpened)
+}
+
+// A classifier that panics must not crash the program: run in a child
+// process, so a crash is this test's failure, not the suite's.
+func TestBreakerClassifierPanics(t *testing.T) {
+	if os.Getenv("Kit_CHILD") == "1" {
+		o, m := newKitOps(), newKitMetrics()
+		f := kitbreaker(t, o, variant{1, false}, m,
+			reconciler.WithCircuitBreaker(2, 5*time.Millisecond, func(error) bool { panic("kit classifier bug") }),
+			reconciler.WithRetry(time.Millisecond, 10*time.Millisecond))
+		o.down()
+		f.upsert(items("c", 4, "1")...)
+		o.waitCalls(t, 10)
+		o.recover()
+		f.kitconverged(o)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestBreakerClassifierPanics$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), "Kit_CHILD=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		text := string(out)
+		if i := strings.Index(text, "panic:"); i >= 0 {
+			text = text[i:]
+		}
+		lines := strings.Split(text, "\n")
+		if len(lines) > 25 {
+			lines = lines[:25]
+		}
+		t.Fatalf("a panicking isTargetError crashed or broke the reconciler (%v):\n%s", err, strings.Join(lines, "\n"))
+	}
+}
+
+// A probe that fails with an error the classifier rejects closes the
+// breaker; the objects then fail on their own, with their attempts growing.
+func TestBreakerObjectErrorProbeCloses(t *testing.T) {
+	o, m := newKitOps(), newKitMetrics()
+	f := kitbreaker(t, o, variant{1, false}, m,
+		reconciler.WithCircuitBreaker(2, 5*time.Millisecond, func(err error) bool { return errors.Is(err, errKitDown) }),
+		reconciler.WithRetry(time.Millisecond, 10*time.Millisecond))
+	o.down()
+	f.upsert(items("e", 3, "1")...)
+	m.waitOpen(t, 1)
+	o.setFail(func(reconcilertest.Op, *item) error { return errKitObject })
+	m.waitClosed(t)
+	waitUntil(t, "attempts to grow", func() (bool, <-chan struct{}) {
+		_, ch := f.tables.Retries().AllWatch(f.db.ReadTxn())
+		for _, r := range f.kitretryRows() {
+			if r.Attempts >= 3 {
+				return true, ch
+			}
+		}
+		return false, ch
+	})
+	o.recover()
+	f.kitconverged(o)
+}
+
+// An operation in flight when the breaker opens that then succeeds closes
+// it ("so does any other operation that succeeds").
+func TestBreakerInFlightSuccessCloses(t *testing.T) {
+	o, m := newKitOps(), newKitMetrics()
+	f := kitbreaker(t, o, variant{4, false}, m,
+		reconciler.WithCircuitBreaker(2, 5*time.Millisecond, nil),
+		reconciler.WithRetry(time.Millisecond, 10*time.Millisecond))
+	entered, release := make(chan struct{}), make(chan struct{})
+	o.mu.Lock()
+	o.gate = func(ctx context.Context, it *item) {
+		if it.ID == "slow" {
+			close(entered)
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+		}
+	}
+	o.fail = func(_ reconcilertest.Op, it *item) error {
+		if it != nil && it.ID == "slow" {
+			return nil
+		}
+		return errKitDown
+	}
+	o.mu.Unlock()
+	f.upsert(kititems("1", "slow")...)
+	recv(t, entered, "slow's update")
+	o.mu.Lock()
+	o.gate = nil
+	o.mu.Unlock()
+	f.upsert(items("f", 4, "1")...)
+	m.waitOpen(t, 1)
+	close(release)
+	// It closes; with the target still down for the others it may open
+	// again, which is a second opening.
+	m.waitRound(t, "closed by slow's success", func(s metrics.RoundStats) bool { return !s.BreakerOpen || s.BreakerOpened >= 2 })
+	f.waitKind("slow", status.KindDone)
+	o.recover()
+	f.kitconverged(o)
+}
+
+// A stop closes the breaker: the reconcilers table and the metrics must not
+// keep saying the target is failing while the reconciler is stopped.
+func TestBreakerStopReportsClosed(t *testing.T) {
+	o, m := newKitOps(), newKitMetrics()
+	f := kitbreaker(t, o, variant{1, false}, m,
+		reconciler.WithCircuitBreaker(2, time.Hour, nil),
+		reconciler.WithRetry(time.Millisecond, 10*time.Millisecond))
+	o.down()
+	f.upsert(items("g", 3, "1")...)
+	m.waitOpen(t, 1)
+	f.stop()
+	info := f.waitInfo("stopped", func(i *reconciler.Info) bool { return i.State == reconciler.StateStopped })
+	assert.Empty(t, info.TargetError, "stopped, yet the row says the target is failing")
+	assert.True(t, info.TargetFailingSince.IsZero())
+	s, _ := m.get()
+	assert.False(t, s.BreakerOpen, "stopped, yet the last round says the breaker is open")
+	o.recover()
+	f.start()
+	f.kitconverged(o)
+}
+
+var _ = fmt.Sprint
+var _ statedb.Revision
+var _ metrics.RoundStats
+
+// Once Pause has returned no operation starts: probes included.
+func TestBreakerPauseStopsProbes(t *testing.T) {
+	o, m := newKitOps(), newKitMetrics()
+	f := kitbreaker(t, o, variant{1, false}, m,
+		reconciler.WithCircuitBreaker(2, time.Millisecond, nil), reconciler.WithRetry(time.Millisecond, 2*time.Millisecond))
+	o.down()
+	f.upsert(items("q", 3, "1")...)
+	m.waitOpen(t, 1)
+	o.waitCalls(t, o.calls.Load()+3)
+	f.rec.Pause()
+	before := o.calls.Load() + o.inflight.Load()
+	tm := time.NewTimer(200 * time.Millisecond) // a window in which probes would run every 2ms
+	<-tm.C
+	assert.LessOrEqual(t, o.calls.Load(), before+1, "probes went on while paused")
+	f.rec.Resume()
+	o.recover()
+	f.kitconverged(o)
+}
+
+// The expvar figures breaker_open and breaker_openings.
+func TestBreakerExpVar(t *testing.T) {
+	o := newKitOps()
+	ev := metrics.NewUnpublishedExpVar()
+	f := newFixture(t, o, &with{tables: true}, reconciler.WithMetrics(ev), reconciler.WithPruning(0),
+		reconciler.WithCircuitBreaker(2, 5*time.Millisecond, nil), reconciler.WithRetry(time.Millisecond, 10*time.Millisecond))
+	f.start()
+	read := func(name string) string {
+		v, ok := ev.Map().Get(name).(*expvar.Map)
+		if !ok {
+			return "<no map " + name + ">"
+		}
+		if x := v.Get("test"); x != nil {
+			return x.String()
+		}
+		return "<unset>"
+	}
+	o.down()
+	f.upsert(items("x", 3, "1")...)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Equal(c, "1", read("breaker_open"))
+		assert.Equal(c, "1", read("breaker_openings"))
+	}, timeout, time.Millisecond)
+	o.recover()
+	f.kitconverged(o)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Equal(c, "0", read("breaker_open"))
+		assert.Equal(c, "1", read("breaker_openings"))
+	}, timeout, time.Millisecond)
+}
+
+// Objects whose errors the classifier takes for the target's (the default,
+// nil, takes every error but a terminal one), while others would succeed:
+// a write made while open must still be applied eventually. Probes come
+// every 5ms at most, so 3s is some 600 probes. Repeated thirty times, as
+// which object a probe takes varies from run to run.
+func TestBreakerProbesDoNotStarveNewWrites(t *testing.T) {
+	for i := range 30 { // it wedges in about one run in seven
+		t.Run(fmt.Sprint(i), func(t *testing.T) {
+			o, m := newKitOps(), newKitMetrics()
+			f := kitbreaker(t, o, variant{1, false}, m,
+				reconciler.WithCircuitBreaker(2, time.Millisecond, nil), reconciler.WithRetry(time.Millisecond, 5*time.Millisecond))
+			o.setFail(func(_ reconcilertest.Op, it *item) error {
+				if it != nil && strings.HasPrefix(it.ID, "bad") {
+					return errKitDown
+				}
+				return nil
+			})
+			f.upsert(kititems("1", "bad1", "bad2")...)
+			m.waitOpen(t, 1)
+			f.upsert(kititems("1", "good")...)
+			deadline := time.NewTimer(3 * time.Second)
+			defer deadline.Stop()
+			for {
+				txn := f.db.ReadTxn()
+				_, watch := f.table.AllWatch(txn)
+				if obj, _, ok := f.table.Get(txn, itemID.Query("good")); ok && obj.Status.Kind == status.KindDone {
+					return
+				}
+				select {
+				case <-watch:
+				case <-deadline.C:
+					var probed []string
+					for _, c := range o.callTimes() {
+						probed = append(probed, c.key)
+					}
+					if len(probed) > 12 {
+						probed = probed[len(probed)-12:]
+					}
+					t.Fatalf("a write made while open was not applied in 3s (%d calls; last: %v): probes take only the failing objects", o.calls.Load(), probed)
+				}
+			}
+		})
+	}
+}
+
+// A flapping target under churn: writes, deletes, identical re-inserts,
+// prunes and a stop and start while the breaker opens and closes. Once the
+// target is back, the table and the target agree.
+func TestBreakerFlappingChurnConverges(t *testing.T) {
+	for _, v := range []variant{{1, false}, {8, false}, {1, true}, {8, true}} {
+		t.Run(v.String(), func(t *testing.T) {
+			o, m := newKitOps(), newKitMetrics()
+			f := kitbreaker(t, o, v, m,
+				reconciler.WithCircuitBreaker(3, time.Millisecond, nil),
+				reconciler.WithRetry(time.Millisecond, 4*time.Millisecond),
+				reconciler.WithMaxAttempts(3))
+			rng := rand.New(rand.NewPCG(kitseed(), 33))
+			var rmu sync.Mutex
+			o.setFail(func(reconcilertest.Op, *item) error {
+				rmu.Lock()
+				defer rmu.Unlock()
+				if rng.Float64() < 0.8 {
+					return errKitDown
+				}
+				return nil
+			})
+			wr := rand.New(rand.NewPCG(kitseed(), 2))
+			for i := range 600 {
+				key := fmt.Sprintf("z%02d", wr.IntN(40))
+				switch n := wr.IntN(10); {
+				case n < 6:
+					f.upsert(kititems(fmt.Sprint(wr.IntN(5)), key)...)
+				case n < 8:
+					f.remove(key)
+				case n < 9:
+					if obj, ok := f.get(key); ok {
+						f.insertAs(obj.clone())
+					}
+				default:
+					f.rec.Prune()
+				}
+				if i == 300 {
+					f.stop()
+					f.start()
+				}
+				if i%20 == 0 {
+					// Pace the writer: let the reconciler take a call,
+					// or go on after 5ms (work may have settled).
+					pace := time.NewTimer(5 * time.Millisecond)
+					select {
+					case <-o.startedWatch():
+					case <-pace.C:
+					}
+					pace.Stop()
+				}
+			}
+			s, _ := m.get()
+			t.Logf("openings so far: %d", s.BreakerOpened)
+			o.recover()
+			f.rec.Prune()
+			// Objects given up on (WithMaxAttempts) are settled; write them
+			// again so that everything is applied.
+			for obj := range f.table.All(f.db.ReadTxn()) {
+				if obj.Status.Terminal {
+					f.upsert(kititems(obj.Value, obj.ID)...)
+				}
+			}
+			f.kitconverged(o)
+		})
+	}
+}
+
+// kitseed is the churn's seed: Kit_SEED, to explore, else 33.
+func kitseed() uint64 {
+	if s, err := strconv.ParseUint(os.Getenv("Kit_SEED"), 10, 64); err == nil {
+		return s
+	}
+	return 33
+}
+
+// While open a failed probe is no outcome for its object: objects written
+// while open keep their Pending status, not Error, and get no retry row.
+func TestBreakerProbeFailureIsNoOutcome(t *testing.T) {
+	for _, v := range []variant{{1, false}, {8, true}} {
+		t.Run(v.String(), func(t *testing.T) {
+			o, m := newKitOps(), newKitMetrics()
+			f := kitbreaker(t, o, v, m,
+				reconciler.WithCircuitBreaker(2, time.Millisecond, nil),
+				reconciler.WithRetry(time.Millisecond, 2*time.Millisecond))
+			f.upsert(kititems("1", "done")...)
+			f.waitKind("done", status.KindDone)
+			o.down()
+			f.upsert(items("n", 3, "1")...)
+			m.waitOpen(t, 1)
+			o.waitCalls(t, o.calls.Load()+5)
+			// Written while open: a new object and a new version of a Done one.
+			f.upsert(kititems("1", "fresh")...)
+			f.upsert(kititems("2", "done")...)
+			// Which object a probe takes is not promised: whichever it is,
+			// a failed probe must leave it as it was.
+			o.waitCalls(t, o.calls.Load()+20)
+			s, _ := m.get()
+			require.True(t, s.BreakerOpen)
+			for _, id := range []string{"fresh", "done", "n-00000", "n-00001", "n-00002"} {
+				if id[0] == 'n' {
+					obj := f.mustGet(id)
+					assert.NotEqual(t, status.KindDone, obj.Status.Kind)
+					continue
+				}
+				obj := f.mustGet(id)
+				assert.Equal(t, status.KindPending, obj.Status.Kind, "%s: a failed probe was recorded as its outcome: %s", id, obj.Status.Error)
+				_, hasRow := f.kitretryRows()[id]
+				assert.False(t, hasRow, "%s: a failed probe made it a failing object", id)
+			}
+			o.recover()
+			f.kitconverged(o)
+		})
+	}
+}
+
+// A probe that fails with a TerminalError (not about the target with a
+// nil classifier) closes the breaker, and its object records the error.
+func TestBreakerTerminalProbeCloses(t *testing.T) {
+	o, m := newKitOps(), newKitMetrics()
+	f := kitbreaker(t, o, variant{1, false}, m,
+		reconciler.WithCircuitBreaker(2, time.Millisecond, nil),
+		reconciler.WithRetry(time.Millisecond, 2*time.Millisecond))
+	o.down()
+	f.upsert(items("t", 3, "1")...)
+	m.waitOpen(t, 1)
+	o.setFail(func(reconcilertest.Op, *item) error { return reconciler.TerminalError(errKitObject) })
+	m.waitClosed(t)
+	f.waitTable("a terminal error recorded", func(txn statedb.ReadTxn) bool {
+		for obj := range f.table.All(txn) {
+			if obj.Status.Terminal {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// Failing deletes of distinct objects open it too; no delete is lost, even
+// with WithMaxAttempts(1), and writes made meanwhile wait and converge.
+func TestBreakerFailingDeletes(t *testing.T) {
+	for _, v := range []variant{{1, false}, {8, true}} {
+		t.Run(v.String(), func(t *testing.T) {
+			o, m := newKitOps(), newKitMetrics()
+			f := kitbreaker(t, o, v, m,
+				reconciler.WithCircuitBreaker(3, 2*time.Millisecond, nil),
+				reconciler.WithRetry(time.Millisecond, 5*time.Millisecond), reconciler.WithMaxAttempts(1))
+			objs := items("del", 10, "1")
+			f.upsert(objs...)
+			f.caughtUp()
+			o.setFail(func(op reconcilertest.Op, _ *item) error {
+				if op == reconcilertest.OpDelete {
+					return errKitDown
+				}
+				return nil
+			})
+			f.remove(ids(objs)...)
+			m.waitOpen(t, 1)
+			f.upsert(kititems("2", "after")...)
+			o.waitCalls(t, o.calls.Load()+10)
+			o.recover()
+			f.kitconverged(o)
+			keys, err := o.tg.Keys()
+			require.NoError(t, err)
+			assert.Equal(t, []string{"after"}, keys)
+		})
+	}
+}
