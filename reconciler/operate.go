@@ -284,7 +284,11 @@ func (e *runner[Obj]) run(txn statedb.ReadTxn, ops []op[Obj]) {
 		if ctx.Err() != nil {
 			return
 		}
-		probe, ok := r.enter()
+		ok, probe := r.gate.enter(), false
+		if !ok && r.breaker != nil {
+			ok = r.gate.enterProbe() // the circuit breaker's probe
+			probe = ok
+		}
 		if !ok {
 			return
 		}
@@ -368,7 +372,11 @@ func (e *runner[Obj]) batch(ctx context.Context, txn statedb.ReadTxn, name strin
 		ops[i].started = start.UnixNano()
 	}
 	defer func() { clear(ops); e.ops = ops[:0] }()
-	probe, ok := r.enter()
+	ok, probe := r.gate.enter(), false
+	if !ok && r.breaker != nil {
+		ok = r.gate.enterProbe() // the circuit breaker's probe
+		probe = ok
+	}
 	if !ok {
 		return
 	}
@@ -432,18 +440,6 @@ func (e *runner[Obj]) batch(ctx context.Context, txn statedb.ReadTxn, name strin
 			r.recordOutcome(o, probe)
 		}
 	}
-}
-
-// enter asks the gate whether an operation may start now, as itself or,
-// while the circuit breaker is open, as its probe.
-func (r *reconciler[Obj]) enter() (probe, ok bool) {
-	if r.gate.enter() {
-		return false, true
-	}
-	if r.breaker != nil && r.gate.enterProbe() {
-		return true, true
-	}
-	return false, false
 }
 
 // recordOutcome gives the outcome of o, which ran (as the probe if probe
