@@ -80,6 +80,11 @@ func (b *breaker) record(key func() string, err error, probe bool, now time.Time
 	case !target:
 		return false // about the object: neither breaks nor mends the streak
 	case b.open:
+		if _, asked := retryAfter(err); asked {
+			// The operation chose its next attempt's time (RetryAfter):
+			// an outcome of its object's own, which it keeps.
+			return false
+		}
 		if wasProbe {
 			b.failed++
 			b.due = now.Add(backoff(b.failed+1, b.probeMin, b.probeMax, 0, 0))

@@ -3,7 +3,6 @@ package reconciler
 import (
 	"errors"
 	"iter"
-	"math"
 	"time"
 
 	"github.com/cilium/statedb"
@@ -65,10 +64,10 @@ func (r *reconciler[Obj]) collect(txn statedb.ReadTxn, now time.Time, room int) 
 }
 
 // collectProbe returns the one op of a probe round, the circuit breaker
-// being open: taken from the fresh changes, the queue, the retries (due or
-// not) and the deferred changes in turn, starting with the source turn
-// names, so that an object failing for a reason of its own is not probed
-// for ever while others wait. A probe that fails goes back to the queue.
+// being open: taken from the fresh changes, the queue, the retries due and
+// the deferred changes in turn, starting with the source turn names, so
+// that an object failing for a reason of its own is not probed for ever
+// while others wait. A probe that fails goes back to the queue.
 func (r *reconciler[Obj]) collectProbe(txn statedb.ReadTxn, now time.Time, turn int) []op[Obj] {
 	lc := r.lifecycles
 	r.work = r.work[:0]
@@ -91,7 +90,9 @@ func (r *reconciler[Obj]) collectProbe(txn statedb.ReadTxn, now time.Time, turn 
 				}
 			}
 		case 2:
-			r.collectRetries(txn, time.Unix(0, math.MaxInt64), 1)
+			if due, ok := lc.nextDue(); ok && due <= now.UnixNano() {
+				r.collectRetries(txn, now, 1)
+			}
 		case 3:
 			r.collectDeferred(txn, now, 1)
 		}

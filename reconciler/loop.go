@@ -159,10 +159,16 @@ func (l *loop[Obj]) armRetry() {
 	l.retry.Stop()
 	r := l.r
 	due, ok := r.lifecycles.nextDue()
-	if probe, open := r.breaker.nextProbe(); open {
-		due, ok = probe.UnixNano(), !probe.IsZero() // no retry while the target fails
-	} else if ok {
+	if ok {
 		due = addSat(due, durationOf(float64(r.opts.retryMin)*r.opts.retryJitter))
+	}
+	if probe, open := r.breaker.nextProbe(); open {
+		switch {
+		case !probe.IsZero():
+			due, ok = probe.UnixNano(), true // no retry while the target fails: the probe's turn
+		case !r.gate.probeLeft():
+			ok = false // the probe runs: its end wakes the loop
+		} // else the probe granted waits for work: a retry falling due may take it
 	}
 	if recheck, has := r.rechecks.next(); has && (!ok || recheck < due) {
 		due, ok = recheck, true
