@@ -308,11 +308,21 @@ func (lc *lifecycles[Obj]) takeQueued(n int) []*keyState[Obj] {
 // successive takes, so that a take of one key in every 1/share is an
 // arrival-order one: the k oldest keys are all taken once the shares of
 // the takes since they were queued add up to k, whatever is queued after
-// them. The result lists the keys by priority, then those by arrival.
+// them. The result lists the keys by priority, then those by arrival; when
+// it is the whole queue, all by priority.
 func (lc *lifecycles[Obj]) takeByPriority(n int) []*keyState[Obj] {
 	n = min(n, len(lc.queued))
 	if n <= 0 {
 		return nil
+	}
+	if n == len(lc.queued) {
+		// All of them: by priority, and no share is owed.
+		taken := make([]*keyState[Obj], 0, n)
+		for len(lc.byPriority) > 0 {
+			taken = append(taken, lc.byPriority.pop())
+		}
+		lc.queued = nil
+		return taken
 	}
 	lc.credit += lc.share * float64(n)
 	oldest := min(int(lc.credit), n)
