@@ -21,6 +21,7 @@ package reconciler_test
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"math"
 	"math/rand/v2"
@@ -158,8 +159,12 @@ func runChaos(t *testing.T, cfg chaosConfig, seed uint64) {
 	if r.refresh = rng.IntN(3) == 0; r.refresh {
 		r.opts = append(r.opts, reconciler.WithRefreshing(time.Duration(20+rng.IntN(50))*time.Millisecond, rate.NewLimiter(2000, 100)))
 	}
-	settings := fmt.Sprintf("fail=%.2f slow=%.2f round=%d retry-max=%s prune=%s manual-prune=%v timeout=%s refresh=%v",
-		failProb, slowProb, r.roundSize, retryMax, pruneInterval, r.manualPrune, timeout, r.refresh)
+	priority := chaosPriority(seed)
+	if priority.fn != nil {
+		r.opts = append(r.opts, reconciler.WithPriority(priority.fn, priority.share))
+	}
+	settings := fmt.Sprintf("fail=%.2f slow=%.2f round=%d retry-max=%s prune=%s manual-prune=%v timeout=%s refresh=%v priority=%s",
+		failProb, slowProb, r.roundSize, retryMax, pruneInterval, r.manualPrune, timeout, r.refresh, priority)
 
 	level := map[bool]slog.Level{false: slog.LevelError + 1, true: slog.LevelDebug}[os.Getenv("CONVERGE_CHAOS_LOG") != ""]
 	r.log = hivetest.Logger(t, hivetest.LogLevel(level)) // panics are logged at Error: quiet by default
@@ -192,6 +197,55 @@ func runChaos(t *testing.T, cfg chaosConfig, seed uint64) {
 	r.healAndCheck(settings)
 	r.stopGen()
 	r.checkViolations()
+}
+
+// chaosSetting is a WithPriority setting of a chaos run, or none (nil fn).
+type chaosSetting struct {
+	name  string
+	fn    func(*item) int
+	share float64
+}
+
+func (p chaosSetting) String() string {
+	if p.fn == nil {
+		return "off"
+	}
+	return fmt.Sprintf("%s/%v", p.name, p.share)
+}
+
+// chaosPriority draws a WithPriority setting for seed from an RNG of its
+// own, so that the schedule of a seed is the same with or without it: off
+// for a third of the seeds, else a function of the key or the value (some
+// at the ends of int's range, one that panics for some objects) and a
+// share at the edges (0, the default, and 1) or between.
+func chaosPriority(seed uint64) chaosSetting {
+	rng := rand.New(rand.NewPCG(seed, 0x9a10))
+	if rng.IntN(3) == 0 {
+		return chaosSetting{}
+	}
+	salt := rng.Uint32()
+	hash := func(s string) int {
+		h := fnv.New32a()
+		fmt.Fprint(h, salt, s)
+		return int(h.Sum32())
+	}
+	fns := []chaosSetting{
+		{name: "by-key", fn: func(it *item) int { return hash(it.ID)%7 - 3 }},
+		{name: "by-value", fn: func(it *item) int { return hash(it.Value) % 3 }},
+		{name: "extremes", fn: func(it *item) int {
+			return []int{math.MinInt, 0, math.MaxInt}[hash(it.ID+it.Value)%3]
+		}},
+		{name: "constant", fn: func(*item) int { return 1 }},
+		{name: "panics", fn: func(it *item) int {
+			if hash(it.ID)%4 == 0 {
+				panic("chaos priority")
+			}
+			return hash(it.ID) % 5
+		}},
+	}
+	p := fns[rng.IntN(len(fns))]
+	p.share = []float64{0, 1, 0.01, 0.125, 0.5, rng.Float64()}[rng.IntN(6)]
+	return p
 }
 
 func (r *chaosRun) logf(format string, args ...any) {
