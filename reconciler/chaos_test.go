@@ -215,12 +215,12 @@ func (p chaosSetting) String() string {
 
 // chaosPriority draws a WithPriority setting for seed from an RNG of its
 // own, so that the schedule of a seed is the same with or without it: off
-// for a third of the seeds, else a function of the key or the value (some
+// for one seed in six, else a function of the key or the value (some
 // at the ends of int's range, one that panics for some objects) and a
 // share at the edges (0, the default, and 1) or between.
 func chaosPriority(seed uint64) chaosSetting {
 	rng := rand.New(rand.NewPCG(seed, 0x9a10))
-	if rng.IntN(3) == 0 {
+	if seed%6 == 0 {
 		return chaosSetting{}
 	}
 	salt := rng.Uint32()
@@ -243,8 +243,8 @@ func chaosPriority(seed uint64) chaosSetting {
 			return hash(it.ID) % 5
 		}},
 	}
-	p := fns[rng.IntN(len(fns))]
-	p.share = []float64{0, 1, 0.01, 0.125, 0.5, rng.Float64()}[rng.IntN(6)]
+	p := fns[seed%uint64(len(fns))] // every function in any five seeds in a row
+	p.share = []float64{0, 0, 1, 0.01, 0.125, 0.5, rng.Float64(), rng.Float64()}[rng.IntN(8)]
 	return p
 }
 
