@@ -5,10 +5,10 @@ package reconciler_test
 // (WithStartAfter: testdata/start_after*.txtar.)
 
 import (
-	"math"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"runtime"
 	"testing"
 	"testing/synctest"
