@@ -39,6 +39,7 @@ type setup struct {
 	deps         bool // a "deps" table, and WithDependency on it (converge only)
 	updateTarget int  // ops.reached closes after this many updates
 	heapAtReady  bool // start env.heap when the preload is done, before the jobs
+	priority     bool // converge only: WithPriority(objectPriority, 0)
 }
 
 // env is a started hive with one table and (unless implNone) something
@@ -74,6 +75,9 @@ func (s setup) convOptions() []reconciler.Option {
 	}
 	if m := s.metrics.new(); m != nil {
 		o = append(o, reconciler.WithMetrics(m))
+	}
+	if s.priority {
+		o = append(o, prioritized())
 	}
 	return o
 }

@@ -25,6 +25,7 @@ type config struct {
 	overheadObjects int   // objects in the metrics overhead workload
 	curveSizes      []int // table sizes of the cost curve
 	freshQueued     int   // refreshes or failing retries queued before the fresh write
+	priorityObjects int   // objects inserted by the priority workload
 	sampleHeap      bool  // incremental also records the peak heap per object
 
 	multi multiConfig // several reconcilers on one table (multi.go)
