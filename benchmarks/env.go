@@ -28,18 +28,18 @@ type setup struct {
 	refresh     time.Duration // WithRefreshing(refresh, unlimited) if set
 	noPrune     bool          // periodic pruning off
 
-	objects      int           // ids are 0..objects-1 (sizes failOnce bookkeeping)
-	preload      int           // objects inserted as long-Done before the reconciler starts
-	updateDelay  time.Duration // each Update sleeps this long
-	failOnce     bool          // first Update of each object fails
-	failBelow    int           // every Update of an object with a lower id fails
-	preloadAs    preloadKind   // status of the preloaded objects
-	metrics      metricsVariant
-	tables       bool // include reconciler.TablesCell (converge only)
-	deps         bool // a "deps" table, and WithDependency on it (converge only)
-	updateTarget int  // ops.reached closes after this many updates
-	heapAtReady  bool // start env.heap when the preload is done, before the jobs
-	priority     bool // converge only: WithPriority(objectPriority, 0)
+	objects          int           // ids are 0..objects-1 (sizes failOnce bookkeeping)
+	preload          int           // objects inserted as long-Done before the reconciler starts
+	updateDelay      time.Duration // each Update sleeps this long
+	failOnce         bool          // first Update of each object fails
+	failBelow        int           // every Update of an object with a lower id fails
+	preloadAs        preloadKind   // status of the preloaded objects
+	metrics          metricsVariant
+	tables           bool // include reconciler.TablesCell (converge only)
+	deps             bool // a "deps" table, and WithDependency on it (converge only)
+	updateTarget     int  // ops.reached closes after this many updates
+	heapAtReady      bool // start env.heap when the preload is done, before the jobs
+	priorityLowEvery int  // converge only, if set: WithPriority, low for one object in this many
 }
 
 // env is a started hive with one table and (unless implNone) something
@@ -76,8 +76,8 @@ func (s setup) convOptions() []reconciler.Option {
 	if m := s.metrics.new(); m != nil {
 		o = append(o, reconciler.WithMetrics(m))
 	}
-	if s.priority {
-		o = append(o, prioritized())
+	if s.priorityLowEvery > 0 {
+		o = append(o, prioritized(s.priorityLowEvery))
 	}
 	return o
 }

@@ -44,6 +44,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.cfg.overheadObjects, "overhead-objects", 1_000_000, "objects in the metrics overhead workload")
 	fs.IntVar(&o.cfg.freshQueued, "fresh-queued", 100_000, "refreshes or failing retries queued before the fresh write")
 	fs.IntVar(&o.cfg.priorityObjects, "priority-objects", 500_000, "objects the priority workload inserts")
+	fs.IntVar(&o.cfg.priorityLowEvery, "priority-low-every", 100, "one object in this many is of low priority in the priority workload")
 	fs.BoolVar(&o.quick, "quick", false, "shrink every size and run once, for a smoke run (explicit size flags still win)")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run to `file`")
 	fs.StringVar(&o.memprofile, "memprofile", "", "write an allocation profile of the whole run to `file`")
@@ -145,7 +146,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	case !(o.spread > 0):
 		return o, fmt.Errorf("-spread must be positive, got %v", o.spread)
 	case c.objects < 1 || c.txnSize < 1 || c.latencySamples < 1 || c.slowObjects < 1 || c.retryObjects < 1 ||
-		c.overheadObjects < 1 || c.freshQueued < 1 || c.priorityObjects < 1 || len(c.curveSizes) == 0:
+		c.overheadObjects < 1 || c.freshQueued < 1 || c.priorityObjects < 1 || c.priorityLowEvery < 1 || len(c.curveSizes) == 0:
 		return o, errors.New("sizes must be positive")
 	case c.concurrency < 1:
 		return o, fmt.Errorf("-concurrency must be at least 1, got %d", c.concurrency)

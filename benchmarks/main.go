@@ -59,7 +59,8 @@
 //	             nothing was lost; beside n floor loops, one floor loop that
 //	             commits each object once for all n (multi.go).
 //	priority     run only when named: a stream of -priority-objects inserts
-//	             that saturates converge, 1 in 100 of low priority, with
+//	             that saturates converge, 1 in -priority-low-every (100) of
+//	             low priority, with
 //	             WithPriority on and off; the low and high objects' time
 //	             to Done (priority.go).
 //	soak         run only when named: one converge reconciler under a

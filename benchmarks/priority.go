@@ -16,35 +16,38 @@ import (
 // without WithPriority, not converge with upstream.
 const priorityWorkload = "priority"
 
-// priorityLowEvery makes one object in this many of low priority.
-const priorityLowEvery = 100
-
-// objectPriority is the priority of the priority workload's objects: one
-// in priorityLowEvery (id 0, 100, 200, ...) is low, the rest high.
-func objectPriority(o *object) int {
-	if o.id%priorityLowEvery == 0 {
-		return 0
-	}
-	return 1
+// lowPriority reports whether object id is of low priority in the
+// priority workload: one in every lowEvery (id 0, lowEvery, 2·lowEvery...).
+func lowPriority(id uint64, lowEvery int) bool {
+	return id%uint64(lowEvery) == 0
 }
 
-// prioritized returns the WithPriority option of setup.priority.
-func prioritized() reconciler.Option {
-	return reconciler.WithPriority(objectPriority, 0)
+// prioritized returns the WithPriority option of setup.priority: high
+// priority but for one object in lowEvery.
+func prioritized(lowEvery int) reconciler.Option {
+	return reconciler.WithPriority(func(o *object) int {
+		if lowPriority(o.id, lowEvery) {
+			return 0
+		}
+		return 1
+	}, 0)
 }
 
 // priorityStream measures WithPriority (on) under a stream that saturates
 // the reconciler: one goroutine inserts cfg.priorityObjects pending
 // objects, in transactions of cfg.txnSize, as fast as it can (faster than
-// they are reconciled, so a queue builds), one in priorityLowEvery of low
-// priority. A change iterator of its own sees each object become Done;
+// they are reconciled, so a queue builds), one in cfg.priorityLowEvery of
+// low priority. A change iterator of its own sees each object become Done;
 // each object's time from its insert's commit to then is recorded, and the
 // run reports the median, p99 and max of the low and of the high objects
 // ("low p50" ... "high max", in nanoseconds), and the objects per second.
 func priorityStream(ctx context.Context, cfg config, on bool) (measurement, error) {
 	m := newMeasurement()
 	n := cfg.priorityObjects
-	s := setup{impl: implConverge, objects: n, noPrune: true, priority: on}
+	s := setup{impl: implConverge, objects: n, noPrune: true}
+	if on {
+		s.priorityLowEvery = cfg.priorityLowEvery
+	}
 	inserted, done := make([]int64, n), make([]int64, n)
 	err := runEnv(ctx, cfg, s, func(ctx context.Context, e *env) error {
 		wtxn := e.db.WriteTxn(e.tbl)
@@ -92,7 +95,7 @@ func priorityStream(ctx context.Context, cfg config, on bool) (measurement, erro
 	var low, high []float64
 	for id := range n {
 		d := float64(done[id] - inserted[id])
-		if id%priorityLowEvery == 0 {
+		if lowPriority(uint64(id), cfg.priorityLowEvery) {
 			low = append(low, d)
 		} else {
 			high = append(high, d)
@@ -122,7 +125,7 @@ func runPriority(ctx context.Context, o options, stdout, stderr io.Writer) error
 		}
 	}
 	fmt.Fprintf(stdout, "\nWithPriority under a saturating stream: %d objects inserted in transactions of %d as fast as one goroutine can, 1 in %d of low priority; time from commit to Done, medians of %d runs\n",
-		o.cfg.priorityObjects, o.cfg.txnSize, priorityLowEvery, o.repeats)
+		o.cfg.priorityObjects, o.cfg.txnSize, o.cfg.priorityLowEvery, o.repeats)
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "WithPriority\tlow p50\tlow p99\tlow max\thigh p50\thigh p99\thigh max\tobj/s\t")
 	for _, on := range []bool{false, true} {
