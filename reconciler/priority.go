@@ -37,8 +37,13 @@ const defaultPriorityShare = 1.0 / 8
 // of objects found at start keep their reserve of each round (an eighth
 // while there are any); priority orders only the fresh changes.
 //
+// A reordering reaches only as far as that read-ahead: under a sustained
+// overload most changes wait unread, in the order they were written. With
+// the option, every fresh change is tracked as a retry is, which costs a
+// round about half as much again per object (BenchmarkRoundPriority).
+//
 // Priorities are off by default: changes are then applied in the order
-// they are read, as cheaply as without the option. Obj must be the
+// they are read, and none of this is paid for. Obj must be the
 // reconciled table's object type; Register refuses the option with
 // [ErrInvalidConfig] otherwise, if priority is nil, or if share is not in
 // [0, 1].
