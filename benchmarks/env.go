@@ -28,18 +28,21 @@ type setup struct {
 	refresh     time.Duration // WithRefreshing(refresh, unlimited) if set
 	noPrune     bool          // periodic pruning off
 
-	objects          int           // ids are 0..objects-1 (sizes failOnce bookkeeping)
-	preload          int           // objects inserted as long-Done before the reconciler starts
-	updateDelay      time.Duration // each Update sleeps this long
-	failOnce         bool          // first Update of each object fails
-	failBelow        int           // every Update of an object with a lower id fails
-	preloadAs        preloadKind   // status of the preloaded objects
-	metrics          metricsVariant
-	tables           bool // include reconciler.TablesCell (converge only)
-	deps             bool // a "deps" table, and WithDependency on it (converge only)
-	updateTarget     int  // ops.reached closes after this many updates
-	heapAtReady      bool // start env.heap when the preload is done, before the jobs
-	priorityLowEvery int  // converge only, if set: WithPriority, low for one object in this many
+	objects      int           // ids are 0..objects-1 (sizes failOnce bookkeeping)
+	preload      int           // objects inserted as long-Done before the reconciler starts
+	updateDelay  time.Duration // each Update sleeps this long
+	failOnce     bool          // first Update of each object fails
+	failBelow    int           // every Update of an object with a lower id fails
+	preloadAs    preloadKind   // status of the preloaded objects
+	metrics      metricsVariant
+	tables       bool // include reconciler.TablesCell (converge only)
+	deps         bool // a "deps" table, and WithDependency on it (converge only)
+	updateTarget int  // ops.reached closes after this many updates
+	heapAtReady  bool // start env.heap when the preload is done, before the jobs
+
+	outage           *outageTarget // if set, the operations instead of ops (outage.go)
+	breaker          int           // converge only: WithCircuitBreaker(breaker, retryMin, nil) if > 0
+	priorityLowEvery int           // converge only, if set: WithPriority, low for one object in this many
 }
 
 // env is a started hive with one table and (unless implNone) something
@@ -78,6 +81,9 @@ func (s setup) convOptions() []reconciler.Option {
 	}
 	if s.priorityLowEvery > 0 {
 		o = append(o, prioritized(s.priorityLowEvery))
+	}
+	if s.breaker > 0 {
+		o = append(o, reconciler.WithCircuitBreaker(s.breaker, s.retryMin, nil))
 	}
 	return o
 }
@@ -154,21 +160,33 @@ func (e *env) register(p reconciler.Params, up upstream.Params, jobs job.Group) 
 	var err error
 	switch e.s.impl {
 	case implConverge:
+		var ops reconciler.Operations[*object] = e.ops
 		var batch reconciler.BatchOperations[*object]
-		if e.s.batch {
+		switch {
+		case e.s.outage != nil && e.s.batch:
+			ops, batch = e.s.outage, convOutageBatch{e.s.outage}
+		case e.s.outage != nil:
+			ops = e.s.outage
+		case e.s.batch:
 			batch = convBatch{e.ops}
 		}
 		opts := e.s.convOptions()
 		if e.s.deps {
 			opts = append(opts, e.depsOption())
 		}
-		e.conv, err = reconciler.Register(p, e.tbl, (*object).clone, convSet, convGet, e.ops, batch, opts...)
+		e.conv, err = reconciler.Register(p, e.tbl, (*object).clone, convSet, convGet, ops, batch, opts...)
 	case implUpstream:
+		var ops upstream.Operations[*object] = e.ops
 		var batch upstream.BatchOperations[*object]
-		if e.s.batch {
+		switch {
+		case e.s.outage != nil && e.s.batch:
+			ops, batch = e.s.outage, upOutageBatch{e.s.outage}
+		case e.s.outage != nil:
+			ops = e.s.outage
+		case e.s.batch:
 			batch = upBatch{e.ops}
 		}
-		e.up, err = upstream.Register(up, e.tbl, (*object).clone, upSet, upGet, e.ops, batch, e.s.upOptions()...)
+		e.up, err = upstream.Register(up, e.tbl, (*object).clone, upSet, upGet, ops, batch, e.s.upOptions()...)
 	case implFloor:
 		jobs.Add(job.OneShot("floor", e.floor))
 	}

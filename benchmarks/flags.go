@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-var allWorkloads = []string{"incremental", "floor", "latency", "slow", "retry", "prune", "refresh", "fresh", "deps", "restart", "rest", "overhead", "curve", "multi"}
+var allWorkloads = []string{"incremental", "floor", "latency", "slow", "retry", "prune", "refresh", "fresh", "deps", "restart", "rest", "overhead", "curve", "multi", "outage"}
 
 // soakWorkload runs only when named: it takes -duration, not a few runs.
 const soakWorkload = "soak"
@@ -69,8 +69,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.soak.delay, "soak-delay", 200*time.Microsecond, "soak: duration of each Update and Delete")
 	fs.Uint64Var(&o.soak.seed, "soak-seed", 1, "soak: seed of the writes' random choices")
 	fs.DurationVar(&o.soak.settle, "soak-settle", 0, "soak: bound on the final convergence (default 10 refresh intervals + 1m)")
-	fs.StringVar(&o.plotDir, "plot", "", "write SVG charts of what ran (cost curve, incremental throughput per run, several reconcilers, restart, soak series) into `dir`")
+	fs.StringVar(&o.plotDir, "plot", "", "write SVG charts of what ran (cost curve, incremental throughput per run, several reconcilers, restart, outage, soak series) into `dir`")
 	finishMulti := multiFlags(fs, &o.cfg.multi)
+	finishOutage := outageFlags(fs, &o.cfg.outage)
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -135,6 +136,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		o.impls = append(o.impls, impl(i))
 	}
 	o.maxRepeats = max(o.maxRepeats, o.repeats)
+	if err := finishOutage(o.quick, o.repeats); err != nil {
+		return o, err
+	}
 	c := o.cfg
 	switch {
 	case len(o.workloads) == 0:

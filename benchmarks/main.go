@@ -58,6 +58,12 @@
 //	             all, bytes and CAS conflicts per object, and a check that
 //	             nothing was lost; beside n floor loops, one floor loop that
 //	             commits each object once for all n (multi.go).
+//	outage       -outage-objects objects inserted Pending while the target
+//	             fails every call for -outage-for, then recovers: calls to
+//	             the target per second during the outage, time from the
+//	             recovery until all are Done, for upstream and converge
+//	             and converge with its circuit breaker, with single and
+//	             batch ops; two runs unless -repeats is given (outage.go).
 //	priority     run only when named: a stream of -priority-objects inserts
 //	             that saturates converge, 1 in -priority-low-every (100) of
 //	             low priority, with
@@ -70,8 +76,9 @@
 //	             verdict is a failure.
 //
 // -plot DIR writes SVG charts of what ran: the cost curve, the incremental
-// workload's throughput run by run, the multi and restart workloads, the
-// soak's series (plot.go, plot_workloads.go).
+// workload's throughput run by run, the multi, restart and outage
+// workloads, the soak's series (plot.go, plot_workloads.go,
+// outage_plot.go).
 package main
 
 import (

@@ -34,6 +34,8 @@ func TestQuickRun(t *testing.T) {
 		"-fresh-queued", "500",
 		"-overhead-objects", "2000",
 		"-multi-objects", "2000",
+		"-outage-objects", "500",
+		"-outage-for", "200ms",
 		"-curve-sizes", "1000,3000",
 		"-max-repeats", "2",
 		"-plot", dir,
@@ -108,6 +110,7 @@ func TestQuickRun(t *testing.T) {
 		"Metrics overhead", "prometheus+TablesCell",
 		"Cost curve", "Cost per object at 3k vs 1k",
 		"Incremental ns/object",
+		"Outage (issue 33)",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("no %q in output", want)
@@ -128,7 +131,7 @@ func TestQuickRun(t *testing.T) {
 			}
 		}
 	}
-	for _, name := range []string{"curve.svg", "throughput.svg", "multi.svg", "restart.svg"} {
+	for _, name := range []string{"curve.svg", "throughput.svg", "multi.svg", "restart.svg", "outage.svg"} {
 		b, err := os.ReadFile(filepath.Join(dir, name))
 		if err != nil {
 			t.Error(err)

@@ -30,6 +30,7 @@ import (
 //	                per run with their median
 //	multi.svg       several reconcilers on one table (plot_workloads.go)
 //	restart.svg     a restart with the table full (plot_workloads.go)
+//	outage.svg      a target down for everyone (outage_plot.go)
 //	soak.svg        the soak's series over time, the warm-up marked, and the
 //	                medians of the first and last third that the verdict
 //	                compares
@@ -79,6 +80,11 @@ func writePlots(o options, res results, soak *soakResult) ([]string, error) {
 	}
 	if plots := restartPlots(res, o.cfg.objects); plots != nil {
 		if err := save("restart.svg", 1, 3, 30*vg.Centimeter, 10*vg.Centimeter, plots); err != nil {
+			return files, err
+		}
+	}
+	if plots := outagePlots(res, o.cfg.outage); plots != nil {
+		if err := save("outage.svg", 1, 3, 30*vg.Centimeter, 10*vg.Centimeter, plots); err != nil {
 			return files, err
 		}
 	}

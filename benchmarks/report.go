@@ -223,6 +223,7 @@ func printReport(w io.Writer, o options, res results, info runInfo) {
 		printOverhead(w, o, res)
 		printCurve(w, o, res)
 		printMulti(w, o, res)
+		printOutage(w, o, res)
 		return
 	}
 	fmt.Fprintln(w)
@@ -270,6 +271,7 @@ func printReport(w io.Writer, o options, res results, info runInfo) {
 	printOverhead(w, o, res)
 	printCurve(w, o, res)
 	printMulti(w, o, res)
+	printOutage(w, o, res)
 }
 
 // printDeps prints the dependency trigger figure, converge's alone.

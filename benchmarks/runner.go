@@ -107,6 +107,7 @@ func cases(cfg config) []runCase {
 	}
 	all = append(all, overheadCases()...)
 	all = append(all, multiCases(cfg)...)
+	all = append(all, outageCases()...)
 	return append(all, curveCases(cfg.curveSizes)...)
 }
 
@@ -148,6 +149,9 @@ func runAll(ctx context.Context, o options, todo []runCase, progress io.Writer) 
 			batch = slices.DeleteFunc(slices.Clone(todo), func(c runCase) bool { return !again[c.name] })
 		}
 		for _, c := range rotate(batch, rep) {
+			if n := workloadRuns(o, c.workload); n > 0 && rep >= n {
+				continue
+			}
 			order := slices.Clone(c.impls)
 			if rep%2 == 1 {
 				slices.Reverse(order)
@@ -167,6 +171,16 @@ func runAll(ctx context.Context, o options, todo []runCase, progress io.Writer) 
 		}
 	}
 	return res, nil
+}
+
+// workloadRuns returns how many runs a workload gets if it is capped
+// below -repeats, else 0: the outage workload runs twice unless -repeats
+// is given.
+func workloadRuns(o options, workload string) int {
+	if workload == "outage" {
+		return o.cfg.outage.repeats
+	}
+	return 0
 }
 
 // wideRatios returns the ratios of defs, measured at least once, whose

@@ -29,7 +29,8 @@ type config struct {
 	priorityLowEvery int   // one in this many of them is of low priority
 	sampleHeap       bool  // incremental also records the peak heap per object
 
-	multi multiConfig // several reconcilers on one table (multi.go)
+	multi  multiConfig  // several reconcilers on one table (multi.go)
+	outage outageConfig // a target down for everyone (outage.go)
 }
 
 // measurement is what one run yields; unused fields stay zero.

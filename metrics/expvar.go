@@ -54,6 +54,8 @@ type ExpVar struct {
 	QueueWaitHistogramVar  *expvar.Map // histogram of seconds from ready to started
 	WorkersVar             *expvar.Map // operations run at once, as configured
 	BusyWorkersVar         *expvar.Map // workers running an operation at the end of the last round
+	BreakerOpenVar         *expvar.Map // 1 while the circuit breaker is open, else 0
+	BreakerOpeningsVar     *expvar.Map // circuit breaker openings since registration
 
 	RefreshMarksVar  *expvar.Map // objects marked Refreshing since start
 	DriftRepairedVar *expvar.Map // drift repaired since start, per "prune" and "refresh"
@@ -119,6 +121,8 @@ var varNames = []string{
 	"drift_repaired",
 	"workers",
 	"busy_workers",
+	"breaker_open",
+	"breaker_openings",
 }
 
 // NewExpVar returns metrics published as top-level expvar variables
@@ -202,6 +206,8 @@ func newExpVar(publish bool, prefix string) *ExpVar {
 		DriftRepairedVar:                   maps[25],
 		WorkersVar:                         maps[26],
 		BusyWorkersVar:                     maps[27],
+		BreakerOpenVar:                     maps[28],
+		BreakerOpeningsVar:                 maps[29],
 		convergenceMaxMu:                   maxMu,
 	}
 }

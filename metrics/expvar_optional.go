@@ -14,6 +14,7 @@ type (
 	roundVars struct {
 		adds, retries, depth, retrying, inFlight *expvar.Int
 		workers, busy                            *expvar.Int
+		breakerOpen, breakerOpenings             *expvar.Int
 		oldest, unfinished, longest              *expvar.Float
 	}
 	commitVars struct {
@@ -37,8 +38,17 @@ func (m *ExpVar) Round(moduleID cell.FullModuleID, name string, s RoundStats) {
 			longest:    floatVar(m.QueueLongestRunningVar, key),
 			workers:    intVar(m.WorkersVar, key),
 			busy:       intVar(m.BusyWorkersVar, key),
+
+			breakerOpen:     intVar(m.BreakerOpenVar, key),
+			breakerOpenings: intVar(m.BreakerOpeningsVar, key),
 		}
 	})
+	open := int64(0)
+	if s.BreakerOpen {
+		open = 1
+	}
+	v.breakerOpen.Set(open)
+	v.breakerOpenings.Set(int64(s.BreakerOpened))
 	v.adds.Add(int64(s.Adds))
 	v.retries.Add(int64(s.Retries))
 	v.depth.Set(int64(s.Depth))

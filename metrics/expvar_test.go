@@ -287,6 +287,8 @@ func TestMapRendersJSON(t *testing.T) {
 		"drift_repaired":                 {"agent.mod/r/prune": 2.0, "agent.mod/r/refresh": 1.0},
 		"workers":                        {"agent.mod/r": 4.0},
 		"busy_workers":                   {"agent.mod/r": 3.0},
+		"breaker_open":                   {"agent.mod/r": 0.0},
+		"breaker_openings":               {"agent.mod/r": 0.0},
 	}
 	assert.Equal(t, want, got)
 

@@ -38,6 +38,8 @@ var varNames = []string{
 	"drift_repaired",
 	"workers",
 	"busy_workers",
+	"breaker_open",
+	"breaker_openings",
 }
 
 func exVars(m *metrics.ExpVar) []*expvar.Map {
@@ -70,6 +72,8 @@ func exVars(m *metrics.ExpVar) []*expvar.Map {
 		m.DriftRepairedVar,
 		m.WorkersVar,
 		m.BusyWorkersVar,
+		m.BreakerOpenVar,
+		m.BreakerOpeningsVar,
 	}
 }
 

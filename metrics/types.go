@@ -102,6 +102,13 @@ type RoundStats struct {
 	// its BusyWorkers is zero. When the reconciler stops, a last round
 	// reports nothing running.
 	Workers, BusyWorkers int
+
+	// BreakerOpen says whether the circuit breaker (WithCircuitBreaker) is
+	// open: the target fails as a whole and only probes start.
+	// BreakerOpened counts its openings since the reconciler was
+	// registered (a counter). Both are zero without a breaker.
+	BreakerOpen   bool
+	BreakerOpened uint64
 }
 
 // CommitMetrics is implemented by metrics that want the outcome of every

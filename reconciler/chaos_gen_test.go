@@ -66,7 +66,7 @@ func (r *chaosRun) setMany(keys []string, why string) {
 }
 
 func (r *chaosRun) step() {
-	switch p := r.rng.IntN(109); {
+	switch p := r.rng.IntN(112); {
 	case p < 28: // insert or update; sometimes the same value, a new Pending
 		k, v := r.key(), r.value()
 		if old, ok := r.model[k]; ok && r.rng.IntN(8) == 0 {
@@ -143,6 +143,8 @@ func (r *chaosRun) step() {
 		default:
 			r.pauseFromAnOperation()
 		}
+	case p < 107: // the target goes down, or comes back
+		r.outage()
 	case r.restart(): // in place, or a new generation
 		if r.checkTable(); r.rng.IntN(2) == 0 {
 			r.restartInPlace(r.someMoves)
@@ -585,4 +587,18 @@ func (r *chaosRun) putBackAfterARestart() {
 	if !wasPaused {
 		r.setPaused(false)
 	}
+}
+
+// outage takes the targets down (every call fails with errChaosDown, which
+// opens a circuit breaker if the run has one), or brings them back; moves
+// go on meanwhile, and heal ends one.
+func (r *chaosRun) outage() {
+	down := false
+	for _, rec := range r.recs {
+		rec.target.with(func() {
+			rec.target.down = !rec.target.down && !rec.target.healed
+			down = rec.target.down
+		})
+	}
+	r.logf("target %s", map[bool]string{true: "down", false: "up"}[down])
 }

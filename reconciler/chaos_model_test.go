@@ -32,7 +32,13 @@ import (
 	"github.com/converge-go/converge/status"
 )
 
-var errChaos = errors.New("chaos")
+var (
+	errChaos     = errors.New("chaos")
+	errChaosDown = fmt.Errorf("target down: %w", errChaos) // an outage (see chaosTarget.down)
+)
+
+// isDown is the circuit breaker's classifier in the runs that give one.
+func isDown(err error) bool { return errors.Is(err, errChaosDown) }
 
 // The faults of one call: faultApplyThenError applies the change and
 // reports a failure; faultTerminal is terminal for deletes (which must not
@@ -48,6 +54,7 @@ const (
 	faultTerminal
 	faultSlow
 	faultForced
+	faultDown // the target is down: every call fails with errChaosDown
 )
 
 const pruneHoldKey = "(prune)" // a hold on it blocks the next prune
@@ -69,6 +76,8 @@ type chaosTarget struct {
 	rng                *rand.Rand
 	failProb, slowProb float64
 	healed             bool
+	down               bool              // an outage: every call fails, until heal or the test ends it
+	recheckProb        float64           // an update that succeeds asks for a re-check (RecheckAfter)
 	data, depSeen      map[string]string // depSeen: the dependency value a key's last update saw
 	calls              int
 	violations         []string
@@ -204,7 +213,7 @@ func (c *chaosTarget) waitUntil(d time.Duration, cond func() bool) bool {
 
 func (c *chaosTarget) heal() {
 	c.with(func() {
-		c.healed = true
+		c.healed, c.down = true, false
 		for _, h := range c.holds {
 			c.open(h)
 		}
@@ -219,6 +228,8 @@ func (c *chaosTarget) decide(key string) (chaosFault, time.Duration) {
 	switch {
 	case c.healed:
 		return faultNone, 0
+	case c.down:
+		return faultDown, 0
 	case c.failNext[key] > 0:
 		c.failNext[key]--
 		return faultForced, 0
@@ -230,6 +241,17 @@ func (c *chaosTarget) decide(key string) (chaosFault, time.Duration) {
 	}
 	return []chaosFault{faultError, faultError, faultApplyThenError, faultRetryAfter, faultPanic, faultTerminal}[c.rng.IntN(6)],
 		time.Duration(c.rng.Int64N(int64(5 * time.Millisecond)))
+}
+
+// recheck draws whether an update that succeeded asks for a re-check, and
+// after how long (0: none). None once healed, so that runs settle.
+func (c *chaosTarget) recheck() (d time.Duration) {
+	c.with(func() {
+		if !c.healed && c.recheckProb > 0 && c.rng.Float64() < c.recheckProb {
+			d = time.Duration(1+c.rng.IntN(20)) * time.Millisecond
+		}
+	})
+	return d
 }
 
 // sleepCtx sleeps for d, or returns ctx's error if it ends first.
@@ -270,6 +292,8 @@ func (o *chaosOps) start(ctx context.Context, key, what string, inBatch bool) (c
 	switch {
 	case f == faultForced:
 		return f, reconciler.RetryAfter(5*time.Millisecond, err)
+	case f == faultDown:
+		return f, fmt.Errorf("%s %s: %w", what, key, errChaosDown)
 	case f == faultTerminal && what == "delete":
 		return f, reconciler.TerminalError(err)
 	case f == faultError || f == faultTerminal || f == faultPanic && inBatch:
@@ -342,7 +366,11 @@ func (o *chaosOps) one(ctx context.Context, txn statedb.ReadTxn, rev statedb.Rev
 }
 
 func (o *chaosOps) Update(ctx context.Context, txn statedb.ReadTxn, rev statedb.Revision, it *item) error {
-	return o.one(ctx, txn, rev, it, false)
+	err := o.one(ctx, txn, rev, it, false)
+	if d := o.target.recheck(); err == nil && d > 0 {
+		reconciler.RecheckAfter(ctx, d)
+	}
+	return err
 }
 func (o *chaosOps) Delete(ctx context.Context, txn statedb.ReadTxn, rev statedb.Revision, it *item) error {
 	return o.one(ctx, txn, rev, it, true)
@@ -389,6 +417,9 @@ func (o *chaosOps) batch(ctx context.Context, txn statedb.ReadTxn, batch []recon
 			panic(fmt.Sprintf("batch: chaos panic at entry %d of %d", i, len(batch)))
 		}
 		batch[i].Result = o.op(ctx, txn, batch[i].Object, true, del)
+		if d := o.target.recheck(); !del && batch[i].Result == nil && d > 0 {
+			batch[i].RecheckAfter = d
+		}
 	}
 	// Near the deadline the reconciler cannot tell a success from an entry
 	// never reached: it retries them.

@@ -163,8 +163,23 @@ func runChaos(t *testing.T, cfg chaosConfig, seed uint64) {
 	if priority.fn != nil {
 		r.opts = append(r.opts, reconciler.WithPriority(priority.fn, priority.share))
 	}
-	settings := fmt.Sprintf("fail=%.2f slow=%.2f round=%d retry-max=%s prune=%s manual-prune=%v timeout=%s refresh=%v priority=%s",
-		failProb, slowProb, r.roundSize, retryMax, pruneInterval, r.manualPrune, timeout, r.refresh, priority)
+	breaker := "off"
+	if rng.IntN(3) == 0 { // outages (see chaosRun.outage) open it
+		n, probe, classify := 1+rng.IntN(4), time.Duration(1+rng.IntN(5))*time.Millisecond, isDown
+		if rng.IntN(2) == 0 {
+			classify = nil // every error counts
+		}
+		r.opts = append(r.opts, reconciler.WithCircuitBreaker(n, probe, classify))
+		breaker = fmt.Sprintf("%d/%s/classified=%v", n, probe, classify != nil)
+	}
+	if rng.IntN(3) == 0 {
+		p := 0.05 + 0.3*rng.Float64()
+		for _, rec := range r.recs {
+			rec.target.recheckProb = p
+		}
+	}
+	settings := fmt.Sprintf("fail=%.2f slow=%.2f round=%d retry-max=%s prune=%s manual-prune=%v timeout=%s refresh=%v breaker=%s rechecks=%.2f priority=%s",
+		failProb, slowProb, r.roundSize, retryMax, pruneInterval, r.manualPrune, timeout, r.refresh, breaker, r.recs[0].target.recheckProb, priority)
 
 	level := map[bool]slog.Level{false: slog.LevelError + 1, true: slog.LevelDebug}[os.Getenv("CONVERGE_CHAOS_LOG") != ""]
 	r.log = hivetest.Logger(t, hivetest.LogLevel(level)) // panics are logged at Error: quiet by default

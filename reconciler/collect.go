@@ -132,6 +132,41 @@ func (r *reconciler[Obj]) takeQueued(txn statedb.ReadTxn, n int) {
 	}
 }
 
+// collectProbe returns the one op of a probe round, the circuit breaker
+// being open: taken from the fresh changes, the queue, the retries (due or
+// not) and the deferred changes in turn, starting with the source turn
+// names, so that an object failing for a reason of its own is not probed
+// for ever while others wait. A probe that fails goes back to the queue.
+func (r *reconciler[Obj]) collectProbe(txn statedb.ReadTxn, now time.Time, turn int) []op[Obj] {
+	lc := r.lifecycles
+	r.work = r.work[:0]
+	for i := 0; i < 4 && len(r.work) == 0; i++ {
+		switch (turn + i) % 4 {
+		case 0:
+			if lc.priority == nil {
+				r.collectChanges(txn, r.nextChanges(txn), 1, now)
+				r.readDone(txn)
+				break
+			}
+			// With priorities fresh changes join the queue, read ahead as
+			// far as in any round (no further, so the queue stays
+			// bounded), and the probe is the first the queue gives.
+			if ahead := r.readAhead(1); len(lc.queued) < ahead {
+				r.queueChanges(txn, r.nextChanges(txn), ahead, now)
+				r.readDone(txn)
+			}
+			r.takeQueued(txn, 1)
+		case 1:
+			r.takeQueued(txn, 1)
+		case 2:
+			r.collectRetries(txn, time.Unix(0, math.MaxInt64), 1)
+		case 3:
+			r.collectDeferred(txn, now, 1)
+		}
+	}
+	return r.work
+}
+
 // start adds the job of s to the round's work.
 func (r *reconciler[Obj]) start(s *keyState[Obj]) {
 	r.lifecycles.start(s)

@@ -148,6 +148,9 @@ func (r *reconciler[Obj]) settle(ops []op[Obj], now time.Time) (out commitOutcom
 		written := o.delete || o.written
 		if o.err == nil && written && !o.delete {
 			fig.done(now.Sub(o.since), slices)
+			if o.recheck > 0 {
+				r.askRecheck(o, now)
+			}
 		}
 		s := o.s
 		if s == nil {
@@ -203,4 +206,16 @@ func (r *reconciler[Obj]) requeue(o *op[Obj]) {
 		s = lc.track(key, o.task)
 	}
 	lc.requeue(s)
+}
+
+// askRecheck records the re-check o's Update asked for (RecheckAfter).
+func (r *reconciler[Obj]) askRecheck(o *op[Obj], now time.Time) {
+	key := o.key
+	if key == "" {
+		var ok bool
+		if key, ok = r.keyOf(o.obj); !ok {
+			return
+		}
+	}
+	r.rechecks.ask(key, o.updated, r.getStatus(o.updated).ID(), addSat(now.UnixNano(), o.recheck))
 }

@@ -7,7 +7,8 @@ import (
 )
 
 // gate answers the question asked before every operation starts: may one
-// start now? Not while paused, pruning or stopping. A start is enter, then
+// start now? Not while paused, pruning or stopping, nor while the circuit
+// breaker is open (broken) but for the one probe it grants. A start is enter, then
 // the operation's call, which first calls entered; closing the gate waits for
 // the starts between enter and entered, so that once it is closed only
 // those already past entered begin. Safe for concurrent use; see newGate.
@@ -16,8 +17,11 @@ type gate struct {
 	paused   bool
 	pruning  bool
 	stopping bool
+	broken   bool          // the circuit breaker is open
 	changed  chan struct{} // closed and replaced on every change
-	open     atomic.Bool   // !paused && !pruning && !stopping, for a lock-free look
+	open     atomic.Bool   // !paused && !pruning && !stopping && !broken, for a lock-free look
+	probing  atomic.Bool   // broken is all that closes it: a probe may start
+	probe    atomic.Bool   // a probe granted and not yet started
 	held     atomic.Bool   // paused || stopping: what holds off a prune begun
 	starting atomic.Int64  // starts between enter (or enterPrune) and entered
 	wake     func()        // called on every change, with mu held (workers' broadcast)
@@ -47,7 +51,29 @@ func (g *gate) enterPrune() bool {
 	return false
 }
 
-// entered ends a start begun with enter or enterPrune.
+// enterProbe reports whether an operation may start now as the circuit
+// breaker's probe, taking the probe granted; if so the caller calls
+// entered just before calling the operation, and records its outcome as
+// the probe's.
+func (g *gate) enterProbe() bool {
+	g.starting.Add(1)
+	if g.probing.Load() && g.probe.CompareAndSwap(true, false) {
+		return true
+	}
+	g.starting.Add(-1)
+	return false
+}
+
+// mayStart reports whether an operation could start now, as itself or as
+// a probe, without starting anything.
+func (g *gate) mayStart() bool {
+	return g.open.Load() || (g.probing.Load() && g.probe.Load())
+}
+
+// probeLeft reports whether a probe granted has not started yet.
+func (g *gate) probeLeft() bool { return g.probe.Load() }
+
+// entered ends a start begun with enter, enterProbe or enterPrune.
 func (g *gate) entered() { g.starting.Add(-1) }
 
 // isOpen reports whether the gate is open, without starting anything.
@@ -67,8 +93,9 @@ func (g *gate) update(f func() bool) {
 	if !f() {
 		return
 	}
-	open := !g.paused && !g.pruning && !g.stopping
+	open := !g.paused && !g.pruning && !g.stopping && !g.broken
 	g.open.Store(open)
+	g.probing.Store(g.broken && !g.paused && !g.pruning && !g.stopping)
 	g.held.Store(g.paused || g.stopping)
 	for !open && g.starting.Load() > 0 {
 		runtime.Gosched() // a start under way: it calls its operation next
@@ -122,4 +149,23 @@ func (g *gate) endPrune() {
 
 func (g *gate) setStopping(v bool) {
 	g.update(func() bool { old := g.stopping; g.stopping = v; return old != v })
+}
+
+// setBroken closes the gate while the circuit breaker is open; a probe
+// granted and not started is withdrawn when it closes.
+func (g *gate) setBroken(v bool) {
+	g.update(func() bool {
+		old := g.broken
+		g.broken = v
+		if !v {
+			g.probe.Store(false)
+		}
+		return old != v
+	})
+}
+
+// grantProbe lets one operation start while the breaker is open (see
+// enterProbe), and wakes the workers to take it.
+func (g *gate) grantProbe() {
+	g.update(func() bool { g.probe.Store(true); return true })
 }

@@ -30,6 +30,7 @@ type healthState struct {
 	pruneErr     error  // the last prune's error
 	limiterErr   error  // the round limiter's error
 	gateErr      error  // started before its tables were initialized
+	breakerErr   error  // the circuit breaker is open: the target fails
 }
 
 // update reports s, the state after a round, if it changed: "Paused", "OK,
@@ -45,7 +46,7 @@ func (h *healthReporter) update(s healthState, objects func() int, retryErrors f
 		}
 		return StatePaused
 	}
-	if s.failing == 0 && s.pruneErr == nil && s.limiterErr == nil && s.gateErr == nil {
+	if s.failing == 0 && s.pruneErr == nil && s.limiterErr == nil && s.gateErr == nil && s.breakerErr == nil {
 		s.objects = objects()
 		if h.sent && h.ok && s.objects == h.last.objects {
 			return StateRunning
@@ -61,6 +62,10 @@ func (h *healthReporter) update(s healthState, objects func() int, retryErrors f
 
 	errs := make([]error, 0, maxHealthErrors+3)
 	var what []string
+	if s.breakerErr != nil {
+		what = append(what, "target failing")
+		errs = append(errs, s.breakerErr)
+	}
 	if s.failing > 0 {
 		what = append(what, fmt.Sprintf("%d object(s) failing", s.failing))
 	}

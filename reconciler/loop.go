@@ -17,10 +17,11 @@ import (
 // works on belongs to the reconciler, whose stages (collect, operate,
 // commit, prune, report) it runs in order.
 type loop[Obj any] struct {
-	r     *reconciler[Obj]
-	exec  *executor[Obj]
-	prune pruneSchedule
-	retry *time.Timer // fires when the earliest retry is due (see armRetry)
+	r      *reconciler[Obj]
+	exec   *executor[Obj]
+	prune  pruneSchedule
+	retry  *time.Timer // fires when the earliest retry is due (see armRetry)
+	probes int         // probe rounds so far: whose turn the next probe is (see collectProbe)
 }
 
 // run is the reconcile job: it waits for something to do and runs a round,
@@ -47,6 +48,10 @@ func (r *reconciler[Obj]) run(ctx context.Context, health cell.Health) error {
 		watch, retryC := r.watch, l.retry.C
 		if l.exec.room() <= 0 || paused {
 			watch, retryC = nil, nil // read nothing new; commit what finishes
+		} else if r.breaker != nil {
+			if room, limited := r.breaker.limit(r.now()); limited && room == 0 {
+				watch = nil // the target fails: wait for the probe's turn (retryC)
+			}
 		}
 		if paused != r.wasPaused || (watch != nil && len(r.lifecycles.queued) > 0) {
 			pauseChanged = closedChan // a round now
@@ -91,13 +96,26 @@ func (l *loop[Obj]) round(ctx context.Context, paused bool) {
 	}
 	now, txn := r.now(), r.db.ReadTxn()
 	room := l.exec.room()
-	if paused {
+	probe, broken := r.breaker.limit(now)
+	switch {
+	case paused:
 		room = 0
+	case broken:
+		room = min(room, probe) // the target fails: one probe at most
 	}
-	work := r.collect(txn, now, room)                        // 1. queued, fresh, retries, deferred
+	if _, ok := r.rechecks.next(); ok && !paused {
+		r.markRefreshing(r.rechecks.takeDue(txn, now.UnixNano(), r.lookup, r.getStatus))
+	}
+	var work []op[Obj]
+	if broken && room == 1 {
+		work = r.collectProbe(txn, now, l.probes) // 1. one op, for the breaker's probe
+		l.probes++
+	} else {
+		work = r.collect(txn, now, room) // 1. queued, fresh, retries, deferred
+	}
 	finished := l.exec.operate(txn, work)                    // 2. started at the gate; what finished
 	outcome := r.commit(finished, ctx.Err() != nil, r.now()) // 3. statuses written, keys settled
-	if l.prune.due && !paused {
+	if l.prune.due && !paused && (!broken || !r.breaker.state().open) {
 		r.pruneNow(ctx, &l.prune) // 4. no operation starts meanwhile
 	}
 	if r.gateErr != nil {
@@ -121,6 +139,7 @@ func (l *loop[Obj]) stopped() {
 	r.gate.setStopping(true)
 	left := l.exec.stop() // waits for the operations under way to return
 	r.commit(left, true, r.now())
+	r.breaker.reset(r.now())
 	r.progress.update(r.progressRev(), r.lifecycles.retryLowWatermark())
 	r.changes.close()
 	r.reportStopped()
@@ -130,20 +149,28 @@ func (l *loop[Obj]) stopped() {
 	}
 }
 
-// armRetry sets the retry timer for the earliest retry, if one can be
-// taken: while the executor has no room none could start, so the timer is
-// left off and the next finished operation wakes the loop instead. It
-// fires a jitter window past the earliest retry, so that retries spread by
-// jitter are taken in few rounds, not one each.
+// armRetry sets the retry timer for the earliest retry, probe of the
+// circuit breaker or re-check, if one can be taken: while the executor has
+// no room none could start, so the timer is left off and the next finished
+// operation wakes the loop instead. It fires a jitter window past the
+// earliest retry, so that retries spread by jitter are taken in few
+// rounds, not one each.
 func (l *loop[Obj]) armRetry() {
 	l.retry.Stop()
 	r := l.r
 	due, ok := r.lifecycles.nextDue()
+	if probe, open := r.breaker.nextProbe(); open {
+		due, ok = probe.UnixNano(), !probe.IsZero() // no retry while the target fails
+	} else if ok {
+		due = addSat(due, durationOf(float64(r.opts.retryMin)*r.opts.retryJitter))
+	}
+	if recheck, has := r.rechecks.next(); has && (!ok || recheck < due) {
+		due, ok = recheck, true
+	}
 	if !ok || l.exec.room() <= 0 {
 		return
 	}
-	window := durationOf(float64(r.opts.retryMin) * r.opts.retryJitter)
-	l.retry.Reset(durationOf(float64(due) - float64(r.now().UnixNano()) + float64(window)))
+	l.retry.Reset(durationOf(float64(due) - float64(r.now().UnixNano())))
 }
 
 // resetRun readies the state of one run of the job.
@@ -151,6 +178,7 @@ func (r *reconciler[Obj]) resetRun(health cell.Health) {
 	r.own, r.watch, r.work = ownWrites{}, closedChan, nil
 	r.health = healthReporter{health: health}
 	r.limiterErr, r.gateErr, r.gateWatch, r.wasPaused = nil, nil, nil, false
+	r.breaker.reset(r.now())
 	r.reported, r.figures, r.totals, r.failLog = struct{ failing, inFlight int }{}, commitFigures{}, totals{}, failLog{}
 }
 

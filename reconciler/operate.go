@@ -204,14 +204,14 @@ func (p *workerPool[Obj]) stop() []op[Obj] {
 func (p *workerPool[Obj]) take(buf []op[Obj], running *atomic.Int64) ([]op[Obj], bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for !p.stopped && (len(p.queue) == 0 || !p.r.gate.isOpen()) {
+	for !p.stopped && (len(p.queue) == 0 || !p.r.gate.mayStart()) {
 		p.cond.Wait()
 	}
 	if p.stopped {
 		return buf, false
 	}
 	n := 1
-	if p.r.batchOps != nil {
+	if p.r.batchOps != nil && p.r.gate.isOpen() { // a probe is one op
 		workers := p.r.opts.concurrency
 		n = min(len(p.queue)/workers+1, len(p.queue), p.r.opts.roundSize)
 	}
@@ -251,7 +251,7 @@ func (p *workerPool[Obj]) work(running *atomic.Int64) {
 type runner[Obj any] struct {
 	r       *reconciler[Obj]
 	ctx     context.Context
-	drift   driftCounter // ReportRepaired calls of the operation running
+	reports opReports // ReportRepaired and RecheckAfter calls of the operation running
 	updates []BatchEntry[Obj]
 	deletes []BatchEntry[Obj]
 	ops     []*op[Obj] // the ops of the batch running, in the order given
@@ -259,7 +259,7 @@ type runner[Obj any] struct {
 
 func newRunner[Obj any](ctx context.Context, r *reconciler[Obj]) *runner[Obj] {
 	e := &runner[Obj]{r: r}
-	e.ctx = context.WithValue(ctx, driftKey{}, &e.drift)
+	e.ctx = context.WithValue(ctx, reportsKey{}, &e.reports)
 	return e
 }
 
@@ -281,7 +281,11 @@ func (e *runner[Obj]) run(txn statedb.ReadTxn, ops []op[Obj]) {
 		if !o.delete {
 			o.updated = r.clone(o.obj)
 		}
-		if ctx.Err() != nil || !r.gate.enter() {
+		if ctx.Err() != nil {
+			return
+		}
+		probe, ok := r.enter()
+		if !ok {
 			return
 		}
 		o.started = start.UnixNano()
@@ -308,8 +312,16 @@ func (e *runner[Obj]) run(txn statedb.ReadTxn, ops []op[Obj]) {
 		if span != nil {
 			span.End(tracing.End{Outcome: outcome(o.err, r.opts.operationTimeout), Err: o.err})
 		}
-		if n := e.drift.n.Swap(0); n > 0 && o.refresh && !o.delete {
+		if n := e.reports.drift.Swap(0); n > 0 && o.refresh && !o.delete {
 			r.refreshDrift.Add(n)
+		}
+		if e.reports.recheck.Load() != 0 {
+			if d := e.reports.recheck.Swap(0); d > 0 && o.err == nil && !o.delete {
+				o.recheck = time.Duration(d)
+			}
+		}
+		if r.breaker != nil {
+			r.recordOutcome(o, probe)
 		}
 		end := time.Now()
 		r.metrics.ReconciliationDuration(r.moduleID, r.opts.name, name, end.Sub(start))
@@ -356,7 +368,8 @@ func (e *runner[Obj]) batch(ctx context.Context, txn statedb.ReadTxn, name strin
 		ops[i].started = start.UnixNano()
 	}
 	defer func() { clear(ops); e.ops = ops[:0] }()
-	if !r.gate.enter() {
+	probe, ok := r.enter()
+	if !ok {
 		return
 	}
 	var span tracing.Span
@@ -390,6 +403,9 @@ func (e *runner[Obj]) batch(ctx context.Context, txn statedb.ReadTxn, name strin
 			o.err, o.ran = entryErr(entries[i].Result, err), true
 			if name == metrics.OpUpdate {
 				o.updated = entries[i].Object
+				if o.err == nil {
+					o.recheck = entries[i].RecheckAfter
+				}
 			}
 		}
 	}
@@ -407,8 +423,42 @@ func (e *runner[Obj]) batch(ctx context.Context, txn statedb.ReadTxn, name strin
 		span.End(tracing.End{Outcome: outcome(err, r.opts.operationTimeout), Err: err, Failed: failed})
 	}
 	// Drift reported by a batch counts if the batch refreshed anything.
-	if n := e.drift.n.Swap(0); n > 0 && refreshed {
+	if n := e.reports.drift.Swap(0); n > 0 && refreshed {
 		r.refreshDrift.Add(n)
+	}
+	e.reports.recheck.Store(0) // batches ask with BatchEntry.RecheckAfter
+	if r.breaker != nil {
+		for _, o := range ops {
+			r.recordOutcome(o, probe)
+		}
+	}
+}
+
+// enter asks the gate whether an operation may start now, as itself or,
+// while the circuit breaker is open, as its probe.
+func (r *reconciler[Obj]) enter() (probe, ok bool) {
+	if r.gate.enter() {
+		return false, true
+	}
+	if r.breaker != nil && r.gate.enterProbe() {
+		return true, true
+	}
+	return false, false
+}
+
+// recordOutcome gives the outcome of o, which ran (as the probe if probe
+// is set), to the circuit breaker. A failure the breaker holds is no
+// outcome: o goes back to the queue as if it had not started.
+func (r *reconciler[Obj]) recordOutcome(o *op[Obj], probe bool) {
+	key := func() string {
+		if o.key != "" {
+			return o.key
+		}
+		k, _ := r.keyOf(o.obj)
+		return k
+	}
+	if r.breaker.record(key, o.err, probe, r.now()) {
+		o.ran, o.err, o.recheck = false, nil, 0
 	}
 }
 
@@ -481,15 +531,38 @@ func entryErr(result, batchErr error) error {
 // does not come from a reconciler it does nothing. It is safe for
 // concurrent use and does not allocate.
 func ReportRepaired(ctx context.Context, n int) {
-	if c, ok := ctx.Value(driftKey{}).(*driftCounter); ok && n > 0 {
-		c.n.Add(int64(n))
+	if c, ok := ctx.Value(reportsKey{}).(*opReports); ok && n > 0 {
+		c.drift.Add(int64(n))
 	}
 }
 
-type driftKey struct{}
+// RecheckAfter lets Update ask for its object to be reconciled again d
+// after it succeeds, for targets that drift, leases that expire or state
+// that must be polled: the object is recorded Done as usual, and once d
+// has passed it is marked Refreshing (as [WithRefreshing] marks it) if it
+// still carries that Done status, so Update is called for it again. A
+// newer version of the object, or its delete, replaces the re-check; so
+// does a later call, the last one made during the operation counting.
+// A failing Update asks for nothing: its retry does. Call it with the
+// context Update was given; with any other context it does nothing.
+// UpdateBatch asks per entry with [BatchEntry.RecheckAfter] instead.
+//
+// Re-checks wait in the reconciler's memory: they survive a stop and a
+// start of the hive's jobs but not the process, and a reconciler paused
+// when one falls due marks the object on Resume. d <= 0 asks for nothing.
+// It is safe for concurrent use and does not allocate.
+func RecheckAfter(ctx context.Context, d time.Duration) {
+	if c, ok := ctx.Value(reportsKey{}).(*opReports); ok && d > 0 {
+		c.recheck.Store(int64(d))
+	}
+}
 
-// driftCounter collects ReportRepaired calls of the operations an executor
-// runs. The executor reads and resets it around each operation.
-type driftCounter struct{ n atomic.Int64 }
+type reportsKey struct{}
 
-func (c *driftCounter) take() int { return int(c.n.Swap(0)) }
+// opReports collects what the operation an executor runs reports through
+// its context: drift repaired (ReportRepaired) and a re-check asked for
+// (RecheckAfter). The executor reads and resets it around each operation.
+type opReports struct {
+	drift   atomic.Int64
+	recheck atomic.Int64 // a time.Duration; 0 asks for none
+}

@@ -28,6 +28,7 @@ import (
 //	retry backoff      100ms to 1m     (WithRetry), doubling per failure
 //	retry jitter       0.1             (WithRetryJitter): ±10% of the backoff
 //	attempts           no limit        (WithMaxAttempts)
+//	circuit breaker    off             (WithCircuitBreaker)
 //	round size         1000 objects    (WithRoundLimits)
 //	round rate limit   none            (WithRoundLimits)
 //	concurrency        1               (WithConcurrency)
@@ -53,6 +54,10 @@ type options struct {
 	retryMin, retryMax time.Duration
 	retryJitter        float64
 	maxAttempts        int
+
+	breakerFailures int
+	breakerBackoff  time.Duration
+	breakerIsTarget func(error) bool
 
 	roundSize    int
 	roundLimiter *rate.Limiter
@@ -107,6 +112,10 @@ func (o *options) validate() error {
 		return fmt.Errorf("%T: retry jitter must be in [0, 1), got %v: %w", *o, o.retryJitter, ErrInvalidConfig)
 	case o.maxAttempts < 0:
 		return fmt.Errorf("%T: maximum attempts must not be negative, got %d: %w", *o, o.maxAttempts, ErrInvalidConfig)
+	case o.breakerFailures < 0:
+		return fmt.Errorf("%T: circuit breaker failures must not be negative, got %d: %w", *o, o.breakerFailures, ErrInvalidConfig)
+	case o.breakerFailures > 0 && o.breakerBackoff <= 0:
+		return fmt.Errorf("%T: circuit breaker probe backoff must be positive, got %s: %w", *o, o.breakerBackoff, ErrInvalidConfig)
 	case o.roundSize <= 0:
 		return fmt.Errorf("%T: round size must be positive, got %d: %w", *o, o.roundSize, ErrInvalidConfig)
 	case o.concurrency <= 0 || o.concurrency > maxConcurrency:
@@ -166,6 +175,39 @@ func WithMetrics(m metrics.Metrics) Option {
 // lost. Zero, the default, retries for ever; a negative n is refused.
 func WithMaxAttempts(n int) Option {
 	return func(o *options) { o.maxAttempts = n }
+}
+
+// WithCircuitBreaker stops calling a target that fails as a whole (a full
+// map, netlink or a remote API gone) instead of failing each object on its
+// own backoff. It opens after failures operations on distinct objects
+// failed in a row, with no success between, with an error isTargetError
+// says is about the target (nil: every error but a [TerminalError]; errors
+// it rejects neither count nor break the run). While open:
+//
+//   - no operation starts but a probe: one object at a time, the first
+//     probeBackoff after opening, then doubling per failed probe up to the
+//     maximum retry backoff (see [WithRetry]); probes take new changes,
+//     the objects held back and those waiting for a retry in turn, so
+//     that an object failing for a reason of its own cannot keep it open;
+//   - a failure about the target is no outcome for its object: its status,
+//     attempt count and backoff stay as they were, and it waits in the
+//     queue; nothing is lost, and new writes, deletes and prunes wait too;
+//   - health is Degraded with "target failing since T: <error>", and the
+//     reconcilers table and the metrics ([metrics.RoundStats]) say so.
+//
+// A probe that succeeds, or that fails with an error not about the target,
+// closes it, and everything waiting resumes. So does any other operation
+// that succeeds, and a stop. A panic in isTargetError is recovered (unless
+// [WithoutPanicRecovery]), logged, and the error taken as not about the
+// target. Off by default; failures == 0 keeps it off.
+// A negative failures, or a probeBackoff <= 0 with the breaker on, is
+// refused.
+func WithCircuitBreaker(failures int, probeBackoff time.Duration, isTargetError func(error) bool) Option {
+	return func(o *options) {
+		o.breakerFailures = failures
+		o.breakerBackoff = probeBackoff
+		o.breakerIsTarget = isTargetError
+	}
 }
 
 // WithTracer reports a span to t for every round, operation or batch

@@ -145,8 +145,8 @@ type pruneResult struct {
 // prune hands the whole desired set to Operations.Prune and reports the
 // outcome. A failure is returned for health.
 func (r *reconciler[Obj]) prune(ctx context.Context, txn statedb.ReadTxn) pruneResult {
-	var drift driftCounter
-	ctx = context.WithValue(ctx, driftKey{}, &drift)
+	var reports opReports
+	ctx = context.WithValue(ctx, reportsKey{}, &reports)
 	var span tracing.Span
 	if r.opts.tracer != nil {
 		ctx, span = r.startSpan(ctx, tracing.Start{Kind: tracing.Prune})
@@ -156,7 +156,7 @@ func (r *reconciler[Obj]) prune(ctx context.Context, txn statedb.ReadTxn) pruneR
 		r.gate.entered() // begun with enterPrune
 		return r.ops.Prune(ctx, txn, r.table.All(txn))
 	})
-	res := pruneResult{at: start, duration: time.Since(start), repaired: drift.take()}
+	res := pruneResult{at: start, duration: time.Since(start), repaired: int(reports.drift.Swap(0))}
 	if span != nil {
 		span.End(tracing.End{Outcome: outcome(err, r.opts.operationTimeout), Err: err, Repaired: res.repaired})
 	}

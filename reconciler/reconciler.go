@@ -41,6 +41,7 @@ type reconciler[Obj any] struct {
 	pruneRequests chan struct{}
 	progress      *progress
 	gate          *gate
+	breaker       *breaker // nil without WithCircuitBreaker
 
 	// now and rand are replaced in tests.
 	now  func() time.Time
@@ -50,6 +51,7 @@ type reconciler[Obj any] struct {
 	lifecycles *lifecycles[Obj]   // what is known about each key
 	stales     staleness          // what makes a status found stale
 	deferred   deferredQueue[Obj] // changes taken after fresh ones
+	rechecks   rechecks[Obj]      // asked for with RecheckAfter
 	lastRev    statedb.Revision   // last change read
 	backlog    statedb.Revision   // the table's revision when the job first ran: what is deferred
 	started    bool               // whether the job has run
@@ -156,4 +158,14 @@ func (r *reconciler[Obj]) jobName(base string) string {
 		return base
 	}
 	return base + "-" + r.opts.name
+}
+
+// logBreaker logs the circuit breaker opening (err is the failure that
+// opened it) or closing.
+func (r *reconciler[Obj]) logBreaker(open bool, err error) {
+	if open {
+		r.log.Error("Target failing: reconciler stops starting operations and probes it", "error", err)
+	} else {
+		r.log.Info("Target answered: reconciler resumes")
+	}
 }

@@ -87,6 +87,10 @@ func Register[Obj any](
 		rand:          rand.Float64,
 	}
 
+	if o.breakerFailures > 0 {
+		r.breaker = newBreaker(o.breakerFailures, r.classifier(), o.breakerBackoff, o.retryMax, r.gate, r.logBreaker)
+	}
+
 	// The feed begins now, not when the job first runs, so that no delete
 	// between registration and start is missed.
 	r.changes = newChangeFeed(params.DB, statedb.Table[Obj](table))
@@ -150,3 +154,22 @@ func (r *reconciler[Obj]) Pause() { r.gate.setPaused(true) }
 
 // Resume implements Reconciler.
 func (r *reconciler[Obj]) Resume() { r.gate.setPaused(false) }
+
+// classifier returns WithCircuitBreaker's isTargetError, if any, with its
+// panics recovered unless WithoutPanicRecovery: a panic is logged with its
+// stack and the error taken as not about the target.
+func (r *reconciler[Obj]) classifier() func(error) bool {
+	user := r.opts.breakerIsTarget
+	if user == nil || !r.opts.recoverPanics {
+		return user
+	}
+	return func(err error) (about bool) {
+		defer func() {
+			if v := recover(); v != nil {
+				_ = r.recovered("circuit breaker's isTargetError", v)
+				about = false
+			}
+		}()
+		return user(err)
+	}
+}

@@ -23,6 +23,7 @@ func (r *reconciler[Obj]) report(txn statedb.ReadTxn, work []op[Obj], c commitOu
 	}
 	r.reported.failing, r.reported.inFlight = failing, inFlight
 
+	breaker := r.breaker.state()
 	var oldest time.Time
 	if r.metrics.round != nil || r.info != nil {
 		oldest = lc.oldestSince()
@@ -49,6 +50,8 @@ func (r *reconciler[Obj]) report(txn statedb.ReadTxn, work []op[Obj], c commitOu
 			LongestRunning: load.longest,
 			Workers:        r.opts.concurrency,
 			BusyWorkers:    load.busy,
+			BreakerOpen:    breaker.open,
+			BreakerOpened:  breaker.openings,
 		})
 	}
 
@@ -59,10 +62,15 @@ func (r *reconciler[Obj]) report(txn statedb.ReadTxn, work []op[Obj], c commitOu
 		retryVersion: lc.version,
 		pruneErr:     p.lastErr,
 		limiterErr:   r.limiterErr,
+		breakerErr:   breaker.err,
 	}, func() int { return r.table.NumObjects(txn) }, lc.errors)
 
 	if r.info != nil {
-		r.info.write(r.db, r.infoRow(p, state, r.table.NumObjects(txn), failing, inFlight, load.busy, oldest), lc.takeOutdated())
+		info := r.infoRow(p, state, r.table.NumObjects(txn), failing, inFlight, load.busy, oldest)
+		if breaker.open {
+			info.TargetFailingSince, info.TargetError = breaker.since, breaker.err.Error()
+		}
+		r.info.write(r.db, info, lc.takeOutdated())
 	}
 
 	// Progress last, so that a WaitUntilReconciled that returns sees the
@@ -78,7 +86,7 @@ func (r *reconciler[Obj]) reportStopped() {
 		r.metrics.queue.QueueLength(r.moduleID, r.opts.name, failing, 0)
 	}
 	if r.metrics.round != nil {
-		r.metrics.round.Round(r.moduleID, r.opts.name, metrics.RoundStats{Retrying: failing, Workers: r.opts.concurrency})
+		r.metrics.round.Round(r.moduleID, r.opts.name, metrics.RoundStats{Retrying: failing, Workers: r.opts.concurrency, BreakerOpened: r.breaker.state().openings})
 	}
 	r.reported.failing, r.reported.inFlight = failing, 0
 }
@@ -132,6 +140,7 @@ func (r *reconciler[Obj]) infoRow(p *pruneSchedule, state State, objects, failin
 		LastPrune:            p.last.at,
 		LastPruneDuration:    p.last.duration,
 		DriftRepaired:        uint64(t.refreshRepaired + p.repaired),
+		BreakerOpenings:      r.breaker.state().openings,
 	}
 	if p.lastErr != nil {
 		info.LastPruneError = p.lastErr.Error()

@@ -80,6 +80,8 @@ type scriptFlags struct {
 	dependency  bool
 	roundSize   int
 	maxAttempts int
+	breaker     int
+	probe       time.Duration
 	eachVariant bool
 	held        int
 	roundEvery  time.Duration
@@ -105,6 +107,8 @@ func parseScriptFlags(args []string) (scriptFlags, error) {
 	fs.BoolVar(&f.dependency, "dependency", false, "WithDependency on the deps table: a dep re-reconciles the items it lists; see depOps")
 	fs.IntVar(&f.roundSize, "round-size", 0, "WithRoundLimits objects per round (0: the default)")
 	fs.IntVar(&f.maxAttempts, "max-attempts", 0, "WithMaxAttempts (0: no limit)")
+	fs.IntVar(&f.breaker, "breaker", 0, "WithCircuitBreaker failures (0: off)")
+	fs.DurationVar(&f.probe, "breaker-probe", 20*time.Millisecond, "WithCircuitBreaker probe backoff")
 	fs.BoolVar(&f.eachVariant, "each-variant", false, "run the script in every variant of -workers and -batch too")
 	fs.DurationVar(&f.roundEvery, "round-every", 0, "WithRoundLimits limiter: one round, then one per this long")
 	fs.Float64Var(&f.priority, "priority-share", -1, "WithPriority(the item's value as a number, SHARE); negative: off")
@@ -216,6 +220,9 @@ func registerScriptReconcilers(p reconciler.Params, flags scriptFlags, m metrics
 			return out, err
 		}
 		extra = append(extra, reconciler.WithDependency(deps.table, itemsOfDep))
+	}
+	if flags.breaker > 0 {
+		extra = append(extra, reconciler.WithCircuitBreaker(flags.breaker, flags.probe, nil))
 	}
 	if flags.maxAttempts > 0 {
 		extra = append(extra, reconciler.WithMaxAttempts(flags.maxAttempts))

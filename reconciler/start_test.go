@@ -326,6 +326,8 @@ func TestRegisterRejectsBadInput(t *testing.T) {
 		{"jitter one", with(reconciler.WithRetryJitter(1)), "retry jitter must be in [0, 1)"},
 		{"jitter negative", with(reconciler.WithRetryJitter(-0.1)), "retry jitter"},
 		{"negative max attempts", with(reconciler.WithMaxAttempts(-1)), "maximum attempts must not be negative"},
+		{"negative breaker failures", with(reconciler.WithCircuitBreaker(-1, time.Second, nil)), "circuit breaker failures must not be negative"},
+		{"zero breaker backoff", with(reconciler.WithCircuitBreaker(3, 0, nil)), "circuit breaker probe backoff must be positive"},
 		{"zero workers", with(reconciler.WithConcurrency(0)), "concurrency must be in [1, 65536]"},
 		{"too many workers", with(reconciler.WithConcurrency(1 << 20)), "concurrency must be in [1, 65536]"},
 		{"negative timeout", with(reconciler.WithOperationTimeout(-1)), "operation timeout must not be negative"},

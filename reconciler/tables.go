@@ -123,6 +123,14 @@ type Info struct {
 	// DriftRepaired counts what Prune and refreshed Updates reported
 	// repairing with ReportRepaired.
 	DriftRepaired uint64 `json:"drift-repaired" yaml:"drift-repaired"`
+
+	// While the circuit breaker is open (WithCircuitBreaker):
+	// TargetFailingSince is when it opened and TargetError why. The table
+	// shows them in the State column. BreakerOpenings counts its openings
+	// since the reconciler was registered.
+	TargetFailingSince time.Time `json:"target-failing-since,omitzero" yaml:"target-failing-since,omitempty"`
+	TargetError        string    `json:"target-error,omitempty" yaml:"target-error,omitempty"`
+	BreakerOpenings    uint64    `json:"breaker-openings,omitempty" yaml:"breaker-openings,omitempty"`
 }
 
 // infoEncoding is Info as encoded: durations as Go duration strings, like
@@ -204,8 +212,12 @@ func (i *Info) TableRow() []string {
 	if i.LastPruneError != "" {
 		prune += ": " + i.LastPruneError
 	}
+	state := string(i.State)
+	if !i.TargetFailingSince.IsZero() {
+		state += ", target failing for " + age(i.TargetFailingSince)
+	}
 	return []string{
-		i.Module, i.Name, string(i.State), strconv.Itoa(i.Objects),
+		i.Module, i.Name, state, strconv.Itoa(i.Objects),
 		strconv.FormatUint(i.Succeeded, 10), strconv.FormatUint(i.Failed, 10),
 		strconv.Itoa(i.Retrying), strconv.Itoa(i.InFlight),
 		strconv.Itoa(i.BusyWorkers) + "/" + strconv.Itoa(i.Workers), age(i.OldestPending),

@@ -115,6 +115,11 @@ type BatchEntry[Obj any] struct {
 	Revision statedb.Revision
 	Result   error
 
+	// RecheckAfter, set by UpdateBatch on an entry it applied, asks for
+	// the object to be reconciled again once it has passed, as
+	// [RecheckAfter] does for Update. Zero asks for nothing.
+	RecheckAfter time.Duration
+
 	original *op[Obj] // the op this entry stands for
 }
 
@@ -203,8 +208,9 @@ type op[Obj any] struct {
 	updated Obj            // an update's clone, as Update left it
 	started int64          // when the operation started (Unix ns)
 	err     error
-	ran     bool // the operation returned and err is its outcome
-	written bool // commit wrote the status of an update
-	over    bool // ... over a changed object carrying the same status: the version it applied
-	noKey   bool // the status could not be written: the object had no primary key
+	ran     bool          // the operation returned and err is its outcome
+	written bool          // commit wrote the status of an update
+	over    bool          // ... over a changed object carrying the same status: the version it applied
+	noKey   bool          // the status could not be written: the object had no primary key
+	recheck time.Duration // an update that succeeded: re-check after this (RecheckAfter)
 }

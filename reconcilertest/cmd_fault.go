@@ -20,11 +20,11 @@ func faultCmd(reg *Registry) script.Cmd {
 				fs.Int("next", 0, "only the next N calls the fault fires on (default: until cleared)")
 				fs.Float64("prob", 0, "fire with this probability, in (0, 1), drawn from --seed")
 				fs.Uint64("seed", 1, "seed for --prob: the same calls get the same faults on every run")
-				fs.Duration("duration", 0, "delay of 'delay' (default: until cleared) and of 'retry-after'")
+				fs.Duration("duration", 0, "delay of 'delay' (default: until cleared), of 'retry-after' and of 'recheck'")
 				fs.Bool("after", false, "fire once the wrapped operation succeeded: its change is applied, then the call fails or is delayed")
 			},
 			Detail: []string{
-				"The modes: 'error' fails the call (wrapping ErrInjected), 'terminal' fails it with reconciler.TerminalError, 'retry-after' with reconciler.RetryAfter (--duration), 'panic' panics (part way through a batch), and 'delay' holds the call for --duration, or until cleared, unless its context ends first.",
+				"The modes: 'error' fails the call (wrapping ErrInjected), 'terminal' fails it with reconciler.TerminalError, 'retry-after' with reconciler.RetryAfter (--duration), 'panic' panics (part way through a batch), 'delay' holds the call for --duration, or until cleared, unless its context ends first, and 'recheck' lets an update succeed and ask for a re-check after --duration (reconciler.RecheckAfter).",
 				"With --after, the fault fires on calls that the wrapped operation carried out without error, once it returned: the change is applied, then the call fails, or is held with it applied; 'panic' cannot be injected after.",
 				"The newest fault matching a call decides.",
 				"'clear' removes the faults for --key (or all) and releases delayed calls.",
@@ -94,8 +94,8 @@ func faultFromFlags(fs *pflag.FlagSet, modeText string) (Fault, error) {
 	if fs.Changed("seed") && !fs.Changed("prob") {
 		return Fault{}, fmt.Errorf("--seed needs --prob")
 	}
-	if fs.Changed("duration") && mode != ModeDelay && mode != ModeRetryAfter {
-		return Fault{}, fmt.Errorf("--duration applies to delay and retry-after, not %s", mode)
+	if fs.Changed("duration") && mode != ModeDelay && mode != ModeRetryAfter && mode != ModeRecheck {
+		return Fault{}, fmt.Errorf("--duration applies to delay, retry-after and recheck, not %s", mode)
 	}
 	return f, nil
 }

@@ -79,7 +79,7 @@ func TestCommandErrors(t *testing.T) {
 		{"reconciler/fault explode", `unknown fault mode "explode"`},
 		{"reconciler/fault --prob=2 error", "--prob must be in (0, 1)"},
 		{"reconciler/fault --seed=3 error", "--seed needs --prob"},
-		{"reconciler/fault --duration=1s panic", "--duration applies to delay and retry-after"},
+		{"reconciler/fault --duration=1s panic", "--duration applies to delay, retry-after and recheck"},
 		{"reconciler/fault --op=prune --key=a error", "a prune has no key"},
 		{"reconciler/fault error panic", "invalid usage"},
 		{"reconciler/fault --after panic", "a panic cannot be injected after the operation"},

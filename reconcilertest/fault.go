@@ -30,9 +30,14 @@ const (
 	// the fault is cleared if Duration is zero. If the operation's context
 	// ends first, it returns the context's error without going ahead.
 	ModeDelay
+	// ModeRecheck lets the operation go ahead and, if it succeeds, asks for
+	// its object to be reconciled again after Duration: an Update calls
+	// reconciler.RecheckAfter, an UpdateBatch sets the entry's
+	// RecheckAfter. It fires after the operation (as if After were set).
+	ModeRecheck
 )
 
-var modeNames = [...]string{ModeError: "error", ModeTerminal: "terminal", ModeRetryAfter: "retry-after", ModePanic: "panic", ModeDelay: "delay"}
+var modeNames = [...]string{ModeError: "error", ModeTerminal: "terminal", ModeRetryAfter: "retry-after", ModePanic: "panic", ModeDelay: "delay", ModeRecheck: "recheck"}
 
 // String returns the mode's name as ParseMode accepts it.
 func (m Mode) String() string {
@@ -42,7 +47,8 @@ func (m Mode) String() string {
 	return fmt.Sprintf("Mode(%d)", int(m))
 }
 
-// ParseMode parses "error", "terminal", "retry-after", "panic" or "delay".
+// ParseMode parses "error", "terminal", "retry-after", "panic", "delay" or
+// "recheck".
 func ParseMode(s string) (Mode, error) {
 	for m, name := range modeNames {
 		if name != "" && name == s {
@@ -87,7 +93,7 @@ type Fault struct {
 // validate reports a Fault's bad fields.
 func (f Fault) validate() error {
 	switch {
-	case f.Mode < ModeError || f.Mode > ModeDelay:
+	case f.Mode < ModeError || f.Mode > ModeRecheck:
 		return fmt.Errorf("invalid fault mode %d", f.Mode)
 	case f.Op != "" && f.Op != OpUpdate && f.Op != OpDelete && f.Op != OpPrune:
 		return fmt.Errorf("invalid operation %q: want update, delete or prune", f.Op)
@@ -101,6 +107,8 @@ func (f Fault) validate() error {
 		return fmt.Errorf("duration must not be negative, got %s", f.Duration)
 	case f.After && f.Mode == ModePanic:
 		return fmt.Errorf("a panic cannot be injected after the operation")
+	case f.Mode == ModeRecheck && (f.Duration <= 0 || f.Op == OpDelete || f.Op == OpPrune):
+		return fmt.Errorf("a re-check needs a positive duration and is for updates only")
 	}
 	return nil
 }
@@ -149,6 +157,9 @@ type faultSet struct {
 func (s *faultSet) add(f Fault) error {
 	if err := f.validate(); err != nil {
 		return err
+	}
+	if f.Mode == ModeRecheck {
+		f.After, f.Op = true, OpUpdate
 	}
 	r := &rule{Fault: f, left: f.Next, release: make(chan struct{})}
 	if f.Probability > 0 && f.Probability < 1 {

@@ -86,11 +86,25 @@ func (f *FaultyOps[Obj]) apply(ctx context.Context, id int, c Call, beforePanic 
 // operation returned err, if it returned nil, and returns the call's
 // outcome.
 func (f *FaultyOps[Obj]) applyAfter(ctx context.Context, id int, c Call, err error) error {
-	if err != nil {
-		return err
+	recheck, err := f.applyAfterRecheck(ctx, id, c, err)
+	if recheck > 0 {
+		reconciler.RecheckAfter(ctx, recheck)
 	}
-	_, err = f.fire(ctx, id, c, nil, f.faults.decide(c.Op, c.Key, true))
 	return err
+}
+
+// applyAfterRecheck is applyAfter that returns the re-check a ModeRecheck
+// fault asks for instead of asking it.
+func (f *FaultyOps[Obj]) applyAfterRecheck(ctx context.Context, id int, c Call, err error) (time.Duration, error) {
+	if err != nil {
+		return 0, err
+	}
+	r := f.faults.decide(c.Op, c.Key, true)
+	if r != nil && r.Mode == ModeRecheck {
+		return r.Duration, nil
+	}
+	_, err = f.fire(ctx, id, c, nil, r)
+	return 0, err
 }
 
 // fire runs rule r, if not nil, as apply describes.
@@ -208,7 +222,7 @@ func (f *FaultyOps[Obj]) runBatch(ctx context.Context, txn statedb.ReadTxn, op O
 	flush := func() {
 		f.forward(ctx, txn, op, batch, pass)
 		for _, i := range pass {
-			batch[i].Result = f.applyAfter(ctx, ids[i], calls[i], batch[i].Result)
+			batch[i].RecheckAfter, batch[i].Result = f.applyAfterRecheck(ctx, ids[i], calls[i], batch[i].Result)
 			calls[i].Err = batch[i].Result
 			f.finish(ids[i], calls[i])
 		}

@@ -232,6 +232,10 @@ func (r report) writeText(w io.Writer, now time.Time) error {
 		return err
 	}
 	for _, info := range r.Reconcilers {
+		if info.TargetError != "" {
+			fmt.Fprintf(w, "%s: its circuit breaker is open, only probes start: %s\n", cleanText(info.ID), clip(info.TargetError))
+			continue
+		}
 		if info.State == reconciler.StateDegraded && info.Retrying == 0 && info.LastPruneError == "" {
 			fmt.Fprintf(w, "%s is degraded with no failing object and no failed prune: its round limiter or start gate fails (its health says which)\n", cleanText(info.ID))
 		}

@@ -61,6 +61,8 @@ func TestWriteText(t *testing.T) {
 		&reconciler.Info{ID: "routes/v6", Module: "routes", Name: "v6", State: reconciler.StateDegraded, Objects: 7, Workers: 1, BusyWorkers: 1,
 			LastPrune: now.Add(-90 * time.Minute), LastPruneError: "prune: netlink: permission denied"},
 		&reconciler.Info{ID: "x\x1b[2Jy", Module: "x", State: reconciler.StateDegraded},
+		&reconciler.Info{ID: "maps", Module: "maps", State: reconciler.StateDegraded, Retrying: 3,
+			TargetFailingSince: now.Add(-time.Minute), TargetError: "target failing since 2026-11-26T12:00:00Z: update: no space left on device\x1b[2J"},
 	)
 	for i := range 12 {
 		retry := &reconciler.RetryInfo{Reconciler: "routes/v6", Key: "10.0.0." + string(rune('a'+i)),
@@ -81,7 +83,9 @@ func TestWriteText(t *testing.T) {
 	require.Regexp(t, `^x\?\[2Jy +degraded +0 +0 +0 +0 +0 +- +-$`, lines[4])
 	// The reason a degraded reconciler without failures or a failed
 	// prune is degraded is not in the table.
-	require.Equal(t, "x?[2Jy is degraded with no failing object and no failed prune: its round limiter or start gate fails (its health says which)", lines[5])
+	require.Equal(t, "x?[2Jy is degraded with no failing object and no failed prune: its round limiter or start gate fails (its health says which)", lines[6])
+	// A reconciler whose circuit breaker is open says so, and why.
+	require.Equal(t, "maps: its circuit breaker is open, only probes start: target failing since 2026-11-26T12:00:00Z: update: no space left on device?[2J", lines[7])
 	require.NotContains(t, got, "\x1b")
 	require.NotContains(t, got, "\x07")
 	// Ten failing objects of a reconciler at most, then a count.

@@ -69,6 +69,8 @@ var familyNames = []string{
 	"prune_duration_seconds",
 	"refresh_marks_total",
 	"drift_repaired_total",
+	"breaker_open",
+	"breaker_openings_total",
 }
 
 func TestFamiliesAndLabels(t *testing.T) {

@@ -161,6 +161,20 @@ func TestRoundAndQueueLength(t *testing.T) {
 	assert.Equal(t, 0.0, value(t, fams, "converge_workqueue_longest_running_processor_seconds", rec("r")))
 	assert.Equal(t, 8.0, value(t, fams, "converge_max_concurrent_reconciles", rec("r")), "workers as configured")
 	assert.Equal(t, 3.0, value(t, fams, "converge_active_workers", rec("r")), "busy workers, as of the last round")
+	assert.Equal(t, 0.0, value(t, fams, "converge_breaker_open", rec("r")))
+	assert.Equal(t, 0.0, value(t, fams, "converge_breaker_openings_total", rec("r")))
+
+	// The openings are a count since registration; the counter adds what
+	// is new, once, whatever rounds repeat it.
+	m.Round(mod, "r", metrics.RoundStats{BreakerOpen: true, BreakerOpened: 2})
+	m.Round(mod, "r", metrics.RoundStats{BreakerOpen: true, BreakerOpened: 2})
+	fams = gather(t, m)
+	assert.Equal(t, 1.0, value(t, fams, "converge_breaker_open", rec("r")))
+	assert.Equal(t, 2.0, value(t, fams, "converge_breaker_openings_total", rec("r")))
+	m.Round(mod, "r", metrics.RoundStats{BreakerOpened: 3})
+	fams = gather(t, m)
+	assert.Equal(t, 0.0, value(t, fams, "converge_breaker_open", rec("r")))
+	assert.Equal(t, 3.0, value(t, fams, "converge_breaker_openings_total", rec("r")))
 
 	m.Round(mod, "r", metrics.RoundStats{OldestPending: 1500 * time.Millisecond, UnfinishedWork: time.Second, LongestRunning: 250 * time.Millisecond})
 	m.QueueLength(mod, "r", 6, 9)

@@ -52,6 +52,8 @@
 //	converge_prune_duration_seconds       histogram  module, name
 //	converge_refresh_marks_total          counter    module, name
 //	converge_drift_repaired_total         counter    module, name, operation
+//	converge_breaker_open                 gauge      module, name
+//	converge_breaker_openings_total       counter    module, name
 //
 // # Labels
 //

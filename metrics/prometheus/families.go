@@ -55,6 +55,8 @@ type families struct {
 	pruneDuration *histogramVec
 	refreshMarks  *prom.CounterVec
 	drift         *prom.CounterVec
+	breakerOpen   *prom.GaugeVec
+	breakerOpened *prom.CounterVec
 }
 
 func newFamilies(ns string) *families {
@@ -125,6 +127,10 @@ func newFamilies(ns string) *families {
 			"Objects marked Refreshing by the refresh sweep.", reconcilerLabels),
 		drift: counter("", "drift_repaired_total",
 			"Drift repaired, as reported by Prune (operation=\"prune\") or by Update of an object being refreshed (operation=\"refresh\").", operationLabels),
+		breakerOpen: gauge("", "breaker_open",
+			"1 while the circuit breaker is open (the target fails as a whole; only probes start), else 0.", reconcilerLabels),
+		breakerOpened: counter("", "breaker_openings_total",
+			"Openings of the circuit breaker.", reconcilerLabels),
 	}
 }
 
@@ -135,5 +141,6 @@ func (f *families) collectors() []prom.Collector {
 		f.reconcileTotal, f.reconcileErrors, f.terminalErrors, f.panics, f.timeouts, f.maxConcurrent, f.activeWorkers,
 		f.convergence, f.failing, f.retryQueue, f.inFlight, f.oldestPending, f.rounds,
 		f.prunes, f.pruneErrors, f.pruneFailing, f.pruneDuration, f.refreshMarks, f.drift,
+		f.breakerOpen, f.breakerOpened,
 	}
 }

@@ -165,6 +165,14 @@ func (m *Metrics) Round(moduleID cell.FullModuleID, name string, r metrics.Round
 	s.longestRunning.Set(r.LongestRunning.Seconds())
 	s.maxConcurrent.Set(float64(r.Workers))
 	s.activeWorkers.Set(float64(r.BusyWorkers))
+	open := 0.0
+	if r.BreakerOpen {
+		open = 1
+	}
+	s.breakerOpen.Set(open)
+	if seen := s.breakerSeen.Load(); r.BreakerOpened > seen && s.breakerSeen.CompareAndSwap(seen, r.BreakerOpened) {
+		s.breakerOpened.Add(float64(r.BreakerOpened - seen))
+	}
 }
 
 // Committed implements [metrics.CommitMetrics]: it counts outcomes in

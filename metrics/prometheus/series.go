@@ -1,6 +1,8 @@
 package prometheus
 
 import (
+	"sync/atomic"
+
 	prom "github.com/prometheus/client_golang/prometheus"
 
 	"github.com/converge-go/converge/metrics"
@@ -28,6 +30,9 @@ type series struct {
 	refreshMarks, driftPrune, driftRefresh       prom.Counter
 	failing, retryQueue, inFlight, oldestPending prom.Gauge
 	pruneFailing, maxConcurrent, activeWorkers   prom.Gauge
+	breakerOpen                                  prom.Gauge
+	breakerOpened                                prom.Counter
+	breakerSeen                                  atomic.Uint64 // openings already counted
 	ops                                          [len(operations)]operationSeries
 }
 
@@ -70,6 +75,8 @@ func newSeries(f *families, module, name string) *series {
 		pruneFailing:    f.pruneFailing.WithLabelValues(module, name),
 		maxConcurrent:   f.maxConcurrent.WithLabelValues(module, name),
 		activeWorkers:   f.activeWorkers.WithLabelValues(module, name),
+		breakerOpen:     f.breakerOpen.WithLabelValues(module, name),
+		breakerOpened:   f.breakerOpened.WithLabelValues(module, name),
 	}
 	for i, op := range operations {
 		o := &s.ops[i]

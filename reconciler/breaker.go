@@ -1,0 +1,183 @@
+package reconciler
+
+import (
+	"fmt"
+	"sync"
+	"time"
+)
+
+// breaker is the circuit breaker of WithCircuitBreaker. Closed, it counts
+// the distinct keys whose operations failed in a row with an error about
+// the target; at the threshold it opens, which closes the gate to every
+// operation but a probe, granted one at a time on its own backoff. A
+// probe that succeeds (or that the target answers with an error about the
+// object) closes it. While open, a failure about the target is no outcome
+// for its object: record says so, and commit queues the object again as
+// if its operation had never started, so no attempt count or backoff grows.
+//
+// A nil *breaker is a breaker that never opens. Its methods are safe for
+// concurrent use: workers record outcomes while the loop asks for probes.
+type breaker struct {
+	threshold  int
+	isTarget   func(error) bool // nil: every error but a terminal one
+	probeMin   time.Duration
+	probeMax   time.Duration
+	gate       *gate
+	onTransits func(open bool, err error) // logs an opening and a closing
+
+	mu       sync.Mutex
+	streak   map[string]struct{} // closed: keys failing in a row since a success
+	open     bool
+	since    time.Time // open: when it opened
+	err      error     // open: "target failing since ...: <the error that opened it>"
+	failed   int       // open: probes failed since it opened
+	due      time.Time // open: when the next probe may be granted
+	probing  bool      // open: a probe was granted and has not reported
+	openings uint64
+}
+
+func newBreaker(threshold int, isTarget func(error) bool, probeMin, probeMax time.Duration, g *gate, onTransits func(bool, error)) *breaker {
+	return &breaker{
+		threshold:  threshold,
+		isTarget:   isTarget,
+		probeMin:   probeMin,
+		probeMax:   max(probeMin, probeMax),
+		gate:       g,
+		onTransits: onTransits,
+		streak:     map[string]struct{}{},
+	}
+}
+
+// aboutTarget reports whether err says the target fails as a whole.
+func (b *breaker) aboutTarget(err error) bool {
+	return err != nil && !IsTerminal(err) && (b.isTarget == nil || b.isTarget(err))
+}
+
+// record takes the outcome err of an operation on key (key is read only
+// for a failure), which was the probe if probe is set, and reports whether
+// the failure is held: the breaker was open, so it is no outcome for the
+// object. The failure that opens the breaker is not held.
+func (b *breaker) record(key func() string, err error, probe bool, now time.Time) (held bool) {
+	if b == nil {
+		return false
+	}
+	target := b.aboutTarget(err)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	wasProbe := probe && b.probing
+	if wasProbe {
+		b.probing = false
+	}
+	switch {
+	case err == nil || (wasProbe && !target):
+		// The target answered: a success, or a probe refused for a
+		// reason of its object's own.
+		clear(b.streak)
+		if b.open {
+			b.setOpen(false, now, nil)
+		}
+		return false
+	case !target:
+		return false // about the object: neither breaks nor mends the streak
+	case b.open:
+		if wasProbe {
+			b.failed++
+			b.due = now.Add(backoff(b.failed+1, b.probeMin, b.probeMax, 0, 0))
+		}
+		return true
+	}
+	b.streak[key()] = struct{}{}
+	if len(b.streak) >= b.threshold {
+		b.setOpen(true, now, err)
+	}
+	return false
+}
+
+// setOpen opens or closes the breaker and the gate with it. b.mu is held.
+func (b *breaker) setOpen(open bool, now time.Time, err error) {
+	b.open, b.probing, b.failed = open, false, 0
+	clear(b.streak)
+	if open {
+		b.openings++
+		b.since, b.due = now, now.Add(b.probeMin)
+		b.err = fmt.Errorf("target failing since %s: %w", now.UTC().Format(time.RFC3339), err)
+	} else {
+		b.since, b.due, b.err = time.Time{}, time.Time{}, nil
+	}
+	b.gate.setBroken(open)
+	if b.onTransits != nil {
+		b.onTransits(open, err)
+	}
+}
+
+// limit returns how many operations a round may collect while the breaker
+// is open (limited): one when a probe is granted and not yet taken,
+// granting it if due at now; else none.
+func (b *breaker) limit(now time.Time) (room int, limited bool) {
+	if b == nil {
+		return 0, false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.open {
+		return 0, false
+	}
+	switch {
+	case b.probing && b.gate.probeLeft():
+		return 1, true // granted, and nothing took it yet
+	case b.probing || now.Before(b.due):
+		return 0, true
+	}
+	b.probing = true
+	b.gate.grantProbe()
+	return 1, true
+}
+
+// nextProbe returns, while the breaker is open, when the next probe is due
+// (zero while one is granted).
+func (b *breaker) nextProbe() (due time.Time, open bool) {
+	if b == nil {
+		return time.Time{}, false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.open || b.probing {
+		return time.Time{}, b.open
+	}
+	return b.due, true
+}
+
+// breakerState is what the breaker reports.
+type breakerState struct {
+	open     bool
+	since    time.Time
+	err      error // while open; the same value until it closes
+	openings uint64
+}
+
+func (b *breaker) state() breakerState {
+	if b == nil {
+		return breakerState{}
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return breakerState{open: b.open, since: b.since, err: b.err, openings: b.openings}
+}
+
+// reset closes the breaker: a run of the loop starts (or ends) with the
+// target presumed working.
+func (b *breaker) reset(now time.Time) {
+	if b == nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.open {
+		notify := b.onTransits
+		b.onTransits = nil // not the target's doing: nothing to log
+		b.setOpen(false, now, nil)
+		b.onTransits = notify
+	}
+	clear(b.streak)
+	b.probing = false
+}

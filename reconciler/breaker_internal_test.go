@@ -1,0 +1,134 @@
+package reconciler
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+var (
+	errDown   = errors.New("target down")
+	errObject = errors.New("bad object")
+)
+
+func newTestBreaker(threshold int) (*breaker, *gate, *[]bool) {
+	g := newGate()
+	var transits []bool
+	b := newBreaker(threshold, func(err error) bool { return errors.Is(err, errDown) },
+		10*time.Millisecond, 35*time.Millisecond, g, func(open bool, _ error) { transits = append(transits, open) })
+	return b, g, &transits
+}
+
+func key(k string) func() string { return func() string { return k } }
+
+// The breaker opens on failures about the target of distinct objects in a
+// row: the same object failing again, errors about an object and terminal
+// errors do not count; a success starts the count again.
+func TestBreakerOpensOnDistinctTargetFailuresInARow(t *testing.T) {
+	b, g, transits := newTestBreaker(3)
+	now := time.Unix(1000, 0)
+	fail := func(k string, err error) bool { return b.record(key(k), err, false, now) }
+
+	assert.False(t, fail("a", errDown))
+	assert.False(t, fail("a", errDown))
+	assert.False(t, fail("b", errObject))
+	assert.False(t, fail("c", TerminalError(errDown)))
+	assert.False(t, fail("a", errDown))
+	assert.False(t, b.state().open, "one object failing, however often, is not the target")
+
+	assert.False(t, fail("b", errDown))
+	assert.False(t, b.record(key("x"), nil, false, now), "a success")
+	assert.False(t, fail("c", errDown))
+	assert.False(t, fail("d", errDown))
+	assert.False(t, b.state().open, "the success started the count again")
+
+	assert.False(t, fail("e", errDown), "the failure that opens it counts for its object")
+	st := b.state()
+	require.True(t, st.open)
+	assert.Equal(t, uint64(1), st.openings)
+	assert.Equal(t, now, st.since)
+	assert.ErrorIs(t, st.err, errDown)
+	assert.Contains(t, st.err.Error(), "target failing since 1970-01-01T00:16:40Z: target down")
+	assert.False(t, g.isOpen(), "no operation starts")
+	assert.Equal(t, []bool{true}, *transits)
+
+	assert.True(t, fail("f", errDown), "a failure about the target while open is held")
+	assert.False(t, fail("g", errObject), "a failure about an object is not")
+}
+
+// While open, one probe at a time is granted, first probeMin after
+// opening, then on a doubling backoff capped at the maximum; a probe that
+// the target answers, even with an error about the object, closes it.
+func TestBreakerProbesOnItsOwnBackoff(t *testing.T) {
+	b, g, transits := newTestBreaker(1)
+	t0 := time.Unix(1000, 0)
+	b.record(key("a"), errDown, false, t0)
+	require.True(t, b.state().open)
+
+	room, limited := b.limit(t0.Add(9 * time.Millisecond))
+	assert.Equal(t, 0, room)
+	assert.True(t, limited)
+	due, open := b.nextProbe()
+	assert.True(t, open)
+	assert.Equal(t, t0.Add(10*time.Millisecond), due)
+
+	probe := func(at time.Time, err error) {
+		t.Helper()
+		room, limited := b.limit(at)
+		require.Equal(t, 1, room, "a probe is granted at %s", at.Sub(t0))
+		require.True(t, limited)
+		assert.False(t, g.enter(), "only the probe may start")
+		require.True(t, g.enterProbe())
+		g.entered()
+		assert.False(t, g.enterProbe(), "one probe at a time")
+		room, _ = b.limit(at)
+		assert.Equal(t, 0, room, "none while the probe runs")
+		held := b.record(key("a"), err, true, at)
+		assert.Equal(t, errors.Is(err, errDown), held)
+	}
+	at := t0.Add(10 * time.Millisecond)
+	probe(at, errDown)
+	for _, wait := range []time.Duration{20, 35, 35} { // 10ms doubling, up to 35ms
+		due, _ := b.nextProbe()
+		assert.Equal(t, at.Add(wait*time.Millisecond), due)
+		at = due
+		probe(at, errDown)
+	}
+	assert.True(t, b.state().open)
+
+	due, _ = b.nextProbe()
+	probe(due, errObject)
+	assert.False(t, b.state().open, "the target answered")
+	assert.True(t, g.isOpen())
+	assert.Equal(t, []bool{true, false}, *transits)
+	_, limited = b.limit(due)
+	assert.False(t, limited)
+}
+
+// Any success closes it; a stop (reset) closes it without a log line; a
+// probe granted but never taken is withdrawn when it closes.
+func TestBreakerClosesOnAnySuccessAndOnReset(t *testing.T) {
+	b, g, transits := newTestBreaker(1)
+	now := time.Unix(1000, 0)
+	b.record(key("a"), errDown, false, now)
+	b.record(key("b"), nil, false, now)
+	assert.False(t, b.state().open)
+
+	b.record(key("a"), errDown, false, now)
+	room, _ := b.limit(now.Add(time.Second))
+	require.Equal(t, 1, room)
+	b.reset(now)
+	assert.False(t, b.state().open)
+	assert.True(t, g.isOpen())
+	assert.False(t, g.probeLeft(), "the probe granted is withdrawn")
+	assert.Equal(t, []bool{true, false, true}, *transits, "reset logs nothing")
+	assert.Equal(t, uint64(2), b.state().openings)
+
+	var none *breaker
+	assert.False(t, none.record(key("a"), errDown, false, now), "a nil breaker never opens")
+	_, limited := none.limit(now)
+	assert.False(t, limited)
+}
