@@ -40,8 +40,9 @@ type setup struct {
 	updateTarget int  // ops.reached closes after this many updates
 	heapAtReady  bool // start env.heap when the preload is done, before the jobs
 
-	outage  *outageTarget // if set, the operations instead of ops (outage.go)
-	breaker int           // converge only: WithCircuitBreaker(breaker, retryMin, nil) if > 0
+	outage           *outageTarget // if set, the operations instead of ops (outage.go)
+	breaker          int           // converge only: WithCircuitBreaker(breaker, retryMin, nil) if > 0
+	priorityLowEvery int           // converge only, if set: WithPriority, low for one object in this many
 }
 
 // env is a started hive with one table and (unless implNone) something
@@ -77,6 +78,9 @@ func (s setup) convOptions() []reconciler.Option {
 	}
 	if m := s.metrics.new(); m != nil {
 		o = append(o, reconciler.WithMetrics(m))
+	}
+	if s.priorityLowEvery > 0 {
+		o = append(o, prioritized(s.priorityLowEvery))
 	}
 	if s.breaker > 0 {
 		o = append(o, reconciler.WithCircuitBreaker(s.breaker, s.retryMin, nil))

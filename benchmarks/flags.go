@@ -35,7 +35,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("benchmarks", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	workloads := fs.String("workloads", strings.Join(allWorkloads, ","), "comma-separated workloads to run, or \"all\": "+strings.Join(allWorkloads, ", ")+"; and "+soakWorkload+", which runs only when named")
+	workloads := fs.String("workloads", strings.Join(allWorkloads, ","), "comma-separated workloads to run, or \"all\": "+strings.Join(allWorkloads, ", ")+"; and "+soakWorkload+" and "+priorityWorkload+", which run only when named")
 	impls := fs.String("impls", "converge,upstream,floor", "comma-separated implementations to run (converge, upstream, floor); use one to profile it alone")
 	fs.IntVar(&o.repeats, "repeats", 3, "runs of each workload at least; the tables show medians")
 	fs.IntVar(&o.maxRepeats, "max-repeats", 30, "runs at most of the incremental, floor and overhead workloads, repeated until their throughput ratios are known within -spread")
@@ -43,6 +43,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	curveSizes := fs.String("curve-sizes", "10k,100k,1M,4M", "table sizes of the cost curve workload (k and M suffixes)")
 	fs.IntVar(&o.cfg.overheadObjects, "overhead-objects", 1_000_000, "objects in the metrics overhead workload")
 	fs.IntVar(&o.cfg.freshQueued, "fresh-queued", 100_000, "refreshes or failing retries queued before the fresh write")
+	fs.IntVar(&o.cfg.priorityObjects, "priority-objects", 500_000, "objects the priority workload inserts")
+	fs.IntVar(&o.cfg.priorityLowEvery, "priority-low-every", 100, "one object in this many is of low priority in the priority workload")
 	fs.BoolVar(&o.quick, "quick", false, "shrink every size and run once, for a smoke run (explicit size flags still win)")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run to `file`")
 	fs.StringVar(&o.memprofile, "memprofile", "", "write an allocation profile of the whole run to `file`")
@@ -95,6 +97,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		shrink("max-repeats", &o.maxRepeats, 1)
 		shrink("overhead-objects", &o.cfg.overheadObjects, 20_000)
 		shrink("fresh-queued", &o.cfg.freshQueued, 5_000)
+		shrink("priority-objects", &o.cfg.priorityObjects, 20_000)
 		shrink("soak-keys", &o.soak.keys, 2_000)
 		if !set["duration"] {
 			o.soak.duration = 3 * time.Second
@@ -119,10 +122,10 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		switch {
 		case w == "all":
 			o.workloads = append(o.workloads, allWorkloads...)
-		case slices.Contains(allWorkloads, w), w == soakWorkload:
+		case slices.Contains(allWorkloads, w), w == soakWorkload, w == priorityWorkload:
 			o.workloads = append(o.workloads, w)
 		default:
-			return o, fmt.Errorf("unknown workload %q (want one of %s, %s)", w, strings.Join(allWorkloads, ", "), soakWorkload)
+			return o, fmt.Errorf("unknown workload %q (want one of %s, %s, %s)", w, strings.Join(allWorkloads, ", "), soakWorkload, priorityWorkload)
 		}
 	}
 	for _, name := range splitList(*impls) {
@@ -147,7 +150,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	case !(o.spread > 0):
 		return o, fmt.Errorf("-spread must be positive, got %v", o.spread)
 	case c.objects < 1 || c.txnSize < 1 || c.latencySamples < 1 || c.slowObjects < 1 || c.retryObjects < 1 ||
-		c.overheadObjects < 1 || c.freshQueued < 1 || len(c.curveSizes) == 0:
+		c.overheadObjects < 1 || c.freshQueued < 1 || c.priorityObjects < 1 || c.priorityLowEvery < 1 || len(c.curveSizes) == 0:
 		return o, errors.New("sizes must be positive")
 	case c.concurrency < 1:
 		return o, fmt.Errorf("-concurrency must be at least 1, got %d", c.concurrency)

@@ -64,6 +64,11 @@
 //	             recovery until all are Done, for upstream and converge
 //	             and converge with its circuit breaker, with single and
 //	             batch ops; two runs unless -repeats is given (outage.go).
+//	priority     run only when named: a stream of -priority-objects inserts
+//	             that saturates converge, 1 in -priority-low-every (100) of
+//	             low priority, with
+//	             WithPriority on and off; the low and high objects' time
+//	             to Done (priority.go).
 //	soak         run only when named: one converge reconciler under a
 //	             steady churn for -duration, sampled every -soak-interval,
 //	             judged by a rule printed before it starts (soak.go,
@@ -162,6 +167,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	res, err := runAll(ctx, o, todo, stderr)
 	if err != nil {
 		return err
+	}
+	if slices.Contains(o.workloads, priorityWorkload) {
+		settle()
+		if err := runPriority(ctx, o, stdout, stderr); err != nil {
+			return fmt.Errorf("priority: %w", err)
+		}
 	}
 	var soak *soakResult
 	if slices.Contains(o.workloads, soakWorkload) {

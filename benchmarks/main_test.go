@@ -157,12 +157,32 @@ func TestSelection(t *testing.T) {
 	}
 }
 
+// TestPriorityWorkload runs -workloads priority small: it runs only when
+// named, and prints a row with and without WithPriority.
+func TestPriorityWorkload(t *testing.T) {
+	args := []string{"-quick", "-workloads", "priority", "-priority-objects", "3000"}
+	var stdout bytes.Buffer
+	if err := run(context.Background(), args, &stdout, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	out := stdout.String()
+	for _, want := range []string{"WithPriority under a saturating stream: 3000 objects", " off ", " on (share 1/8) "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in the output:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "1 incremental") {
+		t.Errorf("the main table without its workloads:\n%s", out)
+	}
+}
+
 func TestBadFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{"-workloads", "nope"},
 		{"-impls", "nope"},
 		{"-repeats", "0"},
 		{"-objects", "0"},
+		{"-priority-objects", "0"},
 		{"-spread", "0"},
 		{"-curve-sizes", "10x"},
 		{"-retry-min", "1s", "-retry-max", "1ms"},

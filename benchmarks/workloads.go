@@ -22,10 +22,12 @@ type config struct {
 	retryMax       time.Duration
 	timeout        time.Duration // bound on any single run
 
-	overheadObjects int   // objects in the metrics overhead workload
-	curveSizes      []int // table sizes of the cost curve
-	freshQueued     int   // refreshes or failing retries queued before the fresh write
-	sampleHeap      bool  // incremental also records the peak heap per object
+	overheadObjects  int   // objects in the metrics overhead workload
+	curveSizes       []int // table sizes of the cost curve
+	freshQueued      int   // refreshes or failing retries queued before the fresh write
+	priorityObjects  int   // objects inserted by the priority workload
+	priorityLowEvery int   // one in this many of them is of low priority
+	sampleHeap       bool  // incremental also records the peak heap per object
 
 	multi  multiConfig  // several reconcilers on one table (multi.go)
 	outage outageConfig // a target down for everyone (outage.go)

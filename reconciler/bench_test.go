@@ -131,6 +131,13 @@ func BenchmarkRoundInline(b *testing.B) {
 	}
 }
 
+// BenchmarkRoundPriority is BenchmarkRoundInline with WithPriority (four
+// priorities, the default share): what queueing the changes and taking
+// them by priority cost a round, per object.
+func BenchmarkRoundPriority(b *testing.B) {
+	benchRounds(b, false, WithPriority(func(o *benchObj) int { return int(o.id % 4) }, 0))
+}
+
 // BenchmarkRoundMetrics is BenchmarkRoundInline with each kind of metrics:
 // the seed's four methods doing nothing (disabled) and expvar. The
 // difference per object is what metrics cost a round, measured without the

@@ -21,6 +21,7 @@ package reconciler_test
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"math"
 	"math/rand/v2"
@@ -159,6 +160,10 @@ func runChaos(t *testing.T, cfg chaosConfig, seed uint64) {
 	if r.refresh = rng.IntN(3) == 0; r.refresh {
 		r.opts = append(r.opts, reconciler.WithRefreshing(time.Duration(20+rng.IntN(50))*time.Millisecond, rate.NewLimiter(2000, 100)))
 	}
+	priority := chaosPriority(seed)
+	if priority.fn != nil {
+		r.opts = append(r.opts, reconciler.WithPriority(priority.fn, priority.share))
+	}
 	breaker := "off"
 	if rng.IntN(3) == 0 { // outages (see chaosRun.outage) open it
 		n, probe, classify := 1+rng.IntN(4), time.Duration(1+rng.IntN(5))*time.Millisecond, isDown
@@ -175,8 +180,8 @@ func runChaos(t *testing.T, cfg chaosConfig, seed uint64) {
 			rec.target.recheckProb = p
 		}
 	}
-	settings := fmt.Sprintf("fail=%.2f slow=%.2f round=%d retry-max=%s prune=%s manual-prune=%v timeout=%s refresh=%v breaker=%s rechecks=%.2f",
-		failProb, slowProb, r.roundSize, retryMax, pruneInterval, r.manualPrune, timeout, r.refresh, breaker, r.recs[0].target.recheckProb)
+	settings := fmt.Sprintf("fail=%.2f slow=%.2f round=%d retry-max=%s prune=%s manual-prune=%v timeout=%s refresh=%v breaker=%s rechecks=%.2f priority=%s",
+		failProb, slowProb, r.roundSize, retryMax, pruneInterval, r.manualPrune, timeout, r.refresh, breaker, r.recs[0].target.recheckProb, priority)
 
 	level := map[bool]slog.Level{false: slog.LevelError + 1, true: slog.LevelDebug}[os.Getenv("CONVERGE_CHAOS_LOG") != ""]
 	r.log = hivetest.Logger(t, hivetest.LogLevel(level)) // panics are logged at Error: quiet by default
@@ -209,6 +214,55 @@ func runChaos(t *testing.T, cfg chaosConfig, seed uint64) {
 	r.healAndCheck(settings)
 	r.stopGen()
 	r.checkViolations()
+}
+
+// chaosSetting is a WithPriority setting of a chaos run, or none (nil fn).
+type chaosSetting struct {
+	name  string
+	fn    func(*item) int
+	share float64
+}
+
+func (p chaosSetting) String() string {
+	if p.fn == nil {
+		return "off"
+	}
+	return fmt.Sprintf("%s/%v", p.name, p.share)
+}
+
+// chaosPriority draws a WithPriority setting for seed from an RNG of its
+// own, so that the schedule of a seed is the same with or without it: off
+// for one seed in six, else a function of the key or the value (some
+// at the ends of int's range, one that panics for some objects) and a
+// share at the edges (0, the default, and 1) or between.
+func chaosPriority(seed uint64) chaosSetting {
+	rng := rand.New(rand.NewPCG(seed, 0x9a10))
+	if seed%6 == 0 {
+		return chaosSetting{}
+	}
+	salt := rng.Uint32()
+	hash := func(s string) int {
+		h := fnv.New32a()
+		fmt.Fprint(h, salt, s)
+		return int(h.Sum32())
+	}
+	fns := []chaosSetting{
+		{name: "by-key", fn: func(it *item) int { return hash(it.ID)%7 - 3 }},
+		{name: "by-value", fn: func(it *item) int { return hash(it.Value) % 3 }},
+		{name: "extremes", fn: func(it *item) int {
+			return []int{math.MinInt, 0, math.MaxInt}[hash(it.ID+it.Value)%3]
+		}},
+		{name: "constant", fn: func(*item) int { return 1 }},
+		{name: "panics", fn: func(it *item) int {
+			if hash(it.ID)%4 == 0 {
+				panic("chaos priority")
+			}
+			return hash(it.ID) % 5
+		}},
+	}
+	p := fns[seed%uint64(len(fns))] // every function in any five seeds in a row
+	p.share = []float64{0, 0, 1, 0.01, 0.125, 0.5, rng.Float64(), rng.Float64()}[rng.IntN(8)]
+	return p
 }
 
 func (r *chaosRun) logf(format string, args ...any) {

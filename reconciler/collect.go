@@ -3,6 +3,7 @@ package reconciler
 import (
 	"errors"
 	"iter"
+	"math"
 	"time"
 
 	"github.com/cilium/statedb"
@@ -14,7 +15,9 @@ import (
 // keys come first; fresh changes may take the rest but for an eighth kept
 // while retries are due or changes deferred, so that writes cannot starve
 // them; due retries and deferred changes share what is left, half each.
-// A change deferred, dropped or parked costs no budget.
+// A change deferred, dropped or parked costs no budget. With priorities
+// (WithPriority) fresh changes join the queue instead, and the queue is
+// taken by priority (see collectByPriority).
 func (r *reconciler[Obj]) collect(txn statedb.ReadTxn, now time.Time, room int) []op[Obj] {
 	lc := r.lifecycles
 	r.work = r.work[:0]
@@ -22,34 +25,14 @@ func (r *reconciler[Obj]) collect(txn statedb.ReadTxn, now time.Time, room int) 
 		r.watch = closedChan // look again as soon as there is room
 		return nil
 	}
-	if len(lc.queued) > 0 {
-		for _, s := range lc.takeQueued(room) {
-			if r.current(txn, s) {
-				r.start(s)
-			} else {
-				lc.forget(s)
-			}
-		}
-	}
-	left := room - len(r.work)
 	due, dueOK := lc.nextDue()
 	retriesDue := dueOK && due <= now.UnixNano()
-	reserve := 0
-	if retriesDue || r.deferred.size > 0 {
-		reserve = left / 8
-	}
-	if budget := left - reserve; budget > 0 {
-		var seq iter.Seq2[statedb.Change[Obj], statedb.Revision]
-		seq, r.watch = r.changes.next(txn)
-		r.collectChanges(txn, seq, budget, now)
-		r.lastRev = max(r.lastRev, r.changes.read)
-		if len(r.stales.pruned) > 0 {
-			r.stales.readUpTo(r.lastRev, r.table.Revision(txn))
-		}
+	if lc.priority != nil {
+		r.collectByPriority(txn, now, room, retriesDue)
 	} else {
-		r.watch = closedChan // changes wait for room
+		r.collectFresh(txn, now, room, retriesDue)
 	}
-	left = room - len(r.work)
+	left := room - len(r.work)
 	deferredShare := min(r.deferred.size, left/2)
 	if retriesDue {
 		r.collectRetries(txn, now, left-deferredShare)
@@ -63,6 +46,92 @@ func (r *reconciler[Obj]) collect(txn statedb.ReadTxn, now time.Time, room int) 
 	return r.work
 }
 
+// collectFresh takes the queued keys, then fresh changes, up to room but
+// for the reserve of retries and deferred changes (see collect).
+func (r *reconciler[Obj]) collectFresh(txn statedb.ReadTxn, now time.Time, room int, retriesDue bool) {
+	lc := r.lifecycles
+	if len(lc.queued) > 0 {
+		r.takeQueued(txn, room)
+	}
+	left := room - len(r.work)
+	reserve := 0
+	if retriesDue || r.deferred.size > 0 {
+		reserve = left / 8
+	}
+	if budget := left - reserve; budget > 0 {
+		r.collectChanges(txn, r.nextChanges(txn), budget, now)
+		r.readDone(txn)
+	} else {
+		r.watch = closedChan // changes wait for room
+	}
+}
+
+// collectByPriority reads fresh changes into the queue, until it holds
+// readAhead keys, and takes the queue by priority (see
+// lifecycles.takeByPriority) up to room but for the reserve of retries and
+// deferred changes: an eighth of room while there are any.
+func (r *reconciler[Obj]) collectByPriority(txn statedb.ReadTxn, now time.Time, room int, retriesDue bool) {
+	lc := r.lifecycles
+	ahead := r.readAhead(room)
+	if len(lc.queued) < ahead {
+		r.queueChanges(txn, r.nextChanges(txn), ahead, now)
+		r.readDone(txn)
+	} else {
+		r.watch = closedChan // changes wait for room in the queue
+	}
+	budget := room
+	if retriesDue || r.deferred.size > 0 {
+		budget -= room / 8
+	}
+	for len(r.work) < budget && len(lc.queued) > 0 {
+		r.takeQueued(txn, budget-len(r.work))
+	}
+}
+
+// readAheadRounds is how many rounds of changes collectByPriority reads
+// ahead into the queue, to find the most urgent among them. It bounds the
+// memory the queue takes (a keyState each) and how long a change read waits.
+const readAheadRounds = 4
+
+// readAhead returns how many keys collectByPriority keeps queued: enough
+// for readAheadRounds rounds of the largest size.
+func (r *reconciler[Obj]) readAhead(room int) int {
+	n := max(room, r.opts.roundSize)
+	if n > math.MaxInt/readAheadRounds {
+		return math.MaxInt
+	}
+	return n * readAheadRounds
+}
+
+// nextChanges returns the changes not read yet, as of txn, and sets the
+// watch channel; readDone follows the read.
+func (r *reconciler[Obj]) nextChanges(txn statedb.ReadTxn) iter.Seq2[statedb.Change[Obj], statedb.Revision] {
+	var seq iter.Seq2[statedb.Change[Obj], statedb.Revision]
+	seq, r.watch = r.changes.next(txn)
+	return seq
+}
+
+// readDone notes how far a read of changes got.
+func (r *reconciler[Obj]) readDone(txn statedb.ReadTxn) {
+	r.lastRev = max(r.lastRev, r.changes.read)
+	if len(r.stales.pruned) > 0 {
+		r.stales.readUpTo(r.lastRev, r.table.Revision(txn))
+	}
+}
+
+// takeQueued starts up to n queued keys, dropping those whose task is no
+// longer what the table asks for (see current).
+func (r *reconciler[Obj]) takeQueued(txn statedb.ReadTxn, n int) {
+	lc := r.lifecycles
+	for _, s := range lc.takeQueued(n) {
+		if r.current(txn, s) {
+			r.start(s)
+		} else {
+			lc.forget(s)
+		}
+	}
+}
+
 // collectProbe returns the one op of a probe round, the circuit breaker
 // being open: taken from the fresh changes, the queue, the retries due and
 // the deferred changes in turn, starting with the source turn names, so
@@ -74,21 +143,21 @@ func (r *reconciler[Obj]) collectProbe(txn statedb.ReadTxn, now time.Time, turn 
 	for i := 0; i < 4 && len(r.work) == 0; i++ {
 		switch (turn + i) % 4 {
 		case 0:
-			var seq iter.Seq2[statedb.Change[Obj], statedb.Revision]
-			seq, r.watch = r.changes.next(txn)
-			r.collectChanges(txn, seq, 1, now)
-			r.lastRev = max(r.lastRev, r.changes.read)
-			if len(r.stales.pruned) > 0 {
-				r.stales.readUpTo(r.lastRev, r.table.Revision(txn))
+			if lc.priority == nil {
+				r.collectChanges(txn, r.nextChanges(txn), 1, now)
+				r.readDone(txn)
+				break
 			}
+			// With priorities fresh changes join the queue, read ahead as
+			// far as in any round (no further, so the queue stays
+			// bounded), and the probe is the first the queue gives.
+			if ahead := r.readAhead(1); len(lc.queued) < ahead {
+				r.queueChanges(txn, r.nextChanges(txn), ahead, now)
+				r.readDone(txn)
+			}
+			r.takeQueued(txn, 1)
 		case 1:
-			for _, s := range lc.takeQueued(1) {
-				if r.current(txn, s) {
-					r.start(s)
-				} else {
-					lc.forget(s)
-				}
-			}
+			r.takeQueued(txn, 1)
 		case 2:
 			if due, ok := lc.nextDue(); ok && due <= now.UnixNano() {
 				r.collectRetries(txn, now, 1)
@@ -118,6 +187,19 @@ func (r *reconciler[Obj]) collectChanges(txn statedb.ReadTxn, changes iter.Seq2[
 			if added++; added >= budget {
 				break
 			}
+		}
+	}
+}
+
+// queueChanges reads changes into the queue (see lifecycles.queue) until
+// it holds ahead keys or the changes run out.
+func (r *reconciler[Obj]) queueChanges(txn statedb.ReadTxn, changes iter.Seq2[statedb.Change[Obj], statedb.Revision], ahead int, now time.Time) {
+	from := min(r.lastRev, r.changes.drained) + 1
+	for change, rev := range changes {
+		r.lastRev = rev
+		r.collectChange(txn, change, rev, min(from, change.Revision), now)
+		if len(r.lifecycles.queued) >= ahead {
+			break
 		}
 	}
 }
@@ -177,13 +259,17 @@ func (r *reconciler[Obj]) collectChange(txn statedb.ReadTxn, change statedb.Chan
 	// change of its key in the same read, which must wait behind it. So
 	// is every change while changes are deferred: a deferred one of the
 	// same key may be taken in the same round (see collectDeferred).
-	if r.opts.concurrency == 1 && !lc.tracked() && r.deferred.size == 0 && !recovered {
+	if r.opts.concurrency == 1 && !lc.tracked() && r.deferred.size == 0 && !recovered && lc.priority == nil {
 		r.work = append(r.work, op[Obj]{task: t}) // untracked: see keyState
 		return true
 	}
 	key, ok := r.keyOf(change.Object)
 	if !ok {
 		r.noKey("a change of the table", change.Object)
+		return false
+	}
+	if lc.priority != nil {
+		lc.queue(key, t) // collectByPriority takes it
 		return false
 	}
 	if s := lc.observe(key, t); s != nil {

@@ -40,6 +40,10 @@
 //     the backlog (what the table holds when the reconciler first starts),
 //     so those never delay a later write by more than a round, however many
 //     there are.
+//   - With [WithPriority], fresh changes of higher priority go first, but a
+//     share of every round goes to those that have waited longest: a change
+//     with n changes written before it still waiting is applied within
+//     about (n+1)/(share × round size) rounds, whatever is written after it.
 //   - Stopping the hive and starting it again resumes where it stopped:
 //     work cut short by the stop is carried over (and WaitUntilReconciled
 //     counts it), and changes made meanwhile, deletes included, converge.

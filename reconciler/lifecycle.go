@@ -32,19 +32,20 @@ import (
 //
 // Every state and the methods that move a key between them:
 //
-//	gone    → queued   observe: a change read (add)
+//	gone    → queued   observe: a change read (add); queue, with priorities
 //	gone    → waiting  adopt: an Error status no retry is for
 //	gone    → running  track: an untracked task of the inline executor that
 //	                   failed or never started (then settle or requeue)
-//	queued  → queued   observe: a newer change replaces the task
+//	queued  → queued   observe, queue: a newer change replaces the task
 //	queued  → running  start (collect takes it with takeQueued)
 //	queued  → gone     forget: the task is no longer what the table asks
-//	running → running  follow, dropNext: the successor recorded or dropped;
+//	running → running  follow, dropNext: the successor recorded or dropped
+//	                   (observe or queue: a change read);
 //	                   markPruned: a prune ran with the object absent
 //	running → queued   settle with a successor; requeue: never started
 //	running → waiting  settle: failed, due after its backoff
 //	running → gone     settle: done, terminal, or the object changed
-//	waiting → queued   observe: a newer change
+//	waiting → queued   observe, queue: a newer change
 //	waiting → running  popDue, attempt, start: the retry is due
 //	waiting → gone     forget, dropRetry: a newer version overtook it
 //
@@ -70,7 +71,14 @@ import (
 //     a value read earlier) asks for none: that status speaks of a target
 //     that has changed since.
 //
-// With one worker, the loop skips the keyState of a fresh change when no
+// The queued phase is lifecycles.queued, in the order the keys arrived
+// there. With priorities (WithPriority) every queued keyState is in
+// lifecycles.byPriority too, highest first, and takeQueued takes from both:
+// a share of each round in arrival order, the rest by priority (see
+// takeQueued). Fresh changes then wait in the queued phase (queue), so that
+// collect can choose among them, rather than starting as they are read.
+//
+// With one worker and no priorities, the loop skips the keyState of a fresh change when no
 // key has one (the common case): the change is applied and committed in the
 // same round, so there is nothing to remember unless it fails or the round
 // is cut short, and then settle or requeue create it (see track). A delete
@@ -99,6 +107,7 @@ type keyState[Obj any] struct {
 
 	pos    int // position in the retry heap while waiting, else -1
 	active int // position in lifecycles.active while queued or running, else -1
+	qpos   int // position in lifecycles.byPriority while in the queue, else -1
 }
 
 type phase uint8
@@ -126,7 +135,7 @@ type task[Obj any] struct {
 // the loop's goroutine.
 type lifecycles[Obj any] struct {
 	byKey  map[string]*keyState[Obj]
-	queued []*keyState[Obj] // FIFO of the queued phase
+	queued []*keyState[Obj] // FIFO of the queued phase, in arrival order
 	active []*keyState[Obj] // queued and running, for progress and reports
 	heap   retryHeap[Obj]   // the waiting phase, by due time
 
@@ -139,6 +148,15 @@ type lifecycles[Obj any] struct {
 	retrying     int    // keyStates with a failed attempt: waiting, or queued or running again
 	parked       int    // running keyStates with a successor
 	version      uint64 // changes whenever the failing keys or their errors do
+
+	// With WithPriority (priority not nil): the priority of an object, the
+	// share of each take kept for arrival order, the queued keyStates by
+	// priority, and the arrival slots owed, a fraction of one (see
+	// takeQueued). Nil and zero without.
+	priority   func(Obj) int
+	share      float64
+	byPriority prioHeap[Obj]
+	credit     float64
 
 	// outdated holds the keys whose row of the retries table is out of
 	// date: their failure changed since the last takeOutdated (nil: not
@@ -175,7 +193,48 @@ func (lc *lifecycles[Obj]) observe(key string, t task[Obj]) *keyState[Obj] {
 		return s
 	default: // queued: the newer change takes its place in the queue
 		lc.replace(s, stillAsked(s.task, t))
+		lc.reprioritize(s)
 		return nil
+	}
+}
+
+// queue records a change read from the table as observe does, but leaves
+// it in the queue rather than returning it to start: with priorities,
+// takeQueued chooses what starts. A key gone or waiting joins the back of
+// the queue; one queued keeps its place, with the newer change's priority.
+func (lc *lifecycles[Obj]) queue(key string, t task[Obj]) {
+	s, ok := lc.byKey[key]
+	if !ok {
+		s = &keyState[Obj]{key: key, task: t, pos: -1, active: -1, qpos: -1}
+		lc.byKey[key] = s
+		lc.peak = max(lc.peak, len(lc.byKey))
+		lc.enqueue(s)
+		return
+	}
+	switch s.phase {
+	case phaseRunning:
+		lc.follow(s, t)
+	case phaseWaiting:
+		lc.replace(s, t)
+		lc.enqueue(s)
+	default:
+		lc.replace(s, stillAsked(s.task, t))
+		lc.reprioritize(s)
+	}
+}
+
+// setPriority turns priorities on: priority gives an object's, share the
+// part of each take kept for arrival order. It is called before any key is
+// queued.
+func (lc *lifecycles[Obj]) setPriority(priority func(Obj) int, share float64) {
+	lc.priority, lc.share = priority, share
+}
+
+// reprioritize gives s, queued, the priority of its task, keeping its
+// place in arrival order.
+func (lc *lifecycles[Obj]) reprioritize(s *keyState[Obj]) {
+	if s.qpos >= 0 {
+		lc.byPriority.fix(s.qpos, lc.priority(s.task.obj))
 	}
 }
 
@@ -212,7 +271,7 @@ func (lc *lifecycles[Obj]) adopt(key string, t task[Obj], errID uint64, err erro
 		return
 	}
 	if !ok {
-		s = &keyState[Obj]{key: key, pos: -1, active: -1}
+		s = &keyState[Obj]{key: key, pos: -1, active: -1, qpos: -1}
 		lc.byKey[key] = s
 		lc.peak = max(lc.peak, len(lc.byKey))
 	} else if s.phase == phaseWaiting {
@@ -229,12 +288,67 @@ func (lc *lifecycles[Obj]) adopt(key string, t task[Obj], errID uint64, err erro
 }
 
 // takeQueued returns up to n queued keyStates, oldest first, for start.
+// With priorities it returns them highest priority first (see takeByPriority).
 func (lc *lifecycles[Obj]) takeQueued(n int) []*keyState[Obj] {
+	if lc.priority != nil {
+		return lc.takeByPriority(n)
+	}
 	n = min(n, len(lc.queued))
 	taken := lc.queued[:n:n]
 	lc.queued = lc.queued[n:]
 	if len(lc.queued) == 0 {
 		lc.queued = nil
+	}
+	return taken
+}
+
+// takeByPriority returns up to n queued keyStates: a share of n (lc.share)
+// oldest first, whatever their priority, and the rest highest priority
+// first, in arrival order within one priority. The share is counted over
+// successive takes, so that a take of one key in every 1/share is an
+// arrival-order one: the k oldest keys are all taken once the shares of
+// the takes since they were queued add up to k, whatever is queued after
+// them. The result lists the keys by priority, then those by arrival; when
+// it is the whole queue, all by priority.
+func (lc *lifecycles[Obj]) takeByPriority(n int) []*keyState[Obj] {
+	n = min(n, len(lc.queued))
+	if n <= 0 {
+		return nil
+	}
+	if n == len(lc.queued) {
+		// All of them: by priority, and no share is owed.
+		taken := make([]*keyState[Obj], 0, n)
+		for len(lc.byPriority) > 0 {
+			taken = append(taken, lc.byPriority.pop())
+		}
+		lc.queued = nil
+		return taken
+	}
+	lc.credit += lc.share * float64(n)
+	oldest := min(int(lc.credit), n)
+	lc.credit -= float64(oldest)
+	taken := make([]*keyState[Obj], 0, n)
+	for _, s := range lc.queued[:oldest] {
+		lc.byPriority.remove(s.qpos)
+	}
+	for len(taken) < n-oldest {
+		taken = append(taken, lc.byPriority.pop())
+	}
+	taken = append(taken, lc.queued[:oldest]...)
+	kept := lc.queued[:0]
+	for _, s := range lc.queued[oldest:] {
+		if s.qpos >= 0 {
+			kept = append(kept, s)
+		}
+	}
+	clear(lc.queued[len(kept):])
+	switch {
+	case len(kept) == 0:
+		lc.queued = nil
+	case cap(kept) > shrinkAbove && len(kept) < cap(kept)/4:
+		lc.queued = append([]*keyState[Obj](nil), kept...) // give a burst's memory back
+	default:
+		lc.queued = kept
 	}
 	return taken
 }
@@ -404,6 +518,10 @@ func (lc *lifecycles[Obj]) enqueue(s *keyState[Obj]) {
 	if s.phase != phaseQueued {
 		s.phase = phaseQueued
 		lc.queued = append(lc.queued, s)
+		if lc.priority != nil {
+			lc.seq++
+			lc.byPriority.push(s, lc.priority(s.task.obj), lc.seq)
+		}
 	}
 }
 
@@ -414,7 +532,7 @@ func (lc *lifecycles[Obj]) enqueue(s *keyState[Obj]) {
 func (lc *lifecycles[Obj]) track(key string, t task[Obj]) *keyState[Obj] {
 	s, ok := lc.byKey[key]
 	if !ok {
-		s = &keyState[Obj]{key: key, pos: -1, active: -1}
+		s = &keyState[Obj]{key: key, pos: -1, active: -1, qpos: -1}
 		lc.byKey[key] = s
 		lc.peak = max(lc.peak, len(lc.byKey))
 	} else if s.phase == phaseWaiting {
@@ -432,6 +550,9 @@ func (lc *lifecycles[Obj]) track(key string, t task[Obj]) *keyState[Obj] {
 func (lc *lifecycles[Obj]) unqueue(s *keyState[Obj]) {
 	if s.phase != phaseQueued {
 		return
+	}
+	if s.qpos >= 0 {
+		lc.byPriority.remove(s.qpos)
 	}
 	for i, q := range lc.queued {
 		if q == s {
@@ -463,7 +584,7 @@ func (lc *lifecycles[Obj]) markPruned(s *keyState[Obj]) { s.pruned = true }
 
 // add creates the keyState of key, queued with t, and returns it to start.
 func (lc *lifecycles[Obj]) add(key string, t task[Obj]) *keyState[Obj] {
-	s := &keyState[Obj]{key: key, task: t, phase: phaseQueued, pos: -1, active: -1}
+	s := &keyState[Obj]{key: key, task: t, phase: phaseQueued, pos: -1, active: -1, qpos: -1}
 	lc.byKey[key] = s
 	lc.peak = max(lc.peak, len(lc.byKey))
 	lc.activate(s)
@@ -710,6 +831,103 @@ func (h retryHeap[Obj]) down(i int) bool {
 			child = r
 		}
 		if e.due < h[child].due || (e.due == h[child].due && e.seq < h[child].seq) {
+			break
+		}
+		h.move(i, h[child])
+		i = child
+	}
+	h.move(i, e)
+	return i != start
+}
+
+// prioHeap holds the queued keyStates when priorities are on: a binary
+// max-heap ordered by priority, then by seq, the order in which they were
+// queued. Adding, removing and taking the first cost O(log n).
+type prioHeap[Obj any] []prioEntry[Obj]
+
+type prioEntry[Obj any] struct {
+	prio int
+	seq  uint64
+	s    *keyState[Obj]
+}
+
+// before reports whether a comes out of the heap before b.
+func (a prioEntry[Obj]) before(b prioEntry[Obj]) bool {
+	if a.prio != b.prio {
+		return a.prio > b.prio
+	}
+	return a.seq < b.seq
+}
+
+func (h prioHeap[Obj]) move(to int, e prioEntry[Obj]) {
+	h[to] = e
+	e.s.qpos = to
+}
+
+// push adds s with priority prio; seq orders equal priorities.
+func (h *prioHeap[Obj]) push(s *keyState[Obj], prio int, seq uint64) {
+	*h = append(*h, prioEntry[Obj]{prio: prio, seq: seq, s: s})
+	h.up(len(*h) - 1)
+}
+
+// pop removes and returns the first keyState.
+func (h *prioHeap[Obj]) pop() *keyState[Obj] {
+	s := (*h)[0].s
+	h.remove(0)
+	return s
+}
+
+// remove deletes the entry at position i.
+func (h *prioHeap[Obj]) remove(i int) {
+	old := *h
+	old[i].s.qpos = -1
+	last := len(old) - 1
+	if i != last {
+		old.move(i, old[last])
+	}
+	old[last] = prioEntry[Obj]{}
+	*h = old[:last]
+	if len(*h) == 0 && cap(*h) > shrinkAbove {
+		*h = nil
+	}
+	if i != last {
+		h.fix(i, old[i].prio)
+	}
+}
+
+// fix gives the entry at position i priority prio and restores the order.
+func (h prioHeap[Obj]) fix(i, prio int) {
+	h[i].prio = prio
+	if !h.down(i) {
+		h.up(i)
+	}
+}
+
+func (h prioHeap[Obj]) up(i int) {
+	e := h[i]
+	for i > 0 {
+		parent := (i - 1) / 2
+		if !e.before(h[parent]) {
+			break
+		}
+		h.move(i, h[parent])
+		i = parent
+	}
+	h.move(i, e)
+}
+
+// down sifts the entry at i towards the leaves and reports whether it moved.
+func (h prioHeap[Obj]) down(i int) bool {
+	start, e, n := i, h[i], len(h)
+	for {
+		child := 2*i + 1
+		if child >= n {
+			break
+		}
+		if r := child + 1; r < n && h[r].before(h[child]) {
+			child = r
+		}
+		if !h[child].before(e) {
 			break
 		}
 		h.move(i, h[child])

@@ -96,11 +96,20 @@ func TestLifecycleSuccessorRules(t *testing.T) {
 
 // A model of the lifecycles driven by random moves: every keyState is in
 // exactly one place for its phase, the counters agree, and retries come
-// out of the heap in due order.
+// out of the heap in due order. With priorities, every queued keyState is
+// in the priority heap too, at the place it records.
 func TestLifecycleMatchesAModel(t *testing.T) {
+	t.Run("arrival", func(t *testing.T) { testLifecycleModel(t, false) })
+	t.Run("priority", func(t *testing.T) { testLifecycleModel(t, true) })
+}
+
+func testLifecycleModel(t *testing.T, priorities bool) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	lc := newLifecycles[int]()
 	lc.trackOutdated()
+	if priorities {
+		lc.setPriority(func(obj int) int { return obj % 5 }, 0.25)
+	}
 	now := time.Unix(1000, 0)
 	check := func() {
 		queued, active, waiting, retrying := 0, 0, 0, 0
@@ -137,7 +146,26 @@ func TestLifecycleMatchesAModel(t *testing.T) {
 		for i, s := range lc.active {
 			require.Equal(t, i, s.active)
 		}
-		_ = queued
+		require.Equal(t, queued, len(lc.queued), "every queued key is in the queue")
+		if priorities {
+			require.Equal(t, len(lc.queued), len(lc.byPriority))
+			for _, s := range lc.queued {
+				require.Equal(t, phaseQueued, s.phase)
+				require.Same(t, s, lc.byPriority[s.qpos].s)
+			}
+			for i, e := range lc.byPriority {
+				require.Equal(t, i, e.s.qpos)
+				require.Equal(t, e.s.task.obj%5, e.prio, "the priority of the task queued")
+				if i > 0 {
+					require.False(t, e.before(lc.byPriority[(i-1)/2]), "heap order")
+				}
+			}
+		}
+		for _, s := range lc.byKey {
+			if s.phase != phaseQueued || !priorities {
+				require.Less(t, s.qpos, 0)
+			}
+		}
 		// The lowest revision and earliest time of those failing, as a
 		// scan finds them.
 		var low uint64
@@ -158,7 +186,11 @@ func TestLifecycleMatchesAModel(t *testing.T) {
 		require.LessOrEqual(t, len(lc.lows), 2*len(lc.heap)+64)
 	}
 	running := map[string]*keyState[int]{}
-	for step := range 20000 {
+	steps := 20000
+	if priorities {
+		steps = 10000 // the arrival-order moves are the same: half as many
+	}
+	for step := range steps {
 		key := fmt.Sprintf("k%d", rng.IntN(50))
 		rev := uint64(step + 1)
 		switch rng.IntN(6) {
@@ -167,7 +199,9 @@ func TestLifecycleMatchesAModel(t *testing.T) {
 			if rng.IntN(4) == 0 {
 				j = task[int]{rev: rev, asked: rev, delete: true}
 			}
-			if s := lc.observe(key, j); s != nil {
+			if priorities && rng.IntN(2) == 0 {
+				lc.queue(key, j)
+			} else if s := lc.observe(key, j); s != nil {
 				lc.start(s)
 				running[key] = s
 			}
@@ -195,7 +229,7 @@ func TestLifecycleMatchesAModel(t *testing.T) {
 				running[s.key] = s
 			}
 		case 5:
-			for _, s := range lc.takeQueued(rng.IntN(3)) {
+			for _, s := range lc.takeQueued(rng.IntN(4)) {
 				lc.start(s)
 				running[s.key] = s
 			}
@@ -207,6 +241,50 @@ func TestLifecycleMatchesAModel(t *testing.T) {
 		}
 		check()
 	}
+}
+
+// takeQueued with priorities takes a share of each take oldest first and
+// the rest highest priority first, FIFO within one priority; the share is
+// counted across takes, so takes of one key serve arrival order in turn;
+// a newer change of a queued key keeps its place but takes its priority.
+func TestTakeQueuedByPriority(t *testing.T) {
+	lc := newLifecycles[int]()
+	lc.setPriority(func(obj int) int { return obj / 100 }, 0.25)
+	keys := func(ss []*keyState[int]) (out []string) {
+		for _, s := range ss {
+			out = append(out, s.key)
+		}
+		return out
+	}
+	queue := func(key string, obj int) { lc.queue(key, task[int]{obj: obj}) }
+	queue("low1", 1)
+	queue("low2", 2)
+	queue("mid", 150)
+	queue("high1", 900)
+	queue("high2", 901)
+	queue("low3", 3)
+	queue("high3", 902)
+	queue("low1", 999) // low1 becomes the most urgent, and stays the oldest
+	// 4 keys: one oldest (low1, although the most urgent), then three by
+	// priority, first queued first within one priority.
+	taken := lc.takeQueued(4)
+	assert.Equal(t, []string{"high1", "high2", "high3", "low1"}, keys(taken))
+	for _, s := range taken {
+		lc.start(s)
+	}
+	assert.Equal(t, []string{"low2", "mid", "low3"}, keys(lc.queued), "arrival order kept")
+	// Takes of one key: a quarter each, so one in four is by arrival.
+	queue("high4", 903)
+	queue("high5", 904)
+	queue("high6", 905)
+	var got []string
+	for range 4 {
+		got = append(got, keys(lc.takeQueued(1))...)
+	}
+	assert.Equal(t, []string{"high4", "high5", "high6", "low2"}, got)
+	assert.Equal(t, []string{"mid", "low3"}, keys(lc.takeQueued(5)), "all: by priority")
+	assert.Nil(t, lc.queued)
+	assert.Empty(t, lc.byPriority)
 }
 
 // TestStaleAfterDelete checks the cuts of staleness: a status created

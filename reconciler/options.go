@@ -36,6 +36,7 @@ import (
 //	panic recovery     on              (WithoutPanicRecovery)
 //	start              at once         (WithStartAfter)
 //	dependencies       none            (WithDependency)
+//	priority           off             (WithPriority; arrival-order share 1/8)
 type Option func(*options)
 
 // options holds every setting. defaultOptions documents the defaults in one
@@ -72,6 +73,11 @@ type options struct {
 	// dependencies register the jobs of WithDependency, given the
 	// *reconciler[Obj]; they refuse one of another object type.
 	dependencies []func(r any) (job.Job, error)
+
+	// priority applies WithPriority to the *reconciler[Obj] it is given;
+	// it refuses one of another object type. nil: priorities off.
+	priority      func(r any) error
+	priorityShare float64
 }
 
 // defaultOptions returns the defaults listed in the doc of [Option]; keep
@@ -118,6 +124,8 @@ func (o *options) validate() error {
 		return fmt.Errorf("%T: operation timeout must not be negative, got %s: %w", *o, o.operationTimeout, ErrInvalidConfig)
 	case o.startTimeout < 0:
 		return fmt.Errorf("%T: start timeout must not be negative, got %s: %w", *o, o.startTimeout, ErrInvalidConfig)
+	case o.priority != nil && !(o.priorityShare >= 0 && o.priorityShare <= 1):
+		return fmt.Errorf("%T: priority share must be in [0, 1], got %v: %w", *o, o.priorityShare, ErrInvalidConfig)
 	case slices.Contains(o.startTables, nil):
 		return fmt.Errorf("%T: WithStartAfter given a nil table: %w", *o, ErrInvalidConfig)
 	}

@@ -96,6 +96,9 @@ func Register[Obj any](
 	r.changes = newChangeFeed(params.DB, statedb.Table[Obj](table))
 	r.info = newInfoWriter(r.tables, metrics.Key(r.moduleID, o.name), r.lifecycles)
 
+	if err := r.applyPriority(); err != nil {
+		return nil, err
+	}
 	depJobs, err := registerDependencies(r)
 	if err != nil {
 		return nil, err

@@ -85,6 +85,7 @@ type scriptFlags struct {
 	eachVariant bool
 	held        int
 	roundEvery  time.Duration
+	priority    float64
 }
 
 func parseScriptFlags(args []string) (scriptFlags, error) {
@@ -110,6 +111,7 @@ func parseScriptFlags(args []string) (scriptFlags, error) {
 	fs.DurationVar(&f.probe, "breaker-probe", 20*time.Millisecond, "WithCircuitBreaker probe backoff")
 	fs.BoolVar(&f.eachVariant, "each-variant", false, "run the script in every variant of -workers and -batch too")
 	fs.DurationVar(&f.roundEvery, "round-every", 0, "WithRoundLimits limiter: one round, then one per this long")
+	fs.Float64Var(&f.priority, "priority-share", -1, "WithPriority(the item's value as a number, SHARE); negative: off")
 	fs.IntVar(&f.held, "held", 0, "N Done items held000... in the table at Register, and in the target, as after an earlier run")
 	if err := fs.Parse(args); err != nil {
 		return f, err
@@ -225,6 +227,9 @@ func registerScriptReconcilers(p reconciler.Params, flags scriptFlags, m metrics
 	if flags.maxAttempts > 0 {
 		extra = append(extra, reconciler.WithMaxAttempts(flags.maxAttempts))
 	}
+	if flags.priority >= 0 {
+		extra = append(extra, reconciler.WithPriority(valuePriority, flags.priority))
+	}
 	if flags.roundSize > 0 || flags.roundEvery > 0 {
 		var lim *rate.Limiter
 		if flags.roundEvery > 0 {
@@ -274,6 +279,13 @@ func registerScriptReconcilers(p reconciler.Params, flags scriptFlags, m metrics
 		}
 	}
 	return hive.NewScriptCmds(cmds), nil
+}
+
+// valuePriority is the priority function of -priority-share: the item's
+// value as a number, or 0.
+func valuePriority(it *item) int {
+	p, _ := strconv.Atoi(it.Value)
+	return p
 }
 
 // initCmd registers an initializer of table and returns a command that

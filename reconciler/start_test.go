@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"runtime"
 	"testing"
 	"testing/synctest"
@@ -332,6 +333,11 @@ func TestRegisterRejectsBadInput(t *testing.T) {
 		{"negative timeout", with(reconciler.WithOperationTimeout(-1)), "operation timeout must not be negative"},
 		{"dependency on itself", with(reconciler.WithDependency(table, sameID)), "cannot be a dependency of itself"},
 		{"nil dependency table", with(reconciler.WithDependency(noTable, sameID)), "needs a table and a mapper"},
+		{"nil priority", with(reconciler.WithPriority[*item](nil, 0.5)), "needs a priority function"},
+		{"priority share negative", with(reconciler.WithPriority(priorityByPrefix, -0.1)), "priority share must be in [0, 1], got -0.1"},
+		{"priority share above one", with(reconciler.WithPriority(priorityByPrefix, 1.5)), "priority share must be in [0, 1]"},
+		{"priority share NaN", with(reconciler.WithPriority(priorityByPrefix, math.NaN())), "priority share must be in [0, 1], got NaN"},
+		{"priority of another type", with(reconciler.WithPriority(func(string) int { return 0 }, 0)), "not of the reconciled table's object type"},
 		// A limiter whose Wait can never succeed would stop the loop for good.
 		{"round burst 0", with(reconciler.WithRoundLimits(10, rate.NewLimiter(100, 0))), "limiter"},
 		{"round limit 0", with(reconciler.WithRoundLimits(10, rate.NewLimiter(0, 5))), "limiter"},
@@ -371,5 +377,15 @@ func TestRegisterRejectsBadInput(t *testing.T) {
 		require.NoError(t, err)
 		require.NotNil(t, r)
 		assert.Len(t, g.jobs, 2, "reconcile and refresh jobs")
+	})
+
+	t.Run("priority shares at the edges", func(t *testing.T) {
+		for _, share := range []float64{0, 1} {
+			a := good()
+			r, err := reconciler.Register(a.params, a.table, a.clone, a.setStatus, a.getStatus, a.ops, nil,
+				reconciler.WithPriority(priorityByPrefix, share))
+			require.NoError(t, err, "share %v", share)
+			require.NotNil(t, r)
+		}
 	})
 }
