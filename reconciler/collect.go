@@ -122,8 +122,14 @@ func (r *reconciler[Obj]) readDone(txn statedb.ReadTxn) {
 // takeQueued starts up to n queued keys, dropping those whose task is no
 // longer what the table asks for (see current).
 func (r *reconciler[Obj]) takeQueued(txn statedb.ReadTxn, n int) {
+	r.startQueued(txn, r.lifecycles.takeQueued(n))
+}
+
+// startQueued starts the keys taken from the queue, dropping those whose
+// task is no longer what the table asks for (see current).
+func (r *reconciler[Obj]) startQueued(txn statedb.ReadTxn, taken []*keyState[Obj]) {
 	lc := r.lifecycles
-	for _, s := range lc.takeQueued(n) {
+	for _, s := range taken {
 		if r.current(txn, s) {
 			r.start(s)
 		} else {
@@ -150,14 +156,17 @@ func (r *reconciler[Obj]) collectProbe(txn statedb.ReadTxn, now time.Time, turn 
 			}
 			// With priorities fresh changes join the queue, read ahead as
 			// far as in any round (no further, so the queue stays
-			// bounded), and the probe is the first the queue gives.
+			// bounded), and the probe is the newest of them.
 			if ahead := r.readAhead(1); len(lc.queued) < ahead {
+				before := len(lc.queued)
 				r.queueChanges(txn, r.nextChanges(txn), ahead, now)
 				r.readDone(txn)
+				if len(lc.queued) > before {
+					r.startQueued(txn, lc.takeNewest())
+				}
 			}
-			r.takeQueued(txn, 1)
 		case 1:
-			r.takeQueued(txn, 1)
+			r.startQueued(txn, lc.takeOldest()) // in turn, whatever the priority
 		case 2:
 			if due, ok := lc.nextDue(); ok && due <= now.UnixNano() {
 				r.collectRetries(txn, now, 1)

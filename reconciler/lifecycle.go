@@ -37,7 +37,8 @@ import (
 //	gone    → running  track: an untracked task of the inline executor that
 //	                   failed or never started (then settle or requeue)
 //	queued  → queued   observe, queue: a newer change replaces the task
-//	queued  → running  start (collect takes it with takeQueued)
+//	queued  → running  start (collect takes it with takeQueued; a probe
+//	                   of the circuit breaker with takeOldest or takeNewest)
 //	queued  → gone     forget: the task is no longer what the table asks
 //	running → running  follow, dropNext: the successor recorded or dropped
 //	                   (observe or queue: a change read);
@@ -351,6 +352,27 @@ func (lc *lifecycles[Obj]) takeByPriority(n int) []*keyState[Obj] {
 		lc.queued = kept
 	}
 	return taken
+}
+
+// takeOldest returns the queued keyState queued first, whatever its
+// priority, and takeNewest the one queued last: the circuit breaker's
+// probes take keys in turn, not by priority.
+func (lc *lifecycles[Obj]) takeOldest() []*keyState[Obj] { return lc.takeAt(0) }
+func (lc *lifecycles[Obj]) takeNewest() []*keyState[Obj] { return lc.takeAt(len(lc.queued) - 1) }
+
+func (lc *lifecycles[Obj]) takeAt(i int) []*keyState[Obj] {
+	if i < 0 || i >= len(lc.queued) {
+		return nil
+	}
+	s := lc.queued[i]
+	if lc.priority != nil {
+		lc.byPriority.remove(s.qpos)
+	}
+	lc.queued = append(lc.queued[:i], lc.queued[i+1:]...)
+	if len(lc.queued) == 0 {
+		lc.queued = nil
+	}
+	return []*keyState[Obj]{s}
 }
 
 // popDue removes and returns the waiting keyState due first, if it is due
