@@ -377,10 +377,10 @@ func (o *chaosOps) Delete(ctx context.Context, txn statedb.ReadTxn, rev statedb.
 	return o.one(ctx, txn, rev, it, true)
 }
 func (o *chaosOps) UpdateBatch(ctx context.Context, txn statedb.ReadTxn, b []reconciler.BatchEntry[*item]) {
-	o.batch(ctx, txn, b, false)
+	o.batch(ctx, txn, o.gate(), b, false)
 }
 func (o *chaosOps) DeleteBatch(ctx context.Context, txn statedb.ReadTxn, b []reconciler.BatchEntry[*item]) {
-	o.batch(ctx, txn, b, true)
+	o.batch(ctx, txn, o.gate(), b, true)
 }
 
 // chaosProcessor is chaosOps implementing BatchProcessor: a call is a
@@ -390,8 +390,9 @@ type chaosProcessor struct{ *chaosOps }
 
 func (p chaosProcessor) ProcessBatch(ctx context.Context, txn statedb.ReadTxn, deleted, upserted []reconciler.BatchEntry[*item]) error {
 	o := p.chaosOps
-	o.batch(ctx, txn, deleted, true)
-	overwrote := o.batch(ctx, txn, upserted, false)
+	g := o.gate() // the call started once: its updates too, whatever happens meanwhile
+	o.batch(ctx, txn, g, deleted, true)
+	overwrote := o.batch(ctx, txn, g, upserted, false)
 	fail := false
 	o.target.with(func() { fail = !o.target.healed && o.target.rng.Float64() < o.target.failProb/4 })
 	if dl, ok := ctx.Deadline(); !fail || ok && time.Until(dl) < 10*time.Millisecond {
@@ -414,14 +415,13 @@ func (p chaosProcessor) ProcessBatch(ctx context.Context, txn statedb.ReadTxn, d
 	return fmt.Errorf("process batch of %d: %w", len(deleted)+len(upserted), errChaos)
 }
 
-// batch runs op on every entry; it may reorder them, replace the last with
-// one of its own (which the reconciler cannot bind; overwrote then says
-// so), or panic part way.
-func (o *chaosOps) batch(ctx context.Context, txn statedb.ReadTxn, batch []reconciler.BatchEntry[*item], del bool) (overwrote bool) {
+// batch runs op on every entry of a call that saw g at the gate; it may
+// reorder them, replace the last with one of its own (which the
+// reconciler cannot bind; overwrote then says so), or panic part way.
+func (o *chaosOps) batch(ctx context.Context, txn statedb.ReadTxn, g gateSeen, batch []reconciler.BatchEntry[*item], del bool) (overwrote bool) {
 	if len(batch) == 0 {
 		return false
 	}
-	g := o.gate()
 	for _, e := range batch {
 		o.enter(g, del, e.Object.ID, e.Revision)
 	}
