@@ -553,8 +553,9 @@ func batchTimeout(ctx context.Context) error {
 }
 
 // entryErr is the outcome of a batch entry: its Result, or the batch's
-// error (a panic, a timeout, or what ProcessBatch returned) if it has none. When the batch timed out, an
-// entry that failed with its context's deadline timed out too.
+// error (a panic, a timeout, or what ProcessBatch returned) if it has
+// none. When the batch timed out, an entry that failed with its context's
+// deadline timed out too.
 func entryErr(result, batchErr error) error {
 	switch {
 	case result == nil:
