@@ -284,7 +284,8 @@ func (f *FaultyOps[Obj]) forward(ctx context.Context, txn statedb.ReadTxn, op Op
 // serve alone, with no Operations given to Register.
 //
 // ProcessBatch records every entry with one batch number, deletes first,
-// and applies the faults to each as UpdateBatch and DeleteBatch do. The
+// and applies the faults to each as UpdateBatch and DeleteBatch do (a
+// re-check sets the upserted entry's RecheckAfter). The
 // entries no fault stopped go to the wrapped operations in one call:
 // ProcessBatch if the wrapped batch operations implement it (its error is
 // returned), else DeleteBatch then UpdateBatch, else Delete and Update one
@@ -341,7 +342,10 @@ func (f *FaultyOps[Obj]) processBatch(ctx context.Context, txn statedb.ReadTxn, 
 			for _, i := range pt.pass {
 				e := &pt.batch[i]
 				if e.Result == nil && err == nil {
-					e.Result = f.applyAfter(ctx, pt.ids[i], pt.calls[i], nil)
+					var recheck time.Duration
+					if recheck, e.Result = f.applyAfterRecheck(ctx, pt.ids[i], pt.calls[i], nil); recheck > 0 {
+						e.RecheckAfter = recheck
+					}
 				}
 				pt.calls[i].Err = e.Result
 				if e.Result == nil {
