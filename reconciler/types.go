@@ -154,8 +154,9 @@ type BatchOperations[Obj any] interface {
 // catch up, say) covers both. The reconciler checks for it once, in
 // [Register].
 //
-// deleted and upserted are never both empty, and no object is in both.
-// Entries are set and bound as for the other batch calls: set each entry's
+// deleted and upserted are never both empty, and no object is in both, so
+// the order in which ProcessBatch applies them is its own choice. Entries
+// are set and bound as for the other batch calls: set each entry's
 // Result, a nil Result being success; either slice may be reordered, and
 // an entry overwritten with one made by the implementation loses its
 // binding, so its object is tried again. An upserted entry's Object is a
@@ -169,6 +170,10 @@ type BatchOperations[Obj any] interface {
 // ([WithOperationTimeout]) fails every entry without a Result, as for the
 // other batch calls. With workers, ProcessBatch may be called concurrently
 // on different objects.
+//
+// A call is one span of kind tracing.ProcessBatch, and one duration for
+// [metrics.Metrics.ReconciliationDuration], reported as metrics.OpUpdate if
+// the batch has updates and as metrics.OpDelete if it has only deletes.
 type BatchProcessor[Obj any] interface {
 	ProcessBatch(ctx context.Context, txn statedb.ReadTxn, deleted, upserted []BatchEntry[Obj]) error
 }
