@@ -377,16 +377,51 @@ func (o *chaosOps) Delete(ctx context.Context, txn statedb.ReadTxn, rev statedb.
 	return o.one(ctx, txn, rev, it, true)
 }
 func (o *chaosOps) UpdateBatch(ctx context.Context, txn statedb.ReadTxn, b []reconciler.BatchEntry[*item]) {
-	o.batch(ctx, txn, b, false)
+	o.batch(ctx, txn, o.gate(), b, false)
 }
 func (o *chaosOps) DeleteBatch(ctx context.Context, txn statedb.ReadTxn, b []reconciler.BatchEntry[*item]) {
-	o.batch(ctx, txn, b, true)
+	o.batch(ctx, txn, o.gate(), b, true)
 }
 
-// batch runs op on every entry; it may reorder them, replace the last with
-// one of its own (which the reconciler cannot bind), or panic part way.
-func (o *chaosOps) batch(ctx context.Context, txn statedb.ReadTxn, batch []reconciler.BatchEntry[*item], del bool) {
-	g := o.gate()
+// chaosProcessor is chaosOps implementing BatchProcessor: a call is a
+// DeleteBatch then an UpdateBatch, each of which may reorder, overwrite or
+// panic, and then sometimes fails as a whole.
+type chaosProcessor struct{ *chaosOps }
+
+func (p chaosProcessor) ProcessBatch(ctx context.Context, txn statedb.ReadTxn, deleted, upserted []reconciler.BatchEntry[*item]) error {
+	o := p.chaosOps
+	g := o.gate() // the call started once: its updates too, whatever happens meanwhile
+	o.batch(ctx, txn, g, deleted, true)
+	overwrote := o.batch(ctx, txn, g, upserted, false)
+	fail := false
+	o.target.with(func() { fail = !o.target.healed && o.target.rng.Float64() < o.target.failProb/4 })
+	if dl, ok := ctx.Deadline(); !fail || ok && time.Until(dl) < 10*time.Millisecond {
+		return nil // near the deadline, batch allowed for every entry already
+	}
+	// The entries without a Result take the call's error and are tried
+	// again, their success here notwithstanding; the one overwritten is
+	// already allowed for.
+	kept := upserted
+	if overwrote {
+		kept = upserted[:len(upserted)-1]
+	}
+	var unresolved []reconciler.BatchEntry[*item]
+	for _, e := range kept {
+		if e.Result == nil {
+			unresolved = append(unresolved, e)
+		}
+	}
+	o.askedAgain(false, unresolved)
+	return fmt.Errorf("process batch of %d: %w", len(deleted)+len(upserted), errChaos)
+}
+
+// batch runs op on every entry of a call that saw g at the gate; it may
+// reorder them, replace the last with one of its own (which the
+// reconciler cannot bind; overwrote then says so), or panic part way.
+func (o *chaosOps) batch(ctx context.Context, txn statedb.ReadTxn, g gateSeen, batch []reconciler.BatchEntry[*item], del bool) (overwrote bool) {
+	if len(batch) == 0 {
+		return false
+	}
 	for _, e := range batch {
 		o.enter(g, del, e.Object.ID, e.Revision)
 	}
@@ -406,6 +441,7 @@ func (o *chaosOps) batch(ctx context.Context, txn statedb.ReadTxn, batch []recon
 		}
 	})
 	if overwrite {
+		overwrote = true
 		defer func() {
 			e := &batch[len(batch)-1]
 			o.askedAgain(del, batch[len(batch)-1:])
@@ -427,6 +463,7 @@ func (o *chaosOps) batch(ctx context.Context, txn statedb.ReadTxn, batch []recon
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < 10*time.Millisecond {
 		o.askedAgain(del, batch)
 	}
+	return overwrote
 }
 
 // askedAgain allows one more success (or later-value ask) per entry whose
@@ -672,6 +709,13 @@ func (r *chaosRun) startGen(desired map[string]string) {
 					ops := g.ops[i]
 					ops.table, ops.deps = g.table, g.deps
 					batch := map[bool]reconciler.BatchOperations[*item]{true: ops}[r.cfg.batch]
+					if r.cfg.process {
+						batch = chaosProcessor{ops}
+					}
+					var single reconciler.Operations[*item] = ops
+					if r.cfg.alone {
+						single = nil
+					}
 					opts := append(slices.Clip(r.opts), reconciler.WithDependency(g.deps, dependents))
 					if startAfter {
 						opts = append(opts, reconciler.WithStartAfter(time.Millisecond, g.deps))
@@ -679,7 +723,7 @@ func (r *chaosRun) startGen(desired map[string]string) {
 					if rec.name != "" {
 						opts = append(opts, reconciler.WithName(rec.name))
 					}
-					rc, err := reconciler.Register(p, g.table, (*item).clone, rec.setStatus, rec.getStatus, ops, batch, opts...)
+					rc, err := reconciler.Register(p, g.table, (*item).clone, rec.setStatus, rec.getStatus, single, batch, opts...)
 					if err != nil {
 						return err
 					}

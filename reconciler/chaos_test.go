@@ -51,10 +51,13 @@ type chaosConfig struct {
 	workers int
 	batch   bool
 	set     bool // two reconcilers, "a" and "b", share the objects through a status.Set
+	process bool // the batch operations implement BatchProcessor (with batch)
+	alone   bool // no Operations: the batch operations serve alone and prune (with batch)
 }
 
 func (c chaosConfig) String() string {
-	return fmt.Sprintf("workers=%d-%s%s", c.workers, map[bool]string{false: "single", true: "batch"}[c.batch], map[bool]string{true: "-set"}[c.set])
+	return fmt.Sprintf("workers=%d-%s%s%s%s", c.workers, map[bool]string{false: "single", true: "batch"}[c.batch],
+		map[bool]string{true: "-process"}[c.process], map[bool]string{true: "-alone"}[c.alone], map[bool]string{true: "-set"}[c.set])
 }
 
 func envInt(t *testing.T, name string, def uint64) uint64 {
@@ -73,8 +76,9 @@ func TestChaos(t *testing.T) {
 		first, n = envInt(t, "CONVERGE_CHAOS_SEED", 0), 1
 	}
 	configs := []chaosConfig{
-		{1, false, false}, {1, true, false}, {4, false, false}, {4, true, false},
-		{1, false, true}, {4, false, true}, {4, true, true},
+		{workers: 1}, {workers: 1, batch: true}, {workers: 4}, {workers: 4, batch: true},
+		{workers: 1, set: true}, {workers: 4, set: true}, {workers: 4, batch: true, set: true},
+		{workers: 1, batch: true, process: true}, {workers: 4, batch: true, process: true}, {workers: 4, batch: true, alone: true},
 	}
 	var share time.Duration
 	if s := os.Getenv("CONVERGE_CHAOS_FOR"); s != "" && os.Getenv("CONVERGE_CHAOS_SEED") == "" {

@@ -3,7 +3,9 @@
 // The objects carry a [status.Status] (or a [status.Set] when several
 // reconcilers share them). Whoever writes desired state sets the status to
 // Pending; the reconciler registered with [Register] notices, calls the
-// user's [Operations] (or [BatchOperations]) and writes Done or Error back.
+// user's [Operations] (or [BatchOperations], which may implement
+// [BatchProcessor] to get a batch's deletes and updates in one call, and
+// may serve alone) and writes Done or Error back.
 // Deleted objects are handed to Delete. Failures are retried with
 // exponential backoff; [Operations.Prune] is given the whole desired set
 // after the table is initialized and then periodically, so the target can
@@ -50,8 +52,8 @@
 //     So do deletes made between Register and the first start.
 //   - Durations, times and sizes saturate: no option value, however large,
 //     makes the reconciler spin or stop.
-//   - A batch result belongs to its entry, wherever [BatchOperations] left
-//     it in the slice.
+//   - A batch result belongs to its entry, wherever [BatchOperations] (or
+//     [BatchProcessor], in either slice) left it.
 //
 // # Objects put back
 //

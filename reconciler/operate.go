@@ -337,9 +337,10 @@ func (e *runner[Obj]) run(txn statedb.ReadTxn, ops []op[Obj]) {
 // operation overwrote: its result is unknown, so it is tried again.
 var errBatchEntryLost = errors.New("batch operation lost the entry: no result for it")
 
-// runBatches applies ops with BatchOperations: deletes first, then updates.
-// Each entry carries its op, so results are matched to objects whatever
-// order the implementation leaves the entries in.
+// runBatches applies ops with BatchOperations: deletes first, then updates,
+// or both in one ProcessBatch call if the batch operations implement
+// BatchProcessor. Each entry carries its op, so results are matched to
+// objects whatever order the implementation leaves the entries in.
 func (e *runner[Obj]) runBatches(ctx context.Context, txn statedb.ReadTxn, ops []op[Obj]) {
 	r := e.r
 	for i := range ops {
@@ -351,15 +352,33 @@ func (e *runner[Obj]) runBatches(ctx context.Context, txn statedb.ReadTxn, ops [
 			e.updates = append(e.updates, BatchEntry[Obj]{Object: o.updated, Revision: o.rev, original: o})
 		}
 	}
-	e.batch(ctx, txn, metrics.OpDelete, e.deletes)
-	e.batch(ctx, txn, metrics.OpUpdate, e.updates)
+	if r.processor != nil {
+		e.batch(ctx, txn, processBatch, e.deletes, e.updates)
+	} else {
+		e.batch(ctx, txn, deleteBatch, e.deletes, nil)
+		e.batch(ctx, txn, updateBatch, nil, e.updates)
+	}
 	clear(e.deletes) // drop references to objects until the next call
 	clear(e.updates)
 	e.deletes, e.updates = e.deletes[:0], e.updates[:0]
 }
 
-func (e *runner[Obj]) batch(ctx context.Context, txn statedb.ReadTxn, name string, entries []BatchEntry[Obj]) {
-	if len(entries) == 0 || ctx.Err() != nil {
+// batchCall is the batch operation a batch call makes.
+type batchCall uint8
+
+const (
+	deleteBatch  batchCall = iota // BatchOperations.DeleteBatch
+	updateBatch                   // BatchOperations.UpdateBatch
+	processBatch                  // BatchProcessor.ProcessBatch
+)
+
+// batch makes one batch call with the entries of deleted and upserted
+// (DeleteBatch takes only the former, UpdateBatch only the latter) and
+// records each entry's outcome in its op. Its duration is reported as
+// metrics.OpUpdate if it has updates, else as metrics.OpDelete.
+func (e *runner[Obj]) batch(ctx context.Context, txn statedb.ReadTxn, call batchCall, deleted, upserted []BatchEntry[Obj]) {
+	n := len(deleted) + len(upserted)
+	if n == 0 || ctx.Err() != nil {
 		return
 	}
 	r := e.r
@@ -367,9 +386,14 @@ func (e *runner[Obj]) batch(ctx context.Context, txn statedb.ReadTxn, name strin
 	// ops as given.
 	ops := e.ops[:0]
 	start := time.Now()
-	for i := range entries {
-		ops = append(ops, entries[i].original)
-		ops[i].started = start.UnixNano()
+	for i := range deleted {
+		ops = append(ops, deleted[i].original)
+	}
+	for i := range upserted {
+		ops = append(ops, upserted[i].original)
+	}
+	for _, o := range ops {
+		o.started = start.UnixNano()
 	}
 	defer func() { clear(ops); e.ops = ops[:0] }()
 	ok, probe := r.gate.enter(), false
@@ -380,20 +404,35 @@ func (e *runner[Obj]) batch(ctx context.Context, txn statedb.ReadTxn, name strin
 	if !ok {
 		return
 	}
+	name, what, kind := metrics.OpUpdate, "update batch", tracing.UpdateBatch
+	switch {
+	case call == deleteBatch:
+		name, what, kind = metrics.OpDelete, "delete batch", tracing.DeleteBatch
+	case call == processBatch:
+		what, kind = "process batch", tracing.ProcessBatch
+		if len(upserted) == 0 {
+			name = metrics.OpDelete
+		}
+	}
 	var span tracing.Span
 	if r.opts.tracer != nil {
-		kind := tracing.UpdateBatch
-		if name == metrics.OpDelete {
-			kind = tracing.DeleteBatch
+		s := tracing.Start{Kind: kind, Objects: n}
+		if call == processBatch {
+			s.Deletes = len(deleted)
 		}
-		ctx, span = r.startSpan(ctx, tracing.Start{Kind: kind, Objects: len(entries)})
+		ctx, span = r.startSpan(ctx, s)
 	}
-	err := r.call(ctx, name+" batch", func(ctx context.Context) error {
+	err := r.call(ctx, what, func(ctx context.Context) error {
 		r.gate.entered()
-		if name == metrics.OpDelete {
-			r.batchOps.DeleteBatch(ctx, txn, entries)
-		} else {
-			r.batchOps.UpdateBatch(ctx, txn, entries)
+		switch call {
+		case deleteBatch:
+			r.batchOps.DeleteBatch(ctx, txn, deleted)
+		case updateBatch:
+			r.batchOps.UpdateBatch(ctx, txn, upserted)
+		default:
+			if err := r.processor.ProcessBatch(ctx, txn, deleted, upserted); err != nil {
+				return err
+			}
 		}
 		return batchTimeout(ctx)
 	})
@@ -406,17 +445,8 @@ func (e *runner[Obj]) batch(ctx context.Context, txn statedb.ReadTxn, name strin
 		}
 		return
 	}
-	for i := range entries {
-		if o := entries[i].original; o != nil && !o.ran {
-			o.err, o.ran = entryErr(entries[i].Result, err), true
-			if name == metrics.OpUpdate {
-				o.updated = entries[i].Object
-				if o.err == nil {
-					o.recheck = entries[i].RecheckAfter
-				}
-			}
-		}
-	}
+	bind(deleted, err)
+	bind(upserted, err)
 	refreshed, failed := false, 0
 	for _, o := range ops {
 		if !o.ran {
@@ -455,6 +485,24 @@ func (r *reconciler[Obj]) recordOutcome(o *op[Obj], probe bool) {
 	}
 	if r.breaker.record(key, o.err, probe, r.now()) {
 		o.ran, o.err, o.recheck = false, nil, 0
+	}
+}
+
+// bind records the outcome of each entry still bound to its op (see
+// BatchEntry) in that op, the first time the op is met: its Result, or the
+// batch call's err if it has none; and an update's object as the call left
+// it, with the re-check it asked for if it succeeded.
+func bind[Obj any](entries []BatchEntry[Obj], err error) {
+	for i := range entries {
+		if o := entries[i].original; o != nil && !o.ran {
+			o.err, o.ran = entryErr(entries[i].Result, err), true
+			if !o.delete {
+				o.updated = entries[i].Object
+				if o.err == nil {
+					o.recheck = entries[i].RecheckAfter
+				}
+			}
+		}
 	}
 }
 
@@ -505,8 +553,9 @@ func batchTimeout(ctx context.Context) error {
 }
 
 // entryErr is the outcome of a batch entry: its Result, or the batch's
-// error (a panic or a timeout) if it has none. When the batch timed out, an
-// entry that failed with its context's deadline timed out too.
+// error (a panic, a timeout, or what ProcessBatch returned) if it has
+// none. When the batch timed out, an entry that failed with its context's
+// deadline timed out too.
 func entryErr(result, batchErr error) error {
 	switch {
 	case result == nil:
@@ -541,7 +590,8 @@ func ReportRepaired(ctx context.Context, n int) {
 // does a later call, the last one made during the operation counting.
 // A failing Update asks for nothing: its retry does. Call it with the
 // context Update was given; with any other context it does nothing.
-// UpdateBatch asks per entry with [BatchEntry.RecheckAfter] instead.
+// UpdateBatch (and ProcessBatch) asks per entry with
+// [BatchEntry.RecheckAfter] instead.
 //
 // Re-checks wait in the reconciler's memory: they survive a stop and a
 // start of the hive's jobs but not the process, and a reconciler paused

@@ -142,8 +142,11 @@ type pruneResult struct {
 	err      error
 }
 
-// prune hands the whole desired set to Operations.Prune and reports the
-// outcome. A failure is returned for health.
+// prune hands the whole desired set to Operations.Prune (or the batch
+// operations' Prune, see Register) and reports the outcome. A failure is
+// returned for health. Nothing asks for a prune when there is no pruner:
+// Register refuses periodic pruning then, and Reconciler.Prune does
+// nothing.
 func (r *reconciler[Obj]) prune(ctx context.Context, txn statedb.ReadTxn) pruneResult {
 	var reports opReports
 	ctx = context.WithValue(ctx, reportsKey{}, &reports)
@@ -154,7 +157,7 @@ func (r *reconciler[Obj]) prune(ctx context.Context, txn statedb.ReadTxn) pruneR
 	start := time.Now()
 	err := r.call(ctx, "prune", func(ctx context.Context) error {
 		r.gate.entered() // begun with enterPrune
-		return r.ops.Prune(ctx, txn, r.table.All(txn))
+		return r.pruner.Prune(ctx, txn, r.table.All(txn))
 	})
 	res := pruneResult{at: start, duration: time.Since(start), repaired: int(reports.drift.Swap(0))}
 	if span != nil {

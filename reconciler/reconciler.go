@@ -29,8 +29,10 @@ type reconciler[Obj any] struct {
 	clone     func(Obj) Obj
 	setStatus func(Obj, status.Status) Obj
 	getStatus func(Obj) status.Status
-	ops       Operations[Obj]
+	ops       Operations[Obj] // nil if batchOps serves alone
 	batchOps  BatchOperations[Obj]
+	processor BatchProcessor[Obj] // batchOps, if it implements it; else nil
+	pruner    pruner[Obj]         // ops, or batchOps serving alone; nil if it cannot prune
 
 	metrics      observers
 	refreshDrift atomic.Int64     // drift reported by Updates of Refreshing objects, not yet committed

@@ -23,11 +23,20 @@ import (
 // modify it. setStatus returns the object with the reconciler's status
 // replaced (it is given a clone and may modify it in place); getStatus reads
 // that status. Passing them as functions lets one object carry the statuses
-// of several reconcilers, for example in a [status.Set]. batchOps may be nil;
-// if not, it is used instead of ops for updates and deletes.
+// of several reconcilers, for example in a [status.Set].
+//
+// ops applies objects one at a time and prunes. batchOps may be nil; if
+// not, it is used instead of ops for updates and deletes, and if it
+// implements [BatchProcessor], ProcessBatch is called instead of
+// DeleteBatch and UpdateBatch. ops may be nil if batchOps is not: the batch
+// operations then serve alone, and prune with their own Prune method (of
+// [Operations.Prune]'s signature) if they have one. Without one, pruning
+// must be turned off with WithPruning(0), and [Reconciler.Prune] does
+// nothing.
 //
 // Register returns an error wrapping [ErrInvalidConfig] if an argument is
-// nil or an option is out of range. It does not block.
+// nil (ops and batchOps may not both be), if nothing can prune while
+// pruning is on, or if an option is out of range. It does not block.
 func Register[Obj any](
 	params Params,
 	table statedb.RWTable[Obj],
@@ -38,7 +47,7 @@ func Register[Obj any](
 	batchOps BatchOperations[Obj],
 	opts ...Option,
 ) (Reconciler[Obj], error) {
-	if err := checkArgs(params, table, clone, setStatus, getStatus, ops); err != nil {
+	if err := checkArgs(params, table, clone, setStatus, getStatus, ops != nil || batchOps != nil); err != nil {
 		return nil, err
 	}
 	o := defaultOptions()
@@ -51,6 +60,15 @@ func Register[Obj any](
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
+	var prune pruner[Obj] = ops
+	if ops == nil {
+		prune, _ = batchOps.(pruner[Obj])
+		if prune == nil && o.pruneInterval > 0 {
+			return nil, fmt.Errorf("reconciler.Register: %w: no Operations, and the BatchOperations (%T) have no Prune method to prune with; "+
+				"give them one with Operations.Prune's signature, or turn pruning off with WithPruning(0)", ErrInvalidConfig, batchOps)
+		}
+	}
+	processor, _ := batchOps.(BatchProcessor[Obj])
 	if o.metrics == nil {
 		o.metrics = params.DefaultMetrics
 	}
@@ -77,6 +95,8 @@ func Register[Obj any](
 		getStatus:     getStatus,
 		ops:           ops,
 		batchOps:      batchOps,
+		processor:     processor,
+		pruner:        prune,
 		metrics:       newObservers(o.metrics),
 		primary:       table.PrimaryIndexer(),
 		pruneRequests: make(chan struct{}, 1),
@@ -115,7 +135,7 @@ func checkArgs[Obj any](
 	clone func(Obj) Obj,
 	setStatus func(Obj, status.Status) Obj,
 	getStatus func(Obj) status.Status,
-	ops Operations[Obj],
+	haveOps bool,
 ) error {
 	var errs []error
 	missing := func(ok bool, what string) {
@@ -129,15 +149,21 @@ func checkArgs[Obj any](
 	missing(clone != nil, "clone function")
 	missing(setStatus != nil, "setStatus function")
 	missing(getStatus != nil, "getStatus function")
-	missing(ops != nil, "Operations")
+	if !haveOps {
+		errs = append(errs, errors.New("Operations must not be nil when BatchOperations is nil"))
+	}
 	if len(errs) == 0 {
 		return nil
 	}
 	return fmt.Errorf("reconciler.Register: %w: %w", ErrInvalidConfig, errors.Join(errs...))
 }
 
-// Prune implements Reconciler.
+// Prune implements Reconciler. Without anything to prune with (see
+// Register) it does nothing.
 func (r *reconciler[Obj]) Prune() {
+	if r.pruner == nil {
+		return
+	}
 	select {
 	case r.pruneRequests <- struct{}{}:
 	default:

@@ -65,6 +65,8 @@ func TestScripts(t *testing.T) {
 
 type scriptFlags struct {
 	batch       bool
+	process     bool
+	batchOnly   bool
 	workers     int
 	prune       time.Duration
 	refresh     time.Duration
@@ -92,6 +94,8 @@ func parseScriptFlags(args []string) (scriptFlags, error) {
 	var f scriptFlags
 	fs := flag.NewFlagSet("script", flag.ContinueOnError)
 	fs.BoolVar(&f.batch, "batch", false, "use BatchOperations")
+	fs.BoolVar(&f.process, "process", false, "use BatchOperations implementing BatchProcessor (FaultyOps.Processor); implies -batch")
+	fs.BoolVar(&f.batchOnly, "batch-only", false, "no Operations: the batch operations serve alone and prune; implies -batch")
 	fs.IntVar(&f.workers, "workers", 1, "WithConcurrency")
 	fs.DurationVar(&f.prune, "prune", 0, "WithPruning interval (0: only on request)")
 	fs.DurationVar(&f.refresh, "refresh", 0, "WithRefreshing interval")
@@ -116,6 +120,7 @@ func parseScriptFlags(args []string) (scriptFlags, error) {
 	if err := fs.Parse(args); err != nil {
 		return f, err
 	}
+	f.batch = f.batch || f.process || f.batchOnly
 	if f.dependency && f.batch {
 		return f, fmt.Errorf("-dependency does not support -batch")
 	}
@@ -268,7 +273,15 @@ func registerScriptReconcilers(p reconciler.Params, flags scriptFlags, m metrics
 			get = func(it *item) status.Status { return it.Statuses.Get(name) }
 			set = func(it *item, s status.Status) *item { it.Statuses = it.Statuses.Set(name, s); return it }
 		}
-		r, err := reconciler.Register(p, table, (*item).clone, set, get, base.Faults, base.Faults.Batch(), opts...)
+		var ops reconciler.Operations[*item] = base.Faults
+		batch := base.Faults.Batch()
+		if flags.process {
+			batch = base.Faults.Processor()
+		}
+		if flags.batchOnly {
+			ops = nil
+		}
+		r, err := reconciler.Register(p, table, (*item).clone, set, get, ops, batch, opts...)
 		if err != nil {
 			return out, err
 		}

@@ -21,7 +21,8 @@ type Reconciler[Obj any] interface {
 	// Prune asks for a prune as soon as possible, whatever the prune
 	// interval. It never blocks; calls made while a request is already
 	// waiting are merged into it. The prune still happens only once the
-	// table is initialized.
+	// table is initialized. Batch operations serving alone without a Prune
+	// method (see [Register]) cannot prune: then it does nothing.
 	Prune()
 
 	// WaitUntilReconciled blocks until every change of the table up to and
@@ -115,9 +116,10 @@ type BatchEntry[Obj any] struct {
 	Revision statedb.Revision
 	Result   error
 
-	// RecheckAfter, set by UpdateBatch on an entry it applied, asks for
-	// the object to be reconciled again once it has passed, as
-	// [RecheckAfter] does for Update. Zero asks for nothing.
+	// RecheckAfter, set by UpdateBatch (or ProcessBatch, on an upserted
+	// entry) on an entry it applied, asks for the object to be reconciled
+	// again once it has passed, as [RecheckAfter] does for Update. Zero
+	// asks for nothing.
 	RecheckAfter time.Duration
 
 	original *op[Obj] // the op this entry stands for
@@ -125,12 +127,61 @@ type BatchEntry[Obj any] struct {
 
 // BatchOperations applies many objects in one call, for targets where that
 // is cheaper. When given to [Register] it is used for every update and
-// delete, including retries; [Operations.Prune] is still used for pruning.
-// A batch never holds the same object twice. Deletes of a round are applied
-// before its updates. Set each entry's Result; a nil Result is success.
+// delete, including retries, with the context and read transaction
+// described for [Operations]. A batch never holds the same object twice.
+// Deletes of a round are applied before its updates. Set each entry's
+// Result; a nil Result is success. Entries bind to their objects as
+// [BatchEntry] describes, so the slice may be reordered.
+//
+// Pruning still uses [Operations.Prune]. When Register is given no
+// Operations, the batch operations serve alone: they must then also have a
+// method Prune with the signature of [Operations.Prune], which pruning
+// uses, unless pruning is off (WithPruning(0)).
+//
+// If the implementation also implements [BatchProcessor], the reconciler
+// calls ProcessBatch instead of DeleteBatch and UpdateBatch. With workers
+// (see [WithConcurrency]) several batches may run at once, on different
+// objects.
 type BatchOperations[Obj any] interface {
 	UpdateBatch(ctx context.Context, txn statedb.ReadTxn, batch []BatchEntry[Obj])
 	DeleteBatch(ctx context.Context, txn statedb.ReadTxn, batch []BatchEntry[Obj])
+}
+
+// BatchProcessor is an optional interface of [BatchOperations]: batch
+// operations that implement it get the deletes and the updates of a batch
+// in one call of ProcessBatch, in place of a DeleteBatch then an
+// UpdateBatch, so that work done once per batch (waiting for the target to
+// catch up, say) covers both. The reconciler checks for it once, in
+// [Register].
+//
+// deleted and upserted are never both empty, and no object is in both, so
+// the order in which ProcessBatch applies them is its own choice. Entries
+// are set and bound as for the other batch calls: set each entry's
+// Result, a nil Result being success; either slice may be reordered, and
+// an entry overwritten with one made by the implementation loses its
+// binding, so its object is tried again. An upserted entry's Object is a
+// clone that ProcessBatch may modify, as UpdateBatch may.
+//
+// The error ProcessBatch returns is the outcome of every entry whose Result
+// is nil, as if each had returned it (so it may be a [TerminalError] or a
+// [RetryAfter]); those objects are tried again, through the batch, as any
+// failed entry is. A nil error leaves the entries' Results as they are.
+// A panic (recovered unless [WithoutPanicRecovery]) or the operation timeout
+// ([WithOperationTimeout]) fails every entry without a Result, as for the
+// other batch calls. With workers, ProcessBatch may be called concurrently
+// on different objects.
+//
+// A call is one span of kind tracing.ProcessBatch, and one duration for
+// [metrics.Metrics.ReconciliationDuration], reported as metrics.OpUpdate if
+// the batch has updates and as metrics.OpDelete if it has only deletes.
+type BatchProcessor[Obj any] interface {
+	ProcessBatch(ctx context.Context, txn statedb.ReadTxn, deleted, upserted []BatchEntry[Obj]) error
+}
+
+// pruner is what prunes: Operations, or batch operations that serve alone
+// and have Operations' Prune method.
+type pruner[Obj any] interface {
+	Prune(ctx context.Context, txn statedb.ReadTxn, objects iter.Seq2[Obj, statedb.Revision]) error
 }
 
 type terminalError struct{ err error }

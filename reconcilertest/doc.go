@@ -91,6 +91,8 @@
 // implements the operations in memory for any object type, records every
 // call and compares itself with a table ([Target.Diff]). Both record calls
 // ([Call]); FaultyOps also records the attempts that its faults stopped.
+// [FaultyOps.Processor] gives it as batch operations implementing
+// [reconciler.BatchProcessor], which may also serve alone (no Operations).
 //
 // # A target of your own
 //

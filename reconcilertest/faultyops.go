@@ -19,7 +19,8 @@ import (
 // attempts that never reached the wrapped operations.
 //
 // Give the FaultyOps to [reconciler.Register] as the operations, and
-// [FaultyOps.Batch] as the batch operations. Inject and Clear may be called
+// [FaultyOps.Batch] (or [FaultyOps.Processor], for ProcessBatch) as the
+// batch operations. Inject and Clear may be called
 // at any time from any goroutine, also while operations run; a fault
 // applies to calls that start after it was injected. Use [NewFaultyOps];
 // the zero FaultyOps is not usable.
@@ -274,4 +275,134 @@ func (f *FaultyOps[Obj]) forward(ctx context.Context, txn statedb.ReadTxn, op Op
 			batch[i].Result = sub[j].Result
 		}
 	}
+}
+
+// Processor returns f as batch operations that also implement
+// [reconciler.BatchProcessor], to pass to [reconciler.Register] in place
+// of [FaultyOps.Batch]: the reconciler then calls ProcessBatch with a
+// batch's deletes and updates. They have f's Prune too, so they may also
+// serve alone, with no Operations given to Register.
+//
+// ProcessBatch records every entry with one batch number, deletes first,
+// and applies the faults to each as UpdateBatch and DeleteBatch do (a
+// re-check sets the upserted entry's RecheckAfter). The
+// entries no fault stopped go to the wrapped operations in one call:
+// ProcessBatch if the wrapped batch operations implement it (its error is
+// returned), else DeleteBatch then UpdateBatch, else Delete and Update one
+// by one. Wrapped batch operations given some of the entries must leave
+// them in place: their results are copied back by position.
+func (f *FaultyOps[Obj]) Processor() reconciler.BatchOperations[Obj] {
+	return faultyProcessor[Obj]{f}
+}
+
+// faultyProcessor is a FaultyOps that implements BatchProcessor.
+type faultyProcessor[Obj any] struct{ *FaultyOps[Obj] }
+
+var _ reconciler.BatchProcessor[struct{}] = faultyProcessor[struct{}]{}
+
+// ProcessBatch implements [reconciler.BatchProcessor].
+func (p faultyProcessor[Obj]) ProcessBatch(ctx context.Context, txn statedb.ReadTxn, deleted, upserted []reconciler.BatchEntry[Obj]) error {
+	return p.processBatch(ctx, txn, deleted, upserted)
+}
+
+// batchPart is the deletes or the updates of a ProcessBatch call: the
+// entries, their calls and start numbers, and the indexes of those going
+// to the wrapped operations.
+type batchPart[Obj any] struct {
+	op    Op
+	batch []reconciler.BatchEntry[Obj]
+	calls []Call
+	ids   []int
+	pass  []int
+}
+
+func (f *FaultyOps[Obj]) processBatch(ctx context.Context, txn statedb.ReadTxn, deleted, upserted []reconciler.BatchEntry[Obj]) (err error) {
+	n := f.nextBatch()
+	parts := [2]batchPart[Obj]{{op: OpDelete, batch: deleted}, {op: OpUpdate, batch: upserted}}
+	for p := range parts {
+		pt := &parts[p]
+		pt.calls, pt.ids = make([]Call, len(pt.batch)), make([]int, len(pt.batch))
+		for i := range pt.batch {
+			pt.calls[i] = Call{Op: pt.op, Key: f.key(pt.batch[i].Object), Revision: pt.batch[i].Revision, Batch: n}
+			pt.ids[i] = f.begin(pt.calls[i])
+		}
+	}
+	defer func() {
+		// The entries after one that panicked were never attempted.
+		for p := range parts {
+			for _, id := range parts[p].ids {
+				f.abandon(id)
+			}
+		}
+	}()
+	flush := func() {
+		err = f.forwardParts(ctx, txn, &parts)
+		for p := range parts {
+			pt := &parts[p]
+			for _, i := range pt.pass {
+				e := &pt.batch[i]
+				if e.Result == nil && err == nil {
+					var recheck time.Duration
+					if recheck, e.Result = f.applyAfterRecheck(ctx, pt.ids[i], pt.calls[i], nil); recheck > 0 {
+						e.RecheckAfter = recheck
+					}
+				}
+				pt.calls[i].Err = e.Result
+				if e.Result == nil {
+					pt.calls[i].Err = err
+				}
+				f.finish(pt.ids[i], pt.calls[i])
+			}
+			pt.pass = nil
+		}
+	}
+	for p := range parts {
+		pt := &parts[p]
+		for i := range pt.batch {
+			proceed, ferr := f.apply(ctx, pt.ids[i], pt.calls[i], flush)
+			if proceed {
+				pt.pass = append(pt.pass, i)
+				continue
+			}
+			pt.batch[i].Result, pt.calls[i].Err = ferr, ferr
+			f.finish(pt.ids[i], pt.calls[i])
+		}
+	}
+	flush()
+	return err
+}
+
+// forwardParts hands the passing entries of both parts to the wrapped
+// operations in one call, as Processor describes, and returns the error
+// of a wrapped ProcessBatch.
+func (f *FaultyOps[Obj]) forwardParts(ctx context.Context, txn statedb.ReadTxn, parts *[2]batchPart[Obj]) error {
+	bp, ok := f.batch.(reconciler.BatchProcessor[Obj])
+	if !ok {
+		f.forward(ctx, txn, OpDelete, parts[0].batch, parts[0].pass)
+		f.forward(ctx, txn, OpUpdate, parts[1].batch, parts[1].pass)
+		return nil
+	}
+	if len(parts[0].pass)+len(parts[1].pass) == 0 {
+		return nil
+	}
+	var subs [2][]reconciler.BatchEntry[Obj]
+	for p := range parts {
+		pt := &parts[p]
+		subs[p] = pt.batch
+		if len(pt.pass) < len(pt.batch) {
+			subs[p] = make([]reconciler.BatchEntry[Obj], len(pt.pass))
+			for j, i := range pt.pass {
+				subs[p][j] = pt.batch[i]
+			}
+		}
+	}
+	err := bp.ProcessBatch(ctx, txn, subs[0], subs[1])
+	for p := range parts {
+		if pt := &parts[p]; len(pt.pass) < len(pt.batch) {
+			for j, i := range pt.pass {
+				pt.batch[i].Result = subs[p][j].Result
+			}
+		}
+	}
+	return err
 }

@@ -2,7 +2,9 @@ package reconcilertest_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"iter"
 	"sync"
 	"testing"
 
@@ -154,5 +156,105 @@ func TestFaultyOpsInFlight(t *testing.T) {
 		calls := f.Calls()
 		assert.Equal(t, []string{"update a"}, keys(calls))
 		assert.Equal(t, 1, calls[0].Seq)
+	})
+}
+
+// innerProcessor is innerOps implementing BatchProcessor: each call is
+// recorded as the deleted keys, "|", the upserted keys, and returns err.
+type innerProcessor struct {
+	innerOps
+	err error
+}
+
+func (o *innerProcessor) ProcessBatch(_ context.Context, _ statedb.ReadTxn, deleted, upserted []reconciler.BatchEntry[*item]) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var ids []string
+	for i := range deleted {
+		ids = append(ids, deleted[i].Object.ID)
+		deleted[i].Result = fmt.Errorf("inner result %s", deleted[i].Object.ID)
+	}
+	ids = append(ids, "|")
+	for i := range upserted {
+		ids = append(ids, upserted[i].Object.ID)
+		if upserted[i].Object.ID != "nil" {
+			upserted[i].Result = fmt.Errorf("inner result %s", upserted[i].Object.ID)
+		}
+	}
+	o.batches = append(o.batches, ids)
+	return o.err
+}
+
+func TestFaultyOpsProcessor(t *testing.T) {
+	ctx := context.Background()
+	entries := func(ids ...string) []reconciler.BatchEntry[*item] {
+		batch := make([]reconciler.BatchEntry[*item], len(ids))
+		for i, id := range ids {
+			batch[i] = reconciler.BatchEntry[*item]{Object: &item{ID: id}, Revision: statedb.Revision(i + 1)}
+		}
+		return batch
+	}
+	processor := func(f *reconcilertest.FaultyOps[*item]) reconciler.BatchProcessor[*item] {
+		p, ok := f.Processor().(reconciler.BatchProcessor[*item])
+		require.True(t, ok, "Processor implements BatchProcessor")
+		_, ok = f.Processor().(interface {
+			Prune(context.Context, statedb.ReadTxn, iter.Seq2[*item, statedb.Revision]) error
+		})
+		require.True(t, ok, "Processor has Prune, to serve alone")
+		return p
+	}
+
+	t.Run("one call, one batch number, faults per entry", func(t *testing.T) {
+		inner := &innerProcessor{err: errors.New("inner batch error")}
+		f := reconcilertest.NewFaultyOps(itemKey, inner, inner)
+		require.NoError(t, f.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeError, Key: "b"}))
+		require.NoError(t, f.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeError, Key: "x"}))
+		deleted, upserted := entries("x", "y"), entries("a", "b", "nil")
+		err := processor(f).ProcessBatch(ctx, nil, deleted, upserted)
+		assert.EqualError(t, err, "inner batch error", "the wrapped ProcessBatch's error is returned")
+		assert.Equal(t, [][]string{{"y", "|", "a", "nil"}}, inner.batches, "one call without the faulted entries")
+		assert.ErrorIs(t, deleted[0].Result, reconcilertest.ErrInjected)
+		assert.EqualError(t, deleted[1].Result, "inner result y")
+		assert.EqualError(t, upserted[0].Result, "inner result a")
+		assert.ErrorIs(t, upserted[1].Result, reconcilertest.ErrInjected)
+		assert.NoError(t, upserted[2].Result, "left to the returned error")
+		calls := f.Calls()
+		require.Len(t, calls, 5)
+		got := map[string]string{}
+		for _, c := range calls {
+			assert.Equal(t, 1, c.Batch, "every entry is recorded with the call's number: %s", c)
+			got[c.Key] = fmt.Sprint(c.Op, ": ", c.Err)
+		}
+		assert.Equal(t, "delete: inner result y", got["y"])
+		assert.Equal(t, "update: inner batch error", got["nil"], "an entry without a Result is recorded with the returned error")
+		assert.Empty(t, f.InFlight())
+	})
+
+	t.Run("over batch operations without ProcessBatch", func(t *testing.T) {
+		inner := &innerOps{}
+		f := reconcilertest.NewFaultyOps(itemKey, inner, inner)
+		assert.NoError(t, processor(f).ProcessBatch(ctx, nil, entries("x"), entries("a", "b")))
+		assert.Equal(t, [][]string{{"x"}, {"a", "b"}}, inner.batches, "DeleteBatch, then UpdateBatch")
+	})
+
+	t.Run("over single operations", func(t *testing.T) {
+		inner := &innerOps{}
+		f := reconcilertest.NewFaultyOps(itemKey, inner, nil)
+		deleted, upserted := entries("x"), entries("a", "b")
+		assert.NoError(t, processor(f).ProcessBatch(ctx, nil, deleted, upserted))
+		assert.Equal(t, []string{"x"}, inner.deletes)
+		assert.Equal(t, []string{"a", "b"}, inner.updates)
+		assert.NoError(t, upserted[1].Result)
+	})
+
+	t.Run("panic part way through", func(t *testing.T) {
+		inner := &innerProcessor{}
+		f := reconcilertest.NewFaultyOps(itemKey, inner, inner)
+		require.NoError(t, f.Inject(reconcilertest.Fault{Mode: reconcilertest.ModePanic, Key: "b"}))
+		assert.PanicsWithValue(t, "injected panic: update b", func() {
+			_ = processor(f).ProcessBatch(ctx, nil, entries("x"), entries("a", "b", "c"))
+		})
+		assert.Equal(t, [][]string{{"x", "|", "a"}}, inner.batches, "the entries before the panic were applied")
+		assert.Empty(t, f.InFlight(), "the entries after it are not in flight")
 	})
 }

@@ -37,19 +37,20 @@ type Span interface {
 type Kind uint8
 
 const (
-	Round       Kind = iota + 1 // one round of the reconcile loop
-	Update                      // one call of Operations.Update
-	Delete                      // one call of Operations.Delete
-	UpdateBatch                 // one call of BatchOperations.UpdateBatch
-	DeleteBatch                 // one call of BatchOperations.DeleteBatch
-	Prune                       // one call of Operations.Prune
-	Refresh                     // one refresh sweep, marking stale objects Refreshing
+	Round        Kind = iota + 1 // one round of the reconcile loop
+	Update                       // one call of Operations.Update
+	Delete                       // one call of Operations.Delete
+	UpdateBatch                  // one call of BatchOperations.UpdateBatch
+	DeleteBatch                  // one call of BatchOperations.DeleteBatch
+	Prune                        // one call of Operations.Prune
+	Refresh                      // one refresh sweep, marking stale objects Refreshing
+	ProcessBatch                 // one call of BatchProcessor.ProcessBatch: a batch's deletes and updates
 )
 
-var kindNames = [...]string{"", "round", "update", "delete", "update-batch", "delete-batch", "prune", "refresh"}
+var kindNames = [...]string{"", "round", "update", "delete", "update-batch", "delete-batch", "prune", "refresh", "process-batch"}
 
 // String returns the kind's name: "round", "update", "delete",
-// "update-batch", "delete-batch", "prune" or "refresh".
+// "update-batch", "delete-batch", "prune", "refresh" or "process-batch".
 func (k Kind) String() string {
 	if int(k) < len(kindNames) && k != 0 {
 		return kindNames[k]
@@ -70,21 +71,25 @@ type Start struct {
 	Revision statedb.Revision
 	Attempt  int
 
-	// UpdateBatch and DeleteBatch: the number of entries.
+	// UpdateBatch, DeleteBatch and ProcessBatch: the number of entries;
+	// ProcessBatch: also how many of them are deletes.
 	Objects int
+	Deletes int
 }
 
 // End describes how a span ended.
 type End struct {
 	// Outcome and Err are those of an operation, a batch call (a panic or
-	// a timeout of the whole call; each entry's result is counted in
-	// Failed) or a prune. Err is nil on success.
+	// a timeout of the whole call, or the error ProcessBatch returned;
+	// each entry's result is counted in Failed) or a prune. Err is nil on
+	// success.
 	Outcome metrics.Outcome
 	Err     error
 
 	// Round: the operations collected (changes and retries), the outcomes
-	// committed, and how many of those failed. UpdateBatch, DeleteBatch:
-	// Failed is the number of entries whose result is an error.
+	// committed, and how many of those failed. UpdateBatch, DeleteBatch,
+	// ProcessBatch: Failed is the number of entries whose result is an
+	// error.
 	Collected, Committed, Failed int
 
 	// Refresh: the objects marked Refreshing. Prune: the drift repaired

@@ -107,7 +107,9 @@ func upstreamDefaults() []Option {
 // clone copies an object before it is handed to Update; setStatus returns
 // the object with this reconciler's status replaced; getStatus reads it.
 // batchOps may be nil; if not, it is used instead of ops for updates and
-// deletes. Unlike the StateDB reconciler's, Obj need not be comparable.
+// deletes. Unlike the StateDB reconciler's, Obj need not be comparable, and
+// batchOps may implement converge's reconciler.BatchProcessor or serve
+// alone, with ops nil (see converge's reconciler.Register).
 //
 // Register returns an error wrapping converge's reconciler.ErrInvalidConfig
 // if an argument is nil or an option out of range. It does not block.

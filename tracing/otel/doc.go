@@ -33,6 +33,12 @@
 //	                       converge.batch.failed  the entries whose result is an error
 //	                       converge.outcome       of the call as a whole: success, panic, timeout,
 //	                                              or error if a stop cut it short
+//	converge.process_batch one call of BatchProcessor.ProcessBatch, a batch's deletes and updates
+//	                       converge.batch.size     the entries given, deletes and updates
+//	                       converge.batch.deletes  of those, the deletes
+//	                       converge.batch.failed   as for the other batch calls
+//	                       converge.outcome        as for the other batch calls, or error if
+//	                                               ProcessBatch returned one
 //	converge.prune         one call of Operations.Prune
 //	                       converge.outcome          as for an update
 //	                       converge.prune.repaired   drift repaired (reconciler.ReportRepaired)
@@ -46,13 +52,14 @@
 // status Error with the error's message, the attribute error.type (the
 // outcome: "error", "terminal", "panic" or "timeout"; "error" for a
 // refresh sweep) and an exception event recording the error. A batch call
-// that returned, whatever its entries' results, has no status: count the
-// failed entries with converge.batch.failed.
+// that returned, whatever its entries' results, has no status (unless
+// ProcessBatch returned an error): count the failed entries with
+// converge.batch.failed.
 //
 // # Parents
 //
 // An operation's span is in the context given to Update, Delete,
-// UpdateBatch, DeleteBatch and Prune, so the spans the operation starts
+// UpdateBatch, DeleteBatch, ProcessBatch and Prune, so the spans the operation starts
 // with that context (a netlink call, an HTTP request) are its children.
 // A prune's span is a child of the round that ran it. A round, an
 // operation and a refresh sweep each start a trace of their own: with

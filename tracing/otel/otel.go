@@ -26,8 +26,9 @@ const (
 	attemptKey    = attribute.Key("converge.attempt")
 	outcomeKey    = attribute.Key("converge.outcome")
 
-	batchSizeKey   = attribute.Key("converge.batch.size")
-	batchFailedKey = attribute.Key("converge.batch.failed")
+	batchSizeKey    = attribute.Key("converge.batch.size")
+	batchFailedKey  = attribute.Key("converge.batch.failed")
+	batchDeletesKey = attribute.Key("converge.batch.deletes")
 
 	roundCollectedKey = attribute.Key("converge.round.collected")
 	roundCommittedKey = attribute.Key("converge.round.committed")
@@ -43,13 +44,14 @@ const (
 
 // spanNames are the names of the spans, by tracing.Kind.
 var spanNames = [...]string{
-	tracing.Round:       "converge.round",
-	tracing.Update:      "converge.update",
-	tracing.Delete:      "converge.delete",
-	tracing.UpdateBatch: "converge.update_batch",
-	tracing.DeleteBatch: "converge.delete_batch",
-	tracing.Prune:       "converge.prune",
-	tracing.Refresh:     "converge.refresh",
+	tracing.Round:        "converge.round",
+	tracing.Update:       "converge.update",
+	tracing.Delete:       "converge.delete",
+	tracing.UpdateBatch:  "converge.update_batch",
+	tracing.DeleteBatch:  "converge.delete_batch",
+	tracing.Prune:        "converge.prune",
+	tracing.Refresh:      "converge.refresh",
+	tracing.ProcessBatch: "converge.process_batch",
 }
 
 // Tracer reports the spans of reconcilers to an OpenTelemetry
@@ -125,6 +127,8 @@ func (t *Tracer) Start(ctx context.Context, s tracing.Start) (context.Context, t
 		attrs = append(attrs, keyKey.String(s.Key), revisionKey.Int64(int64(s.Revision)), attemptKey.Int(s.Attempt))
 	case tracing.UpdateBatch, tracing.DeleteBatch:
 		attrs = append(attrs, batchSizeKey.Int(s.Objects))
+	case tracing.ProcessBatch:
+		attrs = append(attrs, batchSizeKey.Int(s.Objects), batchDeletesKey.Int(s.Deletes))
 	}
 	ctx, sp := tracer.Start(ctx, spanName(s.Kind), trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...))
 	return ctx, &span{span: sp, kind: s.Kind}
@@ -161,7 +165,7 @@ func (s *span) End(e tracing.End) {
 		outcome = ""
 	case tracing.Update, tracing.Delete:
 		sp.SetAttributes(outcomeKey.String(outcome))
-	case tracing.UpdateBatch, tracing.DeleteBatch:
+	case tracing.UpdateBatch, tracing.DeleteBatch, tracing.ProcessBatch:
 		sp.SetAttributes(outcomeKey.String(outcome), batchFailedKey.Int(e.Failed))
 	case tracing.Prune:
 		sp.SetAttributes(outcomeKey.String(outcome), pruneRepairedKey.Int(e.Repaired))

@@ -72,6 +72,20 @@ func TestSpanNamesAndAttributes(t *testing.T) {
 			status: codes.Error,
 		},
 		{
+			start: tracing.Start{Kind: tracing.ProcessBatch, Objects: 5, Deletes: 2},
+			end:   tracing.End{Outcome: metrics.OutcomeSuccess, Failed: 1},
+			name:  "converge.process_batch",
+			attrs: map[string]any{"converge.batch.size": 5, "converge.batch.deletes": 2, "converge.batch.failed": 1, "converge.outcome": "success"},
+		},
+		{
+			// ProcessBatch returned an error: the call failed.
+			start:  tracing.Start{Kind: tracing.ProcessBatch, Objects: 4},
+			end:    tracing.End{Outcome: metrics.OutcomeError, Err: errBoom, Failed: 4},
+			name:   "converge.process_batch",
+			attrs:  map[string]any{"converge.batch.size": 4, "converge.batch.deletes": 0, "converge.batch.failed": 4, "converge.outcome": "error", "error.type": "error"},
+			status: codes.Error,
+		},
+		{
 			start:  tracing.Start{Kind: tracing.Prune},
 			end:    tracing.End{Outcome: metrics.OutcomeTerminal, Err: errBoom, Repaired: 2},
 			name:   "converge.prune",
