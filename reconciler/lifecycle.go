@@ -2,6 +2,7 @@ package reconciler
 
 import (
 	"math"
+	"slices"
 	"time"
 
 	"github.com/cilium/statedb"
@@ -309,8 +310,8 @@ func (lc *lifecycles[Obj]) takeQueued(n int) []*keyState[Obj] {
 // successive takes, so that a take of one key in every 1/share is an
 // arrival-order one: the k oldest keys are all taken once the shares of
 // the takes since they were queued add up to k, whatever is queued after
-// them. The result lists the keys by priority, then those by arrival; when
-// it is the whole queue, all by priority.
+// them. The result is in priority order, first queued first within one
+// priority.
 func (lc *lifecycles[Obj]) takeByPriority(n int) []*keyState[Obj] {
 	n = min(n, len(lc.queued))
 	if n <= 0 {
@@ -328,14 +329,30 @@ func (lc *lifecycles[Obj]) takeByPriority(n int) []*keyState[Obj] {
 	lc.credit += lc.share * float64(n)
 	oldest := min(int(lc.credit), n)
 	lc.credit -= float64(oldest)
-	taken := make([]*keyState[Obj], 0, n)
+	entries := make([]prioEntry[Obj], 0, n)
 	for _, s := range lc.queued[:oldest] {
+		entries = append(entries, lc.byPriority[s.qpos])
 		lc.byPriority.remove(s.qpos)
 	}
-	for len(taken) < n-oldest {
-		taken = append(taken, lc.byPriority.pop())
+	for len(entries) < n {
+		entries = append(entries, lc.byPriority[0])
+		lc.byPriority.remove(0)
 	}
-	taken = append(taken, lc.queued[:oldest]...)
+	// In the order the heap would give them: a key taken for its age
+	// goes before the younger ones of its priority.
+	slices.SortFunc(entries, func(a, b prioEntry[Obj]) int {
+		switch {
+		case a.before(b):
+			return -1
+		case b.before(a):
+			return 1
+		}
+		return 0
+	})
+	taken := make([]*keyState[Obj], len(entries))
+	for i, e := range entries {
+		taken[i] = e.s
+	}
 	kept := lc.queued[:0]
 	for _, s := range lc.queued[oldest:] {
 		if s.qpos >= 0 {

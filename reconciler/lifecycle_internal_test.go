@@ -265,10 +265,10 @@ func TestTakeQueuedByPriority(t *testing.T) {
 	queue("low3", 3)
 	queue("high3", 902)
 	queue("low1", 999) // low1 becomes the most urgent, and stays the oldest
-	// 4 keys: one oldest (low1, although the most urgent), then three by
-	// priority, first queued first within one priority.
+	// 4 keys: one oldest (low1, now as urgent as the highs), then three by
+	// priority; in priority order, first queued first within one priority.
 	taken := lc.takeQueued(4)
-	assert.Equal(t, []string{"high1", "high2", "high3", "low1"}, keys(taken))
+	assert.Equal(t, []string{"low1", "high1", "high2", "high3"}, keys(taken))
 	for _, s := range taken {
 		lc.start(s)
 	}
