@@ -386,14 +386,14 @@ func (e *runner[Obj]) batch(ctx context.Context, txn statedb.ReadTxn, call batch
 	// ops as given.
 	ops := e.ops[:0]
 	start := time.Now()
+	started := start.UnixNano()
 	for i := range deleted {
 		ops = append(ops, deleted[i].original)
+		deleted[i].original.started = started
 	}
 	for i := range upserted {
 		ops = append(ops, upserted[i].original)
-	}
-	for _, o := range ops {
-		o.started = start.UnixNano()
+		upserted[i].original.started = started
 	}
 	defer func() { clear(ops); e.ops = ops[:0] }()
 	ok, probe := r.gate.enter(), false
