@@ -96,7 +96,10 @@ func (l *loop[Obj]) round(ctx context.Context, paused bool) {
 	}
 	now, txn := r.now(), r.db.ReadTxn()
 	room := l.exec.room()
-	probe, broken := r.breaker.limit(now)
+	probe, broken := 0, false
+	if r.breaker != nil {
+		probe, broken = r.breaker.limit(now)
+	}
 	switch {
 	case paused:
 		room = 0
@@ -162,13 +165,15 @@ func (l *loop[Obj]) armRetry() {
 	if ok {
 		due = addSat(due, durationOf(float64(r.opts.retryMin)*r.opts.retryJitter))
 	}
-	if probe, open := r.breaker.nextProbe(); open {
-		switch {
-		case !probe.IsZero():
-			due, ok = probe.UnixNano(), true // no retry while the target fails: the probe's turn
-		case !r.gate.probeLeft():
-			ok = false // the probe runs: its end wakes the loop
-		} // else the probe granted waits for work: a retry falling due may take it
+	if r.breaker != nil {
+		if probe, open := r.breaker.nextProbe(); open {
+			switch {
+			case !probe.IsZero():
+				due, ok = probe.UnixNano(), true // no retry while the target fails: the probe's turn
+			case !r.gate.probeLeft():
+				ok = false // the probe runs: its end wakes the loop
+			} // else the probe granted waits for work: a retry falling due may take it
+		}
 	}
 	if recheck, has := r.rechecks.next(); has && (!ok || recheck < due) {
 		due, ok = recheck, true

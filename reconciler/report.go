@@ -23,7 +23,10 @@ func (r *reconciler[Obj]) report(txn statedb.ReadTxn, work []op[Obj], c commitOu
 	}
 	r.reported.failing, r.reported.inFlight = failing, inFlight
 
-	breaker := r.breaker.state()
+	var breaker breakerState
+	if r.breaker != nil {
+		breaker = r.breaker.state()
+	}
 	var oldest time.Time
 	if r.metrics.round != nil || r.info != nil {
 		oldest = lc.oldestSince()
