@@ -385,7 +385,7 @@ func TestRecheckDueWhileStopped(t *testing.T) {
 	f.upsert(kititems("1", "a")...)
 	f.waitKind("a", status.KindDone)
 	f.stop()
-	before := len(o.updates("a")) // 2 if the re-check came before the stop
+	before := len(o.updates("a"))               // 2 if the re-check came before the stop
 	tm := time.NewTimer(150 * time.Millisecond) // let it fall due; not synchronisation
 	<-tm.C
 	assert.Len(t, o.updates("a"), before, "updated while stopped")
