@@ -173,6 +173,8 @@ func runChaos(t *testing.T, cfg chaosConfig, seed uint64) {
 		n, probe, classify := 1+rng.IntN(4), time.Duration(1+rng.IntN(5))*time.Millisecond, isDown
 		if rng.IntN(2) == 0 {
 			classify = nil // every error counts
+		} else if seed%2 == 0 {
+			classify = panickyIsDown // a user's classifier with a bug
 		}
 		r.opts = append(r.opts, reconciler.WithCircuitBreaker(n, probe, classify))
 		r.breaker = retryMax < time.Second // probes come within the retry maximum: see partialOutage
