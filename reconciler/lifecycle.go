@@ -107,9 +107,8 @@ type keyState[Obj any] struct {
 	deleteSeen bool // running: a delete of the key was read since task started
 	pruned     bool // running: a prune ran with task's object absent
 
-	pos    int // position in the retry heap while waiting, else -1
-	active int // position in lifecycles.active while queued or running, else -1
-	qpos   int // position in lifecycles.byPriority while in the queue, else -1
+	active int    // position in lifecycles.active while queued or running, else -1
+	pos    [2]int // in lifecycles.heap while waiting (pos[inRetries]) and byPriority while queued (pos[inPriority]), else -1
 }
 
 type phase uint8
@@ -139,7 +138,7 @@ type lifecycles[Obj any] struct {
 	byKey  map[string]*keyState[Obj]
 	queued []*keyState[Obj] // FIFO of the queued phase, in arrival order
 	active []*keyState[Obj] // queued and running, for progress and reports
-	heap   retryHeap[Obj]   // the waiting phase, by due time
+	heap   keyHeap[Obj]     // the waiting phase, by due time
 
 	seq  uint64 // insertion order of the heap
 	peak int    // the most keys byKey held since it was last made anew
@@ -157,7 +156,7 @@ type lifecycles[Obj any] struct {
 	// takeQueued). Nil and zero without.
 	priority   func(Obj) int
 	share      float64
-	byPriority prioHeap[Obj]
+	byPriority keyHeap[Obj]
 	credit     float64
 
 	// outdated holds the keys whose row of the retries table is out of
@@ -207,7 +206,7 @@ func (lc *lifecycles[Obj]) observe(key string, t task[Obj]) *keyState[Obj] {
 func (lc *lifecycles[Obj]) queue(key string, t task[Obj]) {
 	s, ok := lc.byKey[key]
 	if !ok {
-		s = &keyState[Obj]{key: key, task: t, pos: -1, active: -1, qpos: -1}
+		s = &keyState[Obj]{key: key, task: t, pos: [2]int{-1, -1}, active: -1}
 		lc.byKey[key] = s
 		lc.peak = max(lc.peak, len(lc.byKey))
 		lc.enqueue(s)
@@ -230,13 +229,14 @@ func (lc *lifecycles[Obj]) queue(key string, t task[Obj]) {
 // queued.
 func (lc *lifecycles[Obj]) setPriority(priority func(Obj) int, share float64) {
 	lc.priority, lc.share = priority, share
+	lc.byPriority.slot = inPriority
 }
 
 // reprioritize gives s, queued, the priority of its task, keeping its
 // place in arrival order.
 func (lc *lifecycles[Obj]) reprioritize(s *keyState[Obj]) {
-	if s.qpos >= 0 {
-		lc.byPriority.fix(s.qpos, lc.priority(s.task.obj))
+	if s.pos[inPriority] >= 0 {
+		lc.byPriority.rerank(s.pos[inPriority], priorityRank(lc.priority(s.task.obj)))
 	}
 }
 
@@ -273,7 +273,7 @@ func (lc *lifecycles[Obj]) adopt(key string, t task[Obj], errID uint64, err erro
 		return
 	}
 	if !ok {
-		s = &keyState[Obj]{key: key, pos: -1, active: -1, qpos: -1}
+		s = &keyState[Obj]{key: key, pos: [2]int{-1, -1}, active: -1}
 		lc.byKey[key] = s
 		lc.peak = max(lc.peak, len(lc.byKey))
 	} else if s.phase == phaseWaiting {
@@ -320,8 +320,8 @@ func (lc *lifecycles[Obj]) takeByPriority(n int) []*keyState[Obj] {
 	if n == len(lc.queued) {
 		// All of them: by priority, and no share is owed.
 		taken := make([]*keyState[Obj], 0, n)
-		for len(lc.byPriority) > 0 {
-			taken = append(taken, lc.byPriority.pop())
+		for lc.byPriority.len() > 0 {
+			taken = append(taken, lc.byPriority.remove(0).s)
 		}
 		lc.queued = nil
 		return taken
@@ -329,18 +329,16 @@ func (lc *lifecycles[Obj]) takeByPriority(n int) []*keyState[Obj] {
 	lc.credit += lc.share * float64(n)
 	oldest := min(int(lc.credit), n)
 	lc.credit -= float64(oldest)
-	entries := make([]prioEntry[Obj], 0, n)
+	entries := make([]heapEntry[Obj], 0, n)
 	for _, s := range lc.queued[:oldest] {
-		entries = append(entries, lc.byPriority[s.qpos])
-		lc.byPriority.remove(s.qpos)
+		entries = append(entries, lc.byPriority.remove(s.pos[inPriority]))
 	}
 	for len(entries) < n {
-		entries = append(entries, lc.byPriority[0])
-		lc.byPriority.remove(0)
+		entries = append(entries, lc.byPriority.remove(0))
 	}
 	// In the order the heap would give them: a key taken for its age
 	// goes before the younger ones of its priority.
-	slices.SortFunc(entries, func(a, b prioEntry[Obj]) int {
+	slices.SortFunc(entries, func(a, b heapEntry[Obj]) int {
 		switch {
 		case a.before(b):
 			return -1
@@ -355,7 +353,7 @@ func (lc *lifecycles[Obj]) takeByPriority(n int) []*keyState[Obj] {
 	}
 	kept := lc.queued[:0]
 	for _, s := range lc.queued[oldest:] {
-		if s.qpos >= 0 {
+		if s.pos[inPriority] >= 0 {
 			kept = append(kept, s)
 		}
 	}
@@ -383,7 +381,7 @@ func (lc *lifecycles[Obj]) takeAt(i int) []*keyState[Obj] {
 	}
 	s := lc.queued[i]
 	if lc.priority != nil {
-		lc.byPriority.remove(s.qpos)
+		lc.byPriority.remove(s.pos[inPriority])
 	}
 	lc.queued = append(lc.queued[:i], lc.queued[i+1:]...)
 	if len(lc.queued) == 0 {
@@ -395,20 +393,20 @@ func (lc *lifecycles[Obj]) takeAt(i int) []*keyState[Obj] {
 // popDue removes and returns the waiting keyState due first, if it is due
 // at now (Unix ns). Its phase is left to start or forget.
 func (lc *lifecycles[Obj]) popDue(now int64) (*keyState[Obj], bool) {
-	if len(lc.heap) == 0 || lc.heap[0].due > now {
+	if lc.heap.len() == 0 || lc.heap.first().rank > now {
 		return nil, false
 	}
-	s := lc.heap[0].s
+	s := lc.heap.first().s
 	lc.unwait(s)
 	return s, true
 }
 
 // nextDue returns when the earliest retry is due (Unix ns).
 func (lc *lifecycles[Obj]) nextDue() (int64, bool) {
-	if len(lc.heap) == 0 {
+	if lc.heap.len() == 0 {
 		return 0, false
 	}
-	return lc.heap[0].due, true
+	return lc.heap.first().rank, true
 }
 
 // attempt readies the task of s, just taken due from the retry heap, for
@@ -559,7 +557,7 @@ func (lc *lifecycles[Obj]) enqueue(s *keyState[Obj]) {
 		lc.queued = append(lc.queued, s)
 		if lc.priority != nil {
 			lc.seq++
-			lc.byPriority.push(s, lc.priority(s.task.obj), lc.seq)
+			lc.byPriority.push(s, priorityRank(lc.priority(s.task.obj)), lc.seq)
 		}
 	}
 }
@@ -571,7 +569,7 @@ func (lc *lifecycles[Obj]) enqueue(s *keyState[Obj]) {
 func (lc *lifecycles[Obj]) track(key string, t task[Obj]) *keyState[Obj] {
 	s, ok := lc.byKey[key]
 	if !ok {
-		s = &keyState[Obj]{key: key, pos: -1, active: -1, qpos: -1}
+		s = &keyState[Obj]{key: key, pos: [2]int{-1, -1}, active: -1}
 		lc.byKey[key] = s
 		lc.peak = max(lc.peak, len(lc.byKey))
 	} else if s.phase == phaseWaiting {
@@ -590,8 +588,8 @@ func (lc *lifecycles[Obj]) unqueue(s *keyState[Obj]) {
 	if s.phase != phaseQueued {
 		return
 	}
-	if s.qpos >= 0 {
-		lc.byPriority.remove(s.qpos)
+	if s.pos[inPriority] >= 0 {
+		lc.byPriority.remove(s.pos[inPriority])
 	}
 	for i, q := range lc.queued {
 		if q == s {
@@ -623,7 +621,7 @@ func (lc *lifecycles[Obj]) markPruned(s *keyState[Obj]) { s.pruned = true }
 
 // add creates the keyState of key, queued with t, and returns it to start.
 func (lc *lifecycles[Obj]) add(key string, t task[Obj]) *keyState[Obj] {
-	s := &keyState[Obj]{key: key, task: t, phase: phaseQueued, pos: -1, active: -1, qpos: -1}
+	s := &keyState[Obj]{key: key, task: t, phase: phaseQueued, pos: [2]int{-1, -1}, active: -1}
 	lc.byKey[key] = s
 	lc.peak = max(lc.peak, len(lc.byKey))
 	lc.activate(s)
@@ -652,13 +650,13 @@ func (lc *lifecycles[Obj]) resetFailure(s *keyState[Obj]) {
 func (lc *lifecycles[Obj]) wait(s *keyState[Obj], due int64) {
 	s.phase, s.due = phaseWaiting, due
 	lc.seq++
-	lc.heap.push(s, lc.seq)
+	lc.heap.push(s, due, lc.seq)
 	e := waitingEntry[Obj]{s, lc.seq}
 	lc.lows.push(int64(min(s.task.asked, math.MaxInt64)), e)
-	lc.lows.compact(len(lc.heap), lc.stillWaiting)
+	lc.lows.compact(lc.heap.len(), lc.stillWaiting)
 	if !s.task.since.IsZero() {
 		lc.sinces.push(unixNanoSat(s.task.since), e)
-		lc.sinces.compact(len(lc.heap), lc.stillWaiting)
+		lc.sinces.compact(lc.heap.len(), lc.stillWaiting)
 	}
 	lc.changed(s)
 }
@@ -684,17 +682,14 @@ type waitingEntry[Obj any] struct {
 }
 
 func (lc *lifecycles[Obj]) stillWaiting(e waitingEntry[Obj]) bool {
-	return e.s.pos >= 0 && lc.heap[e.s.pos].seq == e.seq
+	return e.s.pos[inRetries] >= 0 && lc.heap.entries[e.s.pos[inRetries]].seq == e.seq
 }
 
 func (lc *lifecycles[Obj]) unwait(s *keyState[Obj]) {
-	if s.pos >= 0 {
-		lc.heap.remove(s.pos)
-		if len(lc.heap) == 0 {
+	if s.pos[inRetries] >= 0 {
+		lc.heap.remove(s.pos[inRetries])
+		if lc.heap.len() == 0 {
 			lc.lows, lc.sinces = nil, nil // all stale
-			if cap(lc.heap) > shrinkAbove {
-				lc.heap = nil
-			}
 		}
 	}
 	lc.changed(s)
@@ -765,7 +760,7 @@ func (lc *lifecycles[Obj]) oldestSince() time.Time {
 			oldest = earliest(oldest, s.next.since)
 		}
 	}
-	if len(lc.heap) == 0 {
+	if lc.heap.len() == 0 {
 		return oldest
 	}
 	if e, ok := lc.sinces.min(lc.stillWaiting); ok {
@@ -800,176 +795,120 @@ func (lc *lifecycles[Obj]) retryLowWatermark() statedb.Revision {
 	return low
 }
 
-// retryHeap holds the keyStates of the waiting phase, a binary min-heap
-// ordered by (due, seq). Adding, removing and taking the earliest cost
-// O(log n), so a round never scans it. The ordering keys sit next to the
-// pointer, so sifting compares without touching the keyStates.
-type retryHeap[Obj any] []heapEntry[Obj]
+// keyHeap is a binary min-heap of keyStates ordered by (rank, seq), seq
+// breaking ties in insertion order. Each keyState records where it sits
+// (pos[slot]), so that adding, removing, re-ranking and taking the first
+// cost O(log n) and a round never scans the heap; the ordering keys sit
+// next to the pointer, so sifting compares without touching the keyStates.
+// lifecycles keeps two: the waiting phase ranked by due time (heap, slot
+// inRetries) and, with priorities, the queued phase ranked by
+// priorityRank (byPriority, slot inPriority).
+type keyHeap[Obj any] struct {
+	entries []heapEntry[Obj]
+	slot    int
+}
+
+// The slots of keyState.pos.
+const (
+	inRetries = iota
+	inPriority
+)
 
 type heapEntry[Obj any] struct {
-	due int64
-	seq uint64
-	s   *keyState[Obj]
-}
-
-func (h retryHeap[Obj]) less(i, t int) bool {
-	if h[i].due != h[t].due {
-		return h[i].due < h[t].due
-	}
-	return h[i].seq < h[t].seq
-}
-
-func (h retryHeap[Obj]) move(to int, e heapEntry[Obj]) {
-	h[to] = e
-	e.s.pos = to
-}
-
-// push adds s; seq breaks ties between equal due times, in insertion order.
-func (h *retryHeap[Obj]) push(s *keyState[Obj], seq uint64) {
-	*h = append(*h, heapEntry[Obj]{due: s.due, seq: seq, s: s})
-	h.up(len(*h) - 1)
-}
-
-// remove deletes the entry at position i.
-func (h *retryHeap[Obj]) remove(i int) {
-	old := *h
-	old[i].s.pos = -1
-	last := len(old) - 1
-	if i != last {
-		old.move(i, old[last])
-	}
-	old[last] = heapEntry[Obj]{}
-	*h = old[:last]
-	if i != last && !h.down(i) {
-		h.up(i)
-	}
-}
-
-func (h retryHeap[Obj]) up(i int) {
-	e := h[i]
-	for i > 0 {
-		parent := (i - 1) / 2
-		if h[parent].due < e.due || (h[parent].due == e.due && h[parent].seq < e.seq) {
-			break
-		}
-		h.move(i, h[parent])
-		i = parent
-	}
-	h.move(i, e)
-}
-
-// down sifts the entry at i towards the leaves and reports whether it moved.
-func (h retryHeap[Obj]) down(i int) bool {
-	start, e, n := i, h[i], len(h)
-	for {
-		child := 2*i + 1
-		if child >= n {
-			break
-		}
-		if r := child + 1; r < n && h.less(r, child) {
-			child = r
-		}
-		if e.due < h[child].due || (e.due == h[child].due && e.seq < h[child].seq) {
-			break
-		}
-		h.move(i, h[child])
-		i = child
-	}
-	h.move(i, e)
-	return i != start
-}
-
-// prioHeap holds the queued keyStates when priorities are on: a binary
-// max-heap ordered by priority, then by seq, the order in which they were
-// queued. Adding, removing and taking the first cost O(log n).
-type prioHeap[Obj any] []prioEntry[Obj]
-
-type prioEntry[Obj any] struct {
-	prio int
+	rank int64
 	seq  uint64
 	s    *keyState[Obj]
 }
 
 // before reports whether a comes out of the heap before b.
-func (a prioEntry[Obj]) before(b prioEntry[Obj]) bool {
-	if a.prio != b.prio {
-		return a.prio > b.prio
+func (a heapEntry[Obj]) before(b heapEntry[Obj]) bool {
+	if a.rank != b.rank {
+		return a.rank < b.rank
 	}
 	return a.seq < b.seq
 }
 
-func (h prioHeap[Obj]) move(to int, e prioEntry[Obj]) {
-	h[to] = e
-	e.s.qpos = to
+// priorityRank ranks a priority so that the highest comes out first,
+// without overflow.
+func priorityRank(prio int) int64 { return ^int64(prio) }
+
+func (h *keyHeap[Obj]) len() int { return len(h.entries) }
+
+// first returns the entry that comes out first; the heap must not be
+// empty.
+func (h *keyHeap[Obj]) first() heapEntry[Obj] { return h.entries[0] }
+
+func (h *keyHeap[Obj]) move(to int, e heapEntry[Obj]) {
+	h.entries[to] = e
+	e.s.pos[h.slot] = to
 }
 
-// push adds s with priority prio; seq orders equal priorities.
-func (h *prioHeap[Obj]) push(s *keyState[Obj], prio int, seq uint64) {
-	*h = append(*h, prioEntry[Obj]{prio: prio, seq: seq, s: s})
-	h.up(len(*h) - 1)
+// push adds s with rank and seq.
+func (h *keyHeap[Obj]) push(s *keyState[Obj], rank int64, seq uint64) {
+	h.entries = append(h.entries, heapEntry[Obj]{rank: rank, seq: seq, s: s})
+	h.up(len(h.entries) - 1)
 }
 
-// pop removes and returns the first keyState.
-func (h *prioHeap[Obj]) pop() *keyState[Obj] {
-	s := (*h)[0].s
-	h.remove(0)
-	return s
-}
-
-// remove deletes the entry at position i.
-func (h *prioHeap[Obj]) remove(i int) {
-	old := *h
-	old[i].s.qpos = -1
-	last := len(old) - 1
+// remove deletes the entry at position i and returns it. An emptied heap
+// gives a burst's memory back.
+func (h *keyHeap[Obj]) remove(i int) heapEntry[Obj] {
+	e := h.entries[i]
+	e.s.pos[h.slot] = -1
+	last := len(h.entries) - 1
 	if i != last {
-		old.move(i, old[last])
+		h.move(i, h.entries[last])
 	}
-	old[last] = prioEntry[Obj]{}
-	*h = old[:last]
-	if len(*h) == 0 && cap(*h) > shrinkAbove {
-		*h = nil
+	h.entries[last] = heapEntry[Obj]{}
+	h.entries = h.entries[:last]
+	switch {
+	case last == 0 && cap(h.entries) > shrinkAbove:
+		h.entries = nil
+	case i != last:
+		h.fix(i)
 	}
-	if i != last {
-		h.fix(i, old[i].prio)
-	}
+	return e
 }
 
-// fix gives the entry at position i priority prio and restores the order.
-func (h prioHeap[Obj]) fix(i, prio int) {
-	h[i].prio = prio
+// rerank gives the entry at position i rank and restores the order.
+func (h *keyHeap[Obj]) rerank(i int, rank int64) {
+	h.entries[i].rank = rank
+	h.fix(i)
+}
+
+func (h *keyHeap[Obj]) fix(i int) {
 	if !h.down(i) {
 		h.up(i)
 	}
 }
 
-func (h prioHeap[Obj]) up(i int) {
-	e := h[i]
+func (h *keyHeap[Obj]) up(i int) {
+	e := h.entries[i]
 	for i > 0 {
 		parent := (i - 1) / 2
-		if !e.before(h[parent]) {
+		if !e.before(h.entries[parent]) {
 			break
 		}
-		h.move(i, h[parent])
+		h.move(i, h.entries[parent])
 		i = parent
 	}
 	h.move(i, e)
 }
 
 // down sifts the entry at i towards the leaves and reports whether it moved.
-func (h prioHeap[Obj]) down(i int) bool {
-	start, e, n := i, h[i], len(h)
+func (h *keyHeap[Obj]) down(i int) bool {
+	start, e, n := i, h.entries[i], len(h.entries)
 	for {
 		child := 2*i + 1
 		if child >= n {
 			break
 		}
-		if r := child + 1; r < n && h[r].before(h[child]) {
+		if r := child + 1; r < n && h.entries[r].before(h.entries[child]) {
 			child = r
 		}
-		if !h[child].before(e) {
+		if !h.entries[child].before(e) {
 			break
 		}
-		h.move(i, h[child])
+		h.move(i, h.entries[child])
 		i = child
 	}
 	h.move(i, e)

@@ -119,13 +119,13 @@ func testLifecycleModel(t *testing.T, priorities bool) {
 			case phaseQueued:
 				queued++
 				require.GreaterOrEqual(t, s.active, 0)
-				require.Less(t, s.pos, 0)
+				require.Less(t, s.pos[inRetries], 0)
 			case phaseRunning:
 				require.GreaterOrEqual(t, s.active, 0)
-				require.Less(t, s.pos, 0)
+				require.Less(t, s.pos[inRetries], 0)
 			case phaseWaiting:
 				waiting++
-				require.GreaterOrEqual(t, s.pos, 0)
+				require.GreaterOrEqual(t, s.pos[inRetries], 0)
 				require.Less(t, s.active, 0)
 			default:
 				t.Fatalf("key %s in phase %d", key, s.phase)
@@ -138,32 +138,36 @@ func testLifecycleModel(t *testing.T, priorities bool) {
 			}
 		}
 		require.Equal(t, active, len(lc.active))
-		require.Equal(t, waiting, len(lc.heap))
+		require.Equal(t, waiting, lc.heap.len())
 		require.Equal(t, retrying, lc.retrying)
-		for i, e := range lc.heap {
-			require.Equal(t, i, e.s.pos)
+		for i, e := range lc.heap.entries {
+			require.Equal(t, i, e.s.pos[inRetries])
+			require.Equal(t, e.s.due, e.rank, "ranked by due time")
+			if i > 0 {
+				require.False(t, e.before(lc.heap.entries[(i-1)/2]), "heap order")
+			}
 		}
 		for i, s := range lc.active {
 			require.Equal(t, i, s.active)
 		}
 		require.Equal(t, queued, len(lc.queued), "every queued key is in the queue")
 		if priorities {
-			require.Equal(t, len(lc.queued), len(lc.byPriority))
+			require.Equal(t, len(lc.queued), lc.byPriority.len())
 			for _, s := range lc.queued {
 				require.Equal(t, phaseQueued, s.phase)
-				require.Same(t, s, lc.byPriority[s.qpos].s)
+				require.Same(t, s, lc.byPriority.entries[s.pos[inPriority]].s)
 			}
-			for i, e := range lc.byPriority {
-				require.Equal(t, i, e.s.qpos)
-				require.Equal(t, e.s.task.obj%5, e.prio, "the priority of the task queued")
+			for i, e := range lc.byPriority.entries {
+				require.Equal(t, i, e.s.pos[inPriority])
+				require.Equal(t, priorityRank(e.s.task.obj%5), e.rank, "the priority of the task queued")
 				if i > 0 {
-					require.False(t, e.before(lc.byPriority[(i-1)/2]), "heap order")
+					require.False(t, e.before(lc.byPriority.entries[(i-1)/2]), "heap order")
 				}
 			}
 		}
 		for _, s := range lc.byKey {
 			if s.phase != phaseQueued || !priorities {
-				require.Less(t, s.qpos, 0)
+				require.Less(t, s.pos[inPriority], 0)
 			}
 		}
 		// The lowest revision and earliest time of those failing, as a
@@ -183,7 +187,7 @@ func testLifecycleModel(t *testing.T, priorities bool) {
 		}
 		require.Equal(t, low, lc.retryLowWatermark())
 		require.Equal(t, oldest, lc.oldestSince())
-		require.LessOrEqual(t, len(lc.lows), 2*len(lc.heap)+64)
+		require.LessOrEqual(t, len(lc.lows), 2*lc.heap.len()+64)
 	}
 	running := map[string]*keyState[int]{}
 	steps := 20000
@@ -284,7 +288,7 @@ func TestTakeQueuedByPriority(t *testing.T) {
 	assert.Equal(t, []string{"high4", "high5", "high6", "low2"}, got)
 	assert.Equal(t, []string{"mid", "low3"}, keys(lc.takeQueued(5)), "all: by priority")
 	assert.Nil(t, lc.queued)
-	assert.Empty(t, lc.byPriority)
+	assert.Zero(t, lc.byPriority.len())
 }
 
 // TestStaleAfterDelete checks the cuts of staleness: a status created
@@ -339,7 +343,7 @@ func TestABurstOfFailuresLeavesNoMemoryHeld(t *testing.T) {
 	}
 	require.Equal(t, 20*shrinkAbove, len(lc.takeOutdated()), "rows to remove")
 	require.Equal(t, 0, len(lc.takeOutdated()))
-	assert.Nil(t, lc.heap)
+	assert.Nil(t, lc.heap.entries)
 	assert.Nil(t, lc.lows)
 	assert.Nil(t, lc.sinces)
 	assert.LessOrEqual(t, lc.peak, shrinkAbove, "byKey made anew")
@@ -350,4 +354,13 @@ func TestUnixNanoSaturates(t *testing.T) {
 	assert.Equal(t, int64(math.MinInt64), unixNanoSat(time.Date(1000, 1, 1, 0, 0, 0, 0, time.UTC)))
 	assert.Equal(t, int64(math.MaxInt64), unixNanoSat(time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC)))
 	assert.Equal(t, int64(5), unixNanoSat(time.Unix(0, 5)))
+}
+
+// The priority heap ranks by ^priority: the highest priority first, over
+// the whole range of int, with no overflow at its ends.
+func TestPriorityRankOrdersHighestFirst(t *testing.T) {
+	prios := []int{math.MinInt, -1, 0, 1, math.MaxInt}
+	for i := 1; i < len(prios); i++ {
+		assert.Less(t, priorityRank(prios[i]), priorityRank(prios[i-1]), "%d before %d", prios[i], prios[i-1])
+	}
 }

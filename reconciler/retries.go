@@ -64,7 +64,7 @@ func (lc *lifecycles[Obj]) errors(limit int) []error {
 	}
 	// The smallest entries of a heap are found by walking it from the
 	// root, always expanding the smallest entry seen so far.
-	h := lc.heap
+	h := lc.heap.entries
 	frontier := []int{}
 	push := func(i int) {
 		if i < len(h) {
@@ -75,7 +75,7 @@ func (lc *lifecycles[Obj]) errors(limit int) []error {
 	for len(errs) < limit && len(frontier) > 0 {
 		best := 0
 		for i := range frontier {
-			if h.less(frontier[i], frontier[best]) {
+			if h[frontier[i]].before(h[frontier[best]]) {
 				best = i
 			}
 		}
