@@ -526,3 +526,23 @@ func (d *durations) operations() []string {
 }
 
 func sorted(s []string) []string { s = slices.Clone(s); slices.Sort(s); return s }
+
+// WithMaxAttempts gives up on an object's own failures, not on an entry
+// the batch operation lost: that object is tried again.
+func TestMaxAttemptsTriesLostBatchEntriesAgain(t *testing.T) {
+	p := newProcessor(t)
+	p.hook = func(_ context.Context, call int, _, upserted []reconciler.BatchEntry[*item]) error {
+		if call == 1 {
+			for i, e := range upserted {
+				upserted[i] = reconciler.BatchEntry[*item]{Object: e.Object, Revision: e.Revision}
+			}
+		}
+		return nil
+	}
+	f := startFixture(t, p.tg, &with{batch: p}, reconciler.WithPruning(0), reconciler.WithMaxAttempts(1), reconciler.WithRetry(time.Millisecond, 10*time.Millisecond))
+	f.upsert(items("a", 2, "1")...)
+	for _, id := range ids(items("a", 2, "1")) {
+		assert.Equal(t, status.KindDone, f.waitKind(id, status.KindDone).Status.Kind, id)
+	}
+	assert.GreaterOrEqual(t, len(p.called()), 2, "the lost entries tried again")
+}

@@ -15,7 +15,8 @@ import (
 // writes them in one write transaction (see writeStatus), and settles each
 // op in its key's lifecycle. Ops that never started go back to the queue,
 // and so do failures of ops cut short by a stop (cut): that is no outcome.
-// An update failing its last attempt (WithMaxAttempts) fails for good.
+// An update failing its last attempt (WithMaxAttempts) fails for good,
+// unless the batch operation lost its entry: that is no failure of its own.
 func (r *reconciler[Obj]) commit(ops []op[Obj], cut bool, now time.Time) (out commitOutcome) {
 	if len(ops) == 0 {
 		return out
@@ -25,7 +26,7 @@ func (r *reconciler[Obj]) commit(ops []op[Obj], cut bool, now time.Time) (out co
 		switch {
 		case cut && o.err != nil:
 			o.ran = false
-		case r.opts.maxAttempts > 0 && o.err != nil && !o.delete && !IsTerminal(o.err) && max(o.attempt, 1) >= r.opts.maxAttempts:
+		case r.opts.maxAttempts > 0 && o.err != nil && !o.delete && !IsTerminal(o.err) && o.err != errBatchEntryLost && max(o.attempt, 1) >= r.opts.maxAttempts:
 			o.err = TerminalError(fmt.Errorf("gave up after %d attempts: %w", max(o.attempt, 1), o.err))
 		}
 	}

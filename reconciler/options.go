@@ -172,7 +172,9 @@ func WithMetrics(m metrics.Metrics) Option {
 // tried again until it changes, is counted as settled rather than failing
 // in health, and as terminal in the metrics (a panic or a timeout still
 // counts as such). Deletes are retried whatever n: a delete must not be
-// lost. Zero, the default, retries for ever; a negative n is refused.
+// lost; so is an update whose entry a batch operation lost (see
+// [BatchEntry]), a fault of the implementation, not of the object. Zero,
+// the default, retries for ever; a negative n is refused.
 func WithMaxAttempts(n int) Option {
 	return func(o *options) { o.maxAttempts = n }
 }
@@ -223,8 +225,13 @@ func WithTracer(t tracing.Tracer) Option {
 // is on by default, every hour. A failed prune is tried again after the
 // retry backoff (see [WithRetry]); until a prune succeeds, health is
 // Degraded. Prune runs between rounds: while it runs, operations already
-// started go on (with [WithConcurrency]) but no new one starts, so that it
-// never removes what an operation is applying for a newer object. An
+// started go on (with [WithConcurrency]; one whose start was decided as
+// the prune began may reach its first line after Prune's) but no new one
+// starts, so that it never removes what an operation is applying for a
+// newer object. A prune also waits while the table, or one of the tables
+// of [WithStartAfter], is not initialized, including one made
+// uninitialized again by an initializer registered later; health then
+// names them, as when WithStartAfter's timeout passes. An
 // interval of zero turns periodic pruning off, the first prune after the
 // table is initialized included; [Reconciler.Prune] still prunes on
 // request.
