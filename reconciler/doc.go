@@ -36,8 +36,10 @@
 //     the reconciler knows of its key, is applied again even if that
 //     status is Done; see "Objects put back" for exactly when.
 //   - An operation starts only while the reconciler may start one: not
-//     paused, no prune running, not stopping; this is asked at the moment
-//     it starts.
+//     paused, no prune running, not stopping. This is asked just before
+//     the operation is called: one whose start was decided as a Pause or
+//     a prune began counts as started before it, and may still reach its
+//     first line as Pause returns or Prune is called.
 //   - New versions and deletes are taken before retries, refresh marks and
 //     the backlog (what the table holds when the reconciler first starts),
 //     so those never delay a later write by more than a round, however many
