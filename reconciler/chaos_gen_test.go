@@ -105,6 +105,8 @@ func (r *chaosRun) step() {
 			r.whileBusy(false)
 		case i == 1:
 			r.putBackDone(true)
+		case i == 3 && r.initIn < 0:
+			r.refill()
 		case r.manualPrune:
 			i := r.rng.IntN(len(r.recs))
 			r.gen.recs[i].Prune()

@@ -508,6 +508,11 @@ func (o *chaosOps) Prune(ctx context.Context, txn statedb.ReadTxn, objs iter.Seq
 		o.pruningAt.Store(0)
 		c.notify()
 	})
+	for _, t := range []statedb.TableMeta{o.table, o.deps} {
+		if init, _ := t.Initialized(txn); !init {
+			c.with(func() { o.violate("prune given a snapshot in which table %s is not initialized", t.Name()) })
+		}
+	}
 	want, all := map[string]bool{}, map[string]bool{}
 	for it := range objs {
 		want[it.ID] = true
@@ -782,6 +787,23 @@ func (r *chaosRun) restoredInError(key, value string) *item {
 	}
 	r.logf("%s=%s restored in Error", key, value)
 	return obj
+}
+
+// refill makes the table of the initializer uninitialized again, as an
+// initializer registered later does (a refill): prunes must wait until
+// markInitialized, a few steps on; operations go on.
+func (r *chaosRun) refill() {
+	g := r.gen
+	wtxn := g.db.WriteTxn(g.initOf)
+	name := fmt.Sprintf("chaos-refill-%d", len(r.steps))
+	if g.initOf == statedb.TableMeta(g.deps) {
+		g.markDone = g.deps.RegisterInitializer(wtxn, name)
+	} else {
+		g.markDone = g.table.RegisterInitializer(wtxn, name)
+	}
+	wtxn.Commit()
+	r.initIn = 1 + r.rng.IntN(12)
+	r.logf("table %s uninitialized again (refill) for %d steps", g.initOf.Name(), r.initIn)
 }
 
 func (r *chaosRun) markInitialized() {

@@ -40,7 +40,7 @@ func (r *reconciler[Obj]) run(ctx context.Context, health cell.Health) error {
 	r.gate.setStopping(false)
 	l.exec = newExecutor(ctx, r)
 	defer l.stopped()
-	if !r.startGate(ctx, health) {
+	if !r.startGate(ctx, &l.prune) {
 		return nil
 	}
 	for {
@@ -188,7 +188,7 @@ func (l *loop[Obj]) armRetry() {
 func (r *reconciler[Obj]) resetRun(health cell.Health) {
 	r.own, r.watch, r.work = ownWrites{}, closedChan, nil
 	r.health = healthReporter{health: health}
-	r.limiterErr, r.gateErr, r.gateWatch, r.wasPaused = nil, nil, nil, false
+	r.limiterErr, r.gateErr, r.gateWatch, r.gateNames, r.gateAfter, r.wasPaused = nil, nil, nil, "", 0, false
 	r.breaker.reset(r.now())
 	r.reported, r.figures, r.totals, r.failLog = struct{ failing, inFlight int }{}, commitFigures{}, totals{}, failLog{}
 }
@@ -214,9 +214,11 @@ func (r *reconciler[Obj]) waitForLimiter(ctx context.Context) {
 var errRoundLimiter = errors.New("round limiter")
 
 // startGate waits, before the loop's first round, for the tables of
-// WithStartAfter to be initialized. It returns false if ctx ended. If it
-// gave up waiting, r.gateErr says why until the tables are initialized.
-func (r *reconciler[Obj]) startGate(ctx context.Context, health cell.Health) bool {
+// WithStartAfter to be initialized, saying so in health and the
+// reconcilers table, or that it is paused. It returns false if ctx ended.
+// If the timeout passed first, prunes wait for the tables (see
+// waitForTables).
+func (r *reconciler[Obj]) startGate(ctx context.Context, p *pruneSchedule) bool {
 	if !r.opts.startAfter {
 		return true
 	}
@@ -227,32 +229,52 @@ func (r *reconciler[Obj]) startGate(ctx context.Context, health cell.Health) boo
 		timeout = t.C
 	}
 	for {
-		waiting, watch := r.uninitialized(r.db.ReadTxn())
+		txn := r.db.ReadTxn()
+		waiting, watch := r.uninitialized(txn)
 		if len(waiting) == 0 {
 			return true
 		}
-		health.OK("Waiting for tables to be initialized: " + strings.Join(waiting, ", "))
+		paused, pauseChanged := r.gate.state()
+		r.reportWaiting(txn, waiting, paused, p)
 		select {
 		case <-ctx.Done():
 			return false
 		case <-watch:
+		case <-pauseChanged:
 		case <-timeout:
-			r.gateWatch = watch
-			r.gateErr = fmt.Errorf("started after %s without waiting any longer for tables to be initialized: %s (prunes wait for them)",
-				r.opts.startTimeout, strings.Join(waiting, ", "))
+			r.gateAfter = r.opts.startTimeout
+			r.waitForTables(waiting, watch)
 			r.log.Warn("Reconciler started before its tables were initialized", "tables", waiting, "waited", r.opts.startTimeout)
 			return true
 		}
 	}
 }
 
-// checkGate clears r.gateErr, once set, when the tables it names are
-// initialized; until then r.gateWatch wakes the loop when one of them is.
+// waitForTables makes prunes wait for the tables waiting, which are not
+// initialized, and health say so, until they are: the start timeout
+// passed, or a table was made uninitialized again (a new initializer) by
+// the time a prune was due. checkGate follows them, woken by watch.
+func (r *reconciler[Obj]) waitForTables(waiting []string, watch <-chan struct{}) {
+	r.gateWatch = watch
+	names := strings.Join(waiting, ", ")
+	if r.gateErr != nil && names == r.gateNames {
+		return // the same error: health need not be remade
+	}
+	r.gateNames = names
+	if r.gateAfter > 0 {
+		r.gateErr = fmt.Errorf("started after %s without waiting any longer for tables to be initialized: %s (prunes wait for them)", r.gateAfter, names)
+	} else {
+		r.gateErr = fmt.Errorf("tables not initialized again: %s (prunes wait for them)", names)
+	}
+}
+
+// checkGate follows the tables of r.gateErr: it names those still not
+// initialized, and is cleared once all are.
 func (r *reconciler[Obj]) checkGate(txn statedb.ReadTxn) {
 	waiting, watch := r.uninitialized(txn)
 	if len(waiting) == 0 {
-		r.gateErr, r.gateWatch = nil, nil
+		r.gateErr, r.gateWatch, r.gateNames, r.gateAfter = nil, nil, "", 0
 		return
 	}
-	r.gateWatch = watch
+	r.waitForTables(waiting, watch)
 }

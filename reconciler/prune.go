@@ -68,11 +68,12 @@ func newPruneSchedule[Obj any](r *reconciler[Obj]) pruneSchedule {
 // asks for one at once.
 func (s *pruneSchedule) owed() bool { return s.requested || s.lastErr != nil }
 
-// initialized is told, when initC closes, which tables are still not
-// initialized (waiting) and a channel closed when one of them is.
+// initialized is told, when initC closes or a prune finds a table made
+// uninitialized again, which tables are not initialized (waiting) and a
+// channel closed when one of them is.
 func (s *pruneSchedule) initialized(waiting []string, watch <-chan struct{}) {
 	if len(waiting) > 0 {
-		s.initC = watch
+		s.initC, s.isInit, s.due = watch, false, false
 		return
 	}
 	s.initC, s.isInit = nil, true
@@ -89,6 +90,8 @@ func (s *pruneSchedule) request() {
 // pruneNow prunes, the schedule being due, with a snapshot taken now, not
 // the round's: the commit may have marked Done an object written back
 // after the round began, and the prune must not remove it from the target.
+// In that snapshot every table prunes wait for is initialized, or the
+// prune waits until they are.
 func (r *reconciler[Obj]) pruneNow(ctx context.Context, p *pruneSchedule) {
 	if !r.gate.beginPrune() {
 		return // paused since the round began: the prune stays due
@@ -98,6 +101,12 @@ func (r *reconciler[Obj]) pruneNow(ctx context.Context, p *pruneSchedule) {
 		return // paused since beginPrune: the prune stays due
 	}
 	txn := r.db.ReadTxn()
+	if waiting, watch := r.uninitialized(txn); len(waiting) > 0 {
+		r.gate.entered() // no prune: a table was made uninitialized again
+		p.initialized(waiting, watch)
+		r.waitForTables(waiting, watch)
+		return
+	}
 	for _, s := range r.lifecycles.active {
 		if s.phase != phaseRunning {
 			continue

@@ -66,8 +66,10 @@ type reconciler[Obj any] struct {
 
 	health     healthReporter
 	limiterErr error           // why the round limiter's last Wait failed, or nil
-	gateErr    error           // why the loop started before its tables were initialized
+	gateErr    error           // why prunes wait: tables not initialized (see waitForTables)
 	gateWatch  <-chan struct{} // while gateErr is set: closed when one of those tables is
+	gateNames  string          // the tables gateErr names
+	gateAfter  time.Duration   // the start timeout that passed, or 0: a prune found them uninitialized
 	wasPaused  bool            // whether the last round ran paused
 
 	reported struct{ failing, inFlight int } // as last given to the metrics

@@ -1,6 +1,7 @@
 package reconciler
 
 import (
+	"strings"
 	"time"
 
 	"github.com/cilium/statedb"
@@ -79,6 +80,22 @@ func (r *reconciler[Obj]) report(txn statedb.ReadTxn, work []op[Obj], c commitOu
 	// Progress last, so that a WaitUntilReconciled that returns sees the
 	// round's figures published.
 	r.progress.update(r.progressRev(), lc.retryLowWatermark())
+}
+
+// reportWaiting says, while the loop waits for the tables of
+// WithStartAfter (waiting) to be initialized, that it does, or that it is
+// paused, in health and the reconcilers table. The first round reports
+// anew.
+func (r *reconciler[Obj]) reportWaiting(txn statedb.ReadTxn, waiting []string, paused bool, p *pruneSchedule) {
+	msg, state := "Waiting for tables to be initialized: "+strings.Join(waiting, ", "), StateWaiting
+	if paused {
+		msg, state = "Paused", StatePaused // as when running: Paused says all
+	}
+	r.health.health.OK(msg)
+	if r.info != nil {
+		lc := r.lifecycles
+		r.info.write(r.db, r.infoRow(p, state, r.table.NumObjects(txn), lc.retrying, 0, 0, lc.oldestSince()), lc.takeOutdated())
+	}
 }
 
 // reportStopped tells the metrics that nothing runs or waits to run any

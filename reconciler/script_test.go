@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -207,17 +208,17 @@ func registerScriptReconcilers(p reconciler.Params, flags scriptFlags, m metrics
 		return out, err
 	}
 	cmds := map[string]script.Cmd{
-		"items/init": initCmd(p.DB, table, "mark the items table initialized"),
 		"items/fill": fillCmd(p.DB, table),
 		"items/set":  setCmd(p.DB, table),
 	}
+	cmds["items/init"], cmds["items/refill"] = initCmds(p.DB, table, "mark the items table initialized")
 	var extra []reconciler.Option
 	if flags.startAfter >= 0 {
 		others, err := statedb.NewTable(p.DB, "others", depID)
 		if err != nil {
 			return out, err
 		}
-		cmds["others/init"] = initCmd(p.DB, others, "mark the others table initialized")
+		cmds["others/init"], cmds["others/refill"] = initCmds(p.DB, others, "mark the others table initialized")
 		extra = append(extra, reconciler.WithStartAfter(flags.startAfter, others))
 	}
 	if deps != nil {
@@ -301,19 +302,42 @@ func valuePriority(it *item) int {
 	return p
 }
 
-// initCmd registers an initializer of table and returns a command that
-// completes it.
-func initCmd[Obj any](db *statedb.DB, table statedb.RWTable[Obj], summary string) script.Cmd {
-	wtxn := db.WriteTxn(table)
-	done := table.RegisterInitializer(wtxn, "script")
-	wtxn.Commit()
-	return script.Command(script.CmdUsage{Summary: summary},
+// initCmds returns a command that completes table's initializer, and one
+// that registers a new one (NAME/refill): the table is uninitialized again
+// until the first command runs.
+func initCmds[Obj any](db *statedb.DB, table statedb.RWTable[Obj], summary string) (init, refill script.Cmd) {
+	var (
+		mu    sync.Mutex
+		n     int
+		dones []func(statedb.WriteTxn)
+	)
+	register := func() {
+		wtxn := db.WriteTxn(table)
+		n++
+		dones = append(dones, table.RegisterInitializer(wtxn, fmt.Sprintf("script-%d", n)))
+		wtxn.Commit()
+	}
+	register()
+	init = script.Command(script.CmdUsage{Summary: summary},
 		func(*script.State, ...string) (script.WaitFunc, error) {
+			mu.Lock()
+			defer mu.Unlock()
 			wtxn := db.WriteTxn(table)
-			done(wtxn)
+			for _, done := range dones {
+				done(wtxn)
+			}
 			wtxn.Commit()
+			dones = nil
 			return nil, nil
 		})
+	refill = script.Command(script.CmdUsage{Summary: "register a new initializer: the table is not initialized until NAME/init"},
+		func(*script.State, ...string) (script.WaitFunc, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			register()
+			return nil, nil
+		})
+	return init, refill
 }
 
 // fillCmd inserts COUNT items in one transaction, PREFIX000, PREFIX001 and

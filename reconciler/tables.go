@@ -82,6 +82,7 @@ const (
 	StateDegraded State = "degraded" // objects failing, a failed prune, or a broken limiter
 	StatePaused   State = "paused"   // by Reconciler.Pause
 	StateStopped  State = "stopped"  // its job is not running
+	StateWaiting  State = "waiting"  // for the tables of WithStartAfter to be initialized
 )
 
 // Info is a row of the reconcilers table: the state of one reconciler as

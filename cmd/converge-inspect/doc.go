@@ -38,7 +38,7 @@
 //
 // Exit status:
 //
-//	0  every reconciler shown is running, paused or stopped
+//	0  every reconciler shown is running, waiting, paused or stopped
 //	1  a reconciler shown is degraded (with --watch: in the last state shown)
 //	2  anything else failed: a bad flag or token file, an unreachable agent,
 //	   a refused token, an agent without the tables, rows it cannot decode

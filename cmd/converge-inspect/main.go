@@ -19,7 +19,7 @@ const defaultURL = "http://127.0.0.1:8080/statedb"
 
 // Exit statuses; see the package documentation.
 const (
-	exitHealthy  = 0 // every reconciler shown is running, paused or stopped
+	exitHealthy  = 0 // every reconciler shown is running, waiting, paused or stopped
 	exitDegraded = 1 // a reconciler shown is degraded
 	exitError    = 2 // the command failed
 )
@@ -102,7 +102,7 @@ func parseFlags(args []string, stdout io.Writer) (options, error) {
 
 // exitRule explains the exit statuses in --help.
 const exitRule = `
-Exit status: 0 if every reconciler shown is running, paused or stopped;
+Exit status: 0 if every reconciler shown is running, waiting, paused or stopped;
 1 if one is degraded (with --watch: in the last state shown); 2 if the
 command failed (a bad flag or token, an unreachable agent, a refused token,
 an agent without the tables or of another converge version, a --reconciler

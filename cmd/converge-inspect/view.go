@@ -106,7 +106,7 @@ func decodeInfo(data json.RawMessage) (*reconciler.Info, error) {
 	switch {
 	case info.ID == "":
 		return nil, versionError(reconciler.ReconcilersTableName, fmt.Errorf("a row has no id"))
-	case !slices.Contains([]reconciler.State{reconciler.StateRunning, reconciler.StateDegraded, reconciler.StatePaused, reconciler.StateStopped}, info.State):
+	case !slices.Contains([]reconciler.State{reconciler.StateRunning, reconciler.StateDegraded, reconciler.StatePaused, reconciler.StateStopped, reconciler.StateWaiting}, info.State):
 		return nil, versionError(reconciler.ReconcilersTableName, fmt.Errorf("reconciler %s has the unknown state %q", cleanText(info.ID), cleanText(string(info.State))))
 	}
 	return &info, nil
