@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/cilium/hive/cell"
@@ -247,24 +246,6 @@ func (r *reconciler[Obj]) startGate(ctx context.Context, p *pruneSchedule) bool 
 			r.log.Warn("Reconciler started before its tables were initialized", "tables", waiting, "waited", r.opts.startTimeout)
 			return true
 		}
-	}
-}
-
-// waitForTables makes prunes wait for the tables waiting, which are not
-// initialized, and health say so, until they are: the start timeout
-// passed, or a table was made uninitialized again (a new initializer) by
-// the time a prune was due. checkGate follows them, woken by watch.
-func (r *reconciler[Obj]) waitForTables(waiting []string, watch <-chan struct{}) {
-	r.gateWatch = watch
-	names := strings.Join(waiting, ", ")
-	if r.gateErr != nil && names == r.gateNames {
-		return // the same error: health need not be remade
-	}
-	r.gateNames = names
-	if r.gateAfter > 0 {
-		r.gateErr = fmt.Errorf("started after %s without waiting any longer for tables to be initialized: %s (prunes wait for them)", r.gateAfter, names)
-	} else {
-		r.gateErr = fmt.Errorf("tables not initialized again: %s (prunes wait for them)", names)
 	}
 }
 

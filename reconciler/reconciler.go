@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -125,6 +126,24 @@ func (r *reconciler[Obj]) uninitialized(txn statedb.ReadTxn) ([]string, <-chan s
 		}
 	}
 	return names, watch
+}
+
+// waitForTables makes prunes wait for the tables waiting, which are not
+// initialized, and health say so, until they are: the start timeout
+// passed, or a table was made uninitialized again (a new initializer) by
+// the time a prune was due. checkGate follows them, woken by watch.
+func (r *reconciler[Obj]) waitForTables(waiting []string, watch <-chan struct{}) {
+	r.gateWatch = watch
+	names := strings.Join(waiting, ", ")
+	if r.gateErr != nil && names == r.gateNames {
+		return // the same error: health need not be remade
+	}
+	r.gateNames = names
+	if r.gateAfter > 0 {
+		r.gateErr = fmt.Errorf("started after %s without waiting any longer for tables to be initialized: %s (prunes wait for them)", r.gateAfter, names)
+	} else {
+		r.gateErr = fmt.Errorf("tables not initialized again: %s (prunes wait for them)", names)
+	}
 }
 
 // writtenBack records that cur, found where the version asked for by the
