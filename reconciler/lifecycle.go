@@ -320,7 +320,7 @@ func (lc *lifecycles[Obj]) takeByPriority(n int) []*keyState[Obj] {
 	if n == len(lc.queued) {
 		// All of them: by priority, and no share is owed.
 		taken := make([]*keyState[Obj], 0, n)
-		for lc.byPriority.len() > 0 {
+		for len(lc.byPriority.entries) > 0 {
 			taken = append(taken, lc.byPriority.remove(0).s)
 		}
 		lc.queued = nil
@@ -393,20 +393,20 @@ func (lc *lifecycles[Obj]) takeAt(i int) []*keyState[Obj] {
 // popDue removes and returns the waiting keyState due first, if it is due
 // at now (Unix ns). Its phase is left to start or forget.
 func (lc *lifecycles[Obj]) popDue(now int64) (*keyState[Obj], bool) {
-	if lc.heap.len() == 0 || lc.heap.first().rank > now {
+	if len(lc.heap.entries) == 0 || lc.heap.entries[0].rank > now {
 		return nil, false
 	}
-	s := lc.heap.first().s
+	s := lc.heap.entries[0].s
 	lc.unwait(s)
 	return s, true
 }
 
 // nextDue returns when the earliest retry is due (Unix ns).
 func (lc *lifecycles[Obj]) nextDue() (int64, bool) {
-	if lc.heap.len() == 0 {
+	if len(lc.heap.entries) == 0 {
 		return 0, false
 	}
-	return lc.heap.first().rank, true
+	return lc.heap.entries[0].rank, true
 }
 
 // attempt readies the task of s, just taken due from the retry heap, for
@@ -653,10 +653,10 @@ func (lc *lifecycles[Obj]) wait(s *keyState[Obj], due int64) {
 	lc.heap.push(s, due, lc.seq)
 	e := waitingEntry[Obj]{s, lc.seq}
 	lc.lows.push(int64(min(s.task.asked, math.MaxInt64)), e)
-	lc.lows.compact(lc.heap.len(), lc.stillWaiting)
+	lc.lows.compact(len(lc.heap.entries), lc.stillWaiting)
 	if !s.task.since.IsZero() {
 		lc.sinces.push(unixNanoSat(s.task.since), e)
-		lc.sinces.compact(lc.heap.len(), lc.stillWaiting)
+		lc.sinces.compact(len(lc.heap.entries), lc.stillWaiting)
 	}
 	lc.changed(s)
 }
@@ -688,7 +688,7 @@ func (lc *lifecycles[Obj]) stillWaiting(e waitingEntry[Obj]) bool {
 func (lc *lifecycles[Obj]) unwait(s *keyState[Obj]) {
 	if s.pos[inRetries] >= 0 {
 		lc.heap.remove(s.pos[inRetries])
-		if lc.heap.len() == 0 {
+		if len(lc.heap.entries) == 0 {
 			lc.lows, lc.sinces = nil, nil // all stale
 		}
 	}
@@ -760,7 +760,7 @@ func (lc *lifecycles[Obj]) oldestSince() time.Time {
 			oldest = earliest(oldest, s.next.since)
 		}
 	}
-	if lc.heap.len() == 0 {
+	if len(lc.heap.entries) == 0 {
 		return oldest
 	}
 	if e, ok := lc.sinces.min(lc.stillWaiting); ok {
@@ -796,10 +796,11 @@ func (lc *lifecycles[Obj]) retryLowWatermark() statedb.Revision {
 }
 
 // keyHeap is a binary min-heap of keyStates ordered by (rank, seq), seq
-// breaking ties in insertion order. Each keyState records where it sits
-// (pos[slot]), so that adding, removing, re-ranking and taking the first
-// cost O(log n) and a round never scans the heap; the ordering keys sit
-// next to the pointer, so sifting compares without touching the keyStates.
+// breaking ties in insertion order; the first is entries[0]. Each keyState
+// records where it sits (pos[slot]), so that adding, removing and
+// re-ranking cost O(log n) and a round never scans the heap; the ordering
+// keys sit next to the pointer, so sifting compares without touching the
+// keyStates.
 // lifecycles keeps two: the waiting phase ranked by due time (heap, slot
 // inRetries) and, with priorities, the queued phase ranked by
 // priorityRank (byPriority, slot inPriority).
@@ -831,12 +832,6 @@ func (a heapEntry[Obj]) before(b heapEntry[Obj]) bool {
 // priorityRank ranks a priority so that the highest comes out first,
 // without overflow.
 func priorityRank(prio int) int64 { return ^int64(prio) }
-
-func (h *keyHeap[Obj]) len() int { return len(h.entries) }
-
-// first returns the entry that comes out first; the heap must not be
-// empty.
-func (h *keyHeap[Obj]) first() heapEntry[Obj] { return h.entries[0] }
 
 func (h *keyHeap[Obj]) move(to int, e heapEntry[Obj]) {
 	h.entries[to] = e

@@ -138,7 +138,7 @@ func testLifecycleModel(t *testing.T, priorities bool) {
 			}
 		}
 		require.Equal(t, active, len(lc.active))
-		require.Equal(t, waiting, lc.heap.len())
+		require.Equal(t, waiting, len(lc.heap.entries))
 		require.Equal(t, retrying, lc.retrying)
 		for i, e := range lc.heap.entries {
 			require.Equal(t, i, e.s.pos[inRetries])
@@ -152,7 +152,7 @@ func testLifecycleModel(t *testing.T, priorities bool) {
 		}
 		require.Equal(t, queued, len(lc.queued), "every queued key is in the queue")
 		if priorities {
-			require.Equal(t, len(lc.queued), lc.byPriority.len())
+			require.Equal(t, len(lc.queued), len(lc.byPriority.entries))
 			for _, s := range lc.queued {
 				require.Equal(t, phaseQueued, s.phase)
 				require.Same(t, s, lc.byPriority.entries[s.pos[inPriority]].s)
@@ -187,7 +187,7 @@ func testLifecycleModel(t *testing.T, priorities bool) {
 		}
 		require.Equal(t, low, lc.retryLowWatermark())
 		require.Equal(t, oldest, lc.oldestSince())
-		require.LessOrEqual(t, len(lc.lows), 2*lc.heap.len()+64)
+		require.LessOrEqual(t, len(lc.lows), 2*len(lc.heap.entries)+64)
 	}
 	running := map[string]*keyState[int]{}
 	steps := 20000
@@ -288,7 +288,7 @@ func TestTakeQueuedByPriority(t *testing.T) {
 	assert.Equal(t, []string{"high4", "high5", "high6", "low2"}, got)
 	assert.Equal(t, []string{"mid", "low3"}, keys(lc.takeQueued(5)), "all: by priority")
 	assert.Nil(t, lc.queued)
-	assert.Zero(t, lc.byPriority.len())
+	assert.Zero(t, len(lc.byPriority.entries))
 }
 
 // TestStaleAfterDelete checks the cuts of staleness: a status created
