@@ -46,7 +46,7 @@ type processor struct {
 	hook  func(ctx context.Context, call int, deleted, upserted []reconciler.BatchEntry[*item]) error
 	done  chan struct{} // closed and replaced when a call returns
 	// Calls from the blockFrom-th on (if not 0) wait for block to close
-	// before doing anything.
+	// before doing anything; set it under mu once calls may run.
 	blockFrom int
 	block     chan struct{}
 }
@@ -74,9 +74,9 @@ func keysOf(entries []reconciler.BatchEntry[*item]) []string {
 func (p *processor) ProcessBatch(ctx context.Context, txn statedb.ReadTxn, deleted, upserted []reconciler.BatchEntry[*item]) (err error) {
 	p.mu.Lock()
 	p.calls = append(p.calls, [2][]string{keysOf(deleted), keysOf(upserted)})
-	call, hook := len(p.calls), p.hook
+	call, hook, blockFrom := len(p.calls), p.hook, p.blockFrom
 	p.mu.Unlock()
-	if p.blockFrom > 0 && call >= p.blockFrom {
+	if blockFrom > 0 && call >= blockFrom {
 		select {
 		case <-p.block:
 		case <-ctx.Done():
@@ -278,11 +278,17 @@ func sortedFirst2(words []string) []string {
 // and the object of the overwritten entry is tried again.
 func TestProcessBatchResultsBindToEntries(t *testing.T) {
 	p := newProcessor(t)
-	var lost string
+	var (
+		lost  string
+		uCall int // the call that got the u entries: one transaction, one call
+	)
 	p.hook = func(_ context.Context, call int, deleted, upserted []reconciler.BatchEntry[*item]) error {
-		if call != 2 {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if uCall != 0 || !slices.ContainsFunc(upserted, func(e reconciler.BatchEntry[*item]) bool { return e.Object.ID == "u-00000" }) {
 			return nil
 		}
+		uCall, p.blockFrom = call, call+1 // the retries wait until the test has looked
 		for i := range upserted {
 			if id := upserted[i].Object.ID; id == "u-00002" {
 				upserted[i].Result = errors.New(id + " failed")
@@ -304,11 +310,11 @@ func TestProcessBatchResultsBindToEntries(t *testing.T) {
 		}
 		return nil
 	}
-	p.blockFrom = 3 // the retries wait until the test has looked
 	f := startFixture(t, p.tg, &with{batch: p}, reconciler.WithPruning(0), reconciler.WithRetry(time.Millisecond, 10*time.Millisecond))
 	f.upsert(items("d", 3, "1")...)
 	f.waitReconciled()
 	p.waitCalls(t, 1)
+	before := len(p.called()) // the d objects may have come in more than one call
 
 	// One transaction, one round, one call: deletes d-0..2, updates u-0..3.
 	wtxn := f.db.WriteTxn(f.table)
@@ -322,8 +328,11 @@ func TestProcessBatchResultsBindToEntries(t *testing.T) {
 		require.NoError(t, err)
 	}
 	wtxn.Commit()
-	p.waitCalls(t, 2)
-	got := p.called()[1]
+	p.waitCalls(t, before+1)
+	p.mu.Lock()
+	require.Equal(t, before+1, uCall, "the transaction's call comes next")
+	p.mu.Unlock()
+	got := p.called()[before]
 	assert.Equal(t, ids(items("d", 3, "1")), sorted(got[0]))
 	assert.Equal(t, ids(items("u", 4, "1")), sorted(got[1]))
 	require.NotEmpty(t, lost)
@@ -345,7 +354,7 @@ func TestProcessBatchResultsBindToEntries(t *testing.T) {
 	waitUntil(t, "the failed delete tried again", func() (bool, <-chan struct{}) {
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		for _, c := range p.calls[2:] {
+		for _, c := range p.calls[before+1:] {
 			if slices.Contains(c[0], "d-00001") {
 				return true, nil
 			}
@@ -354,7 +363,7 @@ func TestProcessBatchResultsBindToEntries(t *testing.T) {
 	})
 	f.caughtUp()
 	var deleted, upserted []string
-	for _, c := range p.called()[2:] {
+	for _, c := range p.called()[before+1:] {
 		deleted, upserted = append(deleted, c[0]...), append(upserted, c[1]...)
 	}
 	assert.Equal(t, []string{"d-00001"}, deleted)
