@@ -242,16 +242,18 @@ func (lc *lifecycles[Obj]) reprioritize(s *keyState[Obj]) {
 
 // follow records t, a change of s's key read while s runs, as what comes
 // after it. A delete replaces the successor and marks deleteSeen. A change
-// back to the very version running (the same status identity, a Pending
-// one or the Error status its retry answers) clears the successor, since
-// applying the version running is all that is needed, unless a delete or
-// a prune came in between: then it is new work, as any other change is.
+// back to the very version running clears the successor, since applying
+// the version running is all that is needed, unless a delete or a prune
+// came in between: then it is new work, as any other change is. The very
+// version is the same revision of the object (read again: a deferred
+// change looks its object up), or the same status identity (a Pending one
+// or the Error status its retry answers).
 func (lc *lifecycles[Obj]) follow(s *keyState[Obj], t task[Obj]) {
 	switch {
 	case t.delete:
 		lc.setNext(s, t, true)
 		s.deleteSeen = true
-	case !s.deleteSeen && !s.pruned && t.statusID != 0 && t.statusID == s.task.statusID:
+	case !s.deleteSeen && !s.pruned && !s.task.delete && (t.rev == s.task.rev || (t.statusID != 0 && t.statusID == s.task.statusID)):
 		lc.setNext(s, task[Obj]{}, false)
 		s.task = stillAsked(t, s.task) // one request: progress waits for the earlier ask
 	default:

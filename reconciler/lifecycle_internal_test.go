@@ -94,6 +94,23 @@ func TestLifecycleSuccessorRules(t *testing.T) {
 	assert.Empty(t, lc.active)
 }
 
+// The version running, read again (a deferred change looks its object up),
+// is no successor, even with a status without identity: else the Error
+// its failure writes would leave the successor not current, and nothing
+// would retry it. Chaos found this with workers, a refresh mark and a
+// Pending status without identity.
+func TestLifecycleSameRevisionIsNoSuccessor(t *testing.T) {
+	lc := newLifecycles[int]()
+	s := lc.observe("a", testTask(7, 0))
+	lc.start(s)
+	assert.Nil(t, lc.observe("a", testTask(7, 0)))
+	assert.False(t, s.hasNext, "the very revision running is no successor")
+
+	lc.settle(s, errors.New("e"), false, true, time.Now().UnixNano(), 300, time.Now())
+	assert.Equal(t, phaseWaiting, s.phase, "the failure is retried")
+	assert.Equal(t, uint64(300), s.errID)
+}
+
 // A model of the lifecycles driven by random moves: every keyState is in
 // exactly one place for its phase, the counters agree, and retries come
 // out of the heap in due order. With priorities, every queued keyState is
