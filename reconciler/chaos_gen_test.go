@@ -98,7 +98,7 @@ func (r *chaosRun) step() {
 	case p < 56:
 		r.keyMove(r.key(), 2+r.rng.IntN(3))
 	case p < 64:
-		[]func(){r.writeBackAfterPrune, func() { r.putBackDone(false) }, r.putBackAfterARestart, r.scenario}[r.rng.IntN(4)]()
+		[]func(){r.writeBackAfterPrune, func() { r.putBackDone(false) }, r.putBackAfterARestart, r.scenario, r.markThenWrite}[r.rng.IntN(5)]()
 	case p < 68:
 		switch i := r.rng.IntN(4); {
 		case i == 0:
@@ -434,6 +434,64 @@ func (r *chaosRun) putBackDone(saturate bool) {
 	}); problem != "" {
 		c.with(func() { c.violate("%s", problem) })
 	}
+}
+
+// markThenWrite marks two or three keys Refreshing, as an application
+// may, in one transaction with new values of other keys, enough to fill a
+// round, whose operations are held: the round defers the last mark at
+// least (a round keeps an eighth of its room for deferred changes, oldest
+// first). Meanwhile the last marked key gets a new value, with a status
+// without identity (but with a status.Set), whose next update fails. Once
+// the holds are let go, the round that starts that write may take the
+// deferred mark too, and find that very revision: no second version to
+// apply, and the failure is retried.
+func (r *chaosRun) markThenWrite() {
+	slots := r.roundSize // the room of a round: see putBackDone
+	if r.cfg.workers > 1 {
+		slots = max(r.roundSize, 2*r.cfg.workers)
+	}
+	if slots > 12 {
+		return // more keys than a run can spare
+	}
+	i := r.rng.IntN(len(r.recs))
+	var keys []string
+	for _, n := range r.rng.Perm(chaosKeys)[:2+r.rng.IntN(2)+slots] {
+		keys = append(keys, fmt.Sprintf("k%02d", n))
+	}
+	var changes []chaosChange
+	var words []string
+	for _, k := range keys[:len(keys)-slots] {
+		obj, found := r.get(k)
+		if !found {
+			continue
+		}
+		obj = obj.clone()
+		for _, rec := range r.recs {
+			obj = rec.setStatus(obj, status.Refreshing())
+		}
+		changes = append(changes, chaosChange{key: k, obj: obj})
+		words = append(words, k+"="+obj.Value+" (Refreshing)")
+	}
+	if len(changes) == 0 {
+		return
+	}
+	k := changes[len(changes)-1].key
+	c := r.recs[i].target
+	holds := make([]*chaosHold, 0, slots)
+	for _, o := range keys[len(keys)-slots:] {
+		holds = append(holds, c.hold(o, false))
+		changes = append(changes, chaosChange{key: o, value: r.value()})
+		words = append(words, o+"="+changes[len(changes)-1].value)
+	}
+	r.logf("@%d mark and set %s, %soperations held", r.write(changes...), strings.Join(words, " "), r.recs[i].label())
+	closedWithin(holds[0].started, 10*time.Millisecond)
+	c.failNextN(k, 1)
+	if r.cfg.set {
+		r.set(k, r.value(), fmt.Sprintf(", its next %supdate to fail", r.recs[i].label()))
+	} else {
+		r.put(k, &item{ID: k, Value: r.value(), Status: status.Status{Kind: status.KindPending}}, fmt.Sprintf("set, without status identity, its next %supdate to fail,", r.recs[i].label()))
+	}
+	c.release(holds...)
 }
 
 // whileBusy holds a few operations, queues work behind them and lets them
