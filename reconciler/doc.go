@@ -47,7 +47,9 @@
 //   - With [WithPriority], fresh changes of higher priority go first, but a
 //     share of every round goes to those that have waited longest: a change
 //     with n changes written before it still waiting is applied within
-//     about (n+1)/(share × round size) rounds, whatever is written after it.
+//     about (n+1)/(share × round size) full rounds, whatever is written
+//     after it (with workers a round has only the room they left: about
+//     (n+1)/share objects are taken first at most).
 //   - Stopping the hive and starting it again resumes where it stopped:
 //     work cut short by the stop is carried over (and WaitUntilReconciled
 //     counts it), and changes made meanwhile, deletes included, converge.
