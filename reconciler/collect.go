@@ -290,9 +290,12 @@ func (r *reconciler[Obj]) collectChange(txn statedb.ReadTxn, change statedb.Chan
 
 // stale reports whether st, a status of obj that asks for no work, is
 // older than what is known of obj's key: older than a version held for it
-// (see lifecycles.holdsNewer), or remembered as stale (see staleness).
+// (see lifecycles.holdsNewer), or remembered as stale (see staleness). A
+// Done without identity (a literal, or decoded: a restore) has no age: it
+// may be older than anything known of the key, so it is stale as any
+// status would be, but once per delete remembered (see staleness.cut).
 func (r *reconciler[Obj]) stale(obj Obj, st status.Status) bool {
-	if st.ID() == 0 || (!r.lifecycles.tracked() && !r.stales.any()) {
+	if (st.ID() == 0 && st.Kind != status.KindDone) || (!r.lifecycles.tracked() && !r.stales.any()) {
 		return false
 	}
 	for _, p := range r.stales.pruned {

@@ -79,6 +79,11 @@
 //     or waiting for a retry), or that it applied and then found written
 //     back over by the older one (remembered as a delete is).
 //
+// A Done status without identity (a literal, or decoded outside a
+// status.Set: a restore from a backup) has no age, so it counts as no
+// newer than any of these: once per delete remembered, and whenever a
+// newer version is held or a prune's snapshot lacks the object.
+//
 // Deletes the reconciler did not read because the hive stopped first, or
 // that were made while it was stopped, are read at the next start, before
 // the object put back; one whose key is back in the table when it is read

@@ -605,12 +605,16 @@ func (lc *lifecycles[Obj]) unqueue(s *keyState[Obj]) {
 // may be newer than the status statusID found on an object of key (see
 // staleness): one queued, running or waiting for a retry, asked for by a
 // later status, or by a status without identity, whose age nothing tells
-// (then any status but the Error written for it may be older).
+// (then any status but the Error written for it may be older). Nothing
+// tells the age of a status without identity either (statusID 0): any
+// version held may be newer.
 func (lc *lifecycles[Obj]) holdsNewer(key []byte, statusID uint64) bool {
 	s, ok := lc.byKey[string(key)]
 	switch {
-	case !ok || statusID == 0 || s.task.delete:
+	case !ok || s.task.delete:
 		return false
+	case statusID == 0:
+		return true
 	case s.task.statusID == 0:
 		return statusID != s.errID
 	}

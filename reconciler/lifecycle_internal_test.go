@@ -322,7 +322,10 @@ func TestStaleAfterDelete(t *testing.T) {
 	assert.True(t, lc.cut([]byte("a"), before.ID()), "created before the delete was read")
 	assert.False(t, lc.cut([]byte("a"), after.ID()), "created after")
 	assert.False(t, lc.cut([]byte("b"), before.ID()), "another key")
-	assert.False(t, lc.cut([]byte("a"), 0), "no identity")
+	assert.True(t, lc.cut([]byte("a"), 0), "no identity: no age, stale")
+	assert.False(t, lc.cut([]byte("a"), 0), "no identity: stale once per delete")
+	assert.True(t, lc.cut([]byte("a"), before.ID()), "identities are still compared")
+	assert.False(t, lc.cut([]byte("b"), 0), "no identity, another key")
 
 	applied := status.Pending()
 	lc.sawOlder([]byte("c"), applied.ID())
@@ -330,6 +333,9 @@ func TestStaleAfterDelete(t *testing.T) {
 	assert.False(t, lc.cut([]byte("c"), applied.ID()), "the version applied itself")
 	lc.sawOlder([]byte("a"), after.ID())
 	assert.False(t, lc.cut([]byte("a"), after.ID()), "a later cut never lowers")
+
+	lc.sawDelete([]byte("a"))
+	assert.True(t, lc.cut([]byte("a"), 0), "no identity: stale again after another delete")
 
 	for i := range supersededGeneration - 2 {
 		lc.sawDelete(fmt.Appendf(nil, "k%d", i))

@@ -151,10 +151,12 @@ func (r *reconciler[Obj]) waitForTables(waiting []string, watch <-chan struct{})
 // reconciler. One that asks for nothing and is older than statusID, or
 // found where the version had no identity (statusID zero: nothing tells
 // which is older), was written back over what the target got: it is stale
-// (see staleness), and cur is new work when its change is read.
+// (see staleness), and cur is new work when its change is read. So is a
+// Done without identity (a literal, or decoded), whose age nothing tells.
 func (r *reconciler[Obj]) writtenBack(cur Obj, statusID uint64) {
 	st := r.getStatus(cur)
-	if st.IsPendingOrRefreshing() || st.ID() == 0 || (statusID != 0 && st.ID() >= statusID) {
+	switch {
+	case st.IsPendingOrRefreshing(), st.ID() == 0 && st.Kind != status.KindDone, statusID != 0 && st.ID() >= statusID:
 		return
 	}
 	if key, ok := r.primary.ObjectToKey(cur); ok {

@@ -59,7 +59,7 @@ func (m *staleness) supersede(key []byte, cut uint64) {
 	}
 	h := maphash.Bytes(m.seed, key)
 	if c, ok := m.cur[h]; ok {
-		m.cur[h] = max(c, cut)
+		m.cur[h] = max(c&^unagedTaken, cut)
 		return
 	}
 	if len(m.cur) >= supersededGeneration {
@@ -69,22 +69,39 @@ func (m *staleness) supersede(key []byte, cut uint64) {
 			m.cur = make(map[uint64]uint64, supersededGeneration)
 		}
 	}
-	m.cur[h] = max(m.old[h], cut)
+	m.cur[h] = max(m.old[h]&^unagedTaken, cut)
 }
 
 // cut reports whether statusID, a status found on an object of key, is no
-// newer than the cut of key.
+// newer than the cut of key. A status without identity (statusID 0) has
+// no age: it is taken for stale once per cut, the first time it is asked,
+// so that two reconcilers whose statuses lose their identity (a getStatus
+// that builds them from fields of its own) do not apply one object in turn
+// for ever, each taking the other's write for a put-back.
 func (m *staleness) cut(key []byte, statusID uint64) bool {
-	if statusID == 0 || m.cur == nil {
+	if m.cur == nil {
 		return false
 	}
 	h := maphash.Bytes(m.seed, key)
-	if cut, ok := m.cur[h]; ok && statusID <= cut {
-		return true
+	gen := m.cur
+	c, ok := gen[h]
+	if !ok {
+		gen = m.old
+		c, ok = gen[h]
 	}
-	cut, ok := m.old[h]
-	return ok && statusID <= cut
+	switch {
+	case !ok:
+		return false
+	case statusID == 0:
+		gen[h] = c | unagedTaken
+		return c&unagedTaken == 0
+	}
+	return statusID <= c&^unagedTaken
 }
+
+// unagedTaken marks a cut for which a status without identity was taken
+// for stale (see cut). Identities never reach it.
+const unagedTaken = 1 << 63
 
 // sawPrune records the snapshot of a prune that ran while changes up to its
 // revision rev were still unread; cut is the greatest status identity
