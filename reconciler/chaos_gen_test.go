@@ -368,10 +368,11 @@ func (r *chaosRun) heldMany(i int, keys []string, why string, d time.Duration, u
 	return holds
 }
 
-// putBackDone deletes a Done object and puts it back as it was, while its
-// delete is held (then re-inserts it as it is), or while a new value whose
-// status has no identity is held once applied, or (saturate) while every
-// slot is held, with a prune before and after: it is new work.
+// putBackDone deletes a Done object and puts it back as it was (or as a
+// restore gives it, its Done without identity), while its delete is held
+// (then re-inserts it as it is), or while a new value whose status has no
+// identity is held once applied, or (saturate) while every slot is held,
+// with a prune before and after: it is new work.
 func (r *chaosRun) putBackDone(saturate bool) {
 	slots := max(r.roundSize, 2*r.cfg.workers) // the executor's limit
 	if saturate && (!r.manualPrune || r.cfg.workers == 1 || slots >= chaosKeys-6) {
@@ -387,6 +388,11 @@ func (r *chaosRun) putBackDone(saturate bool) {
 	if !found || rec.getStatus(read).Kind != status.KindDone {
 		r.logf("%s: not Done, no put-back", k)
 		return
+	}
+	if !r.cfg.set && r.rng.IntN(3) == 0 {
+		// Restored from a backup: a Done without identity, of no age.
+		read = read.clone()
+		read.Status = status.Status{Kind: status.KindDone, UpdatedAt: read.Status.UpdatedAt}
 	}
 	var holds []*chaosHold
 	if saturate { // a few more than the slots: a parked or queued key takes none
