@@ -11,8 +11,8 @@
 // change was a status written by another reconciler, so it never redoes or
 // overwrites work needlessly. Reusing an old Pending status value when
 // changing an object defeats that check: always call [Pending] anew. A
-// status without an identity (a literal, or one decoded outside a [Set])
-// still works, but the reconciler may then apply the object again where the
+// status without an identity (a literal, or one decoded outside a [Set],
+// or a Done or Error decoded in one) still works, but the reconciler may then apply the object again where the
 // check would have spared it.
 //
 // An object reconciled by several reconcilers holds a [Set], a set of named

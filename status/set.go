@@ -176,8 +176,12 @@ func (s Set) MarshalJSON() ([]byte, error) {
 	return json.Marshal(maps.Collect(s.All()))
 }
 
-// UnmarshalJSON decodes what [Set.MarshalJSON] wrote. Each decoded status
-// gets a fresh identity. Malformed input, an error text or terminal flag on
+// UnmarshalJSON decodes what [Set.MarshalJSON] wrote. Each decoded Pending
+// or Refreshing status gets a fresh identity: it asks for work as a new
+// write. A decoded Done or Error gets none, as outside a Set: it says what
+// a reconciler did at some time nothing tells (a restore from a backup),
+// and the reconciler applies the object again wherever it may be older
+// than what the target got since. Malformed input, an error text or terminal flag on
 // a status other than Error included, is an error wrapping [ErrMalformed].
 func (s *Set) UnmarshalJSON(data []byte) error {
 	var m map[string]Status
@@ -203,8 +207,9 @@ func (s *Set) UnmarshalYAML(unmarshal func(any) error) error {
 	return s.fromMap(m)
 }
 
-// fromMap replaces s with the decoded statuses in m, each a new write with
-// its own identity, or leaves s alone if one of them is malformed.
+// fromMap replaces s with the decoded statuses in m, those asking for
+// work a new write with its own identity, or leaves s alone if one of
+// them is malformed.
 func (s *Set) fromMap(m map[string]Status) error {
 	entries := make([]entry, 0, len(m))
 	for name, st := range m {
@@ -216,7 +221,7 @@ func (s *Set) fromMap(m map[string]Status) error {
 		if err := e.status.check(); err != nil {
 			return fmt.Errorf("%w: set: %q: %w", ErrMalformed, e.name, err)
 		}
-		if e.status.Kind != KindUnset {
+		if e.status.IsPendingOrRefreshing() {
 			e.status.id = nextID()
 		}
 	}
