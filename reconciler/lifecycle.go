@@ -271,8 +271,8 @@ func (lc *lifecycles[Obj]) adopt(key string, t task[Obj], errID uint64, err erro
 		lc.follow(s, t)
 		return
 	}
-	if ok && s.errID == errID {
-		return
+	if ok && errID != 0 && s.errID == errID {
+		return // known: a status without identity never is
 	}
 	if !ok {
 		s = &keyState[Obj]{key: key, pos: [2]int{-1, -1}, active: -1}
