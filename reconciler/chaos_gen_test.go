@@ -6,6 +6,7 @@ package reconciler_test
 
 import (
 	"cmp"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"runtime"
@@ -183,7 +184,8 @@ func (r *chaosRun) earlier(key string) *item {
 
 // keyMove makes one change to key: 0 delete, 1 a new value, 2 revert, 3
 // re-insert as it is or as read earlier (not a Done, which no reconciler
-// can tell from a true one), 4 delete and put back as it was.
+// can tell from a true one), 4 delete and put back as it was (or as a
+// restore gives it).
 func (r *chaosRun) keyMove(key string, move int) {
 	obj, found := r.get(key)
 	switch old := r.read[key]; {
@@ -200,10 +202,24 @@ func (r *chaosRun) keyMove(key string, move int) {
 		if r.del(key, ""); r.rng.IntN(2) == 0 {
 			r.reconciled(r.rng.IntN(len(r.recs)), time.Duration(1+r.rng.IntN(10))*time.Millisecond)
 		}
+		if r.rng.IntN(3) == 0 {
+			obj = r.restored(obj)
+		}
 		r.put(key, obj, "put back")
 	default:
 		r.set(key, r.value(), "")
 	}
+}
+
+// restored returns obj as a restore from a backup gives it: encoded and
+// decoded, its Done (or a status.Set's Dones and Errors) without identity,
+// of no age.
+func (r *chaosRun) restored(obj *item) *item {
+	data, err := json.Marshal(obj)
+	require.NoError(r.t, err)
+	var out item
+	require.NoError(r.t, json.Unmarshal(data, &out))
+	return &out
 }
 
 // reinsertAsIs writes key's object back as it is in the transaction that
@@ -389,10 +405,8 @@ func (r *chaosRun) putBackDone(saturate bool) {
 		r.logf("%s: not Done, no put-back", k)
 		return
 	}
-	if !r.cfg.set && r.rng.IntN(3) == 0 {
-		// Restored from a backup: a Done without identity, of no age.
-		read = read.clone()
-		read.Status = status.Status{Kind: status.KindDone, UpdatedAt: read.Status.UpdatedAt}
+	if r.rng.IntN(3) == 0 {
+		read = r.restored(read)
 	}
 	var holds []*chaosHold
 	if saturate { // a few more than the slots: a parked or queued key takes none
