@@ -129,6 +129,10 @@ type task[Obj any] struct {
 	ready    int64            // when it became ready to run (Unix ns), for queue waits
 	delete   bool
 	refresh  bool // asked for by a Refreshing status
+	// With priorities: the rank of obj's priority, read once per version
+	// (see lifecycles.rank), once ranked.
+	rank   int64
+	ranked bool
 }
 
 // lifecycles is the set of keyStates of one reconciler. It lives as long
@@ -219,9 +223,18 @@ func (lc *lifecycles[Obj]) queue(key string, t task[Obj]) {
 		lc.replace(s, t)
 		lc.enqueue(s)
 	default:
-		lc.replace(s, stillAsked(s.task, t))
+		lc.replace(s, sameRank(s.task, stillAsked(s.task, t)))
 		lc.reprioritize(s)
 	}
+}
+
+// sameRank returns t, which replaces old, with old's rank if it is the
+// same version of the object (the same revision, read again).
+func sameRank[Obj any](old, t task[Obj]) task[Obj] {
+	if old.ranked && !t.ranked && old.rev == t.rev && old.delete == t.delete {
+		t.rank, t.ranked = old.rank, true
+	}
+	return t
 }
 
 // setPriority turns priorities on: priority gives an object's, share the
@@ -236,8 +249,18 @@ func (lc *lifecycles[Obj]) setPriority(priority func(Obj) int, share float64) {
 // place in arrival order.
 func (lc *lifecycles[Obj]) reprioritize(s *keyState[Obj]) {
 	if s.pos[inPriority] >= 0 {
-		lc.byPriority.rerank(s.pos[inPriority], priorityRank(lc.priority(s.task.obj)))
+		lc.byPriority.rerank(s.pos[inPriority], lc.rank(&s.task))
 	}
+}
+
+// rank returns the rank of t's priority, reading it only the first time
+// t, one version of an object, is ranked: a version requeued (held by the
+// circuit breaker, cut short by Pause or a stop) keeps its rank.
+func (lc *lifecycles[Obj]) rank(t *task[Obj]) int64 {
+	if !t.ranked {
+		t.rank, t.ranked = priorityRank(lc.priority(t.obj)), true
+	}
+	return t.rank
 }
 
 // follow records t, a change of s's key read while s runs, as what comes
@@ -559,7 +582,7 @@ func (lc *lifecycles[Obj]) enqueue(s *keyState[Obj]) {
 		lc.queued = append(lc.queued, s)
 		if lc.priority != nil {
 			lc.seq++
-			lc.byPriority.push(s, priorityRank(lc.priority(s.task.obj)), lc.seq)
+			lc.byPriority.push(s, lc.rank(&s.task), lc.seq)
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/statedb"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -277,7 +278,8 @@ func TestTakeQueuedByPriority(t *testing.T) {
 		}
 		return out
 	}
-	queue := func(key string, obj int) { lc.queue(key, task[int]{obj: obj}) }
+	var rev statedb.Revision
+	queue := func(key string, obj int) { rev++; lc.queue(key, task[int]{obj: obj, rev: rev}) }
 	queue("low1", 1)
 	queue("low2", 2)
 	queue("mid", 150)
