@@ -13,7 +13,10 @@ import (
 // probe that succeeds (or that the target answers with an error about the
 // object) closes it. While open, a failure about the target is no outcome
 // for its object: record says so, and commit queues the object again as
-// if its operation had never started, so no attempt count or backoff grows.
+// if its operation had never started, so no attempt count or backoff
+// grows. One that asked for its next attempt's time (RetryAfter) keeps
+// that time but counts no attempt either, and the time delays the next
+// probe.
 //
 // A nil *breaker is a breaker that never opens. Its methods are safe for
 // concurrent use: workers record outcomes while the loop asks for probes.
@@ -53,13 +56,32 @@ func (b *breaker) aboutTarget(err error) bool {
 	return err != nil && !IsTerminal(err) && (b.isTarget == nil || b.isTarget(err))
 }
 
+// verdict is what the breaker makes of a failure.
+type verdict uint8
+
+const (
+	// counted: an outcome of the object's own, as without a breaker.
+	counted verdict = iota
+	// held: the breaker is open, so the failure is no outcome: the object
+	// goes back to the queue as if its operation never started.
+	held
+	// spared: the breaker is open and the failure asked for its next
+	// attempt's time (RetryAfter): the object keeps that time, as
+	// RetryAfter promises, but the failure counts no attempt.
+	spared
+)
+
 // record takes the outcome err of an operation on key (key is read only
-// for a failure), which was the probe if probe is set, and reports whether
-// the failure is held: the breaker was open, so it is no outcome for the
-// object. The failure that opens the breaker is not held.
-func (b *breaker) record(key func() string, err error, probe bool, now time.Time) (held bool) {
+// for a failure), which was the probe if probe is set, and returns what
+// the failure is for its object. While open, a failure about the target
+// delays the next probe: by the backoff if it was the probe, and to the
+// time it asked for with RetryAfter, up to the probes' maximum backoff
+// (a RetryAfter about the target is its own word on when to ask again;
+// the cap keeps one object that asks for a day from stopping the probes).
+// The failure that opens the breaker is counted.
+func (b *breaker) record(key func() string, err error, probe bool, now time.Time) verdict {
 	if b == nil {
-		return false
+		return counted
 	}
 	target := b.aboutTarget(err)
 	b.mu.Lock()
@@ -76,26 +98,33 @@ func (b *breaker) record(key func() string, err error, probe bool, now time.Time
 		if b.open {
 			b.setOpen(false, now, nil)
 		}
-		return false
+		return counted
 	case !target:
-		return false // about the object: neither breaks nor mends the streak
+		return counted // about the object: neither breaks nor mends the streak
 	case b.open:
-		if _, asked := retryAfter(err); asked {
-			// The operation chose its next attempt's time (RetryAfter):
-			// an outcome of its object's own, which it keeps.
-			return false
-		}
 		if wasProbe {
 			b.failed++
-			b.due = now.Add(backoff(b.failed+1, b.probeMin, b.probeMax, 0, 0))
+			b.due = later(b.due, now.Add(backoff(b.failed+1, b.probeMin, b.probeMax, 0, 0)))
 		}
-		return true
+		if wait, asked := retryAfter(err); asked {
+			b.due = later(b.due, now.Add(min(wait, b.probeMax)))
+			return spared
+		}
+		return held
 	}
 	b.streak[key()] = struct{}{}
 	if len(b.streak) >= b.threshold {
 		b.setOpen(true, now, err)
 	}
-	return false
+	return counted
+}
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // setOpen opens or closes the breaker and the gate with it. b.mu is held.
@@ -105,6 +134,9 @@ func (b *breaker) setOpen(open bool, now time.Time, err error) {
 	if open {
 		b.openings++
 		b.since, b.due = now, now.Add(b.probeMin)
+		if wait, asked := retryAfter(err); asked {
+			b.due = later(b.due, now.Add(min(wait, b.probeMax)))
+		}
 		b.err = fmt.Errorf("target failing since %s: %w", now.UTC().Format(time.RFC3339), err)
 	} else {
 		b.since, b.due, b.err = time.Time{}, time.Time{}, nil

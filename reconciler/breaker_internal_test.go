@@ -30,7 +30,7 @@ func key(k string) func() string { return func() string { return k } }
 func TestBreakerOpensOnDistinctTargetFailuresInARow(t *testing.T) {
 	b, g, transits := newTestBreaker(3)
 	now := time.Unix(1000, 0)
-	fail := func(k string, err error) bool { return b.record(key(k), err, false, now) }
+	fail := func(k string, err error) bool { return b.record(key(k), err, false, now) == held }
 
 	assert.False(t, fail("a", errDown))
 	assert.False(t, fail("a", errDown))
@@ -40,7 +40,7 @@ func TestBreakerOpensOnDistinctTargetFailuresInARow(t *testing.T) {
 	assert.False(t, b.state().open, "one object failing, however often, is not the target")
 
 	assert.False(t, fail("b", errDown))
-	assert.False(t, b.record(key("x"), nil, false, now), "a success")
+	assert.Equal(t, counted, b.record(key("x"), nil, false, now), "a success")
 	assert.False(t, fail("c", errDown))
 	assert.False(t, fail("d", errDown))
 	assert.False(t, b.state().open, "the success started the count again")
@@ -86,8 +86,8 @@ func TestBreakerProbesOnItsOwnBackoff(t *testing.T) {
 		assert.False(t, g.enterProbe(), "one probe at a time")
 		room, _ = b.limit(at)
 		assert.Equal(t, 0, room, "none while the probe runs")
-		held := b.record(key("a"), err, true, at)
-		assert.Equal(t, errors.Is(err, errDown), held)
+		v := b.record(key("a"), err, true, at)
+		assert.Equal(t, errors.Is(err, errDown), v == held)
 	}
 	at := t0.Add(10 * time.Millisecond)
 	probe(at, errDown)
@@ -128,7 +128,31 @@ func TestBreakerClosesOnAnySuccessAndOnReset(t *testing.T) {
 	assert.Equal(t, uint64(2), b.state().openings)
 
 	var none *breaker
-	assert.False(t, none.record(key("a"), errDown, false, now), "a nil breaker never opens")
+	assert.Equal(t, counted, none.record(key("a"), errDown, false, now), "a nil breaker never opens")
 	_, limited := none.limit(now)
 	assert.False(t, limited)
+}
+
+// While open, a failure about the target that asks for its next attempt's
+// time (RetryAfter) is spared: its object keeps the time and counts no
+// attempt; the time delays the next probe, up to the probes' maximum
+// backoff, and so does the time the opening failure asks.
+func TestBreakerRetryAfterWhileOpenDelaysProbes(t *testing.T) {
+	b, _, _ := newTestBreaker(1)
+	t0 := time.Unix(1000, 0)
+	assert.Equal(t, counted, b.record(key("a"), RetryAfter(20*time.Millisecond, errDown), false, t0), "the opening failure counts")
+	due, open := b.nextProbe()
+	require.True(t, open)
+	assert.Equal(t, t0.Add(20*time.Millisecond), due, "not before the time the target gave")
+
+	room, _ := b.limit(due)
+	require.Equal(t, 1, room)
+	assert.Equal(t, spared, b.record(key("b"), RetryAfter(time.Millisecond, errDown), true, due))
+	next, _ := b.nextProbe()
+	assert.Equal(t, due.Add(20*time.Millisecond), next, "a failed probe: its backoff step, though it asked for less")
+
+	assert.Equal(t, spared, b.record(key("c"), RetryAfter(24*time.Hour, errDown), false, next))
+	last, _ := b.nextProbe()
+	assert.Equal(t, next.Add(35*time.Millisecond), last, "a day asked for waits the probes' maximum backoff")
+	assert.Equal(t, counted, b.record(key("d"), RetryAfter(time.Hour, errObject), false, last), "about an object: its own")
 }

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"expvar"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -594,6 +596,82 @@ func TestBreakerFailingDeletes(t *testing.T) {
 			keys, err := o.tg.Keys()
 			require.NoError(t, err)
 			assert.Equal(t, []string{"after"}, keys)
+		})
+	}
+}
+
+// While open, a probe the target answers with RetryAfter (a 503 with
+// Retry-After, a rate limit) is a failed probe like any other: the probes
+// stay one per backoff step, and WithMaxAttempts gives up on nothing
+// because the target was down.
+func TestBreakerHoldsTargetRetryAfter(t *testing.T) {
+	for _, v := range variants {
+		t.Run(v.String(), func(t *testing.T) {
+			o, m := newKitOps(), newKitMetrics()
+			f := kitbreaker(t, o, v, m,
+				reconciler.WithCircuitBreaker(2, 200*time.Millisecond, nil),
+				reconciler.WithRetry(time.Millisecond, time.Second),
+				reconciler.WithMaxAttempts(2))
+			o.setFail(func(reconcilertest.Op, *item) error {
+				return reconciler.RetryAfter(5*time.Millisecond, errKitDown)
+			})
+			f.upsert(items("r", 40, "1")...)
+			m.waitOpen(t, 1)
+			start := o.calls.Load()
+			window := time.NewTimer(time.Second)
+			<-window.C // a measuring window: a slow machine makes fewer calls, not more
+			// Probes 200 ms and 600 ms after the opening; those in flight
+			// when it opened; a margin. Not held, it is hundreds.
+			n := o.calls.Load() - start
+			assert.LessOrEqual(t, n, int64(4+v.workers), "%d calls in the first second open", n)
+			var given []string
+			for obj := range f.table.All(f.db.ReadTxn()) {
+				if obj.Status.Terminal {
+					given = append(given, obj.ID+": "+obj.Status.Error)
+				}
+			}
+			require.Empty(t, given, "given up while the target was down")
+			o.recover()
+			f.kitconverged(o)
+		})
+	}
+}
+
+// Operations cut short by a stop fail with the stop's context.Canceled:
+// that says nothing of the target, so the breaker neither opens nor logs.
+func TestBreakerStopIsNoOutage(t *testing.T) {
+	for _, v := range []variant{{4, false}, {4, true}} {
+		t.Run(v.String(), func(t *testing.T) {
+			o, m := newKitOps(), newKitMetrics()
+			logs := &captureHandler{}
+			w := &with{tables: true, log: slog.New(logs)}
+			f := v.fixture(t, o, w, reconciler.WithMetrics(m),
+				reconciler.WithCircuitBreaker(2, time.Millisecond, nil),
+				reconciler.WithRetry(time.Millisecond, 4*time.Millisecond))
+			var blocked atomic.Int64
+			more := make(chan struct{}, 64)
+			o.mu.Lock()
+			o.gate = func(ctx context.Context, _ *item) {
+				blocked.Add(1)
+				more <- struct{}{}
+				<-ctx.Done()
+			}
+			o.mu.Unlock()
+			o.setFail(func(reconcilertest.Op, *item) error { return context.Canceled })
+			f.start()
+			f.upsert(items("s", 8, "1")...)
+			for blocked.Load() < 2 {
+				recv(t, more, "updates in flight")
+			}
+			f.stop()
+			info, _, found := f.tables.Reconcilers().Get(f.db.ReadTxn(), reconciler.InfoByID.Query("test"))
+			require.True(t, found)
+			assert.Zero(t, info.BreakerOpenings, "a stop opened the breaker")
+			logs.mu.Lock()
+			defer logs.mu.Unlock()
+			for _, r := range logs.records {
+				assert.NotContains(t, r.Message, "Target failing", "logged at %s", r.Level)
+			}
 		})
 	}
 }

@@ -501,9 +501,11 @@ const shrinkAbove = 1024
 // committed. settled says the outcome needs no retry (success, or a
 // terminal error of an update); written, whether the status was written
 // (always true for a delete). A failure waits until retryAt (Unix ns);
-// errID is the identity of the Error status written for it. A successor
-// supersedes the outcome: it is what the object is now, and is queued.
-func (lc *lifecycles[Obj]) settle(s *keyState[Obj], err error, settled, written bool, retryAt int64, errID uint64, now time.Time) {
+// errID is the identity of the Error status written for it; it counts an
+// attempt unless it is not counted (a failure the circuit breaker spared),
+// but a first failure always does. A successor supersedes the outcome: it
+// is what the object is now, and is queued.
+func (lc *lifecycles[Obj]) settle(s *keyState[Obj], err error, settled, written, counted bool, retryAt int64, errID uint64, now time.Time) {
 	switch {
 	case s.hasNext:
 		next := s.next
@@ -517,8 +519,11 @@ func (lc *lifecycles[Obj]) settle(s *keyState[Obj], err error, settled, written 
 		if s.attempts == 0 {
 			s.first = now
 			lc.retrying++
+			counted = true
 		}
-		s.attempts++
+		if counted {
+			s.attempts++
+		}
 		s.err, s.errID = err, errID
 		lc.deactivate(s)
 		lc.wait(s, retryAt)

@@ -80,7 +80,7 @@ func TestLifecycleSuccessorRules(t *testing.T) {
 	assert.True(t, s.hasNext, "after a delete the same identity is new work")
 	assert.Equal(t, uint64(5), s.next.rev)
 
-	lc.settle(s, nil, true, false, 0, 0, time.Now())
+	lc.settle(s, nil, true, false, true, 0, 0, time.Now())
 	assert.Equal(t, phaseQueued, s.phase, "the successor is queued")
 	assert.Equal(t, []*keyState[int]{s}, lc.takeQueued(10))
 	lc.start(s)
@@ -88,9 +88,9 @@ func TestLifecycleSuccessorRules(t *testing.T) {
 	lc.markPruned(s)
 	assert.Nil(t, lc.observe("a", testTask(6, 100)))
 	assert.True(t, s.hasNext, "after a prune the same identity is new work")
-	lc.settle(s, nil, true, true, 0, 0, time.Now())
+	lc.settle(s, nil, true, true, true, 0, 0, time.Now())
 	lc.start(lc.takeQueued(1)[0])
-	lc.settle(s, nil, true, true, 0, 0, time.Now())
+	lc.settle(s, nil, true, true, true, 0, 0, time.Now())
 	assert.False(t, lc.tracked(), "done: nothing left")
 	assert.Empty(t, lc.active)
 }
@@ -107,7 +107,7 @@ func TestLifecycleSameRevisionIsNoSuccessor(t *testing.T) {
 	assert.Nil(t, lc.observe("a", testTask(7, 0)))
 	assert.False(t, s.hasNext, "the very revision running is no successor")
 
-	lc.settle(s, errors.New("e"), false, true, time.Now().UnixNano(), 300, time.Now())
+	lc.settle(s, errors.New("e"), false, true, true, time.Now().UnixNano(), 300, time.Now())
 	assert.Equal(t, phaseWaiting, s.phase, "the failure is retried")
 	assert.Equal(t, uint64(300), s.errID)
 }
@@ -233,7 +233,7 @@ func testLifecycleModel(t *testing.T, priorities bool) {
 			for k, s := range running {
 				delete(running, k)
 				failed := rng.IntN(2) == 0
-				lc.settle(s, errors.New("e"), !failed, true, now.Add(time.Duration(rng.IntN(1000))*time.Millisecond).UnixNano(), 7, now)
+				lc.settle(s, errors.New("e"), !failed, true, true, now.Add(time.Duration(rng.IntN(1000))*time.Millisecond).UnixNano(), 7, now)
 				break
 			}
 		case 4:
@@ -364,7 +364,7 @@ func TestABurstOfFailuresLeavesNoMemoryHeld(t *testing.T) {
 	end := time.Unix(3_000_000, 0)
 	for s, ok := lc.popDue(end.UnixNano()); ok; s, ok = lc.popDue(end.UnixNano()) {
 		lc.start(s)
-		lc.settle(s, nil, true, true, 0, 0, end)
+		lc.settle(s, nil, true, true, true, 0, 0, end)
 	}
 	require.Equal(t, 20*shrinkAbove, len(lc.takeOutdated()), "rows to remove")
 	require.Equal(t, 0, len(lc.takeOutdated()))

@@ -561,3 +561,50 @@ func TestRecheckDueWhileBreakerOpen(t *testing.T) {
 	o.waitUpdates(t, "a", 2)
 	f.kitconverged(o)
 }
+
+// RecheckAfter called after Update returned (from a goroutine it
+// started) asks for nothing: least of all a re-check of the object
+// updated next.
+func TestRecheckAskAfterReturnIsIgnored(t *testing.T) {
+	o := newKitOps()
+	var (
+		late  context.Context
+		once  sync.Once
+		bRuns = make(chan struct{})
+		asked = make(chan struct{})
+	)
+	o.setAfter(func(ctx context.Context, it *item) {
+		switch it.ID {
+		case "a":
+			late = ctx
+			go func() {
+				<-bRuns // b's Update is under way: a's has returned
+				reconciler.RecheckAfter(late, time.Millisecond)
+				close(asked)
+			}()
+		case clock:
+			reconciler.RecheckAfter(ctx, 2*time.Millisecond)
+		}
+	})
+	o.mu.Lock()
+	o.gate = func(ctx context.Context, it *item) {
+		if it.ID == "b" {
+			once.Do(func() {
+				close(bRuns)
+				recv(t, asked, "the late ask")
+			})
+		}
+	}
+	o.mu.Unlock()
+	f := kitrecheck(t, o, variant{1, false})
+	f.upsert(kititems("1", "a", "b")...)
+	f.waitKind("b", status.KindDone)
+	// The clock's re-check falls due after any of a or b would have: once
+	// it ran and everything up to it is reconciled, a re-check of a or b
+	// would have run too.
+	f.upsert(kititems("0", clock)...)
+	o.waitUpdates(t, clock, 2)
+	f.caughtUp()
+	assert.Equal(t, []string{"1"}, o.updates("a"), "a re-checked by a late ask")
+	assert.Equal(t, []string{"1"}, o.updates("b"), "b re-checked by a's late ask")
+}

@@ -263,5 +263,6 @@ type op[Obj any] struct {
 	written bool          // commit wrote the status of an update
 	over    bool          // ... over a changed object carrying the same status: the version it applied
 	noKey   bool          // the status could not be written: the object had no primary key
+	spared  bool          // a failure while the breaker was open: it counts no attempt (see verdict)
 	recheck time.Duration // an update that succeeded: re-check after this (RecheckAfter)
 }
