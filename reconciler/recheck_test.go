@@ -3,10 +3,13 @@ package reconciler_test
 import (
 	"context"
 	"fmt"
+	"iter"
 	"math"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -607,4 +610,65 @@ func TestRecheckAskAfterReturnIsIgnored(t *testing.T) {
 	f.caughtUp()
 	assert.Equal(t, []string{"1"}, o.updates("a"), "a re-checked by a late ask")
 	assert.Equal(t, []string{"1"}, o.updates("b"), "b re-checked by a's late ask")
+}
+
+// A deleted object's re-check gives its memory back once the delete is
+// read, not when the re-check would have fallen due.
+func TestRecheckDeleteReleasesMemory(t *testing.T) {
+	const n, size = 800, 64 << 10
+	o := &recheckHourOps{}
+	f := startFixture(t, o, nil)
+	heap := func() uint64 {
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return ms.HeapAlloc
+	}
+	base := heap()
+	for i := range n {
+		f.upsert(&item{ID: fmt.Sprintf("m%03d", i), Value: strings.Repeat(string(rune('a'+i%26)), size)})
+	}
+	f.waitTable("every object Done", func(txn statedb.ReadTxn) bool {
+		return f.countKind(txn, status.KindDone) == n
+	})
+	require.GreaterOrEqual(t, heap(), base+n*size/2, "the objects are not on the heap")
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("m%03d", i)
+	}
+	f.remove(ids...)
+	f.caughtUp()
+	// StateDB keeps deleted objects until every change iterator has
+	// read past them and its graveyard is collected (a second or so): a
+	// later write moves the reconciler's past them; then poll the heap.
+	f.upsert(&item{ID: "after"})
+	f.caughtUp()
+	var held uint64
+	waitUntil(t, "the deleted objects' memory given back", func() (bool, <-chan struct{}) {
+		held = heap()
+		return held < base+n*size/8, tick(50 * time.Millisecond)
+	})
+	assert.Less(t, held, base+n*size/8)
+}
+
+// recheckHourOps asks every Update for a re-check in an hour and keeps
+// nothing of what it is given.
+type recheckHourOps struct{}
+
+func (recheckHourOps) Update(ctx context.Context, _ statedb.ReadTxn, _ statedb.Revision, _ *item) error {
+	reconciler.RecheckAfter(ctx, time.Hour)
+	return nil
+}
+func (recheckHourOps) Delete(context.Context, statedb.ReadTxn, statedb.Revision, *item) error {
+	return nil
+}
+func (recheckHourOps) Prune(context.Context, statedb.ReadTxn, iter.Seq2[*item, statedb.Revision]) error {
+	return nil
+}
+
+// tick returns a channel closed after d: a poll's next look.
+func tick(d time.Duration) <-chan struct{} {
+	ch := make(chan struct{})
+	time.AfterFunc(d, func() { close(ch) })
+	return ch
 }
