@@ -181,7 +181,7 @@ func (r *reconciler[Obj]) collectProbe(txn statedb.ReadTxn, now time.Time, turn 
 // start adds the job of s to the round's work.
 func (r *reconciler[Obj]) start(s *keyState[Obj]) {
 	r.lifecycles.start(s)
-	r.work = append(r.work, op[Obj]{task: s.task, s: s, key: s.key, attempt: s.attempts + 1})
+	r.work = append(r.work, op[Obj]{task: s.task, s: s, key: s.key, attempt: s.attempts + 1, lastErr: s.err})
 }
 
 // collectChanges reads changes, turning those that need work into ops,

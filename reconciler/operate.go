@@ -508,7 +508,8 @@ func (r *reconciler[Obj]) recordOutcome(ctx context.Context, o *op[Obj], probe b
 		k, _ := r.keyOf(o.obj)
 		return k
 	}
-	switch r.breaker.record(key, o.err, probe, r.now()) {
+	again := o.err != nil && o.lastErr != nil && o.err.Error() == o.lastErr.Error()
+	switch r.breaker.record(key, o.err, again, probe, r.now()) {
 	case held:
 		o.ran, o.err, o.recheck = false, nil, 0
 	case spared:
@@ -598,11 +599,12 @@ func entryErr(result, batchErr error) error {
 // Prune counting what it removed from the target that should not have been
 // there, or Update counting what it had to put right in the target for an
 // object marked Refreshing. Call it with the context the operation was
-// given, any number of times. The counts go to the metrics (drift repaired,
-// by source "prune" or "refresh"; see [metrics.PruneStats] and
-// [metrics.CommitStats]) and to the reconcilers table. With a context that
-// does not come from a reconciler it does nothing. It is safe for
-// concurrent use and does not allocate.
+// given, any number of times before it returns. The counts go to the
+// metrics (drift repaired, by source "prune" or "refresh"; see
+// [metrics.PruneStats] and [metrics.CommitStats]) and to the reconcilers
+// table. With a context that does not come from a reconciler, or once the
+// operation has returned, it does nothing. It is safe for concurrent use
+// and does not allocate.
 func ReportRepaired(ctx context.Context, n int) {
 	if c, ok := ctx.Value(reportsKey{}).(*opReports); ok && n > 0 && !c.closed.Load() {
 		c.drift.Add(int64(n))
@@ -617,7 +619,8 @@ func ReportRepaired(ctx context.Context, n int) {
 // newer version of the object, or its delete, replaces the re-check; so
 // does a later call, the last one made during the operation counting.
 // A failing Update asks for nothing: its retry does. Call it with the
-// context Update was given; with any other context it does nothing.
+// context Update was given, before Update returns; with any other context,
+// or once Update has returned, it does nothing.
 // UpdateBatch (and ProcessBatch) asks per entry with
 // [BatchEntry.RecheckAfter] instead.
 //

@@ -256,6 +256,7 @@ type op[Obj any] struct {
 	s       *keyState[Obj] // nil: an untracked task of the inline executor (see keyState)
 	key     string         // s's key, or for an untracked job "" until needed
 	attempt int            // which attempt this is for a tracked key (1: the first), else 0
+	lastErr error          // the error of the attempt before, if it failed
 	updated Obj            // an update's clone, as Update left it
 	started int64          // when the operation started (Unix ns)
 	err     error
