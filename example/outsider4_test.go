@@ -3,12 +3,18 @@
 package main
 
 import (
+	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"io/fs"
+
+	"github.com/converge-go/converge/status"
 )
 
 // The second probe as a local attacker (issue 47): each test pins one of
@@ -39,5 +45,119 @@ func TestATemplateOfManyPlaceholdersIsCheckedAtOnce(t *testing.T) {
 		if c.code == http.StatusBadRequest {
 			require.Contains(t, body, `line 1, column 1048569: unknown placeholder \"{{nam}}\"`)
 		}
+	}
+}
+
+// editInPlace rewrites the file at path in place with content of the same
+// size, and puts its modification time back, as touch -r or rsync
+// --inplace -t do: its identity, size and time are as before.
+func editInPlace(t *testing.T, path, content string) {
+	t.Helper()
+	before, err := os.Stat(path)
+	require.NoError(t, err)
+	require.Len(t, content, int(before.Size()))
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	require.NoError(t, err)
+	_, err = f.WriteAt([]byte(content), 0)
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	require.NoError(t, os.Chtimes(path, before.ModTime(), before.ModTime()))
+	after, err := os.Stat(path)
+	require.NoError(t, err)
+	require.True(t, os.SameFile(before, after) && after.ModTime().Equal(before.ModTime()) && after.Size() == before.Size())
+}
+
+// "It removes a file only if the file still holds what the example wrote":
+// a file of the example's edited in place to the same size, its
+// modification time put back, holds the user's work. Neither a DELETE
+// nor the prune removes it.
+func TestAFileEditedInPlaceWithItsTimePutBackIsNotRemoved(t *testing.T) {
+	a := startApp(t, testConfig(), nil)
+	a.put("notes", "the example's notes")
+	a.put("draft", "the example's draft")
+	a.waitKind("notes", status.KindDone)
+	a.waitKind("draft", status.KindDone)
+	notes, draft := filepath.Join(a.dir, "notes"), filepath.Join(a.dir, "draft")
+	editInPlace(t, notes, "THE USER'S NOTES!!!")
+	editInPlace(t, draft, "THE USER'S DRAFT!!!")
+
+	code, body := a.do(http.MethodDelete, "/files/notes", nil)
+	require.Equal(t, http.StatusNoContent, code, body)
+	a.waitDeleteReconciled()
+	data, err := os.ReadFile(notes)
+	require.NoError(t, err, "DELETE removed a file the user edited")
+	require.Equal(t, "THE USER'S NOTES!!!", string(data))
+	require.NotContains(t, journalNames(t, a.dir), "notes", "the file is forgotten")
+
+	// draft is not in the next run's initial set: its first prune looks
+	// at it, and leaves it.
+	a.stop()
+	cfg := testConfig()
+	cfg.Dir = a.dir
+	b := startApp(t, cfg, nil)
+	info := b.waitPruneAfter(time.Time{})
+	require.Empty(t, info.LastPruneError)
+	require.Zero(t, info.DriftRepaired, "the prune removed a file")
+	data, err = os.ReadFile(draft)
+	require.NoError(t, err, "the prune removed a file the user edited")
+	require.Equal(t, "THE USER'S DRAFT!!!", string(data))
+	require.NotContains(t, journalNames(t, b.dir), "draft", "the file is forgotten")
+}
+
+// "It refuses a directory others can change": a directory whose parent
+// another user owns, or others can write without the sticky bit, can be
+// moved away or replaced by them. It is refused before anything is
+// written, as a directory others can write is; a sticky parent others
+// can write, such as /tmp, is not. The other user is uid 4242, which the
+// test, as root, gives the parent; without root it cannot.
+func TestADirectoryWhoseParentOthersCanChangeIsRefused(t *testing.T) {
+	const other = 4242
+	for name, c := range map[string]struct {
+		mode fs.FileMode
+		uid  int
+		msg  string
+	}{
+		"another user's parent": {0o755, other, "its parent %s is owned by uid 4242, neither the user running the example (uid 0) nor root: " +
+			"that user can move the directory away or put another in its place; choose another --dir"},
+		"a parent others can write":        {0o777, -1, "its parent %s can be written by other users (mode -rwxrwxrwx) and is not sticky"},
+		"a sticky parent others can write": {0o777 | fs.ModeSticky, -1, ""},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if c.uid >= 0 && os.Geteuid() != 0 {
+				t.Skip("giving the parent to another user needs root")
+			}
+			parent := filepath.Join(t.TempDir(), "parent")
+			require.NoError(t, os.Mkdir(parent, 0o700))
+			require.NoError(t, os.Chmod(parent, c.mode))
+			if c.uid >= 0 {
+				require.NoError(t, os.Chown(parent, c.uid, c.uid))
+			}
+			for _, existing := range []bool{false, true} {
+				dir := filepath.Join(parent, fmt.Sprintf("target-%v", existing))
+				if existing {
+					require.NoError(t, os.Mkdir(dir, 0o755))
+				}
+				if c.msg == "" {
+					cfg := testConfig()
+					cfg.Dir = dir
+					a := startApp(t, cfg, nil)
+					a.waitReconciled()
+					require.Equal(t, "hello.txt", a.dirNames()[0])
+					continue
+				}
+				code, stderr := runExample(t, "--dir", dir, "--addr", "127.0.0.1:0")
+				require.Equal(t, exitUsage, code, stderr)
+				requireOnce(t, stderr, "example: target directory "+dir+": "+fmt.Sprintf(c.msg, parent))
+				require.NotContains(t, stderr, "Serving HTTP")
+				entries, err := os.ReadDir(parent)
+				require.NoError(t, err)
+				if existing {
+					require.Len(t, entries, 1)
+					require.Empty(t, dirNames(t, dir), "nothing is written")
+				} else {
+					require.Empty(t, entries, "nothing is created")
+				}
+			}
+		})
 	}
 }
