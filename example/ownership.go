@@ -154,9 +154,16 @@ func (d *ownedDir) check() error {
 		case !parent.IsDir():
 			return fmt.Errorf("target directory %s: %s is not a directory; choose another --dir", d.name, filepath.Dir(d.path))
 		}
-		return nil
+		return checkParent(d.label(), filepath.Dir(d.path), parent)
 	}
 	if err := d.checkDir(info, err); err != nil {
+		return err
+	}
+	parent, err := os.Stat(filepath.Dir(d.path))
+	if err != nil {
+		return fmt.Errorf("target directory %s: %w", d.name, err)
+	}
+	if err := checkParent(d.label(), filepath.Dir(d.path), parent); err != nil {
 		return err
 	}
 	root, err := os.OpenRoot(d.path)
@@ -227,6 +234,16 @@ func (d *ownedDir) start(cell.HookContext) error {
 	parent, err := os.OpenRoot(parentPath)
 	if err != nil {
 		return refuse("dir", fmt.Errorf("target directory %s: %w", d.name, err))
+	}
+	// The parent held is checked, not the one at its path when the
+	// hive was built.
+	info, err := parent.Stat(".")
+	if err == nil {
+		err = checkParent(d.label(), parentPath, info)
+	}
+	if err != nil {
+		parent.Close()
+		return refuse("dir", err)
 	}
 	d.mu.Lock()
 	d.parent = parent
