@@ -54,6 +54,7 @@ type server struct {
 	retries     statedb.Table[*reconciler.RetryInfo]
 	health      *health
 	token       *apiToken
+	refusals    *refusalLog // requests refused for their Host or Origin
 	timeouts    httpTimeouts
 	mux         *http.ServeMux
 	http        *http.Server
@@ -117,7 +118,7 @@ func newServer(p serverParams) (*server, error) {
 	}
 	s := &server{
 		log: p.Log, db: p.DB, files: p.Files.RWTable, templates: p.Templates,
-		reconcilers: p.Reconcilers, retries: p.Retries, health: p.Health, token: p.Token,
+		reconcilers: p.Reconcilers, retries: p.Retries, health: p.Health, token: p.Token, refusals: newRefusalLog(p.Log),
 		timeouts: defaultTimeouts(),
 		addr:     p.Config.Addr, mux: http.NewServeMux(), done: make(chan struct{}),
 	}
@@ -250,7 +251,7 @@ func (s *server) Done() <-chan struct{} { return s.done }
 // is wrong with it.
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err := s.checkOrigin(r); err != nil {
-		s.log.Warn("Refused a request from outside", "method", r.Method, "path", r.URL.Path, "reason", err)
+		s.refusals.refused(r.Method, r.URL.Path, err) // at a bounded rate
 		releaseConnection(w)
 		writeError(w, http.StatusForbidden, "%v", err)
 		return

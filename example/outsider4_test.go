@@ -4,10 +4,13 @@ package main
 
 import (
 	"fmt"
+	"github.com/cilium/hive/cell"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -160,4 +163,55 @@ func TestADirectoryWhoseParentOthersCanChangeIsRefused(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Requests refused for their Host or Origin, which a client without the
+// token or a web page can send as fast as it likes, are counted and
+// logged at a bounded rate, each line of a bounded length: 300 refusals
+// give refusalBurst lines, and the next line, once the rate allows,
+// counts those not logged.
+func TestRefusedRequestsAreLoggedAtABoundedRate(t *testing.T) {
+	var logged syncBuffer
+	var srv *server
+	a := startAppLogging(t, slog.New(slog.NewTextHandler(&logged, nil)), testConfig(), nil,
+		cell.Invoke(func(s *server) { srv = s }))
+	var mu sync.Mutex
+	now := time.Unix(1_000_000, 0)
+	srv.refusals.setClock(func() time.Time { mu.Lock(); defer mu.Unlock(); return now })
+	lines := func() []string {
+		var out []string
+		for _, line := range strings.Split(logged.String(), "\n") {
+			if strings.Contains(line, "Refused a request from outside") {
+				out = append(out, line)
+			}
+		}
+		return out
+	}
+	evil := "evil-" + strings.Repeat("x", 10<<10) + ".example.com"
+	const sent = 300
+	for i := range sent {
+		var code int
+		if i%2 == 0 {
+			code, _ = a.send(http.MethodGet, "/files", evil, nil)
+		} else {
+			code, _ = a.send(http.MethodPost, "/pause", "", nil, "Origin", "https://"+evil)
+		}
+		require.Equal(t, http.StatusForbidden, code)
+	}
+	got := lines()
+	require.Equal(t, refusalBurst, len(got), "a line per refusal up to the burst, then none")
+	for _, line := range got {
+		require.Less(t, len(line), 1000, "a refusal's line quotes at most %d bytes of each value: %.200s", maxLoggedValue, line)
+	}
+	require.Equal(t, uint64(sent), srv.refusals.count())
+
+	mu.Lock()
+	now = now.Add(refusalEvery)
+	mu.Unlock()
+	code, _ := a.send(http.MethodGet, "/files", evil, nil)
+	require.Equal(t, http.StatusForbidden, code)
+	got = lines()
+	require.Equal(t, refusalBurst+1, len(got))
+	require.Contains(t, got[refusalBurst], fmt.Sprintf("refused=%d not-logged=%d", sent+1, sent-refusalBurst))
+	require.Contains(t, got[refusalBurst], "...(cut)")
 }
