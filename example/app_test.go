@@ -85,7 +85,8 @@ func newTestApp(cfg config, extra ...cell.Cell) *hive.Hive {
 	return app
 }
 
-// startApp runs the app with cfg, with Dir and Addr filled in unless set.
+// startApp runs the app with cfg, with Dir and Addr (127.0.0.1:0) filled
+// in unless set.
 // setup, if not nil, runs before the start on the directory. extra cells
 // are added to the hive.
 func startApp(t testing.TB, cfg config, setup func(dir string), extra ...cell.Cell) *testApp {
@@ -101,7 +102,9 @@ func startAppLogging(t testing.TB, log *slog.Logger, cfg config, setup func(dir 
 		cfg.Dir = filepath.Join(a.parent, "target")
 	}
 	a.dir = cfg.Dir
-	cfg.Addr = "127.0.0.1:0"
+	if cfg.Addr == "" {
+		cfg.Addr = "127.0.0.1:0"
+	}
 	if setup != nil {
 		setup(a.dir)
 	}

@@ -191,11 +191,12 @@ func isLoopback(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// listen binds --addr, so that a busy or invalid address fails the hive's
-// start, with a usage error (exit status 2), before the directory is
-// touched. It serves nothing yet: see serve.
+// listen binds --addr, and for a loopback address the other loopback
+// address at the same port (see listenAPI), so that a busy or invalid
+// address fails the hive's start, with a usage error (exit status 2),
+// before the directory is touched. It serves nothing yet: see serve.
 func (s *server) listen(cell.HookContext) error {
-	ln, err := net.Listen("tcp", s.addr)
+	ln, err := listenAPI(s.addr)
 	if err != nil {
 		return refuse("addr", fmt.Errorf("--addr %s: cannot listen: %w", s.addr, err))
 	}

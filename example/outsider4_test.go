@@ -3,14 +3,17 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"github.com/cilium/hive/cell"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -214,4 +217,73 @@ func TestRefusedRequestsAreLoggedAtABoundedRate(t *testing.T) {
 	require.Equal(t, refusalBurst+1, len(got))
 	require.Contains(t, got[refusalBurst], fmt.Sprintf("refused=%d not-logged=%d", sent+1, sent-refusalBurst))
 	require.Contains(t, got[refusalBurst], "...(cut)")
+}
+
+// listenOnV6Loopback listens on [::1] at a port that is free on 127.0.0.1
+// too, as another local user may, and returns the listener and the
+// port. It skips the test where the machine has no IPv6 loopback: nobody
+// can listen there.
+func listenOnV6Loopback(t *testing.T) (net.Listener, string) {
+	t.Helper()
+	for range 20 {
+		ln, err := net.Listen("tcp", "[::1]:0")
+		if err != nil {
+			t.Skipf("no IPv6 loopback on this machine (%v): nobody can listen on [::1]", err)
+		}
+		_, port, _ := net.SplitHostPort(ln.Addr().String())
+		if v4, err := net.Listen("tcp", "127.0.0.1:"+port); err == nil {
+			v4.Close()
+			t.Cleanup(func() { ln.Close() })
+			return ln, port
+		}
+		ln.Close()
+	}
+	t.Fatal("no port free on both loopback addresses")
+	return nil, ""
+}
+
+// Finding 1 (high): another local user listening on [::1] at the API's
+// port got the token of every client that resolves localhost to ::1
+// first. The example holds both loopback addresses at its port: it
+// refuses to start if [::1]:PORT is taken, and once started nobody else
+// can listen there, so a request to either address reaches it.
+func TestTheTokenCannotBeStolenOnTheOtherLoopbackAddress(t *testing.T) {
+	t.Run("the other address taken first", func(t *testing.T) {
+		ln, port := listenOnV6Loopback(t)
+		for _, host := range []string{"127.0.0.1", "localhost"} {
+			dir := filepath.Join(t.TempDir(), "target")
+			code, stderr := runExample(t, "--dir", dir, "--addr", host+":"+port)
+			require.Equal(t, exitUsage, code, stderr)
+			requireOnce(t, stderr, "example: --addr "+host+":"+port+": cannot listen: [::1]:"+port+" is in use by another program: "+
+				"clients that resolve localhost to ::1 would send it their requests and the token")
+			require.NotContains(t, stderr, "Serving HTTP")
+			_, err := os.Lstat(dir)
+			require.ErrorIs(t, err, fs.ErrNotExist, "nothing is created")
+		}
+		require.NoError(t, ln.Close())
+	})
+	for _, addr := range []string{"127.0.0.1:0", "localhost:0", "[::1]:0"} {
+		t.Run("started on "+addr, func(t *testing.T) {
+			ln, err := net.Listen("tcp", "[::1]:0")
+			if err != nil {
+				t.Skipf("no IPv6 loopback on this machine (%v)", err)
+			}
+			ln.Close()
+			cfg := testConfig()
+			cfg.Dir, cfg.Addr = filepath.Join(t.TempDir(), "target"), addr
+			a := startApp(t, cfg, nil)
+			_, port, err := net.SplitHostPort(strings.TrimPrefix(a.base, "http://"))
+			require.NoError(t, err)
+			for _, host := range []string{"127.0.0.1", "::1"} {
+				ln, err := net.Listen("tcp", net.JoinHostPort(host, port))
+				if ln != nil {
+					ln.Close()
+				}
+				require.True(t, errors.Is(err, syscall.EADDRINUSE), "another program could listen on %s: %v", net.JoinHostPort(host, port), err)
+				a.base = "http://" + net.JoinHostPort(host, port)
+				code, body := a.do(http.MethodGet, "/health", nil)
+				require.Equal(t, http.StatusOK, code, body)
+			}
+		})
+	}
 }
