@@ -6,6 +6,7 @@ package main
 // each test pins one of its findings.
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,6 +16,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/converge-go/converge/reconciler"
 )
 
 // The token file is opened, without waiting for a writer, before it is
@@ -74,4 +77,41 @@ func TestATokenFileSwappedForANamedPipeDoesNotHang(t *testing.T) {
 	t.Logf("%d runs read the token, %d refused the pipe", tokens, pipes)
 	require.Positive(t, pipes)
 	require.Positive(t, tokens)
+}
+
+// --json escapes what the text view refuses: the agent's C1 controls
+// (U+009B is CSI), DEL and bidi overrides (U+202E reverses the text
+// after it) come out as \uXXXX, and decode to the agent's text as it is.
+func TestJSONEscapesControlAndBidiCharacters(t *testing.T) {
+	const evil = "e\u009b2J\u202evil\u007f\u2066x\u0085"
+	decoded := "e\u009b2J\u202evil\u007f\u2066x\u0085"
+	url := rowsAgent(t,
+		[]string{`{"id":"r","module":"` + evil + `","state":"degraded","last-prune":"2026-01-02T15:04:05Z","last-prune-error":"` + evil + `"}`},
+		[]string{`{"reconciler":"r","key":"` + evil + `","attempts":1,"first-failed":"2026-01-02T15:04:05Z","next-attempt":"2026-01-02T15:04:05Z","last-error":"` + evil + `"}`})
+	check := func(what, out string) {
+		t.Helper()
+		for _, c := range []string{"\u009b", "\u202e", "\u007f", "\u2066", "\u0085"} {
+			require.NotContains(t, out, c, "%s: %q", what, out)
+		}
+		var rep struct {
+			Reconcilers []*reconciler.Info      `json:"reconcilers"`
+			Retries     []*reconciler.RetryInfo `json:"retries"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(out), &rep), out)
+		require.Len(t, rep.Reconcilers, 1)
+		require.Len(t, rep.Retries, 1)
+		require.Equal(t, decoded, rep.Reconcilers[0].Module)
+		require.Equal(t, decoded, rep.Reconcilers[0].LastPruneError)
+		require.Equal(t, decoded, rep.Retries[0].Key)
+		require.Equal(t, decoded, rep.Retries[0].LastError)
+	}
+	code, stdout, stderr := runBounded(t, nil, "--url", url, "--json")
+	require.Equal(t, exitDegraded, code, stderr)
+	require.Contains(t, stdout, `e\u009b2J\u202evil\u007f\u2066x\u0085`)
+	check("--json", stdout)
+
+	w := startWatch(t, "--url", url, "--json")
+	line, _ := w.waitLine(`^\{`)
+	check("--watch --json", line)
+	w.stop()
 }
