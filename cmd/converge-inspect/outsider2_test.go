@@ -7,6 +7,8 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -114,4 +116,48 @@ func TestJSONEscapesControlAndBidiCharacters(t *testing.T) {
 	line, _ := w.waitLine(`^\{`)
 	check("--watch --json", line)
 	w.stop()
+}
+
+// --watch keeps at most maxKept bytes of rows in all: an agent that
+// streams rows of nearly 1 MiB, each under a new ID, fails it once the
+// rows kept pass the bound (it took converge-inspect to 837 MB in 30 s).
+// The bound is lowered to 8 MiB here: decoding 64 MiB takes 15 s under
+// the race detector.
+func TestWatchKeepsABoundedAmountOfRows(t *testing.T) {
+	require.Equal(t, 64<<20, maxKept, "the bound the documentation gives")
+	defer func(n int) { maxKept = n }(maxKept)
+	maxKept = 8 << 20
+	filler := strings.Repeat("x", maxLine-200)
+	sent := make(chan int, 1)
+	url := hostile(t, func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/statedb/query", "/statedb/changes/reconciler-retries":
+			if r.URL.Path != "/statedb/query" {
+				w.(http.Flusher).Flush()
+				<-r.Context().Done()
+			}
+			return
+		case "/statedb/changes/reconcilers":
+		default:
+			w.WriteHeader(http.StatusNotFound)
+			return
+		}
+		n := 0
+		defer func() { sent <- n }()
+		for ; r.Context().Err() == nil; n++ {
+			if _, err := fmt.Fprintf(w, `{"rev":%d,"obj":{"id":"r%d","module":"m","state":"running","last-prune-error":"%s"}}`+"\n", n+1, n, filler); err != nil {
+				return
+			}
+		}
+	})
+	code, stdout, stderr := runWithin(t, 2*time.Minute, nil, "--url", url, "--watch")
+	require.Equal(t, exitError, code, "%.300s", stdout)
+	require.Contains(t, stderr, fmt.Sprintf("answer too large: the rows of tables reconcilers and reconciler-retries pass %d bytes in all", maxKept))
+	select {
+	case n := <-sent:
+		t.Logf("the agent sent %d rows before the command gave up", n)
+		require.Less(t, n, 2*maxKept/maxLine+100, "the command read on")
+	case <-time.After(waitFor):
+		t.Fatal("the agent's stream did not end with the command")
+	}
 }

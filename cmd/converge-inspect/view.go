@@ -25,6 +25,41 @@ type tables struct {
 	seen map[string]uint64
 	// token is redacted from the rows' text.
 	token string
+	// sizes is the size of each row kept, as the agent encoded it, by
+	// table and key; kept is their sum, at most maxKept.
+	sizes map[string]map[string]int
+	kept  int
+}
+
+// maxKept bounds the rows the command keeps of both tables together, as
+// the agent encoded them: a snapshot and, with --watch, every change
+// since. An agent that streams large rows under new keys fails the
+// command, rather than grow its memory without bound. (A variable for the
+// tests, which lower it to keep the race detector's time short.)
+var maxKept = maxResponse
+
+// keep records that the row of table at key is size bytes now (-1: it is
+// deleted), and fails if the rows kept would pass maxKept.
+func (t *tables) keep(table, key string, size int) error {
+	if t.sizes == nil {
+		t.sizes = map[string]map[string]int{}
+	}
+	if t.sizes[table] == nil {
+		t.sizes[table] = map[string]int{}
+	}
+	old := t.sizes[table][key]
+	if size < 0 {
+		delete(t.sizes[table], key)
+		t.kept -= old
+		return nil
+	}
+	if t.kept-old+size > maxKept {
+		return fmt.Errorf("%w: the rows of tables %s and %s pass %d bytes in all", errTooLarge,
+			reconciler.ReconcilersTableName, reconciler.RetriesTableName, maxKept)
+	}
+	t.sizes[table][key] = size
+	t.kept += size - old
+	return nil
 }
 
 // snapshot reads both tables.
@@ -69,10 +104,13 @@ func (t *tables) put(table string, r row) error {
 		}
 		if r.Deleted {
 			delete(t.infos, info.ID)
-			return nil
+			return t.keep(table, info.ID, -1)
 		}
 		if _, ok := t.infos[info.ID]; !ok && len(t.infos) == maxRows {
 			return fmt.Errorf("%w: table %s has more than %d rows", errTooLarge, table, maxRows)
+		}
+		if err := t.keep(table, info.ID, len(r.Obj)); err != nil {
+			return err
 		}
 		id := info.ID // the key as the agent has it, for its deletion
 		redactFields(info, t.token)
@@ -85,10 +123,13 @@ func (t *tables) put(table string, r row) error {
 		key := reconciler.RetryKey(retry.Reconciler, retry.Key)
 		if r.Deleted {
 			delete(t.retries, key)
-			return nil
+			return t.keep(table, key, -1)
 		}
 		if _, ok := t.retries[key]; !ok && len(t.retries) == maxRows {
 			return fmt.Errorf("%w: table %s has more than %d rows", errTooLarge, table, maxRows)
+		}
+		if err := t.keep(table, key, len(r.Obj)); err != nil {
+			return err
 		}
 		redactFields(retry, t.token)
 		t.retries[key] = retry
@@ -319,19 +360,18 @@ func short(d time.Duration) string {
 	return strings.TrimSuffix(d.Round(time.Minute).String(), "0s")
 }
 
-// clip returns s for a cell of a table: cleaned and at most maxText
-// runes.
+// clip returns s for a cell of a table: at most maxText runes, cleaned.
+// It cuts before it cleans: the cost of a frame does not grow with the
+// length of the agent's texts.
 func clip(s string) string {
-	s = cleanText(s)
-	if n := 0; len(s) > maxText {
-		for i := range s {
-			if n == maxText {
-				return s[:i] + "…"
-			}
-			n++
+	n := 0
+	for i := range s {
+		if n == maxText {
+			return cleanText(s[:i]) + "…"
 		}
+		n++
 	}
-	return s
+	return cleanText(s)
 }
 
 // cleanText replaces control characters (escape sequences, tabs, new
