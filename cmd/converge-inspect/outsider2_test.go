@@ -7,7 +7,9 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -160,4 +162,34 @@ func TestWatchKeepsABoundedAmountOfRows(t *testing.T) {
 	case <-time.After(waitFor):
 		t.Fatal("the agent's stream did not end with the command")
 	}
+}
+
+// A --url with localhost sends the token to 127.0.0.1 only, never to
+// whoever listens on [::1] at the port: another local user can, while the
+// agent holds 127.0.0.1 (converge-inspect resolved localhost as the
+// system does, ::1 first with the usual hosts file).
+func TestLocalhostIsTheIPv4LoopbackAddress(t *testing.T) {
+	require.Equal(t, "127.0.0.1:8080", pinLocalhost("localhost:8080"))
+	require.Equal(t, "127.0.0.1:8080", pinLocalhost("LocalHost:8080"))
+	require.Equal(t, "[::1]:8080", pinLocalhost("[::1]:8080"))
+	require.Equal(t, "localhost.example:8080", pinLocalhost("localhost.example:8080"))
+
+	a := startAgent(t, true, "routes")
+	_, port, err := net.SplitHostPort(strings.TrimPrefix(a.server.URL, "http://"))
+	require.NoError(t, err)
+	thief, err := net.Listen("tcp", net.JoinHostPort("::1", port))
+	if err != nil {
+		t.Skipf("cannot listen on [::1]:%s (%v): no thief there either", port, err)
+	}
+	defer thief.Close()
+	code, stdout, stderr := runBounded(t, nil, "--url", "http://localhost:"+port+"/statedb", "--token-file", a.tokenFile())
+	require.Equal(t, exitHealthy, code, stderr)
+	require.Contains(t, stdout, "routes")
+	// A connection made to the thief would be waiting to be accepted.
+	require.NoError(t, thief.(*net.TCPListener).SetDeadline(time.Now().Add(50*time.Millisecond)))
+	conn, err := thief.Accept()
+	if conn != nil {
+		conn.Close()
+	}
+	require.True(t, errors.Is(err, os.ErrDeadlineExceeded), "converge-inspect connected to [::1]:%s: %v", port, err)
 }
