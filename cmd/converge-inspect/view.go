@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -12,6 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/converge-go/converge/reconciler"
 )
@@ -318,12 +320,45 @@ func sep(n int) string {
 }
 
 // writeJSON writes the report as JSON: indented, or on one line if compact.
+// The characters the text view refuses (see cleanText), which
+// encoding/json passes through (DEL, C1 controls such as U+009B, CSI, and
+// bidi controls such as U+202E), are escaped as \uXXXX: the JSON decodes
+// to the agent's text as it is, and cannot drive a terminal it is shown
+// on.
 func (r report) writeJSON(w io.Writer, compact bool) error {
-	enc := json.NewEncoder(w)
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
 	if !compact {
 		enc.SetIndent("", "  ")
 	}
-	return enc.Encode(r)
+	if err := enc.Encode(r); err != nil {
+		return err
+	}
+	_, err := w.Write(escapeControls(b.Bytes()))
+	return err
+}
+
+// escapeControls escapes, in data, JSON as encoding/json writes it, every
+// control character but the new lines between values, and every bidi
+// control. encoding/json writes valid UTF-8, escapes the C0 controls and
+// writes no other control outside a string, so each one escaped is
+// inside a string, where \uXXXX means the same character.
+func escapeControls(data []byte) []byte {
+	var out []byte
+	last := 0 // data[:last] is in out
+	for i := 0; i < len(data); {
+		r, size := utf8.DecodeRune(data[i:])
+		if r != '\n' && (unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r)) {
+			out = append(out, data[last:i]...)
+			out = fmt.Appendf(out, `\u%04x`, r)
+			last = i + size
+		}
+		i += size
+	}
+	if out == nil {
+		return data
+	}
+	return append(out, data[last:]...)
 }
 
 // since renders how long before now t was, then suffix, or "-" if t is
