@@ -64,14 +64,15 @@ func (t *tables) keep(table, key string, size int) error {
 	return nil
 }
 
-// snapshot reads both tables.
-func snapshot(ctx context.Context, c *client) (*tables, error) {
-	t := &tables{infos: map[string]*reconciler.Info{}, retries: map[string]*reconciler.RetryInfo{}, seen: map[string]uint64{}, token: c.token}
+// snapshot reads both tables from src; token, if not empty, is redacted
+// from their text.
+func snapshot(ctx context.Context, src source, token string) (*tables, error) {
+	t := &tables{infos: map[string]*reconciler.Info{}, retries: map[string]*reconciler.RetryInfo{}, seen: map[string]uint64{}, token: token}
 	for _, table := range []struct{ name, index string }{
 		{reconciler.ReconcilersTableName, reconciler.InfoByID.Name},
 		{reconciler.RetriesTableName, reconciler.RetryByKey.Name},
 	} {
-		rows, err := c.query(ctx, table.name, table.index)
+		rows, err := src.query(ctx, table.name, table.index)
 		if err != nil {
 			return nil, err
 		}
