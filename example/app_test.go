@@ -65,6 +65,7 @@ type testApp struct {
 	db     *statedb.DB
 	files  statedb.RWTable[*File]
 	rec    reconciler.Reconciler[*File]
+	shell  *shellServer
 	stop   func()
 
 	templates   statedb.RWTable[*Template]
@@ -109,8 +110,8 @@ func startAppLogging(t testing.TB, log *slog.Logger, cfg config, setup func(dir 
 		setup(a.dir)
 	}
 	var srv *server
-	app := newTestApp(cfg, append(extra, cell.Invoke(func(s *server, db *statedb.DB, files filesTable, r reconciler.Reconciler[*File]) {
-		srv, a.db, a.files, a.rec = s, db, files.RWTable, r
+	app := newTestApp(cfg, append(extra, cell.Invoke(func(s *server, db *statedb.DB, files filesTable, r reconciler.Reconciler[*File], sh *shellServer) {
+		srv, a.db, a.files, a.rec, a.shell = s, db, files.RWTable, r, sh
 		a.templates, a.reconcilers, a.retries = s.templates, s.reconcilers, s.retries
 	}))...)
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)

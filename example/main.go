@@ -111,6 +111,7 @@ import (
 	"github.com/cilium/hive"
 	"github.com/cilium/hive/cell"
 	"github.com/cilium/hive/job"
+	"github.com/cilium/hive/shell"
 	"github.com/cilium/statedb"
 	"github.com/spf13/pflag"
 	"golang.org/x/time/rate"
@@ -159,6 +160,7 @@ var filesModule = cell.Module(
 		newTemplatesTable,
 		newReconciler,
 		newServer,
+		newShellServer, // the shell, on a Unix socket in the state directory
 	),
 	// The invokes run in this order when the hive is built: every flag is
 	// checked before anything starts. Their start hooks run in the order
@@ -173,6 +175,7 @@ var filesModule = cell.Module(
 		registerStart,        // listen, claim --dir, insert the initial set
 		func(*traces) {},     // --trace-stdout: the exporter, stopped after the reconciler
 		startReconciler,      // the reconciler's jobs; the server pauses and resumes it
+		func(lc cell.Lifecycle, sh *shellServer) { lc.Append(cell.Hook{OnStart: sh.start, OnStop: sh.stop}) },
 		func(lc cell.Lifecycle, s *server) { lc.Append(cell.Hook{OnStart: s.serve, OnStop: s.stop}) },
 	),
 )
@@ -257,13 +260,17 @@ const exitRule = `Exit status:
 // stops the hive and returns the exit status. An error that prevents the
 // start is printed once, as "example: ..." on stderr.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "shell" {
+		return runShell(args[1:], stderr)
+	}
 	var (
 		srv *server
+		sh  *shellServer
 		cfg config
 	)
 	app := newApp(
 		cell.Provide(func() traceOutput { return traceOutput{stdout} }),
-		cell.Invoke(func(s *server, c config) { srv, cfg = s, c }),
+		cell.Invoke(func(s *server, h *shellServer, c config) { srv, sh, cfg = s, h, c }),
 	)
 	flags := pflag.NewFlagSet("example", pflag.ContinueOnError)
 	flags.SetOutput(io.Discard) // errors and usage are printed below
@@ -315,6 +322,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stderr, "\nconverge example: reconciling into %s, API on http://%s (Ctrl-C to stop)\n"+
 		"The API asks for the token in %s:\n  curl --oauth2-bearer $(cat %s) http://%s/\n\n",
 		dir, srv.Addr(), filepath.Join(dir, tokenPath), filepath.Join(dir, tokenPath), srv.Addr())
+	if sh.serving() {
+		fmt.Fprintf(stderr, "Its shell, for the user running it only, on a Unix socket:\n  %s shell --shell-sock-path %s db/show reconcilers\n\n",
+			shellProgram(), filepath.Join(dir, shellSocket))
+	}
 
 	serverFailed := false
 	select {
@@ -326,6 +337,39 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitFailure
 	}
 	return exitOK
+}
+
+// runShell is `example shell [--shell-sock-path PATH] [COMMAND [ARGS]...]`:
+// hive's shell client (github.com/cilium/hive/shell), connected to the
+// socket of a running example, runs COMMAND, or reads commands from the
+// terminal. The socket is DIR/.converge-example/shell.sock, DIR the
+// default --dir or $CONVERGE_EXAMPLE_DIR.
+func runShell(args []string, stderr io.Writer) int {
+	dir := defaultConfig().Dir
+	if d := os.Getenv(envName("dir")); d != "" {
+		dir = d
+	}
+	cmd := shell.ShellCmd(filepath.Join(dir, shellSocket), "example> ", func(w io.Writer) {
+		fmt.Fprintln(w, "converge example's shell: db/show reconcilers, db/show reconciler-retries, db/show files, help; Ctrl-D to leave")
+	})
+	cmd.Use = "shell [--shell-sock-path PATH] [command [args]...]"
+	// Flags after the command are the command's: db/show --format=json files.
+	cmd.Flags().SetInterspersed(false)
+	cmd.SetArgs(args)
+	cmd.SetOut(stderr)
+	cmd.SetErr(stderr)
+	if err := cmd.Execute(); err != nil {
+		return exitUsage
+	}
+	return exitOK
+}
+
+// shellProgram is how to run the shell client, for the start message.
+func shellProgram() string {
+	if name := programName(); name != "example" {
+		return os.Args[0]
+	}
+	return "go run ./example"
 }
 
 // programName is the name the program was run as, for --help: "example"

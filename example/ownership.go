@@ -71,6 +71,11 @@ type ownedDir struct {
 	// of it since (see changeTime) was made by someone else.
 	tokenFile fs.FileInfo
 
+	// onNewClaim, if set, is called with a directory claimed anew after
+	// the start (the one before was moved away or removed), with mu
+	// held: the shell moves its socket there.
+	onNewClaim func(*claimed)
+
 	stopGuard chan struct{} // closed by stop, to end guard
 	guardDone chan struct{} // closed when guard returns
 }
@@ -565,6 +570,7 @@ func (d *ownedDir) claimOpened(root *os.Root, info fs.FileInfo) (*claimed, error
 	c.dir.sync = func() error { return syncDir(root, ".") }
 	err = c.openDirs()
 	var id fileID
+	anew := false
 	if err == nil {
 		// By file handle where there is one: a directory claimed before
 		// and then removed frees its inode number for the next one.
@@ -577,6 +583,7 @@ func (d *ownedDir) claimOpened(root *os.Root, info fs.FileInfo) (*claimed, error
 		// The token in the directory claimed before, wherever it now
 		// is, is not watched any more: it must not work.
 		err = d.renewToken(root, tokenNewDir)
+		anew = true
 	case err == nil:
 		err = d.writeToken(root)
 	}
@@ -603,6 +610,9 @@ func (d *ownedDir) claimOpened(root *os.Root, info fs.FileInfo) (*claimed, error
 		}
 	}
 	d.lastDir = id
+	if anew && d.onNewClaim != nil {
+		d.onNewClaim(c)
+	}
 	return c, nil
 }
 

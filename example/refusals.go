@@ -26,6 +26,7 @@ const (
 // logs them at a bounded rate. Its methods are safe for concurrent use.
 type refusalLog struct {
 	log *slog.Logger
+	msg string // what the log says
 
 	mu       sync.Mutex
 	now      func() time.Time // the clock, replaced in tests
@@ -35,7 +36,7 @@ type refusalLog struct {
 }
 
 func newRefusalLog(log *slog.Logger) *refusalLog {
-	return &refusalLog{log: log, now: time.Now, limiter: rate.NewLimiter(rate.Every(refusalEvery), refusalBurst)}
+	return &refusalLog{log: log, msg: "Refused a request from outside", now: time.Now, limiter: rate.NewLimiter(rate.Every(refusalEvery), refusalBurst)}
 }
 
 // setClock replaces the clock, in tests.
@@ -57,7 +58,7 @@ func (l *refusalLog) refused(method, path string, reason error) {
 	total, unlogged := l.total, l.unlogged
 	l.unlogged = 0
 	l.mu.Unlock()
-	l.log.Warn("Refused a request from outside", "method", clipValue(method), "path", clipValue(path), "reason", clipValue(reason.Error()),
+	l.log.Warn(l.msg, "method", clipValue(method), "path", clipValue(path), "reason", clipValue(reason.Error()),
 		"refused", total, "not-logged", unlogged)
 }
 
