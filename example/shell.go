@@ -33,7 +33,7 @@ import (
 // start, checks no peer, serves every script command of the hive (exec,
 // hive/stop, db/insert and db/delete among them) and any path given to
 // --shell-sock-path. This one serves the commands that read the tables,
-// and refuses their -o (write to a file).
+// and refuses their flags that write: -o (to a file) and --delete.
 
 // shellSocket is the shell's socket, inside the target directory.
 const shellSocket = stateDir + "/shell.sock"
@@ -109,14 +109,19 @@ func newShellServer(p shellParams) *shellServer {
 	return sh
 }
 
-// noOutFile is a script command whose -o/--out (write the output to a
-// file) is refused: the shell reads, and writes nothing.
+// noOutFile is a script command whose flags that write are refused:
+// -o/--out (write the output to a file) and --delete (of db/get, db/list,
+// db/prefix and db/lowerbound: delete the objects found). The shell
+// reads, and changes nothing.
 type noOutFile struct{ script.Cmd }
 
 func (c noOutFile) Run(s *script.State, args ...string) (script.WaitFunc, error) {
 	if s.Flags != nil {
 		if f := s.Flags.Lookup("out"); f != nil && f.Changed {
 			return nil, errors.New("-o/--out is refused: this shell writes no files; redirect its output instead")
+		}
+		if f := s.Flags.Lookup("delete"); f != nil && f.Changed {
+			return nil, errors.New("--delete is refused: this shell changes no table; DELETE /files/{name} over HTTP removes a file")
 		}
 	}
 	return c.Cmd.Run(s, args...)

@@ -93,12 +93,19 @@ func TestTheShellServesTheTablesOnAnOwnerOnlySocket(t *testing.T) {
 		{[]string{"db/insert", "files", "x.yaml"}, "unknown command"},
 		{[]string{"hive/stop"}, "unknown command"},
 		{[]string{"db/show", "-o", out, "files"}, "-o/--out is refused: this shell writes no files"},
+		{[]string{"db/prefix", "--delete", "files", "h"}, "--delete is refused: this shell changes no table"},
+		{[]string{"db/list", "--delete=true", "files", "motd"}, "--delete is refused"},
 	} {
 		code, stdout, stderr := shell(c.args...)
 		require.Equal(t, 1, code, "%q: %s %s", c.args, stdout, stderr)
 		require.Contains(t, stdout, c.msg)
 	}
 	requireAbsent(t, out)
+	a.waitReconciled()
+	for _, name := range initialNames {
+		_, err := os.Stat(filepath.Join(a.dir, name))
+		require.NoError(t, err, "the shell deleted %s", name)
+	}
 
 	// converge-inspect reads the same tables through the socket.
 	code, stdout, stderr = runCommand(t, ctx, nil, inspect, "--socket", sock)
