@@ -33,7 +33,8 @@
 //     replaces after moving it aside, so a file the user saves meanwhile
 //     keeps its name; names that are not valid UTF-8 are refused;
 //   - it refuses a directory, or a state directory or journal in it, that
-//     another user owns or can write, a non-empty directory it did not
+//     another user owns or can write, or whose parent another user (not
+//     root) owns or can write without the sticky bit, a non-empty directory it did not
 //     create (unless --adopt), a symbolic link, and a directory another
 //     example is using (it locks the directory itself, and
 //     DIR/.converge-example/lock); it holds the directory's parent open, so
@@ -44,6 +45,14 @@
 //     at mode 0700, checked every second; replaced if others could read
 //     it), and refuses requests a web page could send, closing the
 //     connection of every request it refuses before the token;
+//   - it holds both loopback addresses at its port, 127.0.0.1 and ::1, and
+//     refuses to start if either is taken: a client that resolves
+//     localhost to the other would send its token to whoever listened
+//     there; refused requests are counted and logged at a bounded rate;
+//   - it serves hive's shell (db/show reconcilers, ...) to the user
+//     running it only, on DIR/.converge-example/shell.sock: mode 0600 in
+//     the 0700 state directory, peer credentials checked, only the
+//     commands that read the tables (run `example shell COMMAND`);
 //   - it bounds its inputs: request bodies (1 MiB), connections (128 at
 //     once), slow and idle connections, --files (a regular file of at most
 //     16 MiB, whose errors quote only a value found invalid, never an
@@ -87,9 +96,10 @@
 // every start):
 //
 //	T=$(cat $DIR/.converge-example/token)
-//	curl --oauth2-bearer $T -X PUT --data-binary 'hi there' localhost:8080/files/greeting
-//	curl --oauth2-bearer $T localhost:8080/files
-//	curl --oauth2-bearer $T localhost:8080/       # every route
+//	curl --oauth2-bearer $T -X PUT --data-binary 'hi there' 127.0.0.1:8080/files/greeting
+//	curl --oauth2-bearer $T 127.0.0.1:8080/files
+//	curl --oauth2-bearer $T 127.0.0.1:8080/       # every route
+//	go run ./example shell db/show reconcilers    # the shell, with no token
 //
 // docs/example.md walks through the API, the drift repairs and the
 // refusals. Ctrl-C (SIGINT) or SIGTERM stops it cleanly.
