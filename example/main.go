@@ -363,6 +363,16 @@ func runShell(args []string, stderr io.Writer) int {
 		fmt.Fprintln(w, "converge example's shell: db/show reconcilers, db/show reconciler-retries, db/show files, help; Ctrl-D to leave")
 	})
 	cmd.Use = "shell [--shell-sock-path PATH] [command [args]...]"
+	if cmd.ParseFlags(args) == nil { // else Execute says what is wrong
+		path, err := cmd.Flags().GetString(shell.ShellSockPathName)
+		if err == nil {
+			err = checkShellSocket(path)
+		}
+		if err != nil {
+			fmt.Fprintln(stderr, "example shell:", err)
+			return exitUsage
+		}
+	}
 	// Flags after the command are the command's: db/show --format=json files.
 	cmd.Flags().SetInterspersed(false)
 	cmd.SetArgs(args)
@@ -372,6 +382,37 @@ func runShell(args []string, stderr io.Writer) int {
 		return exitUsage
 	}
 	return exitOK
+}
+
+// checkShellSocket refuses to talk to the socket at path unless it is the
+// user's, in a state directory and a directory that only the user can
+// change, as the example makes them: a socket another user made, at the
+// default path or in a directory of theirs, would be answered by their
+// program, whose output the client prints as it is.
+func checkShellSocket(path string) error {
+	state, err := filepath.EvalSymlinks(filepath.Dir(path))
+	if err != nil {
+		return fmt.Errorf("the shell's socket %s: %w (is the example running on that directory?)", path, err)
+	}
+	for _, dir := range []string{state, filepath.Dir(state)} {
+		info, err := os.Stat(dir)
+		if err == nil {
+			err = checkPrivate(dir, info, "")
+		}
+		if err != nil {
+			return fmt.Errorf("the shell's socket %s: %w", path, err)
+		}
+	}
+	info, err := os.Lstat(filepath.Join(state, filepath.Base(path)))
+	switch {
+	case err != nil:
+		return fmt.Errorf("the shell's socket %s: %w (is the example running on that directory?)", path, err)
+	case info.Mode()&os.ModeSocket == 0:
+		return fmt.Errorf("the shell's socket %s is not a socket", path)
+	case !ownedByUser(info):
+		return fmt.Errorf("the shell's socket %s belongs to another user: it is not your example's", path)
+	}
+	return nil
 }
 
 // shellProgram is how to run the shell client, for the start message.

@@ -236,3 +236,35 @@ func TestTheShellLeavesAFileAtItsNameAlone(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, fs.ModeSocket|0o600, info.Mode()&(fs.ModeType|fs.ModePerm))
 }
+
+// `example shell` talks only to a socket of the user's in directories
+// only the user can change, as the example makes them: a socket another
+// user (uid 4242, which the test, as root, gives it) made at the path,
+// the default one say, would be answered by their program.
+func TestTheShellClientRefusesAnotherUsersSocket(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("giving a directory to another user needs root")
+	}
+	_, example := buildInspectAndExample(t)
+	ctx, cancel := context.WithTimeout(context.Background(), e2eWait)
+	defer cancel()
+	short, err := os.MkdirTemp("", "s")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(short) })
+	dir := filepath.Join(short, "converge-example")
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, stateDir), 0o700))
+	fd, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
+	require.NoError(t, err)
+	defer syscall.Close(fd)
+	sock := filepath.Join(dir, shellSocket)
+	require.NoError(t, syscall.Bind(fd, &syscall.SockaddrUnix{Name: sock}))
+	require.NoError(t, syscall.Listen(fd, 1))
+	for _, path := range []string{sock, filepath.Join(dir, stateDir), dir} {
+		require.NoError(t, os.Lchown(path, 4242, 4242))
+		code, stdout, stderr := runCommand(t, ctx, nil, example, "shell", "--shell-sock-path", sock, "db/show", "reconcilers")
+		require.Equal(t, 2, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
+		require.Contains(t, stderr, "example shell: the shell's socket "+sock)
+		require.Regexp(t, `belongs to another user|is owned by uid 4242`, stderr)
+		require.Empty(t, stdout)
+	}
+}
