@@ -751,7 +751,7 @@ func TestBreakerFanOutWithSuccessesStaysClosed(t *testing.T) {
 		t.Run(v.String(), func(t *testing.T) {
 			o, m := newKitOps(), newKitMetrics()
 			f := kitbreaker(t, o, v, m,
-				reconciler.WithCircuitBreaker(3, time.Millisecond, nil),
+				reconciler.WithCircuitBreaker(10, time.Millisecond, nil), // above the bad objects a worker order can put in a row
 				reconciler.WithRetry(time.Millisecond, 4*time.Millisecond))
 			missing := errors.New("kit: the secret these objects name is missing")
 			o.setFail(func(_ reconcilertest.Op, it *item) error {
