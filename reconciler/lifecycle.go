@@ -197,7 +197,7 @@ func (lc *lifecycles[Obj]) observe(key string, t task[Obj]) *keyState[Obj] {
 		lc.activate(s)
 		return s
 	default: // queued: the newer change takes its place in the queue
-		lc.replace(s, stillAsked(s.task, t))
+		lc.replace(s, sameRank(s.task, stillAsked(s.task, t)))
 		lc.reprioritize(s)
 		return nil
 	}
@@ -229,9 +229,12 @@ func (lc *lifecycles[Obj]) queue(key string, t task[Obj]) {
 }
 
 // sameRank returns t, which replaces old, with old's rank if it is the
-// same version of the object (the same revision, read again).
+// same version of the object: the same revision read again (a deferred
+// change looks its object up), or the same status identity (another
+// reconciler's status written since).
 func sameRank[Obj any](old, t task[Obj]) task[Obj] {
-	if old.ranked && !t.ranked && old.rev == t.rev && old.delete == t.delete {
+	same := old.rev == t.rev || (t.statusID != 0 && t.statusID == old.statusID)
+	if old.ranked && !t.ranked && same && old.delete == t.delete {
 		t.rank, t.ranked = old.rank, true
 	}
 	return t
