@@ -218,6 +218,9 @@ func testLifecycleModel(t *testing.T, priorities bool) {
 		switch rng.IntN(6) {
 		case 0, 1:
 			j := testTask(rev, uint64(rng.IntN(3)+1))
+			if priorities {
+				j.obj = int(j.statusID) // one status identity, one version
+			}
 			if rng.IntN(4) == 0 {
 				j = task[int]{rev: rev, asked: rev, delete: true}
 			}
@@ -228,7 +231,11 @@ func testLifecycleModel(t *testing.T, priorities bool) {
 				running[key] = s
 			}
 		case 2:
-			lc.adopt(key, testTask(rev, 1), uint64(rng.IntN(3)+10), errors.New("e"), now)
+			j := testTask(rev, 1)
+			if priorities {
+				j.obj = 1
+			}
+			lc.adopt(key, j, uint64(rng.IntN(3)+10), errors.New("e"), now)
 		case 3: // finish a running key
 			for k, s := range running {
 				delete(running, k)
