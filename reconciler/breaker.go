@@ -53,11 +53,9 @@ func newBreaker(threshold int, isTarget func(error) bool, probeMin, probeMax tim
 	}
 }
 
-// aboutTarget reports whether err says the target fails as a whole. An
-// entry a batch operation lost is the implementation's fault, never the
-// target's.
+// aboutTarget reports whether err says the target fails as a whole.
 func (b *breaker) aboutTarget(err error) bool {
-	return err != nil && err != errBatchEntryLost && !IsTerminal(err) && (b.isTarget == nil || b.isTarget(err))
+	return err != nil && !IsTerminal(err) && (b.isTarget == nil || b.isTarget(err))
 }
 
 // verdict is what the breaker makes of a failure.
@@ -91,17 +89,27 @@ func (b *breaker) record(key func() string, err error, again, probe bool, now ti
 	if b == nil {
 		return counted
 	}
-	target := b.aboutTarget(err)
+	// An entry a batch operation lost or overwrote has no outcome: it is
+	// the implementation's fault, and says nothing of the target.
+	lost := err == errBatchEntryLost
+	target := !lost && b.aboutTarget(err)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	wasProbe := probe && b.probing
 	if wasProbe {
 		b.probing = false
 	}
-	if !target {
+	if !target && !lost {
 		b.answered = true // a success, or a verdict on the object
 	}
 	switch {
+	case lost:
+		if b.open && wasProbe {
+			// No answer: the next probe waits its step, as after a failure.
+			b.failed++
+			b.due = later(b.due, now.Add(backoff(b.failed+1, b.probeMin, b.probeMax, 0, 0)))
+		}
+		return counted
 	case err == nil || (wasProbe && !target):
 		// The target answered: a success, or a probe refused for a
 		// reason of its object's own.

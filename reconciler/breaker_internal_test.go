@@ -178,3 +178,24 @@ func TestBreakerFailureAgainIsNoNews(t *testing.T) {
 	next, _ := b.nextProbe()
 	assert.True(t, next.After(due), "the probe failing again waits its backoff")
 }
+
+// A probe whose batch entry the implementation lost has no answer: the
+// breaker stays open and the next probe waits its step; closed, a lost
+// entry does not count toward opening.
+func TestBreakerLostProbeIsNoAnswer(t *testing.T) {
+	b, _, _ := newTestBreaker(2)
+	now := time.Unix(1000, 0)
+	b.record(key("a"), errBatchEntryLost, false, false, now)
+	b.record(key("b"), errBatchEntryLost, false, false, now)
+	assert.False(t, b.state().open, "lost entries opened it")
+	b.record(key("a"), errDown, false, false, now)
+	b.record(key("b"), errDown, false, false, now)
+	require.True(t, b.state().open)
+	due, _ := b.nextProbe()
+	room, _ := b.limit(due)
+	require.Equal(t, 1, room)
+	assert.Equal(t, counted, b.record(key("c"), errBatchEntryLost, false, true, due))
+	assert.True(t, b.state().open, "a lost probe closed it")
+	next, _ := b.nextProbe()
+	assert.True(t, next.After(due), "the next probe waits its step")
+}
