@@ -8,6 +8,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"maps"
 	"runtime"
 	"slices"
@@ -676,15 +677,99 @@ func (r *chaosRun) putBackAfterARestart() {
 // outage takes the targets down (every call fails with errChaosDown, which
 // opens a circuit breaker if the run has one), or brings them back; moves
 // go on meanwhile, and heal ends one.
+//
+// Half the outages answer RetryAfter (0, 1 or 5 ms: a 503 with
+// Retry-After, a rate limit; chosen by a hash of the seed and the
+// outage's number, so that the random stream is not drawn from). With a breaker, once it is open, the
+// calls must come one probe at a time, at most one per probe backoff
+// (checkProbes).
 func (r *chaosRun) outage() {
 	down := false
+	r.outages++
+	h := fnv.New32a()
+	fmt.Fprint(h, r.seed, r.outages)
+	ask := []time.Duration{-1, 0, -1, time.Millisecond, -1, 5 * time.Millisecond}[h.Sum32()%6]
+	if r.retryMax >= time.Second {
+		// RetryAfter still grows the backoff: many quick failures would
+		// leave an object's next plain failure a backoff of days.
+		ask = -1
+	}
 	for _, rec := range r.recs {
 		rec.target.with(func() {
 			rec.target.down = !rec.target.down && !rec.target.healed
 			down = rec.target.down
+			rec.target.downAsk = ask
 		})
 	}
-	r.logf("target %s", map[bool]string{true: "down", false: "up"}[down])
+	switch {
+	case !down:
+		r.logf("target up")
+	case ask >= 0:
+		r.logf("target down, answering RetryAfter(%s)", ask)
+	default:
+		r.logf("target down")
+	}
+	if down && r.probeMin > 0 && !r.gen.paused && !r.cfg.batch {
+		r.checkProbes(r.recs[0])
+	}
+}
+
+// checkProbes writes new values of a few keys for the breaker of rec to
+// open on in the outage just begun, waits (up to 300ms) for it to open,
+// writes a few more, then counts rec's calls over 60ms: at most the
+// operations in flight when it opened, and one probe per probe backoff.
+// Single operations only: every call then fails with the outage's error,
+// where a batch may panic or fail as a whole with another, which closes
+// the breaker as documented.
+// A machine too slow to open it in time skips the check; one that is
+// slow makes fewer calls, not more.
+func (r *chaosRun) checkProbes(rec *chaosRec) {
+	open := func() bool {
+		h := r.gen.health.GetChild(rec.healthName())
+		if h == nil {
+			return false
+		}
+		h.Lock()
+		defer h.Unlock()
+		return strings.Contains(h.Status, "target failing") || (h.Error != nil && strings.Contains(h.Error.Error(), "target failing"))
+	}
+	r.setMany(r.keys(6), ", for the breaker to open on")
+	deadline := time.Now().Add(300 * time.Millisecond)
+	for !open() {
+		if time.Now().After(deadline) {
+			return
+		}
+		r.waitCalls(rec.target, 1, time.Millisecond)
+	}
+	// Work for the probes to take: with it held, each must wait its step.
+	r.setMany(r.keys(8), ", the breaker open")
+	c := rec.target
+	var calls0, inFlight int
+	c.with(func() {
+		calls0 = c.calls
+		for _, o := range r.gen.ops {
+			if o.chaosRec == rec {
+				inFlight += o.running
+			}
+		}
+	})
+	t0 := time.Now()
+	window := time.NewTimer(60 * time.Millisecond)
+	<-window.C // a measuring window: a slow machine makes fewer calls
+	elapsed := time.Since(t0)
+	var calls int
+	var down bool
+	c.with(func() { calls, down = c.calls-calls0, c.down })
+	if !down || !open() {
+		return // it closed (a classifier that panics) or the target came back
+	}
+	if bound := inFlight + int(elapsed/r.probeMin) + 2; calls > bound {
+		c.with(func() {
+			c.violate("%d calls in %s with the breaker open (%d in flight when it opened, probes every %s at most): more than one probe per backoff step",
+				calls, elapsed.Round(time.Millisecond), inFlight, r.probeMin)
+		})
+	}
+	r.logf("%d calls in %s with the breaker open", calls, elapsed.Round(time.Millisecond))
 }
 
 // partialOutage makes four keys fail as if the target were down, which

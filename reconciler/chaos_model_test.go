@@ -86,6 +86,7 @@ type chaosTarget struct {
 	failProb, slowProb float64
 	healed             bool
 	down               bool              // an outage: every call fails, until heal or the test ends it
+	downAsk            time.Duration     // in an outage, the calls fail with RetryAfter(downAsk, ...) if >= 0
 	downKeys           map[string]bool   // the calls on these keys fail as in an outage (partialOutage)
 	recheckProb        float64           // an update that succeeds asks for a re-check (RecheckAfter)
 	data, depSeen      map[string]string // depSeen: the dependency value a key's last update saw
@@ -116,7 +117,7 @@ func newChaosTarget(seed uint64, failProb, slowProb float64) *chaosTarget {
 	return &chaosTarget{
 		rng: rand.New(rand.NewPCG(seed, 0xfa017)), failProb: failProb, slowProb: slowProb,
 		data: map[string]string{}, depSeen: map[string]string{}, changed: make(chan struct{}),
-		holds: map[string]*chaosHold{}, failNext: map[string]int{}, reinserts: map[uint64]int{}, deletes: map[uint64]int{},
+		holds: map[string]*chaosHold{}, failNext: map[string]int{}, reinserts: map[uint64]int{}, deletes: map[uint64]int{}, downAsk: -1,
 	}
 }
 
@@ -239,8 +240,10 @@ func (c *chaosTarget) decide(key string) (chaosFault, time.Duration) {
 	switch {
 	case c.healed:
 		return faultNone, 0
-	case c.down || c.downKeys[key]:
-		return faultDown, 0
+	case c.down:
+		return faultDown, c.downAsk
+	case c.downKeys[key]:
+		return faultDown, -1
 	case c.failNext[key] > 0:
 		c.failNext[key]--
 		return faultForced, 0
@@ -327,7 +330,11 @@ func (o *chaosOps) start(ctx context.Context, key, what string, inBatch bool) (c
 	case f == faultForced:
 		return f, reconciler.RetryAfter(5*time.Millisecond, err)
 	case f == faultDown:
-		return f, fmt.Errorf("%s %s: %w", what, key, errChaosDown)
+		down := fmt.Errorf("%s %s: %w", what, key, errChaosDown)
+		if d >= 0 { // the outage answers RetryAfter (see chaosRun.outage)
+			return f, reconciler.RetryAfter(d, down)
+		}
+		return f, down
 	case f == faultTerminal && what == "delete":
 		return f, reconciler.TerminalError(err)
 	case f == faultError || f == faultTerminal || f == faultPanic && inBatch:

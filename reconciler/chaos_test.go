@@ -112,6 +112,9 @@ type chaosRun struct {
 	manualPrune bool // random Prune() calls
 	breaker     bool // a circuit breaker whose probes come within 10ms (partialOutage)
 	priority    chaosSetting
+	probeMin    time.Duration // the breaker's probe backoff, if it has one whose classifier does not panic (checkProbes)
+	outages     int
+	retryMax    time.Duration
 	log         *slog.Logger
 	gen         *chaosGen
 	steps       []string
@@ -151,6 +154,7 @@ func runChaos(t *testing.T, cfg chaosConfig, seed uint64) {
 	if rng.IntN(5) == 0 {
 		pruneInterval = time.Duration(5+rng.IntN(30)) * time.Millisecond
 	}
+	r.retryMax = retryMax
 	r.opts = []reconciler.Option{
 		reconciler.WithConcurrency(cfg.workers),
 		reconciler.WithRetry(time.Millisecond, retryMax),
@@ -176,6 +180,9 @@ func runChaos(t *testing.T, cfg chaosConfig, seed uint64) {
 			classify = panickyIsDown // a user's classifier with a bug
 		}
 		r.opts = append(r.opts, reconciler.WithCircuitBreaker(n, probe, classify))
+		if seed%2 != 0 || classify == nil {
+			r.probeMin = probe
+		}
 		r.breaker = retryMax < time.Second // probes come within the retry maximum: see partialOutage
 		breaker = fmt.Sprintf("%d/%s/classified=%v", n, probe, classify != nil)
 	}
