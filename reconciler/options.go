@@ -173,8 +173,10 @@ func WithMetrics(m metrics.Metrics) Option {
 // in health, and as terminal in the metrics (a panic or a timeout still
 // counts as such). Deletes are retried whatever n: a delete must not be
 // lost; so is an update whose entry a batch operation lost (see
-// [BatchEntry]), a fault of the implementation, not of the object. Zero,
-// the default, retries for ever; a negative n is refused.
+// [BatchEntry]), a fault of the implementation, not of the object. With
+// [WithCircuitBreaker], no attempt counts while the breaker is open; the
+// failures that open it count (see docs/control.md for a target that
+// flaps). Zero, the default, retries for ever; a negative n is refused.
 func WithMaxAttempts(n int) Option {
 	return func(o *options) { o.maxAttempts = n }
 }

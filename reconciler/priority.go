@@ -12,8 +12,10 @@ const defaultPriorityShare = 1.0 / 8
 // WithPriority lets priority say which fresh changes (new versions and
 // deletes) are applied first: those of higher priority, and among equal
 // priorities the first read. A delete's priority is that of the deleted
-// object. The priority is read once per version of an object, when its
-// change is read; a newer version is read anew. priority runs on the
+// object. The priority is read once per change, when it is read (a version
+// when its write is read, a delete when it is read), however often the
+// change is requeued: held by the circuit breaker, cut short by Pause or
+// a stop. A newer version is read anew. priority runs on the
 // reconciler's goroutine and must not block; a panic is recovered (unless
 // [WithoutPanicRecovery]), logged, and counts as priority 0.
 //
