@@ -9,7 +9,11 @@ package reconciler_test
 // subtest, TestChaos/<config>/seed=<n>; faults come from a second RNG,
 // drawn as operations arrive, so with workers a replay may differ there.
 //
-//	CONVERGE_CHAOS_SEEDS=N     N seeds per configuration (default 10)
+//	(default)                  3 seeds per configuration, each its own:
+//	                           the first configuration 1 to 3, the next
+//	                           4 to 6, ..., the tenth 28 to 30
+//	CONVERGE_LONG=1            10 seeds per configuration, 1 to 10 in each
+//	CONVERGE_CHAOS_SEEDS=N     N seeds per configuration, 1 to N in each
 //	CONVERGE_CHAOS_FOR=D       seeds for duration D, shared by the
 //	                           configurations; prints each one's seed range
 //	CONVERGE_CHAOS_FIRST=K     number seeds from K (default 1)
@@ -70,10 +74,23 @@ func envInt(t *testing.T, name string, def uint64) uint64 {
 	return n
 }
 
+// chaosQuickSeeds is the number of seeds of each configuration in the
+// default run; each configuration takes seeds of its own, so that the run
+// covers as many schedules as 3 seeds allow (a seed's settings, such as a
+// breaker, rechecks or a saturating backoff, come with the seed, not the
+// configuration).
+const chaosQuickSeeds = 3
+
 func TestChaos(t *testing.T) {
-	first, n := envInt(t, "CONVERGE_CHAOS_FIRST", 1), envInt(t, "CONVERGE_CHAOS_SEEDS", 10)
-	if os.Getenv("CONVERGE_CHAOS_SEED") != "" {
-		first, n = envInt(t, "CONVERGE_CHAOS_SEED", 0), 1
+	first, n := envInt(t, "CONVERGE_CHAOS_FIRST", 1), envInt(t, "CONVERGE_CHAOS_SEEDS", 0)
+	spread := n == 0 && !longTests()
+	switch {
+	case os.Getenv("CONVERGE_CHAOS_SEED") != "":
+		first, n, spread = envInt(t, "CONVERGE_CHAOS_SEED", 0), 1, false
+	case n == 0 && spread:
+		n = chaosQuickSeeds
+	case n == 0:
+		n = 10
 	}
 	configs := []chaosConfig{
 		{workers: 1}, {workers: 1, batch: true}, {workers: 4}, {workers: 4, batch: true},
@@ -86,8 +103,12 @@ func TestChaos(t *testing.T) {
 		require.NoError(t, err, "CONVERGE_CHAOS_FOR")
 		share = d / time.Duration(len(configs))
 	}
-	for _, cfg := range configs {
+	for i, cfg := range configs {
 		t.Run(cfg.String(), func(t *testing.T) {
+			first := first
+			if spread && share == 0 {
+				first += uint64(i) * n
+			}
 			end, seed := time.Now().Add(share), first
 			for ; share == 0 && seed < first+n || share > 0 && time.Now().Before(end) && !t.Failed(); seed++ {
 				t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { runChaos(t, cfg, seed) })
