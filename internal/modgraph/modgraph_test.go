@@ -4,9 +4,9 @@
 // module that imports an adapter has that adapter's dependencies and none
 // of the others', and a module that imports the core packages resolves no
 // module above what one importing StateDB's reconciler resolves, but
-// converge's direct requirements (statedb_test.go). Each test builds a fresh module in a temporary directory
-// that requires the repository's modules through replace directives, as a
-// user with a clone does.
+// converge's direct requirements (statedb_test.go). Each test builds a
+// fresh module in a temporary directory that requires the repository's
+// modules through replace directives, as a user with a clone does.
 //
 // The tests run the go command, which reads the module cache and, for what
 // is not in it, the module proxy (GOPROXY); go test -short skips them.
