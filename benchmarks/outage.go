@@ -67,14 +67,24 @@ type outageVariant struct {
 	im      impl
 	batch   bool // batch operations
 	breaker bool // converge's circuit breaker
+	// The target answers with RetryAfter(outageRetryAfter, ...), as a 503
+	// with Retry-After or a rate limit does (converge only).
+	retryAfter bool
 }
 
 var outageVariants = []outageVariant{
-	{"upstream", implUpstream, false, false},
-	{"converge", implConverge, false, false},
-	{"converge, breaker", implConverge, false, true},
-	{"converge batch, breaker", implConverge, true, true},
+	{"upstream", implUpstream, false, false, false},
+	{"converge", implConverge, false, false, false},
+	{"converge, breaker", implConverge, false, true, false},
+	{"converge batch, breaker", implConverge, true, true, false},
+	{"converge, breaker, RetryAfter", implConverge, false, true, true},
+	{"converge batch, breaker, RetryAfter", implConverge, true, true, true},
 }
+
+// outageRetryAfter is the time the target asks for in the RetryAfter
+// variants: short, so that a reconciler that took it at its word for the
+// object would call again and again.
+const outageRetryAfter = 5 * time.Millisecond
 
 func outageCaseName(v outageVariant) string { return "outage " + v.name }
 
@@ -147,10 +157,11 @@ const (
 // the operations of both libraries; convOutageBatch and upOutageBatch are
 // its batch operations. Safe for concurrent use.
 type outageTarget struct {
-	half, end atomic.Int64 // Unix ns: the middle and the end of the outage
-	firstOK   atomic.Int64 // Unix ns: the first call that succeeded, 0 before
-	calls     [3]atomic.Int64
-	entries   [3]atomic.Int64
+	retryAfter bool         // fail with RetryAfter(outageRetryAfter, errOutage)
+	half, end  atomic.Int64 // Unix ns: the middle and the end of the outage
+	firstOK    atomic.Int64 // Unix ns: the first call that succeeded, 0 before
+	calls      [3]atomic.Int64
+	entries    [3]atomic.Int64
 }
 
 // begin starts an outage of d at start.
@@ -177,6 +188,9 @@ func (t *outageTarget) call(n int) error {
 	if p == outageRecovered {
 		t.firstOK.CompareAndSwap(0, now)
 		return nil
+	}
+	if t.retryAfter {
+		return reconciler.RetryAfter(outageRetryAfter, errOutage)
 	}
 	return errOutage
 }
@@ -233,7 +247,7 @@ func (b upOutageBatch) apply(batch []upstream.BatchEntry[*object]) {
 func outage(ctx context.Context, cfg config, v outageVariant) (measurement, error) {
 	c := cfg.outage
 	m := newMeasurement()
-	t := &outageTarget{}
+	t := &outageTarget{retryAfter: v.retryAfter}
 	s := setup{
 		impl: v.im, batch: v.batch, statusIndex: true, objects: c.objects, noPrune: true,
 		retryMin: c.retryMin, retryMax: c.retryMax, outage: t,

@@ -65,6 +65,7 @@ type testApp struct {
 	db     *statedb.DB
 	files  statedb.RWTable[*File]
 	rec    reconciler.Reconciler[*File]
+	shell  *shellServer
 	stop   func()
 
 	templates   statedb.RWTable[*Template]
@@ -85,7 +86,8 @@ func newTestApp(cfg config, extra ...cell.Cell) *hive.Hive {
 	return app
 }
 
-// startApp runs the app with cfg, with Dir and Addr filled in unless set.
+// startApp runs the app with cfg, with Dir and Addr (127.0.0.1:0) filled
+// in unless set.
 // setup, if not nil, runs before the start on the directory. extra cells
 // are added to the hive.
 func startApp(t testing.TB, cfg config, setup func(dir string), extra ...cell.Cell) *testApp {
@@ -101,13 +103,15 @@ func startAppLogging(t testing.TB, log *slog.Logger, cfg config, setup func(dir 
 		cfg.Dir = filepath.Join(a.parent, "target")
 	}
 	a.dir = cfg.Dir
-	cfg.Addr = "127.0.0.1:0"
+	if cfg.Addr == "" {
+		cfg.Addr = "127.0.0.1:0"
+	}
 	if setup != nil {
 		setup(a.dir)
 	}
 	var srv *server
-	app := newTestApp(cfg, append(extra, cell.Invoke(func(s *server, db *statedb.DB, files filesTable, r reconciler.Reconciler[*File]) {
-		srv, a.db, a.files, a.rec = s, db, files.RWTable, r
+	app := newTestApp(cfg, append(extra, cell.Invoke(func(s *server, db *statedb.DB, files filesTable, r reconciler.Reconciler[*File], sh *shellServer) {
+		srv, a.db, a.files, a.rec, a.shell = s, db, files.RWTable, r, sh
 		a.templates, a.reconcilers, a.retries = s.templates, s.reconcilers, s.retries
 	}))...)
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)

@@ -157,7 +157,7 @@ func TestPruneOnlyOwnedFiles(t *testing.T) {
 	b.waitReconciled()
 	require.Equal(t, []string{"hello.txt", "motd", "secret.conf", tmpPrefix + "0123", "users-file"}, b.dirNames())
 	require.Equal(t, "mine", b.readFile("users-file"))
-	require.Equal(t, []string{"journal.log", "lock", tmpPrefix + "notes", "token"}, dirNames(t, filepath.Join(b.dir, stateDir)))
+	require.Equal(t, []string{"journal.log", "lock", "shell.sock", tmpPrefix + "notes", "token"}, dirNames(t, filepath.Join(b.dir, stateDir)))
 	require.ElementsMatch(t, initialNames, journalNames(t, b.dir))
 
 	// Later files of the user's and a subdirectory stay through prunes.

@@ -72,3 +72,26 @@ func privateMode0600(info fs.FileInfo) bool { return info.Mode().Perm() == 0o600
 // privateMode reports whether info, the state directory's, has mode 0700:
 // only the user can list it and read the token in it.
 func privateMode(info fs.FileInfo) bool { return info.Mode().Perm() == 0o700 }
+
+// checkParent refuses the parent of the target directory, whose info is
+// given, if a user other than the one running the example could move the
+// directory away or put another in its place: a parent owned by another
+// user (root excepted: root can do that anyway), or one its group or
+// others can write unless it is sticky (as /tmp is: there only the owner
+// of an entry may rename or remove it). what names the directory in the
+// error, parent its parent.
+func checkParent(what, parent string, info fs.FileInfo) error {
+	st, ok := info.Sys().(*syscall.Stat_t)
+	if !ok {
+		return nil
+	}
+	if uid := os.Geteuid(); int(st.Uid) != uid && st.Uid != 0 {
+		return &refusedError{fmt.Sprintf("%s: its parent %s is owned by uid %d, neither the user running the example (uid %d) nor root: "+
+			"that user can move the directory away or put another in its place; choose another --dir", what, parent, st.Uid, uid)}
+	}
+	if perm := info.Mode().Perm(); perm&0o022 != 0 && info.Mode()&fs.ModeSticky == 0 {
+		return &refusedError{fmt.Sprintf("%s: its parent %s can be written by other users (mode %s) and is not sticky: "+
+			"they can move the directory away or put another in its place; run chmod go-w (or chmod +t) on it, or choose another --dir", what, parent, perm)}
+	}
+	return nil
+}

@@ -54,6 +54,7 @@ type server struct {
 	retries     statedb.Table[*reconciler.RetryInfo]
 	health      *health
 	token       *apiToken
+	refusals    *refusalLog // requests refused for their Host or Origin
 	timeouts    httpTimeouts
 	mux         *http.ServeMux
 	http        *http.Server
@@ -117,7 +118,7 @@ func newServer(p serverParams) (*server, error) {
 	}
 	s := &server{
 		log: p.Log, db: p.DB, files: p.Files.RWTable, templates: p.Templates,
-		reconcilers: p.Reconcilers, retries: p.Retries, health: p.Health, token: p.Token,
+		reconcilers: p.Reconcilers, retries: p.Retries, health: p.Health, token: p.Token, refusals: newRefusalLog(p.Log),
 		timeouts: defaultTimeouts(),
 		addr:     p.Config.Addr, mux: http.NewServeMux(), done: make(chan struct{}),
 	}
@@ -190,11 +191,12 @@ func isLoopback(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// listen binds --addr, so that a busy or invalid address fails the hive's
-// start, with a usage error (exit status 2), before the directory is
-// touched. It serves nothing yet: see serve.
+// listen binds --addr, and for a loopback address the other loopback
+// address at the same port (see listenAPI), so that a busy or invalid
+// address fails the hive's start, with a usage error (exit status 2),
+// before the directory is touched. It serves nothing yet: see serve.
 func (s *server) listen(cell.HookContext) error {
-	ln, err := net.Listen("tcp", s.addr)
+	ln, err := listenAPI(s.addr)
 	if err != nil {
 		return refuse("addr", fmt.Errorf("--addr %s: cannot listen: %w", s.addr, err))
 	}
@@ -250,7 +252,7 @@ func (s *server) Done() <-chan struct{} { return s.done }
 // is wrong with it.
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err := s.checkOrigin(r); err != nil {
-		s.log.Warn("Refused a request from outside", "method", r.Method, "path", r.URL.Path, "reason", err)
+		s.refusals.refused(r.Method, r.URL.Path, err) // at a bounded rate
 		releaseConnection(w)
 		writeError(w, http.StatusForbidden, "%v", err)
 		return

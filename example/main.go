@@ -33,7 +33,8 @@
 //     replaces after moving it aside, so a file the user saves meanwhile
 //     keeps its name; names that are not valid UTF-8 are refused;
 //   - it refuses a directory, or a state directory or journal in it, that
-//     another user owns or can write, a non-empty directory it did not
+//     another user owns or can write, or whose parent another user (not
+//     root) owns or can write without the sticky bit, a non-empty directory it did not
 //     create (unless --adopt), a symbolic link, and a directory another
 //     example is using (it locks the directory itself, and
 //     DIR/.converge-example/lock); it holds the directory's parent open, so
@@ -44,6 +45,14 @@
 //     at mode 0700, checked every second; replaced if others could read
 //     it), and refuses requests a web page could send, closing the
 //     connection of every request it refuses before the token;
+//   - it holds both loopback addresses at its port, 127.0.0.1 and ::1, and
+//     refuses to start if either is taken: a client that resolves
+//     localhost to the other would send its token to whoever listened
+//     there; refused requests are counted and logged at a bounded rate;
+//   - it serves hive's shell (db/show reconcilers, ...) to the user
+//     running it only, on DIR/.converge-example/shell.sock: mode 0600 in
+//     the 0700 state directory, peer credentials checked, only the
+//     commands that read the tables (run `example shell COMMAND`);
 //   - it bounds its inputs: request bodies (1 MiB), connections (128 at
 //     once), slow and idle connections, --files (a regular file of at most
 //     16 MiB, whose errors quote only a value found invalid, never an
@@ -87,9 +96,10 @@
 // every start):
 //
 //	T=$(cat $DIR/.converge-example/token)
-//	curl --oauth2-bearer $T -X PUT --data-binary 'hi there' localhost:8080/files/greeting
-//	curl --oauth2-bearer $T localhost:8080/files
-//	curl --oauth2-bearer $T localhost:8080/       # every route
+//	curl --oauth2-bearer $T -X PUT --data-binary 'hi there' 127.0.0.1:8080/files/greeting
+//	curl --oauth2-bearer $T 127.0.0.1:8080/files
+//	curl --oauth2-bearer $T 127.0.0.1:8080/       # every route
+//	go run ./example shell db/show reconcilers    # the shell, with no token
 //
 // docs/example.md walks through the API, the drift repairs and the
 // refusals. Ctrl-C (SIGINT) or SIGTERM stops it cleanly.
@@ -111,6 +121,7 @@ import (
 	"github.com/cilium/hive"
 	"github.com/cilium/hive/cell"
 	"github.com/cilium/hive/job"
+	"github.com/cilium/hive/shell"
 	"github.com/cilium/statedb"
 	"github.com/spf13/pflag"
 	"golang.org/x/time/rate"
@@ -159,6 +170,7 @@ var filesModule = cell.Module(
 		newTemplatesTable,
 		newReconciler,
 		newServer,
+		newShellServer, // the shell, on a Unix socket in the state directory
 	),
 	// The invokes run in this order when the hive is built: every flag is
 	// checked before anything starts. Their start hooks run in the order
@@ -173,6 +185,7 @@ var filesModule = cell.Module(
 		registerStart,        // listen, claim --dir, insert the initial set
 		func(*traces) {},     // --trace-stdout: the exporter, stopped after the reconciler
 		startReconciler,      // the reconciler's jobs; the server pauses and resumes it
+		func(lc cell.Lifecycle, sh *shellServer) { lc.Append(cell.Hook{OnStart: sh.start, OnStop: sh.stop}) },
 		func(lc cell.Lifecycle, s *server) { lc.Append(cell.Hook{OnStart: s.serve, OnStop: s.stop}) },
 	),
 )
@@ -257,13 +270,17 @@ const exitRule = `Exit status:
 // stops the hive and returns the exit status. An error that prevents the
 // start is printed once, as "example: ..." on stderr.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "shell" {
+		return runShell(args[1:], stderr)
+	}
 	var (
 		srv *server
+		sh  *shellServer
 		cfg config
 	)
 	app := newApp(
 		cell.Provide(func() traceOutput { return traceOutput{stdout} }),
-		cell.Invoke(func(s *server, c config) { srv, cfg = s, c }),
+		cell.Invoke(func(s *server, h *shellServer, c config) { srv, sh, cfg = s, h, c }),
 	)
 	flags := pflag.NewFlagSet("example", pflag.ContinueOnError)
 	flags.SetOutput(io.Discard) // errors and usage are printed below
@@ -315,6 +332,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stderr, "\nconverge example: reconciling into %s, API on http://%s (Ctrl-C to stop)\n"+
 		"The API asks for the token in %s:\n  curl --oauth2-bearer $(cat %s) http://%s/\n\n",
 		dir, srv.Addr(), filepath.Join(dir, tokenPath), filepath.Join(dir, tokenPath), srv.Addr())
+	if sh.serving() {
+		fmt.Fprintf(stderr, "Its shell, for the user running it only, on a Unix socket:\n  %s shell --shell-sock-path %s db/show reconcilers\n\n",
+			shellProgram(), filepath.Join(dir, shellSocket))
+	}
 
 	serverFailed := false
 	select {
@@ -326,6 +347,80 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitFailure
 	}
 	return exitOK
+}
+
+// runShell is `example shell [--shell-sock-path PATH] [COMMAND [ARGS]...]`:
+// hive's shell client (github.com/cilium/hive/shell), connected to the
+// socket of a running example, runs COMMAND, or reads commands from the
+// terminal. The socket is DIR/.converge-example/shell.sock, DIR the
+// default --dir or $CONVERGE_EXAMPLE_DIR.
+func runShell(args []string, stderr io.Writer) int {
+	dir := defaultConfig().Dir
+	if d := os.Getenv(envName("dir")); d != "" {
+		dir = d
+	}
+	cmd := shell.ShellCmd(filepath.Join(dir, shellSocket), "example> ", func(w io.Writer) {
+		fmt.Fprintln(w, "converge example's shell: db/show reconcilers, db/show reconciler-retries, db/show files, help; Ctrl-D to leave")
+	})
+	cmd.Use = "shell [--shell-sock-path PATH] [command [args]...]"
+	if cmd.ParseFlags(args) == nil { // else Execute says what is wrong
+		path, err := cmd.Flags().GetString(shell.ShellSockPathName)
+		if err == nil {
+			err = checkShellSocket(path)
+		}
+		if err != nil {
+			fmt.Fprintln(stderr, "example shell:", err)
+			return exitUsage
+		}
+	}
+	// Flags after the command are the command's: db/show --format=json files.
+	cmd.Flags().SetInterspersed(false)
+	cmd.SetArgs(args)
+	cmd.SetOut(stderr)
+	cmd.SetErr(stderr)
+	if err := cmd.Execute(); err != nil {
+		return exitUsage
+	}
+	return exitOK
+}
+
+// checkShellSocket refuses to talk to the socket at path unless it is the
+// user's, in a state directory and a directory that only the user can
+// change, as the example makes them: a socket another user made, at the
+// default path or in a directory of theirs, would be answered by their
+// program, whose output the client prints as it is.
+func checkShellSocket(path string) error {
+	state, err := filepath.EvalSymlinks(filepath.Dir(path))
+	if err != nil {
+		return fmt.Errorf("the shell's socket %s: %w (is the example running on that directory?)", path, err)
+	}
+	for _, dir := range []string{state, filepath.Dir(state)} {
+		info, err := os.Stat(dir)
+		if err == nil {
+			err = checkPrivate(dir, info, "")
+		}
+		if err != nil {
+			return fmt.Errorf("the shell's socket %s: %w", path, err)
+		}
+	}
+	info, err := os.Lstat(filepath.Join(state, filepath.Base(path)))
+	switch {
+	case err != nil:
+		return fmt.Errorf("the shell's socket %s: %w (is the example running on that directory?)", path, err)
+	case info.Mode()&os.ModeSocket == 0:
+		return fmt.Errorf("the shell's socket %s is not a socket", path)
+	case !ownedByUser(info):
+		return fmt.Errorf("the shell's socket %s belongs to another user: it is not your example's", path)
+	}
+	return nil
+}
+
+// shellProgram is how to run the shell client, for the start message.
+func shellProgram() string {
+	if name := programName(); name != "example" {
+		return os.Args[0]
+	}
+	return "go run ./example"
 }
 
 // programName is the name the program was run as, for --help: "example"

@@ -71,6 +71,11 @@ type ownedDir struct {
 	// of it since (see changeTime) was made by someone else.
 	tokenFile fs.FileInfo
 
+	// onNewClaim, if set, is called with a directory claimed anew after
+	// the start (the one before was moved away or removed), with mu
+	// held: the shell moves its socket there.
+	onNewClaim func(*claimed)
+
 	stopGuard chan struct{} // closed by stop, to end guard
 	guardDone chan struct{} // closed when guard returns
 }
@@ -154,9 +159,16 @@ func (d *ownedDir) check() error {
 		case !parent.IsDir():
 			return fmt.Errorf("target directory %s: %s is not a directory; choose another --dir", d.name, filepath.Dir(d.path))
 		}
-		return nil
+		return checkParent(d.label(), filepath.Dir(d.path), parent)
 	}
 	if err := d.checkDir(info, err); err != nil {
+		return err
+	}
+	parent, err := os.Stat(filepath.Dir(d.path))
+	if err != nil {
+		return fmt.Errorf("target directory %s: %w", d.name, err)
+	}
+	if err := checkParent(d.label(), filepath.Dir(d.path), parent); err != nil {
 		return err
 	}
 	root, err := os.OpenRoot(d.path)
@@ -233,6 +245,16 @@ func (d *ownedDir) start(cell.HookContext) error {
 	parent, err := os.OpenRoot(parentPath)
 	if err != nil {
 		return refuse("dir", fmt.Errorf("target directory %s: %w", d.name, err))
+	}
+	// The parent held is checked, not the one at its path when the
+	// hive was built.
+	info, err := parent.Stat(".")
+	if err == nil {
+		err = checkParent(d.label(), parentPath, info)
+	}
+	if err != nil {
+		parent.Close()
+		return refuse("dir", err)
 	}
 	d.mu.Lock()
 	d.parent = parent
@@ -554,6 +576,7 @@ func (d *ownedDir) claimOpened(root *os.Root, info fs.FileInfo) (*claimed, error
 	c.dir.sync = func() error { return syncDir(root, ".") }
 	err = c.openDirs()
 	var id fileID
+	anew := false
 	if err == nil {
 		// By file handle where there is one: a directory claimed before
 		// and then removed frees its inode number for the next one.
@@ -566,6 +589,7 @@ func (d *ownedDir) claimOpened(root *os.Root, info fs.FileInfo) (*claimed, error
 		// The token in the directory claimed before, wherever it now
 		// is, is not watched any more: it must not work.
 		err = d.renewToken(root, tokenNewDir)
+		anew = true
 	case err == nil:
 		err = d.writeToken(root)
 	}
@@ -592,6 +616,9 @@ func (d *ownedDir) claimOpened(root *os.Root, info fs.FileInfo) (*claimed, error
 		}
 	}
 	d.lastDir = id
+	if anew && d.onNewClaim != nil {
+		d.onNewClaim(c)
+	}
 	return c, nil
 }
 

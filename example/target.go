@@ -182,10 +182,12 @@ func (t *target) holds(root *os.Root, name string, st fileState, entry journalEn
 }
 
 // unchanged reports whether st, the file at name, is the example's (see
-// ours) and still holds what it wrote, as entry records it. It reads the
-// file unless its identity, size and modification time are those
-// recorded. Only such a file is removed: a file the user changed holds
-// their work.
+// ours) and still holds what it wrote, as entry records it. It always
+// reads the file and compares its content with the digest recorded: a
+// file edited in place to the same size, its modification time put back
+// (touch -r, rsync --inplace -t), holds the user's work although its
+// identity, size and time are those recorded. Only a file that holds
+// what the example wrote is removed; one it cannot read is not.
 func (t *target) unchanged(root *os.Root, name string, st fileState, entry journalEntry) bool {
 	switch {
 	case !st.info.Mode().IsRegular() || st.info.Size() != entry.Size:
@@ -194,8 +196,6 @@ func (t *target) unchanged(root *os.Root, name string, st fileState, entry journ
 		return t.ours(root, name, st, entry) // which reads the content
 	case !entry.identifies(st.id):
 		return false
-	case st.id == entry.ID && st.info.ModTime().Equal(entry.ModTime):
-		return true
 	}
 	return t.holds(root, name, st, entry)
 }
@@ -446,8 +446,10 @@ func (t *target) remove(c *claimed, name string, entry journalEntry) (removed bo
 	case err != nil:
 		return false, err
 	}
+	// What was moved is read again: a file saved, or edited in place,
+	// between the check and the move is not the example's to remove.
 	got, err := c.stat(aside)
-	if err != nil || !sameFile(got.id, st.id) || got.info.Size() != st.info.Size() || !got.info.ModTime().Equal(st.info.ModTime()) {
+	if err != nil || !sameFile(got.id, st.id) || !t.holds(c.root, c.path(aside), got, entry) {
 		t.log.Warn(notOurs, "name", name)
 		t.putBack(c, aside, name)
 		return false, nil

@@ -129,20 +129,21 @@ var errInvalidTemplate = errors.New("invalid template")
 // parseTemplate checks a template's text: every "{{" must start one of
 // the placeholders {{name}} and {{content}}. A template is checked when it
 // is stored, so that a mistake is answered at once rather than written
-// into files.
+// into files. It costs time linear in the text's length: it looks at each
+// byte a bounded number of times, and finds the line and column of a
+// mistake only once it found one.
 func parseTemplate(text string) error {
-	rest, offset := text, 0
+	offset := 0
 	for {
-		i := strings.Index(rest, "{{")
+		i := strings.Index(text[offset:], "{{")
 		if i < 0 {
 			return nil
 		}
 		at := offset + i
-		line := 1 + strings.Count(text[:at], "\n")
-		column := 1 + utf8.RuneCountInString(text[strings.LastIndex(text[:at], "\n")+1:at])
-		tail := rest[i:]
+		tail := text[at:]
 		end := strings.Index(tail, "}}")
-		if end < 0 || strings.Contains(tail[:end], "\n") {
+		if end < 0 || strings.IndexByte(tail[:end], '\n') >= 0 {
+			line, column := position(text, at)
 			return fmt.Errorf("%w: line %d, column %d: \"{{\" is not closed by \"}}\"; a template may use {{name}} and {{content}}", errInvalidTemplate, line, column)
 		}
 		switch placeholder := tail[:end+2]; placeholder {
@@ -151,10 +152,18 @@ func parseTemplate(text string) error {
 			if len(placeholder) > 40 {
 				placeholder = placeholder[:37] + "..."
 			}
+			line, column := position(text, at)
 			return fmt.Errorf("%w: line %d, column %d: unknown placeholder %q; a template may use {{name}} and {{content}}", errInvalidTemplate, line, column, placeholder)
 		}
-		rest, offset = tail[end+2:], at+end+2
+		offset = at + end + 2
 	}
+}
+
+// position returns the line and column, counted from 1, of the byte at in
+// text; a column counts runes.
+func position(text string, at int) (line, column int) {
+	start := strings.LastIndexByte(text[:at], '\n') + 1
+	return 1 + strings.Count(text[:start], "\n"), 1 + utf8.RuneCountInString(text[start:at])
 }
 
 // errInvalidTemplateName is wrapped by every error of

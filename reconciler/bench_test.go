@@ -280,7 +280,7 @@ func benchWaiting(lc *lifecycles[*benchObj], n int) []*keyState[*benchObj] {
 	for i := range states {
 		s := lc.observe(strconv.Itoa(i), task[*benchObj]{rev: statedb.Revision(i + 1), statusID: uint64(i + 1)})
 		lc.start(s)
-		lc.settle(s, errBench, false, true, t0.Add(time.Duration((i*7919)%n)*time.Millisecond).UnixNano(), 1, t0)
+		lc.settle(s, errBench, false, true, true, t0.Add(time.Duration((i*7919)%n)*time.Millisecond).UnixNano(), 1, t0)
 		states[i] = s
 	}
 	return states

@@ -13,7 +13,10 @@ import (
 // probe that succeeds (or that the target answers with an error about the
 // object) closes it. While open, a failure about the target is no outcome
 // for its object: record says so, and commit queues the object again as
-// if its operation had never started, so no attempt count or backoff grows.
+// if its operation had never started, so no attempt count or backoff
+// grows. One that asked for its next attempt's time (RetryAfter) keeps
+// that time but counts no attempt either, and the time delays the next
+// probe.
 //
 // A nil *breaker is a breaker that never opens. Its methods are safe for
 // concurrent use: workers record outcomes while the loop asks for probes.
@@ -23,7 +26,7 @@ type breaker struct {
 	probeMin   time.Duration
 	probeMax   time.Duration
 	gate       *gate
-	onTransits func(open bool, err error) // logs an opening and a closing
+	onTransits func(open, startup bool, err error) // logs an opening and a closing
 
 	mu       sync.Mutex
 	streak   map[string]struct{} // closed: keys failing in a row since a success
@@ -33,10 +36,12 @@ type breaker struct {
 	failed   int       // open: probes failed since it opened
 	due      time.Time // open: when the next probe may be granted
 	probing  bool      // open: a probe was granted and has not reported
+	answered bool      // the target answered an operation since the run started
+	startup  bool      // open, and opened before the target ever answered
 	openings uint64
 }
 
-func newBreaker(threshold int, isTarget func(error) bool, probeMin, probeMax time.Duration, g *gate, onTransits func(bool, error)) *breaker {
+func newBreaker(threshold int, isTarget func(error) bool, probeMin, probeMax time.Duration, g *gate, onTransits func(open, startup bool, err error)) *breaker {
 	return &breaker{
 		threshold:  threshold,
 		isTarget:   isTarget,
@@ -48,18 +53,43 @@ func newBreaker(threshold int, isTarget func(error) bool, probeMin, probeMax tim
 	}
 }
 
-// aboutTarget reports whether err says the target fails as a whole.
+// aboutTarget reports whether err says the target fails as a whole. An
+// entry a batch operation lost is the implementation's fault, never the
+// target's.
 func (b *breaker) aboutTarget(err error) bool {
-	return err != nil && !IsTerminal(err) && (b.isTarget == nil || b.isTarget(err))
+	return err != nil && err != errBatchEntryLost && !IsTerminal(err) && (b.isTarget == nil || b.isTarget(err))
 }
 
+// verdict is what the breaker makes of a failure.
+type verdict uint8
+
+const (
+	// counted: an outcome of the object's own, as without a breaker.
+	counted verdict = iota
+	// held: the breaker is open, so the failure is no outcome: the object
+	// goes back to the queue as if its operation never started.
+	held
+	// spared: the breaker is open and the failure asked for its next
+	// attempt's time (RetryAfter): the object keeps that time, as
+	// RetryAfter promises, but the failure counts no attempt.
+	spared
+)
+
 // record takes the outcome err of an operation on key (key is read only
-// for a failure), which was the probe if probe is set, and reports whether
-// the failure is held: the breaker was open, so it is no outcome for the
-// object. The failure that opens the breaker is not held.
-func (b *breaker) record(key func() string, err error, probe bool, now time.Time) (held bool) {
+// for a failure), which was the probe if probe is set, and returns what
+// the failure is for its object. A failure again (its object's attempt
+// before failed with the same error) is no news of the target while
+// closed: many objects failing on and on for one cause of their own (a
+// fan-out) must not open it, and a target that fails anew shows in
+// objects that did not already fail so. While open, a failure about the target
+// delays the next probe: by the backoff if it was the probe, and to the
+// time it asked for with RetryAfter, up to the probes' maximum backoff
+// (a RetryAfter about the target is its own word on when to ask again;
+// the cap keeps one object that asks for a day from stopping the probes).
+// The failure that opens the breaker is counted.
+func (b *breaker) record(key func() string, err error, again, probe bool, now time.Time) verdict {
 	if b == nil {
-		return false
+		return counted
 	}
 	target := b.aboutTarget(err)
 	b.mu.Lock()
@@ -67,6 +97,9 @@ func (b *breaker) record(key func() string, err error, probe bool, now time.Time
 	wasProbe := probe && b.probing
 	if wasProbe {
 		b.probing = false
+	}
+	if !target {
+		b.answered = true // a success, or a verdict on the object
 	}
 	switch {
 	case err == nil || (wasProbe && !target):
@@ -76,42 +109,58 @@ func (b *breaker) record(key func() string, err error, probe bool, now time.Time
 		if b.open {
 			b.setOpen(false, now, nil)
 		}
-		return false
+		return counted
 	case !target:
-		return false // about the object: neither breaks nor mends the streak
+		return counted // about the object: neither breaks nor mends the streak
+	case !b.open && again:
+		return counted // no news: neither breaks nor mends it either
 	case b.open:
-		if _, asked := retryAfter(err); asked {
-			// The operation chose its next attempt's time (RetryAfter):
-			// an outcome of its object's own, which it keeps.
-			return false
-		}
 		if wasProbe {
 			b.failed++
-			b.due = now.Add(backoff(b.failed+1, b.probeMin, b.probeMax, 0, 0))
+			b.due = later(b.due, now.Add(backoff(b.failed+1, b.probeMin, b.probeMax, 0, 0)))
 		}
-		return true
+		if wait, asked := retryAfter(err); asked {
+			b.due = later(b.due, now.Add(min(wait, b.probeMax)))
+			return spared
+		}
+		return held
 	}
 	b.streak[key()] = struct{}{}
 	if len(b.streak) >= b.threshold {
 		b.setOpen(true, now, err)
 	}
-	return false
+	return counted
+}
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // setOpen opens or closes the breaker and the gate with it. b.mu is held.
+// An opening before the target ever answered since the run started (a
+// target still coming up) holds operations like any other, and is logged
+// as such.
 func (b *breaker) setOpen(open bool, now time.Time, err error) {
 	b.open, b.probing, b.failed = open, false, 0
+	b.startup = open && !b.answered
 	clear(b.streak)
 	if open {
 		b.openings++
 		b.since, b.due = now, now.Add(b.probeMin)
+		if wait, asked := retryAfter(err); asked {
+			b.due = later(b.due, now.Add(min(wait, b.probeMax)))
+		}
 		b.err = fmt.Errorf("target failing since %s: %w", now.UTC().Format(time.RFC3339), err)
 	} else {
 		b.since, b.due, b.err = time.Time{}, time.Time{}, nil
 	}
 	b.gate.setBroken(open)
 	if b.onTransits != nil {
-		b.onTransits(open, err)
+		b.onTransits(open, b.startup, err)
 	}
 }
 
@@ -170,7 +219,7 @@ func (b *breaker) state() breakerState {
 }
 
 // reset closes the breaker: a run of the loop starts (or ends) with the
-// target presumed working.
+// target presumed working, but not yet heard from.
 func (b *breaker) reset(now time.Time) {
 	if b == nil {
 		return
@@ -184,5 +233,5 @@ func (b *breaker) reset(now time.Time) {
 		b.onTransits = notify
 	}
 	clear(b.streak)
-	b.probing = false
+	b.probing, b.answered = false, false
 }

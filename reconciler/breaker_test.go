@@ -5,12 +5,14 @@ import (
 	"errors"
 	"expvar"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -596,4 +598,204 @@ func TestBreakerFailingDeletes(t *testing.T) {
 			assert.Equal(t, []string{"after"}, keys)
 		})
 	}
+}
+
+// While open, a probe the target answers with RetryAfter (a 503 with
+// Retry-After, a rate limit) is a failed probe like any other: the probes
+// stay one per backoff step, and WithMaxAttempts gives up on nothing
+// because the target was down.
+func TestBreakerHoldsTargetRetryAfter(t *testing.T) {
+	for _, v := range variants {
+		t.Run(v.String(), func(t *testing.T) {
+			o, m := newKitOps(), newKitMetrics()
+			f := kitbreaker(t, o, v, m,
+				reconciler.WithCircuitBreaker(2, 200*time.Millisecond, nil),
+				reconciler.WithRetry(time.Millisecond, time.Second),
+				reconciler.WithMaxAttempts(2))
+			o.setFail(func(reconcilertest.Op, *item) error {
+				return reconciler.RetryAfter(5*time.Millisecond, errKitDown)
+			})
+			f.upsert(items("r", 40, "1")...)
+			m.waitOpen(t, 1)
+			start := o.calls.Load()
+			window := time.NewTimer(time.Second)
+			<-window.C // a measuring window: a slow machine makes fewer calls, not more
+			// Probes 200 ms and 600 ms after the opening; those in flight
+			// when it opened; a margin. Not held, it is hundreds.
+			n := o.calls.Load() - start
+			assert.LessOrEqual(t, n, int64(4+v.workers), "%d calls in the first second open", n)
+			var given []string
+			for obj := range f.table.All(f.db.ReadTxn()) {
+				if obj.Status.Terminal {
+					given = append(given, obj.ID+": "+obj.Status.Error)
+				}
+			}
+			require.Empty(t, given, "given up while the target was down")
+			o.recover()
+			f.kitconverged(o)
+		})
+	}
+}
+
+// Operations cut short by a stop fail with the stop's context.Canceled:
+// that says nothing of the target, so the breaker neither opens nor logs.
+func TestBreakerStopIsNoOutage(t *testing.T) {
+	for _, v := range []variant{{4, false}, {4, true}} {
+		t.Run(v.String(), func(t *testing.T) {
+			o, m := newKitOps(), newKitMetrics()
+			logs := &captureHandler{}
+			w := &with{tables: true, log: slog.New(logs)}
+			f := v.fixture(t, o, w, reconciler.WithMetrics(m),
+				reconciler.WithCircuitBreaker(2, time.Millisecond, nil),
+				reconciler.WithRetry(time.Millisecond, 4*time.Millisecond))
+			var blocked atomic.Int64
+			more := make(chan struct{}, 64)
+			o.mu.Lock()
+			o.gate = func(ctx context.Context, _ *item) {
+				blocked.Add(1)
+				more <- struct{}{}
+				<-ctx.Done()
+			}
+			o.mu.Unlock()
+			o.setFail(func(reconcilertest.Op, *item) error { return context.Canceled })
+			f.start()
+			f.upsert(items("s", 8, "1")...)
+			for blocked.Load() < 2 {
+				recv(t, more, "updates in flight")
+			}
+			f.stop()
+			info, _, found := f.tables.Reconcilers().Get(f.db.ReadTxn(), reconciler.InfoByID.Query("test"))
+			require.True(t, found)
+			assert.Zero(t, info.BreakerOpenings, "a stop opened the breaker")
+			logs.mu.Lock()
+			defer logs.mu.Unlock()
+			for _, r := range logs.records {
+				assert.NotContains(t, r.Message, "Target failing", "logged at %s", r.Level)
+			}
+		})
+	}
+}
+
+// A target still coming up when the reconciler starts fails the first
+// operations like any outage: the breaker opens, holding the objects found
+// at start, says so at Warn ("not answering since the reconciler
+// started"), and the first probe after the target is up closes it. An
+// outage after the target answered is logged at Error.
+func TestBreakerTargetComingUpAtStart(t *testing.T) {
+	o, m := newKitOps(), newKitMetrics()
+	logs := &captureHandler{}
+	f := variant{1, false}.fixture(t, o, &with{tables: true, log: slog.New(logs)}, reconciler.WithMetrics(m),
+		reconciler.WithCircuitBreaker(3, 10*time.Millisecond, nil),
+		reconciler.WithRetry(time.Millisecond, 20*time.Millisecond))
+	o.down()
+	f.upsert(items("s", 30, "1")...) // found at start
+	f.start()
+	m.waitOpen(t, 1)
+	o.recover()
+	m.waitClosed(t)
+	f.kitconverged(o)
+	assert.Equal(t, []slog.Level{slog.LevelWarn, slog.LevelInfo}, logs.levels("Target "), "the opening at start, and the closing")
+
+	o.down()
+	f.upsert(items("s", 30, "2")...)
+	m.waitOpen(t, 2)
+	o.recover()
+	f.kitconverged(o)
+	assert.Equal(t, []slog.Level{slog.LevelWarn, slog.LevelInfo, slog.LevelError, slog.LevelInfo}, logs.levels("Target "))
+}
+
+// levels returns the levels of the records whose message starts with prefix.
+func (h *captureHandler) levels(prefix string) (out []slog.Level) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, r := range h.records {
+		if strings.HasPrefix(r.Message, prefix) {
+			out = append(out, r.Level)
+		}
+	}
+	return out
+}
+
+// An object deleted and created again under the same key while the breaker
+// is open is not held back by anything its old self left: once the target
+// answers, the new object is applied like any other.
+func TestBreakerDeleteAndRecreateWhileOpen(t *testing.T) {
+	for _, v := range variants {
+		t.Run(v.String(), func(t *testing.T) {
+			o, m := newKitOps(), newKitMetrics()
+			f := kitbreaker(t, o, v, m,
+				reconciler.WithCircuitBreaker(2, time.Millisecond, nil),
+				reconciler.WithRetry(time.Millisecond, 4*time.Millisecond))
+			o.down()
+			f.upsert(items("d", 6, "1")...)
+			m.waitOpen(t, 1)
+			for range 3 {
+				f.remove("d-00000", "d-00001")
+				f.upsert(kititems("2", "d-00000", "d-00001")...)
+			}
+			o.waitCalls(t, o.calls.Load()+3)
+			o.recover()
+			f.kitconverged(o)
+			f.stop()
+			f.start()
+			f.upsert(kititems("3", "d-00000")...)
+			f.kitconverged(o)
+		})
+	}
+}
+
+// Many objects failing for one cause of their own, with others succeeding
+// between them, is no outage: the breaker stays closed.
+func TestBreakerFanOutWithSuccessesStaysClosed(t *testing.T) {
+	for _, v := range variants {
+		t.Run(v.String(), func(t *testing.T) {
+			o, m := newKitOps(), newKitMetrics()
+			f := kitbreaker(t, o, v, m,
+				reconciler.WithCircuitBreaker(10, time.Millisecond, nil), // above the bad objects a worker order can put in a row
+				reconciler.WithRetry(time.Millisecond, 4*time.Millisecond))
+			missing := errors.New("kit: the secret these objects name is missing")
+			o.setFail(func(_ reconcilertest.Op, it *item) error {
+				if strings.HasSuffix(it.ID, "bad") {
+					return missing
+				}
+				return nil
+			})
+			var objs []*item
+			for i := range 40 {
+				objs = append(objs, &item{ID: fmt.Sprintf("f%02d-good", i), Value: "1"}, &item{ID: fmt.Sprintf("f%02d-bad", i), Value: "1"})
+			}
+			f.upsert(objs...)
+			waitUntil(t, "every good object Done and the bad retried", func() (bool, <-chan struct{}) {
+				ch := o.startedWatch() // the bad ones are retried on and on
+				return f.countKind(f.db.ReadTxn(), status.KindDone) == 40 && o.calls.Load() >= 200, ch
+			})
+			s, _ := m.get()
+			assert.Zero(t, s.BreakerOpened, "a fan-out with successes between opened the breaker")
+		})
+	}
+}
+
+// An entry a batch operation lost or overwrote is the implementation's
+// fault, not the target's: it never opens the breaker.
+func TestBreakerLostBatchEntriesAreNotTheTarget(t *testing.T) {
+	p := newProcessor(t)
+	var lose atomic.Bool
+	lose.Store(true)
+	p.hook = func(_ context.Context, _ int, _, upserted []reconciler.BatchEntry[*item]) error {
+		if lose.Load() {
+			for i, e := range upserted {
+				upserted[i] = reconciler.BatchEntry[*item]{Object: e.Object, Revision: e.Revision}
+			}
+		}
+		return nil
+	}
+	m := newKitMetrics()
+	f := startFixture(t, p.tg, &with{batch: p}, reconciler.WithPruning(0), reconciler.WithMetrics(m),
+		reconciler.WithCircuitBreaker(2, time.Millisecond, nil), reconciler.WithRetry(time.Millisecond, 4*time.Millisecond))
+	f.upsert(items("l", 10, "1")...)
+	p.waitCalls(t, 5)
+	lose.Store(false)
+	f.converged(p.tg)
+	s, _ := m.get()
+	assert.Zero(t, s.BreakerOpened, "lost entries opened the breaker")
 }

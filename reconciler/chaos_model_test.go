@@ -95,6 +95,7 @@ type chaosTarget struct {
 	holds              map[string]*chaosHold // the next operation on a key blocks on it
 	failNext           map[string]int        // the next operations on a key fail
 	reinserts          map[uint64]int        // per status identity, the test's writes of it again
+	deletes            map[uint64]int        // per status identity, the test's deletes of an object carrying it
 }
 
 // chaosHold blocks an operation on key, before it applies anything or (with
@@ -115,7 +116,7 @@ func newChaosTarget(seed uint64, failProb, slowProb float64) *chaosTarget {
 	return &chaosTarget{
 		rng: rand.New(rand.NewPCG(seed, 0xfa017)), failProb: failProb, slowProb: slowProb,
 		data: map[string]string{}, depSeen: map[string]string{}, changed: make(chan struct{}),
-		holds: map[string]*chaosHold{}, failNext: map[string]int{}, reinserts: map[uint64]int{},
+		holds: map[string]*chaosHold{}, failNext: map[string]int{}, reinserts: map[uint64]int{}, deletes: map[uint64]int{},
 	}
 }
 
@@ -277,6 +278,7 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 type chaosOps struct {
 	*chaosRec
 	gen                 int
+	db                  *statedb.DB
 	table               statedb.Table[*item]
 	deps                statedb.Table[*chaosDep]
 	pruningAt           atomic.Int64 // when the running prune began (Unix ns), 0 if none
@@ -289,6 +291,28 @@ type chaosOps struct {
 	lastPruneOK         bool
 	applied, laterAsked map[uint64]int    // per status identity (see count)
 	lastApplied         map[string]uint64 // per key, the status identity of its last success
+	priorityReads       map[uint64]int    // per status identity (see countPriority)
+}
+
+// countPriority returns fn counting its reads per version: WithPriority
+// reads a version's priority once, when its change is read, whatever
+// requeues it goes through (the breaker holding it, Pause, a stop), so
+// more reads of a status identity than the test's writes of it and deletes
+// of an object carrying it are a violation. It runs on the reconciler's
+// goroutine.
+func (o *chaosOps) countPriority(fn func(*item) int) func(*item) int {
+	return func(it *item) int {
+		if id := o.getStatus(it).ID(); id != 0 {
+			o.target.with(func() {
+				allowed := 1 + o.target.reinserts[id] + o.target.deletes[id]
+				if o.priorityReads[id]++; o.priorityReads[id] > allowed {
+					o.violate("priority of %s=%s (status id %d) read %d times, written %d time(s) and deleted %d",
+						it.ID, it.Value, id, o.priorityReads[id], 1+o.target.reinserts[id], o.target.deletes[id])
+				}
+			})
+		}
+		return fn(it)
+	}
 }
 
 // start runs an operation's hold and fault; it returns the fault and the
@@ -635,8 +659,16 @@ func (r *chaosRun) write(changes ...chaosChange) statedb.Revision {
 			r.depStale[ch.key] = r.depStale[ch.key] || r.writeBackUndoesMark(ch.key, ch.obj)
 			r.reinserted(ch.obj)
 		case ch.value == "":
-			_, _, err = g.table.Delete(wtxn, &item{ID: ch.key})
+			var old *item
+			var had bool
+			old, had, err = g.table.Delete(wtxn, &item{ID: ch.key})
 			delete(r.model, ch.key)
+			for _, rec := range r.recs {
+				if had {
+					id := rec.getStatus(old).ID()
+					rec.target.with(func() { rec.target.deletes[id]++ })
+				}
+			}
 		default:
 			obj := &item{ID: ch.key, Value: ch.value, Status: status.Pending()}
 			h := fnv.New32a()
@@ -689,7 +721,7 @@ func (r *chaosRun) startGen(desired map[string]string) {
 	var indexers []statedb.Indexer[*item]
 	for _, rec := range r.recs {
 		g.ops = append(g.ops, &chaosOps{chaosRec: rec, gen: r.gens, inFlight: map[string]int{}, lastRev: map[string]statedb.Revision{},
-			applied: map[uint64]int{}, lastApplied: map[string]uint64{}, laterAsked: map[uint64]int{}})
+			applied: map[uint64]int{}, lastApplied: map[string]uint64{}, laterAsked: map[uint64]int{}, priorityReads: map[uint64]int{}})
 		g.indexes = append(g.indexes, convergeindex.NewNamedStatusIndex("status-"+rec.name, rec.getStatus))
 		indexers = append(indexers, g.indexes[len(g.indexes)-1])
 	}
@@ -721,7 +753,7 @@ func (r *chaosRun) startGen(desired map[string]string) {
 				wtxn.Commit()
 				for i, rec := range r.recs {
 					ops := g.ops[i]
-					ops.table, ops.deps = g.table, g.deps
+					ops.db, ops.table, ops.deps = db, g.table, g.deps
 					batch := map[bool]reconciler.BatchOperations[*item]{true: ops}[r.cfg.batch]
 					if r.cfg.process {
 						batch = chaosProcessor{ops}
@@ -731,6 +763,9 @@ func (r *chaosRun) startGen(desired map[string]string) {
 						single = nil
 					}
 					opts := append(slices.Clip(r.opts), reconciler.WithDependency(g.deps, dependents))
+					if r.priority.fn != nil {
+						opts = append(opts, reconciler.WithPriority(ops.countPriority(r.priority.fn), r.priority.share))
+					}
 					if startAfter {
 						opts = append(opts, reconciler.WithStartAfter(time.Millisecond, g.deps))
 					}

@@ -139,6 +139,7 @@ type chaosRun struct {
 	refresh     bool
 	manualPrune bool // random Prune() calls
 	breaker     bool // a circuit breaker whose probes come within 10ms (partialOutage)
+	priority    chaosSetting
 	log         *slog.Logger
 	gen         *chaosGen
 	steps       []string
@@ -193,9 +194,7 @@ func runChaos(t *testing.T, cfg chaosConfig, seed uint64) {
 		r.opts = append(r.opts, reconciler.WithRefreshing(time.Duration(20+rng.IntN(50))*time.Millisecond, rate.NewLimiter(2000, 100)))
 	}
 	priority := chaosPriority(seed)
-	if priority.fn != nil {
-		r.opts = append(r.opts, reconciler.WithPriority(priority.fn, priority.share))
-	}
+	r.priority = priority // each reconciler counts its reads (see countPriority)
 	breaker := "off"
 	if rng.IntN(3) == 0 { // outages (see chaosRun.outage) open it
 		n, probe, classify := 1+rng.IntN(4), time.Duration(1+rng.IntN(5))*time.Millisecond, isDown

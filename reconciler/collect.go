@@ -181,7 +181,7 @@ func (r *reconciler[Obj]) collectProbe(txn statedb.ReadTxn, now time.Time, turn 
 // start adds the job of s to the round's work.
 func (r *reconciler[Obj]) start(s *keyState[Obj]) {
 	r.lifecycles.start(s)
-	r.work = append(r.work, op[Obj]{task: s.task, s: s, key: s.key, attempt: s.attempts + 1})
+	r.work = append(r.work, op[Obj]{task: s.task, s: s, key: s.key, attempt: s.attempts + 1, lastErr: s.err})
 }
 
 // collectChanges reads changes, turning those that need work into ops,
@@ -221,6 +221,11 @@ func (r *reconciler[Obj]) collectChange(txn statedb.ReadTxn, change statedb.Chan
 	// A delete recovered when the feed opened comes beside a revision
 	// below its own (see changeFeed). Its key may have been put back since.
 	recovered := change.Deleted && rev < change.Revision
+	if len(r.rechecks.byKey) > 0 && (change.Deleted || r.getStatus(change.Object).IsPendingOrRefreshing()) {
+		if key, ok := r.primary.ObjectToKey(change.Object); ok {
+			r.rechecks.drop(key) // replaced by this change
+		}
+	}
 	if change.Deleted {
 		if key, ok := r.primary.ObjectToKey(change.Object); ok {
 			r.stales.sawDelete(key)

@@ -16,7 +16,8 @@ import (
 // op in its key's lifecycle. Ops that never started go back to the queue,
 // and so do failures of ops cut short by a stop (cut): that is no outcome.
 // An update failing its last attempt (WithMaxAttempts) fails for good,
-// unless the batch operation lost its entry: that is no failure of its own.
+// unless the batch operation lost its entry or the circuit breaker spared
+// it: those are no failures of its own.
 func (r *reconciler[Obj]) commit(ops []op[Obj], cut bool, now time.Time) (out commitOutcome) {
 	if len(ops) == 0 {
 		return out
@@ -26,7 +27,7 @@ func (r *reconciler[Obj]) commit(ops []op[Obj], cut bool, now time.Time) (out co
 		switch {
 		case cut && o.err != nil:
 			o.ran = false
-		case r.opts.maxAttempts > 0 && o.err != nil && !o.delete && !IsTerminal(o.err) && o.err != errBatchEntryLost && max(o.attempt, 1) >= r.opts.maxAttempts:
+		case r.opts.maxAttempts > 0 && o.err != nil && !o.delete && !o.spared && !IsTerminal(o.err) && o.err != errBatchEntryLost && max(o.attempt, 1) >= r.opts.maxAttempts:
 			o.err = TerminalError(fmt.Errorf("gave up after %d attempts: %w", max(o.attempt, 1), o.err))
 		}
 	}
@@ -180,7 +181,7 @@ func (r *reconciler[Obj]) settle(ops []op[Obj], now time.Time) (out commitOutcom
 		if o.over {
 			lc.dropNext(s) // older than what the table holds
 		}
-		lc.settle(s, o.err, settled, written, retryAt, errID, now)
+		lc.settle(s, o.err, settled, written, !o.spared, retryAt, errID, now)
 	}
 	fig.stats.RefreshRepaired = int(r.refreshDrift.Swap(0))
 	r.totals.add(fig)

@@ -129,6 +129,10 @@ type task[Obj any] struct {
 	ready    int64            // when it became ready to run (Unix ns), for queue waits
 	delete   bool
 	refresh  bool // asked for by a Refreshing status
+	// With priorities: the rank of obj's priority, read once per version
+	// (see lifecycles.rank), once ranked.
+	rank   int64
+	ranked bool
 }
 
 // lifecycles is the set of keyStates of one reconciler. It lives as long
@@ -193,7 +197,7 @@ func (lc *lifecycles[Obj]) observe(key string, t task[Obj]) *keyState[Obj] {
 		lc.activate(s)
 		return s
 	default: // queued: the newer change takes its place in the queue
-		lc.replace(s, stillAsked(s.task, t))
+		lc.replace(s, sameRank(s.task, stillAsked(s.task, t)))
 		lc.reprioritize(s)
 		return nil
 	}
@@ -219,9 +223,21 @@ func (lc *lifecycles[Obj]) queue(key string, t task[Obj]) {
 		lc.replace(s, t)
 		lc.enqueue(s)
 	default:
-		lc.replace(s, stillAsked(s.task, t))
+		lc.replace(s, sameRank(s.task, stillAsked(s.task, t)))
 		lc.reprioritize(s)
 	}
+}
+
+// sameRank returns t, which replaces old, with old's rank if it is the
+// same version of the object: the same revision read again (a deferred
+// change looks its object up), or the same status identity (another
+// reconciler's status written since).
+func sameRank[Obj any](old, t task[Obj]) task[Obj] {
+	same := old.rev == t.rev || (t.statusID != 0 && t.statusID == old.statusID)
+	if old.ranked && !t.ranked && same && old.delete == t.delete {
+		t.rank, t.ranked = old.rank, true
+	}
+	return t
 }
 
 // setPriority turns priorities on: priority gives an object's, share the
@@ -236,8 +252,18 @@ func (lc *lifecycles[Obj]) setPriority(priority func(Obj) int, share float64) {
 // place in arrival order.
 func (lc *lifecycles[Obj]) reprioritize(s *keyState[Obj]) {
 	if s.pos[inPriority] >= 0 {
-		lc.byPriority.rerank(s.pos[inPriority], priorityRank(lc.priority(s.task.obj)))
+		lc.byPriority.rerank(s.pos[inPriority], lc.rank(&s.task))
 	}
+}
+
+// rank returns the rank of t's priority, reading it only the first time
+// t, one version of an object, is ranked: a version requeued (held by the
+// circuit breaker, cut short by Pause or a stop) keeps its rank.
+func (lc *lifecycles[Obj]) rank(t *task[Obj]) int64 {
+	if !t.ranked {
+		t.rank, t.ranked = priorityRank(lc.priority(t.obj)), true
+	}
+	return t.rank
 }
 
 // follow records t, a change of s's key read while s runs, as what comes
@@ -478,9 +504,11 @@ const shrinkAbove = 1024
 // committed. settled says the outcome needs no retry (success, or a
 // terminal error of an update); written, whether the status was written
 // (always true for a delete). A failure waits until retryAt (Unix ns);
-// errID is the identity of the Error status written for it. A successor
-// supersedes the outcome: it is what the object is now, and is queued.
-func (lc *lifecycles[Obj]) settle(s *keyState[Obj], err error, settled, written bool, retryAt int64, errID uint64, now time.Time) {
+// errID is the identity of the Error status written for it; it counts an
+// attempt unless it is not counted (a failure the circuit breaker spared),
+// but a first failure always does. A successor supersedes the outcome: it
+// is what the object is now, and is queued.
+func (lc *lifecycles[Obj]) settle(s *keyState[Obj], err error, settled, written, counted bool, retryAt int64, errID uint64, now time.Time) {
 	switch {
 	case s.hasNext:
 		next := s.next
@@ -494,8 +522,11 @@ func (lc *lifecycles[Obj]) settle(s *keyState[Obj], err error, settled, written 
 		if s.attempts == 0 {
 			s.first = now
 			lc.retrying++
+			counted = true
 		}
-		s.attempts++
+		if counted {
+			s.attempts++
+		}
 		s.err, s.errID = err, errID
 		lc.deactivate(s)
 		lc.wait(s, retryAt)
@@ -559,7 +590,7 @@ func (lc *lifecycles[Obj]) enqueue(s *keyState[Obj]) {
 		lc.queued = append(lc.queued, s)
 		if lc.priority != nil {
 			lc.seq++
-			lc.byPriority.push(s, priorityRank(lc.priority(s.task.obj)), lc.seq)
+			lc.byPriority.push(s, lc.rank(&s.task), lc.seq)
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/statedb"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -80,7 +81,7 @@ func TestLifecycleSuccessorRules(t *testing.T) {
 	assert.True(t, s.hasNext, "after a delete the same identity is new work")
 	assert.Equal(t, uint64(5), s.next.rev)
 
-	lc.settle(s, nil, true, false, 0, 0, time.Now())
+	lc.settle(s, nil, true, false, true, 0, 0, time.Now())
 	assert.Equal(t, phaseQueued, s.phase, "the successor is queued")
 	assert.Equal(t, []*keyState[int]{s}, lc.takeQueued(10))
 	lc.start(s)
@@ -88,9 +89,9 @@ func TestLifecycleSuccessorRules(t *testing.T) {
 	lc.markPruned(s)
 	assert.Nil(t, lc.observe("a", testTask(6, 100)))
 	assert.True(t, s.hasNext, "after a prune the same identity is new work")
-	lc.settle(s, nil, true, true, 0, 0, time.Now())
+	lc.settle(s, nil, true, true, true, 0, 0, time.Now())
 	lc.start(lc.takeQueued(1)[0])
-	lc.settle(s, nil, true, true, 0, 0, time.Now())
+	lc.settle(s, nil, true, true, true, 0, 0, time.Now())
 	assert.False(t, lc.tracked(), "done: nothing left")
 	assert.Empty(t, lc.active)
 }
@@ -107,7 +108,7 @@ func TestLifecycleSameRevisionIsNoSuccessor(t *testing.T) {
 	assert.Nil(t, lc.observe("a", testTask(7, 0)))
 	assert.False(t, s.hasNext, "the very revision running is no successor")
 
-	lc.settle(s, errors.New("e"), false, true, time.Now().UnixNano(), 300, time.Now())
+	lc.settle(s, errors.New("e"), false, true, true, time.Now().UnixNano(), 300, time.Now())
 	assert.Equal(t, phaseWaiting, s.phase, "the failure is retried")
 	assert.Equal(t, uint64(300), s.errID)
 }
@@ -221,6 +222,9 @@ func testLifecycleModel(t *testing.T, priorities bool) {
 		switch rng.IntN(6) {
 		case 0, 1:
 			j := testTask(rev, uint64(rng.IntN(3)+1))
+			if priorities {
+				j.obj = int(j.statusID) // one status identity, one version
+			}
 			if rng.IntN(4) == 0 {
 				j = task[int]{rev: rev, asked: rev, delete: true}
 			}
@@ -231,12 +235,16 @@ func testLifecycleModel(t *testing.T, priorities bool) {
 				running[key] = s
 			}
 		case 2:
-			lc.adopt(key, testTask(rev, 1), uint64(rng.IntN(3)+10), errors.New("e"), now)
+			j := testTask(rev, 1)
+			if priorities {
+				j.obj = 1
+			}
+			lc.adopt(key, j, uint64(rng.IntN(3)+10), errors.New("e"), now)
 		case 3: // finish a running key
 			for k, s := range running {
 				delete(running, k)
 				failed := rng.IntN(2) == 0
-				lc.settle(s, errors.New("e"), !failed, true, now.Add(time.Duration(rng.IntN(1000))*time.Millisecond).UnixNano(), 7, now)
+				lc.settle(s, errors.New("e"), !failed, true, true, now.Add(time.Duration(rng.IntN(1000))*time.Millisecond).UnixNano(), 7, now)
 				break
 			}
 		case 4:
@@ -281,7 +289,8 @@ func TestTakeQueuedByPriority(t *testing.T) {
 		}
 		return out
 	}
-	queue := func(key string, obj int) { lc.queue(key, task[int]{obj: obj}) }
+	var rev statedb.Revision
+	queue := func(key string, obj int) { rev++; lc.queue(key, task[int]{obj: obj, rev: rev}) }
 	queue("low1", 1)
 	queue("low2", 2)
 	queue("mid", 150)
@@ -366,7 +375,7 @@ func TestABurstOfFailuresLeavesNoMemoryHeld(t *testing.T) {
 	end := time.Unix(3_000_000, 0)
 	for s, ok := lc.popDue(end.UnixNano()); ok; s, ok = lc.popDue(end.UnixNano()) {
 		lc.start(s)
-		lc.settle(s, nil, true, true, 0, 0, end)
+		lc.settle(s, nil, true, true, true, 0, 0, end)
 	}
 	require.Equal(t, 20*shrinkAbove, len(lc.takeOutdated()), "rows to remove")
 	require.Equal(t, 0, len(lc.takeOutdated()))

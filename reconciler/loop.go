@@ -143,6 +143,10 @@ func (l *loop[Obj]) round(ctx context.Context, paused bool) {
 			span.End(tracing.End{Collected: len(work), Committed: outcome.committed, Failed: outcome.failed})
 		}
 	}
+	// The buffers are kept for the next round: let go of their objects
+	// (a round of deletes would keep the deleted objects until then).
+	clear(work)
+	clear(finished)
 }
 
 // stopped ends a run of the loop: it stops the executor, commits what

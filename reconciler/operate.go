@@ -251,17 +251,35 @@ func (p *workerPool[Obj]) work(running *atomic.Int64) {
 type runner[Obj any] struct {
 	r       *reconciler[Obj]
 	ctx     context.Context
-	reports opReports // ReportRepaired and RecheckAfter calls of the operation running
+	calls   []opContext // contexts for the next calls, each used once
 	updates []BatchEntry[Obj]
 	deletes []BatchEntry[Obj]
 	ops     []*op[Obj] // the ops of the batch running, in the order given
 }
 
 func newRunner[Obj any](ctx context.Context, r *reconciler[Obj]) *runner[Obj] {
-	e := &runner[Obj]{r: r}
-	e.ctx = context.WithValue(ctx, reportsKey{}, &e.reports)
-	return e
+	return &runner[Obj]{r: r, ctx: ctx}
 }
+
+// callContext returns the context of one operation or batch call: the
+// run's, carrying that call's reports. Each call has its own, never
+// reused, so that a report made with it after the call returned (from a
+// goroutine the operation started) reaches no other call; close then
+// makes it ignored. They are made opContextsPerAlloc at a time.
+func (e *runner[Obj]) callContext() *opContext {
+	if len(e.calls) == 0 {
+		e.calls = make([]opContext, opContextsPerAlloc)
+	}
+	c := &e.calls[0]
+	e.calls = e.calls[1:]
+	c.Context = e.ctx
+	return c
+}
+
+// opContextsPerAlloc is how many call contexts one allocation makes: one
+// allocation in so many calls, and a context that outlives its call keeps
+// so many (40 bytes each) from the garbage collector.
+const opContextsPerAlloc = 128
 
 // run applies ops, recording each outcome. Each operation starts only if
 // the gate allows it then; the ops it does not start (the gate closed, or
@@ -297,9 +315,10 @@ func (e *runner[Obj]) run(txn statedb.ReadTxn, ops []op[Obj]) {
 		if o.delete {
 			name, kind = metrics.OpDelete, tracing.Delete
 		}
-		opCtx, span := ctx, tracing.Span(nil)
+		call := e.callContext()
+		opCtx, span := context.Context(call), tracing.Span(nil)
 		if r.opts.tracer != nil {
-			opCtx, span = r.startSpan(ctx, tracing.Start{Kind: kind, Key: r.opKey(o), Revision: o.rev, Attempt: max(o.attempt, 1)})
+			opCtx, span = r.startSpan(call, tracing.Start{Kind: kind, Key: r.opKey(o), Revision: o.rev, Attempt: max(o.attempt, 1)})
 		}
 		if o.delete {
 			o.err = r.call(opCtx, name, func(ctx context.Context) error {
@@ -313,19 +332,18 @@ func (e *runner[Obj]) run(txn statedb.ReadTxn, ops []op[Obj]) {
 			})
 		}
 		o.ran = true
+		drift, recheck := call.close()
 		if span != nil {
 			span.End(tracing.End{Outcome: outcome(o.err, r.opts.operationTimeout), Err: o.err})
 		}
-		if n := e.reports.drift.Swap(0); n > 0 && o.refresh && !o.delete {
-			r.refreshDrift.Add(n)
+		if drift > 0 && o.refresh && !o.delete {
+			r.refreshDrift.Add(drift)
 		}
-		if e.reports.recheck.Load() != 0 {
-			if d := e.reports.recheck.Swap(0); d > 0 && o.err == nil && !o.delete {
-				o.recheck = time.Duration(d)
-			}
+		if recheck > 0 && o.err == nil && !o.delete {
+			o.recheck = recheck
 		}
 		if r.breaker != nil {
-			r.recordOutcome(o, probe)
+			r.recordOutcome(ctx, o, probe)
 		}
 		end := time.Now()
 		r.metrics.ReconciliationDuration(r.moduleID, r.opts.name, name, end.Sub(start))
@@ -414,6 +432,8 @@ func (e *runner[Obj]) batch(ctx context.Context, txn statedb.ReadTxn, call batch
 			name = metrics.OpDelete
 		}
 	}
+	reports := e.callContext()
+	ctx = reports
 	var span tracing.Span
 	if r.opts.tracer != nil {
 		s := tracing.Start{Kind: kind, Objects: n}
@@ -437,6 +457,7 @@ func (e *runner[Obj]) batch(ctx context.Context, txn statedb.ReadTxn, call batch
 		return batchTimeout(ctx)
 	})
 	r.metrics.ReconciliationDuration(r.moduleID, r.opts.name, name, time.Since(start))
+	drift, _ := reports.close() // batches ask for re-checks with BatchEntry.RecheckAfter
 	if ctx.Err() != nil && err == nil {
 		// Cut short by a stop: an entry it never got to has a nil Result
 		// and did not run. Nothing is known; all are tried again.
@@ -461,21 +482,25 @@ func (e *runner[Obj]) batch(ctx context.Context, txn statedb.ReadTxn, call batch
 		span.End(tracing.End{Outcome: outcome(err, r.opts.operationTimeout), Err: err, Failed: failed})
 	}
 	// Drift reported by a batch counts if the batch refreshed anything.
-	if n := e.reports.drift.Swap(0); n > 0 && refreshed {
-		r.refreshDrift.Add(n)
+	if drift > 0 && refreshed {
+		r.refreshDrift.Add(drift)
 	}
-	e.reports.recheck.Store(0) // batches ask with BatchEntry.RecheckAfter
 	if r.breaker != nil {
 		for _, o := range ops {
-			r.recordOutcome(o, probe)
+			r.recordOutcome(ctx, o, probe)
 		}
 	}
 }
 
 // recordOutcome gives the outcome of o, which ran (as the probe if probe
-// is set), to the circuit breaker. A failure the breaker holds is no
-// outcome: o goes back to the queue as if it had not started.
-func (r *reconciler[Obj]) recordOutcome(o *op[Obj], probe bool) {
+// is set) with the run's context ctx, to the circuit breaker. A failure the
+// breaker holds is no outcome: o goes back to the queue as if it had not
+// started; one it spares counts no attempt. A failure once ctx ended is the stop's doing (commit takes it
+// for no outcome), and says nothing of the target.
+func (r *reconciler[Obj]) recordOutcome(ctx context.Context, o *op[Obj], probe bool) {
+	if o.err != nil && ctx.Err() != nil {
+		return
+	}
 	key := func() string {
 		if o.key != "" {
 			return o.key
@@ -483,8 +508,12 @@ func (r *reconciler[Obj]) recordOutcome(o *op[Obj], probe bool) {
 		k, _ := r.keyOf(o.obj)
 		return k
 	}
-	if r.breaker.record(key, o.err, probe, r.now()) {
+	again := o.err != nil && o.lastErr != nil && o.err.Error() == o.lastErr.Error()
+	switch r.breaker.record(key, o.err, again, probe, r.now()) {
+	case held:
 		o.ran, o.err, o.recheck = false, nil, 0
+	case spared:
+		o.spared = true
 	}
 }
 
@@ -570,13 +599,14 @@ func entryErr(result, batchErr error) error {
 // Prune counting what it removed from the target that should not have been
 // there, or Update counting what it had to put right in the target for an
 // object marked Refreshing. Call it with the context the operation was
-// given, any number of times. The counts go to the metrics (drift repaired,
-// by source "prune" or "refresh"; see [metrics.PruneStats] and
-// [metrics.CommitStats]) and to the reconcilers table. With a context that
-// does not come from a reconciler it does nothing. It is safe for
-// concurrent use and does not allocate.
+// given, any number of times before it returns. The counts go to the
+// metrics (drift repaired, by source "prune" or "refresh"; see
+// [metrics.PruneStats] and [metrics.CommitStats]) and to the reconcilers
+// table. With a context that does not come from a reconciler, or once the
+// operation has returned, it does nothing. It is safe for concurrent use
+// and does not allocate.
 func ReportRepaired(ctx context.Context, n int) {
-	if c, ok := ctx.Value(reportsKey{}).(*opReports); ok && n > 0 {
+	if c, ok := ctx.Value(reportsKey{}).(*opReports); ok && n > 0 && !c.closed.Load() {
 		c.drift.Add(int64(n))
 	}
 }
@@ -589,7 +619,8 @@ func ReportRepaired(ctx context.Context, n int) {
 // newer version of the object, or its delete, replaces the re-check; so
 // does a later call, the last one made during the operation counting.
 // A failing Update asks for nothing: its retry does. Call it with the
-// context Update was given; with any other context it does nothing.
+// context Update was given, before Update returns; with any other context,
+// or once Update has returned, it does nothing.
 // UpdateBatch (and ProcessBatch) asks per entry with
 // [BatchEntry.RecheckAfter] instead.
 //
@@ -598,17 +629,39 @@ func ReportRepaired(ctx context.Context, n int) {
 // when one falls due marks the object on Resume. d <= 0 asks for nothing.
 // It is safe for concurrent use and does not allocate.
 func RecheckAfter(ctx context.Context, d time.Duration) {
-	if c, ok := ctx.Value(reportsKey{}).(*opReports); ok && d > 0 {
+	if c, ok := ctx.Value(reportsKey{}).(*opReports); ok && d > 0 && !c.closed.Load() {
 		c.recheck.Store(int64(d))
 	}
 }
 
 type reportsKey struct{}
 
-// opReports collects what the operation an executor runs reports through
-// its context: drift repaired (ReportRepaired) and a re-check asked for
-// (RecheckAfter). The executor reads and resets it around each operation.
+// opReports collects what one operation (or a prune) reports through its
+// context: drift repaired (ReportRepaired) and a re-check asked for
+// (RecheckAfter). Once closed, reports are ignored: they come too late.
 type opReports struct {
 	drift   atomic.Int64
 	recheck atomic.Int64 // a time.Duration; 0 asks for none
+	closed  atomic.Bool
+}
+
+// opContext is the context of one operation or batch call: its parent's,
+// with that call's reports (see runner.callContext).
+type opContext struct {
+	context.Context
+	reports opReports
+}
+
+func (c *opContext) Value(key any) any {
+	if key == (reportsKey{}) {
+		return &c.reports
+	}
+	return c.Context.Value(key)
+}
+
+// close ends the call's reports and returns them: what a call makes after
+// its operation returned is ignored.
+func (c *opContext) close() (drift int64, recheck time.Duration) {
+	c.reports.closed.Store(true)
+	return c.reports.drift.Load(), time.Duration(c.reports.recheck.Load())
 }

@@ -193,13 +193,22 @@ func WithMaxAttempts(n int) Option {
 //     that an object failing for a reason of its own cannot keep it open;
 //   - a failure about the target is no outcome for its object: its status,
 //     attempt count and backoff stay as they were, and it waits in the
-//     queue; nothing is lost, and new writes, deletes and prunes wait too;
+//     queue; nothing is lost, and new writes, deletes and prunes wait too.
+//     One that asked for its next attempt's time ([RetryAfter]) keeps that
+//     time but counts no attempt, and the time delays the next probe, up
+//     to the probes' maximum backoff;
 //   - health is Degraded with "target failing since T: <error>", and the
 //     reconcilers table and the metrics ([metrics.RoundStats]) say so.
 //
 // A probe that succeeds, or that fails with an error not about the target,
 // closes it, and everything waiting resumes. So does any other operation
-// that succeeds, and a stop. A panic in isTargetError is recovered (unless
+// that succeeds, and a stop; operations a stop cuts short count for
+// nothing. An object failing again with the error of its attempt before
+// neither counts nor breaks the run, so that many objects failing on and
+// on for one cause of their own do not open it; nor does an entry a batch
+// operation lost. An opening before the target answered anything since the
+// start (a target still coming up) is logged at Warn rather than Error.
+// A panic in isTargetError is recovered (unless
 // [WithoutPanicRecovery]), logged, and the error taken as not about the
 // target. Off by default; failures == 0 keeps it off.
 // A negative failures, or a probeBackoff <= 0 with the breaker on, is

@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/cilium/hive/cell"
 	"github.com/stretchr/testify/assert"
@@ -115,4 +117,45 @@ func TestPriorityDoesNotStarveLowerPriorities(t *testing.T) {
 	assert.LessOrEqual(t, waited, bound, "rounds the low-priority object waited")
 	assert.GreaterOrEqual(t, highsDone, (waited-1)*int(roundSize*(1-share)), "high-priority objects written after it went first")
 	f.caughtUp()
+}
+
+// The priority of a version is read once, when its change is read:
+// requeues of that version (held by the breaker, cut by Pause or a stop)
+// do not read it again.
+func TestPriorityReadOncePerVersion(t *testing.T) {
+	for _, v := range []variant{{1, false}, {4, false}, {4, true}} {
+		t.Run(v.String(), func(t *testing.T) {
+			var mu sync.Mutex
+			reads := map[string]int{}
+			prio := func(it *item) int {
+				mu.Lock()
+				reads[it.ID+"="+it.Value]++
+				mu.Unlock()
+				return priorityByPrefix(it)
+			}
+			o, m := newKitOps(), newKitMetrics()
+			f := kitbreaker(t, o, v, m,
+				reconciler.WithCircuitBreaker(2, time.Millisecond, nil),
+				reconciler.WithRetry(time.Millisecond, 4*time.Millisecond),
+				reconciler.WithPriority(prio, 0))
+			o.down()
+			f.upsert(items("low", 10, "1")...)
+			f.upsert(items("high", 10, "1")...)
+			m.waitOpen(t, 1)
+			o.waitCalls(t, o.calls.Load()+20) // probes, held and requeued
+			f.rec.Pause()
+			f.rec.Resume()
+			f.stop()
+			f.start()
+			o.waitCalls(t, o.calls.Load()+5)
+			o.recover()
+			f.kitconverged(o)
+			mu.Lock()
+			defer mu.Unlock()
+			for version, n := range reads {
+				assert.Equal(t, 1, n, "priority of %s read %d times", version, n)
+			}
+			assert.Len(t, reads, 20)
+		})
+	}
 }

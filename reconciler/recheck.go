@@ -46,6 +46,18 @@ func (q *rechecks[Obj]) ask(key string, obj Obj, statusID uint64, due int64) {
 	q.up(c.pos)
 }
 
+// drop forgets the re-check of key, if any: a newer version of its object
+// or its delete was read, which replaces it. The object it held is let go
+// at once, not when the re-check would have fallen due.
+func (q *rechecks[Obj]) drop(key []byte) {
+	if c, ok := q.byKey[string(key)]; ok {
+		q.remove(c.pos)
+		if len(q.heap) == 0 {
+			q.heap, q.byKey = nil, nil
+		}
+	}
+}
+
 // next returns when the earliest re-check is due (Unix ns).
 func (q *rechecks[Obj]) next() (int64, bool) {
 	if len(q.heap) == 0 {

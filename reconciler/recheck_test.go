@@ -3,10 +3,13 @@ package reconciler_test
 import (
 	"context"
 	"fmt"
+	"iter"
 	"math"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -560,4 +563,112 @@ func TestRecheckDueWhileBreakerOpen(t *testing.T) {
 	o.recover()
 	o.waitUpdates(t, "a", 2)
 	f.kitconverged(o)
+}
+
+// RecheckAfter called after Update returned (from a goroutine it
+// started) asks for nothing: least of all a re-check of the object
+// updated next.
+func TestRecheckAskAfterReturnIsIgnored(t *testing.T) {
+	o := newKitOps()
+	var (
+		late  context.Context
+		once  sync.Once
+		bRuns = make(chan struct{})
+		asked = make(chan struct{})
+	)
+	o.setAfter(func(ctx context.Context, it *item) {
+		switch it.ID {
+		case "a":
+			late = ctx
+			go func() {
+				<-bRuns // b's Update is under way: a's has returned
+				reconciler.RecheckAfter(late, time.Millisecond)
+				close(asked)
+			}()
+		case clock:
+			reconciler.RecheckAfter(ctx, 2*time.Millisecond)
+		}
+	})
+	o.mu.Lock()
+	o.gate = func(ctx context.Context, it *item) {
+		if it.ID == "b" {
+			once.Do(func() {
+				close(bRuns)
+				recv(t, asked, "the late ask")
+			})
+		}
+	}
+	o.mu.Unlock()
+	f := kitrecheck(t, o, variant{1, false})
+	f.upsert(kititems("1", "a", "b")...)
+	f.waitKind("b", status.KindDone)
+	// The clock's re-check falls due after any of a or b would have: once
+	// it ran and everything up to it is reconciled, a re-check of a or b
+	// would have run too.
+	f.upsert(kititems("0", clock)...)
+	o.waitUpdates(t, clock, 2)
+	f.caughtUp()
+	assert.Equal(t, []string{"1"}, o.updates("a"), "a re-checked by a late ask")
+	assert.Equal(t, []string{"1"}, o.updates("b"), "b re-checked by a's late ask")
+}
+
+// A deleted object's re-check gives its memory back once the delete is
+// read, not when the re-check would have fallen due.
+func TestRecheckDeleteReleasesMemory(t *testing.T) {
+	const n, size = 800, 64 << 10
+	o := &recheckHourOps{}
+	f := startFixture(t, o, nil)
+	heap := func() uint64 {
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return ms.HeapAlloc
+	}
+	base := heap()
+	for i := range n {
+		f.upsert(&item{ID: fmt.Sprintf("m%03d", i), Value: strings.Repeat(string(rune('a'+i%26)), size)})
+	}
+	f.waitTable("every object Done", func(txn statedb.ReadTxn) bool {
+		return f.countKind(txn, status.KindDone) == n
+	})
+	require.GreaterOrEqual(t, heap(), base+n*size/2, "the objects are not on the heap")
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("m%03d", i)
+	}
+	f.remove(ids...)
+	f.caughtUp()
+	// StateDB keeps deleted objects until every change iterator has
+	// read past them and its graveyard is collected (a second or so): a
+	// later write moves the reconciler's past them; then poll the heap.
+	f.upsert(&item{ID: "after"})
+	f.caughtUp()
+	var held uint64
+	waitUntil(t, "the deleted objects' memory given back", func() (bool, <-chan struct{}) {
+		held = heap()
+		return held < base+n*size/8, tick(50 * time.Millisecond)
+	})
+	assert.Less(t, held, base+n*size/8)
+}
+
+// recheckHourOps asks every Update for a re-check in an hour and keeps
+// nothing of what it is given.
+type recheckHourOps struct{}
+
+func (recheckHourOps) Update(ctx context.Context, _ statedb.ReadTxn, _ statedb.Revision, _ *item) error {
+	reconciler.RecheckAfter(ctx, time.Hour)
+	return nil
+}
+func (recheckHourOps) Delete(context.Context, statedb.ReadTxn, statedb.Revision, *item) error {
+	return nil
+}
+func (recheckHourOps) Prune(context.Context, statedb.ReadTxn, iter.Seq2[*item, statedb.Revision]) error {
+	return nil
+}
+
+// tick returns a channel closed after d: a poll's next look.
+func tick(d time.Duration) <-chan struct{} {
+	ch := make(chan struct{})
+	time.AfterFunc(d, func() { close(ch) })
+	return ch
 }

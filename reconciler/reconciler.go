@@ -187,10 +187,13 @@ func (r *reconciler[Obj]) jobName(base string) string {
 
 // logBreaker logs the circuit breaker opening (err is the failure that
 // opened it) or closing.
-func (r *reconciler[Obj]) logBreaker(open bool, err error) {
-	if open {
+func (r *reconciler[Obj]) logBreaker(open, startup bool, err error) {
+	switch {
+	case open && startup:
+		r.log.Warn("Target not answering since the reconciler started: it holds operations and probes it", "error", err)
+	case open:
 		r.log.Error("Target failing: reconciler stops starting operations and probes it", "error", err)
-	} else {
+	default:
 		r.log.Info("Target answered: reconciler resumes")
 	}
 }

@@ -256,6 +256,7 @@ type op[Obj any] struct {
 	s       *keyState[Obj] // nil: an untracked task of the inline executor (see keyState)
 	key     string         // s's key, or for an untracked job "" until needed
 	attempt int            // which attempt this is for a tracked key (1: the first), else 0
+	lastErr error          // the error of the attempt before, if it failed
 	updated Obj            // an update's clone, as Update left it
 	started int64          // when the operation started (Unix ns)
 	err     error
@@ -263,5 +264,6 @@ type op[Obj any] struct {
 	written bool          // commit wrote the status of an update
 	over    bool          // ... over a changed object carrying the same status: the version it applied
 	noKey   bool          // the status could not be written: the object had no primary key
+	spared  bool          // a failure while the breaker was open: it counts no attempt (see verdict)
 	recheck time.Duration // an update that succeeded: re-check after this (RecheckAfter)
 }

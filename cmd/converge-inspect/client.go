@@ -71,9 +71,16 @@ func newClient(base, token string, timeout time.Duration) (*client, error) {
 	if token != "" && u.Scheme == "http" && !isLoopback(u.Hostname()) {
 		return nil, fmt.Errorf("--url %s: refusing to send the token over plain HTTP to a host that is not a loopback address; use https", u)
 	}
+	dialer := &net.Dialer{Timeout: timeout}
 	transport := &http.Transport{
-		Proxy:                  http.ProxyFromEnvironment,
-		DialContext:            (&net.Dialer{Timeout: timeout}).DialContext,
+		Proxy: http.ProxyFromEnvironment,
+		// localhost is 127.0.0.1, whatever the resolver says: a client
+		// that resolves it to ::1 first sends its token to whoever
+		// listens on [::1] at the port, which another local user can do
+		// when the agent holds 127.0.0.1 only.
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return dialer.DialContext(ctx, network, pinLocalhost(addr))
+		},
 		TLSHandshakeTimeout:    timeout,
 		ResponseHeaderTimeout:  timeout,
 		MaxResponseHeaderBytes: 64 << 10,
@@ -89,6 +96,17 @@ func newClient(base, token string, timeout time.Duration) (*client, error) {
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
 	}, nil
+}
+
+// pinLocalhost returns addr, host:port, with the host localhost (in any
+// case) replaced by 127.0.0.1. Give http://[::1]:PORT to reach an agent
+// on the IPv6 loopback address.
+func pinLocalhost(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err == nil && strings.EqualFold(host, "localhost") {
+		return net.JoinHostPort("127.0.0.1", port)
+	}
+	return addr
 }
 
 // close closes the client's idle connections.

@@ -10,7 +10,11 @@
 //
 //	go run ./cmd/converge-inspect --url http://127.0.0.1:8080/statedb --token-file $DIR/.converge-example/token
 //
-// or build it once with go build ./cmd/converge-inspect.
+// or build it once with go build ./cmd/converge-inspect. A local agent
+// that serves hive's shell on a Unix socket, as the example does, is read
+// through it with no token:
+//
+//	go run ./cmd/converge-inspect --socket $DIR/.converge-example/shell.sock
 //
 // It prints one line per reconciler (its state, objects, failing objects,
 // operations in flight, workers and busy workers, how long the oldest
@@ -22,9 +26,15 @@
 // Flags:
 //
 //	--url URL          base URL of the agent's StateDB handler, the path under which it
-//	                   serves /query and /changes (default http://127.0.0.1:8080/statedb)
+//	                   serves /query and /changes (default http://127.0.0.1:8080/statedb);
+//	                   a host localhost is 127.0.0.1, never ::1
+//	--socket PATH      read the agent through its hive shell on this Unix socket instead
+//	                   (db/show --format=json of each table); no token is sent, and on
+//	                   Linux a socket served by a user other than you or root is refused.
+//	                   Not with --url or --token-file; with --watch, read every second
 //	--token-file PATH  file holding a bearer token, sent as "Authorization: Bearer TOKEN";
-//	                   refused if others can read or write it or it is over 4 KiB.
+//	                   refused if others can read or write it, it is over 4 KiB, or it is
+//	                   not a regular file (opened without waiting for a writer, then checked).
 //	                   Without it, the token is taken from $CONVERGE_INSPECT_TOKEN, if set
 //	--reconciler NAME  show only this reconciler: the one whose ID (module/name) is NAME,
 //	                   else the only one named NAME. It fails, listing IDs, if none is, or
@@ -33,7 +43,8 @@
 //	--watch            redraw on every change, read from StateDB's stream of changes
 //	                   (at most four times a second), until Ctrl-C
 //	--json             print JSON: {"reconcilers": [...], "retries": [...], "degraded": bool};
-//	                   with --watch, one such object per line per redraw
+//	                   with --watch, one such object per line per redraw; control and bidi
+//	                   characters of the agent's text are escaped as \uXXXX
 //	--timeout 10s      bound on connecting and on reading the tables
 //
 // Exit status:
@@ -53,7 +64,8 @@
 // a proxy that echoes the request), [token] is shown instead. It is sent
 // over plain HTTP only to a loopback address (use https for others);
 // redirects are not followed. Every answer
-// is bounded (64 MiB a query, 1 MiB a row, 100,000 rows a table) and a
+// is bounded (64 MiB a query, 1 MiB a row, 100,000 rows a table, 64 MiB
+// of rows kept in all, with --watch too) and a
 // stream that sends nothing, not even StateDB's keep-alive, for two
 // minutes is given up. Text from the agent is shown with control
 // characters replaced, so that it cannot drive the terminal.

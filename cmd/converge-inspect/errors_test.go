@@ -165,7 +165,7 @@ func TestBadFlags(t *testing.T) {
 		"timeout":       {[]string{"--timeout", "0s"}, `--timeout must be positive, got 0s \(see --help\)`},
 		"not http":      {[]string{"--url", "ftp://127.0.0.1/statedb"}, `--url "ftp://127.0.0.1/statedb": give the base URL of the agent's StateDB handler, such as http://127\.0\.0\.1:8080/statedb`},
 		"user in URL":   {[]string{"--url", "http://me:pw@127.0.0.1/statedb"}, `--url http://me:xxxxx@127\.0\.0\.1/statedb: give a URL without user, query or fragment \(the token goes in --token-file\)`},
-		"no token file": {[]string{"--token-file", "/nonexistent/token"}, `unusable token: --token-file: stat /nonexistent/token: no such file or directory`},
+		"no token file": {[]string{"--token-file", "/nonexistent/token"}, `unusable token: --token-file: open /nonexistent/token: no such file or directory`},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {

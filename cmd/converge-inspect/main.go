@@ -27,6 +27,7 @@ const (
 // options are the flags.
 type options struct {
 	url        string
+	socket     string
 	tokenFile  string
 	reconciler string
 	watch      bool
@@ -50,7 +51,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return exitHealthy
 	}
 	var token string
-	if err == nil {
+	if err == nil && o.socket == "" {
 		token, err = loadToken(o.tokenFile, getenv)
 	}
 	if err == nil {
@@ -72,6 +73,8 @@ func parseFlags(args []string, stdout io.Writer) (options, error) {
 	fs := flag.NewFlagSet("converge-inspect", flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // run prints the error; -help prints the usage below
 	fs.StringVar(&o.url, "url", defaultURL, "base `URL` of the agent's StateDB handler, under which it serves /query and /changes")
+	fs.StringVar(&o.socket, "socket", "", "read the agent through its hive shell on this Unix socket `path` instead of --url\n"+
+		"(the example's is DIR/.converge-example/shell.sock); no token is sent")
 	fs.StringVar(&o.tokenFile, "token-file", "", "`file` holding the bearer token, readable by its owner only; else $"+tokenEnv)
 	fs.StringVar(&o.reconciler, "reconciler", "", "show only the reconciler with this ID (module/name), else the only one with this `name`;\n"+
 		"fails if none has it, or several have the name and none the ID (with --watch: when it starts)")
@@ -94,6 +97,16 @@ func parseFlags(args []string, stdout io.Writer) (options, error) {
 	if err == nil && o.timeout <= 0 {
 		err = fmt.Errorf("--timeout must be positive, got %s", o.timeout)
 	}
+	if err == nil && o.socket != "" {
+		fs.Visit(func(f *flag.Flag) {
+			switch f.Name {
+			case "url":
+				err = errors.New("give --socket or --url, not both")
+			case "token-file":
+				err = errors.New("--socket sends no token: leave out --token-file")
+			}
+		})
+	}
 	if err != nil {
 		return o, fmt.Errorf("%w (see --help)", err)
 	}
@@ -112,18 +125,31 @@ that picks no reconciler, or with --watch one that went away).
 // inspect shows the tables once, or with o.watch until ctx ends, and
 // returns the exit status. It sends token, if not empty.
 func inspect(ctx context.Context, o options, token string, stdout io.Writer) (int, error) {
-	c, err := newClient(o.url, token, o.timeout)
-	if err != nil {
-		return exitError, err
-	}
-	defer c.close()
-	if o.watch {
-		return watch(ctx, c, o, stdout)
+	var src source
+	if o.socket != "" {
+		sc, err := newShellClient(o.socket, o.timeout)
+		if err != nil {
+			return exitError, err
+		}
+		if o.watch {
+			return watchPolling(ctx, sc, o, stdout)
+		}
+		src = sc
+	} else {
+		c, err := newClient(o.url, token, o.timeout)
+		if err != nil {
+			return exitError, err
+		}
+		defer c.close()
+		if o.watch {
+			return watch(ctx, c, o, stdout)
+		}
+		src = c
 	}
 
 	qctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
-	t, err := snapshot(qctx, c)
+	t, err := snapshot(qctx, src, token)
 	if err != nil {
 		return exitError, err
 	}

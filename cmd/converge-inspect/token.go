@@ -39,13 +39,11 @@ func loadToken(path string, getenv func(string) string) (string, error) {
 		}
 		return token, nil
 	}
-	// Stat first: opening a named pipe would wait for a writer.
-	if info, err := os.Stat(path); err != nil {
-		return "", fmt.Errorf("%w: --token-file: %w", errToken, err)
-	} else if !info.Mode().IsRegular() {
-		return "", fmt.Errorf("%w: --token-file %s is not a regular file", errToken, path)
-	}
-	f, err := os.Open(path)
+	// Open first, without waiting for the writer of a named pipe (a
+	// check of the path before opening it could be answered by one file
+	// and the open by another put there meanwhile), then check what was
+	// opened: a regular file.
+	f, err := os.OpenFile(path, os.O_RDONLY|openNoBlock, 0)
 	if err != nil {
 		return "", fmt.Errorf("%w: --token-file: %w", errToken, err)
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -12,6 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/converge-go/converge/reconciler"
 )
@@ -25,16 +27,52 @@ type tables struct {
 	seen map[string]uint64
 	// token is redacted from the rows' text.
 	token string
+	// sizes is the size of each row kept, as the agent encoded it, by
+	// table and key; kept is their sum, at most maxKept.
+	sizes map[string]map[string]int
+	kept  int
 }
 
-// snapshot reads both tables.
-func snapshot(ctx context.Context, c *client) (*tables, error) {
-	t := &tables{infos: map[string]*reconciler.Info{}, retries: map[string]*reconciler.RetryInfo{}, seen: map[string]uint64{}, token: c.token}
+// maxKept bounds the rows the command keeps of both tables together, as
+// the agent encoded them: a snapshot and, with --watch, every change
+// since. An agent that streams large rows under new keys fails the
+// command, rather than grow its memory without bound. (A variable for the
+// tests, which lower it to keep the race detector's time short.)
+var maxKept = maxResponse
+
+// keep records that the row of table at key is size bytes now (-1: it is
+// deleted), and fails if the rows kept would pass maxKept.
+func (t *tables) keep(table, key string, size int) error {
+	if t.sizes == nil {
+		t.sizes = map[string]map[string]int{}
+	}
+	if t.sizes[table] == nil {
+		t.sizes[table] = map[string]int{}
+	}
+	old := t.sizes[table][key]
+	if size < 0 {
+		delete(t.sizes[table], key)
+		t.kept -= old
+		return nil
+	}
+	if t.kept-old+size > maxKept {
+		return fmt.Errorf("%w: the rows of tables %s and %s pass %d bytes in all", errTooLarge,
+			reconciler.ReconcilersTableName, reconciler.RetriesTableName, maxKept)
+	}
+	t.sizes[table][key] = size
+	t.kept += size - old
+	return nil
+}
+
+// snapshot reads both tables from src; token, if not empty, is redacted
+// from their text.
+func snapshot(ctx context.Context, src source, token string) (*tables, error) {
+	t := &tables{infos: map[string]*reconciler.Info{}, retries: map[string]*reconciler.RetryInfo{}, seen: map[string]uint64{}, token: token}
 	for _, table := range []struct{ name, index string }{
 		{reconciler.ReconcilersTableName, reconciler.InfoByID.Name},
 		{reconciler.RetriesTableName, reconciler.RetryByKey.Name},
 	} {
-		rows, err := c.query(ctx, table.name, table.index)
+		rows, err := src.query(ctx, table.name, table.index)
 		if err != nil {
 			return nil, err
 		}
@@ -69,10 +107,13 @@ func (t *tables) put(table string, r row) error {
 		}
 		if r.Deleted {
 			delete(t.infos, info.ID)
-			return nil
+			return t.keep(table, info.ID, -1)
 		}
 		if _, ok := t.infos[info.ID]; !ok && len(t.infos) == maxRows {
 			return fmt.Errorf("%w: table %s has more than %d rows", errTooLarge, table, maxRows)
+		}
+		if err := t.keep(table, info.ID, len(r.Obj)); err != nil {
+			return err
 		}
 		id := info.ID // the key as the agent has it, for its deletion
 		redactFields(info, t.token)
@@ -85,10 +126,13 @@ func (t *tables) put(table string, r row) error {
 		key := reconciler.RetryKey(retry.Reconciler, retry.Key)
 		if r.Deleted {
 			delete(t.retries, key)
-			return nil
+			return t.keep(table, key, -1)
 		}
 		if _, ok := t.retries[key]; !ok && len(t.retries) == maxRows {
 			return fmt.Errorf("%w: table %s has more than %d rows", errTooLarge, table, maxRows)
+		}
+		if err := t.keep(table, key, len(r.Obj)); err != nil {
+			return err
 		}
 		redactFields(retry, t.token)
 		t.retries[key] = retry
@@ -281,12 +325,45 @@ func sep(n int) string {
 }
 
 // writeJSON writes the report as JSON: indented, or on one line if compact.
+// The characters the text view refuses (see cleanText), which
+// encoding/json passes through (DEL, C1 controls such as U+009B, CSI, and
+// bidi controls such as U+202E), are escaped as \uXXXX: the JSON decodes
+// to the agent's text as it is, and cannot drive a terminal it is shown
+// on.
 func (r report) writeJSON(w io.Writer, compact bool) error {
-	enc := json.NewEncoder(w)
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
 	if !compact {
 		enc.SetIndent("", "  ")
 	}
-	return enc.Encode(r)
+	if err := enc.Encode(r); err != nil {
+		return err
+	}
+	_, err := w.Write(escapeControls(b.Bytes()))
+	return err
+}
+
+// escapeControls escapes, in data, JSON as encoding/json writes it, every
+// control character but the new lines between values, and every bidi
+// control. encoding/json writes valid UTF-8, escapes the C0 controls and
+// writes no other control outside a string, so each one escaped is
+// inside a string, where \uXXXX means the same character.
+func escapeControls(data []byte) []byte {
+	var out []byte
+	last := 0 // data[:last] is in out
+	for i := 0; i < len(data); {
+		r, size := utf8.DecodeRune(data[i:])
+		if r != '\n' && (unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r)) {
+			out = append(out, data[last:i]...)
+			out = fmt.Appendf(out, `\u%04x`, r)
+			last = i + size
+		}
+		i += size
+	}
+	if out == nil {
+		return data
+	}
+	return append(out, data[last:]...)
 }
 
 // since renders how long before now t was, then suffix, or "-" if t is
@@ -329,19 +406,18 @@ func short(d time.Duration) string {
 	return strings.TrimSuffix(d.Round(time.Minute).String(), "0s")
 }
 
-// clip returns s for a cell of a table: cleaned and at most maxText
-// runes.
+// clip returns s for a cell of a table: at most maxText runes, cleaned.
+// It cuts before it cleans: the cost of a frame does not grow with the
+// length of the agent's texts.
 func clip(s string) string {
-	s = cleanText(s)
-	if n := 0; len(s) > maxText {
-		for i := range s {
-			if n == maxText {
-				return s[:i] + "…"
-			}
-			n++
+	n := 0
+	for i := range s {
+		if n == maxText {
+			return cleanText(s[:i]) + "…"
 		}
+		n++
 	}
-	return s
+	return cleanText(s)
 }
 
 // cleanText replaces control characters (escape sequences, tabs, new

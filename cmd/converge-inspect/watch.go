@@ -48,7 +48,7 @@ func watch(ctx context.Context, c *client, o options, w io.Writer) (int, error) 
 		streams = append(streams, s)
 	}
 	qctx, qcancel := context.WithTimeout(ctx, o.timeout)
-	t, err := snapshot(qctx, c)
+	t, err := snapshot(qctx, c, c.token)
 	qcancel()
 	if err != nil {
 		return exitError, err
@@ -164,4 +164,65 @@ func isTerminal(w io.Writer) bool {
 	}
 	info, err := f.Stat()
 	return err == nil && info.Mode()&os.ModeCharDevice != 0
+}
+
+// pollInterval is how often --watch --socket reads the tables again: the
+// shell has no stream of changes for the command to follow.
+const pollInterval = time.Second
+
+// watchPolling is watch for a source without a stream of changes (the
+// shell): it reads the tables every pollInterval, and draws a frame when
+// what it shows changed, until ctx ends or a read fails. Each read
+// replaces the rows before it: what it keeps is bounded as one snapshot
+// is.
+func watchPolling(ctx context.Context, src source, o options, w io.Writer) (int, error) {
+	read := func() (*tables, error) {
+		qctx, cancel := context.WithTimeout(ctx, o.timeout)
+		defer cancel()
+		return snapshot(qctx, src, "")
+	}
+	t, err := read()
+	if err != nil {
+		return exitError, err
+	}
+	id, err := t.pick(o.reconciler)
+	if err != nil {
+		return exitError, err
+	}
+	terminal := isTerminal(w)
+	rep := t.report(id)
+	if err := drawFrame(w, rep, o.json, terminal); err != nil {
+		return exitError, err
+	}
+	var last bytes.Buffer
+	rep.writeJSON(&last, true)
+	tick := time.NewTicker(pollInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			if id != "" && len(rep.Reconcilers) == 0 {
+				return exitError, fmt.Errorf("no reconciler %s in the last state shown: it went away", cleanText(id))
+			}
+			return rep.exitStatus(), nil
+		case <-tick.C:
+		}
+		t, err := read()
+		if err != nil {
+			if ctx.Err() != nil {
+				continue // ended meanwhile: the last frame's status
+			}
+			return exitError, err
+		}
+		next := t.report(id)
+		var now bytes.Buffer
+		next.writeJSON(&now, true)
+		if bytes.Equal(now.Bytes(), last.Bytes()) {
+			continue
+		}
+		rep, last = next, now
+		if err := drawFrame(w, rep, o.json, terminal); err != nil {
+			return exitError, err
+		}
+	}
 }
