@@ -21,10 +21,12 @@ var outageColors = []color.Color{
 	implColors[implConverge],
 	color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff}, // green
 	color.RGBA{R: 0x94, G: 0x67, B: 0xbd, A: 0xff}, // purple
+	color.RGBA{R: 0xff, G: 0x7f, B: 0x0e, A: 0xff}, // orange
+	color.RGBA{R: 0x8c, G: 0x56, B: 0x4b, A: 0xff}, // brown
 }
 
 // outageLabels are the variants' short names on the x axis.
-var outageLabels = []string{"upstream", "converge", "+ breaker", "batch + breaker"}
+var outageLabels = []string{"upstream", "converge", "+ breaker", "batch + breaker", "+ RetryAfter", "batch + RetryAfter"}
 
 // outagePlots returns the outage workload's panels in one row, or nil if it
 // did not run.

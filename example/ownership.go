@@ -188,10 +188,16 @@ func (d *ownedDir) checkDir(info fs.FileInfo, err error) error {
 		return fmt.Errorf("%s: %w", d.label(), err)
 	case info.Mode()&fs.ModeSymlink != 0:
 		return &refusedError{fmt.Sprintf("%s is a symbolic link: the example does not follow one; give the directory's own path", d.label())}
+	case !info.IsDir() && d.started: // an object's error: no start-up advice
+		return fmt.Errorf("%s is not a directory any more: something replaced it while the example ran", d.label())
 	case !info.IsDir():
 		return fmt.Errorf("%s is not a directory; choose another --dir", d.label())
 	}
-	if err := checkPrivate(d.label(), info, "choose another --dir"); err != nil {
+	fix := "choose another --dir"
+	if d.started {
+		fix = ""
+	}
+	if err := checkPrivate(d.label(), info, fix); err != nil {
 		return err
 	}
 	return nil

@@ -9,7 +9,12 @@ package reconciler_test
 // subtest, TestChaos/<config>/seed=<n>; faults come from a second RNG,
 // drawn as operations arrive, so with workers a replay may differ there.
 //
-//	CONVERGE_CHAOS_SEEDS=N     N seeds per configuration (default 10)
+//	(default)                  3 of the seeds 1 to 10 per configuration,
+//	                           the configurations taking turns: the first
+//	                           1 to 3, the next 4 to 6, the fourth 10, 1
+//	                           and 2, ...; each seed runs in 3 of them
+//	CONVERGE_LONG=1            10 seeds per configuration, 1 to 10 in each
+//	CONVERGE_CHAOS_SEEDS=N     N seeds per configuration, 1 to N in each
 //	CONVERGE_CHAOS_FOR=D       seeds for duration D, shared by the
 //	                           configurations; prints each one's seed range
 //	CONVERGE_CHAOS_FIRST=K     number seeds from K (default 1)
@@ -70,10 +75,26 @@ func envInt(t *testing.T, name string, def uint64) uint64 {
 	return n
 }
 
+// chaosQuickSeeds is the number of seeds of each configuration in the
+// default run, taken in turn from the chaosLongSeeds seeds of the long run,
+// so that every seed's settings (a breaker, rechecks, a saturating
+// backoff come with the seed, not the configuration) run in some
+// configuration, and the run is a part of the long one.
+const (
+	chaosQuickSeeds = 3
+	chaosLongSeeds  = 10
+)
+
 func TestChaos(t *testing.T) {
-	first, n := envInt(t, "CONVERGE_CHAOS_FIRST", 1), envInt(t, "CONVERGE_CHAOS_SEEDS", 10)
-	if os.Getenv("CONVERGE_CHAOS_SEED") != "" {
-		first, n = envInt(t, "CONVERGE_CHAOS_SEED", 0), 1
+	first, n := envInt(t, "CONVERGE_CHAOS_FIRST", 1), envInt(t, "CONVERGE_CHAOS_SEEDS", 0)
+	spread := n == 0 && !longTests()
+	switch {
+	case os.Getenv("CONVERGE_CHAOS_SEED") != "":
+		first, n, spread = envInt(t, "CONVERGE_CHAOS_SEED", 0), 1, false
+	case n == 0 && spread:
+		n = chaosQuickSeeds
+	case n == 0:
+		n = chaosLongSeeds
 	}
 	configs := []chaosConfig{
 		{workers: 1}, {workers: 1, batch: true}, {workers: 4}, {workers: 4, batch: true},
@@ -86,8 +107,15 @@ func TestChaos(t *testing.T) {
 		require.NoError(t, err, "CONVERGE_CHAOS_FOR")
 		share = d / time.Duration(len(configs))
 	}
-	for _, cfg := range configs {
+	for i, cfg := range configs {
 		t.Run(cfg.String(), func(t *testing.T) {
+			if spread && share == 0 {
+				for j := range n {
+					seed := first + (uint64(i)*n+j)%chaosLongSeeds
+					t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { runChaos(t, cfg, seed) })
+				}
+				return
+			}
 			end, seed := time.Now().Add(share), first
 			for ; share == 0 && seed < first+n || share > 0 && time.Now().Before(end) && !t.Failed(); seed++ {
 				t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { runChaos(t, cfg, seed) })

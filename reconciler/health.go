@@ -35,7 +35,8 @@ type healthState struct {
 
 // update reports s, the state after a round, if it changed: "Paused", "OK,
 // N object(s)", or Degraded with "N error(s)" (the StateDB reconciler's
-// wording) and up to maxHealthErrors errors. objects and retryErrors are
+// wording; N is the failing objects plus a failed prune, round limiter or
+// start gate) and up to maxHealthErrors errors. objects and retryErrors are
 // called only when needed. It returns the state for the reconcilers table.
 func (h *healthReporter) update(s healthState, objects func() int, retryErrors func(limit int) []error) State {
 	if s.paused {
@@ -81,7 +82,14 @@ func (h *healthReporter) update(s healthState, objects func() int, retryErrors f
 		what = append(what, "tables not initialized")
 		errs = append(errs, s.gateErr)
 	}
+	// N error(s) counts the failing objects and the failures that are no
+	// object's (prune, round limiter, start gate). The breaker's error is
+	// one of the objects' failures: counted with them, or as one if none
+	// is left failing.
 	count := s.failing + len(errs)
+	if s.breakerErr != nil && s.failing > 0 {
+		count--
+	}
 	errs = append(errs, retryErrors(maxHealthErrors)...)
 	if omitted := s.failing - maxHealthErrors; omitted > 0 {
 		errs = append(errs, fmt.Errorf("%d more error(s) omitted", omitted))

@@ -89,9 +89,16 @@ func (r *reconciler[Obj]) run(ctx context.Context, health cell.Health) error {
 // and does not prune: it commits what finished and reports.
 func (l *loop[Obj]) round(ctx context.Context, paused bool) {
 	r := l.r
-	var span tracing.Span
+	// The round's span starts only once the round does something (collects,
+	// commits or prunes), dated from the round's start: most rounds wake
+	// for the reconciler's own status writes, or a worker's result, and do
+	// nothing.
+	var (
+		span  tracing.Span
+		began time.Time
+	)
 	if r.opts.tracer != nil {
-		ctx, span = r.startSpan(ctx, tracing.Start{Kind: tracing.Round})
+		began = time.Now()
 	}
 	now, txn := r.now(), r.db.ReadTxn()
 	room := l.exec.room()
@@ -118,6 +125,9 @@ func (l *loop[Obj]) round(ctx context.Context, paused bool) {
 	finished := l.exec.operate(txn, work)                    // 2. started at the gate; what finished
 	outcome := r.commit(finished, ctx.Err() != nil, r.now()) // 3. statuses written, keys settled
 	if l.prune.due && !paused && (!broken || !r.breaker.state().open) {
+		if r.opts.tracer != nil { // the prune's span is the round's child
+			ctx, span = r.startSpan(ctx, tracing.Start{Kind: tracing.Round, Time: began})
+		}
 		r.pruneNow(ctx, &l.prune) // 4. no operation starts meanwhile
 	}
 	if r.gateErr != nil {
@@ -125,8 +135,13 @@ func (l *loop[Obj]) round(ctx context.Context, paused bool) {
 	}
 	end := r.now()
 	r.report(txn, work, outcome, l.exec.load(end), &l.prune, end, paused) // 5. progress, metrics, tables, health
-	if span != nil {
-		span.End(tracing.End{Collected: len(work), Committed: outcome.committed, Failed: outcome.failed})
+	if r.opts.tracer != nil {
+		if span == nil && (len(work) > 0 || outcome.committed > 0 || outcome.failed > 0) {
+			_, span = r.startSpan(ctx, tracing.Start{Kind: tracing.Round, Time: began})
+		}
+		if span != nil {
+			span.End(tracing.End{Collected: len(work), Committed: outcome.committed, Failed: outcome.failed})
+		}
 	}
 	// The buffers are kept for the next round: let go of their objects
 	// (a round of deletes would keep the deleted objects until then).

@@ -95,7 +95,7 @@ func TestRefreshDriftCountsOnlyRefreshingUpdates(t *testing.T) {
 // testdata/observe_retry_rows.txtar.)
 
 // The rows render as tables for db/show: one cell per header column, times
-// as ages, the next attempt as "in D" or "running".
+// as ages, the next attempt as "in D", "running" or "due".
 func TestTableRowsReadAsTables(t *testing.T) {
 	now := time.Now()
 	info := &reconciler.Info{
@@ -113,6 +113,9 @@ func TestTableRowsReadAsTables(t *testing.T) {
 	assert.Regexp(t, `^3(\.\d+)?s ago: prune: nope$`, row[11])
 	assert.Equal(t, "", row[12], "never refreshed: empty")
 
+	info.TargetFailingSince = now.Add(-37 * time.Millisecond)
+	assert.Regexp(t, `^degraded, target failing for 3\d+ms$`, info.TableRow()[2])
+
 	empty := (&reconciler.Info{Module: "m", State: reconciler.StateRunning}).TableRow()
 	assert.Equal(t, []string{"m", "", "running", "0", "0", "0", "0", "0", "0/0", "", "", "", ""}, empty)
 
@@ -123,6 +126,8 @@ func TestTableRowsReadAsTables(t *testing.T) {
 	assert.Equal(t, []string{"m", "k", "update", "3"}, rr[:4])
 	assert.Regexp(t, `^1m0(\.\d+)?s ago$`, rr[4])
 	assert.Regexp(t, `^in (1h0m0s|59m59(\.\d+)?s)$`, rr[5])
+	retry.NextAttempt = now.Add(-32 * time.Millisecond)
+	assert.Equal(t, "due", retry.TableRow()[5], "past: due, never a negative duration")
 	retry.NextAttempt, retry.Delete = time.Time{}, true
 	rr = retry.TableRow()
 	assert.Equal(t, "delete", rr[2])

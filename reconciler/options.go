@@ -223,8 +223,8 @@ func WithCircuitBreaker(failures int, probeBackoff time.Duration, isTargetError 
 	}
 }
 
-// WithTracer reports a span to t for every round, operation or batch
-// call, prune and refresh sweep (see package tracing). An operation's span
+// WithTracer reports a span to t for every round that does something,
+// operation or batch call, prune and refresh sweep (see package tracing). An operation's span
 // is in the context the operation is given, so the spans it starts are its
 // children. A nil t turns tracing off, the default: then nothing is traced
 // and nothing allocated for it.

@@ -39,8 +39,10 @@ import (
 // The reconciler's operations are a reconcilertest.FaultyOps around a
 // reconcilertest.Target. The first line of a script may configure the
 // reconciler, for example "#! -batch -workers=4"; see parseScriptFlags.
-// A script with -each-variant runs once more in every other variant of
-// workers and batch (TestScripts/VARIANT/SCRIPT).
+// A script with -each-variant runs once more in one other variant of
+// workers and batch, each script in the next (TestScripts/VARIANT/SCRIPT),
+// or, with CONVERGE_LONG=1, in every other variant. Scripts of large
+// scales start with "[!long] skip": they run with CONVERGE_LONG=1 only.
 func TestScripts(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	t.Cleanup(cancel)
@@ -53,9 +55,12 @@ func TestScripts(t *testing.T) {
 		first, _, _ := strings.Cut(string(data), "\n")
 		return !strings.HasPrefix(first, "#!") || !strings.Contains(first, "-each-variant")
 	})
-	for _, v := range variants[1:] {
+	for vi, v := range variants[1:] {
 		t.Run(v.String(), func(t *testing.T) {
-			for _, file := range files {
+			for fi, file := range files {
+				if !longTests() && fi%len(variants[1:]) != vi {
+					continue // the quick run: each script in one other variant
+				}
 				scripttest.Test(t, ctx, func(t testing.TB, args []string) *script.Engine {
 					return newScriptEngine(t, append(args, fmt.Sprint("-workers=", v.workers), fmt.Sprint("-batch=", v.batch)))
 				}, nil, file)
@@ -186,8 +191,18 @@ func newScriptEngine(t testing.TB, args []string) *script.Engine {
 	}
 	maps.Insert(cmds, maps.All(script.DefaultCmds()))
 	maps.Insert(cmds, maps.All(reconcilertest.ScriptCommands(reg)))
-	return &script.Engine{Cmds: cmds, RetryInterval: 10 * time.Millisecond}
+	cmds["skip"] = scripttest.Skip()
+	conds := map[string]script.Cond{
+		"long": script.BoolCondition("CONVERGE_LONG is set: the long runs (large scales, every variant)", longTests()),
+	}
+	return &script.Engine{Cmds: cmds, Conds: conds, RetryInterval: 10 * time.Millisecond}
 }
+
+// longTests reports whether CONVERGE_LONG asks for the long runs: the
+// scripts of large scales, every script of -each-variant in every variant
+// and 10 chaos seeds in each configuration. CI runs them on a schedule;
+// docs/testing.md lists them.
+func longTests() bool { return os.Getenv("CONVERGE_LONG") != "" }
 
 // registerScriptReconcilers creates the items table, with an initializer
 // that the items/init command completes, and the tables of -start-after and

@@ -215,7 +215,7 @@ func (i *Info) TableRow() []string {
 	}
 	state := string(i.State)
 	if !i.TargetFailingSince.IsZero() {
-		state += ", target failing for " + age(i.TargetFailingSince)
+		state += ", target failing for " + time.Since(i.TargetFailingSince).Round(time.Millisecond).String()
 	}
 	return []string{
 		i.Module, i.Name, state, strconv.Itoa(i.Objects),
@@ -243,14 +243,21 @@ func (*RetryInfo) TableHeader() []string {
 	return []string{"Reconciler", "Key", "Op", "Attempts", "FirstFailed", "NextAttempt", "LastError"}
 }
 
-// TableRow implements statedb.TableWritable.
+// TableRow implements statedb.TableWritable. NextAttempt shows as "in D",
+// "running" while an attempt runs, or "due" once its time has passed: the
+// attempt starts in the round under way (and may run already: the rows are
+// written at the end of each round), or the circuit breaker holds it (the
+// reconcilers table says "target failing").
 func (r *RetryInfo) TableRow() []string {
 	op, next := "update", "running"
 	if r.Delete {
 		op = "delete"
 	}
 	if !r.NextAttempt.IsZero() {
-		next = "in " + time.Until(r.NextAttempt).Round(time.Millisecond).String()
+		next = "due"
+		if d := time.Until(r.NextAttempt).Round(time.Millisecond); d > 0 {
+			next = "in " + d.String()
+		}
 	}
 	return []string{r.Reconciler, r.Key, op, strconv.Itoa(r.Attempts), age(r.FirstFailed), next, r.LastError}
 }

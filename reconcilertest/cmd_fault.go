@@ -12,7 +12,7 @@ func faultCmd(reg *Registry) script.Cmd {
 	return script.Command(
 		script.CmdUsage{
 			Summary: "inject faults into the reconciler's operations, clear or list them",
-			Args:    "[error|terminal|retry-after|panic|delay|clear]",
+			Args:    "[error|terminal|retry-after|panic|delay|recheck|clear]",
 			Flags: func(fs *pflag.FlagSet) {
 				nameFlag(fs)
 				fs.String("key", "", "only calls for this object key (default: every call, prunes included)")

@@ -31,7 +31,7 @@ func retriesCmd(reg *Registry) script.Cmd {
 				"",
 				"  KEY: OP attempts=N first-failed=AGE next=NEXT error=MESSAGE",
 				"",
-				"OP is update or delete, AGE how long ago the object first failed, and NEXT 'in DURATION', or 'running' while an attempt runs.",
+				"OP is update or delete, AGE how long ago the object first failed, and NEXT 'in DURATION'; 'running' while an attempt runs; once the time has passed, 'held by breaker' while the reconciler's circuit breaker is open (only its probes start), else 'due': the attempt starts in the round under way, and may already run (the rows are written at the end of each round).",
 				"With a regexp, it waits until a line matches it, for example '^b: .*attempts=[3-9]'; with --absent, until no line does (or, without a regexp, until no object fails).",
 				"The rows are written once per round, so a retry shows up just after the Error status.",
 				"It waits on the table's watch channel.",
@@ -131,12 +131,14 @@ func (t retryTableSet) lines(sub subject, now time.Time) ([]string, watches, err
 		return nil, watches{watch}, err
 	}
 	rows, watch := t.retries.ListWatch(txn, reconciler.RetryByReconciler.Query(id))
+	info, _, infoWatch, _ := t.reconcilers.GetWatch(txn, reconciler.InfoByID.Query(id))
+	held := info != nil && !info.TargetFailingSince.IsZero()
 	var lines []string
 	for r := range rows {
-		lines = append(lines, formatRetry(r, now))
+		lines = append(lines, formatRetry(r, now, held))
 	}
 	slices.Sort(lines)
-	return lines, watches{watch}, nil
+	return lines, watches{watch, infoWatch}, nil
 }
 
 // reconcilerID returns the ID of sub in the reconcilers table: from its
@@ -162,15 +164,23 @@ func (t retryTableSet) reconcilerID(txn statedb.ReadTxn, sub subject) (string, <
 	return ids[0], nil, nil
 }
 
-// formatRetry renders a row of the retries table as one line.
-func formatRetry(r *reconciler.RetryInfo, now time.Time) string {
+// formatRetry renders a row of the retries table as one line; held says
+// that the reconciler's circuit breaker is open.
+func formatRetry(r *reconciler.RetryInfo, now time.Time, held bool) string {
 	op := "update"
 	if r.Delete {
 		op = "delete"
 	}
-	next := "running"
-	if !r.NextAttempt.IsZero() {
-		next = "in " + r.NextAttempt.Sub(now).Round(time.Millisecond).String()
+	var next string
+	switch d := r.NextAttempt.Sub(now).Round(time.Millisecond); {
+	case r.NextAttempt.IsZero():
+		next = "running"
+	case d > 0:
+		next = "in " + d.String()
+	case held:
+		next = "held by breaker"
+	default:
+		next = "due"
 	}
 	return fmt.Sprintf("%s: %s attempts=%s first-failed=%s next=%s error=%s",
 		r.Key, op, strconv.Itoa(r.Attempts), now.Sub(r.FirstFailed).Round(time.Millisecond), next, r.LastError)

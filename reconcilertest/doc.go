@@ -70,7 +70,7 @@
 //	reconciler/target/unset KEY...       remove from the target (a TargetWriter) behind the reconciler's back
 //	reconciler/calls                     print the recorded calls, or wait for a number (--op, --key, --via, --min, --exactly)
 //	reconciler/calls --in-flight         the same for the calls started and not yet returned
-//	reconciler/fault [MODE|clear]        inject a fault (--key, --op, --next, --prob, --seed, --duration, --after)
+//	reconciler/fault [MODE|clear]        inject a fault: error, terminal, retry-after, panic, delay or recheck (--key, --op, --next, --prob, --seed, --duration, --after)
 //	reconciler/metrics [REGEXP...]       print the expvar metrics, or wait until each regexp matches a line
 //	reconciler/retries [REGEXP]          print the failing objects (reconciler.TablesCell), or wait until one matches (--absent)
 //	reconciler/save KEY...               remember objects as they are, status included (--delete: and take them out)

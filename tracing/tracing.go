@@ -1,6 +1,7 @@
 // Package tracing defines the hook through which a reconciler reports
-// spans: one per round, per operation or batch call, per prune and per
-// refresh sweep. Give an implementation to the reconciler with
+// spans: one per round that does something (collects, commits or prunes;
+// a round that wakes and finds nothing to do makes none), per operation or
+// batch call, per prune and per refresh sweep. Give an implementation to the reconciler with
 // reconciler.WithTracer; the module tracing/otel implements it with
 // OpenTelemetry, in a module of its own so that a program that does not
 // trace does not depend on OpenTelemetry.
@@ -11,6 +12,7 @@ package tracing
 
 import (
 	"context"
+	"time"
 
 	"github.com/cilium/statedb"
 
@@ -37,7 +39,7 @@ type Span interface {
 type Kind uint8
 
 const (
-	Round        Kind = iota + 1 // one round of the reconcile loop
+	Round        Kind = iota + 1 // one round of the reconcile loop that collected, committed or pruned
 	Update                       // one call of Operations.Update
 	Delete                       // one call of Operations.Delete
 	UpdateBatch                  // one call of BatchOperations.UpdateBatch
@@ -75,6 +77,12 @@ type Start struct {
 	// ProcessBatch: also how many of them are deletes.
 	Objects int
 	Deletes int
+
+	// Time is when the span began, if before the call of Start: a round's
+	// span starts only once the round has done something (a round that
+	// collects, commits and prunes nothing makes no span), dated from the
+	// round's start. Zero for the other kinds: the span begins now.
+	Time time.Time
 }
 
 // End describes how a span ended.

@@ -49,6 +49,7 @@ type span struct {
 	r    *recorder
 	s    tracing.Start
 	ends int
+	end  tracing.End
 }
 
 type spanKey struct{}
@@ -61,9 +62,10 @@ func (r *recorder) Start(ctx context.Context, s tracing.Start) (context.Context,
 	return context.WithValue(ctx, spanKey{}, sp), sp
 }
 
-func (sp *span) End(tracing.End) {
+func (sp *span) End(e tracing.End) {
 	sp.r.mu.Lock()
 	sp.ends++
+	sp.end = e
 	sp.r.mu.Unlock()
 }
 
@@ -193,6 +195,70 @@ func TestEverySpanEndsOnce(t *testing.T) {
 			assert.Equal(t, 5, kinds[tracing.Update], "a, b, c, d and slow")
 			assert.Equal(t, 2, kinds[tracing.Delete])
 			assert.Equal(t, 1, kinds[tracing.Prune])
+		})
+	}
+}
+
+// A round that did nothing makes no span: writing objects one at a time,
+// waiting for each, makes one round span per object that collected it
+// (with workers, the round that commits its result may be another), and
+// none for the rounds that wake for the reconciler's own status writes.
+func TestEmptyRoundsMakeNoSpan(t *testing.T) {
+	const n = 20
+	for _, workers := range []int{1, 4} {
+		t.Run(fmt.Sprint("workers=", workers), func(t *testing.T) {
+			tgt := reconcilertest.NewTarget(itemKey, itemKey)
+			rec := &recorder{}
+			var (
+				db  *statedb.DB
+				tbl statedb.RWTable[*item]
+				r   reconciler.Reconciler[*item]
+			)
+			h := hive.New(statedb.Cell, job.Cell, cell.Provide(cell.NewSimpleHealth), cell.Module("test", "test", cell.Provide(job.Registry.NewGroup),
+				cell.Invoke(func(p reconciler.Params) (err error) {
+					db = p.DB
+					tbl, err = statedb.NewTable(p.DB, "items", statedb.Index[*item, string]{Name: "id", Unique: true,
+						FromObject: func(it *item) index.KeySet { return index.NewKeySet(index.String(it.ID)) }, FromKey: index.String})
+					if err != nil {
+						return err
+					}
+					r, err = reconciler.Register(p, tbl, (*item).clone, (*item).setStatus, (*item).getStatus, tgt, nil,
+						reconciler.WithTracer(rec), reconciler.WithConcurrency(workers), reconciler.WithPruning(0))
+					return err
+				})))
+			log := hivetest.Logger(t)
+			require.NoError(t, h.Start(log, context.Background()))
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			for i := range n {
+				wtxn := db.WriteTxn(tbl)
+				_, _, err := tbl.Insert(wtxn, &item{ID: fmt.Sprintf("k%02d", i), Status: status.Pending()})
+				require.NoError(t, err)
+				_, _, err = r.WaitUntilReconciled(ctx, tbl.Revision(wtxn.Commit()))
+				require.NoError(t, err)
+			}
+			require.NoError(t, h.Stop(log, context.Background()))
+
+			rec.mu.Lock()
+			defer rec.mu.Unlock()
+			rounds, collected, committed := 0, 0, 0
+			for _, sp := range rec.spans {
+				if sp.s.Kind != tracing.Round {
+					continue
+				}
+				rounds++
+				collected += sp.end.Collected
+				committed += sp.end.Committed
+				assert.False(t, sp.s.Time.IsZero(), "a round span is dated from the round's start")
+				assert.True(t, sp.end.Collected > 0 || sp.end.Committed > 0, "round span %d did nothing: %+v", rounds, sp.end)
+			}
+			assert.Equal(t, n, collected, "objects collected")
+			assert.Equal(t, n, committed, "outcomes committed")
+			if workers == 1 {
+				assert.Equal(t, n, rounds, "round spans: one per object, which its round collects, runs and commits")
+			} else {
+				assert.LessOrEqual(t, rounds, 2*n, "round spans: at most one that collects and one that commits per object")
+			}
 		})
 	}
 }

@@ -289,6 +289,10 @@ func (r report) writeText(w io.Writer, now time.Time) error {
 		_, err := fmt.Fprintln(w, "No failing objects.")
 		return err
 	}
+	held := map[string]bool{} // by ID: the circuit breaker is open
+	for _, info := range r.Reconcilers {
+		held[info.ID] = info.TargetError != "" || !info.TargetFailingSince.IsZero()
+	}
 	fmt.Fprintln(tw, "RECONCILER\tFAILING OBJECT\tATTEMPTS\tNEXT ATTEMPT\tERROR")
 	shown, more := 0, 0
 	for i, retry := range r.Retries {
@@ -303,7 +307,7 @@ func (r report) writeText(w io.Writer, now time.Time) error {
 			if retry.Delete {
 				key += " (delete)"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", clip(retry.Reconciler), key, retry.Attempts, nextAttempt(retry.NextAttempt, now), clip(retry.LastError))
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", clip(retry.Reconciler), key, retry.Attempts, nextAttempt(retry.NextAttempt, now, held[retry.Reconciler]), clip(retry.LastError))
 		}
 		if more > 0 && (i == len(r.Retries)-1 || retry.Reconciler != r.Retries[i+1].Reconciler) {
 			fmt.Fprintf(tw, "%s\t...\t\t\tand %d more (--json lists them all)\n", clip(retry.Reconciler), more)
@@ -371,11 +375,17 @@ func since(t, now time.Time, suffix string) string {
 	return short(now.Sub(t)) + suffix
 }
 
-// nextAttempt renders when a failing object is tried next.
-func nextAttempt(t, now time.Time) string {
+// nextAttempt renders when a failing object is tried next: "in D",
+// "running" while an attempt runs, and once the time has passed "held by
+// breaker" if held (the reconciler's circuit breaker is open: only probes
+// start), else "due" (it starts in the round under way, and may run
+// already: the tables are written at the end of each round).
+func nextAttempt(t, now time.Time, held bool) string {
 	switch {
 	case t.IsZero():
 		return "running"
+	case !t.After(now) && held:
+		return "held by breaker"
 	case !t.After(now):
 		return "due"
 	}

@@ -73,6 +73,10 @@ func TestWriteText(t *testing.T) {
 		}
 		rep.Retries = append(rep.Retries, retry)
 	}
+	// The breaker of maps is open: a retry whose time has passed is held.
+	rep.Retries = append(rep.Retries,
+		&reconciler.RetryInfo{Reconciler: "maps", Key: "m1", Attempts: 1, NextAttempt: now.Add(-32 * time.Millisecond), LastError: "no space"},
+		&reconciler.RetryInfo{Reconciler: "maps", Key: "m2", Attempts: 1, NextAttempt: now.Add(time.Second), LastError: "no space"})
 	var b bytes.Buffer
 	require.NoError(t, rep.writeText(&b, now))
 	got := b.String()
@@ -92,6 +96,8 @@ func TestWriteText(t *testing.T) {
 	require.Len(t, regexp.MustCompile(`(?m)^routes/v6 +10\.0\.0\.`).FindAllString(got, -1), 10)
 	require.Regexp(t, `(?m)^routes/v6 +10\.0\.0\.a \(delete\) +1 +due +é`, got)
 	require.Regexp(t, `(?m)^routes/v6 +10\.0\.0\.b +2 +running +é`, got)
+	require.Regexp(t, `(?m)^maps +m1 +1 +held by breaker +no space$`, got)
+	require.Regexp(t, `(?m)^maps +m2 +1 +in 1s +no space$`, got)
 	require.NotContains(t, got, "10.0.0.k")
 	require.Regexp(t, `(?m)^routes/v6 +\.\.\. +and 2 more \(--json lists them all\)$`, got)
 	require.Regexp(t, `(?m)^RECONCILER +FAILING OBJECT +ATTEMPTS +NEXT ATTEMPT +ERROR$`, got)

@@ -17,7 +17,8 @@
 // hive module ID, "agent.routes") and converge.reconciler (its name, ""
 // when it has none).
 //
-//	converge.round         one round of the reconcile loop
+//	converge.round         one round of the reconcile loop that collected, committed or pruned
+//	                       something (a round that did nothing makes no span)
 //	                       converge.round.collected  operations collected: changes and retries
 //	                       converge.round.committed  outcomes committed
 //	                       converge.round.failed     those of them that are failures

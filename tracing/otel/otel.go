@@ -111,7 +111,7 @@ func New(tp trace.TracerProvider, opts ...Option) *Tracer {
 
 // Start implements tracing.Tracer: it starts a span of kind internal,
 // named after s.Kind, with the attributes known at the start, as a child
-// of the span in ctx if there is one.
+// of the span in ctx if there is one, begun at s.Time if it is set.
 func (t *Tracer) Start(ctx context.Context, s tracing.Start) (context.Context, tracing.Span) {
 	if t == nil || (t.only != nil && !t.only.has(s.Kind)) {
 		return ctx, noSpan{}
@@ -130,7 +130,11 @@ func (t *Tracer) Start(ctx context.Context, s tracing.Start) (context.Context, t
 	case tracing.ProcessBatch:
 		attrs = append(attrs, batchSizeKey.Int(s.Objects), batchDeletesKey.Int(s.Deletes))
 	}
-	ctx, sp := tracer.Start(ctx, spanName(s.Kind), trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...))
+	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...)}
+	if !s.Time.IsZero() {
+		opts = append(opts, trace.WithTimestamp(s.Time)) // a round's span, dated from the round's start
+	}
+	ctx, sp := tracer.Start(ctx, spanName(s.Kind), opts...)
 	return ctx, &span{span: sp, kind: s.Kind}
 }
 

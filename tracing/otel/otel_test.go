@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -159,6 +160,23 @@ func TestStartContextCarriesTheSpan(t *testing.T) {
 	require.Len(t, spans, 3)
 	assertChildOf(t, spans[0], spans[1])
 	assertChildOf(t, spans[1], spans[2])
+}
+
+// A span given Start.Time (a round's, started once the round has done
+// something) begins then; without it, when Start is called.
+func TestStartTime(t *testing.T) {
+	tp, rec := newProvider(t)
+	tr := convergeotel.New(tp)
+	began := time.Now().Add(-time.Second).Round(0)
+	_, round := tr.Start(context.Background(), tracing.Start{Kind: tracing.Round, Time: began})
+	round.End(tracing.End{Collected: 1, Committed: 1})
+	before := time.Now()
+	_, update := tr.Start(context.Background(), tracing.Start{Kind: tracing.Update, Key: "k"})
+	update.End(tracing.End{})
+	spans := rec.Ended()
+	require.Len(t, spans, 2)
+	assert.True(t, spans[0].StartTime().Equal(began), "round began %s, want %s", spans[0].StartTime(), began)
+	assert.False(t, spans[1].StartTime().Before(before), "update began %s, before Start was called at %s", spans[1].StartTime(), before)
 }
 
 // WithKinds traces those kinds only; the others return the context given.

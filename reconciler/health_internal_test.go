@@ -1,0 +1,44 @@
+package reconciler
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/cilium/hive/cell"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The count of "N error(s)" is the number of failing objects, plus one for
+// each failure that is no object's; the open breaker's error is one of the
+// objects' failures, not one more (a user saw "4 error(s)" with 3 objects
+// failing).
+func TestHealthCountsFailingObjects(t *testing.T) {
+	errTarget, errPrune := errors.New("target down"), errors.New("prune failed")
+	retryErrors := func(n int) func(int) []error {
+		return func(limit int) []error {
+			var errs []error
+			for i := range min(n, limit) {
+				errs = append(errs, fmt.Errorf("k%d: %w", i, errTarget))
+			}
+			return errs
+		}
+	}
+	for _, tc := range []struct {
+		state healthState
+		want  string
+	}{
+		{healthState{failing: 3}, "3 error(s): 3 object(s) failing"},
+		{healthState{failing: 3, breakerErr: errTarget}, "3 error(s): target failing, 3 object(s) failing"},
+		{healthState{failing: 3, breakerErr: errTarget, pruneErr: errPrune}, "4 error(s): target failing, 3 object(s) failing, prune failed"},
+		{healthState{breakerErr: errTarget}, "1 error(s): target failing"},
+		{healthState{pruneErr: errPrune}, "1 error(s): prune failed"},
+	} {
+		health, simple := cell.NewSimpleHealth()
+		h := &healthReporter{health: health}
+		assert.Equal(t, StateDegraded, h.update(tc.state, func() int { return 10 }, retryErrors(tc.state.failing)))
+		require.Equal(t, cell.StatusDegraded, simple.Level)
+		assert.Equal(t, tc.want, simple.Status, "%+v", tc.state)
+	}
+}
