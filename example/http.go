@@ -149,14 +149,18 @@ func newServer(p serverParams) (*server, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	s.http = &http.Server{
-		Handler:           s,
-		ReadHeaderTimeout: s.timeouts.ReadHeader,
-		ReadTimeout:       s.timeouts.Read,
-		WriteTimeout:      s.timeouts.Write,
-		IdleTimeout:       s.timeouts.Idle,
-		MaxHeaderBytes:    maxHeaderBytes,
-		BaseContext:       func(net.Listener) context.Context { return ctx },
-		ErrorLog:          slog.NewLogLogger(p.Log.Handler(), slog.LevelWarn),
+		Handler: s,
+		// net/http answers "OPTIONS *" itself, before the handler and so
+		// before the token: 200, and the connection kept. Let the handler
+		// refuse it like any other request.
+		DisableGeneralOptionsHandler: true,
+		ReadHeaderTimeout:            s.timeouts.ReadHeader,
+		ReadTimeout:                  s.timeouts.Read,
+		WriteTimeout:                 s.timeouts.Write,
+		IdleTimeout:                  s.timeouts.Idle,
+		MaxHeaderBytes:               maxHeaderBytes,
+		BaseContext:                  func(net.Listener) context.Context { return ctx },
+		ErrorLog:                     slog.NewLogLogger(p.Log.Handler(), slog.LevelWarn),
 	}
 	return s, nil
 }

@@ -330,7 +330,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		dir = cfg.Dir
 	}
 	fmt.Fprintf(stderr, "\nconverge example: reconciling into %s, API on http://%s (Ctrl-C to stop)\n"+
-		"The API asks for the token in %s:\n  curl --oauth2-bearer $(cat %s) http://%s/\n\n",
+		"The API asks for the token in %s:\n  curl --noproxy '*' --oauth2-bearer $(cat %s) http://%s/\n\n",
 		dir, srv.Addr(), filepath.Join(dir, tokenPath), filepath.Join(dir, tokenPath), srv.Addr())
 	if sh.serving() {
 		fmt.Fprintf(stderr, "Its shell, for the user running it only, on a Unix socket:\n  %s shell --shell-sock-path %s db/show reconcilers\n\n",

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"github.com/cilium/hive/cell"
@@ -17,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"io/fs"
 
@@ -286,4 +288,22 @@ func TestTheTokenCannotBeStolenOnTheOtherLoopbackAddress(t *testing.T) {
 			}
 		})
 	}
+}
+
+// "OPTIONS *" without the token is refused like any other request, and its
+// connection closed: net/http's own answer (200, the connection kept) let
+// 128 such clients hold the API (outsider47).
+func TestOptionsStarWithoutTheTokenIsRefused(t *testing.T) {
+	a := startApp(t, testConfig(), nil)
+	conn, err := net.DialTimeout("tcp", strings.TrimPrefix(a.base, "http://"), 5*time.Second)
+	require.NoError(t, err)
+	defer conn.Close()
+	require.NoError(t, conn.SetDeadline(time.Now().Add(10*time.Second)))
+	_, err = fmt.Fprintf(conn, "OPTIONS * HTTP/1.1\r\nHost: %s\r\n\r\n", strings.TrimPrefix(a.base, "http://"))
+	require.NoError(t, err)
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.NotEqual(t, http.StatusOK, resp.StatusCode, "OPTIONS * answered without the token")
+	assert.True(t, resp.Close, "the connection is kept for a client without the token")
 }
