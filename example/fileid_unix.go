@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 )
@@ -94,4 +95,27 @@ func checkParent(what, parent string, info fs.FileInfo) error {
 			"they can move the directory away or put another in its place; run chmod go-w (or chmod +t) on it, or choose another --dir", what, parent, perm)}
 	}
 	return nil
+}
+
+// checkLinks refuses a path one of whose components is a symbolic link
+// another user (root excepted) owns: that user can point it elsewhere at
+// any time, so that the example, or a command that follows the path,
+// writes where they choose.
+func checkLinks(what, path string) error {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil // the checks that follow report it
+	}
+	uid := os.Geteuid()
+	for p := abs; ; p = filepath.Dir(p) {
+		if info, err := os.Lstat(p); err == nil && info.Mode()&fs.ModeSymlink != 0 {
+			if st, ok := info.Sys().(*syscall.Stat_t); ok && int(st.Uid) != uid && st.Uid != 0 {
+				return &refusedError{fmt.Sprintf("%s: %s is a symbolic link owned by uid %d, neither the user running the example (uid %d) nor root: "+
+					"that user can point it elsewhere and choose where the example writes; choose another --dir", what, p, st.Uid, uid)}
+			}
+		}
+		if p == filepath.Dir(p) {
+			return nil
+		}
+	}
 }

@@ -307,3 +307,25 @@ func TestOptionsStarWithoutTheTokenIsRefused(t *testing.T) {
 	assert.NotEqual(t, http.StatusOK, resp.StatusCode, "OPTIONS * answered without the token")
 	assert.True(t, resp.Close, "the connection is kept for a client without the token")
 }
+
+// A --dir reached through a symbolic link another user owns is refused:
+// they could point it elsewhere at any time (outsider47 made the example
+// write into a directory of theirs choosing this way).
+func TestADirectoryBehindAnotherUsersLinkIsRefused(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("giving a link to another user needs root")
+	}
+	base := t.TempDir()
+	target := filepath.Join(base, "elsewhere")
+	require.NoError(t, os.Mkdir(target, 0o755))
+	link := filepath.Join(base, "link")
+	require.NoError(t, os.Symlink(target, link))
+	require.NoError(t, os.Lchown(link, 4242, 4242))
+	dir := filepath.Join(link, "converge-example")
+	code, stderr := runExample(t, "--dir", dir, "--addr", "127.0.0.1:0")
+	require.Equal(t, exitUsage, code, stderr)
+	requireOnce(t, stderr, "example: target directory "+dir+": "+link+" is a symbolic link owned by uid 4242")
+	entries, err := os.ReadDir(target)
+	require.NoError(t, err)
+	require.Empty(t, entries, "the example wrote behind the link")
+}

@@ -147,6 +147,9 @@ func (d *ownedDir) label() string {
 // check refuses, without changing anything, a directory the start would
 // refuse.
 func (d *ownedDir) check() error {
+	if err := checkLinks(d.label(), d.path); err != nil {
+		return err
+	}
 	info, err := os.Lstat(d.path)
 	if errors.Is(err, fs.ErrNotExist) {
 		// It is created at start, and its parent too if it is missing.
@@ -239,6 +242,9 @@ func (d *ownedDir) inspect(root *os.Root) (hasState bool, err error) {
 // claims the directory. Any failure is about --dir: a usage error.
 func (d *ownedDir) start(cell.HookContext) error {
 	parentPath := filepath.Dir(d.path)
+	if err := checkLinks(d.label(), d.path); err != nil {
+		return refuse("dir", err)
+	}
 	if err := os.MkdirAll(parentPath, 0o755); err != nil {
 		return refuse("dir", fmt.Errorf("target directory %s: %w", d.name, err))
 	}
