@@ -261,13 +261,25 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusForbidden, "%v", err)
 		return
 	}
-	if !s.token.allows(r) {
+	revoked, ok := s.token.allows(r)
+	if !ok {
 		releaseConnection(w)
 		w.Header().Set("WWW-Authenticate", `Bearer realm="converge example"`)
 		writeError(w, http.StatusUnauthorized, "this API needs its token: send \"Authorization: Bearer TOKEN\" "+
 			"(curl --oauth2-bearer TOKEN) with the token in %s of the target directory", tokenPath)
 		return
 	}
+	// A request under way ends when its token is replaced.
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	go func() {
+		select {
+		case <-revoked:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	r = r.WithContext(ctx)
 	if r.ContentLength > maxContentLen {
 		writeError(w, http.StatusRequestEntityTooLarge, "the request body is larger than the limit of %d bytes", maxContentLen)
 		return

@@ -4,9 +4,11 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"github.com/cilium/hive/cell"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -328,4 +330,31 @@ func TestADirectoryBehindAnotherUsersLinkIsRefused(t *testing.T) {
 	entries, err := os.ReadDir(target)
 	require.NoError(t, err)
 	require.Empty(t, entries, "the example wrote behind the link")
+}
+
+// A stream of changes opened with a token ends when that token is
+// replaced: whoever read it while it was exposed reads nothing written
+// after (outsider47 kept reading 0600 files' content).
+func TestAStreamEndsWhenItsTokenIsReplaced(t *testing.T) {
+	a := startApp(t, testConfig(), nil)
+	a.waitReconciled()
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, a.base+"/statedb/changes/files", nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+a.token)
+	resp, err := a.client.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	ended := make(chan error, 1)
+	go func() { _, err := io.Copy(io.Discard, resp.Body); ended <- err }()
+	// Exposed: others could read it. The example replaces it.
+	require.NoError(t, os.Chmod(filepath.Join(a.dir, tokenPath), 0o644))
+	a.waitNewToken()
+	select {
+	case <-ended:
+	case <-ctx.Done():
+		t.Fatal("the stream opened with the old token is still open after it was replaced")
+	}
 }

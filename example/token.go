@@ -24,8 +24,9 @@ const tokenPath = stateDir + "/token"
 // in it) or if other users could have read it (see ownedDir.keepPrivate).
 // Its methods are safe for concurrent use.
 type apiToken struct {
-	mu     sync.RWMutex
-	secret string
+	mu      sync.RWMutex
+	secret  string
+	revoked chan struct{} // closed when secret is replaced
 }
 
 func newAPIToken() (*apiToken, error) {
@@ -44,7 +45,10 @@ func (t *apiToken) renew() error {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.secret = hex.EncodeToString(b[:])
+	if t.revoked != nil {
+		close(t.revoked) // requests under way with the old one end (see allows)
+	}
+	t.secret, t.revoked = hex.EncodeToString(b[:]), make(chan struct{})
 	return nil
 }
 
@@ -69,9 +73,19 @@ func (t *apiToken) write(root *os.Root) error {
 }
 
 // allows reports whether r carries the token, as "Authorization: Bearer
-// TOKEN" (the scheme in any case, as RFC 6750 allows).
-func (t *apiToken) allows(r *http.Request) bool {
-	scheme, given, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-	return ok && strings.EqualFold(scheme, "Bearer") &&
-		subtle.ConstantTimeCompare([]byte(strings.TrimSpace(given)), []byte(t.get())) == 1
+// TOKEN" (the scheme in any case, as RFC 6750 allows), and if so returns a
+// channel closed once that token is replaced: a request under way (a
+// stream of changes) must end then, or whoever read the token while it
+// was exposed would go on reading.
+func (t *apiToken) allows(r *http.Request) (revoked <-chan struct{}, ok bool) {
+	scheme, given, found := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !found || !strings.EqualFold(scheme, "Bearer") {
+		return nil, false
+	}
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if subtle.ConstantTimeCompare([]byte(strings.TrimSpace(given)), []byte(t.secret)) != 1 {
+		return nil, false
+	}
+	return t.revoked, true
 }
