@@ -76,10 +76,12 @@ func listenAPI(addr string) (net.Listener, error) {
 // the first one's. Its methods are safe for concurrent use.
 type pairListener struct {
 	lns     [2]net.Listener
-	start   sync.Once
 	results chan accepted
-	once    sync.Once
-	closed  chan struct{}
+	closed  chan struct{} // closed by Close
+
+	mu      sync.Mutex // guards started and closing, so that no wg.Add follows Close's wg.Wait
+	started bool
+	closing bool
 	wg      sync.WaitGroup
 }
 
@@ -95,12 +97,15 @@ func newPairListener(a, b net.Listener) *pairListener {
 // Accept returns the next connection of either listener. The first call
 // starts accepting on both.
 func (p *pairListener) Accept() (net.Conn, error) {
-	p.start.Do(func() {
+	p.mu.Lock()
+	if !p.started && !p.closing {
+		p.started = true
 		for _, ln := range p.lns {
 			p.wg.Add(1)
 			go p.accept(ln)
 		}
-	})
+	}
+	p.mu.Unlock()
 	select {
 	case r := <-p.results:
 		return r.conn, r.err
@@ -130,7 +135,12 @@ func (p *pairListener) accept(ln net.Listener) {
 
 // Close closes both listeners, and waits until nothing accepts on them.
 func (p *pairListener) Close() error {
-	p.once.Do(func() { close(p.closed) })
+	p.mu.Lock()
+	if !p.closing {
+		p.closing = true
+		close(p.closed)
+	}
+	p.mu.Unlock()
 	err := errors.Join(p.lns[0].Close(), p.lns[1].Close())
 	p.wg.Wait()
 	if errors.Is(err, net.ErrClosed) {

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"errors"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -140,4 +141,31 @@ func TestLogLimiter(t *testing.T) {
 	l.forget("motd")
 	require.True(t, l.allow("motd", "in the way"), "after forget")
 	require.False(t, l.allow("hello.txt", "in the way"), "forget is per file")
+}
+
+// A pair listener closed while its first Accept starts (a stop right
+// after the start) ends that Accept and waits for its goroutines, with no
+// race between starting them and waiting for them.
+func TestPairListenerCloseDuringFirstAccept(t *testing.T) {
+	for range 50 {
+		a, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		b, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		p := newPairListener(a, b)
+		accepted := make(chan error, 1)
+		go func() {
+			_, err := p.Accept()
+			accepted <- err
+		}()
+		require.NoError(t, p.Close())
+		select {
+		case err := <-accepted:
+			require.ErrorIs(t, err, net.ErrClosed)
+		case <-time.After(waitFor):
+			t.Fatal("Accept did not end on Close")
+		}
+		_, err = p.Accept()
+		require.ErrorIs(t, err, net.ErrClosed)
+	}
 }
