@@ -1,6 +1,7 @@
 package reconciler
 
 import (
+	"cmp"
 	"math"
 	"slices"
 	"time"
@@ -109,6 +110,7 @@ type keyState[Obj any] struct {
 
 	active int    // position in lifecycles.active while queued or running, else -1
 	pos    [2]int // in lifecycles.heap while waiting (pos[inRetries]) and byPriority while queued (pos[inPriority]), else -1
+	queuedAt uint64 // with priorities: the seq it was last queued with, which a requeue keeps (see enqueue)
 }
 
 type phase uint8
@@ -542,7 +544,7 @@ func (lc *lifecycles[Obj]) requeue(s *keyState[Obj]) {
 		next := stillAsked(s.task, s.next)
 		lc.replace(s, next)
 	}
-	lc.enqueue(s)
+	lc.enqueueAt(s, s.queuedAt)
 	if s.attempts > 0 {
 		lc.changed(s)
 	}
@@ -578,7 +580,13 @@ func (lc *lifecycles[Obj]) dropRetry(key string) {
 }
 
 // enqueue moves s to the queued phase, at the back of the queue.
-func (lc *lifecycles[Obj]) enqueue(s *keyState[Obj]) {
+func (lc *lifecycles[Obj]) enqueue(s *keyState[Obj]) { lc.enqueueAt(s, 0) }
+
+// enqueueAt is enqueue but, with priorities and seq not 0, puts s back in
+// the place it was queued with seq, before those queued since: a requeue
+// of work that never started (a round cut by Pause, a stop or the
+// breaker) keeps its turn, first read first within a priority.
+func (lc *lifecycles[Obj]) enqueueAt(s *keyState[Obj], seq uint64) {
 	if s.phase == phaseWaiting {
 		lc.unwait(s)
 	}
@@ -587,11 +595,20 @@ func (lc *lifecycles[Obj]) enqueue(s *keyState[Obj]) {
 	lc.activate(s)
 	if s.phase != phaseQueued {
 		s.phase = phaseQueued
-		lc.queued = append(lc.queued, s)
-		if lc.priority != nil {
-			lc.seq++
-			lc.byPriority.push(s, lc.rank(&s.task), lc.seq)
+		if lc.priority == nil {
+			lc.queued = append(lc.queued, s)
+			return
 		}
+		if seq == 0 {
+			lc.seq++
+			seq = lc.seq
+			lc.queued = append(lc.queued, s)
+		} else {
+			i, _ := slices.BinarySearchFunc(lc.queued, seq, func(q *keyState[Obj], seq uint64) int { return cmp.Compare(q.queuedAt, seq) })
+			lc.queued = slices.Insert(lc.queued, i, s)
+		}
+		s.queuedAt = seq
+		lc.byPriority.push(s, lc.rank(&s.task), seq)
 	}
 }
 
