@@ -108,8 +108,8 @@ type keyState[Obj any] struct {
 	deleteSeen bool // running: a delete of the key was read since task started
 	pruned     bool // running: a prune ran with task's object absent
 
-	active int    // position in lifecycles.active while queued or running, else -1
-	pos    [2]int // in lifecycles.heap while waiting (pos[inRetries]) and byPriority while queued (pos[inPriority]), else -1
+	active   int    // position in lifecycles.active while queued or running, else -1
+	pos      [2]int // in lifecycles.heap while waiting (pos[inRetries]) and byPriority while queued (pos[inPriority]), else -1
 	queuedAt uint64 // with priorities: the seq it was last queued with, which a requeue keeps (see enqueue)
 }
 
