@@ -3,7 +3,9 @@ package reconciler
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
+	"unicode"
 
 	"github.com/cilium/hive/job"
 	"github.com/cilium/statedb"
@@ -126,6 +128,8 @@ func (o *options) validate() error {
 		return fmt.Errorf("%T: start timeout must not be negative, got %s: %w", *o, o.startTimeout, ErrInvalidConfig)
 	case o.priority != nil && !(o.priorityShare >= 0 && o.priorityShare <= 1):
 		return fmt.Errorf("%T: priority share must be in [0, 1], got %v: %w", *o, o.priorityShare, ErrInvalidConfig)
+	case strings.IndexFunc(o.name, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0:
+		return fmt.Errorf("%T: name %q holds white space or a control character: %w", *o, o.name, ErrInvalidConfig)
 	case slices.Contains(o.startTables, nil):
 		return fmt.Errorf("%T: WithStartAfter given a nil table: %w", *o, ErrInvalidConfig)
 	}
@@ -152,7 +156,12 @@ func checkLimiter(which string, lim *rate.Limiter) error {
 }
 
 // WithName names the reconciler, to tell apart several on one table (for
-// example with a [status.Set]). The name scopes its jobs, health and metrics.
+// example with a [status.Set]), or several in one module. The name scopes
+// its jobs, health and metrics, and with the module ID makes its ID in the
+// tables of package tables: reconcilers of one module need distinct names.
+// A name must not hold white space or control characters (the retries
+// table joins the ID and an object's key with a space); Register refuses
+// one with [ErrInvalidConfig].
 func WithName(name string) Option {
 	return func(o *options) { o.name = name }
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/converge-go/converge/metrics"
 	"github.com/converge-go/converge/status"
+	"github.com/converge-go/converge/tables"
 )
 
 // Register creates a reconciler for table and adds its jobs to
@@ -113,7 +114,11 @@ func Register[Obj any](
 	// The feed begins now, not when the job first runs, so that no delete
 	// between registration and start is missed.
 	r.changes = newChangeFeed(params.DB, statedb.Table[Obj](table))
-	r.info = newInfoWriter(params.Tables, metrics.Key(r.moduleID, o.name), r.lifecycles)
+	writer, id := params.Tables, metrics.Key(r.moduleID, o.name)
+	if t, ok := writer.(*tables.Tables); ok && t == nil {
+		writer = nil // a caller's optional *tables.Tables, not provided
+	}
+	r.info = newInfoWriter(writer, id, r.lifecycles)
 
 	if err := r.applyPriority(); err != nil {
 		return nil, err
@@ -121,6 +126,12 @@ func Register[Obj any](
 	depJobs, err := registerDependencies(r)
 	if err != nil {
 		return nil, err
+	}
+	// Last, so that a Register refused for another reason claims nothing.
+	if c, ok := writer.(interface{ Claim(id string) error }); ok {
+		if err := c.Claim(id); err != nil {
+			return nil, fmt.Errorf("reconciler.Register: %w: give each reconciler of module %s its own WithName: %w", err, r.moduleID, ErrInvalidConfig)
+		}
 	}
 	params.JobGroup.Add(job.OneShot(r.jobName("reconcile"), r.run))
 	params.JobGroup.Add(depJobs...)

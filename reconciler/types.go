@@ -77,7 +77,9 @@ type Params struct {
 
 	// Tables, which tables.Cell provides, is what the reconciler writes its
 	// row of the reconcilers table and the rows of its failing objects
-	// with. Without it the reconciler keeps none.
+	// with. Without it (nil, or a nil *tables.Tables) the reconciler
+	// keeps none. A Writer's methods must not panic: they run on the
+	// reconciler's goroutines, where nothing recovers them.
 	Tables tables.Writer `optional:"true"`
 }
 

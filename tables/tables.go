@@ -1,6 +1,8 @@
 package tables
 
 import (
+	"fmt"
+	"sync"
 	"time"
 
 	"github.com/cilium/hive/cell"
@@ -65,6 +67,9 @@ type Tables struct {
 	db          *statedb.DB
 	reconcilers statedb.RWTable[*Info]
 	retries     statedb.RWTable[*RetryInfo]
+
+	mu      sync.Mutex
+	claimed map[string]bool // IDs taken with Claim
 }
 
 // New registers the tables in db and returns them. It fails if db has
@@ -79,6 +84,23 @@ func New(db *statedb.DB) (*Tables, error) {
 		return nil, err
 	}
 	return &Tables{db: db, reconcilers: reconcilers, retries: retries}, nil
+}
+
+// Claim reserves id, a reconciler's ID, for one reconciler, and fails if
+// another has claimed it: two reconcilers with one ID would share a row.
+// reconciler.Register claims its ID through every Writer that has this
+// method, and refuses a second reconciler of a module with the same name.
+func (t *Tables) Claim(id string) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.claimed[id] {
+		return fmt.Errorf("tables: another reconciler has the ID %q", id)
+	}
+	if t.claimed == nil {
+		t.claimed = map[string]bool{}
+	}
+	t.claimed[id] = true
+	return nil
 }
 
 // Reconcilers returns the "reconcilers" table: one row per reconciler.

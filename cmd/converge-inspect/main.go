@@ -177,6 +177,8 @@ func (t *rowSet) pick(name string) (string, error) {
 	if name == "" {
 		return "", nil
 	}
+	// The rows' text has the token redacted: so must the name looked for.
+	name = redact(name, t.token)
 	var all, named []string
 	for _, info := range t.infos {
 		if info.ID == name {

@@ -175,6 +175,7 @@ func TestLocalhostIsTheIPv4LoopbackAddress(t *testing.T) {
 	require.Equal(t, "localhost.example:8080", pinLocalhost("localhost.example:8080"))
 
 	a := startAgent(t, true, "routes")
+	a.waitRunning("routes", 0) // its row is written by its first round
 	_, port, err := net.SplitHostPort(strings.TrimPrefix(a.server.URL, "http://"))
 	require.NoError(t, err)
 	thief, err := net.Listen("tcp", net.JoinHostPort("::1", port))

@@ -1,0 +1,332 @@
+package reconciler_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cilium/hive"
+	"github.com/cilium/hive/cell"
+	"github.com/cilium/hive/hivetest"
+	"github.com/cilium/hive/job"
+	"github.com/cilium/statedb"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/converge-go/converge/metrics"
+	"github.com/converge-go/converge/reconciler"
+	"github.com/converge-go/converge/reconcilertest"
+	"github.com/converge-go/converge/status"
+	"github.com/converge-go/converge/tables"
+)
+
+// o46CountingWriter wraps the Writer that tables.Cell provides, as a user
+// decorating it (for logs, say) would.
+type o46CountingWriter struct {
+	inner             tables.Writer
+	writes, refreshes atomic.Int64
+}
+
+func (w *o46CountingWriter) Write(info *tables.Info, retries []tables.RetryInfo) {
+	w.writes.Add(1)
+	w.inner.Write(info, retries)
+}
+
+func (w *o46CountingWriter) Refreshed(id string, at time.Time) {
+	w.refreshes.Add(1)
+	w.inner.Refreshed(id, at)
+}
+
+// o46Module is a module (nested in "agent") with its own items table and an
+// unnamed and a named reconciler on it; id "bad" fails.
+func o46Module(name string) cell.Cell {
+	return cell.Module(name, "Module "+name,
+		cell.ProvidePrivate(job.Registry.NewGroup),
+		cell.Invoke(func(p reconciler.Params) error {
+			tbl, err := statedb.NewTable(p.DB, name+"-items", itemID)
+			if err != nil {
+				return err
+			}
+			for _, rn := range []string{"", "n"} {
+				ops := newKitOps()
+				ops.setFail(func(_ reconcilertest.Op, it *item) error {
+					if it.ID == "bad" {
+						return errKitObject
+					}
+					return nil
+				})
+				get, set := (*item).getStatus, (*item).setStatus
+				opts := []reconciler.Option{reconciler.WithPruning(0), reconciler.WithRetry(time.Hour, time.Hour), reconciler.WithMetrics(newKitMetrics())}
+				if rn != "" {
+					opts = append(opts, reconciler.WithName(rn))
+					get = func(it *item) status.Status { return it.Statuses.Get(rn) }
+					set = func(it *item, s status.Status) *item { it.Statuses = it.Statuses.Set(rn, s); return it }
+				}
+				if _, err := reconciler.Register(p, tbl, (*item).clone, set, get, ops, nil, opts...); err != nil {
+					return err
+				}
+			}
+			wtxn := p.DB.WriteTxn(tbl)
+			for _, id := range []string{"ok", "bad"} {
+				if _, _, err := tbl.Insert(wtxn, &item{ID: id, Value: "1", Status: status.Pending(), Statuses: status.NewSet()}); err != nil {
+					return err
+				}
+			}
+			wtxn.Commit()
+			return nil
+		}))
+}
+
+// Several reconcilers in several modules share the tables of one
+// tables.Cell, whose Writer a user decorates: each has its row, keyed
+// metrics.Key(moduleID, name) (docs/testing.md), with its module and name,
+// and its failing objects listed by RetryByReconciler; a stop marks every
+// row stopped and a start of the same hive makes them current again.
+func TestOutsider46SharedTablesDecoratedWriter(t *testing.T) {
+	var (
+		db    *statedb.DB
+		infos statedb.Table[*tables.Info]
+		rets  statedb.Table[*tables.RetryInfo]
+		wrap  *o46CountingWriter
+	)
+	h := hive.New(statedb.Cell, job.Cell, cell.Provide(cell.NewSimpleHealth), tables.Cell,
+		cell.Module("agent", "Agent",
+			cell.Decorate(func(w tables.Writer) tables.Writer {
+				wrap = &o46CountingWriter{inner: w}
+				return wrap
+			},
+				o46Module("ma"), o46Module("mb"),
+			)),
+		cell.Invoke(func(d *statedb.DB, i statedb.Table[*tables.Info], r statedb.Table[*tables.RetryInfo]) {
+			db, infos, rets = d, i, r
+		}))
+	log := hivetest.Logger(t)
+	require.NoError(t, h.Start(log, ctxFor(t, timeout)))
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			assert.NoError(t, h.Stop(log, context.Background()))
+		}
+	})
+
+	ids := map[string][2]string{}
+	for _, mod := range []string{"ma", "mb"} {
+		mid := cell.FullModuleID{"agent", mod}
+		for _, n := range []string{"", "n"} {
+			ids[metrics.Key(mid, n)] = [2]string{mid.String(), n}
+		}
+	}
+	allRows := func(state tables.State) func() (bool, <-chan struct{}) {
+		return func() (bool, <-chan struct{}) {
+			txn := db.ReadTxn()
+			_, watch := infos.AllWatch(txn)
+			for id := range ids {
+				info, _, ok := infos.Get(txn, tables.InfoByID.Query(id))
+				if !ok || info.State != state || (state == tables.StateDegraded && (info.Retrying != 1 || info.Objects != 2)) {
+					return false, watch
+				}
+			}
+			return true, watch
+		}
+	}
+	waitUntil(t, "four degraded rows with one failing object each", allRows(tables.StateDegraded))
+	txn := db.ReadTxn()
+	assert.Equal(t, len(ids), infos.NumObjects(txn), "one row per reconciler")
+	for id, mn := range ids {
+		info, _, _ := infos.Get(txn, tables.InfoByID.Query(id))
+		assert.Equal(t, mn[0], info.Module, id)
+		assert.Equal(t, mn[1], info.Name, id)
+		var keys []string
+		for r := range rets.List(txn, tables.RetryByReconciler.Query(id)) {
+			keys = append(keys, r.Key)
+		}
+		assert.Equal(t, []string{"bad"}, keys, "failing objects of %s", id)
+		_, _, ok := rets.Get(txn, tables.RetryByKey.Query(tables.RetryKey(id, "bad")))
+		assert.True(t, ok, "RetryByKey finds %s's row", id)
+	}
+	assert.Equal(t, len(ids), rets.NumObjects(txn))
+	require.NotNil(t, wrap)
+	assert.Positive(t, wrap.writes.Load(), "the decorated Writer is the one the reconcilers write through")
+
+	stopCtx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	require.NoError(t, h.Stop(log, stopCtx))
+	stopped = true
+	txn = db.ReadTxn()
+	for id := range ids {
+		info, _, ok := infos.Get(txn, tables.InfoByID.Query(id))
+		if assert.True(t, ok, id) {
+			assert.Equal(t, tables.StateStopped, info.State, id)
+		}
+	}
+
+	// The same hive again: the rows are current again, one failing
+	// object each, and no row is left over or doubled.
+	require.NoError(t, h.Start(log, ctxFor(t, timeout)))
+	stopped = false
+	waitUntil(t, "four degraded rows again after the start", allRows(tables.StateDegraded))
+	txn = db.ReadTxn()
+	assert.Equal(t, len(ids), infos.NumObjects(txn))
+	assert.Equal(t, len(ids), rets.NumObjects(txn))
+}
+
+// Migration: "reconciler.Params.Tables is now a tables.Writer". Code that
+// filled it with its own optional *Tables, as it did before (a nil
+// *Tables: "Without it the reconciler keeps none"), still compiles; the
+// nil *tables.Tables must still mean no tables, not a reconciler that
+// fails on its first round. (The hive runs in a child process: a panic on
+// a job's goroutine would end the whole test binary.)
+func TestOutsider46NilTablesPointerMeansNoTables(t *testing.T) {
+	if os.Getenv("OUTSIDER46_CHILD") == "" {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestOutsider46NilTablesPointerMeansNoTables$", "-test.count=1")
+		cmd.Env = append(os.Environ(), "OUTSIDER46_CHILD=1")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			first := string(out)
+			if i := strings.Index(first, "panic:"); i >= 0 {
+				first = first[i:min(len(first), i+1500)]
+			}
+			t.Fatalf("the reconciler with a nil *tables.Tables as Params.Tables: %v\n%s", err, first)
+		}
+		return
+	}
+	type in struct {
+		cell.In
+		Tables *tables.Tables `optional:"true"`
+	}
+	ops := newKitOps()
+	var (
+		db  *statedb.DB
+		tbl statedb.RWTable[*item]
+		rec reconciler.Reconciler[*item]
+	)
+	h := hive.New(statedb.Cell, job.Cell, cell.Provide(cell.NewSimpleHealth),
+		cell.Module("test", "Test module",
+			cell.ProvidePrivate(job.Registry.NewGroup),
+			cell.Invoke(func(p reconciler.Params, mine in) error {
+				p.Tables = mine.Tables // absent: a nil *tables.Tables, as Params.Tables was before
+				db = p.DB
+				var err error
+				if tbl, err = statedb.NewTable(p.DB, "items", itemID); err != nil {
+					return err
+				}
+				rec, err = reconciler.Register(p, tbl, (*item).clone, (*item).setStatus, (*item).getStatus, ops, nil, reconciler.WithPruning(0))
+				return err
+			})))
+	log := hivetest.Logger(t)
+	require.NoError(t, h.Start(log, ctxFor(t, timeout)))
+	t.Cleanup(func() { assert.NoError(t, h.Stop(log, context.Background())) })
+	wtxn := db.WriteTxn(tbl)
+	_, _, err := tbl.Insert(wtxn, &item{ID: "a", Value: "1", Status: status.Pending()})
+	require.NoError(t, err)
+	rev := tbl.Revision(wtxn)
+	wtxn.Commit()
+	_, _, err = rec.WaitUntilReconciled(ctxFor(t, timeout), rev)
+	require.NoError(t, err)
+	obj, _, _ := tbl.Get(db.ReadTxn(), itemID.Query("a"))
+	assert.Equal(t, status.KindDone, obj.Status.Kind)
+}
+
+// "reconcilers": "one row per reconciler, keyed by module ID and name". A
+// module that owns two tables and registers an unnamed reconciler for each
+// has two reconcilers: either Register refuses the second (as it names
+// nothing to tell them apart), or each has its own row and its own
+// failing objects' rows. Two rows' worth of failures must not be told as
+// one.
+func TestOutsider46TwoUnnamedReconcilersInOneModule(t *testing.T) {
+	var (
+		db     *statedb.DB
+		t1, t2 statedb.RWTable[*item]
+		tbs    *tables.Tables
+		regErr error
+	)
+	mk := func(fail string) *kitops {
+		ops := newKitOps()
+		ops.setFail(func(_ reconcilertest.Op, it *item) error {
+			if it.ID == fail {
+				return errKitObject
+			}
+			return nil
+		})
+		return ops
+	}
+	h := hive.New(statedb.Cell, job.Cell, cell.Provide(cell.NewSimpleHealth), tables.Cell,
+		cell.Module("test", "Test module",
+			cell.ProvidePrivate(job.Registry.NewGroup),
+			cell.Invoke(func(p reconciler.Params, tt *tables.Tables) error {
+				db, tbs = p.DB, tt
+				var err error
+				if t1, err = statedb.NewTable(p.DB, "items1", itemID); err != nil {
+					return err
+				}
+				if t2, err = statedb.NewTable(p.DB, "items2", itemID); err != nil {
+					return err
+				}
+				opts := []reconciler.Option{reconciler.WithPruning(0), reconciler.WithRetry(time.Hour, time.Hour), reconciler.WithMetrics(newKitMetrics())}
+				if _, err := reconciler.Register(p, t1, (*item).clone, (*item).setStatus, (*item).getStatus, mk("k1"), nil, opts...); err != nil {
+					return err
+				}
+				opts = []reconciler.Option{reconciler.WithPruning(0), reconciler.WithRetry(time.Hour, time.Hour), reconciler.WithMetrics(newKitMetrics())}
+				_, regErr = reconciler.Register(p, t2, (*item).clone, (*item).setStatus, (*item).getStatus, mk("k2"), nil, opts...)
+				return nil
+			})))
+	log := hivetest.Logger(t)
+	require.NoError(t, h.Start(log, ctxFor(t, timeout)))
+	t.Cleanup(func() { assert.NoError(t, h.Stop(log, context.Background())) })
+	if regErr != nil {
+		t.Logf("the second Register is refused: %v", regErr)
+		return
+	}
+	for _, tbl := range []statedb.RWTable[*item]{t1, t2} {
+		wtxn := db.WriteTxn(tbl)
+		for _, id := range []string{"k1", "k2", "ok"} {
+			_, _, err := tbl.Insert(wtxn, &item{ID: id, Value: "1", Status: status.Pending()})
+			require.NoError(t, err)
+		}
+		wtxn.Commit()
+	}
+	// Each table has one failing object: two failing objects in all.
+	waitUntil(t, "both tables' failing objects to be Error", func() (bool, <-chan struct{}) {
+		txn := db.ReadTxn()
+		a, _, _ := t1.Get(txn, itemID.Query("k1"))
+		b, _, _ := t2.Get(txn, itemID.Query("k2"))
+		_, w1 := t1.AllWatch(txn)
+		_, w2 := t2.AllWatch(txn)
+		done := a != nil && b != nil && a.Status.Kind == status.KindError && b.Status.Kind == status.KindError
+		return done, o46AnyOf(w1, w2)
+	})
+	waitUntil(t, "the rows to settle", func() (bool, <-chan struct{}) {
+		txn := db.ReadTxn()
+		_, watch := tbs.Retries().AllWatch(txn)
+		return tbs.Retries().NumObjects(txn) >= 1, watch
+	})
+	txn := db.ReadTxn()
+	total := 0
+	var ids []string
+	for info := range tbs.Reconcilers().All(txn) {
+		total += info.Retrying
+		ids = append(ids, info.ID)
+	}
+	assert.Equal(t, 2, tbs.Reconcilers().NumObjects(txn), "one row per reconciler; rows: %v", ids)
+	assert.Equal(t, 2, total, "failing objects counted over the reconcilers' rows")
+	assert.Equal(t, 2, tbs.Retries().NumObjects(txn), "one retry row per failing object")
+}
+
+// o46AnyOf returns a channel closed once a or b is.
+func o46AnyOf(a, b <-chan struct{}) <-chan struct{} {
+	c := make(chan struct{})
+	go func() {
+		select {
+		case <-a:
+		case <-b:
+		}
+		close(c)
+	}()
+	return c
+}

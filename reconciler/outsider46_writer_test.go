@@ -1,0 +1,599 @@
+package reconciler_test
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cilium/hive/cell"
+	"github.com/cilium/statedb"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/converge-go/converge/reconciler"
+	"github.com/converge-go/converge/reconcilertest"
+	"github.com/converge-go/converge/status"
+	"github.com/converge-go/converge/tables"
+)
+
+// o46Write is one call of Write as a user's Writer saw it.
+type o46Write struct {
+	info    *tables.Info // kept, as Write may
+	snap    tables.Info  // what it said when given
+	retries []tables.RetryInfo
+}
+
+// o46Writer is a user's own tables.Writer: it keeps every info it is given
+// (Write "keeps info and may modify it"), copies the retries, and, when
+// scribble is set, modifies the kept info afterwards, from Refreshed's
+// goroutine as Tables does with LastRefresh, and in Write itself.
+type o46Writer struct {
+	scribble bool
+
+	mu        sync.Mutex
+	writes    []o46Write
+	refreshed int
+	refIDs    map[string]int
+	changed   chan struct{}
+}
+
+func newO46Writer(scribble bool) *o46Writer {
+	return &o46Writer{scribble: scribble, changed: make(chan struct{})}
+}
+
+func (w *o46Writer) Write(info *tables.Info, retries []tables.RetryInfo) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	wr := o46Write{info: info, retries: append([]tables.RetryInfo(nil), retries...)}
+	if info != nil {
+		wr.snap = *info
+	}
+	w.writes = append(w.writes, wr)
+	if w.scribble && info != nil {
+		// A Writer may modify what it keeps: it is its row now.
+		info.LastRefresh = time.Unix(1, 0)
+		info.Objects = -1000
+		info.Succeeded = 1 << 40
+		info.State = "scribbled"
+	}
+	close(w.changed)
+	w.changed = make(chan struct{})
+}
+
+func (w *o46Writer) Refreshed(id string, at time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.refreshed++
+	if w.refIDs == nil {
+		w.refIDs = map[string]int{}
+	}
+	w.refIDs[id]++
+	for i := len(w.writes) - 1; i >= 0; i-- {
+		if inf := w.writes[i].info; inf != nil && inf.ID == id {
+			inf.LastRefresh = at // the row it keeps, as Tables does
+			break
+		}
+	}
+	close(w.changed)
+	w.changed = make(chan struct{})
+}
+
+func (w *o46Writer) get() ([]o46Write, int, <-chan struct{}) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]o46Write(nil), w.writes...), w.refreshed, w.changed
+}
+
+// last returns the last info written.
+func (w *o46Writer) last() (tables.Info, bool) {
+	ws, _, _ := w.get()
+	for i := len(ws) - 1; i >= 0; i-- {
+		if ws[i].info != nil {
+			return ws[i].snap, true
+		}
+	}
+	return tables.Info{}, false
+}
+
+func (w *o46Writer) waitLast(t *testing.T, what string, cond func(tables.Info) bool) tables.Info {
+	t.Helper()
+	var got tables.Info
+	waitUntil(t, what, func() (bool, <-chan struct{}) {
+		_, _, ch := w.get()
+		var ok bool
+		got, ok = w.last()
+		return ok && cond(got), ch
+	})
+	return got
+}
+
+func o46Fixture(t *testing.T, wr tables.Writer, km *kitmetrics, ops *kitops, opts ...reconciler.Option) *fixture {
+	return startFixture(t, ops, &with{first: []cell.Cell{cell.Provide(func() tables.Writer { return wr })}},
+		append([]reconciler.Option{reconciler.WithMetrics(km), reconciler.WithPruning(0), reconciler.WithRetry(5*time.Millisecond, 20*time.Millisecond)}, opts...)...)
+}
+
+// runO46Workload makes objects succeed, fail, recover, change and go.
+func runO46Workload(t *testing.T, f *fixture, ops *kitops, wr *o46Writer) {
+	ops.setFail(func(op reconcilertest.Op, it *item) error {
+		if it.ID == "bad" || it.ID == "worse" {
+			return errKitObject
+		}
+		return nil
+	})
+	f.upsert(kititems("1", "a", "b", "bad", "worse")...)
+	wr.waitLast(t, "two objects retrying", func(i tables.Info) bool { return i.Retrying == 2 && i.Objects == 4 })
+	f.upsert(kititems("2", "a", "worse")...)
+	f.remove("b")
+	ops.recover()
+	f.caughtUp()
+	wr.waitLast(t, "nothing retrying", func(i tables.Info) bool { return i.Retrying == 0 && i.Objects == 3 })
+}
+
+// A user's Writer keeps the info it is given, and may modify it; the
+// reconciler must hand it a value it will not touch again, and must not
+// take its figures back from it: every Write's info is a fresh value, unchanged
+// by the reconciler after Write returned, and the figures the reconciler
+// writes stay right although the Writer scribbled on what it kept.
+func TestOutsider46WriterKeepsAndModifiesInfo(t *testing.T) {
+	for _, scribble := range []bool{false, true} {
+		t.Run(map[bool]string{false: "keep", true: "scribble"}[scribble], func(t *testing.T) {
+			wr, km, ops := newO46Writer(scribble), newKitMetrics(), newKitOps()
+			f := o46Fixture(t, wr, km, ops, reconciler.WithRefreshing(10*time.Millisecond, nil))
+			runO46Workload(t, f, ops, wr)
+			// Wait for refreshes to run, so Refreshed modified kept rows.
+			waitUntil(t, "two refresh sweeps", func() (bool, <-chan struct{}) {
+				_, n, ch := wr.get()
+				return n >= 2, ch
+			})
+			f.stop()
+			wr.mu.Lock()
+			assert.Equal(t, []string{"test"}, slices.Collect(maps.Keys(wr.refIDs)), "Refreshed is given the row's ID")
+			wr.mu.Unlock()
+
+			ws, _, _ := wr.get()
+			seen := map[*tables.Info]int{}
+			var prev *tables.Info
+			for i, w := range ws {
+				if w.info == nil {
+					continue
+				}
+				if j, dup := seen[w.info]; dup {
+					t.Errorf("write %d passed the info of write %d again: the reconciler reuses what the Writer keeps", i, j)
+				}
+				seen[w.info] = i
+				if !scribble {
+					got := *w.info
+					got.LastRefresh = w.snap.LastRefresh // the Writer's own change
+					assert.Equal(t, w.snap, got, "write %d's info changed after Write returned", i)
+				}
+				assert.Equal(t, "test", w.snap.ID)
+				assert.GreaterOrEqual(t, w.snap.Objects, 0, "write %d: Objects", i)
+				assert.Less(t, w.snap.Succeeded, uint64(1000), "write %d: Succeeded taken from the Writer's scribble?", i)
+				assert.NotEqual(t, tables.State("scribbled"), w.snap.State, "write %d", i)
+				if prev != nil {
+					a, b := *prev, w.snap
+					a.LastRefresh, b.LastRefresh = time.Time{}, time.Time{}
+					assert.NotEqual(t, a, b, "write %d: no figure changed since the last row written", i)
+				}
+				p := w.snap
+				prev = &p
+			}
+			last, ok := wr.last()
+			require.True(t, ok)
+			assert.Equal(t, tables.StateStopped, last.State)
+			assert.Equal(t, 3, last.Objects)
+			assert.Equal(t, 0, last.Retrying)
+		})
+	}
+}
+
+// "A reconciler calls Write at most once per round, and only when a figure
+// of its row changed or failures of its objects did ... none while idle";
+// "it writes retry rows only for objects whose failures changed in the
+// round". An object waiting an hour for its retry is not written again
+// while others come and go; every Write names an object at most once; a
+// success removes its row (zero Attempts); an idle reconciler writes
+// nothing.
+func TestOutsider46WritesPerRound(t *testing.T) {
+	for _, v := range variants {
+		t.Run(v.String(), func(t *testing.T) { testO46WritesPerRound(t, v) })
+	}
+}
+
+func testO46WritesPerRound(t *testing.T, v variant) {
+	wr, km, ops := newO46Writer(false), newKitMetrics(), newKitOps()
+	ops.setFail(func(op reconcilertest.Op, it *item) error {
+		if it.ID == "bad" {
+			return errKitObject
+		}
+		return nil
+	})
+	f := v.fixture(t, ops, &with{first: []cell.Cell{cell.Provide(func() tables.Writer { return wr })}},
+		reconciler.WithMetrics(km), reconciler.WithRetry(time.Hour, time.Hour))
+	f.start()
+	f.upsert(kititems("1", "a", "bad")...)
+	wr.waitLast(t, "bad retrying", func(i tables.Info) bool { return i.Retrying == 1 && i.InFlight == 0 && i.BusyWorkers == 0 })
+	f.caughtUp()
+	assertO46Idle(t, wr, "with an object waiting an hour for its retry")
+	ws, _, _ := wr.get()
+	first := len(ws)
+	for i, id := range []string{"c", "d", "e", "f", "g"} {
+		f.upsert(kititems("1", id)...)
+		f.caughtUp()
+		wr.waitLast(t, "objects counted", func(inf tables.Info) bool { return inf.Objects == 3+i })
+	}
+	ops.recover()
+	f.upsert(kititems("2", "bad")...)
+	wr.waitLast(t, "bad recovered", func(i tables.Info) bool { return i.Retrying == 0 })
+	f.caughtUp()
+
+	ws, _, _ = wr.get()
+	km.mu.Lock()
+	rounds := km.rounds
+	km.mu.Unlock()
+	assert.LessOrEqual(t, len(ws), rounds, "at most one Write per round")
+	var removed bool
+	for i, w := range ws {
+		keys := map[string]bool{}
+		for _, r := range w.retries {
+			assert.False(t, keys[r.Key], "write %d names %s twice", i, r.Key)
+			keys[r.Key] = true
+			assert.Equal(t, "test", r.Reconciler)
+			if r.Key == "bad" && i >= first && i < len(ws) && r.Attempts > 0 {
+				// Only the change to version 2 (attempts restart) may
+				// write it again; it succeeded, so none may.
+				t.Errorf("write %d rewrites bad's retry (attempts %d) though its failure did not change", i, r.Attempts)
+			}
+			if r.Key == "bad" && r.Attempts == 0 {
+				removed = true
+			}
+			assert.NotEqual(t, "a", r.Key, "a never failed")
+		}
+		if w.info == nil && len(w.retries) == 0 {
+			t.Errorf("write %d writes nothing", i)
+		}
+	}
+	assert.True(t, removed, "bad's success removes its row with a zero-Attempts entry")
+
+	assertO46Idle(t, wr, "with nothing failing")
+}
+
+// assertO46Idle checks that nothing is written for a while. (An
+// observation window, not a synchronisation: nothing is expected to
+// happen.)
+func assertO46Idle(t *testing.T, wr *o46Writer, what string) {
+	t.Helper()
+	before, _, ch := wr.get()
+	select {
+	case <-ch:
+		after, _, _ := wr.get()
+		last := after[len(after)-1]
+		t.Errorf("an idle reconciler (%s) wrote: %d writes after %d; the last: info %+v, retries %+v", what, len(after), len(before), last.snap, last.retries)
+	case <-time.After(300 * time.Millisecond):
+	}
+}
+
+// The reconciler writes its row and its failing objects' rows "in one
+// transaction" (Writer.Write): no reader ever sees a row whose Retrying
+// differs from the number of that reconciler's rows in reconciler-retries,
+// while objects fail, recover, change and go, with one worker or four.
+func TestOutsider46RowAndRetriesAgreeInEverySnapshot(t *testing.T) {
+	for _, v := range variants {
+		t.Run(v.String(), func(t *testing.T) {
+			ops := newKitOps()
+			ops.setFail(func(op reconcilertest.Op, it *item) error {
+				if op == reconcilertest.OpUpdate && strings.HasPrefix(it.Value, "bad") {
+					return errKitObject
+				}
+				if op == reconcilertest.OpDelete && it.ID == "o2" {
+					return errKitObject
+				}
+				return nil
+			})
+			f := v.fixture(t, ops, &with{tables: true},
+				reconciler.WithRetry(time.Millisecond, 5*time.Millisecond))
+			f.start()
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			defer cancel()
+			var bad atomic.Value
+			// check reads one snapshot and returns its watch channels.
+			check := func() (bool, <-chan struct{}, <-chan struct{}) {
+				txn := f.db.ReadTxn()
+				_, watch := f.tables.Retries().AllWatch(txn)
+				_, watch2 := f.tables.Reconcilers().AllWatch(txn)
+				info, _, ok := f.tables.Reconcilers().Get(txn, tables.InfoByID.Query("test"))
+				if !ok {
+					return false, watch, watch2
+				}
+				rows := 0
+				for range f.tables.Retries().List(txn, tables.RetryByReconciler.Query("test")) {
+					rows++
+				}
+				if rows != info.Retrying && bad.Load() == nil {
+					bad.Store(fmt.Sprintf("Retrying %d with %d retry rows (state %s)", info.Retrying, rows, info.State))
+				}
+				return true, watch, watch2
+			}
+			checked := make(chan int, 1)
+			go func() {
+				n := 0
+				defer func() { checked <- n }()
+				for ctx.Err() == nil {
+					ok, watch, watch2 := check()
+					if ok {
+						n++
+					}
+					select {
+					case <-watch:
+					case <-watch2:
+					case <-ctx.Done():
+					}
+				}
+			}()
+			for round := range 30 {
+				var objs []*item
+				for i := range 10 {
+					v := "ok"
+					if (i+round)%3 == 0 {
+						v = "bad"
+					}
+					objs = append(objs, &item{ID: fmt.Sprint("o", i), Value: fmt.Sprint(v, round)})
+				}
+				f.upsert(objs...)
+				if round%5 == 4 {
+					f.remove("o1", "o2", "o3")
+				}
+			}
+			ops.recover()
+			f.upsert(kititems("final", "o0", "o1", "o2", "o3", "o4", "o5", "o6", "o7", "o8", "o9")...)
+			f.caughtUp()
+			f.waitInfo("nothing failing", func(i *tables.Info) bool { return i.Retrying == 0 && i.Objects == 10 })
+			cancel()
+			n := recv(t, checked, "the reader to end")
+			t.Logf("%d snapshots checked", n)
+			ok, _, _ := check()
+			assert.True(t, ok)
+			if b := bad.Load(); b != nil {
+				t.Errorf("a snapshot disagrees: %s", b)
+			}
+			assert.Zero(t, f.tables.Retries().NumObjects(f.db.ReadTxn()))
+		})
+	}
+}
+
+// A paused reconciler starts nothing; its row says paused. With nothing
+// changing in the table it is idle, and writes nothing, though an object's
+// retries (every few milliseconds) fall due while it is paused.
+func TestOutsider46PausedWritesNothing(t *testing.T) {
+	for _, v := range variants {
+		t.Run(v.String(), func(t *testing.T) {
+			wr, km, ops := newO46Writer(false), newKitMetrics(), newKitOps()
+			ops.setFail(func(op reconcilertest.Op, it *item) error {
+				if it.ID == "bad" {
+					return errKitObject
+				}
+				return nil
+			})
+			f := v.fixture(t, ops, &with{first: []cell.Cell{cell.Provide(func() tables.Writer { return wr })}},
+				reconciler.WithMetrics(km), reconciler.WithRetry(2*time.Millisecond, 5*time.Millisecond), reconciler.WithRetryJitter(0))
+			f.start()
+			f.upsert(kititems("1", "a", "bad")...)
+			wr.waitLast(t, "bad retrying", func(i tables.Info) bool { return i.Retrying == 1 && i.Failed >= 2 })
+			f.rec.Pause()
+			wr.waitLast(t, "paused, nothing in flight", func(i tables.Info) bool {
+				return i.State == tables.StatePaused && i.InFlight == 0 && i.BusyWorkers == 0
+			})
+			calls := ops.calls.Load()
+			assertO46Idle(t, wr, "paused")
+			assert.Equal(t, calls, ops.calls.Load(), "a paused reconciler started operations")
+			f.rec.Resume()
+			last := wr.waitLast(t, "running again", func(i tables.Info) bool { return i.State != tables.StatePaused })
+			assert.Equal(t, tables.StateDegraded, last.State)
+		})
+	}
+}
+
+// A retry row is removed when the object "changes or is deleted": also when
+// the change or the delete comes while the object's retry runs, and that
+// retry fails.
+func TestOutsider46RowGoesWhenChangedDuringItsRetry(t *testing.T) {
+	for _, v := range variants {
+		for _, how := range []string{"delete", "change"} {
+			t.Run(v.String()+","+how, func(t *testing.T) {
+				ops := newKitOps()
+				ops.setFail(func(op reconcilertest.Op, it *item) error {
+					if op == reconcilertest.OpUpdate && it.ID == "c" && it.Value == "1" {
+						return errKitObject
+					}
+					return nil
+				})
+				f := v.fixture(t, ops, &with{tables: true}, reconciler.WithRetry(20*time.Millisecond, 20*time.Millisecond))
+				f.start()
+				f.upsert(kititems("1", "a", "c")...)
+				f.waitInfo("c failing", func(i *tables.Info) bool { return i.Retrying == 1 })
+				entered, release := make(chan struct{}, 1), make(chan struct{})
+				ops.mu.Lock()
+				ops.gate = func(ctx context.Context, it *item) {
+					if it.ID != "c" || it.Value != "1" {
+						return
+					}
+					select {
+					case entered <- struct{}{}:
+					default:
+					}
+					select {
+					case <-release:
+					case <-ctx.Done():
+					}
+				}
+				ops.mu.Unlock()
+				recv(t, entered, "c's retry to start")
+				if how == "delete" {
+					f.remove("c")
+				} else {
+					f.upsert(kititems("2", "c")...)
+				}
+				close(release)
+				f.caughtUp()
+				f.waitInfo("nothing failing", func(i *tables.Info) bool { return i.Retrying == 0 && i.InFlight == 0 })
+				f.waitTable("c's retry row to go", func(txn statedb.ReadTxn) bool {
+					_, _, found := f.tables.Retries().Get(txn, tables.RetryByKey.Query(tables.RetryKey("test", "c")))
+					return !found
+				})
+				assert.Zero(t, f.tables.Retries().NumObjects(f.db.ReadTxn()))
+			})
+		}
+	}
+}
+
+// RetryInfo.NextAttempt is "zero while an attempt runs" (db/show:
+// "running"). With workers, a retry held in flight is handed out in one
+// round and the round ends: its row says running, and the reconcilers row
+// counts it in flight.
+func TestOutsider46RetryRowRunning(t *testing.T) {
+	for _, v := range []variant{{4, false}, {4, true}} {
+		t.Run(v.String(), func(t *testing.T) {
+			ops := newKitOps()
+			ops.setFail(func(op reconcilertest.Op, it *item) error {
+				if op == reconcilertest.OpUpdate && it.ID == "c" {
+					return errKitObject
+				}
+				return nil
+			})
+			f := v.fixture(t, ops, &with{tables: true}, reconciler.WithRetry(20*time.Millisecond, 20*time.Millisecond))
+			f.start()
+			f.upsert(kititems("1", "a", "c")...)
+			f.waitInfo("c failing", func(i *tables.Info) bool { return i.Retrying == 1 })
+			entered, release := make(chan struct{}, 1), make(chan struct{})
+			ops.mu.Lock()
+			ops.gate = func(ctx context.Context, it *item) {
+				if it.ID != "c" {
+					return
+				}
+				select {
+				case entered <- struct{}{}:
+				default:
+				}
+				select {
+				case <-release:
+				case <-ctx.Done():
+				}
+			}
+			ops.mu.Unlock()
+			defer close(release)
+			recv(t, entered, "c's retry to start")
+			// Another change makes another round, after the one that handed
+			// out the retry, if that one wrote nothing.
+			f.upsert(kititems("2", "a")...)
+			f.waitKind("a", status.KindDone)
+			var row *tables.RetryInfo
+			f.waitInfo("the held retry in flight", func(i *tables.Info) bool { return i.InFlight >= 1 })
+			row, _, found := f.tables.Retries().Get(f.db.ReadTxn(), tables.RetryByKey.Query(tables.RetryKey("test", "c")))
+			require.True(t, found)
+			assert.True(t, row.NextAttempt.IsZero(), "NextAttempt %v while the attempt runs (row %v)", row.NextAttempt, row.TableRow())
+		})
+	}
+}
+
+// StateStopped: "its job is not running". Stopping the hive while
+// operations are in flight (and refreshes run), the last row written says
+// stopped, and nothing is written once Stop has returned.
+func TestOutsider46StoppedIsTheLastWrite(t *testing.T) {
+	for _, v := range variants {
+		t.Run(v.String(), func(t *testing.T) {
+			wr, km, ops := newO46Writer(false), newKitMetrics(), newKitOps()
+			entered := make(chan struct{}, 1)
+			ops.mu.Lock()
+			ops.gate = func(ctx context.Context, it *item) {
+				if it.ID != "held" {
+					return
+				}
+				select {
+				case entered <- struct{}{}:
+				default:
+				}
+				<-ctx.Done() // held until the stop cancels it
+			}
+			ops.mu.Unlock()
+			f := v.fixture(t, ops, &with{first: []cell.Cell{cell.Provide(func() tables.Writer { return wr })}},
+				reconciler.WithMetrics(km), reconciler.WithRefreshing(10*time.Millisecond, nil))
+			f.start()
+			f.upsert(kititems("1", "a", "b", "held")...)
+			recv(t, entered, "held's update to start")
+			f.stop()
+			after, refreshed, _ := wr.get()
+			last, ok := wr.last()
+			require.True(t, ok)
+			assert.Equal(t, tables.StateStopped, last.State, "the last row written")
+			assert.Zero(t, last.InFlight, "stopped: nothing in flight")
+			// Nothing more comes (an observation window, not a synchronisation).
+			_, _, ch := wr.get()
+			select {
+			case <-ch:
+				later, r2, _ := wr.get()
+				t.Errorf("written after Stop returned: %d writes after %d, %d refreshes after %d", len(later), len(after), r2, refreshed)
+			case <-time.After(200 * time.Millisecond):
+			}
+		})
+	}
+}
+
+// o46SerialWriter records whether two Writes ever overlapped: "A
+// reconciler calls Write from its reconcile job" (one goroutine), so a
+// Writer may take Writes to come one at a time; only Refreshed comes
+// concurrently, from the refresh job.
+type o46SerialWriter struct {
+	active, overlaps, writes atomic.Int64
+	last                     atomic.Value  // tables.State
+	reached                  chan struct{} // closed at the 30th Write
+	once                     sync.Once
+}
+
+func (w *o46SerialWriter) Write(info *tables.Info, _ []tables.RetryInfo) {
+	if w.active.Add(1) > 1 {
+		w.overlaps.Add(1)
+	}
+	for range 200 {
+		runtime.Gosched() // widen the window in which another Write would overlap
+	}
+	if info != nil {
+		w.last.Store(info.State)
+	}
+	if w.writes.Add(1) == 30 {
+		w.once.Do(func() { close(w.reached) })
+	}
+	w.active.Add(-1)
+}
+
+func (w *o46SerialWriter) Refreshed(string, time.Time) {}
+
+func TestOutsider46WritesComeOneAtATime(t *testing.T) {
+	for _, v := range variants {
+		t.Run(v.String(), func(t *testing.T) {
+			wr, ops := &o46SerialWriter{reached: make(chan struct{})}, newKitOps()
+			ops.setFail(func(op reconcilertest.Op, it *item) error {
+				if strings.HasPrefix(it.ID, "bad") {
+					return errKitObject
+				}
+				return nil
+			})
+			f := v.fixture(t, ops, &with{first: []cell.Cell{cell.Provide(func() tables.Writer { return wr })}},
+				reconciler.WithRetry(time.Millisecond, 2*time.Millisecond), reconciler.WithRefreshing(5*time.Millisecond, nil))
+			f.start()
+			for i := range 20 {
+				f.upsert(kititems(fmt.Sprint(i), "a", "b", "bad1", "bad2")...)
+			}
+			recv(t, wr.reached, "30 writes")
+			f.stop()
+			assert.Zero(t, wr.overlaps.Load(), "Writes overlapped")
+			assert.Equal(t, tables.StateStopped, wr.last.Load())
+		})
+	}
+}
