@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"github.com/cilium/statedb"
+
+	"github.com/converge-go/converge/reconciler/internal/keyqueue"
 )
 
 // infoWriter keeps the reconciler's rows in the tables of TablesCell
@@ -14,17 +16,17 @@ type infoWriter[Obj any] struct {
 	last   Info // as last written, without the fields others write
 }
 
-func newInfoWriter[Obj any](tables *Tables, id string, lc *lifecycles[Obj]) *infoWriter[Obj] {
+func newInfoWriter[Obj any](tables *Tables, id string, lc *keyqueue.Queue[Obj]) *infoWriter[Obj] {
 	if tables == nil {
 		return nil
 	}
-	lc.trackOutdated()
+	lc.TrackOutdated()
 	return &infoWriter[Obj]{tables: tables, id: id}
 }
 
 // write stores info as the reconciler's row if it differs from the last
 // one written, and the rows of failing objects that changed.
-func (w *infoWriter[Obj]) write(db *statedb.DB, info Info, retries map[string]*keyState[Obj]) {
+func (w *infoWriter[Obj]) write(db *statedb.DB, info Info, retries map[string]*keyqueue.State[Obj]) {
 	if w == nil {
 		return
 	}
@@ -46,20 +48,20 @@ func (w *infoWriter[Obj]) write(db *statedb.DB, info Info, retries map[string]*k
 	}
 	for key, s := range retries {
 		shown := displayKey(key)
-		if s == nil || s.attempts == 0 {
+		if s == nil || s.Attempts() == 0 {
 			w.tables.retries.Delete(wtxn, &RetryInfo{Reconciler: w.id, Key: shown})
 			continue
 		}
 		row := &RetryInfo{
 			Reconciler:  w.id,
 			Key:         shown,
-			Delete:      s.task.delete,
-			Attempts:    s.attempts,
-			FirstFailed: s.first,
-			LastError:   s.err.Error(),
+			Delete:      s.Task().Delete,
+			Attempts:    s.Attempts(),
+			FirstFailed: s.FirstFailed(),
+			LastError:   s.Err().Error(),
 		}
-		if s.phase == phaseWaiting {
-			row.NextAttempt = time.Unix(0, s.due)
+		if due, waiting := s.Due(); waiting {
+			row.NextAttempt = time.Unix(0, due)
 		}
 		w.tables.retries.Insert(wtxn, row)
 	}

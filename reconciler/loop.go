@@ -52,7 +52,7 @@ func (r *reconciler[Obj]) run(ctx context.Context, health cell.Health) error {
 				watch = nil // the target fails: wait for the probe's turn (retryC)
 			}
 		}
-		if paused != r.wasPaused || (watch != nil && len(r.lifecycles.queued) > 0) {
+		if paused != r.wasPaused || (watch != nil && r.lifecycles.Queued() > 0) {
 			pauseChanged = closedChan // a round now
 		}
 		select {
@@ -161,12 +161,12 @@ func (l *loop[Obj]) stopped() {
 	left := l.exec.stop() // waits for the operations under way to return
 	r.commit(left, true, r.now())
 	r.breaker.reset(r.now())
-	r.progress.update(r.progressRev(), r.lifecycles.retryLowWatermark())
+	r.progress.update(r.progressRev(), r.lifecycles.RetryLowWatermark())
 	r.changes.close()
 	r.reportStopped()
 	if r.info != nil {
 		txn := r.db.ReadTxn()
-		r.info.write(r.db, r.infoRow(&l.prune, StateStopped, r.table.NumObjects(txn), r.lifecycles.retrying, 0, 0, r.lifecycles.oldestSince()), r.lifecycles.takeOutdated())
+		r.info.write(r.db, r.infoRow(&l.prune, StateStopped, r.table.NumObjects(txn), r.lifecycles.Retrying(), 0, 0, r.lifecycles.OldestSince()), r.lifecycles.TakeOutdated())
 	}
 }
 
@@ -179,7 +179,7 @@ func (l *loop[Obj]) stopped() {
 func (l *loop[Obj]) armRetry() {
 	l.retry.Stop()
 	r := l.r
-	due, ok := r.lifecycles.nextDue()
+	due, ok := r.lifecycles.NextDue()
 	if ok {
 		due = addSat(due, durationOf(float64(r.opts.retryMin)*r.opts.retryJitter))
 	}

@@ -13,6 +13,8 @@ import (
 
 	"github.com/converge-go/converge/metrics"
 	"github.com/converge-go/converge/status"
+
+	"github.com/converge-go/converge/reconciler/internal/keyqueue"
 )
 
 // Register creates a reconciler for table and adds its jobs to
@@ -102,7 +104,7 @@ func Register[Obj any](
 		pruneRequests: make(chan struct{}, 1),
 		gate:          newGate(),
 		progress:      newProgress(),
-		lifecycles:    newLifecycles[Obj](),
+		lifecycles:    keyqueue.New[Obj](displayKey),
 		now:           time.Now,
 		rand:          rand.Float64,
 	}
