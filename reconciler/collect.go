@@ -127,8 +127,9 @@ func (r *reconciler[Obj]) takeQueued(txn statedb.ReadTxn, n int) {
 	r.startQueued(txn, r.lifecycles.TakeQueued(n))
 }
 
-// startQueued starts the keys taken from the queue, dropping those whose
-// task is no longer what the table asks for (see current).
+// startQueued adds the keys taken from the queue (started) to the round's
+// work, forgetting those whose task is no longer what the table asks for
+// (see current).
 func (r *reconciler[Obj]) startQueued(txn statedb.ReadTxn, taken []*keyqueue.State[Obj]) {
 	lc := r.lifecycles
 	for _, s := range taken {
@@ -180,9 +181,8 @@ func (r *reconciler[Obj]) collectProbe(txn statedb.ReadTxn, now time.Time, turn 
 	return r.work
 }
 
-// start adds the job of s to the round's work.
+// start adds the job of s, started by the queue, to the round's work.
 func (r *reconciler[Obj]) start(s *keyqueue.State[Obj]) {
-	r.lifecycles.Start(s)
 	r.work = append(r.work, op[Obj]{task: s.Task(), s: s, key: s.Key(), attempt: s.Attempts() + 1, lastErr: s.Err()})
 }
 
@@ -347,7 +347,6 @@ func (r *reconciler[Obj]) collectRetries(txn statedb.ReadTxn, now time.Time, bud
 		if !ok {
 			return
 		}
-		lc.Attempt(s)
 		if !r.current(txn, s) {
 			lc.Forget(s)
 			continue

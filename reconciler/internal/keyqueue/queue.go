@@ -194,12 +194,13 @@ func (q *Queue[Obj]) Tracked() bool { return len(q.byKey) > 0 }
 
 // Observe records a change read from the table: t, a new version of key
 // (with a Pending or Refreshing status) or its delete. It returns the
-// State to start now, or nil if the change waits behind a running
-// version (or is already queued).
+// State of key started (running), to hand to the executor now, or nil if
+// the change waits behind a running version (or is already queued).
 func (q *Queue[Obj]) Observe(key string, t Task[Obj]) *State[Obj] {
 	s, ok := q.byKey[key]
 	if !ok {
 		s = q.add(key, t)
+		q.start(s)
 		return s
 	}
 	switch s.phase {
@@ -211,6 +212,7 @@ func (q *Queue[Obj]) Observe(key string, t Task[Obj]) *State[Obj] {
 		q.replace(s, t)
 		s.phase = phaseQueued
 		q.activate(s)
+		q.start(s)
 		return s
 	default: // queued: the newer change takes its place in the queue
 		q.replace(s, sameRank(s.task, stillAsked(s.task, t)))
@@ -333,17 +335,26 @@ func (q *Queue[Obj]) Adopt(key string, t Task[Obj], errID uint64, err error, now
 	q.wait(s, now.UnixNano())
 }
 
-// TakeQueued returns up to n queued States, oldest first, for start.
-// With priorities it returns them highest priority first (see takeByPriority).
+// TakeQueued takes up to n queued States, oldest first, and returns them
+// started, to hand to the executor. With priorities it takes them highest
+// priority first (see takeByPriority).
 func (q *Queue[Obj]) TakeQueued(n int) []*State[Obj] {
 	if q.priority != nil {
-		return q.takeByPriority(n)
+		return q.started(q.takeByPriority(n))
 	}
 	n = min(n, len(q.queued))
 	taken := q.queued[:n:n]
 	q.queued = q.queued[n:]
 	if len(q.queued) == 0 {
 		q.queued = nil
+	}
+	return q.started(taken)
+}
+
+// started starts the States taken, and returns them.
+func (q *Queue[Obj]) started(taken []*State[Obj]) []*State[Obj] {
+	for _, s := range taken {
+		q.start(s)
 	}
 	return taken
 }
@@ -413,11 +424,11 @@ func (q *Queue[Obj]) takeByPriority(n int) []*State[Obj] {
 	return taken
 }
 
-// TakeOldest returns the queued State queued first, whatever its
-// priority, and takeNewest the one queued last: the circuit breaker's
-// probes take keys in turn, not by priority.
-func (q *Queue[Obj]) TakeOldest() []*State[Obj] { return q.takeAt(0) }
-func (q *Queue[Obj]) TakeNewest() []*State[Obj] { return q.takeAt(len(q.queued) - 1) }
+// TakeOldest takes the State queued first, whatever its priority, and
+// TakeNewest the one queued last, started as TakeQueued does: the circuit
+// breaker's probes take keys in turn, not by priority.
+func (q *Queue[Obj]) TakeOldest() []*State[Obj] { return q.started(q.takeAt(0)) }
+func (q *Queue[Obj]) TakeNewest() []*State[Obj] { return q.started(q.takeAt(len(q.queued) - 1)) }
 
 func (q *Queue[Obj]) takeAt(i int) []*State[Obj] {
 	if i < 0 || i >= len(q.queued) {
@@ -434,14 +445,16 @@ func (q *Queue[Obj]) takeAt(i int) []*State[Obj] {
 	return []*State[Obj]{s}
 }
 
-// PopDue removes and returns the waiting State due first, if it is due
-// at now (Unix ns). Its phase is left to start or forget.
+// PopDue takes the waiting State due first, if it is due at now (Unix
+// ns), and starts it for another attempt (see attempt).
 func (q *Queue[Obj]) PopDue(now int64) (*State[Obj], bool) {
 	if len(q.heap.entries) == 0 || q.heap.entries[0].rank > now {
 		return nil, false
 	}
 	s := q.heap.entries[0].s
 	q.unwait(s)
+	q.attempt(s)
+	q.start(s)
 	return s, true
 }
 
@@ -453,10 +466,10 @@ func (q *Queue[Obj]) NextDue() (int64, bool) {
 	return q.heap.entries[0].rank, true
 }
 
-// Attempt readies the task of s, just taken due from the retry heap, for
+// attempt readies the task of s, just taken due from the retry heap, for
 // another attempt: an update answers the Error status written for it,
 // which its commit expects to find in the table.
-func (q *Queue[Obj]) Attempt(s *State[Obj]) {
+func (q *Queue[Obj]) attempt(s *State[Obj]) {
 	if !s.task.Delete {
 		s.task.StatusID = s.errID
 	}
@@ -470,8 +483,10 @@ func (q *Queue[Obj]) Retarget(s *State[Obj], obj Obj, rev uint64) {
 	s.task.Obj, s.task.Rev = obj, rev
 }
 
-// Start moves s to the running phase: its task is handed to the executor.
-func (q *Queue[Obj]) Start(s *State[Obj]) {
+// start moves s to the running phase: its task is handed to the executor.
+// Every verb that hands out work starts what it hands out; one found no
+// longer current by the caller is then forgotten (Forget).
+func (q *Queue[Obj]) start(s *State[Obj]) {
 	if s.phase == phaseWaiting {
 		q.unwait(s)
 	}

@@ -24,7 +24,7 @@ func TestLifecycleSuccessorRules(t *testing.T) {
 	lc := New[int](nil)
 	s := lc.Observe("a", testTask(1, 100))
 	require.NotNil(t, s)
-	lc.Start(s)
+	assert.Equal(t, phaseRunning, s.phase, "handed out started")
 	assert.Nil(t, lc.Observe("a", testTask(2, 200)), "a newer version waits")
 	assert.True(t, s.hasNext)
 	assert.Nil(t, lc.Observe("a", testTask(3, 100)), "back to the version running")
@@ -39,13 +39,12 @@ func TestLifecycleSuccessorRules(t *testing.T) {
 	lc.Settle(s, nil, true, false, true, 0, 0, time.Now())
 	assert.Equal(t, phaseQueued, s.phase, "the successor is queued")
 	assert.Equal(t, []*State[int]{s}, lc.TakeQueued(10))
-	lc.Start(s)
 	assert.False(t, s.deleteSeen, "a new version starts afresh")
 	lc.MarkPruned(func(int) bool { return true })
 	assert.Nil(t, lc.Observe("a", testTask(6, 100)))
 	assert.True(t, s.hasNext, "after a prune the same identity is new work")
 	lc.Settle(s, nil, true, true, true, 0, 0, time.Now())
-	lc.Start(lc.TakeQueued(1)[0])
+	lc.TakeQueued(1)
 	lc.Settle(s, nil, true, true, true, 0, 0, time.Now())
 	assert.False(t, lc.Tracked(), "done: nothing left")
 	assert.Empty(t, lc.active)
@@ -59,7 +58,6 @@ func TestLifecycleSuccessorRules(t *testing.T) {
 func TestLifecycleSameRevisionIsNoSuccessor(t *testing.T) {
 	lc := New[int](nil)
 	s := lc.Observe("a", testTask(7, 0))
-	lc.Start(s)
 	assert.Nil(t, lc.Observe("a", testTask(7, 0)))
 	assert.False(t, s.hasNext, "the very revision running is no successor")
 
@@ -186,7 +184,6 @@ func testLifecycleModel(t *testing.T, priorities bool) {
 			if priorities && rng.IntN(2) == 0 {
 				lc.Enqueue(key, j)
 			} else if s := lc.Observe(key, j); s != nil {
-				lc.Start(s)
 				running[key] = s
 			}
 		case 2:
@@ -213,12 +210,10 @@ func testLifecycleModel(t *testing.T, priorities bool) {
 				require.LessOrEqual(t, s.due, now.UnixNano())
 				require.GreaterOrEqual(t, s.due, prev, "popped out of order")
 				prev = s.due
-				lc.Start(s)
 				running[s.key] = s
 			}
 		case 5:
 			for _, s := range lc.TakeQueued(rng.IntN(4)) {
-				lc.Start(s)
 				running[s.key] = s
 			}
 		}
@@ -258,9 +253,6 @@ func TestTakeQueuedByPriority(t *testing.T) {
 	// priority; in priority order, first queued first within one priority.
 	taken := lc.TakeQueued(4)
 	assert.Equal(t, []string{"low1", "high1", "high2", "high3"}, keys(taken))
-	for _, s := range taken {
-		lc.Start(s)
-	}
 	assert.Equal(t, []string{"low2", "mid", "low3"}, keys(lc.queued), "arrival order kept")
 	// Takes of one key: a quarter each, so one in four is by arrival.
 	queue("high4", 903)
@@ -285,7 +277,6 @@ func TestABurstOfFailuresLeavesNoMemoryHeld(t *testing.T) {
 	lc.TakeOutdated()
 	end := time.Unix(3_000_000, 0)
 	for s, ok := lc.PopDue(end.UnixNano()); ok; s, ok = lc.PopDue(end.UnixNano()) {
-		lc.Start(s)
 		lc.Settle(s, nil, true, true, true, 0, 0, end)
 	}
 	require.Equal(t, 20*shrinkAbove, len(lc.TakeOutdated()), "rows to remove")
