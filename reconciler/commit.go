@@ -8,6 +8,7 @@ import (
 	"github.com/cilium/statedb"
 
 	"github.com/converge-go/converge/metrics"
+	"github.com/converge-go/converge/reconciler/internal/keyqueue"
 	"github.com/converge-go/converge/status"
 )
 
@@ -154,34 +155,29 @@ func (r *reconciler[Obj]) settle(ops []op[Obj], now time.Time) (out commitOutcom
 				r.askRecheck(o, now)
 			}
 		}
-		s := o.s
-		if s == nil {
-			if settled {
-				continue // untracked and done: nothing to remember
-			}
-			key, ok := r.keyOf(o.Obj)
-			if !ok {
+		if o.s == nil && settled {
+			continue // untracked and done: nothing to remember, no key to compute
+		}
+		key := o.key
+		if o.s == nil {
+			var ok bool
+			if key, ok = r.keyOf(o.Obj); !ok {
 				r.noKey("a failed operation", o.Obj)
 				continue
 			}
-			s = lc.Track(key, o.task)
 		}
-		var retryAt int64
-		var errID uint64
+		done := keyqueue.Outcome{Ran: true, Err: o.err, Settled: settled, Written: written, Spared: o.spared, Over: o.over}
 		if !settled {
 			wait, ok := retryAfter(o.err)
 			if !ok {
-				wait = backoff(s.Attempts()+1, r.opts.retryMin, r.opts.retryMax, r.opts.retryJitter, r.rand())
+				wait = backoff(attempts+1, r.opts.retryMin, r.opts.retryMax, r.opts.retryJitter, r.rand())
 			}
-			retryAt = addSat(now.UnixNano(), wait)
+			done.RetryAt = addSat(now.UnixNano(), wait)
 			if !o.Delete {
-				errID = r.getStatus(o.updated).ID()
+				done.ErrID = r.getStatus(o.updated).ID()
 			}
 		}
-		if o.over {
-			lc.DropNext(s) // older than what the table holds
-		}
-		lc.Settle(s, o.err, settled, written, !o.spared, retryAt, errID, now)
+		lc.Done(o.s, key, o.task, done, now)
 	}
 	fig.stats.RefreshRepaired = int(r.refreshDrift.Swap(0))
 	r.totals.add(fig)
@@ -197,17 +193,15 @@ func (r *reconciler[Obj]) settle(ops []op[Obj], now time.Time) (out commitOutcom
 // requeue puts the key of o, an op that never started (the gate closed or
 // the loop stopped), back in the queue.
 func (r *reconciler[Obj]) requeue(o *op[Obj]) {
-	lc := r.lifecycles
-	s := o.s
-	if s == nil {
-		key, ok := r.keyOf(o.Obj)
-		if !ok {
+	key := o.key
+	if o.s == nil {
+		var ok bool
+		if key, ok = r.keyOf(o.Obj); !ok {
 			r.noKey("an operation not started", o.Obj)
 			return
 		}
-		s = lc.Track(key, o.task)
 	}
-	lc.Requeue(s)
+	r.lifecycles.Done(o.s, key, o.task, keyqueue.Outcome{}, time.Time{})
 }
 
 // askRecheck records the re-check o's Update asked for (RecheckAfter).

@@ -14,7 +14,7 @@ func benchWaiting(lc *Queue[*int], n int) []*State[*int] {
 	states := make([]*State[*int], n)
 	for i := range states {
 		s := lc.Observe(strconv.Itoa(i), Task[*int]{Rev: uint64(i + 1), StatusID: uint64(i + 1)})
-		lc.Settle(s, errBench, false, true, true, t0.Add(time.Duration((i*7919)%n)*time.Millisecond).UnixNano(), 1, t0)
+		lc.Done(s, "", Task[*int]{}, Outcome{Ran: true, Err: errBench, Written: true, RetryAt: t0.Add(time.Duration((i*7919)%n) * time.Millisecond).UnixNano(), ErrID: 1}, t0)
 		states[i] = s
 	}
 	return states

@@ -531,7 +531,65 @@ func (q *Queue[Obj]) Forget(s *State[Obj]) {
 // made anew, so that a burst leaves no memory held at rest.
 const shrinkAbove = 1024
 
-// Settle ends the running phase of s once the outcome of its task is
+// Outcome is what became of a task handed out: whether its operation ran,
+// and what the commit that followed did.
+type Outcome struct {
+	// Ran is false for a task that never started (the gate closed, or the
+	// loop stopped and it is carried over to the next start): it goes back
+	// to the queue, and the other fields do not count.
+	Ran bool
+	// Err is the operation's error, nil on success.
+	Err error
+	// Settled says that no retry is needed: success, or a terminal error
+	// of an update.
+	Settled bool
+	// Written says that the status was written (always true for a
+	// delete). Without it the object changed meanwhile, and its change
+	// brings its own work.
+	Written bool
+	// Spared marks a failure that counts no attempt (one the circuit
+	// breaker spared); a first failure always counts.
+	Spared bool
+	// Over says that the status was written over a changed object that
+	// carries the version applied: the successor read since is older
+	// than what the table holds, and is dropped.
+	Over bool
+	// RetryAt is when the next attempt of a failure is due (Unix ns),
+	// and ErrID the identity of the Error status written for a failed
+	// update (0 if none).
+	RetryAt int64
+	ErrID   uint64
+}
+
+// Done records the outcome of a task handed out as s, as workqueue's
+// Done ends the processing of an item, and the next verb for its key
+// follows from it: forgotten (done, terminal, or the object changed),
+// waiting for a retry, queued again (never started, or a successor
+// waits), all as the state diagram says.
+//
+// s is nil for a task the inline executor ran without a State (see the
+// package doc): key and t then name it, and a State is made for it if the
+// outcome needs one (see track). A settled outcome of such a task needs
+// none, so the caller may leave Done uncalled for it, and need not work
+// out its key. key and t are not read when s is not nil.
+func (q *Queue[Obj]) Done(s *State[Obj], key string, t Task[Obj], o Outcome, now time.Time) {
+	if s == nil {
+		if o.Ran && o.Settled {
+			return // untracked and done: nothing to remember
+		}
+		s = q.track(key, t)
+	}
+	if !o.Ran {
+		q.requeue(s)
+		return
+	}
+	if o.Over {
+		q.dropNext(s) // older than what the table holds
+	}
+	q.settle(s, o.Err, o.Settled, o.Written, !o.Spared, o.RetryAt, o.ErrID, now)
+}
+
+// settle ends the running phase of s once the outcome of its task is
 // committed. settled says the outcome needs no retry (success, or a
 // terminal error of an update); written, whether the status was written
 // (always true for a delete). A failure waits until retryAt (Unix ns);
@@ -539,7 +597,7 @@ const shrinkAbove = 1024
 // Attempt unless it is not counted (a failure the circuit breaker spared),
 // but a first failure always does. A successor supersedes the outcome: it
 // is what the object is now, and is queued.
-func (q *Queue[Obj]) Settle(s *State[Obj], err error, settled, written, counted bool, retryAt int64, errID uint64, now time.Time) {
+func (q *Queue[Obj]) settle(s *State[Obj], err error, settled, written, counted bool, retryAt int64, errID uint64, now time.Time) {
 	switch {
 	case s.hasNext:
 		next := s.next
@@ -564,11 +622,11 @@ func (q *Queue[Obj]) Settle(s *State[Obj], err error, settled, written, counted 
 	}
 }
 
-// Requeue puts s back in the queue: its task never started (the gate
+// requeue puts s back in the queue: its task never started (the gate
 // closed, or the loop stopped and it is carried over to the next start).
 // The successor, if any, is what the object is now, and takes the task's
 // place; a retry keeps its attempts.
-func (q *Queue[Obj]) Requeue(s *State[Obj]) {
+func (q *Queue[Obj]) requeue(s *State[Obj]) {
 	if s.hasNext {
 		next := stillAsked(s.task, s.next)
 		q.replace(s, next)
@@ -579,9 +637,9 @@ func (q *Queue[Obj]) Requeue(s *State[Obj]) {
 	}
 }
 
-// DropNext forgets the successor of s: the commit found the table holding
+// dropNext forgets the successor of s: the commit found the table holding
 // the version s ran, written back after the successor was read.
-func (q *Queue[Obj]) DropNext(s *State[Obj]) {
+func (q *Queue[Obj]) dropNext(s *State[Obj]) {
 	q.setNext(s, Task[Obj]{}, false)
 }
 
@@ -626,11 +684,11 @@ func (q *Queue[Obj]) enqueue(s *State[Obj]) {
 	}
 }
 
-// Track returns the State of key for t, an untracked task of the inline
+// track returns the State of key for t, an untracked task of the inline
 // executor that failed or never started, in the running phase. A State
 // made for an older change of the key earlier in the same commit gives way
 // to t.
-func (q *Queue[Obj]) Track(key string, t Task[Obj]) *State[Obj] {
+func (q *Queue[Obj]) track(key string, t Task[Obj]) *State[Obj] {
 	s, ok := q.byKey[key]
 	if !ok {
 		s = &State[Obj]{key: key, pos: [2]int{-1, -1}, active: -1}

@@ -36,16 +36,16 @@ func TestLifecycleSuccessorRules(t *testing.T) {
 	assert.True(t, s.hasNext, "after a delete the same identity is new work")
 	assert.Equal(t, uint64(5), s.next.Rev)
 
-	lc.Settle(s, nil, true, false, true, 0, 0, time.Now())
+	lc.Done(s, "", Task[int]{}, Outcome{Ran: true, Settled: true, Written: false}, time.Now())
 	assert.Equal(t, phaseQueued, s.phase, "the successor is queued")
 	assert.Equal(t, []*State[int]{s}, lc.TakeQueued(10))
 	assert.False(t, s.deleteSeen, "a new version starts afresh")
 	lc.MarkPruned(func(int) bool { return true })
 	assert.Nil(t, lc.Observe("a", testTask(6, 100)))
 	assert.True(t, s.hasNext, "after a prune the same identity is new work")
-	lc.Settle(s, nil, true, true, true, 0, 0, time.Now())
+	lc.Done(s, "", Task[int]{}, Outcome{Ran: true, Settled: true, Written: true}, time.Now())
 	lc.TakeQueued(1)
-	lc.Settle(s, nil, true, true, true, 0, 0, time.Now())
+	lc.Done(s, "", Task[int]{}, Outcome{Ran: true, Settled: true, Written: true}, time.Now())
 	assert.False(t, lc.Tracked(), "done: nothing left")
 	assert.Empty(t, lc.active)
 }
@@ -61,7 +61,7 @@ func TestLifecycleSameRevisionIsNoSuccessor(t *testing.T) {
 	assert.Nil(t, lc.Observe("a", testTask(7, 0)))
 	assert.False(t, s.hasNext, "the very revision running is no successor")
 
-	lc.Settle(s, errors.New("e"), false, true, true, time.Now().UnixNano(), 300, time.Now())
+	lc.Done(s, "", Task[int]{}, Outcome{Ran: true, Err: errors.New("e"), Written: true, RetryAt: time.Now().UnixNano(), ErrID: 300}, time.Now())
 	assert.Equal(t, phaseWaiting, s.phase, "the failure is retried")
 	assert.Equal(t, uint64(300), s.errID)
 }
@@ -172,7 +172,7 @@ func testLifecycleModel(t *testing.T, priorities bool) {
 	for step := range steps {
 		key := fmt.Sprintf("k%d", rng.IntN(50))
 		rev := uint64(step + 1)
-		switch rng.IntN(6) {
+		switch rng.IntN(8) {
 		case 0, 1:
 			j := testTask(rev, uint64(rng.IntN(3)+1))
 			if priorities {
@@ -196,7 +196,7 @@ func testLifecycleModel(t *testing.T, priorities bool) {
 			for k, s := range running {
 				delete(running, k)
 				failed := rng.IntN(2) == 0
-				lc.Settle(s, errors.New("e"), !failed, true, true, now.Add(time.Duration(rng.IntN(1000))*time.Millisecond).UnixNano(), 7, now)
+				lc.Done(s, "", Task[int]{}, Outcome{Ran: true, Err: errors.New("e"), Settled: !failed, Written: true, RetryAt: now.Add(time.Duration(rng.IntN(1000)) * time.Millisecond).UnixNano(), ErrID: 7}, now)
 				break
 			}
 		case 4:
@@ -215,6 +215,26 @@ func testLifecycleModel(t *testing.T, priorities bool) {
 		case 5:
 			for _, s := range lc.TakeQueued(rng.IntN(4)) {
 				running[s.key] = s
+			}
+		case 6: // a running key that never started goes back to the queue
+			for k, s := range running {
+				delete(running, k)
+				lc.Done(s, "", Task[int]{}, Outcome{}, now)
+				break
+			}
+		case 7: // an untracked task of the inline executor: failed, or never started
+			if _, ok := lc.byKey[key]; !ok {
+				j := testTask(rev, uint64(rng.IntN(3)+1))
+				if priorities {
+					j.Obj = int(j.StatusID)
+				}
+				ran := rng.IntN(3) > 0
+				lc.Done(nil, key, j, Outcome{Ran: ran, Err: errors.New("e"), Written: true, RetryAt: now.UnixNano(), ErrID: 8}, now)
+				want := phaseWaiting
+				if !ran {
+					want = phaseQueued
+				}
+				require.Equal(t, want, lc.byKey[key].phase)
 			}
 		}
 		for k, s := range running {
@@ -277,7 +297,7 @@ func TestABurstOfFailuresLeavesNoMemoryHeld(t *testing.T) {
 	lc.TakeOutdated()
 	end := time.Unix(3_000_000, 0)
 	for s, ok := lc.PopDue(end.UnixNano()); ok; s, ok = lc.PopDue(end.UnixNano()) {
-		lc.Settle(s, nil, true, true, true, 0, 0, end)
+		lc.Done(s, "", Task[*int]{}, Outcome{Ran: true, Settled: true, Written: true}, end)
 	}
 	require.Equal(t, 20*shrinkAbove, len(lc.TakeOutdated()), "rows to remove")
 	require.Equal(t, 0, len(lc.TakeOutdated()))
