@@ -223,9 +223,9 @@ func (r *reconciler[Obj]) collectChange(txn statedb.ReadTxn, change statedb.Chan
 	// A delete recovered when the feed opened comes beside a revision
 	// below its own (see changeFeed). Its key may have been put back since.
 	recovered := change.Deleted && rev < change.Revision
-	if len(r.rechecks.byKey) > 0 && (change.Deleted || r.getStatus(change.Object).IsPendingOrRefreshing()) {
+	if r.rechecks.Len() > 0 && (change.Deleted || r.getStatus(change.Object).IsPendingOrRefreshing()) {
 		if key, ok := r.primary.ObjectToKey(change.Object); ok {
-			r.rechecks.drop(key) // replaced by this change
+			r.rechecks.Drop(key) // replaced by this change
 		}
 	}
 	if change.Deleted {

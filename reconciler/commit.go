@@ -213,5 +213,5 @@ func (r *reconciler[Obj]) askRecheck(o *op[Obj], now time.Time) {
 			return
 		}
 	}
-	r.rechecks.ask(key, o.updated, r.getStatus(o.updated).ID(), addSat(now.UnixNano(), o.recheck))
+	r.rechecks.Ask(key, o.updated, r.getStatus(o.updated).ID(), addSat(now.UnixNano(), o.recheck))
 }

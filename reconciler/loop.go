@@ -112,8 +112,8 @@ func (l *loop[Obj]) round(ctx context.Context, paused bool) {
 	case broken:
 		room = min(room, probe) // the target fails: one probe at most
 	}
-	if _, ok := r.rechecks.next(); ok && !paused {
-		r.markRefreshing(r.rechecks.takeDue(txn, now.UnixNano(), r.lookup, r.getStatus))
+	if _, ok := r.rechecks.Next(); ok && !paused {
+		r.markRefreshing(r.dueRechecks(txn, now.UnixNano()))
 	}
 	var work []op[Obj]
 	if broken && room == 1 {
@@ -193,7 +193,7 @@ func (l *loop[Obj]) armRetry() {
 			} // else the probe granted waits for work: a retry falling due may take it
 		}
 	}
-	if recheck, has := r.rechecks.next(); has && (!ok || recheck < due) {
+	if recheck, has := r.rechecks.Next(); has && (!ok || recheck < due) {
 		due, ok = recheck, true
 	}
 	if !ok || l.exec.room() <= 0 {

@@ -52,15 +52,15 @@ type reconciler[Obj any] struct {
 	now  func() time.Time
 	rand func() float64
 
-	changes    *changeFeed[Obj]      // the table's changes, across stops
-	lifecycles *keyqueue.Queue[Obj]  // what is known about each key
-	stales     staleness             // what makes a status found stale
-	deferred   keyqueue.Backlog[Obj] // changes taken after fresh ones
-	rechecks   rechecks[Obj]         // asked for with RecheckAfter
-	lastRev    statedb.Revision      // last change read
-	backlog    statedb.Revision      // the table's revision when the job first ran: what is deferred
-	started    bool                  // whether the job has run
-	pruneOwed  bool                  // a prune asked for, or failed, was not done when the job last stopped
+	changes    *changeFeed[Obj]       // the table's changes, across stops
+	lifecycles *keyqueue.Queue[Obj]   // what is known about each key
+	stales     staleness              // what makes a status found stale
+	deferred   keyqueue.Backlog[Obj]  // changes taken after fresh ones
+	rechecks   keyqueue.Rechecks[Obj] // asked for with RecheckAfter
+	lastRev    statedb.Revision       // last change read
+	backlog    statedb.Revision       // the table's revision when the job first ran: what is deferred
+	started    bool                   // whether the job has run
+	pruneOwed  bool                   // a prune asked for, or failed, was not done when the job last stopped
 
 	// The state of one run of the reconcile job, reset when it starts.
 	own   ownWrites       // revisions of the statuses commits wrote
