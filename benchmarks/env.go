@@ -15,6 +15,7 @@ import (
 
 	"github.com/converge-go/converge/reconciler"
 	"github.com/converge-go/converge/status"
+	"github.com/converge-go/converge/tables"
 )
 
 // setup describes one run's hive. Zero values mean each library's default.
@@ -35,7 +36,7 @@ type setup struct {
 	failBelow    int           // every Update of an object with a lower id fails
 	preloadAs    preloadKind   // status of the preloaded objects
 	metrics      metricsVariant
-	tables       bool // include reconciler.TablesCell (converge only)
+	tables       bool // include tables.Cell (converge only)
 	deps         bool // a "deps" table, and WithDependency on it (converge only)
 	updateTarget int  // ops.reached closes after this many updates
 	heapAtReady  bool // start env.heap when the preload is done, before the jobs
@@ -117,7 +118,7 @@ func start(ctx context.Context, s setup) (*env, error) {
 	}
 	cells := []cell.Cell{cell.SimpleHealthCell, statedb.Cell, job.Cell}
 	if s.tables {
-		cells = append(cells, reconciler.TablesCell)
+		cells = append(cells, tables.Cell)
 	}
 	e.h = hive.New(append(cells,
 		cell.Module("bench", "Benchmark table and reconciler",

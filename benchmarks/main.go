@@ -46,8 +46,8 @@
 //	fresh        one insert's time to Done while -fresh-queued refreshes or
 //	             failing retries wait (fresh.go).
 //	overhead     the incremental workload with -overhead-objects objects and
-//	             converge's metrics disabled, expvar, Prometheus, TablesCell,
-//	             and Prometheus with TablesCell (overhead.go).
+//	             converge's metrics disabled, expvar, Prometheus, tables.Cell
+//	             (variant TablesCell), and Prometheus with it (overhead.go).
 //	curve        the cost curve over -curve-sizes: incremental, restart
 //	             backlog, two reconcilers sharing a status set, prune and
 //	             refresh, for both libraries, and the floor's incremental

@@ -50,7 +50,8 @@ func (noMetrics) PruneError(cell.FullModuleID, string, error)                   
 func (noMetrics) PruneDuration(cell.FullModuleID, string, time.Duration)                  {}
 
 // overheadVariant is one column of the metrics overhead table: what the
-// reconciler reports to, and whether the hive includes TablesCell.
+// reconciler reports to, and whether the hive includes tables.Cell
+// (the variants named TablesCell, as they were first measured).
 type overheadVariant struct {
 	name    string
 	metrics metricsVariant

@@ -24,6 +24,7 @@ import (
 	"github.com/converge-go/converge/metrics"
 	"github.com/converge-go/converge/reconciler"
 	"github.com/converge-go/converge/status"
+	"github.com/converge-go/converge/tables"
 )
 
 // The soak workload (-workloads soak) runs one converge reconciler for
@@ -55,7 +56,7 @@ import (
 // Each sample records the series of soakSeriesDefs: the heap, goroutines,
 // objects in the table, the retry queue and operations in flight (the
 // reconcilers table's Retrying and InFlight), the rows of the
-// "reconcilers" and "reconciler-retries" tables (TablesCell), the number of
+// "reconcilers" and "reconciler-retries" tables (tables.Cell), the number of
 // keys in the reconciler's expvar maps (its metrics caches hold one entry
 // per key), and the Pending→Done latency of the writes Done during the
 // interval, p50 and p99, measured by the workload: from just before the
@@ -122,8 +123,8 @@ type soakEnv struct {
 	db      *statedb.DB
 	tbl     statedb.RWTable[*soakObject]
 	deps    statedb.RWTable[*soakDep]
-	infos   statedb.Table[*reconciler.Info]
-	retries statedb.Table[*reconciler.RetryInfo]
+	infos   statedb.Table[*tables.Info]
+	retries statedb.Table[*tables.RetryInfo]
 	r       reconciler.Reconciler[*soakObject]
 	target  *soakTarget
 	metrics *metrics.ExpVar
@@ -143,10 +144,10 @@ func startSoak(ctx context.Context, cfg soakConfig) (*soakEnv, error) {
 		lat:     newSoakLatency(),
 	}
 	e.h = hive.New(
-		cell.SimpleHealthCell, statedb.Cell, job.Cell, reconciler.TablesCell,
+		cell.SimpleHealthCell, statedb.Cell, job.Cell, tables.Cell,
 		cell.Module("soak", "Soak table and reconciler",
 			cell.Provide(job.Registry.NewGroup),
-			cell.Invoke(func(p reconciler.Params, infos statedb.Table[*reconciler.Info], retries statedb.Table[*reconciler.RetryInfo]) error {
+			cell.Invoke(func(p reconciler.Params, infos statedb.Table[*tables.Info], retries statedb.Table[*tables.RetryInfo]) error {
 				return e.register(p, infos, retries)
 			}),
 		),
@@ -179,7 +180,7 @@ func startSoak(ctx context.Context, cfg soakConfig) (*soakEnv, error) {
 	return e, nil
 }
 
-func (e *soakEnv) register(p reconciler.Params, infos statedb.Table[*reconciler.Info], retries statedb.Table[*reconciler.RetryInfo]) error {
+func (e *soakEnv) register(p reconciler.Params, infos statedb.Table[*tables.Info], retries statedb.Table[*tables.RetryInfo]) error {
 	var err error
 	e.db, e.infos, e.retries = p.DB, infos, retries
 	if e.tbl, err = statedb.NewTable(p.DB, "soak-objects", soakIDIndex, soakStatusIndex); err != nil {

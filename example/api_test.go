@@ -23,8 +23,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/converge-go/converge/reconciler"
 	"github.com/converge-go/converge/status"
+	"github.com/converge-go/converge/tables"
 )
 
 // The API holds as a safe service when probed by another user of the
@@ -153,7 +153,7 @@ func TestTokenAcrossRecreationAndRestart(t *testing.T) {
 func TestRequestBodiesAreBounded(t *testing.T) {
 	a := startApp(t, testConfig(), nil)
 	a.waitReconciled()
-	a.waitInfo("the reconciler's row", func(i *reconciler.Info) bool { return i.State != "" })
+	a.waitInfo("the reconciler's row", func(i *tables.Info) bool { return i.State != "" })
 	big := bytes.Repeat([]byte(" "), maxContentLen+1)
 	for _, c := range []struct {
 		method, path string
@@ -178,7 +178,7 @@ func TestRequestBodiesAreBounded(t *testing.T) {
 	require.Equal(t, http.StatusOK, code, body)
 	require.Contains(t, body, "hello.txt")
 	info, _ := a.info()
-	require.Equal(t, reconciler.StateRunning, info.State, "the refused POST /pause did not pause")
+	require.Equal(t, tables.StateRunning, info.State, "the refused POST /pause did not pause")
 }
 
 // Issue 35, item 4: idle and slow connections were held for ever. Each is

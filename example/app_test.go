@@ -27,6 +27,7 @@ import (
 
 	"github.com/converge-go/converge/reconciler"
 	"github.com/converge-go/converge/status"
+	"github.com/converge-go/converge/tables"
 )
 
 // TestMain runs the tests with TMPDIR set to a directory of their own, so
@@ -69,8 +70,8 @@ type testApp struct {
 	stop   func()
 
 	templates   statedb.RWTable[*Template]
-	reconcilers statedb.Table[*reconciler.Info]
-	retries     statedb.Table[*reconciler.RetryInfo]
+	reconcilers statedb.Table[*tables.Info]
+	retries     statedb.Table[*tables.RetryInfo]
 }
 
 // testConfig is a config for tests: slow background work unless a test
@@ -196,7 +197,7 @@ func (a *testApp) waitReconciled() {
 func (a *testApp) waitQuiet() {
 	a.t.Helper()
 	a.waitReconciled()
-	a.waitInfo("the first prune", func(i *reconciler.Info) bool { return !i.LastPrune.IsZero() })
+	a.waitInfo("the first prune", func(i *tables.Info) bool { return !i.LastPrune.IsZero() })
 }
 
 func (a *testApp) readFile(name string) string {
@@ -299,23 +300,23 @@ func startFailure(t *testing.T, cfg config) error {
 
 // info returns the reconciler's row of the reconcilers table (a zero Info
 // before the reconciler wrote it) and a channel closed when it changes.
-func (a *testApp) info() (*reconciler.Info, <-chan struct{}) {
-	info, _, watch, found := a.reconcilers.GetWatch(a.db.ReadTxn(), reconciler.InfoByID.Query("files"))
+func (a *testApp) info() (*tables.Info, <-chan struct{}) {
+	info, _, watch, found := a.reconcilers.GetWatch(a.db.ReadTxn(), tables.InfoByID.Query("files"))
 	if !found {
-		info = &reconciler.Info{}
+		info = &tables.Info{}
 	}
 	return info, watch
 }
 
 // waitInfo waits, on StateDB watch channels, until cond holds for the
 // reconciler's row of the reconcilers table, and returns it.
-func (a *testApp) waitInfo(what string, cond func(*reconciler.Info) bool) *reconciler.Info {
+func (a *testApp) waitInfo(what string, cond func(*tables.Info) bool) *tables.Info {
 	a.t.Helper()
 	return a.waitInfoFor(waitFor, what, cond)
 }
 
 // waitInfoFor is waitInfo, waiting up to d.
-func (a *testApp) waitInfoFor(d time.Duration, what string, cond func(*reconciler.Info) bool) *reconciler.Info {
+func (a *testApp) waitInfoFor(d time.Duration, what string, cond func(*tables.Info) bool) *tables.Info {
 	a.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
@@ -341,9 +342,9 @@ func (a *testApp) prune() {
 }
 
 // waitPruneAfter waits until a prune that started after t has run.
-func (a *testApp) waitPruneAfter(t time.Time) *reconciler.Info {
+func (a *testApp) waitPruneAfter(t time.Time) *tables.Info {
 	a.t.Helper()
-	return a.waitInfo("a prune", func(i *reconciler.Info) bool { return i.LastPrune.After(t) })
+	return a.waitInfo("a prune", func(i *tables.Info) bool { return i.LastPrune.After(t) })
 }
 
 // scrape returns the series of /metrics whose names start with prefix, by

@@ -15,8 +15,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/converge-go/converge/reconciler"
 	"github.com/converge-go/converge/status"
+	"github.com/converge-go/converge/tables"
 )
 
 // The example's rough edges (issue 32, item 5).
@@ -106,7 +106,7 @@ func TestFirstWriteIsNotDrift(t *testing.T) {
 	r.waitContent("note", "later: a note")
 	require.Eventually(t, func() bool { return r.reconcilerInfo().DriftRepaired >= 1 }, waitFor, 5*time.Millisecond)
 	restored := time.Now()
-	var info reconciler.Info
+	var info tables.Info
 	require.Eventually(t, func() bool { info = r.reconcilerInfo(); return info.LastRefresh.After(restored) }, waitFor, 5*time.Millisecond)
 	require.Equal(t, uint64(1), info.DriftRepaired)
 	require.Equal(t, 1, r.count("INFO", "Restoring a missing file", "note"), r.stderr)
@@ -114,15 +114,15 @@ func TestFirstWriteIsNotDrift(t *testing.T) {
 
 // reconcilerInfo returns the reconcilers table's row, from the API: a zero
 // Info until the reconciler wrote it.
-func (r *runningExample) reconcilerInfo() reconciler.Info {
+func (r *runningExample) reconcilerInfo() tables.Info {
 	r.t.Helper()
 	code, body := r.do(http.MethodGet, "/reconcilers", "")
 	require.Equal(r.t, http.StatusOK, code, body)
-	var infos []reconciler.Info
+	var infos []tables.Info
 	require.NoError(r.t, json.Unmarshal([]byte(body), &infos))
 	require.LessOrEqual(r.t, len(infos), 1)
 	if len(infos) == 0 {
-		return reconciler.Info{}
+		return tables.Info{}
 	}
 	return infos[0]
 }

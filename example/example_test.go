@@ -20,8 +20,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/converge-go/converge/reconciler"
 	"github.com/converge-go/converge/status"
+	"github.com/converge-go/converge/tables"
 )
 
 var initialNames = []string{"hello.txt", "motd", "secret.conf"}
@@ -230,7 +230,7 @@ func TestRefreshRepairsOnlyDrift(t *testing.T) {
 
 	// Each repair was reported with reconciler.ReportRepaired: at least
 	// one for motd, secret.conf and hello.txt each.
-	a.waitInfo("3 repairs", func(i *reconciler.Info) bool { return i.DriftRepaired >= 3 })
+	a.waitInfo("3 repairs", func(i *tables.Info) bool { return i.DriftRepaired >= 3 })
 	require.GreaterOrEqual(t, a.scrape("converge_drift_repaired_total")[`converge_drift_repaired_total{module="files",name="",operation="refresh"}`], 3.0)
 }
 

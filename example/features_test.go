@@ -14,8 +14,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/converge-go/converge/reconciler"
 	"github.com/converge-go/converge/status"
+	"github.com/converge-go/converge/tables"
 )
 
 // What converge offers beyond the StateDB reconciler, as the example shows
@@ -56,20 +56,20 @@ func TestMetrics(t *testing.T) {
 	}
 }
 
-// The reconcilers and reconciler-retries tables of reconciler.TablesCell
+// The reconcilers and reconciler-retries tables of tables.Cell
 // are served by the API and by StateDB's handler.
 func TestReconcilersAndRetriesTables(t *testing.T) {
 	a := startApp(t, testConfig(), nil)
 	a.waitReconciled()
-	a.waitInfo("the initial files", func(i *reconciler.Info) bool { return i.Succeeded >= uint64(len(initialNames)) })
+	a.waitInfo("the initial files", func(i *tables.Info) bool { return i.Succeeded >= uint64(len(initialNames)) })
 
-	var infos []reconciler.Info
+	var infos []tables.Info
 	code, body := a.do(http.MethodGet, "/reconcilers", nil)
 	require.Equal(t, http.StatusOK, code, body)
 	require.NoError(t, json.Unmarshal([]byte(body), &infos), body)
 	require.Len(t, infos, 1)
 	require.Equal(t, "files", infos[0].ID)
-	require.Equal(t, reconciler.StateRunning, infos[0].State)
+	require.Equal(t, tables.StateRunning, infos[0].State)
 	require.Equal(t, len(initialNames), infos[0].Objects)
 
 	code, body = a.do(http.MethodGet, "/retries", nil)
@@ -80,7 +80,7 @@ func TestReconcilersAndRetriesTables(t *testing.T) {
 	require.NoError(t, os.MkdirAll(filepath.Join(a.dir, "blocked", "inner"), 0o755))
 	a.put("blocked", "x")
 	a.waitKind("blocked", status.KindError)
-	a.waitInfo("a failing file", func(i *reconciler.Info) bool { return i.Retrying == 1 })
+	a.waitInfo("a failing file", func(i *tables.Info) bool { return i.Retrying == 1 })
 	retries := a.waitRetries(1)
 	require.Equal(t, "files", retries[0].Reconciler)
 	require.Equal(t, "blocked", retries[0].Key)
@@ -100,11 +100,11 @@ func TestReconcilersAndRetriesTables(t *testing.T) {
 	require.NoError(t, os.RemoveAll(filepath.Join(a.dir, "blocked")))
 	a.waitKind("blocked", status.KindDone)
 	a.waitRetries(0)
-	a.waitInfo("no failing file", func(i *reconciler.Info) bool { return i.State == reconciler.StateRunning && i.Retrying == 0 })
+	a.waitInfo("no failing file", func(i *tables.Info) bool { return i.State == tables.StateRunning && i.Retrying == 0 })
 }
 
 // waitRetries waits until the retries table holds n rows, and returns them.
-func (a *testApp) waitRetries(n int) []*reconciler.RetryInfo {
+func (a *testApp) waitRetries(n int) []*tables.RetryInfo {
 	a.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
@@ -214,7 +214,7 @@ func TestPauseAndResume(t *testing.T) {
 
 	code, body := a.do(http.MethodPost, "/pause", nil)
 	require.Equal(t, http.StatusOK, code, body)
-	a.waitInfo("paused", func(i *reconciler.Info) bool { return i.State == reconciler.StatePaused })
+	a.waitInfo("paused", func(i *tables.Info) bool { return i.State == tables.StatePaused })
 	a.waitHealthMessage("Paused", true)
 	_, body = a.do(http.MethodGet, "/reconcilers", nil)
 	require.Contains(t, body, `"state": "paused"`)
@@ -242,7 +242,7 @@ func TestPauseAndResume(t *testing.T) {
 	a.waitReconciled()
 	require.Equal(t, "back", a.readFile("held"))
 	require.Equal(t, "paused motd", a.readFile("motd"))
-	a.waitInfo("running", func(i *reconciler.Info) bool { return i.State == reconciler.StateRunning })
+	a.waitInfo("running", func(i *tables.Info) bool { return i.State == tables.StateRunning })
 	a.waitHealthMessage("Paused", false)
 }
 

@@ -17,7 +17,7 @@ import (
 	"github.com/cilium/hive/cell"
 	"github.com/cilium/statedb"
 
-	"github.com/converge-go/converge/reconciler"
+	"github.com/converge-go/converge/tables"
 )
 
 // server is the HTTP API. Its routes:
@@ -30,7 +30,7 @@ import (
 //	GET    /templates/{name}  one template, as JSON
 //	DELETE /templates/{name}  remove a template; the files using it fail until it is back
 //	GET    /templates         every template, as JSON
-//	GET    /reconcilers       the reconcilers table (reconciler.TablesCell), as JSON
+//	GET    /reconcilers       the reconcilers table (tables.Cell), as JSON
 //	GET    /retries           the reconciler-retries table: failing files, as JSON
 //	POST   /pause             pause the reconciler: nothing is written until /resume
 //	POST   /resume            resume it: what changed meanwhile converges
@@ -50,8 +50,8 @@ type server struct {
 	db          *statedb.DB
 	files       statedb.RWTable[*File]
 	templates   statedb.RWTable[*Template]
-	reconcilers statedb.Table[*reconciler.Info]
-	retries     statedb.Table[*reconciler.RetryInfo]
+	reconcilers statedb.Table[*tables.Info]
+	retries     statedb.Table[*tables.RetryInfo]
 	health      *health
 	token       *apiToken
 	refusals    *refusalLog // requests refused for their Host or Origin
@@ -99,8 +99,8 @@ type serverParams struct {
 	DB          *statedb.DB
 	Files       filesTable
 	Templates   statedb.RWTable[*Template]
-	Reconcilers statedb.Table[*reconciler.Info]      // from reconciler.TablesCell
-	Retries     statedb.Table[*reconciler.RetryInfo] // from reconciler.TablesCell
+	Reconcilers statedb.Table[*tables.Info]      // from tables.Cell
+	Retries     statedb.Table[*tables.RetryInfo] // from tables.Cell
 	Health      *health
 	Metrics     promMetrics
 	Token       *apiToken

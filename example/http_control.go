@@ -105,7 +105,7 @@ func (s *server) listTemplates(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, list)
 }
 
-// listReconcilers serves the reconcilers table that reconciler.TablesCell
+// listReconcilers serves the reconcilers table that tables.Cell
 // provides: one row per reconciler, with its state and figures.
 func (s *server) listReconcilers(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, collectAll(s.reconcilers.All(s.db.ReadTxn())))

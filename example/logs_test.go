@@ -16,8 +16,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/converge-go/converge/reconciler"
 	"github.com/converge-go/converge/status"
+	"github.com/converge-go/converge/tables"
 )
 
 // runningExample is the example started by run, as main starts it, with
@@ -158,7 +158,7 @@ func TestRefreshLogsSayWhatHappened(t *testing.T) {
 	}
 	// and counts them as drift repaired. The directory claimed anew has a
 	// new token: read it as a client would.
-	var infos []reconciler.Info
+	var infos []tables.Info
 	require.Eventually(t, func() bool {
 		data, err := os.ReadFile(filepath.Join(r.dir, tokenPath))
 		if err != nil {
@@ -227,7 +227,7 @@ func TestDirectoryInTheWay(t *testing.T) {
 			return err == nil
 		}, waitFor, time.Millisecond, "could not put a directory in place of motd: %v", &err)
 
-		var retries []reconciler.RetryInfo
+		var retries []tables.RetryInfo
 		require.Eventually(t, func() bool {
 			code, body := r.do(http.MethodGet, "/retries", "")
 			require.Equal(t, http.StatusOK, code, body)

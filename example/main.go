@@ -9,7 +9,7 @@
 //
 //   - metrics for Prometheus (metrics/prometheus), registered on the
 //     example's own registry and served at /metrics;
-//   - reconciler.TablesCell: the reconcilers and reconciler-retries tables,
+//   - tables.Cell: the reconcilers and reconciler-retries tables,
 //     served at /reconcilers and /retries and in the StateDB dump;
 //   - a dependency (reconciler.WithDependency): a file may be rendered from
 //     a template of the "templates" table, and changing the template
@@ -127,6 +127,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/converge-go/converge/reconciler"
+	"github.com/converge-go/converge/tables"
 )
 
 // newApp builds the application's hive. extra cells are added at the top
@@ -142,7 +143,7 @@ func newApp(extra ...cell.Cell) *hive.Hive {
 	cells := []cell.Cell{
 		statedb.Cell,
 		job.Cell,
-		reconciler.TablesCell, // the reconcilers and reconciler-retries tables
+		tables.Cell, // the reconcilers and reconciler-retries tables
 		cell.Config(defaultConfig()),
 		cell.Provide(
 			newHealth,
@@ -207,7 +208,7 @@ func startReconciler(s *server, r reconciler.Reconciler[*File]) { s.control = r 
 // the module's job group, so they start and stop with the hive and report
 // health under "files.job-reconcile". It keeps its row of the reconcilers
 // table and the rows of its failing files (p.Tables, from
-// reconciler.TablesCell), reports metrics to Prometheus, spans to tr (with
+// tables.Cell), reports metrics to Prometheus, spans to tr (with
 // --trace-stdout), and depends on the templates table: a changed template
 // rewrites the files that use it.
 func newReconciler(p reconciler.Params, cfg config, files filesTable, templates statedb.RWTable[*Template], t *target, m promMetrics, tr *traces) (reconciler.Reconciler[*File], error) {

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/converge-go/converge/reconciler"
+	"github.com/converge-go/converge/tables"
 )
 
 // benchFiles is the number of files BenchmarkHundredThousandFiles writes,
@@ -110,7 +111,7 @@ func writeAndPrune(b *testing.B, n int) (written, restart, pruned time.Duration)
 	start = time.Now()
 	r := startAppLogging(b, quiet, cfg, nil)
 	restart = time.Since(start)
-	info := r.waitInfoFor(30*time.Minute, "the first prune", func(i *reconciler.Info) bool { return !i.LastPrune.IsZero() })
+	info := r.waitInfoFor(30*time.Minute, "the first prune", func(i *tables.Info) bool { return !i.LastPrune.IsZero() })
 	pruned = time.Since(start)
 	require.Empty(b, info.LastPruneError)
 	require.Equal(b, uint64(n), info.DriftRepaired)

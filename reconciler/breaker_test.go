@@ -24,6 +24,7 @@ import (
 	"github.com/converge-go/converge/reconciler"
 	"github.com/converge-go/converge/reconcilertest"
 	"github.com/converge-go/converge/status"
+	"github.com/converge-go/converge/tables"
 )
 
 // kitbreaker starts a fixture over o with the breaker and the given extra
@@ -36,9 +37,9 @@ func kitbreaker(t *testing.T, o *kitops, v variant, m *kitmetrics, opts ...recon
 }
 
 // retryRows returns the fixture's rows of the retries table by key.
-func (f *fixture) kitretryRows() map[string]reconciler.RetryInfo {
-	rows := map[string]reconciler.RetryInfo{}
-	for r := range f.tables.Retries().List(f.db.ReadTxn(), reconciler.RetryByReconciler.Query("test")) {
+func (f *fixture) kitretryRows() map[string]tables.RetryInfo {
+	rows := map[string]tables.RetryInfo{}
+	for r := range f.tables.Retries().List(f.db.ReadTxn(), tables.RetryByReconciler.Query("test")) {
 		rows[r.Key] = *r
 	}
 	return rows
@@ -159,7 +160,7 @@ func TestBreakerHugeProbeBackoffStopStart(t *testing.T) {
 	f.remove("h-00001")
 	f.start()
 	f.kitconverged(o)
-	info := f.waitInfo("closed", func(i *reconciler.Info) bool { return i.TargetError == "" })
+	info := f.waitInfo("closed", func(i *tables.Info) bool { return i.TargetError == "" })
 	assert.True(t, info.TargetFailingSince.IsZero())
 }
 
@@ -178,7 +179,7 @@ func TestBreakerStopClosesAndReopens(t *testing.T) {
 	f.upsert(kititems("2", "r-00001")...)
 	f.start()
 	m.waitOpen(t, 2)
-	info := f.waitInfo("second opening", func(i *reconciler.Info) bool { return i.BreakerOpenings >= 2 })
+	info := f.waitInfo("second opening", func(i *tables.Info) bool { return i.BreakerOpenings >= 2 })
 	assert.Equal(t, uint64(2), info.BreakerOpenings)
 	o.recover()
 	f.kitconverged(o)
@@ -323,7 +324,7 @@ func TestBreakerStopReportsClosed(t *testing.T) {
 	f.upsert(items("g", 3, "1")...)
 	m.waitOpen(t, 1)
 	f.stop()
-	info := f.waitInfo("stopped", func(i *reconciler.Info) bool { return i.State == reconciler.StateStopped })
+	info := f.waitInfo("stopped", func(i *tables.Info) bool { return i.State == tables.StateStopped })
 	assert.Empty(t, info.TargetError, "stopped, yet the row says the target is failing")
 	assert.True(t, info.TargetFailingSince.IsZero())
 	s, _ := m.get()
@@ -669,7 +670,7 @@ func TestBreakerStopIsNoOutage(t *testing.T) {
 				recv(t, more, "updates in flight")
 			}
 			f.stop()
-			info, _, found := f.tables.Reconcilers().Get(f.db.ReadTxn(), reconciler.InfoByID.Query("test"))
+			info, _, found := f.tables.Reconcilers().Get(f.db.ReadTxn(), tables.InfoByID.Query("test"))
 			require.True(t, found)
 			assert.Zero(t, info.BreakerOpenings, "a stop opened the breaker")
 			logs.mu.Lock()

@@ -3,10 +3,13 @@ package reconciler_test
 // The chaos test's checks, along the way and at the end.
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"maps"
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -32,14 +35,81 @@ func (o *chaosOps) violate(format string, args ...any) {
 // gateSeen is what an operation saw first thing.
 type gateSeen struct{ paused, pruning, pausedInRound bool }
 
-// startGrace is how long after Pause returned (or a prune began) a start
-// may still show: the reconciler may be descheduled after its gate.
-const startGrace = 20 * time.Millisecond
+// startGrace is how long after Pause returned (or a prune began) a call
+// that passes the marks below may still start: a backstop for a worker
+// woken long after, not the check itself, so it is far above how long a
+// busy machine deschedules a goroutine.
+const startGrace = 200 * time.Millisecond
 
+// pauseHold is how long a pause move keeps operations held, for starts
+// that should not happen to show.
+const pauseHold = 20 * time.Millisecond
+
+// A startMark is what may still start once every Pause returned, or once
+// a prune began: a call whose start was decided before, which is at most
+// one per goroutine, and none on a goroutine that was inside a call then
+// (it passes the gate again when that call returns) or in a run started
+// after the mark. It needs no time: a worker descheduled between the gate
+// and its call is let through however late it runs. The zero value of
+// *startMark (nil) lets everything through.
+type startMark struct {
+	none    bool           // made before the run began: no start was decided
+	running map[int64]bool // goroutines inside a call when marked
+	late    map[int64]bool // goroutines that started a call since
+}
+
+// mark returns a startMark of the calls now running; mu must be held.
+func (c *chaosTarget) mark(none bool) *startMark {
+	m := &startMark{none: none, running: map[int64]bool{}, late: map[int64]bool{}}
+	for g, n := range c.inCall {
+		if n > 0 {
+			m.running[g] = true
+		}
+	}
+	return m
+}
+
+// admits reports whether goroutine g may start a call after m, and counts
+// the start.
+func (m *startMark) admits(g int64) bool {
+	if m == nil {
+		return true
+	}
+	ok := !m.none && !m.running[g] && !m.late[g]
+	m.late[g] = true
+	return ok
+}
+
+// goid returns the calling goroutine's ID, as its stack trace shows it.
+func goid() int64 {
+	var buf [64]byte
+	b := bytes.TrimPrefix(buf[:runtime.Stack(buf[:], false)], []byte("goroutine "))
+	id, _ := strconv.ParseInt(string(b[:bytes.IndexByte(b, ' ')]), 10, 64)
+	return id
+}
+
+// gate is the first thing a call does: it checks what it may start
+// against the marks and counts the goroutine inside a call until callEnd.
 func (o *chaosOps) gate() gateSeen {
-	now := time.Now().UnixNano()
+	now, g := time.Now().UnixNano(), goid()
 	late := func(at int64) bool { return at != 0 && now-at > int64(startGrace) }
-	return gateSeen{late(o.target.pausedAt.Load()), late(o.pruningAt.Load()), o.target.pausedInRound.Load()}
+	var seen gateSeen
+	o.target.with(func() {
+		c := o.target
+		c.inCall[g]++
+		seen = gateSeen{
+			paused:        !c.pauseMark.admits(g) || late(c.pausedAt.Load()),
+			pruning:       !o.pruneMark.admits(g) || late(o.pruningAt.Load()),
+			pausedInRound: c.pausedInRound.Load(),
+		}
+	})
+	return seen
+}
+
+// callEnd ends the call gate began.
+func (o *chaosOps) callEnd() {
+	g := goid()
+	o.target.with(func() { o.target.inCall[g]-- })
 }
 
 // begin counts a call and checks what it saw at the gate; mu must be held.

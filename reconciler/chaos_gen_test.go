@@ -537,7 +537,7 @@ func (r *chaosRun) whileBusy(pause bool) {
 		r.gen.recs[i].Prune()
 	}
 	if pause || closedWithin(ph.started, 20*time.Millisecond) {
-		<-time.After(startGrace)
+		<-time.After(pauseHold)
 	}
 	c.release(holds...)
 	r.waitCalls(c, len(queued), 20*time.Millisecond)
@@ -558,10 +558,16 @@ func (r *chaosRun) setPaused(paused bool) {
 }
 
 func (r *chaosRun) markPaused(paused bool) {
-	for _, rec := range r.recs {
-		if rec.target.pausedAt.Store(map[bool]int64{true: time.Now().UnixNano()}[paused]); !paused {
-			rec.target.pausedInRound.Store(false)
-		}
+	for i, rec := range r.recs {
+		rec.target.with(func() {
+			stopped := r.gen == nil || r.gen.hive == nil || i >= len(r.gen.ops) || r.gen.ops[i].stopped
+			if rec.target.pausedAt.Store(map[bool]int64{true: time.Now().UnixNano()}[paused]); !paused {
+				rec.target.pausedInRound.Store(false)
+				rec.target.pauseMark = nil
+			} else {
+				rec.target.pauseMark = rec.target.mark(stopped)
+			}
+		})
 	}
 }
 

@@ -97,6 +97,8 @@ type chaosTarget struct {
 	failNext           map[string]int        // the next operations on a key fail
 	reinserts          map[uint64]int        // per status identity, the test's writes of it again
 	deletes            map[uint64]int        // per status identity, the test's deletes of an object carrying it
+	inCall             map[int64]int         // per goroutine, the calls it is inside (see gate)
+	pauseMark          *startMark            // while paused: what may still start
 }
 
 // chaosHold blocks an operation on key, before it applies anything or (with
@@ -118,6 +120,7 @@ func newChaosTarget(seed uint64, failProb, slowProb float64) *chaosTarget {
 		rng: rand.New(rand.NewPCG(seed, 0xfa017)), failProb: failProb, slowProb: slowProb,
 		data: map[string]string{}, depSeen: map[string]string{}, changed: make(chan struct{}),
 		holds: map[string]*chaosHold{}, failNext: map[string]int{}, reinserts: map[uint64]int{}, deletes: map[uint64]int{}, downAsk: -1,
+		inCall: map[int64]int{},
 	}
 }
 
@@ -291,6 +294,7 @@ type chaosOps struct {
 	running, prunes     int // operations running, prunes completed
 	lastRev             map[string]statedb.Revision
 	pruneRunning        bool
+	pruneMark           *startMark // while a prune runs: what may still start
 	lastPruneOK         bool
 	applied, laterAsked map[uint64]int    // per status identity (see count)
 	lastApplied         map[string]uint64 // per key, the status identity of its last success
@@ -402,6 +406,7 @@ func (o *chaosOps) op(ctx context.Context, txn statedb.ReadTxn, it *item, inBatc
 
 func (o *chaosOps) one(ctx context.Context, txn statedb.ReadTxn, rev statedb.Revision, it *item, del bool) error {
 	o.enter(o.gate(), del, it.ID, rev)
+	defer o.callEnd()
 	defer o.leave(it.ID)
 	return o.op(ctx, txn, it, false, del)
 }
@@ -417,9 +422,11 @@ func (o *chaosOps) Delete(ctx context.Context, txn statedb.ReadTxn, rev statedb.
 	return o.one(ctx, txn, rev, it, true)
 }
 func (o *chaosOps) UpdateBatch(ctx context.Context, txn statedb.ReadTxn, b []reconciler.BatchEntry[*item]) {
+	defer o.callEnd()
 	o.batch(ctx, txn, o.gate(), b, false)
 }
 func (o *chaosOps) DeleteBatch(ctx context.Context, txn statedb.ReadTxn, b []reconciler.BatchEntry[*item]) {
+	defer o.callEnd()
 	o.batch(ctx, txn, o.gate(), b, true)
 }
 
@@ -431,6 +438,7 @@ type chaosProcessor struct{ *chaosOps }
 func (p chaosProcessor) ProcessBatch(ctx context.Context, txn statedb.ReadTxn, deleted, upserted []reconciler.BatchEntry[*item]) error {
 	o := p.chaosOps
 	g := o.gate() // the call started once: its updates too, whatever happens meanwhile
+	defer o.callEnd()
 	o.batch(ctx, txn, g, deleted, true)
 	overwrote := o.batch(ctx, txn, g, upserted, false)
 	fail := false
@@ -528,15 +536,18 @@ func (o *chaosOps) askedAgain(del bool, entries []reconciler.BatchEntry[*item]) 
 
 func (o *chaosOps) Prune(ctx context.Context, txn statedb.ReadTxn, objs iter.Seq2[*item, statedb.Revision]) error {
 	g, c, ok := o.gate(), o.target, false
+	defer o.callEnd()
 	c.with(func() {
 		o.begin(g, "prune")
 		o.pruneRunning = true
 		o.pruningAt.Store(time.Now().UnixNano())
+		o.pruneMark = c.mark(false)
 	})
 	defer c.with(func() {
 		o.prunes++
 		o.pruneRunning, o.lastPruneOK = false, ok
 		o.pruningAt.Store(0)
+		o.pruneMark = nil
 		c.notify()
 	})
 	for _, t := range []statedb.TableMeta{o.table, o.deps} {
@@ -907,7 +918,12 @@ func (r *chaosRun) restartInPlace(changes func()) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, ops := range r.gen.ops {
-		ops.target.with(func() { ops.stopped = false })
+		ops.target.with(func() {
+			ops.stopped = false
+			if m := ops.target.pauseMark; m != nil {
+				m.none = true // paused before this run began
+			}
+		})
 	}
 	require.NoError(r.t, r.gen.hive.Start(r.log, ctx), "starting the hive again")
 	r.logf("hive started again")

@@ -141,9 +141,10 @@
 // Figures go to the [metrics.Metrics] given with [WithMetrics] (or
 // Params.DefaultMetrics), and to each optional interface of package metrics
 // that it implements; see package metrics and metrics/prometheus. With
-// [TablesCell] in the hive, every reconciler keeps its row of the
-// "reconcilers" table and the rows of its failing objects in
-// "reconciler-retries" current. An object's first failure is logged with
+// tables.Cell (package github.com/converge-go/converge/tables) in the hive,
+// every reconciler keeps its row of the "reconcilers" table and the rows of
+// its failing objects in "reconciler-retries" current, through the
+// tables.Writer in [Params]. An object's first failure is logged with
 // its key and error, at most ten lines per ten seconds per reconciler.
 //
 // # Control

@@ -25,6 +25,7 @@ import (
 	"github.com/converge-go/converge/reconciler"
 	"github.com/converge-go/converge/reconcilertest"
 	"github.com/converge-go/converge/status"
+	"github.com/converge-go/converge/tables"
 )
 
 // timeout bounds every wait of these tests.
@@ -82,7 +83,7 @@ type fixture struct {
 	status func(*item) status.Status         // the reconciler's status
 	rec    reconciler.Reconciler[*item]
 	health *cell.SimpleHealth
-	tables *reconciler.Tables // with.tables only
+	tables *tables.Tables // with.tables only
 	params reconciler.Params
 	// register registers the reconciler, for with.register == byTheTest.
 	register func() error
@@ -97,7 +98,7 @@ type with struct {
 	setup     func(f *fixture) []reconciler.Option
 	getStatus func(*item) status.Status
 	setStatus func(*item, status.Status) *item
-	tables    bool         // reconciler.TablesCell in the hive
+	tables    bool         // tables.Cell in the hive
 	log       *slog.Logger // the hive's logger instead of the test's
 	register  registerAt
 	// first and last are cells put before and after all others.
@@ -141,7 +142,8 @@ func newFixture(t testing.TB, ops reconciler.Operations[*item], w *with, opts ..
 		cell.Module("test", "Test module",
 			cell.Provide(job.Registry.NewGroup),
 			cell.Invoke(func(p reconciler.Params, h *cell.SimpleHealth, lc cell.Lifecycle) error {
-				f.db, f.params, f.health, f.tables = p.DB, p, h, p.Tables
+				f.db, f.params, f.health = p.DB, p, h
+				f.tables, _ = p.Tables.(*tables.Tables)
 				var err error
 				if f.table, err = statedb.NewTable(p.DB, "items", itemID, f.index); err != nil {
 					return err
@@ -162,7 +164,7 @@ func newFixture(t testing.TB, ops reconciler.Operations[*item], w *with, opts ..
 				return nil
 			})))
 	if w.tables {
-		cells = append(cells, reconciler.TablesCell)
+		cells = append(cells, tables.Cell)
 	}
 	f.hive = hive.New(append(cells, w.last...)...)
 	// Populated here, so that the setup runs on the test's goroutine.
@@ -353,16 +355,16 @@ func (f *fixture) waitHealth(ok func(level cell.Level, message string) bool, sco
 	}, timeout, time.Millisecond)
 }
 
-// waitInfo waits, on the watch channel of TablesCell's reconcilers table,
+// waitInfo waits, on the watch channel of tables.Cell's reconcilers table,
 // until the row of the fixture's reconciler satisfies cond, and returns it
 // (with.tables).
-func (f *fixture) waitInfo(what string, cond func(*reconciler.Info) bool) (info *reconciler.Info) {
+func (f *fixture) waitInfo(what string, cond func(*tables.Info) bool) (info *tables.Info) {
 	f.t.Helper()
 	waitUntil(f.t, what, func() (bool, <-chan struct{}) {
 		txn := f.db.ReadTxn()
 		_, watch := f.tables.Reconcilers().AllWatch(txn)
 		var found bool
-		info, _, found = f.tables.Reconcilers().Get(txn, reconciler.InfoByID.Query("test"))
+		info, _, found = f.tables.Reconcilers().Get(txn, tables.InfoByID.Query("test"))
 		return found && cond(info), watch
 	})
 	return info

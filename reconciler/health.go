@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/cilium/hive/cell"
+
+	"github.com/converge-go/converge/tables"
 )
 
 // maxHealthErrors caps how many object errors a Degraded health report
@@ -38,26 +40,26 @@ type healthState struct {
 // wording; N is the failing objects plus a failed prune, round limiter or
 // start gate) and up to maxHealthErrors errors. objects and retryErrors are
 // called only when needed. It returns the state for the reconcilers table.
-func (h *healthReporter) update(s healthState, objects func() int, retryErrors func(limit int) []error) State {
+func (h *healthReporter) update(s healthState, objects func() int, retryErrors func(limit int) []error) tables.State {
 	if s.paused {
 		// Paused on purpose: OK, but saying so.
 		if !h.sent || !h.last.paused {
 			h.sent, h.ok, h.last = true, false, s
 			h.health.OK("Paused")
 		}
-		return StatePaused
+		return tables.StatePaused
 	}
 	if s.failing == 0 && s.pruneErr == nil && s.limiterErr == nil && s.gateErr == nil && s.breakerErr == nil {
 		s.objects = objects()
 		if h.sent && h.ok && s.objects == h.last.objects {
-			return StateRunning
+			return tables.StateRunning
 		}
 		h.sent, h.ok, h.last = true, true, s
 		h.health.OK(fmt.Sprintf("OK, %d object(s)", s.objects))
-		return StateRunning
+		return tables.StateRunning
 	}
 	if h.sent && !h.ok && s == h.last {
-		return StateDegraded
+		return tables.StateDegraded
 	}
 	h.sent, h.ok, h.last = true, false, s
 
@@ -95,5 +97,5 @@ func (h *healthReporter) update(s healthState, objects func() int, retryErrors f
 		errs = append(errs, fmt.Errorf("%d more error(s) omitted", omitted))
 	}
 	h.health.Degraded(fmt.Sprintf("%d error(s): %s", count, strings.Join(what, ", ")), errors.Join(errs...))
-	return StateDegraded
+	return tables.StateDegraded
 }

@@ -8,6 +8,8 @@ import (
 	"github.com/cilium/hive/cell"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/converge-go/converge/tables"
 )
 
 // The count of "N error(s)" is the number of failing objects, plus one for
@@ -37,7 +39,7 @@ func TestHealthCountsFailingObjects(t *testing.T) {
 	} {
 		health, simple := cell.NewSimpleHealth()
 		h := &healthReporter{health: health}
-		assert.Equal(t, StateDegraded, h.update(tc.state, func() int { return 10 }, retryErrors(tc.state.failing)))
+		assert.Equal(t, tables.StateDegraded, h.update(tc.state, func() int { return 10 }, retryErrors(tc.state.failing)))
 		require.Equal(t, cell.StatusDegraded, simple.Level)
 		assert.Equal(t, tc.want, simple.Status, "%+v", tc.state)
 	}

@@ -3,81 +3,62 @@ package reconciler
 import (
 	"time"
 
-	"github.com/cilium/statedb"
-
 	"github.com/converge-go/converge/reconciler/internal/keyqueue"
+	"github.com/converge-go/converge/tables"
 )
 
-// infoWriter keeps the reconciler's rows in the tables of TablesCell
-// current. It writes only what changed since its last write.
+// infoWriter keeps the reconciler's rows in the tables of Params.Tables
+// current. It writes only what changed since its last write: its row when
+// a figure changed, and the rows of the keys whose failures changed.
 type infoWriter[Obj any] struct {
-	tables *Tables
-	id     string
-	last   Info // as last written, without the fields others write
+	tables  tables.Writer
+	id      string
+	last    tables.Info        // as last written
+	retries []tables.RetryInfo // write's buffer
 }
 
-func newInfoWriter[Obj any](tables *Tables, id string, lc *keyqueue.Queue[Obj]) *infoWriter[Obj] {
-	if tables == nil {
+func newInfoWriter[Obj any](w tables.Writer, id string, lc *keyqueue.Queue[Obj]) *infoWriter[Obj] {
+	if w == nil {
 		return nil
 	}
 	lc.TrackOutdated()
-	return &infoWriter[Obj]{tables: tables, id: id}
+	return &infoWriter[Obj]{tables: w, id: id}
 }
 
 // write stores info as the reconciler's row if it differs from the last
-// one written, and the rows of failing objects that changed.
-func (w *infoWriter[Obj]) write(db *statedb.DB, info Info, retries map[string]*keyqueue.State[Obj]) {
+// one written, and the rows of the failing objects in outdated (as
+// keyqueue.Queue.TakeOutdated returns them: nil or no attempts removes a row).
+func (w *infoWriter[Obj]) write(info tables.Info, outdated map[string]*keyqueue.State[Obj]) {
 	if w == nil {
 		return
 	}
 	info.ID = w.id
-	if info == w.last && len(retries) == 0 {
-		return
-	}
-	wtxn := db.WriteTxn(w.tables.reconcilers, w.tables.retries)
-	defer wtxn.Commit()
+	var row *tables.Info
 	if info != w.last {
-		// The refresh job writes LastRefresh; keep it.
-		if cur, _, found := w.tables.reconcilers.Get(wtxn, InfoByID.Query(w.id)); found {
-			info.LastRefresh = cur.LastRefresh
-		}
-		row := info
-		w.tables.reconcilers.Insert(wtxn, &row)
 		w.last = info
-		w.last.LastRefresh = time.Time{}
+		row = new(tables.Info) // the table keeps it
+		*row = info
 	}
-	for key, s := range retries {
-		shown := displayKey(key)
-		if s == nil || s.Attempts() == 0 {
-			w.tables.retries.Delete(wtxn, &RetryInfo{Reconciler: w.id, Key: shown})
-			continue
+	for key, s := range outdated {
+		retry := tables.RetryInfo{Reconciler: w.id, Key: displayKey(key)}
+		if s != nil && s.Attempts() > 0 {
+			retry.Delete, retry.Attempts, retry.FirstFailed, retry.LastError = s.Task().Delete, s.Attempts(), s.FirstFailed(), s.Err().Error()
+			if due, waiting := s.Due(); waiting {
+				retry.NextAttempt = time.Unix(0, due)
+			}
 		}
-		row := &RetryInfo{
-			Reconciler:  w.id,
-			Key:         shown,
-			Delete:      s.Task().Delete,
-			Attempts:    s.Attempts(),
-			FirstFailed: s.FirstFailed(),
-			LastError:   s.Err().Error(),
-		}
-		if due, waiting := s.Due(); waiting {
-			row.NextAttempt = time.Unix(0, due)
-		}
-		w.tables.retries.Insert(wtxn, row)
+		w.retries = append(w.retries, retry)
 	}
+	if row != nil || len(w.retries) > 0 {
+		w.tables.Write(row, w.retries)
+	}
+	clear(w.retries)
+	w.retries = w.retries[:0]
 }
 
 // refreshed records a refresh sweep's time in the reconciler's row.
-func (w *infoWriter[Obj]) refreshed(db *statedb.DB, at time.Time) {
-	if w == nil {
-		return
+func (w *infoWriter[Obj]) refreshed(at time.Time) {
+	if w != nil {
+		w.tables.Refreshed(w.id, at)
 	}
-	wtxn := db.WriteTxn(w.tables.reconcilers)
-	defer wtxn.Commit()
-	row := Info{ID: w.id, State: StateRunning}
-	if cur, _, found := w.tables.reconcilers.Get(wtxn, InfoByID.Query(w.id)); found {
-		row = *cur
-	}
-	row.LastRefresh = at
-	w.tables.reconcilers.Insert(wtxn, &row)
 }

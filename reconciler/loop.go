@@ -8,6 +8,7 @@ import (
 
 	"github.com/cilium/hive/cell"
 	"github.com/cilium/statedb"
+	"github.com/converge-go/converge/tables"
 	"github.com/converge-go/converge/tracing"
 )
 
@@ -166,7 +167,7 @@ func (l *loop[Obj]) stopped() {
 	r.reportStopped()
 	if r.info != nil {
 		txn := r.db.ReadTxn()
-		r.info.write(r.db, r.infoRow(&l.prune, StateStopped, r.table.NumObjects(txn), r.lifecycles.Retrying(), 0, 0, r.lifecycles.OldestSince()), r.lifecycles.TakeOutdated())
+		r.info.write(r.infoRow(&l.prune, tables.StateStopped, r.table.NumObjects(txn), r.lifecycles.Retrying(), 0, 0, r.lifecycles.OldestSince()), r.lifecycles.TakeOutdated())
 	}
 }
 

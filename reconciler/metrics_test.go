@@ -1,14 +1,13 @@
 package reconciler_test
 
 // What the reconciler reports, where the scripts cannot produce it: an
-// operation's own deadline, drift reported by Update, how TablesCell's rows
-// render, failure logs in a storm, and health. (Outcomes, latency, queue
-// depth, oldest pending, prunes, refresh sweeps and the rows as objects
-// fail and recover: testdata/observe_*.txtar.)
+// operation's own deadline, drift reported by Update, failure logs in a
+// storm, and health. (Outcomes, latency, queue depth, oldest pending,
+// prunes, refresh sweeps and the rows as objects fail and recover:
+// testdata/observe_*.txtar; how the rows render: package tables.)
 
 import (
 	"context"
-	"encoding/json"
 	"expvar"
 	"fmt"
 	"log/slog"
@@ -23,13 +22,13 @@ import (
 	"github.com/cilium/statedb"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	yaml "go.yaml.in/yaml/v3"
 	"golang.org/x/time/rate"
 
 	"github.com/converge-go/converge/metrics"
 	"github.com/converge-go/converge/reconciler"
 	"github.com/converge-go/converge/reconcilertest"
 	"github.com/converge-go/converge/status"
+	"github.com/converge-go/converge/tables"
 )
 
 // ev returns the expvar figure named variable/key as a string ("" if none).
@@ -80,74 +79,14 @@ func TestRefreshDriftCountsOnlyRefreshingUpdates(t *testing.T) {
 	f := startFixture(t, tg, &with{tables: true}, reconciler.WithMetrics(m), reconciler.WithPruning(0))
 	f.upsert(&item{ID: "a", Value: "1"})
 	f.waitReconciled()
-	info := f.waitInfo("a reconciled", func(i *reconciler.Info) bool { return i.Succeeded == 1 })
+	info := f.waitInfo("a reconciled", func(i *tables.Info) bool { return i.Succeeded == 1 })
 	assert.Zero(t, info.DriftRepaired)
 	assert.Equal(t, "", ev(m, "drift_repaired", "test/refresh"))
 
 	a, _ := f.get("a")
 	f.insertAs(a.clone().setStatus(status.Refreshing()))
-	f.waitInfo("refresh drift", func(i *reconciler.Info) bool { return i.DriftRepaired == 1 })
+	f.waitInfo("refresh drift", func(i *tables.Info) bool { return i.DriftRepaired == 1 })
 	require.Eventually(t, func() bool { return ev(m, "drift_repaired", "test/refresh") == "1" }, timeout, time.Millisecond)
-}
-
-// How the rows of TablesCell's tables render and encode. (What they say
-// as objects fail and recover: testdata/observe_failure.txtar and
-// testdata/observe_retry_rows.txtar.)
-
-// The rows render as tables for db/show: one cell per header column, times
-// as ages, the next attempt as "in D", "running" or "due".
-func TestTableRowsReadAsTables(t *testing.T) {
-	now := time.Now()
-	info := &reconciler.Info{
-		ID: "agent.routes/r", Module: "agent.routes", Name: "r", State: reconciler.StateDegraded,
-		Objects: 3, Succeeded: 10, Failed: 2, Retrying: 1, InFlight: 1, Workers: 4, BusyWorkers: 1,
-		OldestPending: now.Add(-time.Second), LastError: "disk full", LastErrorAt: now.Add(-2 * time.Second),
-		LastPrune: now.Add(-3 * time.Second), LastPruneError: "prune: nope",
-	}
-	header, row := info.TableHeader(), info.TableRow()
-	require.Equal(t, []string{"Module", "Name", "State", "Objects", "Succeeded", "Failed", "Retrying", "InFlight", "Workers", "OldestPending", "LastError", "LastPrune", "LastRefresh"}, header)
-	require.Len(t, row, len(header))
-	assert.Equal(t, []string{"agent.routes", "r", "degraded", "3", "10", "2", "1", "1", "1/4"}, row[:9], "Workers is busy/configured")
-	assert.Regexp(t, `^1(\.\d+)?s ago$`, row[9])
-	assert.Regexp(t, `^disk full \(2(\.\d+)?s ago\)$`, row[10])
-	assert.Regexp(t, `^3(\.\d+)?s ago: prune: nope$`, row[11])
-	assert.Equal(t, "", row[12], "never refreshed: empty")
-
-	info.TargetFailingSince = now.Add(-37 * time.Millisecond)
-	assert.Regexp(t, `^degraded, target failing for 3\d+ms$`, info.TableRow()[2])
-
-	empty := (&reconciler.Info{Module: "m", State: reconciler.StateRunning}).TableRow()
-	assert.Equal(t, []string{"m", "", "running", "0", "0", "0", "0", "0", "0/0", "", "", "", ""}, empty)
-
-	retry := &reconciler.RetryInfo{Reconciler: "m", Key: "k", Attempts: 3, FirstFailed: now.Add(-time.Minute), NextAttempt: now.Add(time.Hour), LastError: "x"}
-	rh, rr := retry.TableHeader(), retry.TableRow()
-	require.Len(t, rr, len(rh))
-	assert.Equal(t, []string{"Reconciler", "Key", "Op", "Attempts", "FirstFailed", "NextAttempt", "LastError"}, rh)
-	assert.Equal(t, []string{"m", "k", "update", "3"}, rr[:4])
-	assert.Regexp(t, `^1m0(\.\d+)?s ago$`, rr[4])
-	assert.Regexp(t, `^in (1h0m0s|59m59(\.\d+)?s)$`, rr[5])
-	retry.NextAttempt = now.Add(-32 * time.Millisecond)
-	assert.Equal(t, "due", retry.TableRow()[5], "past: due, never a negative duration")
-	retry.NextAttempt, retry.Delete = time.Time{}, true
-	rr = retry.TableRow()
-	assert.Equal(t, "delete", rr[2])
-	assert.Equal(t, "running", rr[5])
-	assert.False(t, strings.Contains(strings.Join(rr, ""), "\n"))
-}
-
-func TestInfoEncodesDurationsAsStrings(t *testing.T) {
-	in := reconciler.Info{ID: "m/x", State: reconciler.StateRunning, LastPruneDuration: 375 * time.Microsecond, FailuresSinceSuccess: 2}
-	data, err := json.Marshal(in)
-	require.NoError(t, err)
-	assert.Contains(t, string(data), `"last-prune-duration":"375µs"`)
-	assert.Contains(t, string(data), `"failures-since-success":2`)
-	var out reconciler.Info
-	require.NoError(t, json.Unmarshal(data, &out))
-	assert.Equal(t, in, out)
-	y, err := yaml.Marshal(in)
-	require.NoError(t, err)
-	assert.Contains(t, string(y), "last-prune-duration: 375µs")
-	assert.Error(t, json.Unmarshal([]byte(`{"last-prune-duration":"soon"}`), &out))
 }
 
 // captureHandler keeps the records of the reconciler's failure logs.
@@ -201,7 +140,7 @@ func TestFailureLogsRateLimitedInAStorm(t *testing.T) {
 		objs[i] = &item{ID: strconv.Itoa(i), Value: "v"}
 	}
 	f.upsert(objs...)
-	f.waitInfo("all reconciled", func(i *reconciler.Info) bool { return i.Succeeded == n && i.Retrying == 0 })
+	f.waitInfo("all reconciled", func(i *tables.Info) bool { return i.Succeeded == n && i.Retrying == 0 })
 	assert.Zero(t, f.tables.Retries().NumObjects(f.db.ReadTxn()), "no retry rows left")
 
 	warn, debug := h.failures()

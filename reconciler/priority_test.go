@@ -3,6 +3,7 @@ package reconciler_test
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -156,6 +157,33 @@ func TestPriorityReadOncePerVersion(t *testing.T) {
 				assert.Equal(t, 1, n, "priority of %s read %d times", version, n)
 			}
 			assert.Len(t, reads, 20)
+		})
+	}
+}
+
+// A round cut short by a stop gives the changes it never started back
+// their turn: after the start they go before those of the same priority
+// read after them, first read first, not to the back of their priority.
+func TestPriorityRoundCutShortKeepsItsTurn(t *testing.T) {
+	for _, v := range []variant{{1, false}, {1, true}} {
+		t.Run(v.String(), func(t *testing.T) {
+			tg := newTarget()
+			f := v.fixture(t, tg, nil, reconciler.WithRoundLimits(4, nil), reconciler.WithPriority(ppPrio, 0.001))
+			f.start()
+			f.upsert(&item{ID: "m", Value: "0"}) // the backlog, which priorities do not order
+			f.caughtUp()
+			h := tg.hold("high-00000")
+			f.upsert(items("high", 12, "1")...) // one read; a round of 4 starts with the first
+			h.wait(t)
+			f.stop() // the other three of the round never start
+			f.start()
+			f.caughtUp()
+			var want []string
+			for i := range 12 {
+				want = append(want, fmt.Sprintf("update high-%05d=1", i))
+			}
+			order := slices.DeleteFunc(tg.applied(), func(c string) bool { return c == "update m=0" })
+			require.Equal(t, want, order)
 		})
 	}
 }

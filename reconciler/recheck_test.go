@@ -21,6 +21,7 @@ import (
 	"github.com/converge-go/converge/reconciler"
 	"github.com/converge-go/converge/reconcilertest"
 	"github.com/converge-go/converge/status"
+	"github.com/converge-go/converge/tables"
 )
 
 // kitrecheck starts a fixture over o, one worker unless v says otherwise.
@@ -364,7 +365,7 @@ func TestRecheckFromDeleteAndPrune(t *testing.T) {
 		select {
 		case <-started:
 		case <-deadline.C:
-			info, _, _ := f.tables.Reconcilers().Get(f.db.ReadTxn(), reconciler.InfoByID.Query("test"))
+			info, _, _ := f.tables.Reconcilers().Get(f.db.ReadTxn(), tables.InfoByID.Query("test"))
 			t.Fatalf("Prune() asked for a prune; none ran in %v (%d calls; row %+v)", timeout, o.calls.Load(), info)
 		}
 	}

@@ -39,8 +39,7 @@ type reconciler[Obj any] struct {
 
 	metrics      observers
 	refreshDrift atomic.Int64     // drift reported by Updates of Refreshing objects, not yet committed
-	tables       *Tables          // nil without TablesCell
-	info         *infoWriter[Obj] // nil without TablesCell
+	info         *infoWriter[Obj] // nil without Params.Tables
 
 	primary       statedb.Indexer[Obj]
 	pruneRequests chan struct{}

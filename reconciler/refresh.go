@@ -49,7 +49,7 @@ func (r *reconciler[Obj]) refreshLoop(ctx context.Context, health cell.Health) e
 		if ctx.Err() != nil {
 			return nil
 		}
-		r.info.refreshed(r.db, r.now())
+		r.info.refreshed(r.now())
 		timer.Reset(wait)
 		if err != nil {
 			// The limiter was made unusable while running: the sweep

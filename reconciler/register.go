@@ -85,7 +85,6 @@ func Register[Obj any](
 		log = log.With("reconciler", o.name)
 	}
 	r := &reconciler[Obj]{
-		tables:        params.Tables,
 		opts:          o,
 		log:           log,
 		db:            params.DB,
@@ -116,7 +115,7 @@ func Register[Obj any](
 	// The feed begins now, not when the job first runs, so that no delete
 	// between registration and start is missed.
 	r.changes = newChangeFeed(params.DB, statedb.Table[Obj](table))
-	r.info = newInfoWriter(r.tables, metrics.Key(r.moduleID, o.name), r.lifecycles)
+	r.info = newInfoWriter(params.Tables, metrics.Key(r.moduleID, o.name), r.lifecycles)
 
 	if err := r.applyPriority(); err != nil {
 		return nil, err

@@ -7,11 +7,12 @@ import (
 	"github.com/cilium/statedb"
 
 	"github.com/converge-go/converge/metrics"
+	"github.com/converge-go/converge/tables"
 )
 
 // report is the last stage of a round: it publishes progress for
 // WaitUntilReconciled, metrics, the reconciler's rows in the tables of
-// TablesCell, and health.
+// Params.Tables, and health.
 func (r *reconciler[Obj]) report(txn statedb.ReadTxn, work []op[Obj], c commitOutcome, load execLoad, p *pruneSchedule, now time.Time, paused bool) {
 	lc := r.lifecycles
 	inFlight := lc.Active()
@@ -74,7 +75,7 @@ func (r *reconciler[Obj]) report(txn statedb.ReadTxn, work []op[Obj], c commitOu
 		if breaker.open {
 			info.TargetFailingSince, info.TargetError = breaker.since, breaker.err.Error()
 		}
-		r.info.write(r.db, info, lc.TakeOutdated())
+		r.info.write(info, lc.TakeOutdated())
 	}
 
 	// Progress last, so that a WaitUntilReconciled that returns sees the
@@ -87,14 +88,14 @@ func (r *reconciler[Obj]) report(txn statedb.ReadTxn, work []op[Obj], c commitOu
 // paused, in health and the reconcilers table. The first round reports
 // anew.
 func (r *reconciler[Obj]) reportWaiting(txn statedb.ReadTxn, waiting []string, paused bool, p *pruneSchedule) {
-	msg, state := "Waiting for tables to be initialized: "+strings.Join(waiting, ", "), StateWaiting
+	msg, state := "Waiting for tables to be initialized: "+strings.Join(waiting, ", "), tables.StateWaiting
 	if paused {
-		msg, state = "Paused", StatePaused // as when running: Paused says all
+		msg, state = "Paused", tables.StatePaused // as when running: Paused says all
 	}
 	r.health.health.OK(msg)
 	if r.info != nil {
 		lc := r.lifecycles
-		r.info.write(r.db, r.infoRow(p, state, r.table.NumObjects(txn), lc.Retrying(), 0, 0, lc.OldestSince()), lc.TakeOutdated())
+		r.info.write(r.infoRow(p, state, r.table.NumObjects(txn), lc.Retrying(), 0, 0, lc.OldestSince()), lc.TakeOutdated())
 	}
 }
 
@@ -133,9 +134,9 @@ func (r *reconciler[Obj]) progressRev() statedb.Revision {
 }
 
 // infoRow returns the reconciler's row of the reconcilers table.
-func (r *reconciler[Obj]) infoRow(p *pruneSchedule, state State, objects, failing, inFlight, busy int, oldest time.Time) Info {
+func (r *reconciler[Obj]) infoRow(p *pruneSchedule, state tables.State, objects, failing, inFlight, busy int, oldest time.Time) tables.Info {
 	t := &r.totals
-	info := Info{
+	info := tables.Info{
 		Module:               r.moduleID.String(),
 		Name:                 r.opts.name,
 		State:                state,

@@ -32,6 +32,7 @@ import (
 	"github.com/converge-go/converge/reconciler"
 	"github.com/converge-go/converge/reconcilertest"
 	"github.com/converge-go/converge/status"
+	"github.com/converge-go/converge/tables"
 )
 
 // TestScripts runs the end-to-end scripts in ../testdata against a real
@@ -112,7 +113,7 @@ func parseScriptFlags(args []string) (scriptFlags, error) {
 	fs.StringVar(&f.reconcilers, "reconcilers", "", "comma-separated names of reconcilers sharing Statuses")
 	fs.DurationVar(&f.timeout, "op-timeout", 0, "WithOperationTimeout")
 	fs.BoolVar(&f.newHive, "new-hive", false, "'hive start' after 'hive stop' starts a new hive (reconcilertest.Restarter), not the same one")
-	fs.BoolVar(&f.tables, "tables", false, "include reconciler.TablesCell (the reconcilers and reconciler-retries tables)")
+	fs.BoolVar(&f.tables, "tables", false, "include tables.Cell (the reconcilers and reconciler-retries tables)")
 	fs.DurationVar(&f.startAfter, "start-after", -1, "WithStartAfter(TIMEOUT, others): start once items and others (others/init) are initialized; 0 waits as long as it takes")
 	fs.BoolVar(&f.dependency, "dependency", false, "WithDependency on the deps table: a dep re-reconciles the items it lists; see depOps")
 	fs.IntVar(&f.roundSize, "round-size", 0, "WithRoundLimits objects per round (0: the default)")
@@ -172,7 +173,7 @@ func newScriptEngine(t testing.TB, args []string) *script.Engine {
 			),
 		}
 		if flags.tables {
-			cells = append(cells, reconciler.TablesCell)
+			cells = append(cells, tables.Cell)
 		}
 		return hive.New(cells...)
 	}

@@ -13,8 +13,8 @@ import (
 	"github.com/cilium/statedb"
 
 	"github.com/converge-go/converge/metrics"
-
 	"github.com/converge-go/converge/reconciler/internal/keyqueue"
+	"github.com/converge-go/converge/tables"
 )
 
 // Reconciler is a registered reconciler. Its methods are safe for concurrent
@@ -76,10 +76,10 @@ type Params struct {
 	// provided either, the reconciler keeps unpublished expvar metrics.
 	DefaultMetrics metrics.Metrics `optional:"true"`
 
-	// Tables, provided by [TablesCell], are where the reconciler keeps its
-	// row of the reconcilers table and the rows of its failing objects.
-	// Without them it keeps none.
-	Tables *Tables `optional:"true"`
+	// Tables, which tables.Cell provides, is what the reconciler writes its
+	// row of the reconcilers table and the rows of its failing objects
+	// with. Without it the reconciler keeps none.
+	Tables tables.Writer `optional:"true"`
 }
 
 // Operations applies objects to the target. Every method is given a context

@@ -13,7 +13,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/converge-go/converge/metrics"
-	"github.com/converge-go/converge/reconciler"
+	"github.com/converge-go/converge/tables"
 )
 
 func retriesCmd(reg *Registry) script.Cmd {
@@ -27,7 +27,7 @@ func retriesCmd(reg *Registry) script.Cmd {
 				fs.Bool("absent", false, "wait until no line matches the regexp (until no object fails, without one)")
 			},
 			Detail: []string{
-				"The command prints the reconciler's rows of the reconciler-retries table, which reconciler.TablesCell provides (the hive must include it), one line per failing object, sorted by key:",
+				"The command prints the reconciler's rows of the reconciler-retries table, which tables.Cell provides (the hive must include it), one line per failing object, sorted by key:",
 				"",
 				"  KEY: OP attempts=N first-failed=AGE next=NEXT error=MESSAGE",
 				"",
@@ -102,20 +102,20 @@ func retriesCmd(reg *Registry) script.Cmd {
 	)
 }
 
-// retryTableSet is the tables of reconciler.TablesCell, found by name.
+// retryTableSet is the tables of tables.Cell, found by name.
 type retryTableSet struct {
-	reconcilers statedb.Table[*reconciler.Info]
-	retries     statedb.Table[*reconciler.RetryInfo]
+	reconcilers statedb.Table[*tables.Info]
+	retries     statedb.Table[*tables.RetryInfo]
 }
 
-// retryTables finds the tables of reconciler.TablesCell in db.
+// retryTables finds the tables of tables.Cell in db.
 func retryTables(db *statedb.DB) (retryTableSet, error) {
 	var t retryTableSet
 	txn := db.ReadTxn()
-	recs, _ := db.GetTable(txn, reconciler.ReconcilersTableName).(statedb.Table[*reconciler.Info])
-	retries, _ := db.GetTable(txn, reconciler.RetriesTableName).(statedb.Table[*reconciler.RetryInfo])
+	recs, _ := db.GetTable(txn, tables.ReconcilersTableName).(statedb.Table[*tables.Info])
+	retries, _ := db.GetTable(txn, tables.RetriesTableName).(statedb.Table[*tables.RetryInfo])
 	if recs == nil || retries == nil {
-		return t, fmt.Errorf("no %q table in the hive's StateDB: include reconciler.TablesCell in the hive to keep the failing objects of reconcilers", reconciler.RetriesTableName)
+		return t, fmt.Errorf("no %q table in the hive's StateDB: include tables.Cell in the hive to keep the failing objects of reconcilers", tables.RetriesTableName)
 	}
 	t.reconcilers, t.retries = recs, retries
 	return t, nil
@@ -130,8 +130,8 @@ func (t retryTableSet) lines(sub subject, now time.Time) ([]string, watches, err
 	if err != nil || id == "" {
 		return nil, watches{watch}, err
 	}
-	rows, watch := t.retries.ListWatch(txn, reconciler.RetryByReconciler.Query(id))
-	info, _, infoWatch, _ := t.reconcilers.GetWatch(txn, reconciler.InfoByID.Query(id))
+	rows, watch := t.retries.ListWatch(txn, tables.RetryByReconciler.Query(id))
+	info, _, infoWatch, _ := t.reconcilers.GetWatch(txn, tables.InfoByID.Query(id))
 	held := info != nil && !info.TargetFailingSince.IsZero()
 	var lines []string
 	for r := range rows {
@@ -156,7 +156,7 @@ func (t retryTableSet) reconcilerID(txn statedb.ReadTxn, sub subject) (string, <
 		}
 	}
 	if len(ids) > 1 {
-		return "", nil, fmt.Errorf("several reconcilers named %q in table %q (%s): set Subject.ModuleID to choose one", sub.subjectName(), reconciler.ReconcilersTableName, quoteAll(ids))
+		return "", nil, fmt.Errorf("several reconcilers named %q in table %q (%s): set Subject.ModuleID to choose one", sub.subjectName(), tables.ReconcilersTableName, quoteAll(ids))
 	}
 	if len(ids) == 0 {
 		return "", watch, nil
@@ -166,7 +166,7 @@ func (t retryTableSet) reconcilerID(txn statedb.ReadTxn, sub subject) (string, <
 
 // formatRetry renders a row of the retries table as one line; held says
 // that the reconciler's circuit breaker is open.
-func formatRetry(r *reconciler.RetryInfo, now time.Time, held bool) string {
+func formatRetry(r *tables.RetryInfo, now time.Time, held bool) string {
 	op := "update"
 	if r.Delete {
 		op = "delete"

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/converge-go/converge/reconciler"
+	"github.com/converge-go/converge/tables"
 )
 
 // NEXT never shows a negative duration: once the time of the next attempt
@@ -24,7 +24,7 @@ func TestFormatRetryNext(t *testing.T) {
 		{now.Add(-32 * time.Millisecond), false, "next=due "},
 		{now, false, "next=due "},
 	} {
-		line := formatRetry(&reconciler.RetryInfo{Key: "k", Attempts: 2, FirstFailed: now.Add(-time.Second), NextAttempt: tc.next, LastError: "e"}, now, tc.held)
+		line := formatRetry(&tables.RetryInfo{Key: "k", Attempts: 2, FirstFailed: now.Add(-time.Second), NextAttempt: tc.next, LastError: "e"}, now, tc.held)
 		want := "k: update attempts=2 first-failed=1s " + tc.want + "error=e"
 		if line != want {
 			t.Errorf("next %v, held %v: %q, want %q", tc.next, tc.held, line, want)

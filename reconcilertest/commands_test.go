@@ -90,7 +90,7 @@ func TestCommandErrors(t *testing.T) {
 		{"reconciler/calls --in-flight --min=1 --timeout=30ms", "waiting for calls in flight (op"},
 		{"reconciler/metrics 'nothing like this' --timeout=30ms", `no line matches "nothing like this" in:`},
 		{"reconciler/metrics '('", "bad regexp"},
-		{"reconciler/retries", `no "reconciler-retries" table in the hive's StateDB: include reconciler.TablesCell`},
+		{"reconciler/retries", `no "reconciler-retries" table in the hive's StateDB: include tables.Cell`},
 		{"reconciler/wait-object", "invalid usage: expected one KEY"},
 		{"reconciler/wait-object a b", "invalid usage: expected one KEY"},
 		{"reconciler/wait-object --timeout=0s a", "--timeout must be positive"},

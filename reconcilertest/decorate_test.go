@@ -16,6 +16,7 @@ import (
 	"github.com/converge-go/converge/reconciler"
 	"github.com/converge-go/converge/reconcilertest"
 	"github.com/converge-go/converge/status"
+	"github.com/converge-go/converge/tables"
 )
 
 // routesModule stands for an agent's production module: it provides its
@@ -41,7 +42,7 @@ func TestFaultsInAProductionModule(t *testing.T) {
 	var routes statedb.RWTable[*Route]
 	var rec reconciler.Reconciler[*Route]
 	moduleID := cell.FullModuleID{"routes"} // nested modules: {"agent", "routes"}
-	h := hive.New(statedb.Cell, job.Cell, cell.Provide(cell.NewSimpleHealth), reconciler.TablesCell,
+	h := hive.New(statedb.Cell, job.Cell, cell.Provide(cell.NewSimpleHealth), tables.Cell,
 		cell.Decorate(
 			func(ops reconciler.Operations[*Route]) reconciler.Operations[*Route] {
 				faults = reconcilertest.NewFaultyOps(routeKey, ops, nil)
@@ -79,9 +80,9 @@ func TestFaultsInAProductionModule(t *testing.T) {
 	// The Reconciler waits; the module ID names its row of the tables.
 	_, _, err = rec.WaitUntilReconciled(ctx, routes.Revision(db.ReadTxn()))
 	require.NoError(t, err)
-	infos := db.GetTable(db.ReadTxn(), reconciler.ReconcilersTableName).(statedb.Table[*reconciler.Info])
+	infos := db.GetTable(db.ReadTxn(), tables.ReconcilersTableName).(statedb.Table[*tables.Info])
 	for {
-		row, _, watch, found := infos.GetWatch(db.ReadTxn(), reconciler.InfoByID.Query(metrics.Key(moduleID, "")))
+		row, _, watch, found := infos.GetWatch(db.ReadTxn(), tables.InfoByID.Query(metrics.Key(moduleID, "")))
 		if found && row.Failed > 0 {
 			break
 		}

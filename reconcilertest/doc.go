@@ -72,7 +72,7 @@
 //	reconciler/calls --in-flight         the same for the calls started and not yet returned
 //	reconciler/fault [MODE|clear]        inject a fault: error, terminal, retry-after, panic, delay or recheck (--key, --op, --next, --prob, --seed, --duration, --after)
 //	reconciler/metrics [REGEXP...]       print the expvar metrics, or wait until each regexp matches a line
-//	reconciler/retries [REGEXP]          print the failing objects (reconciler.TablesCell), or wait until one matches (--absent)
+//	reconciler/retries [REGEXP]          print the failing objects (tables.Cell), or wait until one matches (--absent)
 //	reconciler/save KEY...               remember objects as they are, status included (--delete: and take them out)
 //	reconciler/put-back KEY...           insert them again exactly as saved
 //
@@ -151,7 +151,7 @@
 //
 // # Failing objects, pause and resume
 //
-// With [reconciler.TablesCell] in the hive, reconcilers keep a row per
+// With [tables.Cell] in the hive, reconcilers keep a row per
 // failing object in the "reconciler-retries" table; reconciler/retries
 // prints a reconciler's rows (attempts, first failure, next attempt, last
 // error) and waits, on the table's watch channel, until a row matching a
@@ -163,7 +163,7 @@
 //	reconciler/fault --key=b clear
 //	reconciler/retries --absent
 //
-// Without TablesCell it fails, saying so; reconciler/health lists the
+// Without tables.Cell it fails, saying so; reconciler/health lists the
 // failing objects with their errors instead, and reconciler/calls shows
 // every attempt. The statedb command "db/show reconcilers" shows each
 // reconciler's state and figures.

@@ -76,7 +76,10 @@ func (f *FaultyOps[Obj]) Clear(key string) int { return f.faults.clear(key) }
 func (f *FaultyOps[Obj]) Faults() []Fault { return f.faults.list() }
 
 // apply runs the fault that fires for a call before the wrapped operation,
-// if any; id is the call's start number. proceed reports whether the call
+// if any; id is the call's start number. A single call decides its fault
+// before it shows in flight (begin), so that a script that sees it in
+// flight and then clears or adds faults changes nothing for it: it holds
+// on the fault it was given. proceed reports whether the call
 // should go on to the wrapped operation; if not, err is its outcome. A
 // panic fault runs beforePanic if not nil, records the call and panics.
 func (f *FaultyOps[Obj]) apply(ctx context.Context, id int, c Call, beforePanic func()) (proceed bool, err error) {
@@ -153,8 +156,9 @@ func (f *FaultyOps[Obj]) fire(ctx context.Context, id int, c Call, beforePanic f
 // Update implements [reconciler.Operations].
 func (f *FaultyOps[Obj]) Update(ctx context.Context, txn statedb.ReadTxn, rev statedb.Revision, obj Obj) error {
 	c := Call{Op: OpUpdate, Key: f.key(obj), Revision: rev}
+	r := f.faults.decide(c.Op, c.Key, false) // before the call shows in flight: see apply
 	id := f.begin(c)
-	proceed, err := f.apply(ctx, id, c, nil)
+	proceed, err := f.fire(ctx, id, c, nil, r)
 	if proceed {
 		err = f.applyAfter(ctx, id, c, f.ops.Update(ctx, txn, rev, obj))
 	}
@@ -166,8 +170,9 @@ func (f *FaultyOps[Obj]) Update(ctx context.Context, txn statedb.ReadTxn, rev st
 // Delete implements [reconciler.Operations].
 func (f *FaultyOps[Obj]) Delete(ctx context.Context, txn statedb.ReadTxn, rev statedb.Revision, obj Obj) error {
 	c := Call{Op: OpDelete, Key: f.key(obj), Revision: rev}
+	r := f.faults.decide(c.Op, c.Key, false) // before the call shows in flight: see apply
 	id := f.begin(c)
-	proceed, err := f.apply(ctx, id, c, nil)
+	proceed, err := f.fire(ctx, id, c, nil, r)
 	if proceed {
 		err = f.applyAfter(ctx, id, c, f.ops.Delete(ctx, txn, rev, obj))
 	}
@@ -183,8 +188,9 @@ func (f *FaultyOps[Obj]) Prune(ctx context.Context, txn statedb.ReadTxn, objects
 	for range objects {
 		c.Desired++
 	}
+	r := f.faults.decide(c.Op, c.Key, false) // before the call shows in flight: see apply
 	id := f.begin(c)
-	proceed, err := f.apply(ctx, id, c, nil)
+	proceed, err := f.fire(ctx, id, c, nil, r)
 	if proceed {
 		err = f.applyAfter(ctx, id, c, f.ops.Prune(ctx, txn, objects))
 	}

@@ -7,6 +7,7 @@ import (
 	"iter"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/cilium/statedb"
 	"github.com/stretchr/testify/assert"
@@ -108,6 +109,29 @@ func TestFaultyOpsInFlight(t *testing.T) {
 		require.NoError(t, <-done)
 		assert.Empty(t, f.InFlight())
 		assert.Equal(t, []string{"update a"}, keys(f.Calls()))
+	})
+
+	t.Run("a call in flight keeps the fault it was given", func(t *testing.T) {
+		// Clearing a's faults once its call shows in flight releases that
+		// call; it must not then take the older fault meant for the next.
+		for range 100 {
+			f := reconcilertest.NewFaultyOps(itemKey, &innerOps{}, nil)
+			t.Cleanup(func() { f.Clear("") }) // releases a call held by mistake
+			require.NoError(t, f.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeDelay, Next: 1}))
+			require.NoError(t, f.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeDelay, Key: "a", Next: 1}))
+			_, changed := f.InFlightWatch()
+			done := make(chan error)
+			go func() { done <- update(f, ctx, "a") }()
+			<-changed
+			f.Clear("a")
+			select {
+			case err := <-done:
+				require.NoError(t, err)
+			case <-time.After(10 * time.Second):
+				t.Fatalf("the call took the older fault: %v", f.Faults())
+			}
+			require.Len(t, f.Faults(), 1, "the fault for the next call is left")
+		}
 	})
 
 	t.Run("a batch's entries are in flight from its start", func(t *testing.T) {

@@ -23,6 +23,7 @@ import (
 	"github.com/converge-go/converge/reconciler"
 	"github.com/converge-go/converge/reconcilertest"
 	"github.com/converge-go/converge/status"
+	"github.com/converge-go/converge/tables"
 )
 
 // item is the object the tests reconcile. Status serves an unnamed
@@ -69,7 +70,7 @@ func parseFixtureFlags(args []string) (fixtureFlags, error) {
 	fs.DurationVar(&f.prune, "prune", 0, "WithPruning interval (0: only on request)")
 	fs.StringVar(&f.reconcilers, "reconcilers", "", "comma-separated names of reconcilers sharing Statuses")
 	fs.BoolVar(&f.sameHive, "same-hive", false, "use the hive's own commands: 'hive start' after 'hive stop' starts the same hive")
-	fs.BoolVar(&f.tables, "tables", false, "include reconciler.TablesCell, for reconciler/retries")
+	fs.BoolVar(&f.tables, "tables", false, "include tables.Cell, for reconciler/retries")
 	fs.StringVar(&f.mapTarget, "map-target", "", "reconcile into a mapTarget, a TargetReader of the test's own, instead of a Target: read-only or writable")
 	return f, fs.Parse(args)
 }
@@ -145,7 +146,7 @@ func (f *fixture) newHive() *hive.Hive {
 		),
 	}
 	if f.flags.tables {
-		cells = append(cells, reconciler.TablesCell)
+		cells = append(cells, tables.Cell)
 	}
 	return hive.New(cells...)
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/converge-go/converge/reconciler"
 	"github.com/converge-go/converge/reconcilertest"
 	"github.com/converge-go/converge/status"
+	"github.com/converge-go/converge/tables"
 )
 
 func TestMain(m *testing.M) {
@@ -57,7 +58,7 @@ var itemID = statedb.Index[*item, string]{
 	Unique:     true,
 }
 
-// agent is a hive with StateDB, reconciler.TablesCell (unless left out)
+// agent is a hive with StateDB, tables.Cell (unless left out)
 // and one module per name, each with a table of items and a reconciler of
 // it whose operations fail on demand; StateDB's handler is served under
 // /statedb/ behind a token, on a loopback address.
@@ -67,8 +68,8 @@ type agent struct {
 	tables  map[string]statedb.RWTable[*item] // by module
 	faults  map[string]*reconcilertest.FaultyOps[*item]
 	recs    map[string]reconciler.Reconciler[*item]
-	infos   statedb.Table[*reconciler.Info]
-	retries statedb.Table[*reconciler.RetryInfo]
+	infos   statedb.Table[*tables.Info]
+	retries statedb.Table[*tables.RetryInfo]
 	server  *httptest.Server
 	url     string // of the StateDB handler
 	token   string
@@ -84,7 +85,7 @@ func startAgent(t testing.TB, withTables bool, modules ...string) *agent {
 		token: testToken, dir: t.TempDir()}
 	cells := []cell.Cell{statedb.Cell, job.Cell, cell.Provide(cell.NewSimpleHealth), cell.Invoke(func(db *statedb.DB) { a.db = db })}
 	if withTables {
-		cells = append(cells, reconciler.TablesCell, cell.Invoke(func(i statedb.Table[*reconciler.Info], r statedb.Table[*reconciler.RetryInfo]) {
+		cells = append(cells, tables.Cell, cell.Invoke(func(i statedb.Table[*tables.Info], r statedb.Table[*tables.RetryInfo]) {
 			a.infos, a.retries = i, r
 		}))
 	}
@@ -154,12 +155,12 @@ func (a *agent) heal(module, key string) { a.faults[module].Clear(key) }
 
 // waitInfo waits, on watch channels, until module's row of the
 // reconcilers table satisfies cond.
-func (a *agent) waitInfo(module, what string, cond func(*reconciler.Info) bool) {
+func (a *agent) waitInfo(module, what string, cond func(*tables.Info) bool) {
 	a.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
 	for {
-		info, _, watch, found := a.infos.GetWatch(a.db.ReadTxn(), reconciler.InfoByID.Query(module))
+		info, _, watch, found := a.infos.GetWatch(a.db.ReadTxn(), tables.InfoByID.Query(module))
 		if found && cond(info) {
 			return
 		}
@@ -173,15 +174,15 @@ func (a *agent) waitInfo(module, what string, cond func(*reconciler.Info) bool) 
 
 func (a *agent) waitDegraded(module string, failing int) {
 	a.t.Helper()
-	a.waitInfo(module, "degraded", func(i *reconciler.Info) bool {
-		return i.State == reconciler.StateDegraded && i.Retrying == failing
+	a.waitInfo(module, "degraded", func(i *tables.Info) bool {
+		return i.State == tables.StateDegraded && i.Retrying == failing
 	})
 }
 
 func (a *agent) waitRunning(module string, objects int) {
 	a.t.Helper()
-	a.waitInfo(module, "running", func(i *reconciler.Info) bool {
-		return i.State == reconciler.StateRunning && i.Retrying == 0 && i.Objects == objects && i.InFlight == 0
+	a.waitInfo(module, "running", func(i *tables.Info) bool {
+		return i.State == tables.StateRunning && i.Retrying == 0 && i.Objects == objects && i.InFlight == 0
 	})
 }
 

@@ -309,7 +309,7 @@ func (c *client) statusError(resp *http.Response, where, table string) error {
 	case resp.StatusCode == http.StatusUnauthorized:
 		return fmt.Errorf("%w: %s answered %s: it refused the token (the example writes a new one at every start)", errUnauthorized, where, status)
 	case resp.StatusCode == http.StatusNotFound && strings.HasPrefix(msg.Err, "Table "):
-		return fmt.Errorf("%w %s: is reconciler.TablesCell in the agent's hive?", errNoTable, table)
+		return fmt.Errorf("%w %s: is tables.Cell in the agent's hive?", errNoTable, table)
 	case resp.StatusCode == http.StatusNotFound:
 		return fmt.Errorf("%w: %s answered %s: is --url the base of the agent's StateDB handler, under which it serves /query and /changes (such as %s)?",
 			errVersion, where, status, defaultURL)

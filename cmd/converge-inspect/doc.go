@@ -1,8 +1,8 @@
 // Command converge-inspect shows what the reconcilers of a running agent are
-// doing: the "reconcilers" and "reconciler-retries" tables that
-// reconciler.TablesCell keeps, read from the agent's StateDB HTTP handler
+// doing: the "reconcilers" and "reconciler-retries" tables of package
+// tables (tables.Cell), read from the agent's StateDB HTTP handler
 // (statedb.DB.HTTPHandler). It needs nothing in the agent but that handler
-// and TablesCell.
+// and tables.Cell.
 //
 // Run it from a clone of the repository against the example, which serves
 // the handler under /statedb/, behind the token in

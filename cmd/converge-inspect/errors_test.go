@@ -49,9 +49,9 @@ func TestUnreachable(t *testing.T) {
 func TestNoTables(t *testing.T) {
 	a := startAgent(t, false, "routes")
 	code, stdout, stderr := runInspect(t, nil, a.args()...)
-	requireFails(t, `no table reconcilers: is reconciler\.TablesCell in the agent's hive\?`, code, stdout, stderr)
+	requireFails(t, `no table reconcilers: is tables\.Cell in the agent's hive\?`, code, stdout, stderr)
 	code, stdout, stderr = runInspect(t, nil, a.args("--watch")...)
-	requireFails(t, `no table reconcilers: is reconciler\.TablesCell in the agent's hive\?`, code, stdout, stderr)
+	requireFails(t, `no table reconcilers: is tables\.Cell in the agent's hive\?`, code, stdout, stderr)
 }
 
 func TestUnauthorized(t *testing.T) {

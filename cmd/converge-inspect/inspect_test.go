@@ -8,8 +8,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/converge-go/converge/reconciler"
 	"github.com/converge-go/converge/reconcilertest"
+	"github.com/converge-go/converge/tables"
 )
 
 // The tables as text and JSON, with the exit status saying whether a
@@ -33,15 +33,15 @@ func TestShowsTables(t *testing.T) {
 	code, stdout, stderr = runInspect(t, nil, a.args("--json")...)
 	require.Equal(t, exitDegraded, code, stderr)
 	var rep struct {
-		Reconcilers []reconciler.Info      `json:"reconcilers"`
-		Retries     []reconciler.RetryInfo `json:"retries"`
-		Degraded    bool                   `json:"degraded"`
+		Reconcilers []tables.Info      `json:"reconcilers"`
+		Retries     []tables.RetryInfo `json:"retries"`
+		Degraded    bool               `json:"degraded"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(stdout), &rep), stdout)
 	require.True(t, rep.Degraded)
 	require.Len(t, rep.Reconcilers, 1)
 	require.Equal(t, "routes", rep.Reconcilers[0].ID)
-	require.Equal(t, reconciler.StateDegraded, rep.Reconcilers[0].State)
+	require.Equal(t, tables.StateDegraded, rep.Reconcilers[0].State)
 	require.Equal(t, 3, rep.Reconcilers[0].Objects)
 	require.Len(t, rep.Retries, 1)
 	require.Equal(t, "b", rep.Retries[0].Key)
@@ -62,8 +62,8 @@ func TestPruneFailure(t *testing.T) {
 	require.NoError(t, a.faults["routes"].Inject(reconcilertest.Fault{Mode: reconcilertest.ModeError, Op: reconcilertest.OpPrune}))
 	a.insert("routes", "a")
 	a.recs["routes"].Prune()
-	a.waitInfo("routes", "a failed prune", func(i *reconciler.Info) bool {
-		return i.State == reconciler.StateDegraded && i.LastPruneError != "" && i.Retrying == 0
+	a.waitInfo("routes", "a failed prune", func(i *tables.Info) bool {
+		return i.State == tables.StateDegraded && i.LastPruneError != "" && i.Retrying == 0
 	})
 	code, stdout, stderr := runInspect(t, nil, a.args()...)
 	require.Equal(t, exitDegraded, code, stderr)

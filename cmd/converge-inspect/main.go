@@ -173,7 +173,7 @@ func inspect(ctx context.Context, o options, token string, stdout io.Writer) (in
 // "" if name is "" (every reconciler): the one whose ID is name, else the
 // only one whose name is name. It fails if none is, or if several have
 // that name and none that ID: it shows one reconciler or none.
-func (t *tables) pick(name string) (string, error) {
+func (t *rowSet) pick(name string) (string, error) {
 	if name == "" {
 		return "", nil
 	}

@@ -21,7 +21,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/converge-go/converge/reconciler"
+	"github.com/converge-go/converge/tables"
 )
 
 // The token file is opened, without waiting for a writer, before it is
@@ -98,8 +98,8 @@ func TestJSONEscapesControlAndBidiCharacters(t *testing.T) {
 			require.NotContains(t, out, c, "%s: %q", what, out)
 		}
 		var rep struct {
-			Reconcilers []*reconciler.Info      `json:"reconcilers"`
-			Retries     []*reconciler.RetryInfo `json:"retries"`
+			Reconcilers []*tables.Info      `json:"reconcilers"`
+			Retries     []*tables.RetryInfo `json:"retries"`
 		}
 		require.NoError(t, json.Unmarshal([]byte(out), &rep), out)
 		require.Len(t, rep.Reconcilers, 1)

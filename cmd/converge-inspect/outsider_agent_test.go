@@ -1,7 +1,7 @@
 package main
 
 // An outside reviewer's tests of converge-inspect against a real hive,
-// StateDB, reconciler and TablesCell.
+// StateDB, reconciler and tables.Cell.
 
 import (
 	"encoding/json"
@@ -13,8 +13,8 @@ import (
 	"github.com/cilium/statedb"
 	"github.com/stretchr/testify/require"
 
-	"github.com/converge-go/converge/reconciler"
 	"github.com/converge-go/converge/status"
+	"github.com/converge-go/converge/tables"
 )
 
 // deleteAll deletes every object of module's table.
@@ -81,7 +81,7 @@ func TestOutsiderWatchDeletedFailures(t *testing.T) {
 		a.heal("routes", id)
 	}
 	a.waitRunning("routes", 0)
-	n, _, _ := a.retries.Get(a.db.ReadTxn(), reconciler.RetryByReconciler.Query("routes"))
+	n, _, _ := a.retries.Get(a.db.ReadTxn(), tables.RetryByReconciler.Query("routes"))
 	require.Nil(t, n, "the retries table is empty")
 	w.waitLine(`^routes +running +0 +0 +0 +1 +0 +- `)
 	w.waitLine(`^No failing objects\.$`)
@@ -96,7 +96,7 @@ func TestOutsiderPaused(t *testing.T) {
 	a.insert("routes", "a", "b")
 	a.waitDegraded("routes", 1)
 	a.recs["routes"].Pause()
-	a.waitInfo("routes", "paused", func(i *reconciler.Info) bool { return i.State == reconciler.StatePaused })
+	a.waitInfo("routes", "paused", func(i *tables.Info) bool { return i.State == tables.StatePaused })
 	code, stdout, stderr := runInspect(t, nil, a.args()...)
 	t.Logf("\n%s", stdout)
 	require.Equal(t, exitHealthy, code, stderr)
@@ -132,13 +132,13 @@ func TestOutsiderJSON(t *testing.T) {
 	code, stdout, stderr = runInspect(t, nil, a.args("--json")...)
 	require.Equal(t, exitDegraded, code, stderr)
 	var rep struct {
-		Reconcilers []*reconciler.Info      `json:"reconcilers"`
-		Retries     []*reconciler.RetryInfo `json:"retries"`
+		Reconcilers []*tables.Info      `json:"reconcilers"`
+		Retries     []*tables.RetryInfo `json:"retries"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(stdout), &rep))
 	txn := a.db.ReadTxn()
 	for _, got := range rep.Reconcilers {
-		want, _, ok := a.infos.Get(txn, reconciler.InfoByID.Query(got.ID))
+		want, _, ok := a.infos.Get(txn, tables.InfoByID.Query(got.ID))
 		require.True(t, ok)
 		// Retries go on meanwhile: compare what does not change.
 		require.Equal(t, want.Module, got.Module)
@@ -175,7 +175,7 @@ func TestOutsiderURLWithTrailingSlash(t *testing.T) {
 func TestOutsiderStoppedHive(t *testing.T) {
 	p := startPool(t, 2, false)
 	p.insert("pool", "a")
-	p.waitInfo("pool", "done", func(i *reconciler.Info) bool { return i.Succeeded == 1 })
+	p.waitInfo("pool", "done", func(i *tables.Info) bool { return i.Succeeded == 1 })
 	w := startWatch(t, p.args()...)
 	w.waitLine(`^pool +running +1 `)
 	p.stop()
@@ -226,9 +226,9 @@ func TestOutsiderWatchJSONLines(t *testing.T) {
 	for {
 		line, _ := w.waitLine(`^\{`)
 		var rep struct {
-			Reconcilers []*reconciler.Info      `json:"reconcilers"`
-			Retries     []*reconciler.RetryInfo `json:"retries"`
-			Degraded    bool                    `json:"degraded"`
+			Reconcilers []*tables.Info      `json:"reconcilers"`
+			Retries     []*tables.RetryInfo `json:"retries"`
+			Degraded    bool                `json:"degraded"`
 		}
 		require.NoError(t, json.Unmarshal([]byte(line), &rep), line)
 		require.Len(t, rep.Reconcilers, 1)
@@ -248,7 +248,7 @@ func TestOutsiderWatchJSONLines(t *testing.T) {
 // first line, and checks that its error is the one without --watch.
 func TestOutsiderWatchFilterMatchesNothing(t *testing.T) {
 	a := startAgent(t, true, "routes")
-	a.waitInfo("routes", "a row", func(*reconciler.Info) bool { return true })
+	a.waitInfo("routes", "a row", func(*tables.Info) bool { return true })
 	code, stdout, stderr := runInspect(t, nil, a.args("--reconciler", "gamma")...)
 	require.Equal(t, exitError, code, stderr)
 	require.Empty(t, stdout)

@@ -27,6 +27,7 @@ import (
 	"github.com/converge-go/converge/metrics"
 	"github.com/converge-go/converge/reconciler"
 	"github.com/converge-go/converge/reconcilertest"
+	"github.com/converge-go/converge/tables"
 )
 
 // roundRecorder is metrics that keeps every RoundStats it is given, on top
@@ -66,8 +67,8 @@ func startPool(t *testing.T, workers int, batch bool) *pool {
 	a := &agent{t: t, tables: map[string]statedb.RWTable[*item]{}, faults: map[string]*reconcilertest.FaultyOps[*item]{},
 		recs: map[string]reconciler.Reconciler[*item]{}, token: testToken, dir: t.TempDir()}
 	p.agent = a
-	p.h = hive.New(statedb.Cell, job.Cell, cell.Provide(cell.NewSimpleHealth), reconciler.TablesCell,
-		cell.Invoke(func(db *statedb.DB, i statedb.Table[*reconciler.Info], r statedb.Table[*reconciler.RetryInfo]) {
+	p.h = hive.New(statedb.Cell, job.Cell, cell.Provide(cell.NewSimpleHealth), tables.Cell,
+		cell.Invoke(func(db *statedb.DB, i statedb.Table[*tables.Info], r statedb.Table[*tables.RetryInfo]) {
 			a.db, a.infos, a.retries = db, i, r
 		}),
 		cell.Module("pool", "Pool",
@@ -187,8 +188,8 @@ func (p *pool) expvarInt(m *expvar.Map) string {
 	return v.String()
 }
 
-func (p *pool) info() *reconciler.Info {
-	info, _, _ := p.infos.Get(p.db.ReadTxn(), reconciler.InfoByID.Query("pool"))
+func (p *pool) info() *tables.Info {
+	info, _, _ := p.infos.Get(p.db.ReadTxn(), tables.InfoByID.Query("pool"))
 	return info
 }
 
@@ -199,7 +200,7 @@ func TestOutsiderBusyWorkersHeld(t *testing.T) {
 	p.hold()
 	p.insert("pool", "a", "b", "c")
 	p.waitRunningCalls(3)
-	p.waitInfo("pool", "three in flight", func(i *reconciler.Info) bool { return i.Workers == 4 && i.InFlight == 3 })
+	p.waitInfo("pool", "three in flight", func(i *tables.Info) bool { return i.Workers == 4 && i.InFlight == 3 })
 	require.Equal(t, "4", p.expvarInt(p.rec.WorkersVar))
 	require.LessOrEqual(t, p.info().BusyWorkers, 3)
 
@@ -208,7 +209,7 @@ func TestOutsiderBusyWorkersHeld(t *testing.T) {
 	require.Regexp(t, `(?m)^pool +running +3 +0 +3 +4 +[0-3] `, stdout)
 
 	p.release()
-	p.waitInfo("pool", "no busy workers", func(i *reconciler.Info) bool {
+	p.waitInfo("pool", "no busy workers", func(i *tables.Info) bool {
 		return i.Workers == 4 && i.BusyWorkers == 0 && i.InFlight == 0 && i.Succeeded == 3
 	})
 	require.Equal(t, "0", p.expvarInt(p.rec.BusyWorkersVar))
@@ -227,12 +228,12 @@ func TestOutsiderBusyWorkersSaturated(t *testing.T) {
 	p.waitRunningCalls(2)
 	// That the figure reaches 2 is TestOutsiderBusyWorkersWhileHeldRunning's
 	// matter; here, that it never exceeds the workers.
-	p.waitInfo("pool", "five in flight", func(i *reconciler.Info) bool { return i.InFlight == 5 })
+	p.waitInfo("pool", "five in flight", func(i *tables.Info) bool { return i.InFlight == 5 })
 	for _, s := range p.rec.all() {
 		require.LessOrEqual(t, s.BusyWorkers, s.Workers, "%+v", s)
 	}
 	p.release()
-	p.waitInfo("pool", "done", func(i *reconciler.Info) bool {
+	p.waitInfo("pool", "done", func(i *tables.Info) bool {
 		return i.BusyWorkers == 0 && i.InFlight == 0 && i.Succeeded == 5
 	})
 }
@@ -243,13 +244,13 @@ func TestOutsiderBusyWorkersBatches(t *testing.T) {
 	p.hold()
 	p.insert("pool", "a", "b", "c", "d", "e", "f", "g", "h", "i", "j")
 	p.waitRunningCalls(2)
-	p.waitInfo("pool", "ten in flight", func(i *reconciler.Info) bool { return i.Workers == 2 && i.InFlight == 10 })
+	p.waitInfo("pool", "ten in flight", func(i *tables.Info) bool { return i.Workers == 2 && i.InFlight == 10 })
 	require.LessOrEqual(t, p.info().BusyWorkers, 2)
 	for _, s := range p.rec.all() {
 		require.LessOrEqual(t, s.BusyWorkers, s.Workers, "%+v", s)
 	}
 	p.release()
-	p.waitInfo("pool", "done", func(i *reconciler.Info) bool {
+	p.waitInfo("pool", "done", func(i *tables.Info) bool {
 		return i.BusyWorkers == 0 && i.InFlight == 0 && i.Succeeded == 10
 	})
 	require.Equal(t, "0", p.expvarInt(p.rec.BusyWorkersVar))
@@ -260,12 +261,12 @@ func TestOutsiderOneWorker(t *testing.T) {
 	for _, batch := range []bool{false, true} {
 		t.Run(fmt.Sprint("batch=", batch), func(t *testing.T) {
 			p := startPool(t, 1, batch)
-			p.waitInfo("pool", "a row", func(i *reconciler.Info) bool { return i.Workers == 1 })
+			p.waitInfo("pool", "a row", func(i *tables.Info) bool { return i.Workers == 1 })
 			p.hold()
 			p.insert("pool", "a", "b")
 			p.waitRunningCalls(1)
 			p.release()
-			p.waitInfo("pool", "done", func(i *reconciler.Info) bool { return i.Succeeded == 2 && i.InFlight == 0 })
+			p.waitInfo("pool", "done", func(i *tables.Info) bool { return i.Succeeded == 2 && i.InFlight == 0 })
 			require.Equal(t, "1", p.expvarInt(p.rec.WorkersVar))
 			require.Equal(t, "0", p.expvarInt(p.rec.BusyWorkersVar))
 			for _, s := range p.rec.all() {
@@ -287,11 +288,11 @@ func TestOutsiderBusyWorkersAfterStop(t *testing.T) {
 			p.hold()
 			p.insert("pool", "a", "b", "c")
 			p.waitKeysInFlight(3)
-			p.waitInfo("pool", "busy", func(i *reconciler.Info) bool { return i.BusyWorkers > 0 })
+			p.waitInfo("pool", "busy", func(i *tables.Info) bool { return i.BusyWorkers > 0 })
 			p.stop()
 			info := p.info()
 			t.Logf("after stop: %+v", info)
-			require.Equal(t, reconciler.StateStopped, info.State)
+			require.Equal(t, tables.StateStopped, info.State)
 			require.Zero(t, info.BusyWorkers, "no worker runs once the hive stopped")
 			require.Zero(t, info.InFlight, "no operation is in flight once the hive stopped")
 			rounds := p.rec.all()
@@ -323,14 +324,14 @@ func TestOutsiderBusyWorkersWhileHeldRunning(t *testing.T) {
 		p.hold()
 		p.insert("pool", "a", "b", "c")
 		p.waitRunningCalls(3)
-		p.waitInfo("pool", "three in flight", func(i *reconciler.Info) bool { return i.InFlight == 3 })
+		p.waitInfo("pool", "three in flight", func(i *tables.Info) bool { return i.InFlight == 3 })
 		if p.info().BusyWorkers == 3 {
 			p.release()
 			p.stop()
 			continue
 		}
 		t.Logf("iteration %d: three operations running, row says BusyWorkers %d; waiting for it to say 3", i, p.info().BusyWorkers)
-		p.waitInfo("pool", "three busy workers while three operations run", func(i *reconciler.Info) bool { return i.BusyWorkers == 3 })
+		p.waitInfo("pool", "three busy workers while three operations run", func(i *tables.Info) bool { return i.BusyWorkers == 3 })
 		require.Equal(t, "3", p.expvarInt(p.rec.BusyWorkersVar))
 		p.release()
 		p.stop()
@@ -349,9 +350,9 @@ func TestOutsiderUnfinishedWorkNeverNegative(t *testing.T) {
 		p.hold()
 		p.insert("pool", "a", "b", "c")
 		p.waitRunningCalls(3)
-		p.waitInfo("pool", "three in flight", func(i *reconciler.Info) bool { return i.InFlight == 3 })
+		p.waitInfo("pool", "three in flight", func(i *tables.Info) bool { return i.InFlight == 3 })
 		p.release()
-		p.waitInfo("pool", "done", func(i *reconciler.Info) bool { return i.InFlight == 0 && i.Succeeded == 3 })
+		p.waitInfo("pool", "done", func(i *tables.Info) bool { return i.InFlight == 0 && i.Succeeded == 3 })
 		p.stop()
 		for _, s := range p.rec.all() {
 			if s.UnfinishedWork < 0 || s.LongestRunning < 0 || s.UnfinishedWork < s.LongestRunning {
@@ -372,8 +373,8 @@ func TestOutsiderBusyWorkersPaused(t *testing.T) {
 	p.waitRunningCalls(3)
 	p.recs["pool"].Pause()
 	p.release()
-	p.waitInfo("pool", "paused, none busy", func(i *reconciler.Info) bool {
-		return i.State == reconciler.StatePaused && i.BusyWorkers == 0 && i.InFlight == 0 && i.Succeeded == 3
+	p.waitInfo("pool", "paused, none busy", func(i *tables.Info) bool {
+		return i.State == tables.StatePaused && i.BusyWorkers == 0 && i.InFlight == 0 && i.Succeeded == 3
 	})
 	require.Equal(t, "0", p.expvarInt(p.rec.BusyWorkersVar))
 	code, stdout, stderr := runInspect(t, nil, p.args()...)

@@ -11,7 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/converge-go/converge/reconciler"
+	"github.com/converge-go/converge/tables"
 )
 
 func TestRedact(t *testing.T) {
@@ -23,11 +23,11 @@ func TestRedact(t *testing.T) {
 }
 
 // redactFields covers every field of the rows that can hold text: a field
-// of another kind added to reconciler.Info or RetryInfo fails here until
+// of another kind added to tables.Info or RetryInfo fails here until
 // redactFields covers it.
 func TestRedactFieldsCoversRows(t *testing.T) {
 	timeType := reflect.TypeFor[time.Time]()
-	for _, typ := range []reflect.Type{reflect.TypeFor[reconciler.Info](), reflect.TypeFor[reconciler.RetryInfo]()} {
+	for _, typ := range []reflect.Type{reflect.TypeFor[tables.Info](), reflect.TypeFor[tables.RetryInfo]()} {
 		for i := range typ.NumField() {
 			f := typ.Field(i)
 			switch f.Type.Kind() {
@@ -41,14 +41,14 @@ func TestRedactFieldsCoversRows(t *testing.T) {
 		}
 	}
 
-	info := &reconciler.Info{ID: "m/" + testToken, Module: "m", Name: testToken, State: reconciler.State("x" + testToken),
+	info := &tables.Info{ID: "m/" + testToken, Module: "m", Name: testToken, State: tables.State("x" + testToken),
 		LastError: "e " + testToken, LastPruneError: testToken + " p", Objects: 3}
 	redactFields(info, testToken)
-	require.Equal(t, reconciler.Info{ID: "m/[token]", Module: "m", Name: "[token]", State: "x[token]",
+	require.Equal(t, tables.Info{ID: "m/[token]", Module: "m", Name: "[token]", State: "x[token]",
 		LastError: "e [token]", LastPruneError: "[token] p", Objects: 3}, *info)
-	retry := &reconciler.RetryInfo{Reconciler: testToken, Key: "k" + testToken, LastError: "e " + testToken, Attempts: 2}
+	retry := &tables.RetryInfo{Reconciler: testToken, Key: "k" + testToken, LastError: "e " + testToken, Attempts: 2}
 	redactFields(retry, testToken)
-	require.Equal(t, reconciler.RetryInfo{Reconciler: "[token]", Key: "k[token]", LastError: "e [token]", Attempts: 2}, *retry)
+	require.Equal(t, tables.RetryInfo{Reconciler: "[token]", Key: "k[token]", LastError: "e [token]", Attempts: 2}, *retry)
 }
 
 // Rows that hold the token (an agent whose errors quote a request) are
@@ -74,17 +74,17 @@ func TestTokenInRows(t *testing.T) {
 	require.Equal(t, "sent Bearer [token]", rep.Reconcilers[0].LastPruneError)
 	require.Equal(t, "[token]", rep.Retries[0].Key)
 
-	tb := tables{infos: map[string]*reconciler.Info{}, retries: map[string]*reconciler.RetryInfo{}, seen: map[string]uint64{}, token: testToken}
+	tb := rowSet{infos: map[string]*tables.Info{}, retries: map[string]*tables.RetryInfo{}, seen: map[string]uint64{}, token: testToken}
 	put := func(table, obj string, deleted bool) {
 		t.Helper()
 		require.NoError(t, tb.put(table, row{Rev: 1, Obj: json.RawMessage(obj), Deleted: deleted}))
 	}
-	put(reconciler.ReconcilersTableName, `{"id":"r/`+testToken+`","module":"r","name":"`+testToken+`","state":"running"}`, false)
-	put(reconciler.RetriesTableName, `{"reconciler":"r/`+testToken+`","key":"`+testToken+`"}`, false)
+	put(tables.ReconcilersTableName, `{"id":"r/`+testToken+`","module":"r","name":"`+testToken+`","state":"running"}`, false)
+	put(tables.RetriesTableName, `{"reconciler":"r/`+testToken+`","key":"`+testToken+`"}`, false)
 	require.Equal(t, "r/[token]", tb.report("").Reconcilers[0].ID)
 	require.Len(t, tb.report("").Retries, 1)
-	put(reconciler.ReconcilersTableName, `{"id":"r/`+testToken+`","module":"r","name":"`+testToken+`","state":"running"}`, true)
-	put(reconciler.RetriesTableName, `{"reconciler":"r/`+testToken+`","key":"`+testToken+`"}`, true)
+	put(tables.ReconcilersTableName, `{"id":"r/`+testToken+`","module":"r","name":"`+testToken+`","state":"running"}`, true)
+	put(tables.RetriesTableName, `{"reconciler":"r/`+testToken+`","key":"`+testToken+`"}`, true)
 	require.Empty(t, tb.infos, "a row is deleted by the key the agent has")
 	require.Empty(t, tb.retries)
 

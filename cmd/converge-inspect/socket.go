@@ -113,7 +113,7 @@ func (s *shellClient) readOutput(ctx context.Context, conn net.Conn) ([]byte, er
 		if before, ok := strings.CutSuffix(line, shellError); ok {
 			said := cleanText(strings.TrimSpace(out.String() + before))
 			if strings.Contains(said, "not found") {
-				return nil, fmt.Errorf("%w: the shell at %s said %q: is reconciler.TablesCell in the agent's hive?", errNoTable, s.path, clip(said))
+				return nil, fmt.Errorf("%w: the shell at %s said %q: is tables.Cell in the agent's hive?", errNoTable, s.path, clip(said))
 			}
 			return nil, fmt.Errorf("the shell at %s said: %s", s.path, clip(said))
 		}

@@ -75,7 +75,7 @@ func TestSocket(t *testing.T) {
 			conn.Write([]byte("<stdin>:0: " + command + ": table \"reconcilers\" not found" + shellError + "\n"))
 		})
 		code, stdout, stderr := runBounded(t, nil, "--socket", path)
-		requireFails(t, `no table: the shell at .* said ".*not found": is reconciler.TablesCell in the agent's hive\?`, code, stdout, stderr)
+		requireFails(t, `no table: the shell at .* said ".*not found": is tables.Cell in the agent's hive\?`, code, stdout, stderr)
 	})
 	t.Run("an endless answer", func(t *testing.T) {
 		line := []byte(strings.Repeat("x", 64<<10) + "\n")

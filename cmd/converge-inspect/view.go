@@ -15,13 +15,13 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/converge-go/converge/reconciler"
+	"github.com/converge-go/converge/tables"
 )
 
-// tables holds the rows of the two tables as last read, by primary key.
-type tables struct {
-	infos   map[string]*reconciler.Info      // by ID
-	retries map[string]*reconciler.RetryInfo // by reconciler.RetryKey
+// rowSet holds the rows of the two tables as last read, by primary key.
+type rowSet struct {
+	infos   map[string]*tables.Info      // by ID
+	retries map[string]*tables.RetryInfo // by tables.RetryKey
 	// seen is, per table, the highest revision the snapshot held: a change
 	// at or below it is already in the rows.
 	seen map[string]uint64
@@ -42,7 +42,7 @@ var maxKept = maxResponse
 
 // keep records that the row of table at key is size bytes now (-1: it is
 // deleted), and fails if the rows kept would pass maxKept.
-func (t *tables) keep(table, key string, size int) error {
+func (t *rowSet) keep(table, key string, size int) error {
 	if t.sizes == nil {
 		t.sizes = map[string]map[string]int{}
 	}
@@ -57,7 +57,7 @@ func (t *tables) keep(table, key string, size int) error {
 	}
 	if t.kept-old+size > maxKept {
 		return fmt.Errorf("%w: the rows of tables %s and %s pass %d bytes in all", errTooLarge,
-			reconciler.ReconcilersTableName, reconciler.RetriesTableName, maxKept)
+			tables.ReconcilersTableName, tables.RetriesTableName, maxKept)
 	}
 	t.sizes[table][key] = size
 	t.kept += size - old
@@ -66,11 +66,11 @@ func (t *tables) keep(table, key string, size int) error {
 
 // snapshot reads both tables from src; token, if not empty, is redacted
 // from their text.
-func snapshot(ctx context.Context, src source, token string) (*tables, error) {
-	t := &tables{infos: map[string]*reconciler.Info{}, retries: map[string]*reconciler.RetryInfo{}, seen: map[string]uint64{}, token: token}
+func snapshot(ctx context.Context, src source, token string) (*rowSet, error) {
+	t := &rowSet{infos: map[string]*tables.Info{}, retries: map[string]*tables.RetryInfo{}, seen: map[string]uint64{}, token: token}
 	for _, table := range []struct{ name, index string }{
-		{reconciler.ReconcilersTableName, reconciler.InfoByID.Name},
-		{reconciler.RetriesTableName, reconciler.RetryByKey.Name},
+		{tables.ReconcilersTableName, tables.InfoByID.Name},
+		{tables.RetriesTableName, tables.RetryByKey.Name},
 	} {
 		rows, err := src.query(ctx, table.name, table.index)
 		if err != nil {
@@ -90,7 +90,7 @@ func snapshot(ctx context.Context, src source, token string) (*tables, error) {
 
 // apply applies a change of table, and reports whether the rows changed:
 // a change the snapshot already held does not.
-func (t *tables) apply(table string, r row) (bool, error) {
+func (t *rowSet) apply(table string, r row) (bool, error) {
 	if r.Rev <= t.seen[table] {
 		return false, nil
 	}
@@ -98,9 +98,9 @@ func (t *tables) apply(table string, r row) (bool, error) {
 }
 
 // put puts a row of table in t, or deletes it.
-func (t *tables) put(table string, r row) error {
+func (t *rowSet) put(table string, r row) error {
 	switch table {
-	case reconciler.ReconcilersTableName:
+	case tables.ReconcilersTableName:
 		info, err := decodeInfo(r.Obj)
 		if err != nil {
 			return err
@@ -118,12 +118,12 @@ func (t *tables) put(table string, r row) error {
 		id := info.ID // the key as the agent has it, for its deletion
 		redactFields(info, t.token)
 		t.infos[id] = info
-	case reconciler.RetriesTableName:
+	case tables.RetriesTableName:
 		retry, err := decodeRetry(r.Obj)
 		if err != nil {
 			return err
 		}
-		key := reconciler.RetryKey(retry.Reconciler, retry.Key)
+		key := tables.RetryKey(retry.Reconciler, retry.Key)
 		if r.Deleted {
 			delete(t.retries, key)
 			return t.keep(table, key, -1)
@@ -142,29 +142,29 @@ func (t *tables) put(table string, r row) error {
 
 // decodeInfo decodes a row of the reconcilers table, and checks that it
 // has what this command relies on.
-func decodeInfo(data json.RawMessage) (*reconciler.Info, error) {
-	var info reconciler.Info
+func decodeInfo(data json.RawMessage) (*tables.Info, error) {
+	var info tables.Info
 	if err := json.Unmarshal(data, &info); err != nil {
-		return nil, versionError(reconciler.ReconcilersTableName, err)
+		return nil, versionError(tables.ReconcilersTableName, err)
 	}
 	switch {
 	case info.ID == "":
-		return nil, versionError(reconciler.ReconcilersTableName, fmt.Errorf("a row has no id"))
-	case !slices.Contains([]reconciler.State{reconciler.StateRunning, reconciler.StateDegraded, reconciler.StatePaused, reconciler.StateStopped, reconciler.StateWaiting}, info.State):
-		return nil, versionError(reconciler.ReconcilersTableName, fmt.Errorf("reconciler %s has the unknown state %q", cleanText(info.ID), cleanText(string(info.State))))
+		return nil, versionError(tables.ReconcilersTableName, fmt.Errorf("a row has no id"))
+	case !slices.Contains([]tables.State{tables.StateRunning, tables.StateDegraded, tables.StatePaused, tables.StateStopped, tables.StateWaiting}, info.State):
+		return nil, versionError(tables.ReconcilersTableName, fmt.Errorf("reconciler %s has the unknown state %q", cleanText(info.ID), cleanText(string(info.State))))
 	}
 	return &info, nil
 }
 
 // decodeRetry decodes a row of the retries table, and checks that it has
 // what this command relies on.
-func decodeRetry(data json.RawMessage) (*reconciler.RetryInfo, error) {
-	var retry reconciler.RetryInfo
+func decodeRetry(data json.RawMessage) (*tables.RetryInfo, error) {
+	var retry tables.RetryInfo
 	if err := json.Unmarshal(data, &retry); err != nil {
-		return nil, versionError(reconciler.RetriesTableName, err)
+		return nil, versionError(tables.RetriesTableName, err)
 	}
 	if retry.Reconciler == "" {
-		return nil, versionError(reconciler.RetriesTableName, fmt.Errorf("a row has no reconciler"))
+		return nil, versionError(tables.RetriesTableName, fmt.Errorf("a row has no reconciler"))
 	}
 	return &retry, nil
 }
@@ -176,8 +176,8 @@ func versionError(table string, err error) error {
 
 // report is what the command shows, and prints with --json.
 type report struct {
-	Reconcilers []*reconciler.Info      `json:"reconcilers"`
-	Retries     []*reconciler.RetryInfo `json:"retries"`
+	Reconcilers []*tables.Info      `json:"reconcilers"`
+	Retries     []*tables.RetryInfo `json:"retries"`
 	// Degraded is true if a reconciler shown is degraded.
 	Degraded bool `json:"degraded"`
 	// filter is the ID of the reconciler picked by --reconciler, or ""; it
@@ -188,14 +188,14 @@ type report struct {
 // report returns the row of the reconciler whose ID is id (every row,
 // sorted by ID, if id is empty), and their failing objects, sorted by key.
 // tables.pick finds the id that --reconciler names.
-func (t *tables) report(id string) report {
-	rep := report{Reconcilers: []*reconciler.Info{}, Retries: []*reconciler.RetryInfo{}, filter: id}
+func (t *rowSet) report(id string) report {
+	rep := report{Reconcilers: []*tables.Info{}, Retries: []*tables.RetryInfo{}, filter: id}
 	shown := map[string]bool{}
 	for _, info := range t.infos {
 		if id == "" || info.ID == id {
 			rep.Reconcilers = append(rep.Reconcilers, info)
 			shown[info.ID] = true
-			rep.Degraded = rep.Degraded || info.State == reconciler.StateDegraded
+			rep.Degraded = rep.Degraded || info.State == tables.StateDegraded
 		}
 	}
 	for _, retry := range t.retries {
@@ -203,8 +203,8 @@ func (t *tables) report(id string) report {
 			rep.Retries = append(rep.Retries, retry)
 		}
 	}
-	slices.SortFunc(rep.Reconcilers, func(a, b *reconciler.Info) int { return strings.Compare(a.ID, b.ID) })
-	slices.SortFunc(rep.Retries, func(a, b *reconciler.RetryInfo) int {
+	slices.SortFunc(rep.Reconcilers, func(a, b *tables.Info) int { return strings.Compare(a.ID, b.ID) })
+	slices.SortFunc(rep.Retries, func(a, b *tables.RetryInfo) int {
 		return cmp.Or(strings.Compare(a.Reconciler, b.Reconciler), strings.Compare(a.Key, b.Key))
 	})
 	return rep
@@ -221,21 +221,21 @@ func (r report) exitStatus() int {
 // column is a column of the reconcilers table.
 type column struct {
 	header string
-	value  func(i *reconciler.Info, now time.Time) string
+	value  func(i *tables.Info, now time.Time) string
 }
 
 // infoColumns are the columns shown of the reconcilers table. A figure
-// added to reconciler.Info is shown by adding a line here.
+// added to tables.Info is shown by adding a line here.
 var infoColumns = []column{
-	{"RECONCILER", func(i *reconciler.Info, _ time.Time) string { return i.ID }},
-	{"STATE", func(i *reconciler.Info, _ time.Time) string { return string(i.State) }},
-	{"OBJECTS", func(i *reconciler.Info, _ time.Time) string { return strconv.Itoa(i.Objects) }},
-	{"FAILING", func(i *reconciler.Info, _ time.Time) string { return strconv.Itoa(i.Retrying) }},
-	{"IN FLIGHT", func(i *reconciler.Info, _ time.Time) string { return strconv.Itoa(i.InFlight) }},
-	{"WORKERS", func(i *reconciler.Info, _ time.Time) string { return strconv.Itoa(i.Workers) }},
-	{"BUSY", func(i *reconciler.Info, _ time.Time) string { return strconv.Itoa(i.BusyWorkers) }},
-	{"OLDEST PENDING", func(i *reconciler.Info, now time.Time) string { return since(i.OldestPending, now, "") }},
-	{"LAST PRUNE", func(i *reconciler.Info, now time.Time) string {
+	{"RECONCILER", func(i *tables.Info, _ time.Time) string { return i.ID }},
+	{"STATE", func(i *tables.Info, _ time.Time) string { return string(i.State) }},
+	{"OBJECTS", func(i *tables.Info, _ time.Time) string { return strconv.Itoa(i.Objects) }},
+	{"FAILING", func(i *tables.Info, _ time.Time) string { return strconv.Itoa(i.Retrying) }},
+	{"IN FLIGHT", func(i *tables.Info, _ time.Time) string { return strconv.Itoa(i.InFlight) }},
+	{"WORKERS", func(i *tables.Info, _ time.Time) string { return strconv.Itoa(i.Workers) }},
+	{"BUSY", func(i *tables.Info, _ time.Time) string { return strconv.Itoa(i.BusyWorkers) }},
+	{"OLDEST PENDING", func(i *tables.Info, now time.Time) string { return since(i.OldestPending, now, "") }},
+	{"LAST PRUNE", func(i *tables.Info, now time.Time) string {
 		s := since(i.LastPrune, now, " ago")
 		if i.LastPruneError != "" {
 			s += ", failed: " + i.LastPruneError
@@ -280,7 +280,7 @@ func (r report) writeText(w io.Writer, now time.Time) error {
 			fmt.Fprintf(w, "%s: its circuit breaker is open, only probes start: %s\n", cleanText(info.ID), clip(info.TargetError))
 			continue
 		}
-		if info.State == reconciler.StateDegraded && info.Retrying == 0 && info.LastPruneError == "" {
+		if info.State == tables.StateDegraded && info.Retrying == 0 && info.LastPruneError == "" {
 			fmt.Fprintf(w, "%s is degraded with no failing object and no failed prune: its round limiter or start gate fails (its health says which)\n", cleanText(info.ID))
 		}
 	}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/converge-go/converge/reconciler"
+	"github.com/converge-go/converge/tables"
 )
 
 // sampleNow and sample are the state shown in the README and in
@@ -21,15 +21,15 @@ var sampleNow = time.Date(2026, 1, 2, 15, 4, 5, 0, time.UTC)
 
 func sample() report {
 	return report{
-		Reconcilers: []*reconciler.Info{{
-			ID: "files", Module: "files", State: reconciler.StateDegraded,
+		Reconcilers: []*tables.Info{{
+			ID: "files", Module: "files", State: tables.StateDegraded,
 			Objects: 4, Succeeded: 9, Failed: 6, FailuresSinceSuccess: 6, Retrying: 1, Workers: 16,
 			LastError:     "write blocked: exists and the example did not write it: remove it or use another name",
 			LastErrorAt:   sampleNow.Add(-1800 * time.Millisecond),
 			OldestPending: sampleNow.Add(-41 * time.Second),
 			LastPrune:     sampleNow.Add(-6 * time.Second),
 		}},
-		Retries: []*reconciler.RetryInfo{{
+		Retries: []*tables.RetryInfo{{
 			Reconciler: "files", Key: "blocked", Attempts: 6,
 			FirstFailed: sampleNow.Add(-41 * time.Second), NextAttempt: sampleNow.Add(3200 * time.Millisecond),
 			LastError: "write blocked: exists and the example did not write it: remove it or use another name",
@@ -57,15 +57,15 @@ func TestWriteText(t *testing.T) {
 	now := sampleNow
 	rep := sample()
 	rep.Reconcilers = append(rep.Reconcilers,
-		&reconciler.Info{ID: "routes/v4", Module: "routes", Name: "v4", State: reconciler.StatePaused, Objects: 1200, Workers: 4},
-		&reconciler.Info{ID: "routes/v6", Module: "routes", Name: "v6", State: reconciler.StateDegraded, Objects: 7, Workers: 1, BusyWorkers: 1,
+		&tables.Info{ID: "routes/v4", Module: "routes", Name: "v4", State: tables.StatePaused, Objects: 1200, Workers: 4},
+		&tables.Info{ID: "routes/v6", Module: "routes", Name: "v6", State: tables.StateDegraded, Objects: 7, Workers: 1, BusyWorkers: 1,
 			LastPrune: now.Add(-90 * time.Minute), LastPruneError: "prune: netlink: permission denied"},
-		&reconciler.Info{ID: "x\x1b[2Jy", Module: "x", State: reconciler.StateDegraded},
-		&reconciler.Info{ID: "maps", Module: "maps", State: reconciler.StateDegraded, Retrying: 3,
+		&tables.Info{ID: "x\x1b[2Jy", Module: "x", State: tables.StateDegraded},
+		&tables.Info{ID: "maps", Module: "maps", State: tables.StateDegraded, Retrying: 3,
 			TargetFailingSince: now.Add(-time.Minute), TargetError: "target failing since 2026-11-26T12:00:00Z: update: no space left on device\x1b[2J"},
 	)
 	for i := range 12 {
-		retry := &reconciler.RetryInfo{Reconciler: "routes/v6", Key: "10.0.0." + string(rune('a'+i)),
+		retry := &tables.RetryInfo{Reconciler: "routes/v6", Key: "10.0.0." + string(rune('a'+i)),
 			Attempts: i + 1, Delete: i == 0, NextAttempt: now.Add(-time.Duration(i) * time.Second),
 			LastError: strings.Repeat("é", 300) + "\n\t\x07"}
 		if i == 1 {
@@ -75,8 +75,8 @@ func TestWriteText(t *testing.T) {
 	}
 	// The breaker of maps is open: a retry whose time has passed is held.
 	rep.Retries = append(rep.Retries,
-		&reconciler.RetryInfo{Reconciler: "maps", Key: "m1", Attempts: 1, NextAttempt: now.Add(-32 * time.Millisecond), LastError: "no space"},
-		&reconciler.RetryInfo{Reconciler: "maps", Key: "m2", Attempts: 1, NextAttempt: now.Add(time.Second), LastError: "no space"})
+		&tables.RetryInfo{Reconciler: "maps", Key: "m1", Attempts: 1, NextAttempt: now.Add(-32 * time.Millisecond), LastError: "no space"},
+		&tables.RetryInfo{Reconciler: "maps", Key: "m2", Attempts: 1, NextAttempt: now.Add(time.Second), LastError: "no space"})
 	var b bytes.Buffer
 	require.NoError(t, rep.writeText(&b, now))
 	got := b.String()

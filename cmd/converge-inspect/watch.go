@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/converge-go/converge/reconciler"
+	"github.com/converge-go/converge/tables"
 )
 
 // minFrame is the shortest time between two frames of --watch: changes
@@ -40,7 +40,7 @@ func watch(ctx context.Context, c *client, o options, w io.Writer) (int, error) 
 		}
 		wg.Wait()
 	}()
-	for _, table := range []string{reconciler.ReconcilersTableName, reconciler.RetriesTableName} {
+	for _, table := range []string{tables.ReconcilersTableName, tables.RetriesTableName} {
 		s, err := c.changes(ctx, table)
 		if err != nil {
 			return exitError, err
@@ -176,7 +176,7 @@ const pollInterval = time.Second
 // replaces the rows before it: what it keeps is bounded as one snapshot
 // is.
 func watchPolling(ctx context.Context, src source, o options, w io.Writer) (int, error) {
-	read := func() (*tables, error) {
+	read := func() (*rowSet, error) {
 		qctx, cancel := context.WithTimeout(ctx, o.timeout)
 		defer cancel()
 		return snapshot(qctx, src, "")

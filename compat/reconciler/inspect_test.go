@@ -17,11 +17,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/converge-go/converge/compat/reconciler"
-	convergereconciler "github.com/converge-go/converge/reconciler"
+	"github.com/converge-go/converge/tables"
 )
 
 // What docs/migration.md says converge-inspect needs after a switch:
-// converge's reconciler.TablesCell in the hive, and StateDB's HTTP handler
+// converge's tables.Cell in the hive, and StateDB's HTTP handler
 // served. A reconciler registered through the compat package then has its
 // row in the reconcilers table, which the handler serves.
 func TestCompatReconcilerServesTheInspectTables(t *testing.T) {
@@ -35,7 +35,7 @@ func TestCompatReconcilerServesTheInspectTables(t *testing.T) {
 		statedb.Cell,
 		job.Cell,
 		cell.Provide(cell.NewSimpleHealth),
-		convergereconciler.TablesCell, // the first line
+		tables.Cell, // the first line
 		cell.Module("test", "Test module",
 			cell.Provide(job.Registry.NewGroup),
 			cell.Invoke(func(d *statedb.DB, p reconciler.Params) (err error) {
@@ -63,10 +63,10 @@ func TestCompatReconcilerServesTheInspectTables(t *testing.T) {
 	require.NoError(t, err)
 
 	// The row is written at the end of a round: wait for it.
-	infos, ok := db.GetTable(db.ReadTxn(), convergereconciler.ReconcilersTableName).(statedb.Table[*convergereconciler.Info])
-	require.True(t, ok, "TablesCell provides the %s table", convergereconciler.ReconcilersTableName)
+	infos, ok := db.GetTable(db.ReadTxn(), tables.ReconcilersTableName).(statedb.Table[*tables.Info])
+	require.True(t, ok, "tables.Cell provides the %s table", tables.ReconcilersTableName)
 	for {
-		row, _, watch, found := infos.GetWatch(db.ReadTxn(), convergereconciler.InfoByID.Query("test"))
+		row, _, watch, found := infos.GetWatch(db.ReadTxn(), tables.InfoByID.Query("test"))
 		if found && row.Objects == 1 {
 			break
 		}
@@ -82,7 +82,7 @@ func TestCompatReconcilerServesTheInspectTables(t *testing.T) {
 	mux.Handle("/statedb/", http.StripPrefix("/statedb", db.HTTPHandler()))
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
-	resp, err := http.Get(srv.URL + "/statedb/dump/" + convergereconciler.ReconcilersTableName)
+	resp, err := http.Get(srv.URL + "/statedb/dump/" + tables.ReconcilersTableName)
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)

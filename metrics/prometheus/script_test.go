@@ -31,6 +31,7 @@ import (
 	"github.com/converge-go/converge/reconciler"
 	"github.com/converge-go/converge/reconcilertest"
 	"github.com/converge-go/converge/status"
+	"github.com/converge-go/converge/tables"
 )
 
 // TestScripts runs testdata/*.txtar against a real hive, StateDB and
@@ -71,11 +72,11 @@ var itemID = statedb.Index[*item, string]{
 // newScriptEngine builds a script's world: a hive with the items table and
 // its reconciler in module "test", reporting to a Metrics registered on a
 // pedantic registry that prom/metrics gathers, and the commands. Flags:
-// -tables adds reconciler.TablesCell, -op-timeout sets
+// -tables adds tables.Cell, -op-timeout sets
 // WithOperationTimeout. Failed operations are retried after 10ms to 50ms.
 func newScriptEngine(t testing.TB, args []string) *script.Engine {
 	fs := flag.NewFlagSet("script", flag.ContinueOnError)
-	tables := fs.Bool("tables", false, "include reconciler.TablesCell (the reconcilers and reconciler-retries tables)")
+	withTables := fs.Bool("tables", false, "include tables.Cell (the reconcilers and reconciler-retries tables)")
 	opTimeout := fs.Duration("op-timeout", 0, "WithOperationTimeout")
 	require.NoError(t, fs.Parse(args))
 
@@ -111,8 +112,8 @@ func newScriptEngine(t testing.TB, args []string) *script.Engine {
 			}),
 		),
 	}
-	if *tables {
-		cells = append(cells, reconciler.TablesCell)
+	if *withTables {
+		cells = append(cells, tables.Cell)
 	}
 	h := hive.New(cells...)
 	log := hivetest.Logger(t)

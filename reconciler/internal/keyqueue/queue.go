@@ -91,6 +91,7 @@
 package keyqueue
 
 import (
+	"cmp"
 	"math"
 	"slices"
 	"time"
@@ -119,8 +120,9 @@ type State[Obj any] struct {
 	deleteSeen bool // running: a delete of the key was read since task started
 	pruned     bool // running: a prune ran with task's object absent
 
-	active int    // position in Queue.active while queued or running, else -1
-	pos    [2]int // in Queue.heap while waiting (pos[inRetries]) and byPriority while queued (pos[inPriority]), else -1
+	active   int    // position in Queue.active while queued or running, else -1
+	pos      [2]int // in Queue.heap while waiting (pos[inRetries]) and byPriority while queued (pos[inPriority]), else -1
+	queuedAt uint64 // with priorities: the seq it was last queued with, which a requeue keeps (see enqueue)
 }
 
 type phase uint8
@@ -631,7 +633,7 @@ func (q *Queue[Obj]) requeue(s *State[Obj]) {
 		next := stillAsked(s.task, s.next)
 		q.replace(s, next)
 	}
-	q.enqueue(s)
+	q.enqueueAt(s, s.queuedAt)
 	if s.attempts > 0 {
 		q.changed(s)
 	}
@@ -667,7 +669,13 @@ func (q *Queue[Obj]) DropRetry(key string) {
 }
 
 // enqueue moves s to the queued phase, at the back of the queue.
-func (q *Queue[Obj]) enqueue(s *State[Obj]) {
+func (q *Queue[Obj]) enqueue(s *State[Obj]) { q.enqueueAt(s, 0) }
+
+// enqueueAt is enqueue but, with priorities and seq not 0, puts s back in
+// the place it was queued with seq, before those queued since: a requeue
+// of work that never started (a round cut by Pause, a stop or the
+// breaker) keeps its turn, first read first within a priority.
+func (q *Queue[Obj]) enqueueAt(s *State[Obj], seq uint64) {
 	if s.phase == phaseWaiting {
 		q.unwait(s)
 	}
@@ -676,11 +684,20 @@ func (q *Queue[Obj]) enqueue(s *State[Obj]) {
 	q.activate(s)
 	if s.phase != phaseQueued {
 		s.phase = phaseQueued
-		q.queued = append(q.queued, s)
-		if q.priority != nil {
-			q.seq++
-			q.byPriority.push(s, q.rank(&s.task), q.seq)
+		if q.priority == nil {
+			q.queued = append(q.queued, s)
+			return
 		}
+		if seq == 0 {
+			q.seq++
+			seq = q.seq
+			q.queued = append(q.queued, s)
+		} else {
+			i, _ := slices.BinarySearchFunc(q.queued, seq, func(e *State[Obj], seq uint64) int { return cmp.Compare(e.queuedAt, seq) })
+			q.queued = slices.Insert(q.queued, i, s)
+		}
+		s.queuedAt = seq
+		q.byPriority.push(s, q.rank(&s.task), seq)
 	}
 }
 

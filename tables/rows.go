@@ -1,4 +1,4 @@
-package reconciler
+package tables
 
 import (
 	"encoding/json"
@@ -6,88 +6,33 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/cilium/hive/cell"
 	"github.com/cilium/statedb"
 	"github.com/cilium/statedb/index"
 	yaml "go.yaml.in/yaml/v3"
 )
 
-// Names of the tables that [TablesCell] provides.
-const (
-	ReconcilersTableName = "reconcilers"
-	RetriesTableName     = "reconciler-retries"
-)
-
-// TablesCell provides two StateDB tables that every reconciler registered in
-// the hive keeps current, for operators and tests to read (with
-// `db/show reconcilers` in a hive shell or script, or the StateDB HTTP
-// handler):
-//
-//   - "reconcilers" ([Info]): one row per reconciler, keyed by module ID and
-//     name, with its state and figures;
-//   - "reconciler-retries" ([RetryInfo]): one row per failing object,
-//     keyed by reconciler and object key, with its attempts and when it is
-//     tried next; removed when the object succeeds, changes or is deleted.
-//
-// Include it once in the hive, next to statedb.Cell. It provides
-// statedb.Table[*Info] and statedb.Table[*RetryInfo] for readers, and
-// *Tables, which [Params] takes. Without it reconcilers keep no tables.
-//
-// A reconciler writes its row at most once per round, and only when a
-// figure changed; it writes retry rows only for objects whose failures
-// changed in the round. Reconcilers without failures cost one small write
-// per round in which objects were reconciled.
-var TablesCell = cell.Module(
-	"reconciler-tables",
-	"Tables of reconcilers and their failing objects",
-
-	cell.Provide(
-		newTables,
-		func(t *Tables) statedb.Table[*Info] { return t.reconcilers },
-		func(t *Tables) statedb.Table[*RetryInfo] { return t.retries },
-	),
-)
-
-// Tables holds the tables of [TablesCell]. Reconcilers write to them; use
-// Reconcilers and Retries to read. The zero Tables is not usable.
-type Tables struct {
-	reconcilers statedb.RWTable[*Info]
-	retries     statedb.RWTable[*RetryInfo]
-}
-
-// Reconcilers returns the "reconcilers" table.
-func (t *Tables) Reconcilers() statedb.Table[*Info] { return t.reconcilers }
-
-// Retries returns the "reconciler-retries" table.
-func (t *Tables) Retries() statedb.Table[*RetryInfo] { return t.retries }
-
-func newTables(db *statedb.DB) (*Tables, error) {
-	reconcilers, err := statedb.NewTable(db, ReconcilersTableName, InfoByID)
-	if err != nil {
-		return nil, err
-	}
-	retries, err := statedb.NewTable(db, RetriesTableName, RetryByKey, RetryByReconciler)
-	if err != nil {
-		return nil, err
-	}
-	return &Tables{reconcilers: reconcilers, retries: retries}, nil
-}
-
-// State is the state of a reconciler in the reconcilers table.
+// State is the state of a reconciler, as its row in the reconcilers table
+// says; the same as its health says. The zero State is not one a
+// reconciler writes.
 type State string
 
 // The states of a reconciler.
 const (
 	StateRunning  State = "running"  // nothing failing
 	StateDegraded State = "degraded" // objects failing, a failed prune, or a broken limiter
-	StatePaused   State = "paused"   // by Reconciler.Pause
+	StatePaused   State = "paused"   // by reconciler.Reconciler.Pause
 	StateStopped  State = "stopped"  // its job is not running
-	StateWaiting  State = "waiting"  // for the tables of WithStartAfter to be initialized
+	StateWaiting  State = "waiting"  // for the tables of reconciler.WithStartAfter to be initialized
 )
 
 // Info is a row of the reconcilers table: the state of one reconciler as
-// of its last round. Times are zero until the event first happens. Rows are
-// immutable once in the table.
+// of its last round, keyed by ID ([InfoByID]). A reconciler writes it with
+// [Writer.Write], its refresh job LastRefresh with [Writer.Refreshed].
+// Times are zero until the event first happens, so the zero Info is a
+// reconciler that has done nothing. A row is immutable once in the table:
+// readers may share it between goroutines but must not modify it. It
+// encodes to JSON and YAML (for db/show and the StateDB HTTP handler) with
+// the field names of its tags, and renders as a table row for db/show.
 type Info struct {
 	ID     string `json:"id" yaml:"id"` // module ID, then "/name" if named
 	Module string `json:"module" yaml:"module"`
@@ -227,7 +172,11 @@ func (i *Info) TableRow() []string {
 }
 
 // RetryInfo is a row of the reconciler-retries table: one failing object of
-// one reconciler. Rows are immutable once in the table.
+// one reconciler, keyed by [RetryKey] ([RetryByKey]) and indexed by
+// reconciler ([RetryByReconciler]). A reconciler writes it with
+// [Writer.Write] when the object's failure changes, and removes it when the
+// object succeeds, changes or is deleted. A row is immutable once in the
+// table: readers may share it between goroutines but must not modify it.
 type RetryInfo struct {
 	Reconciler  string    `json:"reconciler" yaml:"reconciler"` // Info.ID
 	Key         string    `json:"key" yaml:"key"`               // the object's primary key, in hex if not printable
