@@ -122,7 +122,7 @@ type State[Obj any] struct {
 
 	active   int    // position in Queue.active while queued or running, else -1
 	pos      [2]int // in Queue.heap while waiting (pos[inRetries]) and byPriority while queued (pos[inPriority]), else -1
-	queuedAt uint64 // with priorities: the seq it was last queued with, which a requeue keeps (see enqueue)
+	queuedAt uint64 // with priorities, taken by TakeQueued: the seq it was queued with, which a requeue keeps (see enqueueAt); else 0
 }
 
 type phase uint8
@@ -440,6 +440,9 @@ func (q *Queue[Obj]) takeAt(i int) []*State[Obj] {
 	if q.priority != nil {
 		q.byPriority.remove(s.pos[inPriority])
 	}
+	// A probe keeps no turn: held or failed, it goes to the back of the
+	// queue, so that the probes get to every key in turn (see enqueueAt).
+	s.queuedAt = 0
 	q.queued = append(q.queued[:i], q.queued[i+1:]...)
 	if len(q.queued) == 0 {
 		q.queued = nil
@@ -796,9 +799,10 @@ func (q *Queue[Obj]) resetFailure(s *State[Obj]) {
 	s.attempts, s.err, s.first, s.errID = 0, nil, time.Time{}, 0
 }
 
-// wait puts s in the retry heap, due at due.
+// wait puts s in the retry heap, due at due. A retry has no turn in the
+// queue: if it is requeued, it goes to the back.
 func (q *Queue[Obj]) wait(s *State[Obj], due int64) {
-	s.phase, s.due = phaseWaiting, due
+	s.phase, s.due, s.queuedAt = phaseWaiting, due, 0
 	q.seq++
 	q.heap.push(s, due, q.seq)
 	e := waitingEntry[Obj]{s, q.seq}

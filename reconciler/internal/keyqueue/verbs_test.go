@@ -232,3 +232,21 @@ func TestSupersededAfterDeleteOrPrune(t *testing.T) {
 	q.MarkPruned(func(string) bool { return true })
 	assert.True(t, s.Superseded(), "absent from it")
 }
+
+// With priorities, a key taken from the queue that never started (a round
+// cut by Pause, a stop or the breaker) keeps its turn within its priority;
+// a probe of the circuit breaker (TakeOldest, TakeNewest) keeps none, and
+// goes to the back, so that the probes get to every key in turn.
+func TestRequeueKeepsTheTurnOfTheQueueNotOfAProbe(t *testing.T) {
+	q := New[string](nil)
+	q.SetPriority(func(string) int { return 0 }, 0.25)
+	for i, key := range []string{"a", "b", "c"} {
+		q.Enqueue(key, version(uint64(i+1), uint64(10*(i+1))))
+	}
+	a := q.TakeQueued(1)[0]
+	q.Done(a, "", Task[string]{}, Outcome{}, t0)
+	assert.Equal(t, "a", q.TakeOldest()[0].Key(), "a kept its turn")
+
+	q.Done(a, "", Task[string]{}, Outcome{}, t0)
+	assert.Equal(t, "b", q.TakeOldest()[0].Key(), "the probe went to the back")
+}
