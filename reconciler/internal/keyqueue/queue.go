@@ -8,6 +8,32 @@
 // passed in (Unix ns, or a time.Time where one is recorded). It is not
 // safe for concurrent use: the reconcile loop's goroutine owns it.
 //
+// # Verbs and queries
+//
+// What the rest of the reconciler calls, by what it does (Queue unless
+// named):
+//
+//	changes in    Observe (start now, or park behind the version running),
+//	              Enqueue (queue, with priorities), Adopt (an Error status
+//	              found), DropRetry (a newer version deferred)
+//	work out      TakeQueued, TakeOldest and TakeNewest (the breaker's
+//	              probes), PopDue (a retry): each returns what it takes
+//	              started
+//	outcomes in   Done (what became of a task handed out), Forget (no
+//	              longer current), Retarget (the same version at a newer
+//	              revision), MarkPruned (a prune ran)
+//	settings      SetPriority, TrackOutdated
+//	queries       Tracked, Queued, Active, Retrying, Parked, Version,
+//	              Prioritized, NextDue, OldestSince, RetryLowWatermark,
+//	              LowestAsked, HoldsNewer, Errors, TakeOutdated (which
+//	              also starts the next interval); of a State: Key, Task,
+//	              Attempts, Err, FirstFailed, Due, Superseded
+//
+// Beside Queue, the package holds the other memory about keys the loop
+// needs: Backlog (changes deferred behind fresh ones), Rechecks (the
+// re-checks of RecheckAfter) and Stale (the cuts behind the stale-status
+// rule). Each has one owner, the loop's goroutine.
+//
 // # The life of one key
 //
 // The work the reconciler holds for one primary key lives in one State,
@@ -15,40 +41,46 @@
 // is made in this package, by a method of Queue or of the heap. A key
 // with no State needs nothing from the reconciler (its next change, if
 // any, is still in the change iterator or the Backlog); what makes a
-// status of it stale is the reconciler's staleness.
+// status of it stale is kept by Stale, and by the reconciler's prune
+// snapshots.
 //
-//	                      Start
+//	                      taken
 //	    queued ─────────────────────────────► running
 //	(not yet in the           ▲             (in the executor: waiting for
 //	 executor)                │ due          the gate, or under way; a
 //	    ▲                     │              change read meanwhile becomes
 //	    │                  waiting           its successor, next)
 //	    │               (retry heap)                   │
-//	    │                     ▲                        │ Settle, after
+//	    │                     ▲                        │ Done, after
 //	    │                     └────── failed ──────────┤ its commit
 //	    └───────────────── successor, if any ──────────┤
 //	                                                   └─► gone: done,
 //	                                                       terminal, or the
 //	                                                       object changed
 //
-// Every state and the methods that move a key between them:
+// Every state and the verbs that move a key between them (the internal
+// steps in parentheses):
 //
-//	gone    → queued   Observe: a change read (add); Enqueue, with priorities
+//	gone    → running  Observe: a change read (add, start); Done of an
+//	                   untracked task of the inline executor that failed
+//	                   or never started (track), then as from running
+//	gone    → queued   Enqueue: a change read, with priorities
 //	gone    → waiting  Adopt: an Error status no retry is for
-//	gone    → running  Track: an untracked task of the inline executor that
-//	                   failed or never started (then Settle or Requeue)
 //	queued  → queued   Observe, Enqueue: a newer change replaces the task
-//	queued  → running  Start (the loop takes it with TakeQueued; a probe
-//	                   of the circuit breaker with TakeOldest or TakeNewest)
+//	queued  → running  TakeQueued; TakeOldest or TakeNewest, a probe of
+//	                   the circuit breaker (start)
 //	queued  → gone     Forget: the task is no longer what the table asks
-//	running → running  follow, DropNext: the successor recorded or dropped
-//	                   (Observe or Enqueue: a change read);
-//	                   MarkPruned: a prune ran with the object absent
-//	running → queued   Settle with a successor; Requeue: never started
-//	running → waiting  Settle: failed, due after its backoff
-//	running → gone     Settle: done, terminal, or the object changed
-//	waiting → queued   Observe, Enqueue: a newer change
-//	waiting → running  PopDue, Attempt, Start: the retry is due
+//	running → running  Observe, Enqueue: the successor recorded (follow);
+//	                   Done with Over drops it (dropNext); MarkPruned: a
+//	                   prune ran with the object absent
+//	running → queued   Done with a successor (settle), or never started
+//	                   (requeue)
+//	running → waiting  Done: failed, due after its backoff (settle)
+//	running → gone     Done: done, terminal, or the object changed; Forget:
+//	                   no longer current when it was taken
+//	waiting → running  Observe: a newer change (replace, start); PopDue:
+//	                   the retry is due (attempt, start)
+//	waiting → queued   Enqueue: a newer change
 //	waiting → gone     Forget, DropRetry: a newer version overtook it
 //
 // Invariants:
