@@ -23,6 +23,8 @@ import (
 
 	"github.com/converge-go/converge/metrics"
 	"github.com/converge-go/converge/status"
+
+	"github.com/converge-go/converge/reconciler/internal/keyqueue"
 )
 
 // benchRound is how many objects one benchmark round handles, the default
@@ -208,7 +210,7 @@ func BenchmarkCommit(b *testing.B) {
 		b.StopTimer()
 		ops = ops[:0]
 		for obj, rev := range r.table.All(r.db.ReadTxn()) {
-			ops = append(ops, op[*benchObj]{task: task[*benchObj]{obj: obj, rev: rev, statusID: obj.st.ID(), since: obj.st.UpdatedAt}, updated: obj.clone(), ran: true})
+			ops = append(ops, op[*benchObj]{task: task[*benchObj]{Obj: obj, Rev: rev, StatusID: obj.st.ID(), Since: obj.st.UpdatedAt}, updated: obj.clone(), ran: true})
 		}
 		b.StartTimer()
 		now := time.Now()
@@ -235,13 +237,13 @@ func BenchmarkCommitFloor(b *testing.B) {
 		b.StopTimer()
 		ops = ops[:0]
 		for obj, rev := range r.table.All(r.db.ReadTxn()) {
-			ops = append(ops, op[*benchObj]{updated: obj.clone(), task: task[*benchObj]{rev: rev}})
+			ops = append(ops, op[*benchObj]{updated: obj.clone(), task: task[*benchObj]{Rev: rev}})
 		}
 		b.StartTimer()
 		wtxn := r.db.WriteTxn(r.table)
 		for i := range ops {
 			ops[i].updated.st = status.Done()
-			if _, _, err := r.table.CompareAndSwap(wtxn, ops[i].rev, ops[i].updated); err != nil {
+			if _, _, err := r.table.CompareAndSwap(wtxn, ops[i].Rev, ops[i].updated); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -259,10 +261,10 @@ func BenchmarkCommitErrors(b *testing.B) {
 	errFail := fmt.Errorf("bench failure")
 	for b.Loop() {
 		b.StopTimer()
-		r.lifecycles = newLifecycles[*benchObj]()
+		r.lifecycles = keyqueue.New[*benchObj](displayKey)
 		ops = ops[:0]
 		for obj, rev := range r.table.All(r.db.ReadTxn()) {
-			ops = append(ops, op[*benchObj]{task: task[*benchObj]{obj: obj, rev: rev, statusID: obj.st.ID()}, updated: obj.clone(), err: errFail, ran: true})
+			ops = append(ops, op[*benchObj]{task: task[*benchObj]{Obj: obj, Rev: rev, StatusID: obj.st.ID()}, updated: obj.clone(), err: errFail, ran: true})
 		}
 		b.StartTimer()
 		if out := r.commit(ops, false, time.Now()); out.failed != benchRound {
@@ -270,68 +272,6 @@ func BenchmarkCommitErrors(b *testing.B) {
 		}
 	}
 	reportPerObject(b, benchRound)
-}
-
-// benchWaiting returns n keyStates of failed updates with due times spread
-// so that the heap does real work.
-func benchWaiting(lc *lifecycles[*benchObj], n int) []*keyState[*benchObj] {
-	t0 := time.Unix(1_000_000, 0)
-	states := make([]*keyState[*benchObj], n)
-	for i := range states {
-		s := lc.observe(strconv.Itoa(i), task[*benchObj]{rev: statedb.Revision(i + 1), statusID: uint64(i + 1)})
-		lc.start(s)
-		lc.settle(s, errBench, false, true, true, t0.Add(time.Duration((i*7919)%n)*time.Millisecond).UnixNano(), 1, t0)
-		states[i] = s
-	}
-	return states
-}
-
-var errBench = fmt.Errorf("bench failure")
-
-// BenchmarkRetriesDue fills the retry heap with n failed keys and takes
-// them all back when due: 1000 is a round's worth, 100,000 a retry storm.
-func BenchmarkRetriesDue(b *testing.B) {
-	for _, n := range []int{benchRound, 100_000} {
-		b.Run(strconv.Itoa(n), func(b *testing.B) {
-			due := time.Unix(2_000_000, 0).UnixNano()
-			for b.Loop() {
-				lc := newLifecycles[*benchObj]()
-				benchWaiting(lc, n)
-				for {
-					s, ok := lc.popDue(due)
-					if !ok {
-						break
-					}
-					lc.forget(s)
-				}
-			}
-			reportPerObject(b, n)
-		})
-	}
-}
-
-// BenchmarkObserveWhileRetrying measures what collecting a change costs
-// while retries wait: the lookup of its key (a miss here, the common case).
-func BenchmarkObserveWhileRetrying(b *testing.B) {
-	lc := newLifecycles[*benchObj]()
-	benchWaiting(lc, benchRound)
-	key := string(index.Uint64(123_456_789))
-	for b.Loop() {
-		lc.dropRetry(key)
-	}
-}
-
-// BenchmarkLowWatermark measures the retry low watermark after its holder
-// left, which rescans the heap.
-func BenchmarkLowWatermark(b *testing.B) {
-	for b.Loop() {
-		b.StopTimer()
-		lc := newLifecycles[*benchObj]()
-		states := benchWaiting(lc, benchRound)
-		lc.forget(states[0]) // holds the lowest revision
-		b.StartTimer()
-		lc.retryLowWatermark()
-	}
 }
 
 func BenchmarkBackoff(b *testing.B) {

@@ -144,60 +144,6 @@ var closedChan = func() <-chan struct{} {
 	return ch
 }()
 
-// deferredQueue holds the changes that wait behind fresh ones: objects
-// marked Refreshing (by the refresh sweep or a dependency) and the backlog
-// of Pending objects that were in the table when the reconcile job first ran.
-// A deferred change is taken as its object now is, if that still asks for
-// work (see collectDeferred). It has no cap: its entries are two words each,
-// and a cap would hold fresh changes back behind it. It is owned by the
-// loop goroutine.
-type deferredQueue[Obj any] struct {
-	ring []deferred[Obj]
-	head int
-	size int // how many changes are deferred
-}
-
-type deferred[Obj any] struct {
-	obj   Obj
-	rev   statedb.Revision // the object's, when deferred
-	asked statedb.Revision // the first revision the change stands for (see task.asked)
-}
-
-// push defers a change.
-func (q *deferredQueue[Obj]) push(obj Obj, rev, asked statedb.Revision) {
-	if q.size == len(q.ring) {
-		grown := make([]deferred[Obj], max(2*len(q.ring), 64))
-		for i := range q.size {
-			grown[i] = q.ring[(q.head+i)%len(q.ring)]
-		}
-		q.ring, q.head = grown, 0
-	}
-	q.ring[(q.head+q.size)%len(q.ring)] = deferred[Obj]{obj, rev, asked}
-	q.size++
-}
-
-// pop takes the oldest deferred change.
-func (q *deferredQueue[Obj]) pop() deferred[Obj] {
-	d := q.ring[q.head]
-	q.ring[q.head] = deferred[Obj]{}
-	q.head = (q.head + 1) % len(q.ring)
-	q.size--
-	if q.size == 0 && len(q.ring) > shrinkAbove {
-		q.ring, q.head = nil, 0 // a backlog drained: give its memory back
-	}
-	return d
-}
-
-// lowRev returns the first revision the oldest deferred change stands
-// for, the lowest of all (changes are deferred in the order they are
-// read), or 0 if none.
-func (q *deferredQueue[Obj]) lowRev() statedb.Revision {
-	if q.size == 0 {
-		return 0
-	}
-	return q.ring[q.head].asked
-}
-
 // ownWrites remembers the revisions at which the loop's commits wrote
 // statuses, so that collect can tell an Error status it wrote itself from
 // one a user wrote back without looking the key up: in a retry storm those

@@ -9,6 +9,8 @@ import (
 	"github.com/cilium/statedb"
 
 	"github.com/converge-go/converge/status"
+
+	"github.com/converge-go/converge/reconciler/internal/keyqueue"
 )
 
 // collect is the first stage of a round: it returns up to room ops. Queued
@@ -25,22 +27,22 @@ func (r *reconciler[Obj]) collect(txn statedb.ReadTxn, now time.Time, room int) 
 		r.watch = closedChan // look again as soon as there is room
 		return nil
 	}
-	due, dueOK := lc.nextDue()
+	due, dueOK := lc.NextDue()
 	retriesDue := dueOK && due <= now.UnixNano()
-	if lc.priority != nil {
+	if lc.Prioritized() {
 		r.collectByPriority(txn, now, room, retriesDue)
 	} else {
 		r.collectFresh(txn, now, room, retriesDue)
 	}
 	left := room - len(r.work)
-	deferredShare := min(r.deferred.size, left/2)
+	deferredShare := min(r.deferred.Len(), left/2)
 	if retriesDue {
 		r.collectRetries(txn, now, left-deferredShare)
 	}
-	if r.deferred.size > 0 {
+	if r.deferred.Len() > 0 {
 		r.collectDeferred(txn, now, room-len(r.work))
 	}
-	if len(lc.queued) > 0 || r.deferred.size > 0 {
+	if lc.Queued() > 0 || r.deferred.Len() > 0 {
 		r.watch = closedChan // more work for the next round
 	}
 	return r.work
@@ -50,12 +52,12 @@ func (r *reconciler[Obj]) collect(txn statedb.ReadTxn, now time.Time, room int) 
 // for the reserve of retries and deferred changes (see collect).
 func (r *reconciler[Obj]) collectFresh(txn statedb.ReadTxn, now time.Time, room int, retriesDue bool) {
 	lc := r.lifecycles
-	if len(lc.queued) > 0 {
+	if lc.Queued() > 0 {
 		r.takeQueued(txn, room)
 	}
 	left := room - len(r.work)
 	reserve := 0
-	if retriesDue || r.deferred.size > 0 {
+	if retriesDue || r.deferred.Len() > 0 {
 		reserve = left / 8
 	}
 	if budget := left - reserve; budget > 0 {
@@ -68,29 +70,29 @@ func (r *reconciler[Obj]) collectFresh(txn statedb.ReadTxn, now time.Time, room 
 
 // collectByPriority reads fresh changes into the queue, until it holds
 // readAhead keys, and takes the queue by priority (see
-// lifecycles.takeByPriority) up to room but for the reserve of retries and
+// keyqueue.Queue.TakeQueued) up to room but for the reserve of retries and
 // deferred changes: an eighth of room while there are any.
 func (r *reconciler[Obj]) collectByPriority(txn statedb.ReadTxn, now time.Time, room int, retriesDue bool) {
 	lc := r.lifecycles
 	ahead := r.readAhead(room)
-	if len(lc.queued) < ahead {
+	if lc.Queued() < ahead {
 		r.queueChanges(txn, r.nextChanges(txn), ahead, now)
 		r.readDone(txn)
 	} else {
 		r.watch = closedChan // changes wait for room in the queue
 	}
 	budget := room
-	if retriesDue || r.deferred.size > 0 {
+	if retriesDue || r.deferred.Len() > 0 {
 		budget -= room / 8
 	}
-	for len(r.work) < budget && len(lc.queued) > 0 {
+	for len(r.work) < budget && lc.Queued() > 0 {
 		r.takeQueued(txn, budget-len(r.work))
 	}
 }
 
 // readAheadRounds is how many rounds of changes collectByPriority reads
 // ahead into the queue, to find the most urgent among them. It bounds the
-// memory the queue takes (a keyState each) and how long a change read waits.
+// memory the queue takes (a keyqueue.State each) and how long a change read waits.
 const readAheadRounds = 4
 
 // readAhead returns how many keys collectByPriority keeps queued: enough
@@ -122,18 +124,19 @@ func (r *reconciler[Obj]) readDone(txn statedb.ReadTxn) {
 // takeQueued starts up to n queued keys, dropping those whose task is no
 // longer what the table asks for (see current).
 func (r *reconciler[Obj]) takeQueued(txn statedb.ReadTxn, n int) {
-	r.startQueued(txn, r.lifecycles.takeQueued(n))
+	r.startQueued(txn, r.lifecycles.TakeQueued(n))
 }
 
-// startQueued starts the keys taken from the queue, dropping those whose
-// task is no longer what the table asks for (see current).
-func (r *reconciler[Obj]) startQueued(txn statedb.ReadTxn, taken []*keyState[Obj]) {
+// startQueued adds the keys taken from the queue (started) to the round's
+// work, forgetting those whose task is no longer what the table asks for
+// (see current).
+func (r *reconciler[Obj]) startQueued(txn statedb.ReadTxn, taken []*keyqueue.State[Obj]) {
 	lc := r.lifecycles
 	for _, s := range taken {
 		if r.current(txn, s) {
 			r.start(s)
 		} else {
-			lc.forget(s)
+			lc.Forget(s)
 		}
 	}
 }
@@ -149,7 +152,7 @@ func (r *reconciler[Obj]) collectProbe(txn statedb.ReadTxn, now time.Time, turn 
 	for i := 0; i < 4 && len(r.work) == 0; i++ {
 		switch (turn + i) % 4 {
 		case 0:
-			if lc.priority == nil {
+			if !lc.Prioritized() {
 				r.collectChanges(txn, r.nextChanges(txn), 1, now)
 				r.readDone(txn)
 				break
@@ -157,18 +160,18 @@ func (r *reconciler[Obj]) collectProbe(txn statedb.ReadTxn, now time.Time, turn 
 			// With priorities fresh changes join the queue, read ahead as
 			// far as in any round (no further, so the queue stays
 			// bounded), and the probe is the newest of them.
-			if ahead := r.readAhead(1); len(lc.queued) < ahead {
-				before := len(lc.queued)
+			if ahead := r.readAhead(1); lc.Queued() < ahead {
+				before := lc.Queued()
 				r.queueChanges(txn, r.nextChanges(txn), ahead, now)
 				r.readDone(txn)
-				if len(lc.queued) > before {
-					r.startQueued(txn, lc.takeNewest())
+				if lc.Queued() > before {
+					r.startQueued(txn, lc.TakeNewest())
 				}
 			}
 		case 1:
-			r.startQueued(txn, lc.takeOldest()) // in turn, whatever the priority
+			r.startQueued(txn, lc.TakeOldest()) // in turn, whatever the priority
 		case 2:
-			if due, ok := lc.nextDue(); ok && due <= now.UnixNano() {
+			if due, ok := lc.NextDue(); ok && due <= now.UnixNano() {
 				r.collectRetries(txn, now, 1)
 			}
 		case 3:
@@ -178,10 +181,9 @@ func (r *reconciler[Obj]) collectProbe(txn statedb.ReadTxn, now time.Time, turn 
 	return r.work
 }
 
-// start adds the job of s to the round's work.
-func (r *reconciler[Obj]) start(s *keyState[Obj]) {
-	r.lifecycles.start(s)
-	r.work = append(r.work, op[Obj]{task: s.task, s: s, key: s.key, attempt: s.attempts + 1, lastErr: s.err})
+// start adds the job of s, started by the queue, to the round's work.
+func (r *reconciler[Obj]) start(s *keyqueue.State[Obj]) {
+	r.work = append(r.work, op[Obj]{task: s.Task(), s: s, key: s.Key(), attempt: s.Attempts() + 1, lastErr: s.Err()})
 }
 
 // collectChanges reads changes, turning those that need work into ops,
@@ -200,14 +202,14 @@ func (r *reconciler[Obj]) collectChanges(txn statedb.ReadTxn, changes iter.Seq2[
 	}
 }
 
-// queueChanges reads changes into the queue (see lifecycles.queue) until
+// queueChanges reads changes into the queue (see keyqueue.Queue.Enqueue) until
 // it holds ahead keys or the changes run out.
 func (r *reconciler[Obj]) queueChanges(txn statedb.ReadTxn, changes iter.Seq2[statedb.Change[Obj], statedb.Revision], ahead int, now time.Time) {
 	from := min(r.lastRev, r.changes.drained) + 1
 	for change, rev := range changes {
 		r.lastRev = rev
 		r.collectChange(txn, change, rev, min(from, change.Revision), now)
-		if len(r.lifecycles.queued) >= ahead {
+		if r.lifecycles.Queued() >= ahead {
 			break
 		}
 	}
@@ -217,13 +219,13 @@ func (r *reconciler[Obj]) queueChanges(txn statedb.ReadTxn, changes iter.Seq2[st
 // writes from revision asked on, and reports whether it added an op.
 func (r *reconciler[Obj]) collectChange(txn statedb.ReadTxn, change statedb.Change[Obj], rev, asked statedb.Revision, now time.Time) bool {
 	lc := r.lifecycles
-	t := task[Obj]{obj: change.Object, rev: change.Revision, asked: asked, delete: change.Deleted, since: now, ready: now.UnixNano()}
+	t := task[Obj]{Obj: change.Object, Rev: change.Revision, Asked: asked, Delete: change.Deleted, Since: now, Ready: now.UnixNano()}
 	// A delete recovered when the feed opened comes beside a revision
 	// below its own (see changeFeed). Its key may have been put back since.
 	recovered := change.Deleted && rev < change.Revision
-	if len(r.rechecks.byKey) > 0 && (change.Deleted || r.getStatus(change.Object).IsPendingOrRefreshing()) {
+	if r.rechecks.Len() > 0 && (change.Deleted || r.getStatus(change.Object).IsPendingOrRefreshing()) {
 		if key, ok := r.primary.ObjectToKey(change.Object); ok {
-			r.rechecks.drop(key) // replaced by this change
+			r.rechecks.Drop(key) // replaced by this change
 		}
 	}
 	if change.Deleted {
@@ -240,14 +242,14 @@ func (r *reconciler[Obj]) collectChange(txn statedb.ReadTxn, change statedb.Chan
 		}
 	} else if st := r.getStatus(change.Object); !st.IsPendingOrRefreshing() {
 		switch {
-		case st.Kind != status.KindError && !lc.tracked() && !r.stales.any():
+		case st.Kind != status.KindError && !lc.Tracked() && !r.stales.any():
 			return false // a Done, most often this reconciler's own: nothing to ask
 		case r.own.has(rev):
 			return false
 		case r.stale(change.Object, st):
 			// Put back with a status older than what is known of its key:
 			// apply it as if Pending (see staleness).
-			t.obj, t.statusID = r.setStatus(r.clone(change.Object), status.PendingAt(now)), st.ID()
+			t.Obj, t.StatusID = r.setStatus(r.clone(change.Object), status.PendingAt(now)), st.ID()
 		case st.Kind == status.KindError && !st.Terminal:
 			r.adopt(change.Object, rev, asked, st, now)
 			return false
@@ -255,15 +257,15 @@ func (r *reconciler[Obj]) collectChange(txn statedb.ReadTxn, change statedb.Chan
 			return false
 		}
 	} else {
-		t.statusID, t.refresh = st.ID(), st.Kind == status.KindRefreshing
+		t.StatusID, t.Refresh = st.ID(), st.Kind == status.KindRefreshing
 		if !st.UpdatedAt.IsZero() {
-			t.since, t.ready = st.UpdatedAt, st.UpdatedAt.UnixNano()
+			t.Since, t.Ready = st.UpdatedAt, st.UpdatedAt.UnixNano()
 		}
-		if t.refresh || rev <= r.backlog {
-			r.deferred.push(change.Object, rev, asked)
-			if lc.tracked() {
+		if t.Refresh || rev <= r.backlog {
+			r.deferred.Push(change.Object, rev, asked)
+			if lc.Tracked() {
 				if key, ok := r.keyOf(change.Object); ok {
-					lc.dropRetry(key) // a newer version waits in the deferred queue
+					lc.DropRetry(key) // a newer version waits in the deferred queue
 				}
 			}
 			return false
@@ -273,8 +275,8 @@ func (r *reconciler[Obj]) collectChange(txn statedb.ReadTxn, change statedb.Chan
 	// change of its key in the same read, which must wait behind it. So
 	// is every change while changes are deferred: a deferred one of the
 	// same key may be taken in the same round (see collectDeferred).
-	if r.opts.concurrency == 1 && !lc.tracked() && r.deferred.size == 0 && !recovered && lc.priority == nil {
-		r.work = append(r.work, op[Obj]{task: t}) // untracked: see keyState
+	if r.opts.concurrency == 1 && !lc.Tracked() && r.deferred.Len() == 0 && !recovered && !lc.Prioritized() {
+		r.work = append(r.work, op[Obj]{task: t}) // untracked: see package keyqueue
 		return true
 	}
 	key, ok := r.keyOf(change.Object)
@@ -282,11 +284,11 @@ func (r *reconciler[Obj]) collectChange(txn statedb.ReadTxn, change statedb.Chan
 		r.noKey("a change of the table", change.Object)
 		return false
 	}
-	if lc.priority != nil {
-		lc.queue(key, t) // collectByPriority takes it
+	if lc.Prioritized() {
+		lc.Enqueue(key, t) // collectByPriority takes it
 		return false
 	}
-	if s := lc.observe(key, t); s != nil {
+	if s := lc.Observe(key, t); s != nil {
 		r.start(s)
 		return true
 	}
@@ -295,12 +297,12 @@ func (r *reconciler[Obj]) collectChange(txn statedb.ReadTxn, change statedb.Chan
 
 // stale reports whether st, a status of obj that asks for no work, is
 // older than what is known of obj's key: older than a version held for it
-// (see lifecycles.holdsNewer), or remembered as stale (see staleness). A
+// (see keyqueue.Queue.HoldsNewer), or remembered as stale (see staleness). A
 // Done without identity (a literal, or decoded: a restore) has no age: it
 // may be older than anything known of the key, so it is stale as any
 // status would be, but once per delete remembered (see staleness.cut).
 func (r *reconciler[Obj]) stale(obj Obj, st status.Status) bool {
-	if (st.ID() == 0 && st.Kind != status.KindDone) || (!r.lifecycles.tracked() && !r.stales.any()) {
+	if (st.ID() == 0 && st.Kind != status.KindDone) || (!r.lifecycles.Tracked() && !r.stales.any()) {
 		return false
 	}
 	for _, p := range r.stales.pruned {
@@ -311,10 +313,10 @@ func (r *reconciler[Obj]) stale(obj Obj, st status.Status) bool {
 		}
 	}
 	key, ok := r.primary.ObjectToKey(obj)
-	return ok && (r.lifecycles.holdsNewer(key, st.ID()) || r.stales.cut(key, st.ID()))
+	return ok && (r.lifecycles.HoldsNewer(key, st.ID()) || r.stales.cut(key, st.ID()))
 }
 
-// adopt hands lifecycles.adopt an Error status found on obj.
+// adopt hands keyqueue.Queue.Adopt an Error status found on obj.
 func (r *reconciler[Obj]) adopt(obj Obj, rev, asked statedb.Revision, st status.Status, now time.Time) {
 	key, ok := r.keyOf(obj)
 	if !ok {
@@ -326,14 +328,14 @@ func (r *reconciler[Obj]) adopt(obj Obj, rev, asked statedb.Revision, st status.
 		since = now
 	}
 	t := task[Obj]{
-		obj:      r.setStatus(r.clone(obj), status.PendingAt(since)),
-		rev:      rev,
-		asked:    asked,
-		statusID: st.ID(),
-		since:    since,
-		ready:    now.UnixNano(),
+		Obj:      r.setStatus(r.clone(obj), status.PendingAt(since)),
+		Rev:      rev,
+		Asked:    asked,
+		StatusID: st.ID(),
+		Since:    since,
+		Ready:    now.UnixNano(),
 	}
-	r.lifecycles.adopt(key, t, st.ID(), errors.New(st.Error), now)
+	r.lifecycles.Adopt(key, t, st.ID(), errors.New(st.Error), now)
 }
 
 // collectRetries takes retries due at now, up to budget. A retry whose
@@ -341,13 +343,12 @@ func (r *reconciler[Obj]) adopt(obj Obj, rev, asked statedb.Revision, st status.
 func (r *reconciler[Obj]) collectRetries(txn statedb.ReadTxn, now time.Time, budget int) {
 	lc := r.lifecycles
 	for added := 0; added < budget; {
-		s, ok := lc.popDue(now.UnixNano())
+		s, ok := lc.PopDue(now.UnixNano())
 		if !ok {
 			return
 		}
-		lc.attempt(s)
 		if !r.current(txn, s) {
-			lc.forget(s)
+			lc.Forget(s)
 			continue
 		}
 		r.start(s)
@@ -361,20 +362,20 @@ func (r *reconciler[Obj]) collectRetries(txn statedb.ReadTxn, now time.Time, bud
 // carries the status the task answers. The update then gets the object as
 // the table holds it, with the status that asked for the work rather than
 // the Error a failure wrote, so every attempt sees the same request.
-func (r *reconciler[Obj]) current(txn statedb.ReadTxn, s *keyState[Obj]) bool {
-	cur, rev, found := r.lookup(txn, s.task.obj)
+func (r *reconciler[Obj]) current(txn statedb.ReadTxn, s *keyqueue.State[Obj]) bool {
+	cur, rev, found := r.lookup(txn, s.Task().Obj)
 	switch {
-	case s.task.delete:
+	case s.Task().Delete:
 		return !found
 	case !found:
 		return false
-	case r.getStatus(cur).ID() != s.task.statusID:
+	case r.getStatus(cur).ID() != s.Task().StatusID:
 		// The version the task is for may have been applied in part (cut
 		// short by a stop, or failed).
-		r.writtenBack(cur, s.task.statusID)
+		r.writtenBack(cur, s.Task().StatusID)
 		return false
-	case rev != s.task.rev:
-		r.lifecycles.retarget(s, r.setStatus(r.clone(cur), r.getStatus(s.task.obj)), rev)
+	case rev != s.Task().Rev:
+		r.lifecycles.Retarget(s, r.setStatus(r.clone(cur), r.getStatus(s.Task().Obj)), rev)
 	}
 	return true
 }
@@ -385,10 +386,10 @@ func (r *reconciler[Obj]) current(txn statedb.ReadTxn, s *keyState[Obj]) bool {
 // newer change are one request, held from the deferred revision on.
 func (r *reconciler[Obj]) collectDeferred(txn statedb.ReadTxn, now time.Time, budget int) {
 	lc := r.lifecycles
-	for added := 0; added < budget && r.deferred.size > 0; {
-		d := r.deferred.pop()
-		obj, rev, found := r.lookup(txn, d.obj)
-		changed := rev != d.rev
+	for added := 0; added < budget && r.deferred.Len() > 0; {
+		d := r.deferred.Pop()
+		obj, rev, found := r.lookup(txn, d.Obj)
+		changed := rev != d.Rev
 		if !found {
 			continue
 		}
@@ -396,12 +397,12 @@ func (r *reconciler[Obj]) collectDeferred(txn statedb.ReadTxn, now time.Time, bu
 		if !st.IsPendingOrRefreshing() {
 			continue
 		}
-		t := task[Obj]{obj: obj, rev: rev, asked: d.asked, statusID: st.ID(), since: st.UpdatedAt, refresh: st.Kind == status.KindRefreshing}
-		if t.since.IsZero() {
-			t.since = now
+		t := task[Obj]{Obj: obj, Rev: rev, Asked: d.Asked, StatusID: st.ID(), Since: st.UpdatedAt, Refresh: st.Kind == status.KindRefreshing}
+		if t.Since.IsZero() {
+			t.Since = now
 		}
-		t.ready = t.since.UnixNano()
-		if r.opts.concurrency == 1 && !lc.tracked() && !changed {
+		t.Ready = t.Since.UnixNano()
+		if r.opts.concurrency == 1 && !lc.Tracked() && !changed {
 			r.work = append(r.work, op[Obj]{task: t})
 			added++
 			continue
@@ -411,7 +412,7 @@ func (r *reconciler[Obj]) collectDeferred(txn statedb.ReadTxn, now time.Time, bu
 			r.noKey("a deferred change", obj)
 			continue
 		}
-		if s := lc.observe(key, t); s != nil {
+		if s := lc.Observe(key, t); s != nil {
 			r.start(s)
 			added++
 		}

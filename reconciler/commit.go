@@ -8,6 +8,7 @@ import (
 	"github.com/cilium/statedb"
 
 	"github.com/converge-go/converge/metrics"
+	"github.com/converge-go/converge/reconciler/internal/keyqueue"
 	"github.com/converge-go/converge/status"
 )
 
@@ -27,7 +28,7 @@ func (r *reconciler[Obj]) commit(ops []op[Obj], cut bool, now time.Time) (out co
 		switch {
 		case cut && o.err != nil:
 			o.ran = false
-		case r.opts.maxAttempts > 0 && o.err != nil && !o.delete && !o.spared && !IsTerminal(o.err) && o.err != errBatchEntryLost && max(o.attempt, 1) >= r.opts.maxAttempts:
+		case r.opts.maxAttempts > 0 && o.err != nil && !o.Delete && !o.spared && !IsTerminal(o.err) && o.err != errBatchEntryLost && max(o.attempt, 1) >= r.opts.maxAttempts:
 			o.err = TerminalError(fmt.Errorf("gave up after %d attempts: %w", max(o.attempt, 1), o.err))
 		}
 	}
@@ -47,7 +48,7 @@ type commitOutcome struct {
 func (r *reconciler[Obj]) prepare(ops []op[Obj], now time.Time) (writes int) {
 	for i := range ops {
 		o := &ops[i]
-		if !o.ran || o.delete {
+		if !o.ran || o.Delete {
 			continue
 		}
 		var st status.Status
@@ -72,14 +73,14 @@ func (r *reconciler[Obj]) write(ops []op[Obj], now time.Time) {
 	wtxn := r.db.WriteTxn(r.table)
 	lo := r.table.Revision(wtxn) // the table's revision before the writes
 	for i := range ops {
-		if o := &ops[i]; o.ran && !o.delete {
+		if o := &ops[i]; o.ran && !o.Delete {
 			o.written, o.over = r.writeStatus(wtxn, o)
 			if !o.written && o.noKey {
 				// Update changed the fields the primary index reads: its
 				// changes cannot be stored. Record that on the object as
 				// it was.
 				o.err = fmt.Errorf("%w: Update left the object without one", ErrNoPrimaryKey)
-				o.updated = r.setStatus(r.clone(o.obj), status.ErrorAt(now, o.err))
+				o.updated = r.setStatus(r.clone(o.Obj), status.ErrorAt(now, o.err))
 				o.written, o.over = r.writeStatus(wtxn, o)
 			}
 		}
@@ -93,10 +94,10 @@ func (r *reconciler[Obj]) write(ops []op[Obj], now time.Time) {
 // writeStatus stores o.updated with a compare-and-swap on the revision o
 // applied. An object changed since still gets the status if it carries the
 // very status that asked for o, unless a delete or a prune came between
-// (see keyState); a newer version is left to its own turn. over reports
+// (see keyqueue.State.Superseded); a newer version is left to its own turn. over reports
 // such a write over a changed object: what was read since is older.
 func (r *reconciler[Obj]) writeStatus(wtxn statedb.WriteTxn, o *op[Obj]) (written, over bool) {
-	cur, found, err := r.table.CompareAndSwap(wtxn, o.rev, o.updated)
+	cur, found, err := r.table.CompareAndSwap(wtxn, o.Rev, o.updated)
 	switch {
 	case err == nil && !found:
 		// StateDB stores nothing for an object without a primary key and
@@ -110,10 +111,10 @@ func (r *reconciler[Obj]) writeStatus(wtxn statedb.WriteTxn, o *op[Obj]) (writte
 		return true, false
 	case !found || !errors.Is(err, statedb.ErrRevisionNotEqual):
 		return false, false
-	case o.s != nil && (o.s.deleteSeen || o.s.pruned):
+	case o.s != nil && o.s.Superseded():
 		return false, false
-	case o.statusID == 0 || r.getStatus(cur).ID() != o.statusID:
-		r.writtenBack(cur, o.statusID)
+	case o.StatusID == 0 || r.getStatus(cur).ID() != o.StatusID:
+		r.writtenBack(cur, o.StatusID)
 		return false, false
 	}
 	if _, _, err := r.table.Insert(wtxn, r.setStatus(r.clone(cur), r.getStatus(o.updated))); err != nil {
@@ -139,49 +140,44 @@ func (r *reconciler[Obj]) settle(ops []op[Obj], now time.Time) (out commitOutcom
 		out.committed++
 		attempts := 0
 		if o.s != nil {
-			attempts = o.s.attempts
+			attempts = o.s.Attempts()
 		}
-		fig.count(o.delete, o.err, outcome(o.err, r.opts.operationTimeout), o.started-o.ready, now, slices)
+		fig.count(o.Delete, o.err, outcome(o.err, r.opts.operationTimeout), o.started-o.Ready, now, slices)
 		if o.err != nil {
 			out.failed++
-			r.failLog.record(r.log, o.delete, r.opKey(o), attempts+1, o.err, now)
+			r.failLog.record(r.log, o.Delete, r.opKey(o), attempts+1, o.err, now)
 		}
-		settled := o.err == nil || (!o.delete && IsTerminal(o.err))
-		written := o.delete || o.written
-		if o.err == nil && written && !o.delete {
-			fig.done(now.Sub(o.since), slices)
+		settled := o.err == nil || (!o.Delete && IsTerminal(o.err))
+		written := o.Delete || o.written
+		if o.err == nil && written && !o.Delete {
+			fig.done(now.Sub(o.Since), slices)
 			if o.recheck > 0 {
 				r.askRecheck(o, now)
 			}
 		}
-		s := o.s
-		if s == nil {
-			if settled {
-				continue // untracked and done: nothing to remember
-			}
-			key, ok := r.keyOf(o.obj)
-			if !ok {
-				r.noKey("a failed operation", o.obj)
+		if o.s == nil && settled {
+			continue // untracked and done: nothing to remember, no key to compute
+		}
+		key := o.key
+		if o.s == nil {
+			var ok bool
+			if key, ok = r.keyOf(o.Obj); !ok {
+				r.noKey("a failed operation", o.Obj)
 				continue
 			}
-			s = lc.track(key, o.task)
 		}
-		var retryAt int64
-		var errID uint64
+		done := keyqueue.Outcome{Ran: true, Err: o.err, Settled: settled, Written: written, Spared: o.spared, Over: o.over}
 		if !settled {
 			wait, ok := retryAfter(o.err)
 			if !ok {
-				wait = backoff(s.attempts+1, r.opts.retryMin, r.opts.retryMax, r.opts.retryJitter, r.rand())
+				wait = backoff(attempts+1, r.opts.retryMin, r.opts.retryMax, r.opts.retryJitter, r.rand())
 			}
-			retryAt = addSat(now.UnixNano(), wait)
-			if !o.delete {
-				errID = r.getStatus(o.updated).ID()
+			done.RetryAt = addSat(now.UnixNano(), wait)
+			if !o.Delete {
+				done.ErrID = r.getStatus(o.updated).ID()
 			}
 		}
-		if o.over {
-			lc.dropNext(s) // older than what the table holds
-		}
-		lc.settle(s, o.err, settled, written, !o.spared, retryAt, errID, now)
+		lc.Done(o.s, key, o.task, done, now)
 	}
 	fig.stats.RefreshRepaired = int(r.refreshDrift.Swap(0))
 	r.totals.add(fig)
@@ -197,17 +193,15 @@ func (r *reconciler[Obj]) settle(ops []op[Obj], now time.Time) (out commitOutcom
 // requeue puts the key of o, an op that never started (the gate closed or
 // the loop stopped), back in the queue.
 func (r *reconciler[Obj]) requeue(o *op[Obj]) {
-	lc := r.lifecycles
-	s := o.s
-	if s == nil {
-		key, ok := r.keyOf(o.obj)
-		if !ok {
-			r.noKey("an operation not started", o.obj)
+	key := o.key
+	if o.s == nil {
+		var ok bool
+		if key, ok = r.keyOf(o.Obj); !ok {
+			r.noKey("an operation not started", o.Obj)
 			return
 		}
-		s = lc.track(key, o.task)
 	}
-	lc.requeue(s)
+	r.lifecycles.Done(o.s, key, o.task, keyqueue.Outcome{}, time.Time{})
 }
 
 // askRecheck records the re-check o's Update asked for (RecheckAfter).
@@ -215,9 +209,9 @@ func (r *reconciler[Obj]) askRecheck(o *op[Obj], now time.Time) {
 	key := o.key
 	if key == "" {
 		var ok bool
-		if key, ok = r.keyOf(o.obj); !ok {
+		if key, ok = r.keyOf(o.Obj); !ok {
 			return
 		}
 	}
-	r.rechecks.ask(key, o.updated, r.getStatus(o.updated).ID(), addSat(now.UnixNano(), o.recheck))
+	r.rechecks.Ask(key, o.updated, r.getStatus(o.updated).ID(), addSat(now.UnixNano(), o.recheck))
 }

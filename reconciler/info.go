@@ -3,6 +3,7 @@ package reconciler
 import (
 	"time"
 
+	"github.com/converge-go/converge/reconciler/internal/keyqueue"
 	"github.com/converge-go/converge/tables"
 )
 
@@ -16,18 +17,18 @@ type infoWriter[Obj any] struct {
 	retries []tables.RetryInfo // write's buffer
 }
 
-func newInfoWriter[Obj any](w tables.Writer, id string, lc *lifecycles[Obj]) *infoWriter[Obj] {
+func newInfoWriter[Obj any](w tables.Writer, id string, lc *keyqueue.Queue[Obj]) *infoWriter[Obj] {
 	if w == nil {
 		return nil
 	}
-	lc.trackOutdated()
+	lc.TrackOutdated()
 	return &infoWriter[Obj]{tables: w, id: id}
 }
 
 // write stores info as the reconciler's row if it differs from the last
 // one written, and the rows of the failing objects in outdated (as
-// lifecycles.takeOutdated returns them: nil or no attempts removes a row).
-func (w *infoWriter[Obj]) write(info tables.Info, outdated map[string]*keyState[Obj]) {
+// keyqueue.Queue.TakeOutdated returns them: nil or no attempts removes a row).
+func (w *infoWriter[Obj]) write(info tables.Info, outdated map[string]*keyqueue.State[Obj]) {
 	if w == nil {
 		return
 	}
@@ -40,10 +41,10 @@ func (w *infoWriter[Obj]) write(info tables.Info, outdated map[string]*keyState[
 	}
 	for key, s := range outdated {
 		retry := tables.RetryInfo{Reconciler: w.id, Key: displayKey(key)}
-		if s != nil && s.attempts > 0 {
-			retry.Delete, retry.Attempts, retry.FirstFailed, retry.LastError = s.task.delete, s.attempts, s.first, s.err.Error()
-			if s.phase == phaseWaiting {
-				retry.NextAttempt = time.Unix(0, s.due)
+		if s != nil && s.Attempts() > 0 {
+			retry.Delete, retry.Attempts, retry.FirstFailed, retry.LastError = s.Task().Delete, s.Attempts(), s.FirstFailed(), s.Err().Error()
+			if due, waiting := s.Due(); waiting {
+				retry.NextAttempt = time.Unix(0, due)
 			}
 		}
 		w.retries = append(w.retries, retry)

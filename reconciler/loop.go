@@ -53,7 +53,7 @@ func (r *reconciler[Obj]) run(ctx context.Context, health cell.Health) error {
 				watch = nil // the target fails: wait for the probe's turn (retryC)
 			}
 		}
-		if paused != r.wasPaused || (watch != nil && len(r.lifecycles.queued) > 0) {
+		if paused != r.wasPaused || (watch != nil && r.lifecycles.Queued() > 0) {
 			pauseChanged = closedChan // a round now
 		}
 		select {
@@ -113,8 +113,8 @@ func (l *loop[Obj]) round(ctx context.Context, paused bool) {
 	case broken:
 		room = min(room, probe) // the target fails: one probe at most
 	}
-	if _, ok := r.rechecks.next(); ok && !paused {
-		r.markRefreshing(r.rechecks.takeDue(txn, now.UnixNano(), r.lookup, r.getStatus))
+	if _, ok := r.rechecks.Next(); ok && !paused {
+		r.markRefreshing(r.dueRechecks(txn, now.UnixNano()))
 	}
 	var work []op[Obj]
 	if broken && room == 1 {
@@ -162,12 +162,12 @@ func (l *loop[Obj]) stopped() {
 	left := l.exec.stop() // waits for the operations under way to return
 	r.commit(left, true, r.now())
 	r.breaker.reset(r.now())
-	r.progress.update(r.progressRev(), r.lifecycles.retryLowWatermark())
+	r.progress.update(r.progressRev(), r.lifecycles.RetryLowWatermark())
 	r.changes.close()
 	r.reportStopped()
 	if r.info != nil {
 		txn := r.db.ReadTxn()
-		r.info.write(r.infoRow(&l.prune, tables.StateStopped, r.table.NumObjects(txn), r.lifecycles.retrying, 0, 0, r.lifecycles.oldestSince()), r.lifecycles.takeOutdated())
+		r.info.write(r.infoRow(&l.prune, tables.StateStopped, r.table.NumObjects(txn), r.lifecycles.Retrying(), 0, 0, r.lifecycles.OldestSince()), r.lifecycles.TakeOutdated())
 	}
 }
 
@@ -180,7 +180,7 @@ func (l *loop[Obj]) stopped() {
 func (l *loop[Obj]) armRetry() {
 	l.retry.Stop()
 	r := l.r
-	due, ok := r.lifecycles.nextDue()
+	due, ok := r.lifecycles.NextDue()
 	if ok {
 		due = addSat(due, durationOf(float64(r.opts.retryMin)*r.opts.retryJitter))
 	}
@@ -194,7 +194,7 @@ func (l *loop[Obj]) armRetry() {
 			} // else the probe granted waits for work: a retry falling due may take it
 		}
 	}
-	if recheck, has := r.rechecks.next(); has && (!ok || recheck < due) {
+	if recheck, has := r.rechecks.Next(); has && (!ok || recheck < due) {
 		due, ok = recheck, true
 	}
 	if !ok || l.exec.room() <= 0 {

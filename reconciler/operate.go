@@ -83,7 +83,7 @@ type execLoad struct {
 
 // workerPool runs ops on n goroutines. The lifecycle keeps one op per key
 // in it; workers take ops from queue when the gate is open and put them,
-// finished, on done. They never touch the table or the keyStates.
+// finished, on done. They never touch the table or the key queue.
 type workerPool[Obj any] struct {
 	r     *reconciler[Obj]
 	ctx   context.Context
@@ -296,8 +296,8 @@ func (e *runner[Obj]) run(txn statedb.ReadTxn, ops []op[Obj]) {
 	start := time.Now()
 	for i := range ops {
 		o := &ops[i]
-		if !o.delete {
-			o.updated = r.clone(o.obj)
+		if !o.Delete {
+			o.updated = r.clone(o.Obj)
 		}
 		if ctx.Err() != nil {
 			return
@@ -312,23 +312,23 @@ func (e *runner[Obj]) run(txn statedb.ReadTxn, ops []op[Obj]) {
 		}
 		o.started = start.UnixNano()
 		name, kind := metrics.OpUpdate, tracing.Update
-		if o.delete {
+		if o.Delete {
 			name, kind = metrics.OpDelete, tracing.Delete
 		}
 		call := e.callContext()
 		opCtx, span := context.Context(call), tracing.Span(nil)
 		if r.opts.tracer != nil {
-			opCtx, span = r.startSpan(call, tracing.Start{Kind: kind, Key: r.opKey(o), Revision: o.rev, Attempt: max(o.attempt, 1)})
+			opCtx, span = r.startSpan(call, tracing.Start{Kind: kind, Key: r.opKey(o), Revision: o.Rev, Attempt: max(o.attempt, 1)})
 		}
-		if o.delete {
+		if o.Delete {
 			o.err = r.call(opCtx, name, func(ctx context.Context) error {
 				r.gate.entered()
-				return r.ops.Delete(ctx, txn, o.rev, o.obj)
+				return r.ops.Delete(ctx, txn, o.Rev, o.Obj)
 			})
 		} else {
 			o.err = r.call(opCtx, name, func(ctx context.Context) error {
 				r.gate.entered()
-				return r.ops.Update(ctx, txn, o.rev, o.updated)
+				return r.ops.Update(ctx, txn, o.Rev, o.updated)
 			})
 		}
 		o.ran = true
@@ -336,10 +336,10 @@ func (e *runner[Obj]) run(txn statedb.ReadTxn, ops []op[Obj]) {
 		if span != nil {
 			span.End(tracing.End{Outcome: outcome(o.err, r.opts.operationTimeout), Err: o.err})
 		}
-		if drift > 0 && o.refresh && !o.delete {
+		if drift > 0 && o.Refresh && !o.Delete {
 			r.refreshDrift.Add(drift)
 		}
-		if recheck > 0 && o.err == nil && !o.delete {
+		if recheck > 0 && o.err == nil && !o.Delete {
 			o.recheck = recheck
 		}
 		if r.breaker != nil {
@@ -363,11 +363,11 @@ func (e *runner[Obj]) runBatches(ctx context.Context, txn statedb.ReadTxn, ops [
 	r := e.r
 	for i := range ops {
 		o := &ops[i]
-		if o.delete {
-			e.deletes = append(e.deletes, BatchEntry[Obj]{Object: o.obj, Revision: o.rev, original: o})
+		if o.Delete {
+			e.deletes = append(e.deletes, BatchEntry[Obj]{Object: o.Obj, Revision: o.Rev, original: o})
 		} else {
-			o.updated = r.clone(o.obj)
-			e.updates = append(e.updates, BatchEntry[Obj]{Object: o.updated, Revision: o.rev, original: o})
+			o.updated = r.clone(o.Obj)
+			e.updates = append(e.updates, BatchEntry[Obj]{Object: o.updated, Revision: o.Rev, original: o})
 		}
 	}
 	if r.processor != nil {
@@ -473,7 +473,7 @@ func (e *runner[Obj]) batch(ctx context.Context, txn statedb.ReadTxn, call batch
 		if !o.ran {
 			o.err, o.ran = errBatchEntryLost, true
 		}
-		refreshed = refreshed || (o.refresh && !o.delete)
+		refreshed = refreshed || (o.Refresh && !o.Delete)
 		if o.err != nil {
 			failed++
 		}
@@ -505,7 +505,7 @@ func (r *reconciler[Obj]) recordOutcome(ctx context.Context, o *op[Obj], probe b
 		if o.key != "" {
 			return o.key
 		}
-		k, _ := r.keyOf(o.obj)
+		k, _ := r.keyOf(o.Obj)
 		return k
 	}
 	again := o.err != nil && o.lastErr != nil && o.err.Error() == o.lastErr.Error()
@@ -525,7 +525,7 @@ func bind[Obj any](entries []BatchEntry[Obj], err error) {
 	for i := range entries {
 		if o := entries[i].original; o != nil && !o.ran {
 			o.err, o.ran = entryErr(entries[i].Result, err), true
-			if !o.delete {
+			if !o.Delete {
 				o.updated = entries[i].Object
 				if o.err == nil {
 					o.recheck = entries[i].RecheckAfter

@@ -107,14 +107,10 @@ func (r *reconciler[Obj]) pruneNow(ctx context.Context, p *pruneSchedule) {
 		r.waitForTables(waiting, watch)
 		return
 	}
-	for _, s := range r.lifecycles.active {
-		if s.phase != phaseRunning {
-			continue
-		}
-		if _, _, found := r.lookup(txn, s.task.obj); !found && !s.task.delete {
-			r.lifecycles.markPruned(s)
-		}
-	}
+	r.lifecycles.MarkPruned(func(obj Obj) bool {
+		_, _, found := r.lookup(txn, obj)
+		return !found
+	})
 	if rev := r.table.Revision(txn); rev > r.lastRev {
 		r.stales.sawPrune(txn, rev, ident.Last())
 	}

@@ -12,12 +12,14 @@ import (
 	"github.com/cilium/statedb"
 	"github.com/converge-go/converge/status"
 	"github.com/converge-go/converge/tracing"
+
+	"github.com/converge-go/converge/reconciler/internal/keyqueue"
 )
 
 // reconciler implements Reconciler: what Register was given and the state
 // its jobs work on, declared here for the stages (loop.go runs collect.go,
 // operate.go, commit.go, prune.go, report.go in order) and built of types
-// that each own a file below them (lifecycle.go, stale.go, changes.go,
+// that each own a file below them (package keyqueue, stale.go, changes.go,
 // gate.go, ...). No two files refer to each other both ways. Fields from
 // changes on are owned by the reconcile job's goroutine.
 type reconciler[Obj any] struct {
@@ -49,15 +51,15 @@ type reconciler[Obj any] struct {
 	now  func() time.Time
 	rand func() float64
 
-	changes    *changeFeed[Obj]   // the table's changes, across stops
-	lifecycles *lifecycles[Obj]   // what is known about each key
-	stales     staleness          // what makes a status found stale
-	deferred   deferredQueue[Obj] // changes taken after fresh ones
-	rechecks   rechecks[Obj]      // asked for with RecheckAfter
-	lastRev    statedb.Revision   // last change read
-	backlog    statedb.Revision   // the table's revision when the job first ran: what is deferred
-	started    bool               // whether the job has run
-	pruneOwed  bool               // a prune asked for, or failed, was not done when the job last stopped
+	changes    *changeFeed[Obj]       // the table's changes, across stops
+	lifecycles *keyqueue.Queue[Obj]   // what is known about each key
+	stales     staleness              // what makes a status found stale
+	deferred   keyqueue.Backlog[Obj]  // changes taken after fresh ones
+	rechecks   keyqueue.Rechecks[Obj] // asked for with RecheckAfter
+	lastRev    statedb.Revision       // last change read
+	backlog    statedb.Revision       // the table's revision when the job first ran: what is deferred
+	started    bool                   // whether the job has run
+	pruneOwed  bool                   // a prune asked for, or failed, was not done when the job last stopped
 
 	// The state of one run of the reconcile job, reset when it starts.
 	own   ownWrites       // revisions of the statuses commits wrote
@@ -103,7 +105,7 @@ func (r *reconciler[Obj]) opKey(o *op[Obj]) string {
 	if o.key != "" {
 		return displayKey(o.key)
 	}
-	key, _ := r.keyOf(o.obj)
+	key, _ := r.keyOf(o.Obj)
 	return displayKey(key)
 }
 

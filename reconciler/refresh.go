@@ -84,6 +84,23 @@ type refreshCandidate[Obj any] struct {
 	rev statedb.Revision
 }
 
+// dueRechecks takes the re-checks due at now (Unix ns, see
+// keyqueue.Rechecks) and returns those whose object still carries the Done
+// status they were asked with, as txn holds it, for markRefreshing. A
+// changed or deleted object has had, or has, its own turn.
+func (r *reconciler[Obj]) dueRechecks(txn statedb.ReadTxn, now int64) (due []refreshCandidate[Obj]) {
+	r.rechecks.TakeDue(now, func(obj Obj, statusID uint64) {
+		cur, rev, found := r.lookup(txn, obj)
+		if !found {
+			return
+		}
+		if st := r.getStatus(cur); st.Kind == status.KindDone && st.ID() == statusID {
+			due = append(due, refreshCandidate[Obj]{cur, rev})
+		}
+	})
+	return due
+}
+
 // refreshSweep walks the objects in revision order from last+1, marking the
 // stale Done ones Refreshing, and returns when to sweep next. Objects are
 // visited in the order they were last written, so the walk stops at the

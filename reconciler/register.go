@@ -12,6 +12,7 @@ import (
 	"github.com/cilium/statedb"
 
 	"github.com/converge-go/converge/metrics"
+	"github.com/converge-go/converge/reconciler/internal/keyqueue"
 	"github.com/converge-go/converge/status"
 	"github.com/converge-go/converge/tables"
 )
@@ -102,7 +103,7 @@ func Register[Obj any](
 		pruneRequests: make(chan struct{}, 1),
 		gate:          newGate(),
 		progress:      newProgress(),
-		lifecycles:    newLifecycles[Obj](),
+		lifecycles:    keyqueue.New[Obj](displayKey),
 		now:           time.Now,
 		rand:          rand.Float64,
 	}

@@ -15,8 +15,8 @@ import (
 // Params.Tables, and health.
 func (r *reconciler[Obj]) report(txn statedb.ReadTxn, work []op[Obj], c commitOutcome, load execLoad, p *pruneSchedule, now time.Time, paused bool) {
 	lc := r.lifecycles
-	inFlight := len(lc.active)
-	failing := lc.retrying
+	inFlight := lc.Active()
+	failing := lc.Retrying()
 	if c.committed > 0 || failing != r.reported.failing {
 		r.metrics.ReconciliationErrors(r.moduleID, r.opts.name, c.failed, failing)
 	}
@@ -31,7 +31,7 @@ func (r *reconciler[Obj]) report(txn statedb.ReadTxn, work []op[Obj], c commitOu
 	}
 	var oldest time.Time
 	if r.metrics.round != nil || r.info != nil {
-		oldest = lc.oldestSince()
+		oldest = lc.OldestSince()
 	}
 	if r.metrics.round != nil {
 		var age time.Duration
@@ -40,14 +40,14 @@ func (r *reconciler[Obj]) report(txn statedb.ReadTxn, work []op[Obj], c commitOu
 		}
 		retries := 0
 		for i := range work {
-			if s := work[i].s; s != nil && s.attempts > 0 {
+			if s := work[i].s; s != nil && s.Attempts() > 0 {
 				retries++
 			}
 		}
 		r.metrics.round.Round(r.moduleID, r.opts.name, metrics.RoundStats{
 			Adds:           len(work),
 			Retries:        retries,
-			Depth:          load.waiting + len(lc.queued) + lc.parked,
+			Depth:          load.waiting + lc.Queued() + lc.Parked(),
 			Retrying:       failing,
 			InFlight:       inFlight,
 			OldestPending:  age,
@@ -64,23 +64,23 @@ func (r *reconciler[Obj]) report(txn statedb.ReadTxn, work []op[Obj], c commitOu
 		gateErr:      r.gateErr,
 		paused:       paused,
 		failing:      failing,
-		retryVersion: lc.version,
+		retryVersion: lc.Version(),
 		pruneErr:     p.lastErr,
 		limiterErr:   r.limiterErr,
 		breakerErr:   breaker.err,
-	}, func() int { return r.table.NumObjects(txn) }, lc.errors)
+	}, func() int { return r.table.NumObjects(txn) }, lc.Errors)
 
 	if r.info != nil {
 		info := r.infoRow(p, state, r.table.NumObjects(txn), failing, inFlight, load.busy, oldest)
 		if breaker.open {
 			info.TargetFailingSince, info.TargetError = breaker.since, breaker.err.Error()
 		}
-		r.info.write(info, lc.takeOutdated())
+		r.info.write(info, lc.TakeOutdated())
 	}
 
 	// Progress last, so that a WaitUntilReconciled that returns sees the
 	// round's figures published.
-	r.progress.update(r.progressRev(), lc.retryLowWatermark())
+	r.progress.update(r.progressRev(), lc.RetryLowWatermark())
 }
 
 // reportWaiting says, while the loop waits for the tables of
@@ -95,14 +95,14 @@ func (r *reconciler[Obj]) reportWaiting(txn statedb.ReadTxn, waiting []string, p
 	r.health.health.OK(msg)
 	if r.info != nil {
 		lc := r.lifecycles
-		r.info.write(r.infoRow(p, state, r.table.NumObjects(txn), lc.retrying, 0, 0, lc.oldestSince()), lc.takeOutdated())
+		r.info.write(r.infoRow(p, state, r.table.NumObjects(txn), lc.Retrying(), 0, 0, lc.OldestSince()), lc.TakeOutdated())
 	}
 }
 
 // reportStopped tells the metrics that nothing runs or waits to run any
 // more: the loop stopped. Failing objects still count.
 func (r *reconciler[Obj]) reportStopped() {
-	failing := r.lifecycles.retrying
+	failing := r.lifecycles.Retrying()
 	if r.metrics.queue != nil {
 		r.metrics.queue.QueueLength(r.moduleID, r.opts.name, failing, 0)
 	}
@@ -126,16 +126,9 @@ func (r *reconciler[Obj]) progressRev() statedb.Revision {
 			rev = low - 1
 		}
 	}
-	for _, s := range r.lifecycles.active {
-		if s.attempts == 0 {
-			lower(s.task.asked)
-		}
-		if s.hasNext {
-			lower(s.next.asked)
-		}
-	}
-	if r.deferred.size > 0 {
-		lower(r.deferred.lowRev())
+	lower(r.lifecycles.LowestAsked())
+	if r.deferred.Len() > 0 {
+		lower(r.deferred.LowRev())
 	}
 	return rev
 }

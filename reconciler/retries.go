@@ -2,9 +2,7 @@ package reconciler
 
 import (
 	"encoding/hex"
-	"fmt"
 	"math"
-	"slices"
 	"strings"
 	"time"
 	"unicode"
@@ -39,54 +37,6 @@ func addSat(t int64, d time.Duration) int64 {
 		return math.MaxInt64
 	}
 	return t + int64(d)
-}
-
-// errors returns up to limit errors of failing objects: those being
-// attempted now (by key), then those waiting, earliest attempt first. It
-// visits O(limit log limit) entries of the heap, not all of them.
-func (lc *lifecycles[Obj]) errors(limit int) []error {
-	errs := make([]error, 0, min(limit, lc.retrying))
-	add := func(s *keyState[Obj]) {
-		errs = append(errs, fmt.Errorf("%s: %w", displayKey(s.key), s.err))
-	}
-	var again []*keyState[Obj]
-	for _, s := range lc.active {
-		if s.attempts > 0 {
-			again = append(again, s)
-		}
-	}
-	slices.SortFunc(again, func(a, b *keyState[Obj]) int { return strings.Compare(a.key, b.key) })
-	for _, s := range again {
-		if len(errs) == limit {
-			return errs
-		}
-		add(s)
-	}
-	// The smallest entries of a heap are found by walking it from the
-	// root, always expanding the smallest entry seen so far.
-	h := lc.heap.entries
-	frontier := []int{}
-	push := func(i int) {
-		if i < len(h) {
-			frontier = append(frontier, i)
-		}
-	}
-	push(0)
-	for len(errs) < limit && len(frontier) > 0 {
-		best := 0
-		for i := range frontier {
-			if h[frontier[i]].before(h[frontier[best]]) {
-				best = i
-			}
-		}
-		i := frontier[best]
-		add(h[i].s)
-		frontier[best] = frontier[len(frontier)-1]
-		frontier = frontier[:len(frontier)-1]
-		push(2*i + 1)
-		push(2*i + 2)
-	}
-	return errs
 }
 
 // displayKey renders a primary key for messages and the retries table: as

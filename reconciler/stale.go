@@ -1,29 +1,22 @@
 package reconciler
 
 import (
-	"hash/maphash"
-
 	"github.com/cilium/statedb"
 
 	"github.com/converge-go/converge/internal/ident"
+	"github.com/converge-go/converge/reconciler/internal/keyqueue"
 )
 
 // staleness remembers which statuses of this reconciler, found on an
 // object put back, are stale: made before the target changed since (a
-// delete read, a newer version applied, a prune), so the object is new
-// work whatever its status says. Per key it keeps a cut (identities
-// increase; see package ident), for between one and two generations of
-// keys, by 64-bit hash: a collision costs a needless Update, never a lost
-// one. The zero value remembers nothing. The loop's goroutine owns it.
+// delete read, a newer version applied: the key queue's cuts, see
+// keyqueue.Stale; a prune: the snapshots below), so the object is new
+// work whatever its status says. The zero value remembers nothing. The
+// loop's goroutine owns it.
 type staleness struct {
-	seed     maphash.Seed
-	cur, old map[uint64]uint64 // key hash → cut; old is the generation before
-	pruned   []pruneSnapshot   // oldest first
+	cuts   keyqueue.Stale
+	pruned []pruneSnapshot // oldest first
 }
-
-// supersededGeneration is the number of keys one generation of cuts
-// holds: about 150 KiB of memory.
-const supersededGeneration = 1 << 13
 
 // pruneSnapshot is the snapshot a prune ran with while changes up to its
 // revision were unread. The prune may have removed from the target an
@@ -40,68 +33,19 @@ type pruneSnapshot struct {
 }
 
 // any reports whether anything is remembered: a cut or a prune's snapshot.
-func (m *staleness) any() bool { return m.cur != nil || len(m.pruned) > 0 }
+func (m *staleness) any() bool { return m.cuts.Any() || len(m.pruned) > 0 }
 
 // sawDelete records that a delete of key was read: every status handed out
 // so far is stale for the key.
-func (m *staleness) sawDelete(key []byte) { m.supersede(key, ident.Last()) }
+func (m *staleness) sawDelete(key []byte) { m.cuts.SawDelete(key, ident.Last()) }
 
 // sawOlder records that a commit found the object of key written back with
-// a status older than statusID, the identity of the status that asked for
-// the version it applied: the target holds a newer version.
-func (m *staleness) sawOlder(key []byte, statusID uint64) { m.supersede(key, statusID-1) }
-
-// supersede raises the cut of key to cut.
-func (m *staleness) supersede(key []byte, cut uint64) {
-	if m.cur == nil {
-		m.seed = maphash.MakeSeed()
-		m.cur = make(map[uint64]uint64)
-	}
-	h := maphash.Bytes(m.seed, key)
-	if c, ok := m.cur[h]; ok {
-		m.cur[h] = max(c&^unagedTaken, cut)
-		return
-	}
-	if len(m.cur) >= supersededGeneration {
-		clear(m.old)
-		m.old, m.cur = m.cur, m.old
-		if m.cur == nil {
-			m.cur = make(map[uint64]uint64, supersededGeneration)
-		}
-	}
-	m.cur[h] = max(m.old[h]&^unagedTaken, cut)
-}
+// a status older than statusID (see keyqueue.Stale.SawOlder).
+func (m *staleness) sawOlder(key []byte, statusID uint64) { m.cuts.SawOlder(key, statusID) }
 
 // cut reports whether statusID, a status found on an object of key, is no
-// newer than the cut of key. A status without identity (statusID 0) has
-// no age: it is taken for stale once per cut, the first time it is asked,
-// so that two reconcilers whose statuses lose their identity (a getStatus
-// that builds them from fields of its own) do not apply one object in turn
-// for ever, each taking the other's write for a put-back.
-func (m *staleness) cut(key []byte, statusID uint64) bool {
-	if m.cur == nil {
-		return false
-	}
-	h := maphash.Bytes(m.seed, key)
-	gen := m.cur
-	c, ok := gen[h]
-	if !ok {
-		gen = m.old
-		c, ok = gen[h]
-	}
-	switch {
-	case !ok:
-		return false
-	case statusID == 0:
-		gen[h] = c | unagedTaken
-		return c&unagedTaken == 0
-	}
-	return statusID <= c&^unagedTaken
-}
-
-// unagedTaken marks a cut for which a status without identity was taken
-// for stale (see cut). Identities never reach it.
-const unagedTaken = 1 << 63
+// newer than the cut of key (see keyqueue.Stale.Cut).
+func (m *staleness) cut(key []byte, statusID uint64) bool { return m.cuts.Cut(key, statusID) }
 
 // sawPrune records the snapshot of a prune that ran while changes up to its
 // revision rev were still unread; cut is the greatest status identity

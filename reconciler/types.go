@@ -13,6 +13,7 @@ import (
 	"github.com/cilium/statedb"
 
 	"github.com/converge-go/converge/metrics"
+	"github.com/converge-go/converge/reconciler/internal/keyqueue"
 	"github.com/converge-go/converge/tables"
 )
 
@@ -253,15 +254,19 @@ func panicError(v any) error {
 	return fmt.Errorf("%w: %v", ErrPanic, v)
 }
 
+// task is one version of one object to apply, or one deleted object: what
+// the key queue holds for a key, and what an op applies.
+type task[Obj any] = keyqueue.Task[Obj]
+
 // op is one job handed to the executor, and its outcome.
 type op[Obj any] struct {
 	task[Obj]
-	s       *keyState[Obj] // nil: an untracked task of the inline executor (see keyState)
-	key     string         // s's key, or for an untracked job "" until needed
-	attempt int            // which attempt this is for a tracked key (1: the first), else 0
-	lastErr error          // the error of the attempt before, if it failed
-	updated Obj            // an update's clone, as Update left it
-	started int64          // when the operation started (Unix ns)
+	s       *keyqueue.State[Obj] // nil: an untracked task of the inline executor (see keyqueue.State)
+	key     string               // s's key, or for an untracked job "" until needed
+	attempt int                  // which attempt this is for a tracked key (1: the first), else 0
+	lastErr error                // the error of the attempt before, if it failed
+	updated Obj                  // an update's clone, as Update left it
+	started int64                // when the operation started (Unix ns)
 	err     error
 	ran     bool          // the operation returned and err is its outcome
 	written bool          // commit wrote the status of an update

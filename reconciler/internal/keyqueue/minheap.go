@@ -1,4 +1,4 @@
-package reconciler
+package keyqueue
 
 // minHeap keeps the least value of a set whose members leave it without
 // telling: each member is pushed with its value, and min drops the entries

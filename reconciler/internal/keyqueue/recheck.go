@@ -1,18 +1,13 @@
-package reconciler
+package keyqueue
 
-import (
-	"github.com/cilium/statedb"
-
-	"github.com/converge-go/converge/status"
-)
-
-// rechecks holds the re-checks asked for with RecheckAfter: per key, the
+// Rechecks holds the re-checks asked for with RecheckAfter: per key, the
 // Done status written for the version that asked and when to mark it
 // Refreshing. A key has at most one; a later ask replaces it. It is a
 // binary min-heap by due time with a position per key, so asking,
-// replacing and taking what is due cost O(log n). The loop's goroutine
-// owns it; it lives as long as the reconciler, across stops and starts.
-type rechecks[Obj any] struct {
+// replacing and taking what is due cost O(log n). The zero value is
+// empty. The loop's goroutine owns it; it lives as long as the
+// reconciler, across stops and starts.
+type Rechecks[Obj any] struct {
 	heap  []*recheck[Obj]
 	byKey map[string]*recheck[Obj]
 }
@@ -27,9 +22,9 @@ type recheck[Obj any] struct {
 	pos      int
 }
 
-// ask records a re-check of key, whose object obj was written with the
+// Ask records a re-check of key, whose object obj was written with the
 // Done status statusID, due at due (Unix ns).
-func (q *rechecks[Obj]) ask(key string, obj Obj, statusID uint64, due int64) {
+func (q *Rechecks[Obj]) Ask(key string, obj Obj, statusID uint64, due int64) {
 	if q.byKey == nil {
 		q.byKey = map[string]*recheck[Obj]{}
 	}
@@ -46,10 +41,10 @@ func (q *rechecks[Obj]) ask(key string, obj Obj, statusID uint64, due int64) {
 	q.up(c.pos)
 }
 
-// drop forgets the re-check of key, if any: a newer version of its object
+// Drop forgets the re-check of key, if any: a newer version of its object
 // or its delete was read, which replaces it. The object it held is let go
 // at once, not when the re-check would have fallen due.
-func (q *rechecks[Obj]) drop(key []byte) {
+func (q *Rechecks[Obj]) Drop(key []byte) {
 	if c, ok := q.byKey[string(key)]; ok {
 		q.remove(c.pos)
 		if len(q.heap) == 0 {
@@ -58,37 +53,33 @@ func (q *rechecks[Obj]) drop(key []byte) {
 	}
 }
 
-// next returns when the earliest re-check is due (Unix ns).
-func (q *rechecks[Obj]) next() (int64, bool) {
+// Next returns when the earliest re-check is due (Unix ns).
+func (q *Rechecks[Obj]) Next() (int64, bool) {
 	if len(q.heap) == 0 {
 		return 0, false
 	}
 	return q.heap[0].due, true
 }
 
-// takeDue removes the re-checks due at now (Unix ns) and returns those
-// whose object still carries the status they were asked with, as txn
-// holds it, for markRefreshing. A changed or deleted object has had, or
-// has, its own turn.
-func (q *rechecks[Obj]) takeDue(txn statedb.ReadTxn, now int64, lookup func(statedb.ReadTxn, Obj) (Obj, statedb.Revision, bool), getStatus func(Obj) status.Status) (due []refreshCandidate[Obj]) {
+// Len returns how many re-checks are asked for.
+func (q *Rechecks[Obj]) Len() int { return len(q.byKey) }
+
+// TakeDue removes the re-checks due at now (Unix ns) and hands each to
+// due, with the object and the identity of the Done status it was asked
+// with: the caller marks the object Refreshing if it still carries that
+// status (a changed or deleted object has had, or has, its own turn).
+func (q *Rechecks[Obj]) TakeDue(now int64, due func(obj Obj, statusID uint64)) {
 	for len(q.heap) > 0 && q.heap[0].due <= now {
 		c := q.heap[0]
 		q.remove(0)
-		cur, rev, found := lookup(txn, c.obj)
-		if !found {
-			continue
-		}
-		if st := getStatus(cur); st.Kind == status.KindDone && st.ID() == c.statusID {
-			due = append(due, refreshCandidate[Obj]{cur, rev})
-		}
+		due(c.obj, c.statusID)
 	}
 	if len(q.heap) == 0 && len(q.byKey) > 0 {
 		q.heap, q.byKey = nil, nil // give back what a burst took
 	}
-	return due
 }
 
-func (q *rechecks[Obj]) remove(i int) {
+func (q *Rechecks[Obj]) remove(i int) {
 	c := q.heap[i]
 	delete(q.byKey, c.key)
 	last := len(q.heap) - 1
@@ -100,12 +91,12 @@ func (q *rechecks[Obj]) remove(i int) {
 	}
 }
 
-func (q *rechecks[Obj]) swap(i, j int) {
+func (q *Rechecks[Obj]) swap(i, j int) {
 	q.heap[i], q.heap[j] = q.heap[j], q.heap[i]
 	q.heap[i].pos, q.heap[j].pos = i, j
 }
 
-func (q *rechecks[Obj]) up(i int) {
+func (q *Rechecks[Obj]) up(i int) {
 	for i > 0 {
 		parent := (i - 1) / 2
 		if q.heap[parent].due <= q.heap[i].due {
@@ -117,7 +108,7 @@ func (q *rechecks[Obj]) up(i int) {
 }
 
 // down sifts the entry at i towards the leaves and reports whether it moved.
-func (q *rechecks[Obj]) down(i int) bool {
+func (q *Rechecks[Obj]) down(i int) bool {
 	start, n := i, len(q.heap)
 	for {
 		child := 2*i + 1

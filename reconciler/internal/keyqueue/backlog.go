@@ -1,0 +1,58 @@
+package keyqueue
+
+// Backlog holds the changes that wait behind fresh ones: objects
+// marked Refreshing (by the refresh sweep or a dependency) and the backlog
+// of Pending objects that were in the table when the reconcile job first ran.
+// A deferred change is taken as its object now is, if that still asks for
+// work (see the reconciler's collectDeferred). It has no cap: its entries are two words each,
+// and a cap would hold fresh changes back behind it. It is owned by the
+// loop goroutine.
+type Backlog[Obj any] struct {
+	ring []Deferred[Obj]
+	head int
+	size int // how many changes are deferred
+}
+
+type Deferred[Obj any] struct {
+	Obj   Obj
+	Rev   uint64 // the object's, when deferred
+	Asked uint64 // the first revision the change stands for (see Task.Asked)
+}
+
+// Push defers a change.
+func (q *Backlog[Obj]) Push(obj Obj, rev, asked uint64) {
+	if q.size == len(q.ring) {
+		grown := make([]Deferred[Obj], max(2*len(q.ring), 64))
+		for i := range q.size {
+			grown[i] = q.ring[(q.head+i)%len(q.ring)]
+		}
+		q.ring, q.head = grown, 0
+	}
+	q.ring[(q.head+q.size)%len(q.ring)] = Deferred[Obj]{obj, rev, asked}
+	q.size++
+}
+
+// Pop takes the oldest deferred change.
+func (q *Backlog[Obj]) Pop() Deferred[Obj] {
+	d := q.ring[q.head]
+	q.ring[q.head] = Deferred[Obj]{}
+	q.head = (q.head + 1) % len(q.ring)
+	q.size--
+	if q.size == 0 && len(q.ring) > shrinkAbove {
+		q.ring, q.head = nil, 0 // a backlog drained: give its memory back
+	}
+	return d
+}
+
+// LowRev returns the first revision the oldest deferred change stands
+// for, the lowest of all (changes are deferred in the order they are
+// read), or 0 if none.
+func (q *Backlog[Obj]) LowRev() uint64 {
+	if q.size == 0 {
+		return 0
+	}
+	return q.ring[q.head].Asked
+}
+
+// Len returns how many changes are deferred.
+func (q *Backlog[Obj]) Len() int { return q.size }

@@ -1,0 +1,252 @@
+package keyqueue
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The verbs one key goes through, each test in the manner of workqueue's:
+// changes in, work out, outcomes in. Times are Unix ns, passed in.
+
+var (
+	errTarget = errors.New("target says no")
+	t0        = time.Unix(1_000, 0)
+)
+
+func version(rev, id uint64) Task[string] {
+	return Task[string]{Obj: "v", Rev: rev, Asked: rev, StatusID: id, Since: t0}
+}
+
+func succeeded() Outcome { return Outcome{Ran: true, Settled: true, Written: true} }
+
+func failed(retryAt int64, errID uint64) Outcome {
+	return Outcome{Ran: true, Err: errTarget, Written: true, RetryAt: retryAt, ErrID: errID}
+}
+
+// takeRetries takes up to n retries due at now.
+func takeRetries(q *Queue[string], n int, now int64) (taken []*State[string]) {
+	for len(taken) < n {
+		s, ok := q.PopDue(now)
+		if !ok {
+			break
+		}
+		taken = append(taken, s)
+	}
+	return taken
+}
+
+func TestSuccessLeavesNothingBehind(t *testing.T) {
+	q := New[string](nil)
+	s := q.Observe("k", version(1, 10))
+	require.NotNil(t, s, "a change of a key nobody holds starts at once")
+	assert.Equal(t, 1, q.Active())
+	q.Done(s, "", Task[string]{}, succeeded(), t0)
+	assert.False(t, q.Tracked())
+	assert.Zero(t, q.Active())
+}
+
+// A change read while its key runs is parked behind it, the newest only;
+// once the running one is done, the parked one is queued.
+func TestAddWhileRunningParksTheNewest(t *testing.T) {
+	q := New[string](nil)
+	s := q.Observe("k", version(1, 10))
+	assert.Nil(t, q.Observe("k", version(2, 20)), "parked, not started")
+	assert.Nil(t, q.Observe("k", version(3, 30)), "replaces what was parked")
+	assert.Equal(t, 1, q.Parked())
+	assert.Zero(t, q.Queued())
+
+	q.Done(s, "", Task[string]{}, succeeded(), t0)
+	assert.Zero(t, q.Parked())
+	assert.Equal(t, 1, q.Queued())
+	taken := q.TakeQueued(10)
+	require.Len(t, taken, 1)
+	assert.Equal(t, uint64(3), taken[0].Task().Rev, "the newest version")
+	assert.Equal(t, uint64(2), taken[0].Task().Asked, "asked for since the first change parked")
+}
+
+// A failure waits for its retry time; taken then, it answers the Error
+// status written for it, and counts its attempt.
+func TestFailureWaitsForItsRetryTime(t *testing.T) {
+	q := New[string](nil)
+	s := q.Observe("k", version(1, 10))
+	due := t0.Add(time.Second).UnixNano()
+	q.Done(s, "", Task[string]{}, failed(due, 11), t0)
+	assert.Equal(t, 1, q.Retrying())
+	at, waiting := s.Due()
+	assert.True(t, waiting)
+	assert.Equal(t, due, at)
+	next, ok := q.NextDue()
+	assert.True(t, ok)
+	assert.Equal(t, due, next)
+
+	assert.Empty(t, takeRetries(q, 10, due-1), "not due yet")
+	taken := takeRetries(q, 10, due)
+	require.Equal(t, []*State[string]{s}, taken)
+	assert.Equal(t, 1, s.Attempts())
+	assert.Equal(t, errTarget, s.Err())
+	assert.Equal(t, uint64(11), s.Task().StatusID, "the retry answers the Error status")
+	errs := q.Errors(5)
+	require.Len(t, errs, 1)
+	assert.EqualError(t, errs[0], "k: target says no")
+
+	q.Done(s, "", Task[string]{}, failed(due+1, 12), t0)
+	assert.Equal(t, 2, s.Attempts(), "a second failure counts")
+	q.Done(takeRetries(q, 1, due+1)[0], "", Task[string]{}, failed(due+2, 13), t0)
+	assert.Equal(t, 3, s.Attempts())
+}
+
+// A failure the circuit breaker spared counts no attempt, but a first
+// failure always does.
+func TestSparedFailureCountsNoAttempt(t *testing.T) {
+	q := New[string](nil)
+	s := q.Observe("k", version(1, 10))
+	spared := failed(t0.UnixNano(), 11)
+	spared.Spared = true
+	q.Done(s, "", Task[string]{}, spared, t0)
+	assert.Equal(t, 1, s.Attempts(), "the first failure counts")
+	takeRetries(q, 1, t0.UnixNano())
+	q.Done(s, "", Task[string]{}, spared, t0)
+	assert.Equal(t, 1, s.Attempts())
+}
+
+// A newer version of a key waiting for a retry replaces the retry: it
+// starts at once, with no failure to its name.
+func TestNewerVersionReplacesARetry(t *testing.T) {
+	q := New[string](nil)
+	s := q.Observe("k", version(1, 10))
+	q.Done(s, "", Task[string]{}, failed(t0.Add(time.Hour).UnixNano(), 11), t0)
+	require.Equal(t, 1, q.Retrying())
+
+	again := q.Observe("k", version(2, 20))
+	require.Same(t, s, again, "one record per key")
+	assert.Zero(t, again.Attempts())
+	assert.Zero(t, q.Retrying())
+	_, ok := q.NextDue()
+	assert.False(t, ok, "no retry left")
+}
+
+// A task that never started goes back to the queue, keeping its
+// attempts; a successor parked meanwhile takes its place.
+func TestNeverStartedGoesBackToTheQueue(t *testing.T) {
+	q := New[string](nil)
+	s := q.Observe("k", version(1, 10))
+	q.Done(s, "", Task[string]{}, failed(t0.UnixNano(), 11), t0)
+	takeRetries(q, 1, t0.UnixNano())
+	q.Done(s, "", Task[string]{}, Outcome{}, t0)
+	assert.Equal(t, 1, q.Queued())
+	assert.Equal(t, 1, s.Attempts(), "a retry keeps its attempts")
+
+	taken := q.TakeQueued(1)
+	assert.Nil(t, q.Observe("k", version(2, 20)))
+	q.Done(taken[0], "", Task[string]{}, Outcome{}, t0)
+	taken = q.TakeQueued(1)
+	require.Len(t, taken, 1)
+	assert.Equal(t, uint64(2), taken[0].Task().Rev, "the successor instead")
+	assert.Equal(t, uint64(1), taken[0].Task().Asked, "asked for since the first")
+	assert.Zero(t, taken[0].Attempts(), "a new version: no failure")
+}
+
+// The inline executor runs tasks without a record while no key has one:
+// a success needs none, a failure or a task never started gets one.
+func TestUntrackedTaskGetsARecordOnlyWhenItMust(t *testing.T) {
+	q := New[string](nil)
+	q.Done(nil, "a", version(1, 10), succeeded(), t0)
+	assert.False(t, q.Tracked(), "done: nothing to remember")
+
+	q.Done(nil, "b", version(2, 20), failed(t0.UnixNano(), 21), t0)
+	assert.Equal(t, 1, q.Retrying())
+	q.Done(nil, "c", version(3, 30), Outcome{}, t0)
+	assert.Equal(t, 1, q.Queued())
+	assert.True(t, q.Tracked())
+}
+
+// An Error status found on an object (written back, or there at start) is
+// retried at once, once: the same status found again is known.
+func TestAdoptedErrorIsRetriedOnce(t *testing.T) {
+	q := New[string](nil)
+	q.Adopt("k", version(1, 10), 10, errTarget, t0)
+	q.Adopt("k", version(1, 10), 10, errTarget, t0)
+	assert.Equal(t, 1, q.Retrying())
+	taken := takeRetries(q, 10, t0.UnixNano())
+	require.Len(t, taken, 1)
+	assert.Equal(t, 1, taken[0].Attempts())
+}
+
+// A change of a queued key collapses into its place in the queue, as
+// workqueue's Add of a dirty item does.
+func TestQueuedKeyCollapses(t *testing.T) {
+	q := New[string](nil)
+	q.Enqueue("a", version(1, 10))
+	q.Enqueue("b", version(2, 20))
+	q.Enqueue("a", version(3, 30))
+	assert.Equal(t, 2, q.Queued())
+	taken := q.TakeQueued(10)
+	require.Len(t, taken, 2)
+	assert.Equal(t, []string{"a", "b"}, []string{taken[0].Key(), taken[1].Key()}, "a keeps its place")
+	assert.Equal(t, uint64(3), taken[0].Task().Rev)
+}
+
+// Forget drops a key in any phase but running: the loop's check against
+// the table found its task no longer current.
+func TestForgetDropsTheKey(t *testing.T) {
+	q := New[string](nil)
+	s := q.Observe("k", version(1, 10))
+	q.Done(s, "", Task[string]{}, failed(t0.UnixNano(), 11), t0)
+	q.Forget(s)
+	assert.False(t, q.Tracked())
+	assert.Zero(t, q.Retrying())
+	_, ok := q.NextDue()
+	assert.False(t, ok)
+}
+
+// HoldsNewer tells whether a status found on an object is older than a
+// version the queue holds for its key (the stale-status rule).
+func TestHoldsNewer(t *testing.T) {
+	q := New[string](nil)
+	assert.False(t, q.HoldsNewer([]byte("k"), 5), "nothing held")
+	q.Observe("k", version(1, 10))
+	assert.True(t, q.HoldsNewer([]byte("k"), 9), "an older status")
+	assert.False(t, q.HoldsNewer([]byte("k"), 10), "the status that asked")
+	assert.True(t, q.HoldsNewer([]byte("k"), 0), "no identity: any version held may be newer")
+}
+
+// A delete read while a version runs makes status identity tell versions
+// apart no more, and so does a prune with the object absent.
+func TestSupersededAfterDeleteOrPrune(t *testing.T) {
+	q := New[string](nil)
+	s := q.Observe("k", version(1, 10))
+	assert.False(t, s.Superseded())
+	q.Observe("k", Task[string]{Rev: 2, Asked: 2, Delete: true})
+	assert.True(t, s.Superseded(), "a delete read since it started")
+
+	q.Done(s, "", Task[string]{}, succeeded(), t0)
+	d := q.TakeQueued(1)[0]
+	q.Done(d, "", Task[string]{}, succeeded(), t0)
+	s = q.Observe("k", version(3, 30))
+	q.MarkPruned(func(string) bool { return false })
+	assert.False(t, s.Superseded(), "present in the prune's snapshot")
+	q.MarkPruned(func(string) bool { return true })
+	assert.True(t, s.Superseded(), "absent from it")
+}
+
+// With priorities, a key taken from the queue that never started (a round
+// cut by Pause, a stop or the breaker) keeps its turn within its priority;
+// a probe of the circuit breaker (TakeOldest, TakeNewest) keeps none, and
+// goes to the back, so that the probes get to every key in turn.
+func TestRequeueKeepsTheTurnOfTheQueueNotOfAProbe(t *testing.T) {
+	q := New[string](nil)
+	q.SetPriority(func(string) int { return 0 }, 0.25)
+	for i, key := range []string{"a", "b", "c"} {
+		q.Enqueue(key, version(uint64(i+1), uint64(10*(i+1))))
+	}
+	a := q.TakeQueued(1)[0]
+	q.Done(a, "", Task[string]{}, Outcome{}, t0)
+	assert.Equal(t, "a", q.TakeOldest()[0].Key(), "a kept its turn")
+
+	q.Done(a, "", Task[string]{}, Outcome{}, t0)
+	assert.Equal(t, "b", q.TakeOldest()[0].Key(), "the probe went to the back")
+}
