@@ -48,8 +48,11 @@ type Info struct {
 	LastError            string    `json:"last-error,omitempty" yaml:"last-error,omitempty"`
 	LastErrorAt          time.Time `json:"last-error-at,omitzero" yaml:"last-error-at,omitempty"`
 
-	Retrying int `json:"retrying" yaml:"retrying"`   // objects failing
-	InFlight int `json:"in-flight" yaml:"in-flight"` // operations not yet committed
+	Retrying int `json:"retrying" yaml:"retrying"` // objects failing
+	// InFlight counts the operations not yet committed: running, finished,
+	// or handed to the workers and waiting for one (while paused, those
+	// wait for Resume without starting).
+	InFlight int `json:"in-flight" yaml:"in-flight"`
 	// Workers is how many operations the reconciler runs at once
 	// (WithConcurrency); BusyWorkers how many were running one, or taking
 	// one queued, at the end of the last round (one worker runs them
