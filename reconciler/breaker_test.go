@@ -101,9 +101,12 @@ func TestBreakerHoldsEverythingAndLosesNothing(t *testing.T) {
 			o.recover()
 			m.waitClosed(t)
 			f.rec.Prune()
+			waitUntil(t, "the prune asked for while open", func() (bool, <-chan struct{}) {
+				state, changed := o.tg.StateWatch()
+				_, stray := state["stray"]
+				return !stray, changed
+			})
 			f.kitconverged(o)
-			_, ok, _ := o.tg.Get("stray")
-			assert.False(t, ok, "the prune asked for while open never ran")
 			for obj := range f.table.All(f.db.ReadTxn()) {
 				assert.False(t, obj.Status.Terminal, "%s: %s", obj.ID, obj.Status.Error)
 			}

@@ -22,10 +22,18 @@ type loop[Obj any] struct {
 	prune  pruneSchedule
 	retry  *time.Timer // fires when the earliest retry is due (see armRetry)
 	probes int         // probe rounds so far: whose turn the next probe is (see collectProbe)
+	// reported is set once a round reported in this run: a prune's report
+	// amends what the last round reported.
+	reported bool
 }
 
 // run is the reconcile job: it waits for something to do and runs a round,
-// until ctx ends. It returns nil on a normal stop.
+// until ctx ends. It returns nil on a normal stop. A prune is a wake-up of
+// its own, once it is due and neither Pause, a stop nor the circuit
+// breaker holds it off: the loop prunes and reports the prune, and
+// collects, operates and commits nothing. A wake-up of the prune
+// schedule only tells it what fired; the round a wake-up would have run
+// is run on the next, as what woke it is still there.
 func (r *reconciler[Obj]) run(ctx context.Context, health cell.Health) error {
 	opened, err := r.changes.open()
 	if err != nil {
@@ -56,6 +64,10 @@ func (r *reconciler[Obj]) run(ctx context.Context, health cell.Health) error {
 		if paused != r.wasPaused || (watch != nil && r.lifecycles.Queued() > 0) {
 			pauseChanged = closedChan // a round now
 		}
+		var pruneC <-chan struct{}
+		if l.prune.due && l.reported && !paused && (r.breaker == nil || !r.breaker.state().open) {
+			pruneC = closedChan // a prune now
+		}
 		select {
 		case <-ctx.Done():
 			return nil
@@ -63,16 +75,27 @@ func (r *reconciler[Obj]) run(ctx context.Context, health cell.Health) error {
 		case <-watch:
 		case <-retryC:
 		case <-l.exec.finished:
-		case <-l.prune.initC:
-			l.prune.initialized(r.uninitialized(r.db.ReadTxn()))
-		case <-l.prune.tickC:
-			l.prune.request()
-		case <-l.prune.retry.C:
-			l.prune.request()
-		case <-r.pruneRequests:
-			l.prune.request()
 		case <-r.gateWatch:
 			r.gateWatch = nil // checkGate sets it again if need be
+		case <-pruneC:
+			if ctx.Err() != nil {
+				return nil
+			}
+			r.pruneNow(ctx, &l.prune) // 1. no operation starts meanwhile
+			r.reportPrune(&l.prune)   // 2. health, the reconcilers table
+			continue
+		case <-l.prune.initC:
+			l.prune.initialized(r.uninitialized(r.db.ReadTxn()))
+			continue
+		case <-l.prune.tickC:
+			l.prune.request()
+			continue
+		case <-l.prune.retry.C:
+			l.prune.request()
+			continue
+		case <-r.pruneRequests:
+			l.prune.request()
+			continue
 		}
 		if paused, _ = r.gate.state(); !paused && r.opts.roundLimiter != nil {
 			r.waitForLimiter(ctx)
@@ -86,18 +109,14 @@ func (r *reconciler[Obj]) run(ctx context.Context, health cell.Health) error {
 	}
 }
 
-// round runs the stages once, in order. While paused it collects nothing
-// and does not prune: it commits what finished and reports.
+// round runs the stages once, in order. While paused it collects nothing:
+// it commits what finished and reports.
 func (l *loop[Obj]) round(ctx context.Context, paused bool) {
 	r := l.r
-	// The round's span starts only once the round does something (collects,
-	// commits or prunes), dated from the round's start: most rounds wake
-	// for the reconciler's own status writes, or a worker's result, and do
-	// nothing.
-	var (
-		span  tracing.Span
-		began time.Time
-	)
+	// The round's span is made only if the round did something (collected
+	// or committed), dated from the round's start: most rounds wake for the
+	// reconciler's own status writes, or a worker's result, and do nothing.
+	var began time.Time
 	if r.opts.tracer != nil {
 		began = time.Now()
 	}
@@ -125,24 +144,15 @@ func (l *loop[Obj]) round(ctx context.Context, paused bool) {
 	}
 	finished := l.exec.operate(txn, work)                    // 2. started at the gate; what finished
 	outcome := r.commit(finished, ctx.Err() != nil, r.now()) // 3. statuses written, keys settled
-	if l.prune.due && !paused && (!broken || !r.breaker.state().open) {
-		if r.opts.tracer != nil { // the prune's span is the round's child
-			ctx, span = r.startSpan(ctx, tracing.Start{Kind: tracing.Round, Time: began})
-		}
-		r.pruneNow(ctx, &l.prune) // 4. no operation starts meanwhile
-	}
 	if r.gateErr != nil {
 		r.checkGate(txn)
 	}
 	end := r.now()
-	r.report(txn, work, outcome, l.exec.load(end), &l.prune, end, paused) // 5. progress, metrics, tables, health
-	if r.opts.tracer != nil {
-		if span == nil && (len(work) > 0 || outcome.committed > 0 || outcome.failed > 0) {
-			_, span = r.startSpan(ctx, tracing.Start{Kind: tracing.Round, Time: began})
-		}
-		if span != nil {
-			span.End(tracing.End{Collected: len(work), Committed: outcome.committed, Failed: outcome.failed})
-		}
+	r.report(txn, work, outcome, l.exec.load(end), &l.prune, end, paused) // 4. progress, metrics, tables, health
+	l.reported = true
+	if r.opts.tracer != nil && (len(work) > 0 || outcome.committed > 0 || outcome.failed > 0) {
+		_, span := r.startSpan(ctx, tracing.Start{Kind: tracing.Round, Time: began})
+		span.End(tracing.End{Collected: len(work), Committed: outcome.committed, Failed: outcome.failed})
 	}
 	// The buffers are kept for the next round: let go of their objects
 	// (a round of deletes would keep the deleted objects until then).

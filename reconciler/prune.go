@@ -16,14 +16,14 @@ import (
 // WithStartAfter are initialized, whatever its timeout, then every prune
 // interval and on Reconciler.Prune; a failed prune again after the retry
 // backoff. The loop waits on its channels, tells it what fired, and prunes
-// while due is set, between commit and report, with the gate closed.
+// while due is set, between rounds, with the gate closed.
 type pruneSchedule struct {
 	prune func(ctx context.Context, txn statedb.ReadTxn) pruneResult
 
 	initC             <-chan struct{}  // closed when one of the tables is initialized; nil once all are
 	tickC             <-chan time.Time // ticks every prune interval; nil without
 	retry             *time.Timer      // fires when a failed prune is to be tried again
-	due               bool             // initialized and requested: prune in the next round
+	due               bool             // initialized and requested: prune next
 	ticker            *time.Ticker     // nil without periodic pruning
 	isInit, requested bool
 
@@ -87,11 +87,12 @@ func (s *pruneSchedule) request() {
 	s.due = s.isInit
 }
 
-// pruneNow prunes, the schedule being due, with a snapshot taken now, not
-// the round's: the commit may have marked Done an object written back
-// after the round began, and the prune must not remove it from the target.
-// In that snapshot every table prunes wait for is initialized, or the
-// prune waits until they are.
+// pruneNow prunes, the schedule being due, with a snapshot taken once the
+// gate is closed: an object the last commit marked Done is in it, and the
+// prune must not remove it from the target. In that snapshot every table
+// prunes wait for is initialized, or the prune waits until they are. Its
+// span is the child of a round's, as a prune is the loop's round of its
+// own.
 func (r *reconciler[Obj]) pruneNow(ctx context.Context, p *pruneSchedule) {
 	if !r.gate.beginPrune() {
 		return // paused since the round began: the prune stays due
@@ -113,6 +114,11 @@ func (r *reconciler[Obj]) pruneNow(ctx context.Context, p *pruneSchedule) {
 	})
 	if rev := r.table.Revision(txn); rev > r.lastRev {
 		r.stales.sawPrune(txn, rev, ident.Last())
+	}
+	if r.opts.tracer != nil {
+		var round tracing.Span
+		ctx, round = r.startSpan(ctx, tracing.Start{Kind: tracing.Round})
+		defer round.End(tracing.End{})
 	}
 	p.run(ctx, txn)
 }

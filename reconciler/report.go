@@ -83,6 +83,38 @@ func (r *reconciler[Obj]) report(txn statedb.ReadTxn, work []op[Obj], c commitOu
 	r.progress.update(r.progressRev(), lc.RetryLowWatermark())
 }
 
+// reportPrune is the report of a prune: health, with the prune's outcome,
+// and the reconciler's row of the reconcilers table as the last round
+// wrote it (see loop.reported) with the prune's figures and the state
+// health reports. The prune reported its metrics; the rest is the next
+// round's to report.
+func (r *reconciler[Obj]) reportPrune(p *pruneSchedule) {
+	lc := r.lifecycles
+	paused, _ := r.gate.state()
+	var breakerErr error
+	if r.breaker != nil {
+		breakerErr = r.breaker.state().err
+	}
+	state := r.health.update(healthState{
+		gateErr:      r.gateErr,
+		paused:       paused,
+		failing:      lc.Retrying(),
+		retryVersion: lc.Version(),
+		pruneErr:     p.lastErr,
+		limiterErr:   r.limiterErr,
+		breakerErr:   breakerErr,
+	}, func() int { return r.table.NumObjects(r.db.ReadTxn()) }, lc.Errors)
+	if r.info != nil {
+		row := r.info.last
+		row.State, row.LastPrune, row.LastPruneDuration, row.LastPruneError = state, p.last.at, p.last.duration, ""
+		row.DriftRepaired = uint64(r.totals.refreshRepaired + p.repaired)
+		if p.lastErr != nil {
+			row.LastPruneError = p.lastErr.Error()
+		}
+		r.info.write(row, nil)
+	}
+}
+
 // reportWaiting says, while the loop waits for the tables of
 // WithStartAfter (waiting) to be initialized, that it does, or that it is
 // paused, in health and the reconcilers table. The first round reports

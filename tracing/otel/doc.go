@@ -62,7 +62,8 @@
 // An operation's span is in the context given to Update, Delete,
 // UpdateBatch, DeleteBatch, ProcessBatch and Prune, so the spans the operation starts
 // with that context (a netlink call, an HTTP request) are its children.
-// A prune's span is a child of the round that ran it. A round, an
+// A prune's span is a child of the round that ran it, a round of its own
+// that collects and commits nothing. A round, an
 // operation and a refresh sweep each start a trace of their own: with
 // workers an operation runs beside the rounds, often past the end of the
 // round that collected it, so it is the root of its own trace, whether
