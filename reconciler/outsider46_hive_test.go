@@ -241,9 +241,7 @@ func TestOutsider46NilTablesPointerMeansNoTables(t *testing.T) {
 // one.
 func TestOutsider46TwoUnnamedReconcilersInOneModule(t *testing.T) {
 	var (
-		db     *statedb.DB
 		t1, t2 statedb.RWTable[*item]
-		tbs    *tables.Tables
 		regErr error
 	)
 	mk := func(fail string) *kitops {
@@ -259,8 +257,7 @@ func TestOutsider46TwoUnnamedReconcilersInOneModule(t *testing.T) {
 	h := hive.New(statedb.Cell, job.Cell, cell.Provide(cell.NewSimpleHealth), tables.Cell,
 		cell.Module("test", "Test module",
 			cell.ProvidePrivate(job.Registry.NewGroup),
-			cell.Invoke(func(p reconciler.Params, tt *tables.Tables) error {
-				db, tbs = p.DB, tt
+			cell.Invoke(func(p reconciler.Params) error {
 				var err error
 				if t1, err = statedb.NewTable(p.DB, "items1", itemID); err != nil {
 					return err
@@ -279,43 +276,9 @@ func TestOutsider46TwoUnnamedReconcilersInOneModule(t *testing.T) {
 	log := hivetest.Logger(t)
 	require.NoError(t, h.Start(log, ctxFor(t, timeout)))
 	t.Cleanup(func() { assert.NoError(t, h.Stop(log, context.Background())) })
-	if regErr != nil {
-		t.Logf("the second Register is refused: %v", regErr)
-		return
-	}
-	for _, tbl := range []statedb.RWTable[*item]{t1, t2} {
-		wtxn := db.WriteTxn(tbl)
-		for _, id := range []string{"k1", "k2", "ok"} {
-			_, _, err := tbl.Insert(wtxn, &item{ID: id, Value: "1", Status: status.Pending()})
-			require.NoError(t, err)
-		}
-		wtxn.Commit()
-	}
-	// Each table has one failing object: two failing objects in all.
-	waitUntil(t, "both tables' failing objects to be Error", func() (bool, <-chan struct{}) {
-		txn := db.ReadTxn()
-		a, _, _ := t1.Get(txn, itemID.Query("k1"))
-		b, _, _ := t2.Get(txn, itemID.Query("k2"))
-		_, w1 := t1.AllWatch(txn)
-		_, w2 := t2.AllWatch(txn)
-		done := a != nil && b != nil && a.Status.Kind == status.KindError && b.Status.Kind == status.KindError
-		return done, o46AnyOf(w1, w2)
-	})
-	waitUntil(t, "the rows to settle", func() (bool, <-chan struct{}) {
-		txn := db.ReadTxn()
-		_, watch := tbs.Retries().AllWatch(txn)
-		return tbs.Retries().NumObjects(txn) >= 1, watch
-	})
-	txn := db.ReadTxn()
-	total := 0
-	var ids []string
-	for info := range tbs.Reconcilers().All(txn) {
-		total += info.Retrying
-		ids = append(ids, info.ID)
-	}
-	assert.Equal(t, 2, tbs.Reconcilers().NumObjects(txn), "one row per reconciler; rows: %v", ids)
-	assert.Equal(t, 2, total, "failing objects counted over the reconcilers' rows")
-	assert.Equal(t, 2, tbs.Retries().NumObjects(txn), "one retry row per failing object")
+	// The second would share the first's row: Register refuses it.
+	require.ErrorIs(t, regErr, reconciler.ErrInvalidConfig)
+	assert.Contains(t, regErr.Error(), "its own WithName")
 }
 
 // o46AnyOf returns a channel closed once a or b is.
