@@ -280,16 +280,3 @@ func TestOutsider46TwoUnnamedReconcilersInOneModule(t *testing.T) {
 	require.ErrorIs(t, regErr, reconciler.ErrInvalidConfig)
 	assert.Contains(t, regErr.Error(), "its own WithName")
 }
-
-// o46AnyOf returns a channel closed once a or b is.
-func o46AnyOf(a, b <-chan struct{}) <-chan struct{} {
-	c := make(chan struct{})
-	go func() {
-		select {
-		case <-a:
-		case <-b:
-		}
-		close(c)
-	}()
-	return c
-}
