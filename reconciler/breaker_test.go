@@ -492,7 +492,17 @@ func TestBreakerFlappingChurnConverges(t *testing.T) {
 			o.recover()
 			f.rec.Prune()
 			// Objects given up on (WithMaxAttempts) are settled; write them
-			// again so that everything is applied.
+			// again so that everything is applied. A call that began before
+			// the recovery (a batch's first entries) can still give one up:
+			// wait until every object is settled before looking.
+			f.waitTable("every object settled", func(txn statedb.ReadTxn) bool {
+				for obj := range f.table.All(txn) {
+					if obj.Status.Kind != status.KindDone && !obj.Status.Terminal {
+						return false
+					}
+				}
+				return true
+			})
 			for obj := range f.table.All(f.db.ReadTxn()) {
 				if obj.Status.Terminal {
 					f.upsert(kititems(obj.Value, obj.ID)...)

@@ -301,6 +301,25 @@ func kititems(value string, ids ...string) []*item {
 func (f *fixture) kitconverged(o *kitops) {
 	f.t.Helper()
 	rev := f.table.Revision(f.db.ReadTxn())
+	f.t.Cleanup(func() {
+		if !f.t.Failed() {
+			return
+		}
+		txn := f.db.ReadTxn()
+		for obj := range f.table.All(txn) {
+			if obj.Status.Kind != status.KindDone {
+				f.t.Logf("not Done: %s=%s %+v", obj.ID, obj.Value, obj.Status)
+			}
+		}
+		if f.tables != nil {
+			for r := range f.tables.Retries().All(txn) {
+				f.t.Logf("retry row: %+v", *r)
+			}
+			for i := range f.tables.Reconcilers().All(txn) {
+				f.t.Logf("info: %+v", *i)
+			}
+		}
+	})
 	f.waitTable("every object Done", func(txn statedb.ReadTxn) bool {
 		return f.countKind(txn, status.KindDone) == f.table.NumObjects(txn)
 	})
