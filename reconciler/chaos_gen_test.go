@@ -100,7 +100,7 @@ func (r *chaosRun) step() {
 	case p < 56:
 		r.keyMove(r.key(), 2+r.rng.IntN(3))
 	case p < 64:
-		[]func(){r.writeBackAfterPrune, func() { r.putBackDone(false) }, r.putBackAfterARestart, r.scenario, r.markThenWrite}[r.rng.IntN(5)]()
+		[]func(){r.writeBackAfterPrune, func() { r.putBackDone(false) }, r.putBackAfterARestart, r.scenario, r.markThenWrite, r.recheckThenDelete}[r.rng.IntN(6)]()
 	case p < 68:
 		switch i := r.rng.IntN(4); {
 		case i == 0:
@@ -133,6 +133,9 @@ func (r *chaosRun) step() {
 		} else {
 			v = r.value()
 			_, _, err = r.gen.deps.Insert(wtxn, &chaosDep{ID: d, Value: v})
+		}
+		for _, rec := range r.recs { // before the marks it makes can be seen
+			rec.target.with(func() { rec.target.rc.depWrites[d]++ })
 		}
 		wtxn.Commit()
 		require.NoError(r.t, err)
@@ -489,6 +492,7 @@ func (r *chaosRun) markThenWrite() {
 		obj = obj.clone()
 		for _, rec := range r.recs {
 			obj = rec.setStatus(obj, status.Refreshing())
+			rec.target.with(func() { rec.target.rc.testMarked[rec.getStatus(obj).ID()] = true })
 		}
 		changes = append(changes, chaosChange{key: k, obj: obj})
 		words = append(words, k+"="+obj.Value+" (Refreshing)")

@@ -99,6 +99,7 @@ type chaosTarget struct {
 	deletes            map[uint64]int        // per status identity, the test's deletes of an object carrying it
 	inCall             map[int64]int         // per goroutine, the calls it is inside (see gate)
 	pauseMark          *startMark            // while paused: what may still start
+	rc                 *recheckBook          // the re-checks asked for, and markings seen
 }
 
 // chaosHold blocks an operation on key, before it applies anything or (with
@@ -120,7 +121,7 @@ func newChaosTarget(seed uint64, failProb, slowProb float64) *chaosTarget {
 		rng: rand.New(rand.NewPCG(seed, 0xfa017)), failProb: failProb, slowProb: slowProb,
 		data: map[string]string{}, depSeen: map[string]string{}, changed: make(chan struct{}),
 		holds: map[string]*chaosHold{}, failNext: map[string]int{}, reinserts: map[uint64]int{}, deletes: map[uint64]int{}, downAsk: -1,
-		inCall: map[int64]int{},
+		inCall: map[int64]int{}, rc: newRecheckBook(),
 	}
 }
 
@@ -241,7 +242,7 @@ func (c *chaosTarget) decide(key string) (chaosFault, time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch {
-	case c.healed:
+	case c.healed, c.rc.spared(key):
 		return faultNone, 0
 	case c.down:
 		return faultDown, c.downAsk
@@ -262,13 +263,12 @@ func (c *chaosTarget) decide(key string) (chaosFault, time.Duration) {
 
 // recheck draws whether an update that succeeded asks for a re-check, and
 // after how long (0: none). None once healed, so that runs settle.
-func (c *chaosTarget) recheck() (d time.Duration) {
-	c.with(func() {
-		if !c.healed && c.recheckProb > 0 && c.rng.Float64() < c.recheckProb {
-			d = time.Duration(1+c.rng.IntN(20)) * time.Millisecond
-		}
-	})
-	return d
+// mu must be held.
+func (c *chaosTarget) recheckLocked() time.Duration {
+	if !c.healed && c.recheckProb > 0 && c.rng.Float64() < c.recheckProb {
+		return time.Duration(1+c.rng.IntN(20)) * time.Millisecond
+	}
+	return 0
 }
 
 // sleepCtx sleeps for d, or returns ctx's error if it ends first.
@@ -299,6 +299,7 @@ type chaosOps struct {
 	applied, laterAsked map[uint64]int    // per status identity (see count)
 	lastApplied         map[string]uint64 // per key, the status identity of its last success
 	priorityReads       map[uint64]int    // per status identity (see countPriority)
+	late                sync.WaitGroup    // asks made after Update returned (see Update)
 }
 
 // countPriority returns fn counting its reads per version: WithPriority
@@ -369,6 +370,9 @@ func (o *chaosOps) count(m map[uint64]int, it *item, what string) {
 // op runs an update (or, with del, a delete) of it.
 func (o *chaosOps) op(ctx context.Context, txn statedb.ReadTxn, it *item, inBatch, del bool) error {
 	c, what := o.target, map[bool]string{false: "update", true: "delete"}[del]
+	if !del {
+		c.with(func() { c.given(it.ID, o.getStatus(it)) })
+	}
 	f, err := o.start(ctx, it.ID, what, inBatch)
 	switch {
 	case err != nil:
@@ -412,11 +416,36 @@ func (o *chaosOps) one(ctx context.Context, txn statedb.ReadTxn, rev statedb.Rev
 }
 
 func (o *chaosOps) Update(ctx context.Context, txn statedb.ReadTxn, rev statedb.Revision, it *item) error {
+	st := o.getStatus(it)
 	err := o.one(ctx, txn, rev, it, false)
-	if d := o.target.recheck(); err == nil && d > 0 {
+	if err != nil {
+		return err
+	}
+	var d time.Duration
+	o.target.with(func() { d = o.target.ask(it.ID, st) })
+	if d > 0 {
 		reconciler.RecheckAfter(ctx, d)
 	}
-	return err
+	if o.target.lateAsk() {
+		// After Update returned, as a goroutine it started might: by the
+		// time the next call starts (or a little later), an ask with
+		// this context must do nothing.
+		o.target.with(func() {
+			next := o.target.changed
+			o.late.Add(1)
+			go func() {
+				defer o.late.Done()
+				timer := time.NewTimer(20 * time.Millisecond)
+				defer timer.Stop()
+				select {
+				case <-next:
+				case <-timer.C:
+				}
+				reconciler.RecheckAfter(ctx, time.Millisecond)
+			}()
+		})
+	}
+	return nil
 }
 func (o *chaosOps) Delete(ctx context.Context, txn statedb.ReadTxn, rev statedb.Revision, it *item) error {
 	return o.one(ctx, txn, rev, it, true)
@@ -442,7 +471,9 @@ func (p chaosProcessor) ProcessBatch(ctx context.Context, txn statedb.ReadTxn, d
 	o.batch(ctx, txn, g, deleted, true)
 	overwrote := o.batch(ctx, txn, g, upserted, false)
 	fail := false
-	o.target.with(func() { fail = !o.target.healed && o.target.rng.Float64() < o.target.failProb/4 })
+	o.target.with(func() {
+		fail = !o.target.healed && o.target.rng.Float64() < o.target.failProb/4 && !o.target.rc.sparedAny(deleted, upserted)
+	})
 	if dl, ok := ctx.Deadline(); !fail || ok && time.Until(dl) < 10*time.Millisecond {
 		return nil // near the deadline, batch allowed for every entry already
 	}
@@ -487,6 +518,9 @@ func (o *chaosOps) batch(ctx context.Context, txn statedb.ReadTxn, g gateSeen, b
 		if overwrite = c.rng.IntN(8) == 0; !c.healed && c.rng.Float64() < c.failProb/4 {
 			at = c.rng.IntN(len(batch))
 		}
+		if c.rc.sparedAny(batch) {
+			overwrite, at = false, -1
+		}
 	})
 	if overwrite {
 		overwrote = true
@@ -501,9 +535,10 @@ func (o *chaosOps) batch(ctx context.Context, txn statedb.ReadTxn, g gateSeen, b
 			o.askedAgain(del, batch[:i]) // the whole batch is recorded as failed
 			panic(fmt.Sprintf("batch: chaos panic at entry %d of %d", i, len(batch)))
 		}
+		st := o.getStatus(batch[i].Object)
 		batch[i].Result = o.op(ctx, txn, batch[i].Object, true, del)
-		if d := o.target.recheck(); !del && batch[i].Result == nil && d > 0 {
-			batch[i].RecheckAfter = d
+		if !del && batch[i].Result == nil {
+			o.target.with(func() { batch[i].RecheckAfter = o.target.ask(batch[i].Object.ID, st) })
 		}
 	}
 	// Near the deadline the reconciler cannot tell a success from an entry
@@ -881,6 +916,7 @@ func (r *chaosRun) stop() {
 		r.t.Errorf("seed %d: stopping generation %d took %s", r.seed, r.gens, took)
 	}
 	for _, ops := range r.gen.ops {
+		ops.late.Wait() // each ends within 20ms
 		ops.target.with(func() {
 			if ops.running > 0 || ops.pruneRunning {
 				ops.violate("%d operation(s) (prune: %v) still running after Stop returned", ops.running, ops.pruneRunning)

@@ -137,6 +137,8 @@ type chaosRun struct {
 	recs        []*chaosRec
 	opts        []reconciler.Option
 	refresh     bool
+	heldChecked bool // recheckThenDelete ran (once a seed: it waits for StateDB's graveyard)
+	timeouts    bool // WithOperationTimeout: a batch cut short is retried whole
 	manualPrune bool // random Prune() calls
 	breaker     bool // a circuit breaker whose probes come within 10ms (partialOutage)
 	priority    chaosSetting
@@ -191,10 +193,13 @@ func runChaos(t *testing.T, cfg chaosConfig, seed uint64) {
 	}
 	r.manualPrune = rng.IntN(3) > 0
 	if rng.IntN(4) == 0 {
-		timeout = 20 * time.Millisecond
+		timeout, r.timeouts = 20*time.Millisecond, true
 		r.opts = append(r.opts, reconciler.WithOperationTimeout(timeout))
 	}
 	if r.refresh = rng.IntN(3) == 0; r.refresh {
+		for _, rec := range r.recs {
+			rec.target.rc.refreshing = true // every object is marked: no marking to explain
+		}
 		r.opts = append(r.opts, reconciler.WithRefreshing(time.Duration(20+rng.IntN(50))*time.Millisecond, rate.NewLimiter(2000, 100)))
 	}
 	priority := chaosPriority(seed)
