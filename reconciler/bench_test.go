@@ -175,10 +175,10 @@ func (benchNoMetrics) PruneDuration(cell.FullModuleID, string, time.Duration)   
 // untimed before each, and reports the time per object.
 func benchRounds(b *testing.B, batch bool, opts ...Option) {
 	r := newBenchReconciler(b, batch, opts...)
-	if _, err := r.changes.open(); err != nil {
+	if _, err := r.feed.changes.open(); err != nil {
 		b.Fatal(err)
 	}
-	defer r.changes.close()
+	defer r.feed.changes.close()
 	ctx := context.Background()
 	health, _ := cell.NewSimpleHealth()
 	r.resetRun(health)

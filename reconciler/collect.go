@@ -22,9 +22,9 @@ import (
 // taken by priority (see collectByPriority).
 func (r *reconciler[Obj]) collect(txn statedb.ReadTxn, now time.Time, room int) []op[Obj] {
 	lc := r.lifecycles
-	r.work = r.work[:0]
+	r.feed.work = r.feed.work[:0]
 	if room <= 0 {
-		r.watch = closedChan // look again as soon as there is room
+		r.feed.watch = closedChan // look again as soon as there is room
 		return nil
 	}
 	due, dueOK := lc.NextDue()
@@ -34,18 +34,18 @@ func (r *reconciler[Obj]) collect(txn statedb.ReadTxn, now time.Time, room int) 
 	} else {
 		r.collectFresh(txn, now, room, retriesDue)
 	}
-	left := room - len(r.work)
-	deferredShare := min(r.deferred.Len(), left/2)
+	left := room - len(r.feed.work)
+	deferredShare := min(r.feed.deferred.Len(), left/2)
 	if retriesDue {
 		r.collectRetries(txn, now, left-deferredShare)
 	}
-	if r.deferred.Len() > 0 {
-		r.collectDeferred(txn, now, room-len(r.work))
+	if r.feed.deferred.Len() > 0 {
+		r.collectDeferred(txn, now, room-len(r.feed.work))
 	}
-	if lc.Queued() > 0 || r.deferred.Len() > 0 {
-		r.watch = closedChan // more work for the next round
+	if lc.Queued() > 0 || r.feed.deferred.Len() > 0 {
+		r.feed.watch = closedChan // more work for the next round
 	}
-	return r.work
+	return r.feed.work
 }
 
 // collectFresh takes the queued keys, then fresh changes, up to room but
@@ -55,16 +55,16 @@ func (r *reconciler[Obj]) collectFresh(txn statedb.ReadTxn, now time.Time, room 
 	if lc.Queued() > 0 {
 		r.takeQueued(txn, room)
 	}
-	left := room - len(r.work)
+	left := room - len(r.feed.work)
 	reserve := 0
-	if retriesDue || r.deferred.Len() > 0 {
+	if retriesDue || r.feed.deferred.Len() > 0 {
 		reserve = left / 8
 	}
 	if budget := left - reserve; budget > 0 {
 		r.collectChanges(txn, r.nextChanges(txn), budget, now)
 		r.readDone(txn)
 	} else {
-		r.watch = closedChan // changes wait for room
+		r.feed.watch = closedChan // changes wait for room
 	}
 }
 
@@ -79,14 +79,14 @@ func (r *reconciler[Obj]) collectByPriority(txn statedb.ReadTxn, now time.Time, 
 		r.queueChanges(txn, r.nextChanges(txn), ahead, now)
 		r.readDone(txn)
 	} else {
-		r.watch = closedChan // changes wait for room in the queue
+		r.feed.watch = closedChan // changes wait for room in the queue
 	}
 	budget := room
-	if retriesDue || r.deferred.Len() > 0 {
+	if retriesDue || r.feed.deferred.Len() > 0 {
 		budget -= room / 8
 	}
-	for len(r.work) < budget && lc.Queued() > 0 {
-		r.takeQueued(txn, budget-len(r.work))
+	for len(r.feed.work) < budget && lc.Queued() > 0 {
+		r.takeQueued(txn, budget-len(r.feed.work))
 	}
 }
 
@@ -109,15 +109,15 @@ func (r *reconciler[Obj]) readAhead(room int) int {
 // watch channel; readDone follows the read.
 func (r *reconciler[Obj]) nextChanges(txn statedb.ReadTxn) iter.Seq2[statedb.Change[Obj], statedb.Revision] {
 	var seq iter.Seq2[statedb.Change[Obj], statedb.Revision]
-	seq, r.watch = r.changes.next(txn)
+	seq, r.feed.watch = r.feed.changes.next(txn)
 	return seq
 }
 
 // readDone notes how far a read of changes got.
 func (r *reconciler[Obj]) readDone(txn statedb.ReadTxn) {
-	r.lastRev = max(r.lastRev, r.changes.read)
+	r.feed.lastRev = max(r.feed.lastRev, r.feed.changes.read)
 	if len(r.stales.pruned) > 0 {
-		r.stales.readUpTo(r.lastRev, r.table.Revision(txn))
+		r.stales.readUpTo(r.feed.lastRev, r.table.Revision(txn))
 	}
 }
 
@@ -148,8 +148,8 @@ func (r *reconciler[Obj]) startQueued(txn statedb.ReadTxn, taken []*keyqueue.Sta
 // while others wait. A probe that fails goes back to the queue.
 func (r *reconciler[Obj]) collectProbe(txn statedb.ReadTxn, now time.Time, turn int) []op[Obj] {
 	lc := r.lifecycles
-	r.work = r.work[:0]
-	for i := 0; i < 4 && len(r.work) == 0; i++ {
+	r.feed.work = r.feed.work[:0]
+	for i := 0; i < 4 && len(r.feed.work) == 0; i++ {
 		switch (turn + i) % 4 {
 		case 0:
 			if !lc.Prioritized() {
@@ -178,12 +178,12 @@ func (r *reconciler[Obj]) collectProbe(txn statedb.ReadTxn, now time.Time, turn 
 			r.collectDeferred(txn, now, 1)
 		}
 	}
-	return r.work
+	return r.feed.work
 }
 
 // start adds the job of s, started by the queue, to the round's work.
 func (r *reconciler[Obj]) start(s *keyqueue.State[Obj]) {
-	r.work = append(r.work, op[Obj]{task: s.Task(), s: s, key: s.Key(), attempt: s.Attempts() + 1, lastErr: s.Err()})
+	r.feed.work = append(r.feed.work, op[Obj]{task: s.Task(), s: s, key: s.Key(), attempt: s.Attempts() + 1, lastErr: s.Err()})
 }
 
 // collectChanges reads changes, turning those that need work into ops,
@@ -191,9 +191,9 @@ func (r *reconciler[Obj]) start(s *keyqueue.State[Obj]) {
 // every write of its key since the last full read (changeFeed.drained), so
 // that is where its request begins (task.asked), for progress.
 func (r *reconciler[Obj]) collectChanges(txn statedb.ReadTxn, changes iter.Seq2[statedb.Change[Obj], statedb.Revision], budget int, now time.Time) {
-	added, from := 0, min(r.lastRev, r.changes.drained)+1
+	added, from := 0, min(r.feed.lastRev, r.feed.changes.drained)+1
 	for change, rev := range changes {
-		r.lastRev = rev
+		r.feed.lastRev = rev
 		if r.collectChange(txn, change, rev, min(from, change.Revision), now) {
 			if added++; added >= budget {
 				break
@@ -205,9 +205,9 @@ func (r *reconciler[Obj]) collectChanges(txn statedb.ReadTxn, changes iter.Seq2[
 // queueChanges reads changes into the queue (see keyqueue.Queue.Enqueue) until
 // it holds ahead keys or the changes run out.
 func (r *reconciler[Obj]) queueChanges(txn statedb.ReadTxn, changes iter.Seq2[statedb.Change[Obj], statedb.Revision], ahead int, now time.Time) {
-	from := min(r.lastRev, r.changes.drained) + 1
+	from := min(r.feed.lastRev, r.feed.changes.drained) + 1
 	for change, rev := range changes {
-		r.lastRev = rev
+		r.feed.lastRev = rev
 		r.collectChange(txn, change, rev, min(from, change.Revision), now)
 		if r.lifecycles.Queued() >= ahead {
 			break
@@ -244,7 +244,7 @@ func (r *reconciler[Obj]) collectChange(txn statedb.ReadTxn, change statedb.Chan
 		switch {
 		case st.Kind != status.KindError && !lc.Tracked() && !r.stales.any():
 			return false // a Done, most often this reconciler's own: nothing to ask
-		case r.own.has(rev):
+		case r.feed.own.has(rev):
 			return false
 		case r.stale(change.Object, st):
 			// Put back with a status older than what is known of its key:
@@ -261,8 +261,8 @@ func (r *reconciler[Obj]) collectChange(txn statedb.ReadTxn, change statedb.Chan
 		if !st.UpdatedAt.IsZero() {
 			t.Since, t.Ready = st.UpdatedAt, st.UpdatedAt.UnixNano()
 		}
-		if t.Refresh || rev <= r.backlog {
-			r.deferred.Push(change.Object, rev, asked)
+		if t.Refresh || rev <= r.feed.backlog {
+			r.feed.deferred.Push(change.Object, rev, asked)
 			if lc.Tracked() {
 				if key, ok := r.keyOf(change.Object); ok {
 					lc.DropRetry(key) // a newer version waits in the deferred queue
@@ -275,8 +275,8 @@ func (r *reconciler[Obj]) collectChange(txn statedb.ReadTxn, change statedb.Chan
 	// change of its key in the same read, which must wait behind it. So
 	// is every change while changes are deferred: a deferred one of the
 	// same key may be taken in the same round (see collectDeferred).
-	if r.opts.concurrency == 1 && !lc.Tracked() && r.deferred.Len() == 0 && !recovered && !lc.Prioritized() {
-		r.work = append(r.work, op[Obj]{task: t}) // untracked: see package keyqueue
+	if r.opts.concurrency == 1 && !lc.Tracked() && r.feed.deferred.Len() == 0 && !recovered && !lc.Prioritized() {
+		r.feed.work = append(r.feed.work, op[Obj]{task: t}) // untracked: see package keyqueue
 		return true
 	}
 	key, ok := r.keyOf(change.Object)
@@ -386,8 +386,8 @@ func (r *reconciler[Obj]) current(txn statedb.ReadTxn, s *keyqueue.State[Obj]) b
 // newer change are one request, held from the deferred revision on.
 func (r *reconciler[Obj]) collectDeferred(txn statedb.ReadTxn, now time.Time, budget int) {
 	lc := r.lifecycles
-	for added := 0; added < budget && r.deferred.Len() > 0; {
-		d := r.deferred.Pop()
+	for added := 0; added < budget && r.feed.deferred.Len() > 0; {
+		d := r.feed.deferred.Pop()
 		obj, rev, found := r.lookup(txn, d.Obj)
 		changed := rev != d.Rev
 		if !found {
@@ -403,7 +403,7 @@ func (r *reconciler[Obj]) collectDeferred(txn statedb.ReadTxn, now time.Time, bu
 		}
 		t.Ready = t.Since.UnixNano()
 		if r.opts.concurrency == 1 && !lc.Tracked() && !changed {
-			r.work = append(r.work, op[Obj]{task: t})
+			r.feed.work = append(r.feed.work, op[Obj]{task: t})
 			added++
 			continue
 		}

@@ -86,7 +86,7 @@ func (r *reconciler[Obj]) write(ops []op[Obj], now time.Time) {
 		}
 	}
 	if hi := r.table.Revision(wtxn); hi > lo {
-		r.own.add(lo+1, hi, r.lastRev)
+		r.feed.own.add(lo+1, hi, r.feed.lastRev)
 	}
 	wtxn.Commit()
 }

@@ -35,12 +35,8 @@ type loop[Obj any] struct {
 // schedule only tells it what fired; the round a wake-up would have run
 // is run on the next, as what woke it is still there.
 func (r *reconciler[Obj]) run(ctx context.Context, health cell.Health) error {
-	opened, err := r.changes.open()
-	if err != nil {
+	if err := r.feed.open(); err != nil {
 		return fmt.Errorf("reading the changes of table %q: %w", r.table.Name(), err)
-	}
-	if !r.started {
-		r.started, r.backlog = true, opened // what the table holds now waits behind fresh changes
 	}
 	r.resetRun(health)
 	l := &loop[Obj]{r: r, prune: newPruneSchedule(r), retry: time.NewTimer(time.Hour)}
@@ -53,7 +49,7 @@ func (r *reconciler[Obj]) run(ctx context.Context, health cell.Health) error {
 	}
 	for {
 		paused, pauseChanged := r.gate.state()
-		watch, retryC := r.watch, l.retry.C
+		watch, retryC := r.feed.watch, l.retry.C
 		if l.exec.room() <= 0 || paused {
 			watch, retryC = nil, nil // read nothing new; commit what finishes
 		} else if r.breaker != nil {
@@ -173,7 +169,7 @@ func (l *loop[Obj]) stopped() {
 	r.commit(left, true, r.now())
 	r.breaker.reset(r.now())
 	r.progress.update(r.progressRev(), r.lifecycles.RetryLowWatermark())
-	r.changes.close()
+	r.feed.changes.close()
 	r.reportStopped()
 	if r.info != nil {
 		txn := r.db.ReadTxn()
@@ -215,7 +211,6 @@ func (l *loop[Obj]) armRetry() {
 
 // resetRun readies the state of one run of the job.
 func (r *reconciler[Obj]) resetRun(health cell.Health) {
-	r.own, r.watch, r.work = ownWrites{}, closedChan, nil
 	r.health = healthReporter{health: health}
 	r.limiterErr, r.gateErr, r.gateWatch, r.gateNames, r.gateAfter, r.wasPaused = nil, nil, nil, "", 0, false
 	r.breaker.reset(r.now())

@@ -112,7 +112,7 @@ func (r *reconciler[Obj]) pruneNow(ctx context.Context, p *pruneSchedule) {
 		_, _, found := r.lookup(txn, obj)
 		return !found
 	})
-	if rev := r.table.Revision(txn); rev > r.lastRev {
+	if rev := r.table.Revision(txn); rev > r.feed.lastRev {
 		r.stales.sawPrune(txn, rev, ident.Last())
 	}
 	if r.opts.tracer != nil {

@@ -84,9 +84,9 @@ func TestPruneSeesWhatTheCommitBeforeItWrote(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	health, _ := cell.NewSimpleHealth()
-	_, err = r.changes.open()
+	_, err = r.feed.changes.open()
 	require.NoError(t, err)
-	defer r.changes.close()
+	defer r.feed.changes.close()
 	r.resetRun(health)
 	l := &loop[*benchObj]{r: r, exec: newExecutor(ctx, r), prune: newPruneSchedule(r)}
 	defer l.prune.stop()
@@ -161,7 +161,7 @@ func TestPruneSeesWhatTheCommitBeforeItWrote(t *testing.T) {
 		}
 		select {
 		case <-l.exec.finished:
-		case <-r.watch:
+		case <-r.feed.watch:
 		case <-deadline:
 			t.Fatalf("object 1 not Done: %+v", obj.st)
 		}

@@ -21,7 +21,7 @@ import (
 // operate.go, commit.go, prune.go, report.go in order) and built of types
 // that each own a file below them (package keyqueue, stale.go, changes.go,
 // gate.go, ...). No two files refer to each other both ways. Fields from
-// changes on are owned by the reconcile job's goroutine.
+// feed on are owned by the reconcile job's goroutine.
 type reconciler[Obj any] struct {
 	opts      options
 	log       *slog.Logger
@@ -51,20 +51,11 @@ type reconciler[Obj any] struct {
 	now  func() time.Time
 	rand func() float64
 
-	changes    *changeFeed[Obj]       // the table's changes, across stops
+	feed       feed[Obj]              // the table's changes, and what reading them keeps
 	lifecycles *keyqueue.Queue[Obj]   // what is known about each key
 	stales     staleness              // what makes a status found stale
-	deferred   keyqueue.Backlog[Obj]  // changes taken after fresh ones
 	rechecks   keyqueue.Rechecks[Obj] // asked for with RecheckAfter
-	lastRev    statedb.Revision       // last change read
-	backlog    statedb.Revision       // the table's revision when the job first ran: what is deferred
-	started    bool                   // whether the job has run
 	pruneOwed  bool                   // a prune asked for, or failed, was not done when the job last stopped
-
-	// The state of one run of the reconcile job, reset when it starts.
-	own   ownWrites       // revisions of the statuses commits wrote
-	watch <-chan struct{} // closed when the table has changes not read
-	work  []op[Obj]       // collect's buffer
 
 	health     healthReporter
 	limiterErr error           // why the round limiter's last Wait failed, or nil

@@ -114,7 +114,7 @@ func Register[Obj any](
 
 	// The feed begins now, not when the job first runs, so that no delete
 	// between registration and start is missed.
-	r.changes = newChangeFeed(params.DB, statedb.Table[Obj](table))
+	r.feed.changes = newChangeFeed(params.DB, statedb.Table[Obj](table))
 	writer, id := params.Tables, metrics.Key(r.moduleID, o.name)
 	if t, ok := writer.(*tables.Tables); ok && t == nil {
 		writer = nil // a caller's optional *tables.Tables, not provided

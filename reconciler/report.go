@@ -152,15 +152,15 @@ func (r *reconciler[Obj]) reportStopped() {
 // written below where the short read stopped may come later, with a newer
 // write (see changeFeed.drained).
 func (r *reconciler[Obj]) progressRev() statedb.Revision {
-	rev := min(r.lastRev, r.changes.drained)
+	rev := min(r.feed.lastRev, r.feed.changes.drained)
 	lower := func(low statedb.Revision) {
 		if low != 0 && low-1 < rev {
 			rev = low - 1
 		}
 	}
 	lower(r.lifecycles.LowestAsked())
-	if r.deferred.Len() > 0 {
-		lower(r.deferred.LowRev())
+	if r.feed.deferred.Len() > 0 {
+		lower(r.feed.deferred.LowRev())
 	}
 	return rev
 }
