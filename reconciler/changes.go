@@ -171,6 +171,14 @@ func (f *changeFeed[Obj]) close() {
 	f.iter, f.held = nil, txn
 }
 
+// wrote records that a commit wrote the statuses at the revisions w (none
+// if w is zero): their changes are the loop's own (see ownWrites).
+func (f *feed[Obj]) wrote(w revRange) {
+	if w.hi > 0 {
+		f.own.add(w.lo, w.hi, f.lastRev)
+	}
+}
+
 // closedChan is a closed channel: receiving from it never blocks.
 var closedChan = func() <-chan struct{} {
 	ch := make(chan struct{})

@@ -140,6 +140,7 @@ func (l *loop[Obj]) round(ctx context.Context, paused bool) {
 	}
 	finished := l.exec.operate(txn, work)                    // 2. started at the gate; what finished
 	outcome := r.commit(finished, ctx.Err() != nil, r.now()) // 3. statuses written, keys settled
+	r.feed.wrote(outcome.wrote)
 	if r.gateErr != nil {
 		r.checkGate(txn)
 	}
@@ -166,7 +167,7 @@ func (l *loop[Obj]) stopped() {
 	r.pruneOwed = l.prune.owed() // asked again at the next start
 	r.gate.setStopping(true)
 	left := l.exec.stop() // waits for the operations under way to return
-	r.commit(left, true, r.now())
+	r.feed.wrote(r.commit(left, true, r.now()).wrote)
 	r.breaker.reset(r.now())
 	r.progress.update(r.progressRev(), r.lifecycles.RetryLowWatermark())
 	r.feed.changes.close()
