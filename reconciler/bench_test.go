@@ -261,7 +261,7 @@ func BenchmarkCommitErrors(b *testing.B) {
 	errFail := fmt.Errorf("bench failure")
 	for b.Loop() {
 		b.StopTimer()
-		r.lifecycles = keyqueue.New[*benchObj](displayKey)
+		r.keys.lifecycles = keyqueue.New[*benchObj](displayKey)
 		ops = ops[:0]
 		for obj, rev := range r.table.All(r.db.ReadTxn()) {
 			ops = append(ops, op[*benchObj]{task: task[*benchObj]{Obj: obj, Rev: rev, StatusID: obj.st.ID()}, updated: obj.clone(), err: errFail, ran: true})

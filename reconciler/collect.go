@@ -21,7 +21,7 @@ import (
 // (WithPriority) fresh changes join the queue instead, and the queue is
 // taken by priority (see collectByPriority).
 func (r *reconciler[Obj]) collect(txn statedb.ReadTxn, now time.Time, room int) []op[Obj] {
-	lc := r.lifecycles
+	lc := r.keys.lifecycles
 	r.feed.work = r.feed.work[:0]
 	if room <= 0 {
 		r.feed.watch = closedChan // look again as soon as there is room
@@ -51,7 +51,7 @@ func (r *reconciler[Obj]) collect(txn statedb.ReadTxn, now time.Time, room int) 
 // collectFresh takes the queued keys, then fresh changes, up to room but
 // for the reserve of retries and deferred changes (see collect).
 func (r *reconciler[Obj]) collectFresh(txn statedb.ReadTxn, now time.Time, room int, retriesDue bool) {
-	lc := r.lifecycles
+	lc := r.keys.lifecycles
 	if lc.Queued() > 0 {
 		r.takeQueued(txn, room)
 	}
@@ -73,7 +73,7 @@ func (r *reconciler[Obj]) collectFresh(txn statedb.ReadTxn, now time.Time, room 
 // keyqueue.Queue.TakeQueued) up to room but for the reserve of retries and
 // deferred changes: an eighth of room while there are any.
 func (r *reconciler[Obj]) collectByPriority(txn statedb.ReadTxn, now time.Time, room int, retriesDue bool) {
-	lc := r.lifecycles
+	lc := r.keys.lifecycles
 	ahead := r.readAhead(room)
 	if lc.Queued() < ahead {
 		r.queueChanges(txn, r.nextChanges(txn), ahead, now)
@@ -116,22 +116,22 @@ func (r *reconciler[Obj]) nextChanges(txn statedb.ReadTxn) iter.Seq2[statedb.Cha
 // readDone notes how far a read of changes got.
 func (r *reconciler[Obj]) readDone(txn statedb.ReadTxn) {
 	r.feed.lastRev = max(r.feed.lastRev, r.feed.changes.read)
-	if len(r.stales.pruned) > 0 {
-		r.stales.readUpTo(r.feed.lastRev, r.table.Revision(txn))
+	if len(r.keys.stales.pruned) > 0 {
+		r.keys.stales.readUpTo(r.feed.lastRev, r.table.Revision(txn))
 	}
 }
 
 // takeQueued starts up to n queued keys, dropping those whose task is no
 // longer what the table asks for (see current).
 func (r *reconciler[Obj]) takeQueued(txn statedb.ReadTxn, n int) {
-	r.startQueued(txn, r.lifecycles.TakeQueued(n))
+	r.startQueued(txn, r.keys.lifecycles.TakeQueued(n))
 }
 
 // startQueued adds the keys taken from the queue (started) to the round's
 // work, forgetting those whose task is no longer what the table asks for
 // (see current).
 func (r *reconciler[Obj]) startQueued(txn statedb.ReadTxn, taken []*keyqueue.State[Obj]) {
-	lc := r.lifecycles
+	lc := r.keys.lifecycles
 	for _, s := range taken {
 		if r.current(txn, s) {
 			r.start(s)
@@ -147,7 +147,7 @@ func (r *reconciler[Obj]) startQueued(txn statedb.ReadTxn, taken []*keyqueue.Sta
 // that an object failing for a reason of its own is not probed for ever
 // while others wait. A probe that fails goes back to the queue.
 func (r *reconciler[Obj]) collectProbe(txn statedb.ReadTxn, now time.Time, turn int) []op[Obj] {
-	lc := r.lifecycles
+	lc := r.keys.lifecycles
 	r.feed.work = r.feed.work[:0]
 	for i := 0; i < 4 && len(r.feed.work) == 0; i++ {
 		switch (turn + i) % 4 {
@@ -209,7 +209,7 @@ func (r *reconciler[Obj]) queueChanges(txn statedb.ReadTxn, changes iter.Seq2[st
 	for change, rev := range changes {
 		r.feed.lastRev = rev
 		r.collectChange(txn, change, rev, min(from, change.Revision), now)
-		if r.lifecycles.Queued() >= ahead {
+		if r.keys.lifecycles.Queued() >= ahead {
 			break
 		}
 	}
@@ -218,19 +218,19 @@ func (r *reconciler[Obj]) queueChanges(txn statedb.ReadTxn, changes iter.Seq2[st
 // collectChange acts on one change, read as of txn and asked for by the
 // writes from revision asked on, and reports whether it added an op.
 func (r *reconciler[Obj]) collectChange(txn statedb.ReadTxn, change statedb.Change[Obj], rev, asked statedb.Revision, now time.Time) bool {
-	lc := r.lifecycles
+	lc := r.keys.lifecycles
 	t := task[Obj]{Obj: change.Object, Rev: change.Revision, Asked: asked, Delete: change.Deleted, Since: now, Ready: now.UnixNano()}
 	// A delete recovered when the feed opened comes beside a revision
 	// below its own (see changeFeed). Its key may have been put back since.
 	recovered := change.Deleted && rev < change.Revision
-	if r.rechecks.Len() > 0 && (change.Deleted || r.getStatus(change.Object).IsPendingOrRefreshing()) {
+	if r.keys.rechecks.Len() > 0 && (change.Deleted || r.getStatus(change.Object).IsPendingOrRefreshing()) {
 		if key, ok := r.primary.ObjectToKey(change.Object); ok {
-			r.rechecks.Drop(key) // replaced by this change
+			r.keys.rechecks.Drop(key) // replaced by this change
 		}
 	}
 	if change.Deleted {
 		if key, ok := r.primary.ObjectToKey(change.Object); ok {
-			r.stales.sawDelete(key)
+			r.keys.stales.sawDelete(key)
 		}
 		if recovered {
 			if _, _, found := r.lookup(txn, change.Object); found {
@@ -242,7 +242,7 @@ func (r *reconciler[Obj]) collectChange(txn statedb.ReadTxn, change statedb.Chan
 		}
 	} else if st := r.getStatus(change.Object); !st.IsPendingOrRefreshing() {
 		switch {
-		case st.Kind != status.KindError && !lc.Tracked() && !r.stales.any():
+		case st.Kind != status.KindError && !lc.Tracked() && !r.keys.stales.any():
 			return false // a Done, most often this reconciler's own: nothing to ask
 		case r.feed.own.has(rev):
 			return false
@@ -302,10 +302,10 @@ func (r *reconciler[Obj]) collectChange(txn statedb.ReadTxn, change statedb.Chan
 // may be older than anything known of the key, so it is stale as any
 // status would be, but once per delete remembered (see staleness.cut).
 func (r *reconciler[Obj]) stale(obj Obj, st status.Status) bool {
-	if (st.ID() == 0 && st.Kind != status.KindDone) || (!r.lifecycles.Tracked() && !r.stales.any()) {
+	if (st.ID() == 0 && st.Kind != status.KindDone) || (!r.keys.lifecycles.Tracked() && !r.keys.stales.any()) {
 		return false
 	}
-	for _, p := range r.stales.pruned {
+	for _, p := range r.keys.stales.pruned {
 		if st.ID() <= p.cut {
 			if _, _, found := r.lookup(p.txn, obj); !found {
 				return true // the prune may have removed it (see pruneSnapshot)
@@ -313,7 +313,7 @@ func (r *reconciler[Obj]) stale(obj Obj, st status.Status) bool {
 		}
 	}
 	key, ok := r.primary.ObjectToKey(obj)
-	return ok && (r.lifecycles.HoldsNewer(key, st.ID()) || r.stales.cut(key, st.ID()))
+	return ok && (r.keys.lifecycles.HoldsNewer(key, st.ID()) || r.keys.stales.cut(key, st.ID()))
 }
 
 // adopt hands keyqueue.Queue.Adopt an Error status found on obj.
@@ -335,13 +335,13 @@ func (r *reconciler[Obj]) adopt(obj Obj, rev, asked statedb.Revision, st status.
 		Since:    since,
 		Ready:    now.UnixNano(),
 	}
-	r.lifecycles.Adopt(key, t, st.ID(), errors.New(st.Error), now)
+	r.keys.lifecycles.Adopt(key, t, st.ID(), errors.New(st.Error), now)
 }
 
 // collectRetries takes retries due at now, up to budget. A retry whose
 // object changed since is dropped (see current).
 func (r *reconciler[Obj]) collectRetries(txn statedb.ReadTxn, now time.Time, budget int) {
-	lc := r.lifecycles
+	lc := r.keys.lifecycles
 	for added := 0; added < budget; {
 		s, ok := lc.PopDue(now.UnixNano())
 		if !ok {
@@ -375,7 +375,7 @@ func (r *reconciler[Obj]) current(txn statedb.ReadTxn, s *keyqueue.State[Obj]) b
 		r.writtenBack(cur, s.Task().StatusID)
 		return false
 	case rev != s.Task().Rev:
-		r.lifecycles.Retarget(s, r.setStatus(r.clone(cur), r.getStatus(s.Task().Obj)), rev)
+		r.keys.lifecycles.Retarget(s, r.setStatus(r.clone(cur), r.getStatus(s.Task().Obj)), rev)
 	}
 	return true
 }
@@ -385,7 +385,7 @@ func (r *reconciler[Obj]) current(txn statedb.ReadTxn, s *keyqueue.State[Obj]) b
 // is dropped). One written again since is tracked, so that it and its
 // newer change are one request, held from the deferred revision on.
 func (r *reconciler[Obj]) collectDeferred(txn statedb.ReadTxn, now time.Time, budget int) {
-	lc := r.lifecycles
+	lc := r.keys.lifecycles
 	for added := 0; added < budget && r.feed.deferred.Len() > 0; {
 		d := r.feed.deferred.Pop()
 		obj, rev, found := r.lookup(txn, d.Obj)

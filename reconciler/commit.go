@@ -133,7 +133,7 @@ func (r *reconciler[Obj]) writeStatus(wtxn statedb.WriteTxn, o *op[Obj]) (writte
 // settle does what follows the writes for each op: its key's lifecycle,
 // figures and failure logs.
 func (r *reconciler[Obj]) settle(ops []op[Obj], now time.Time) (out commitOutcome) {
-	lc := r.lifecycles
+	lc := r.keys.lifecycles
 	fig := &r.figures // reused: keep its slices
 	*fig = commitFigures{stats: metrics.CommitStats{QueueWaits: fig.stats.QueueWaits[:0], Latencies: fig.stats.Latencies[:0]}}
 	slices := r.metrics.commit != nil
@@ -207,7 +207,7 @@ func (r *reconciler[Obj]) requeue(o *op[Obj]) {
 			return
 		}
 	}
-	r.lifecycles.Done(o.s, key, o.task, keyqueue.Outcome{}, time.Time{})
+	r.keys.lifecycles.Done(o.s, key, o.task, keyqueue.Outcome{}, time.Time{})
 }
 
 // askRecheck records the re-check o's Update asked for (RecheckAfter).
@@ -219,5 +219,5 @@ func (r *reconciler[Obj]) askRecheck(o *op[Obj], now time.Time) {
 			return
 		}
 	}
-	r.rechecks.Ask(key, o.updated, r.getStatus(o.updated).ID(), addSat(now.UnixNano(), o.recheck))
+	r.keys.rechecks.Ask(key, o.updated, r.getStatus(o.updated).ID(), addSat(now.UnixNano(), o.recheck))
 }

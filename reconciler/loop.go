@@ -14,8 +14,9 @@ import (
 
 // loop is one run of the reconcile job: the executor, the prune schedule
 // and the retry timer, which live as long as the run. Everything else it
-// works on belongs to the reconciler, whose stages (collect, operate,
-// commit, prune, report) it runs in order.
+// works on belongs to the reconciler (the change feed and the keys among
+// it, kept across runs), whose stages (collect, operate, commit, prune,
+// report) it runs in order.
 type loop[Obj any] struct {
 	r      *reconciler[Obj]
 	exec   *executor[Obj]
@@ -57,7 +58,7 @@ func (r *reconciler[Obj]) run(ctx context.Context, health cell.Health) error {
 				watch = nil // the target fails: wait for the probe's turn (retryC)
 			}
 		}
-		if paused != r.wasPaused || (watch != nil && r.lifecycles.Queued() > 0) {
+		if paused != r.wasPaused || (watch != nil && r.keys.lifecycles.Queued() > 0) {
 			pauseChanged = closedChan // a round now
 		}
 		var pruneC <-chan struct{}
@@ -128,7 +129,7 @@ func (l *loop[Obj]) round(ctx context.Context, paused bool) {
 	case broken:
 		room = min(room, probe) // the target fails: one probe at most
 	}
-	if _, ok := r.rechecks.Next(); ok && !paused {
+	if _, ok := r.keys.rechecks.Next(); ok && !paused {
 		r.markRefreshing(r.dueRechecks(txn, now.UnixNano()))
 	}
 	var work []op[Obj]
@@ -169,12 +170,12 @@ func (l *loop[Obj]) stopped() {
 	left := l.exec.stop() // waits for the operations under way to return
 	r.feed.wrote(r.commit(left, true, r.now()).wrote)
 	r.breaker.reset(r.now())
-	r.progress.update(r.progressRev(), r.lifecycles.RetryLowWatermark())
+	r.progress.update(r.progressRev(), r.keys.lifecycles.RetryLowWatermark())
 	r.feed.changes.close()
 	r.reportStopped()
 	if r.info != nil {
 		txn := r.db.ReadTxn()
-		r.info.write(r.infoRow(&l.prune, tables.StateStopped, r.table.NumObjects(txn), r.lifecycles.Retrying(), 0, 0, r.lifecycles.OldestSince()), r.lifecycles.TakeOutdated())
+		r.info.write(r.infoRow(&l.prune, tables.StateStopped, r.table.NumObjects(txn), r.keys.lifecycles.Retrying(), 0, 0, r.keys.lifecycles.OldestSince()), r.keys.lifecycles.TakeOutdated())
 	}
 }
 
@@ -187,7 +188,7 @@ func (l *loop[Obj]) stopped() {
 func (l *loop[Obj]) armRetry() {
 	l.retry.Stop()
 	r := l.r
-	due, ok := r.lifecycles.NextDue()
+	due, ok := r.keys.lifecycles.NextDue()
 	if ok {
 		due = addSat(due, durationOf(float64(r.opts.retryMin)*r.opts.retryJitter))
 	}
@@ -201,7 +202,7 @@ func (l *loop[Obj]) armRetry() {
 			} // else the probe granted waits for work: a retry falling due may take it
 		}
 	}
-	if recheck, has := r.rechecks.Next(); has && (!ok || recheck < due) {
+	if recheck, has := r.keys.rechecks.Next(); has && (!ok || recheck < due) {
 		due, ok = recheck, true
 	}
 	if !ok || l.exec.room() <= 0 {

@@ -108,12 +108,12 @@ func (r *reconciler[Obj]) pruneNow(ctx context.Context, p *pruneSchedule) {
 		r.waitForTables(waiting, watch)
 		return
 	}
-	r.lifecycles.MarkPruned(func(obj Obj) bool {
+	r.keys.lifecycles.MarkPruned(func(obj Obj) bool {
 		_, _, found := r.lookup(txn, obj)
 		return !found
 	})
 	if rev := r.table.Revision(txn); rev > r.feed.lastRev {
-		r.stales.sawPrune(txn, rev, ident.Last())
+		r.keys.stales.sawPrune(txn, rev, ident.Last())
 	}
 	if r.opts.tracer != nil {
 		var round tracing.Span

@@ -12,16 +12,14 @@ import (
 	"github.com/cilium/statedb"
 	"github.com/converge-go/converge/status"
 	"github.com/converge-go/converge/tracing"
-
-	"github.com/converge-go/converge/reconciler/internal/keyqueue"
 )
 
 // reconciler implements Reconciler: what Register was given and the state
 // its jobs work on, declared here for the stages (loop.go runs collect.go,
 // operate.go, commit.go, prune.go, report.go in order) and built of types
-// that each own a file below them (package keyqueue, stale.go, changes.go,
-// gate.go, ...). No two files refer to each other both ways. Fields from
-// feed on are owned by the reconcile job's goroutine.
+// that each own a file below them (package keyqueue, keys.go, stale.go,
+// changes.go, gate.go, ...). No two files refer to each other both ways.
+// Fields from feed on are owned by the reconcile job's goroutine.
 type reconciler[Obj any] struct {
 	opts      options
 	log       *slog.Logger
@@ -51,11 +49,9 @@ type reconciler[Obj any] struct {
 	now  func() time.Time
 	rand func() float64
 
-	feed       feed[Obj]              // the table's changes, and what reading them keeps
-	lifecycles *keyqueue.Queue[Obj]   // what is known about each key
-	stales     staleness              // what makes a status found stale
-	rechecks   keyqueue.Rechecks[Obj] // asked for with RecheckAfter
-	pruneOwed  bool                   // a prune asked for, or failed, was not done when the job last stopped
+	feed      feed[Obj] // the table's changes, and what reading them keeps
+	keys      keys[Obj] // what is known about each key
+	pruneOwed bool      // a prune asked for, or failed, was not done when the job last stopped
 
 	health     healthReporter
 	limiterErr error           // why the round limiter's last Wait failed, or nil
@@ -152,7 +148,7 @@ func (r *reconciler[Obj]) writtenBack(cur Obj, statusID uint64) {
 		return
 	}
 	if key, ok := r.primary.ObjectToKey(cur); ok {
-		r.stales.sawOlder(key, max(statusID, st.ID()+1))
+		r.keys.stales.sawOlder(key, max(statusID, st.ID()+1))
 	}
 }
 

@@ -103,7 +103,7 @@ func Register[Obj any](
 		pruneRequests: make(chan struct{}, 1),
 		gate:          newGate(),
 		progress:      newProgress(),
-		lifecycles:    keyqueue.New[Obj](displayKey),
+		keys:          keys[Obj]{lifecycles: keyqueue.New[Obj](displayKey)},
 		now:           time.Now,
 		rand:          rand.Float64,
 	}
@@ -119,7 +119,7 @@ func Register[Obj any](
 	if t, ok := writer.(*tables.Tables); ok && t == nil {
 		writer = nil // a caller's optional *tables.Tables, not provided
 	}
-	r.info = newInfoWriter(writer, id, r.lifecycles)
+	r.info = newInfoWriter(writer, id, r.keys.lifecycles)
 
 	if err := r.applyPriority(); err != nil {
 		return nil, err
