@@ -12,10 +12,10 @@ import (
 	"github.com/converge-go/converge/tracing"
 )
 
-// loop is one run of the reconcile job: the executor, the prune schedule
-// and the retry timer, which live as long as the run. Everything else it
-// works on belongs to the reconciler, whose stages (collect, operate,
-// commit, prune, report) it runs in order.
+// loop is one run of the reconcile job: the executor, the prune schedule,
+// the retry timer and whether the last round ran paused, which live as
+// long as the run. Everything else it works on belongs to the reconciler,
+// whose stages (collect, operate, commit, prune, report) it runs in order.
 type loop[Obj any] struct {
 	r      *reconciler[Obj]
 	exec   *executor[Obj]
@@ -25,6 +25,9 @@ type loop[Obj any] struct {
 	// reported is set once a round reported in this run: a prune's report
 	// amends what the last round reported.
 	reported bool
+	// wasPaused is whether the last round ran paused: a round runs when
+	// that changes.
+	wasPaused bool
 }
 
 // run is the reconcile job: it waits for something to do and runs a round,
@@ -61,7 +64,7 @@ func (r *reconciler[Obj]) run(ctx context.Context, health cell.Health) error {
 				watch = nil // the target fails: wait for the probe's turn (retryC)
 			}
 		}
-		if paused != r.wasPaused || (watch != nil && r.lifecycles.Queued() > 0) {
+		if paused != l.wasPaused || (watch != nil && r.lifecycles.Queued() > 0) {
 			pauseChanged = closedChan // a round now
 		}
 		var pruneC <-chan struct{}
@@ -104,7 +107,7 @@ func (r *reconciler[Obj]) run(ctx context.Context, health cell.Health) error {
 			return nil
 		}
 		l.round(ctx, paused)
-		r.wasPaused = paused
+		l.wasPaused = paused
 		l.armRetry()
 	}
 }
@@ -217,7 +220,7 @@ func (l *loop[Obj]) armRetry() {
 func (r *reconciler[Obj]) resetRun(health cell.Health) {
 	r.own, r.watch, r.work = ownWrites{}, closedChan, nil
 	r.health = healthReporter{health: health}
-	r.limiterErr, r.gateErr, r.gateWatch, r.gateNames, r.gateAfter, r.wasPaused = nil, nil, nil, "", 0, false
+	r.limiterErr, r.gateErr, r.gateWatch, r.gateNames, r.gateAfter = nil, nil, nil, "", 0
 	r.breaker.reset(r.now())
 	r.reported, r.figures, r.totals, r.failLog = struct{ failing, inFlight int }{}, commitFigures{}, totals{}, failLog{}
 }

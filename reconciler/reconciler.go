@@ -72,7 +72,6 @@ type reconciler[Obj any] struct {
 	gateWatch  <-chan struct{} // while gateErr is set: closed when one of those tables is
 	gateNames  string          // the tables gateErr names
 	gateAfter  time.Duration   // the start timeout that passed, or 0: a prune found them uninitialized
-	wasPaused  bool            // whether the last round ran paused
 
 	reported struct{ failing, inFlight int } // as last given to the metrics
 	figures  commitFigures                   // of the last commit
