@@ -170,7 +170,9 @@ func (l *loop[Obj]) stopped() {
 	r := l.r
 	l.retry.Stop()
 	l.prune.stop()
-	r.pruneOwed = l.prune.owed() // asked again at the next start
+	if l.prune.owed() {
+		r.Prune() // the request waits in r.pruneRequests for the next start
+	}
 	r.gate.setStopping(true)
 	left := l.exec.stop() // waits for the operations under way to return
 	r.commit(left, true, r.now())

@@ -57,15 +57,12 @@ func newPruneSchedule[Obj any](r *reconciler[Obj]) pruneSchedule {
 		s.tickC = s.ticker.C
 		s.requested = true // the first prune comes once the table is initialized
 	}
-	if r.pruneOwed {
-		s.requested = true // asked for, or failed, before the last stop
-	}
 	return s
 }
 
 // owed reports whether a prune was asked for and not run, or the last one
-// failed (a stop cuts one short with a failure): the next run of the loop
-// asks for one at once.
+// failed (a stop cuts one short with a failure): the run that stops asks
+// for one again, for the next run (see loop.stopped).
 func (s *pruneSchedule) owed() bool { return s.requested || s.lastErr != nil }
 
 // initialized is told, when initC closes or a prune finds a table made

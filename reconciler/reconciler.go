@@ -42,7 +42,7 @@ type reconciler[Obj any] struct {
 	info         *infoWriter[Obj] // nil without Params.Tables
 
 	primary       statedb.Indexer[Obj]
-	pruneRequests chan struct{}
+	pruneRequests chan struct{} // a prune asked for: by Prune, from any goroutine, or owed by the last run (see loop.stopped)
 	progress      *progress
 	gate          *gate
 	breaker       *breaker // nil without WithCircuitBreaker
@@ -59,7 +59,6 @@ type reconciler[Obj any] struct {
 	lastRev    statedb.Revision       // last change read
 	backlog    statedb.Revision       // the table's revision when the job first ran: what is deferred
 	started    bool                   // whether the job has run
-	pruneOwed  bool                   // a prune asked for, or failed, was not done when the job last stopped
 
 	// The state of one run of the reconcile job, reset when it starts.
 	own   ownWrites       // revisions of the statuses commits wrote
