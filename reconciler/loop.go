@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/cilium/hive/cell"
-	"github.com/cilium/statedb"
 	"github.com/converge-go/converge/tables"
 	"github.com/converge-go/converge/tracing"
 )
@@ -78,8 +77,8 @@ func (r *reconciler[Obj]) run(ctx context.Context, health cell.Health) error {
 		case <-watch:
 		case <-retryC:
 		case <-l.exec.finished:
-		case <-r.gateWatch:
-			r.gateWatch = nil // checkGate sets it again if need be
+		case <-l.prune.tables.watch:
+			l.prune.tables.watch = nil // check sets it again if need be
 		case <-pruneC:
 			if ctx.Err() != nil {
 				return nil
@@ -88,7 +87,7 @@ func (r *reconciler[Obj]) run(ctx context.Context, health cell.Health) error {
 			r.reportPrune(&l.prune)   // 2. health, the reconcilers table
 			continue
 		case <-l.prune.initC:
-			l.prune.initialized(r.uninitialized(r.db.ReadTxn()))
+			l.prune.initialized(l.prune.tables.uninitialized(r.db.ReadTxn()))
 			continue
 		case <-l.prune.tickC:
 			l.prune.request()
@@ -147,8 +146,8 @@ func (l *loop[Obj]) round(ctx context.Context, paused bool) {
 	}
 	finished := l.exec.operate(txn, work)                    // 2. started at the gate; what finished
 	outcome := r.commit(finished, ctx.Err() != nil, r.now()) // 3. statuses written, keys settled
-	if r.gateErr != nil {
-		r.checkGate(txn)
+	if l.prune.tables.err != nil {
+		l.prune.tables.check(txn)
 	}
 	end := r.now()
 	r.report(txn, work, outcome, l.exec.load(end), &l.prune, end, paused) // 4. progress, metrics, tables, health
@@ -222,7 +221,7 @@ func (l *loop[Obj]) armRetry() {
 func (r *reconciler[Obj]) resetRun(health cell.Health) {
 	r.own, r.watch, r.work = ownWrites{}, closedChan, nil
 	r.health = healthReporter{health: health}
-	r.limiterErr, r.gateErr, r.gateWatch, r.gateNames, r.gateAfter = nil, nil, nil, "", 0
+	r.limiterErr = nil
 	r.breaker.reset(r.now())
 	r.reported, r.figures, r.totals, r.failLog = struct{ failing, inFlight int }{}, commitFigures{}, totals{}, failLog{}
 }
@@ -250,8 +249,8 @@ var errRoundLimiter = errors.New("round limiter")
 // startGate waits, before the loop's first round, for the tables of
 // WithStartAfter to be initialized, saying so in health and the
 // reconcilers table, or that it is paused. It returns false if ctx ended.
-// If the timeout passed first, prunes wait for the tables (see
-// waitForTables).
+// If the timeout passed first, prunes wait for the tables, and health
+// says so (see tableGate).
 func (r *reconciler[Obj]) startGate(ctx context.Context, p *pruneSchedule) bool {
 	if !r.opts.startAfter {
 		return true
@@ -264,7 +263,7 @@ func (r *reconciler[Obj]) startGate(ctx context.Context, p *pruneSchedule) bool 
 	}
 	for {
 		txn := r.db.ReadTxn()
-		waiting, watch := r.uninitialized(txn)
+		waiting, watch := p.tables.uninitialized(txn)
 		if len(waiting) == 0 {
 			return true
 		}
@@ -276,21 +275,10 @@ func (r *reconciler[Obj]) startGate(ctx context.Context, p *pruneSchedule) bool 
 		case <-watch:
 		case <-pauseChanged:
 		case <-timeout:
-			r.gateAfter = r.opts.startTimeout
-			r.waitForTables(waiting, watch)
+			p.tables.after = r.opts.startTimeout
+			p.tables.wait(waiting, watch)
 			r.log.Warn("Reconciler started before its tables were initialized", "tables", waiting, "waited", r.opts.startTimeout)
 			return true
 		}
 	}
-}
-
-// checkGate follows the tables of r.gateErr: it names those still not
-// initialized, and is cleared once all are.
-func (r *reconciler[Obj]) checkGate(txn statedb.ReadTxn) {
-	waiting, watch := r.uninitialized(txn)
-	if len(waiting) == 0 {
-		r.gateErr, r.gateWatch, r.gateNames, r.gateAfter = nil, nil, "", 0
-		return
-	}
-	r.waitForTables(waiting, watch)
 }
