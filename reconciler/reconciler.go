@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -40,7 +39,7 @@ type reconciler[Obj any] struct {
 	info         *infoWriter[Obj] // nil without Params.Tables
 
 	primary       statedb.Indexer[Obj]
-	pruneRequests chan struct{}
+	pruneRequests chan struct{} // a prune asked for: by Prune, from any goroutine, or owed by the last run (see loop.stopped)
 	progress      *progress
 	gate          *gate
 	breaker       *breaker // nil without WithCircuitBreaker
@@ -49,17 +48,11 @@ type reconciler[Obj any] struct {
 	now  func() time.Time
 	rand func() float64
 
-	feed      feed[Obj] // the table's changes, and what reading them keeps
-	keys      keys[Obj] // what is known about each key
-	pruneOwed bool      // a prune asked for, or failed, was not done when the job last stopped
+	feed feed[Obj] // the table's changes, and what reading them keeps
+	keys keys[Obj] // what is known about each key
 
 	health     healthReporter
-	limiterErr error           // why the round limiter's last Wait failed, or nil
-	gateErr    error           // why prunes wait: tables not initialized (see waitForTables)
-	gateWatch  <-chan struct{} // while gateErr is set: closed when one of those tables is
-	gateNames  string          // the tables gateErr names
-	gateAfter  time.Duration   // the start timeout that passed, or 0: a prune found them uninitialized
-	wasPaused  bool            // whether the last round ran paused
+	limiterErr error // why the round limiter's last Wait failed, or nil
 
 	reported struct{ failing, inFlight int } // as last given to the metrics
 	figures  commitFigures                   // of the last commit
@@ -94,44 +87,6 @@ func (r *reconciler[Obj]) opKey(o *op[Obj]) string {
 	}
 	key, _ := r.keyOf(o.Obj)
 	return displayKey(key)
-}
-
-// uninitialized returns the names of the tables not yet initialized in
-// txn, the reconciler's and those of WithStartAfter, and a channel closed
-// when the first of them is.
-func (r *reconciler[Obj]) uninitialized(txn statedb.ReadTxn) ([]string, <-chan struct{}) {
-	var (
-		names []string
-		watch <-chan struct{}
-	)
-	tables := append([]statedb.TableMeta{r.table}, r.opts.startTables...)
-	for _, t := range tables {
-		if ok, w := t.Initialized(txn); !ok {
-			names = append(names, t.Name())
-			if watch == nil {
-				watch = w
-			}
-		}
-	}
-	return names, watch
-}
-
-// waitForTables makes prunes wait for the tables waiting, which are not
-// initialized, and health say so, until they are: the start timeout
-// passed, or a table was made uninitialized again (a new initializer) by
-// the time a prune was due. checkGate follows them, woken by watch.
-func (r *reconciler[Obj]) waitForTables(waiting []string, watch <-chan struct{}) {
-	r.gateWatch = watch
-	names := strings.Join(waiting, ", ")
-	if r.gateErr != nil && names == r.gateNames {
-		return // the same error: health need not be remade
-	}
-	r.gateNames = names
-	if r.gateAfter > 0 {
-		r.gateErr = fmt.Errorf("started after %s without waiting any longer for tables to be initialized: %s (prunes wait for them)", r.gateAfter, names)
-	} else {
-		r.gateErr = fmt.Errorf("tables not initialized again: %s (prunes wait for them)", names)
-	}
 }
 
 // writtenBack records that cur, found where the version asked for by the

@@ -61,7 +61,7 @@ func (r *reconciler[Obj]) report(txn statedb.ReadTxn, work []op[Obj], c commitOu
 	}
 
 	state := r.health.update(healthState{
-		gateErr:      r.gateErr,
+		gateErr:      p.tables.err,
 		paused:       paused,
 		failing:      failing,
 		retryVersion: lc.Version(),
@@ -96,7 +96,7 @@ func (r *reconciler[Obj]) reportPrune(p *pruneSchedule) {
 		breakerErr = r.breaker.state().err
 	}
 	state := r.health.update(healthState{
-		gateErr:      r.gateErr,
+		gateErr:      p.tables.err,
 		paused:       paused,
 		failing:      lc.Retrying(),
 		retryVersion: lc.Version(),
