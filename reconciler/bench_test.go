@@ -175,10 +175,10 @@ func (benchNoMetrics) PruneDuration(cell.FullModuleID, string, time.Duration)   
 // untimed before each, and reports the time per object.
 func benchRounds(b *testing.B, batch bool, opts ...Option) {
 	r := newBenchReconciler(b, batch, opts...)
-	if _, err := r.changes.open(); err != nil {
+	if _, err := r.feed.changes.open(); err != nil {
 		b.Fatal(err)
 	}
-	defer r.changes.close()
+	defer r.feed.changes.close()
 	ctx := context.Background()
 	health, _ := cell.NewSimpleHealth()
 	r.resetRun(health)
@@ -261,7 +261,7 @@ func BenchmarkCommitErrors(b *testing.B) {
 	errFail := fmt.Errorf("bench failure")
 	for b.Loop() {
 		b.StopTimer()
-		r.lifecycles = keyqueue.New[*benchObj](displayKey)
+		r.keys.lifecycles = keyqueue.New[*benchObj](displayKey)
 		ops = ops[:0]
 		for obj, rev := range r.table.All(r.db.ReadTxn()) {
 			ops = append(ops, op[*benchObj]{task: task[*benchObj]{Obj: obj, Rev: rev, StatusID: obj.st.ID()}, updated: obj.clone(), err: errFail, ran: true})

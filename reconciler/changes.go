@@ -4,7 +4,41 @@ import (
 	"iter"
 
 	"github.com/cilium/statedb"
+
+	"github.com/converge-go/converge/reconciler/internal/keyqueue"
 )
+
+// feed is the reconciler's change feed: the table's changes, across stops,
+// and what the loop keeps of reading them. Its zero value is not usable:
+// Register sets changes. The reconcile job's goroutine owns it.
+type feed[Obj any] struct {
+	changes  *changeFeed[Obj]      // the table's changes, across stops
+	deferred keyqueue.Backlog[Obj] // changes taken after fresh ones
+	lastRev  statedb.Revision      // last change read
+	backlog  statedb.Revision      // the table's revision when the job first ran: what is deferred
+	started  bool                  // whether the job has run
+
+	// The state of one run of the reconcile job, reset when it opens the
+	// feed.
+	own   ownWrites       // revisions of the statuses commits wrote
+	watch <-chan struct{} // closed when the table has changes not read
+	work  []op[Obj]       // collect's buffer
+}
+
+// open opens the table's changes for a run of the reconcile job (see
+// changeFeed.open) and readies the run's state. At the first open, what
+// the table holds is the backlog: it waits behind fresh changes.
+func (f *feed[Obj]) open() error {
+	opened, err := f.changes.open()
+	if err != nil {
+		return err
+	}
+	if !f.started {
+		f.started, f.backlog = true, opened
+	}
+	f.own, f.watch, f.work = ownWrites{}, closedChan, nil
+	return nil
+}
 
 // changeFeed hands out the changes of one table for as long as the
 // reconciler lives, holding a StateDB change iterator only while the job
@@ -135,6 +169,14 @@ func (f *changeFeed[Obj]) close() {
 	}
 	f.iter.Close()
 	f.iter, f.held = nil, txn
+}
+
+// wrote records that a commit wrote the statuses at the revisions w (none
+// if w is zero): their changes are the loop's own (see ownWrites).
+func (f *feed[Obj]) wrote(w revRange) {
+	if w.hi > 0 {
+		f.own.add(w.lo, w.hi, f.lastRev)
+	}
 }
 
 // closedChan is a closed channel: receiving from it never blocks.

@@ -21,10 +21,10 @@ import (
 // (WithPriority) fresh changes join the queue instead, and the queue is
 // taken by priority (see collectByPriority).
 func (r *reconciler[Obj]) collect(txn statedb.ReadTxn, now time.Time, room int) []op[Obj] {
-	lc := r.lifecycles
-	r.work = r.work[:0]
+	lc := r.keys.lifecycles
+	r.feed.work = r.feed.work[:0]
 	if room <= 0 {
-		r.watch = closedChan // look again as soon as there is room
+		r.feed.watch = closedChan // look again as soon as there is room
 		return nil
 	}
 	due, dueOK := lc.NextDue()
@@ -34,37 +34,37 @@ func (r *reconciler[Obj]) collect(txn statedb.ReadTxn, now time.Time, room int) 
 	} else {
 		r.collectFresh(txn, now, room, retriesDue)
 	}
-	left := room - len(r.work)
-	deferredShare := min(r.deferred.Len(), left/2)
+	left := room - len(r.feed.work)
+	deferredShare := min(r.feed.deferred.Len(), left/2)
 	if retriesDue {
 		r.collectRetries(txn, now, left-deferredShare)
 	}
-	if r.deferred.Len() > 0 {
-		r.collectDeferred(txn, now, room-len(r.work))
+	if r.feed.deferred.Len() > 0 {
+		r.collectDeferred(txn, now, room-len(r.feed.work))
 	}
-	if lc.Queued() > 0 || r.deferred.Len() > 0 {
-		r.watch = closedChan // more work for the next round
+	if lc.Queued() > 0 || r.feed.deferred.Len() > 0 {
+		r.feed.watch = closedChan // more work for the next round
 	}
-	return r.work
+	return r.feed.work
 }
 
 // collectFresh takes the queued keys, then fresh changes, up to room but
 // for the reserve of retries and deferred changes (see collect).
 func (r *reconciler[Obj]) collectFresh(txn statedb.ReadTxn, now time.Time, room int, retriesDue bool) {
-	lc := r.lifecycles
+	lc := r.keys.lifecycles
 	if lc.Queued() > 0 {
 		r.takeQueued(txn, room)
 	}
-	left := room - len(r.work)
+	left := room - len(r.feed.work)
 	reserve := 0
-	if retriesDue || r.deferred.Len() > 0 {
+	if retriesDue || r.feed.deferred.Len() > 0 {
 		reserve = left / 8
 	}
 	if budget := left - reserve; budget > 0 {
 		r.collectChanges(txn, r.nextChanges(txn), budget, now)
 		r.readDone(txn)
 	} else {
-		r.watch = closedChan // changes wait for room
+		r.feed.watch = closedChan // changes wait for room
 	}
 }
 
@@ -73,20 +73,20 @@ func (r *reconciler[Obj]) collectFresh(txn statedb.ReadTxn, now time.Time, room 
 // keyqueue.Queue.TakeQueued) up to room but for the reserve of retries and
 // deferred changes: an eighth of room while there are any.
 func (r *reconciler[Obj]) collectByPriority(txn statedb.ReadTxn, now time.Time, room int, retriesDue bool) {
-	lc := r.lifecycles
+	lc := r.keys.lifecycles
 	ahead := r.readAhead(room)
 	if lc.Queued() < ahead {
 		r.queueChanges(txn, r.nextChanges(txn), ahead, now)
 		r.readDone(txn)
 	} else {
-		r.watch = closedChan // changes wait for room in the queue
+		r.feed.watch = closedChan // changes wait for room in the queue
 	}
 	budget := room
-	if retriesDue || r.deferred.Len() > 0 {
+	if retriesDue || r.feed.deferred.Len() > 0 {
 		budget -= room / 8
 	}
-	for len(r.work) < budget && lc.Queued() > 0 {
-		r.takeQueued(txn, budget-len(r.work))
+	for len(r.feed.work) < budget && lc.Queued() > 0 {
+		r.takeQueued(txn, budget-len(r.feed.work))
 	}
 }
 
@@ -109,29 +109,29 @@ func (r *reconciler[Obj]) readAhead(room int) int {
 // watch channel; readDone follows the read.
 func (r *reconciler[Obj]) nextChanges(txn statedb.ReadTxn) iter.Seq2[statedb.Change[Obj], statedb.Revision] {
 	var seq iter.Seq2[statedb.Change[Obj], statedb.Revision]
-	seq, r.watch = r.changes.next(txn)
+	seq, r.feed.watch = r.feed.changes.next(txn)
 	return seq
 }
 
 // readDone notes how far a read of changes got.
 func (r *reconciler[Obj]) readDone(txn statedb.ReadTxn) {
-	r.lastRev = max(r.lastRev, r.changes.read)
-	if len(r.stales.pruned) > 0 {
-		r.stales.readUpTo(r.lastRev, r.table.Revision(txn))
+	r.feed.lastRev = max(r.feed.lastRev, r.feed.changes.read)
+	if len(r.keys.stales.pruned) > 0 {
+		r.keys.stales.readUpTo(r.feed.lastRev, r.table.Revision(txn))
 	}
 }
 
 // takeQueued starts up to n queued keys, dropping those whose task is no
 // longer what the table asks for (see current).
 func (r *reconciler[Obj]) takeQueued(txn statedb.ReadTxn, n int) {
-	r.startQueued(txn, r.lifecycles.TakeQueued(n))
+	r.startQueued(txn, r.keys.lifecycles.TakeQueued(n))
 }
 
 // startQueued adds the keys taken from the queue (started) to the round's
 // work, forgetting those whose task is no longer what the table asks for
 // (see current).
 func (r *reconciler[Obj]) startQueued(txn statedb.ReadTxn, taken []*keyqueue.State[Obj]) {
-	lc := r.lifecycles
+	lc := r.keys.lifecycles
 	for _, s := range taken {
 		if r.current(txn, s) {
 			r.start(s)
@@ -147,9 +147,9 @@ func (r *reconciler[Obj]) startQueued(txn statedb.ReadTxn, taken []*keyqueue.Sta
 // that an object failing for a reason of its own is not probed for ever
 // while others wait. A probe that fails goes back to the queue.
 func (r *reconciler[Obj]) collectProbe(txn statedb.ReadTxn, now time.Time, turn int) []op[Obj] {
-	lc := r.lifecycles
-	r.work = r.work[:0]
-	for i := 0; i < 4 && len(r.work) == 0; i++ {
+	lc := r.keys.lifecycles
+	r.feed.work = r.feed.work[:0]
+	for i := 0; i < 4 && len(r.feed.work) == 0; i++ {
 		switch (turn + i) % 4 {
 		case 0:
 			if !lc.Prioritized() {
@@ -178,12 +178,12 @@ func (r *reconciler[Obj]) collectProbe(txn statedb.ReadTxn, now time.Time, turn 
 			r.collectDeferred(txn, now, 1)
 		}
 	}
-	return r.work
+	return r.feed.work
 }
 
 // start adds the job of s, started by the queue, to the round's work.
 func (r *reconciler[Obj]) start(s *keyqueue.State[Obj]) {
-	r.work = append(r.work, op[Obj]{task: s.Task(), s: s, key: s.Key(), attempt: s.Attempts() + 1, lastErr: s.Err()})
+	r.feed.work = append(r.feed.work, op[Obj]{task: s.Task(), s: s, key: s.Key(), attempt: s.Attempts() + 1, lastErr: s.Err()})
 }
 
 // collectChanges reads changes, turning those that need work into ops,
@@ -191,9 +191,9 @@ func (r *reconciler[Obj]) start(s *keyqueue.State[Obj]) {
 // every write of its key since the last full read (changeFeed.drained), so
 // that is where its request begins (task.asked), for progress.
 func (r *reconciler[Obj]) collectChanges(txn statedb.ReadTxn, changes iter.Seq2[statedb.Change[Obj], statedb.Revision], budget int, now time.Time) {
-	added, from := 0, min(r.lastRev, r.changes.drained)+1
+	added, from := 0, min(r.feed.lastRev, r.feed.changes.drained)+1
 	for change, rev := range changes {
-		r.lastRev = rev
+		r.feed.lastRev = rev
 		if r.collectChange(txn, change, rev, min(from, change.Revision), now) {
 			if added++; added >= budget {
 				break
@@ -205,11 +205,11 @@ func (r *reconciler[Obj]) collectChanges(txn statedb.ReadTxn, changes iter.Seq2[
 // queueChanges reads changes into the queue (see keyqueue.Queue.Enqueue) until
 // it holds ahead keys or the changes run out.
 func (r *reconciler[Obj]) queueChanges(txn statedb.ReadTxn, changes iter.Seq2[statedb.Change[Obj], statedb.Revision], ahead int, now time.Time) {
-	from := min(r.lastRev, r.changes.drained) + 1
+	from := min(r.feed.lastRev, r.feed.changes.drained) + 1
 	for change, rev := range changes {
-		r.lastRev = rev
+		r.feed.lastRev = rev
 		r.collectChange(txn, change, rev, min(from, change.Revision), now)
-		if r.lifecycles.Queued() >= ahead {
+		if r.keys.lifecycles.Queued() >= ahead {
 			break
 		}
 	}
@@ -218,19 +218,19 @@ func (r *reconciler[Obj]) queueChanges(txn statedb.ReadTxn, changes iter.Seq2[st
 // collectChange acts on one change, read as of txn and asked for by the
 // writes from revision asked on, and reports whether it added an op.
 func (r *reconciler[Obj]) collectChange(txn statedb.ReadTxn, change statedb.Change[Obj], rev, asked statedb.Revision, now time.Time) bool {
-	lc := r.lifecycles
+	lc := r.keys.lifecycles
 	t := task[Obj]{Obj: change.Object, Rev: change.Revision, Asked: asked, Delete: change.Deleted, Since: now, Ready: now.UnixNano()}
 	// A delete recovered when the feed opened comes beside a revision
 	// below its own (see changeFeed). Its key may have been put back since.
 	recovered := change.Deleted && rev < change.Revision
-	if r.rechecks.Len() > 0 && (change.Deleted || r.getStatus(change.Object).IsPendingOrRefreshing()) {
+	if r.keys.rechecks.Len() > 0 && (change.Deleted || r.getStatus(change.Object).IsPendingOrRefreshing()) {
 		if key, ok := r.primary.ObjectToKey(change.Object); ok {
-			r.rechecks.Drop(key) // replaced by this change
+			r.keys.rechecks.Drop(key) // replaced by this change
 		}
 	}
 	if change.Deleted {
 		if key, ok := r.primary.ObjectToKey(change.Object); ok {
-			r.stales.sawDelete(key)
+			r.keys.stales.sawDelete(key)
 		}
 		if recovered {
 			if _, _, found := r.lookup(txn, change.Object); found {
@@ -242,9 +242,9 @@ func (r *reconciler[Obj]) collectChange(txn statedb.ReadTxn, change statedb.Chan
 		}
 	} else if st := r.getStatus(change.Object); !st.IsPendingOrRefreshing() {
 		switch {
-		case st.Kind != status.KindError && !lc.Tracked() && !r.stales.any():
+		case st.Kind != status.KindError && !lc.Tracked() && !r.keys.stales.any():
 			return false // a Done, most often this reconciler's own: nothing to ask
-		case r.own.has(rev):
+		case r.feed.own.has(rev):
 			return false
 		case r.stale(change.Object, st):
 			// Put back with a status older than what is known of its key:
@@ -261,8 +261,8 @@ func (r *reconciler[Obj]) collectChange(txn statedb.ReadTxn, change statedb.Chan
 		if !st.UpdatedAt.IsZero() {
 			t.Since, t.Ready = st.UpdatedAt, st.UpdatedAt.UnixNano()
 		}
-		if t.Refresh || rev <= r.backlog {
-			r.deferred.Push(change.Object, rev, asked)
+		if t.Refresh || rev <= r.feed.backlog {
+			r.feed.deferred.Push(change.Object, rev, asked)
 			if lc.Tracked() {
 				if key, ok := r.keyOf(change.Object); ok {
 					lc.DropRetry(key) // a newer version waits in the deferred queue
@@ -275,8 +275,8 @@ func (r *reconciler[Obj]) collectChange(txn statedb.ReadTxn, change statedb.Chan
 	// change of its key in the same read, which must wait behind it. So
 	// is every change while changes are deferred: a deferred one of the
 	// same key may be taken in the same round (see collectDeferred).
-	if r.opts.concurrency == 1 && !lc.Tracked() && r.deferred.Len() == 0 && !recovered && !lc.Prioritized() {
-		r.work = append(r.work, op[Obj]{task: t}) // untracked: see package keyqueue
+	if r.opts.concurrency == 1 && !lc.Tracked() && r.feed.deferred.Len() == 0 && !recovered && !lc.Prioritized() {
+		r.feed.work = append(r.feed.work, op[Obj]{task: t}) // untracked: see package keyqueue
 		return true
 	}
 	key, ok := r.keyOf(change.Object)
@@ -302,10 +302,10 @@ func (r *reconciler[Obj]) collectChange(txn statedb.ReadTxn, change statedb.Chan
 // may be older than anything known of the key, so it is stale as any
 // status would be, but once per delete remembered (see staleness.cut).
 func (r *reconciler[Obj]) stale(obj Obj, st status.Status) bool {
-	if (st.ID() == 0 && st.Kind != status.KindDone) || (!r.lifecycles.Tracked() && !r.stales.any()) {
+	if (st.ID() == 0 && st.Kind != status.KindDone) || (!r.keys.lifecycles.Tracked() && !r.keys.stales.any()) {
 		return false
 	}
-	for _, p := range r.stales.pruned {
+	for _, p := range r.keys.stales.pruned {
 		if st.ID() <= p.cut {
 			if _, _, found := r.lookup(p.txn, obj); !found {
 				return true // the prune may have removed it (see pruneSnapshot)
@@ -313,7 +313,7 @@ func (r *reconciler[Obj]) stale(obj Obj, st status.Status) bool {
 		}
 	}
 	key, ok := r.primary.ObjectToKey(obj)
-	return ok && (r.lifecycles.HoldsNewer(key, st.ID()) || r.stales.cut(key, st.ID()))
+	return ok && (r.keys.lifecycles.HoldsNewer(key, st.ID()) || r.keys.stales.cut(key, st.ID()))
 }
 
 // adopt hands keyqueue.Queue.Adopt an Error status found on obj.
@@ -335,13 +335,13 @@ func (r *reconciler[Obj]) adopt(obj Obj, rev, asked statedb.Revision, st status.
 		Since:    since,
 		Ready:    now.UnixNano(),
 	}
-	r.lifecycles.Adopt(key, t, st.ID(), errors.New(st.Error), now)
+	r.keys.lifecycles.Adopt(key, t, st.ID(), errors.New(st.Error), now)
 }
 
 // collectRetries takes retries due at now, up to budget. A retry whose
 // object changed since is dropped (see current).
 func (r *reconciler[Obj]) collectRetries(txn statedb.ReadTxn, now time.Time, budget int) {
-	lc := r.lifecycles
+	lc := r.keys.lifecycles
 	for added := 0; added < budget; {
 		s, ok := lc.PopDue(now.UnixNano())
 		if !ok {
@@ -375,7 +375,7 @@ func (r *reconciler[Obj]) current(txn statedb.ReadTxn, s *keyqueue.State[Obj]) b
 		r.writtenBack(cur, s.Task().StatusID)
 		return false
 	case rev != s.Task().Rev:
-		r.lifecycles.Retarget(s, r.setStatus(r.clone(cur), r.getStatus(s.Task().Obj)), rev)
+		r.keys.lifecycles.Retarget(s, r.setStatus(r.clone(cur), r.getStatus(s.Task().Obj)), rev)
 	}
 	return true
 }
@@ -385,9 +385,9 @@ func (r *reconciler[Obj]) current(txn statedb.ReadTxn, s *keyqueue.State[Obj]) b
 // is dropped). One written again since is tracked, so that it and its
 // newer change are one request, held from the deferred revision on.
 func (r *reconciler[Obj]) collectDeferred(txn statedb.ReadTxn, now time.Time, budget int) {
-	lc := r.lifecycles
-	for added := 0; added < budget && r.deferred.Len() > 0; {
-		d := r.deferred.Pop()
+	lc := r.keys.lifecycles
+	for added := 0; added < budget && r.feed.deferred.Len() > 0; {
+		d := r.feed.deferred.Pop()
 		obj, rev, found := r.lookup(txn, d.Obj)
 		changed := rev != d.Rev
 		if !found {
@@ -403,7 +403,7 @@ func (r *reconciler[Obj]) collectDeferred(txn statedb.ReadTxn, now time.Time, bu
 		}
 		t.Ready = t.Since.UnixNano()
 		if r.opts.concurrency == 1 && !lc.Tracked() && !changed {
-			r.work = append(r.work, op[Obj]{task: t})
+			r.feed.work = append(r.feed.work, op[Obj]{task: t})
 			added++
 			continue
 		}

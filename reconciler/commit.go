@@ -32,15 +32,19 @@ func (r *reconciler[Obj]) commit(ops []op[Obj], cut bool, now time.Time) (out co
 			o.err = TerminalError(fmt.Errorf("gave up after %d attempts: %w", max(o.attempt, 1), o.err))
 		}
 	}
+	var wrote revRange
 	if r.prepare(ops, now) > 0 {
-		r.write(ops, now)
+		wrote = r.write(ops, now)
 	}
-	return r.settle(ops, now)
+	out = r.settle(ops, now)
+	out.wrote = wrote
+	return out
 }
 
 // commitOutcome is what a commit did.
 type commitOutcome struct {
 	committed, failed int
+	wrote             revRange // the revisions the statuses took; zero if none
 }
 
 // prepare sets on each update's clone the status its outcome calls for and
@@ -66,10 +70,11 @@ func (r *reconciler[Obj]) prepare(ops []op[Obj], now time.Time) (writes int) {
 	return writes
 }
 
-// write stores the prepared statuses in one write transaction, records the
-// revisions it wrote as the loop's own, and sets each op's written (and
-// over, for a write over a changed object; see writeStatus).
-func (r *reconciler[Obj]) write(ops []op[Obj], now time.Time) {
+// write stores the prepared statuses in one write transaction, sets each
+// op's written (and over, for a write over a changed object; see
+// writeStatus), and returns the revisions it wrote: the loop's own (see
+// ownWrites).
+func (r *reconciler[Obj]) write(ops []op[Obj], now time.Time) (wrote revRange) {
 	wtxn := r.db.WriteTxn(r.table)
 	lo := r.table.Revision(wtxn) // the table's revision before the writes
 	for i := range ops {
@@ -86,9 +91,10 @@ func (r *reconciler[Obj]) write(ops []op[Obj], now time.Time) {
 		}
 	}
 	if hi := r.table.Revision(wtxn); hi > lo {
-		r.own.add(lo+1, hi, r.lastRev)
+		wrote = revRange{lo + 1, hi}
 	}
 	wtxn.Commit()
+	return wrote
 }
 
 // writeStatus stores o.updated with a compare-and-swap on the revision o
@@ -127,7 +133,7 @@ func (r *reconciler[Obj]) writeStatus(wtxn statedb.WriteTxn, o *op[Obj]) (writte
 // settle does what follows the writes for each op: its key's lifecycle,
 // figures and failure logs.
 func (r *reconciler[Obj]) settle(ops []op[Obj], now time.Time) (out commitOutcome) {
-	lc := r.lifecycles
+	lc := r.keys.lifecycles
 	fig := &r.figures // reused: keep its slices
 	*fig = commitFigures{stats: metrics.CommitStats{QueueWaits: fig.stats.QueueWaits[:0], Latencies: fig.stats.Latencies[:0]}}
 	slices := r.metrics.commit != nil
@@ -201,7 +207,7 @@ func (r *reconciler[Obj]) requeue(o *op[Obj]) {
 			return
 		}
 	}
-	r.lifecycles.Done(o.s, key, o.task, keyqueue.Outcome{}, time.Time{})
+	r.keys.lifecycles.Done(o.s, key, o.task, keyqueue.Outcome{}, time.Time{})
 }
 
 // askRecheck records the re-check o's Update asked for (RecheckAfter).
@@ -213,5 +219,5 @@ func (r *reconciler[Obj]) askRecheck(o *op[Obj], now time.Time) {
 			return
 		}
 	}
-	r.rechecks.Ask(key, o.updated, r.getStatus(o.updated).ID(), addSat(now.UnixNano(), o.recheck))
+	r.keys.rechecks.Ask(key, o.updated, r.getStatus(o.updated).ID(), addSat(now.UnixNano(), o.recheck))
 }

@@ -7,15 +7,15 @@ import (
 	"time"
 
 	"github.com/cilium/hive/cell"
-	"github.com/cilium/statedb"
 	"github.com/converge-go/converge/tables"
 	"github.com/converge-go/converge/tracing"
 )
 
-// loop is one run of the reconcile job: the executor, the prune schedule
-// and the retry timer, which live as long as the run. Everything else it
-// works on belongs to the reconciler, whose stages (collect, operate,
-// commit, prune, report) it runs in order.
+// loop is one run of the reconcile job: the executor, the prune schedule,
+// the retry timer and whether the last round ran paused, which live as
+// long as the run. Everything else it works on belongs to the reconciler
+// (the change feed and the keys among it, kept across runs), whose stages
+// (collect, operate, commit, prune, report) it runs in order.
 type loop[Obj any] struct {
 	r      *reconciler[Obj]
 	exec   *executor[Obj]
@@ -25,6 +25,9 @@ type loop[Obj any] struct {
 	// reported is set once a round reported in this run: a prune's report
 	// amends what the last round reported.
 	reported bool
+	// wasPaused is whether the last round ran paused: a round runs when
+	// that changes.
+	wasPaused bool
 }
 
 // run is the reconcile job: it waits for something to do and runs a round,
@@ -35,12 +38,8 @@ type loop[Obj any] struct {
 // schedule only tells it what fired; the round a wake-up would have run
 // is run on the next, as what woke it is still there.
 func (r *reconciler[Obj]) run(ctx context.Context, health cell.Health) error {
-	opened, err := r.changes.open()
-	if err != nil {
+	if err := r.feed.open(); err != nil {
 		return fmt.Errorf("reading the changes of table %q: %w", r.table.Name(), err)
-	}
-	if !r.started {
-		r.started, r.backlog = true, opened // what the table holds now waits behind fresh changes
 	}
 	r.resetRun(health)
 	l := &loop[Obj]{r: r, prune: newPruneSchedule(r), retry: time.NewTimer(time.Hour)}
@@ -53,7 +52,7 @@ func (r *reconciler[Obj]) run(ctx context.Context, health cell.Health) error {
 	}
 	for {
 		paused, pauseChanged := r.gate.state()
-		watch, retryC := r.watch, l.retry.C
+		watch, retryC := r.feed.watch, l.retry.C
 		if l.exec.room() <= 0 || paused {
 			watch, retryC = nil, nil // read nothing new; commit what finishes
 		} else if r.breaker != nil {
@@ -61,7 +60,7 @@ func (r *reconciler[Obj]) run(ctx context.Context, health cell.Health) error {
 				watch = nil // the target fails: wait for the probe's turn (retryC)
 			}
 		}
-		if paused != r.wasPaused || (watch != nil && r.lifecycles.Queued() > 0) {
+		if paused != l.wasPaused || (watch != nil && r.keys.lifecycles.Queued() > 0) {
 			pauseChanged = closedChan // a round now
 		}
 		var pruneC <-chan struct{}
@@ -75,8 +74,8 @@ func (r *reconciler[Obj]) run(ctx context.Context, health cell.Health) error {
 		case <-watch:
 		case <-retryC:
 		case <-l.exec.finished:
-		case <-r.gateWatch:
-			r.gateWatch = nil // checkGate sets it again if need be
+		case <-l.prune.tables.watch:
+			l.prune.tables.watch = nil // check sets it again if need be
 		case <-pruneC:
 			if ctx.Err() != nil {
 				return nil
@@ -85,7 +84,7 @@ func (r *reconciler[Obj]) run(ctx context.Context, health cell.Health) error {
 			r.reportPrune(&l.prune)   // 2. health, the reconcilers table
 			continue
 		case <-l.prune.initC:
-			l.prune.initialized(r.uninitialized(r.db.ReadTxn()))
+			l.prune.initialized(l.prune.tables.uninitialized(r.db.ReadTxn()))
 			continue
 		case <-l.prune.tickC:
 			l.prune.request()
@@ -104,7 +103,7 @@ func (r *reconciler[Obj]) run(ctx context.Context, health cell.Health) error {
 			return nil
 		}
 		l.round(ctx, paused)
-		r.wasPaused = paused
+		l.wasPaused = paused
 		l.armRetry()
 	}
 }
@@ -132,7 +131,7 @@ func (l *loop[Obj]) round(ctx context.Context, paused bool) {
 	case broken:
 		room = min(room, probe) // the target fails: one probe at most
 	}
-	if _, ok := r.rechecks.Next(); ok && !paused {
+	if _, ok := r.keys.rechecks.Next(); ok && !paused {
 		r.markRefreshing(r.dueRechecks(txn, now.UnixNano()))
 	}
 	var work []op[Obj]
@@ -144,8 +143,9 @@ func (l *loop[Obj]) round(ctx context.Context, paused bool) {
 	}
 	finished := l.exec.operate(txn, work)                    // 2. started at the gate; what finished
 	outcome := r.commit(finished, ctx.Err() != nil, r.now()) // 3. statuses written, keys settled
-	if r.gateErr != nil {
-		r.checkGate(txn)
+	r.feed.wrote(outcome.wrote)
+	if l.prune.tables.err != nil {
+		l.prune.tables.check(txn)
 	}
 	end := r.now()
 	r.report(txn, work, outcome, l.exec.load(end), &l.prune, end, paused) // 4. progress, metrics, tables, health
@@ -167,17 +167,19 @@ func (l *loop[Obj]) stopped() {
 	r := l.r
 	l.retry.Stop()
 	l.prune.stop()
-	r.pruneOwed = l.prune.owed() // asked again at the next start
+	if l.prune.owed() {
+		r.Prune() // the request waits in r.pruneRequests for the next start
+	}
 	r.gate.setStopping(true)
 	left := l.exec.stop() // waits for the operations under way to return
-	r.commit(left, true, r.now())
+	r.feed.wrote(r.commit(left, true, r.now()).wrote)
 	r.breaker.reset(r.now())
-	r.progress.update(r.progressRev(), r.lifecycles.RetryLowWatermark())
-	r.changes.close()
+	r.progress.update(r.progressRev(), r.keys.lifecycles.RetryLowWatermark())
+	r.feed.changes.close()
 	r.reportStopped()
 	if r.info != nil {
 		txn := r.db.ReadTxn()
-		r.info.write(r.infoRow(&l.prune, tables.StateStopped, r.table.NumObjects(txn), r.lifecycles.Retrying(), 0, 0, r.lifecycles.OldestSince()), r.lifecycles.TakeOutdated())
+		r.info.write(r.infoRow(&l.prune, tables.StateStopped, r.table.NumObjects(txn), r.keys.lifecycles.Retrying(), 0, 0, r.keys.lifecycles.OldestSince()), r.keys.lifecycles.TakeOutdated())
 	}
 }
 
@@ -190,7 +192,7 @@ func (l *loop[Obj]) stopped() {
 func (l *loop[Obj]) armRetry() {
 	l.retry.Stop()
 	r := l.r
-	due, ok := r.lifecycles.NextDue()
+	due, ok := r.keys.lifecycles.NextDue()
 	if ok {
 		due = addSat(due, durationOf(float64(r.opts.retryMin)*r.opts.retryJitter))
 	}
@@ -204,7 +206,7 @@ func (l *loop[Obj]) armRetry() {
 			} // else the probe granted waits for work: a retry falling due may take it
 		}
 	}
-	if recheck, has := r.rechecks.Next(); has && (!ok || recheck < due) {
+	if recheck, has := r.keys.rechecks.Next(); has && (!ok || recheck < due) {
 		due, ok = recheck, true
 	}
 	if !ok || l.exec.room() <= 0 {
@@ -215,9 +217,8 @@ func (l *loop[Obj]) armRetry() {
 
 // resetRun readies the state of one run of the job.
 func (r *reconciler[Obj]) resetRun(health cell.Health) {
-	r.own, r.watch, r.work = ownWrites{}, closedChan, nil
 	r.health = healthReporter{health: health}
-	r.limiterErr, r.gateErr, r.gateWatch, r.gateNames, r.gateAfter, r.wasPaused = nil, nil, nil, "", 0, false
+	r.limiterErr = nil
 	r.breaker.reset(r.now())
 	r.reported, r.figures, r.totals, r.failLog = struct{ failing, inFlight int }{}, commitFigures{}, totals{}, failLog{}
 }
@@ -245,8 +246,8 @@ var errRoundLimiter = errors.New("round limiter")
 // startGate waits, before the loop's first round, for the tables of
 // WithStartAfter to be initialized, saying so in health and the
 // reconcilers table, or that it is paused. It returns false if ctx ended.
-// If the timeout passed first, prunes wait for the tables (see
-// waitForTables).
+// If the timeout passed first, prunes wait for the tables, and health
+// says so (see tableGate).
 func (r *reconciler[Obj]) startGate(ctx context.Context, p *pruneSchedule) bool {
 	if !r.opts.startAfter {
 		return true
@@ -259,7 +260,7 @@ func (r *reconciler[Obj]) startGate(ctx context.Context, p *pruneSchedule) bool 
 	}
 	for {
 		txn := r.db.ReadTxn()
-		waiting, watch := r.uninitialized(txn)
+		waiting, watch := p.tables.uninitialized(txn)
 		if len(waiting) == 0 {
 			return true
 		}
@@ -271,21 +272,10 @@ func (r *reconciler[Obj]) startGate(ctx context.Context, p *pruneSchedule) bool 
 		case <-watch:
 		case <-pauseChanged:
 		case <-timeout:
-			r.gateAfter = r.opts.startTimeout
-			r.waitForTables(waiting, watch)
+			p.tables.after = r.opts.startTimeout
+			p.tables.wait(waiting, watch)
 			r.log.Warn("Reconciler started before its tables were initialized", "tables", waiting, "waited", r.opts.startTimeout)
 			return true
 		}
 	}
-}
-
-// checkGate follows the tables of r.gateErr: it names those still not
-// initialized, and is cleared once all are.
-func (r *reconciler[Obj]) checkGate(txn statedb.ReadTxn) {
-	waiting, watch := r.uninitialized(txn)
-	if len(waiting) == 0 {
-		r.gateErr, r.gateWatch, r.gateNames, r.gateAfter = nil, nil, "", 0
-		return
-	}
-	r.waitForTables(waiting, watch)
 }

@@ -84,7 +84,7 @@ func (r *reconciler[Obj]) setPriority(priority func(Obj) int) {
 	if r.opts.recoverPanics {
 		priority = r.recoveredPriority(priority)
 	}
-	r.lifecycles.SetPriority(priority, share)
+	r.keys.lifecycles.SetPriority(priority, share)
 }
 
 // recoveredPriority returns priority with its panics recovered: an object

@@ -3,6 +3,7 @@ package reconciler
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/cilium/statedb"
@@ -16,9 +17,12 @@ import (
 // WithStartAfter are initialized, whatever its timeout, then every prune
 // interval and on Reconciler.Prune; a failed prune again after the retry
 // backoff. The loop waits on its channels, tells it what fired, and prunes
-// while due is set, between rounds, with the gate closed.
+// while due is set, between rounds, with the gate closed. It lives as long
+// as one run of the loop, whose goroutine it belongs to; its zero value is
+// not usable (see newPruneSchedule).
 type pruneSchedule struct {
-	prune func(ctx context.Context, txn statedb.ReadTxn) pruneResult
+	prune  func(ctx context.Context, txn statedb.ReadTxn) pruneResult
+	tables tableGate // the tables prunes wait for, and why health says they do
 
 	initC             <-chan struct{}  // closed when one of the tables is initialized; nil once all are
 	tickC             <-chan time.Time // ticks every prune interval; nil without
@@ -38,18 +42,18 @@ type pruneSchedule struct {
 }
 
 func newPruneSchedule[Obj any](r *reconciler[Obj]) pruneSchedule {
-	initC := closedChan
-	if waiting, watch := r.uninitialized(r.db.ReadTxn()); len(waiting) > 0 {
-		initC = watch
-	}
 	s := pruneSchedule{
 		prune:       r.prune,
-		initC:       initC,
+		tables:      tableGate{metas: append([]statedb.TableMeta{r.table}, r.opts.startTables...)},
+		initC:       closedChan,
 		retry:       time.NewTimer(time.Hour),
 		retryMin:    r.opts.retryMin,
 		retryMax:    r.opts.retryMax,
 		retryJitter: r.opts.retryJitter,
 		rand:        r.rand,
+	}
+	if waiting, watch := s.tables.uninitialized(r.db.ReadTxn()); len(waiting) > 0 {
+		s.initC = watch
 	}
 	s.retry.Stop()
 	if r.opts.pruneInterval > 0 {
@@ -57,15 +61,12 @@ func newPruneSchedule[Obj any](r *reconciler[Obj]) pruneSchedule {
 		s.tickC = s.ticker.C
 		s.requested = true // the first prune comes once the table is initialized
 	}
-	if r.pruneOwed {
-		s.requested = true // asked for, or failed, before the last stop
-	}
 	return s
 }
 
 // owed reports whether a prune was asked for and not run, or the last one
-// failed (a stop cuts one short with a failure): the next run of the loop
-// asks for one at once.
+// failed (a stop cuts one short with a failure): the run that stops asks
+// for one again, for the next run (see loop.stopped).
 func (s *pruneSchedule) owed() bool { return s.requested || s.lastErr != nil }
 
 // initialized is told, when initC closes or a prune finds a table made
@@ -102,18 +103,18 @@ func (r *reconciler[Obj]) pruneNow(ctx context.Context, p *pruneSchedule) {
 		return // paused since beginPrune: the prune stays due
 	}
 	txn := r.db.ReadTxn()
-	if waiting, watch := r.uninitialized(txn); len(waiting) > 0 {
+	if waiting, watch := p.tables.uninitialized(txn); len(waiting) > 0 {
 		r.gate.entered() // no prune: a table was made uninitialized again
 		p.initialized(waiting, watch)
-		r.waitForTables(waiting, watch)
+		p.tables.wait(waiting, watch)
 		return
 	}
-	r.lifecycles.MarkPruned(func(obj Obj) bool {
+	r.keys.lifecycles.MarkPruned(func(obj Obj) bool {
 		_, _, found := r.lookup(txn, obj)
 		return !found
 	})
-	if rev := r.table.Revision(txn); rev > r.lastRev {
-		r.stales.sawPrune(txn, rev, ident.Last())
+	if rev := r.table.Revision(txn); rev > r.feed.lastRev {
+		r.keys.stales.sawPrune(txn, rev, ident.Last())
 	}
 	if r.opts.tracer != nil {
 		var round tracing.Span
@@ -143,6 +144,66 @@ func (s *pruneSchedule) stop() {
 		s.ticker.Stop()
 	}
 	s.retry.Stop()
+}
+
+// tableGate follows the tables prunes wait for, the reconciler's and those
+// of WithStartAfter, for health: once the start timeout passed, or a prune
+// found one made uninitialized again (a new initializer), err says which
+// are not initialized until all are. Its zero value follows no table. It
+// belongs to the loop's goroutine, as the schedule that holds it.
+type tableGate struct {
+	metas []statedb.TableMeta // the tables followed
+	err   error               // why prunes wait: tables not initialized (see wait), or nil
+	watch <-chan struct{}     // while err is set: closed when one of those tables is
+	names string              // the tables err names
+	after time.Duration       // the start timeout that passed, or 0: a prune found them uninitialized
+}
+
+// uninitialized returns the names of the tables not yet initialized in
+// txn and a channel closed when the first of them is.
+func (g *tableGate) uninitialized(txn statedb.ReadTxn) ([]string, <-chan struct{}) {
+	var (
+		names []string
+		watch <-chan struct{}
+	)
+	for _, t := range g.metas {
+		if ok, w := t.Initialized(txn); !ok {
+			names = append(names, t.Name())
+			if watch == nil {
+				watch = w
+			}
+		}
+	}
+	return names, watch
+}
+
+// wait makes health say that prunes wait for the tables waiting, which
+// are not initialized, until they are: the start timeout passed, or a
+// table was made uninitialized again by the time a prune was due. check
+// follows them, woken by watch.
+func (g *tableGate) wait(waiting []string, watch <-chan struct{}) {
+	g.watch = watch
+	names := strings.Join(waiting, ", ")
+	if g.err != nil && names == g.names {
+		return // the same error: health need not be remade
+	}
+	g.names = names
+	if g.after > 0 {
+		g.err = fmt.Errorf("started after %s without waiting any longer for tables to be initialized: %s (prunes wait for them)", g.after, names)
+	} else {
+		g.err = fmt.Errorf("tables not initialized again: %s (prunes wait for them)", names)
+	}
+}
+
+// check follows the tables of err: it names those still not initialized,
+// and is cleared once all are.
+func (g *tableGate) check(txn statedb.ReadTxn) {
+	waiting, watch := g.uninitialized(txn)
+	if len(waiting) == 0 {
+		g.err, g.watch, g.names, g.after = nil, nil, "", 0
+		return
+	}
+	g.wait(waiting, watch)
 }
 
 // pruneResult is what one prune did.

@@ -84,9 +84,9 @@ func TestPruneSeesWhatTheCommitBeforeItWrote(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	health, _ := cell.NewSimpleHealth()
-	_, err = r.changes.open()
+	_, err = r.feed.changes.open()
 	require.NoError(t, err)
-	defer r.changes.close()
+	defer r.feed.changes.close()
 	r.resetRun(health)
 	l := &loop[*benchObj]{r: r, exec: newExecutor(ctx, r), prune: newPruneSchedule(r)}
 	defer l.prune.stop()
@@ -152,16 +152,16 @@ func TestPruneSeesWhatTheCommitBeforeItWrote(t *testing.T) {
 	for {
 		obj, _, found := tbl.Get(db.ReadTxn(), benchIDIndex.Query(1))
 		require.True(t, found)
-		if obj.st.Kind == status.KindDone && r.lifecycles.Active() == 0 {
+		if obj.st.Kind == status.KindDone && r.keys.lifecycles.Active() == 0 {
 			break
 		}
 		l.round(ctx, false)
-		if r.lifecycles.Queued() > 0 {
+		if r.keys.lifecycles.Queued() > 0 {
 			continue
 		}
 		select {
 		case <-l.exec.finished:
-		case <-r.watch:
+		case <-r.feed.watch:
 		case <-deadline:
 			t.Fatalf("object 1 not Done: %+v", obj.st)
 		}

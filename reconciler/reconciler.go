@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -12,16 +11,14 @@ import (
 	"github.com/cilium/statedb"
 	"github.com/converge-go/converge/status"
 	"github.com/converge-go/converge/tracing"
-
-	"github.com/converge-go/converge/reconciler/internal/keyqueue"
 )
 
 // reconciler implements Reconciler: what Register was given and the state
 // its jobs work on, declared here for the stages (loop.go runs collect.go,
 // operate.go, commit.go, prune.go, report.go in order) and built of types
-// that each own a file below them (package keyqueue, stale.go, changes.go,
-// gate.go, ...). No two files refer to each other both ways. Fields from
-// changes on are owned by the reconcile job's goroutine.
+// that each own a file below them (package keyqueue, keys.go, stale.go,
+// changes.go, gate.go, ...). No two files refer to each other both ways.
+// Fields from feed on are owned by the reconcile job's goroutine.
 type reconciler[Obj any] struct {
 	opts      options
 	log       *slog.Logger
@@ -42,7 +39,7 @@ type reconciler[Obj any] struct {
 	info         *infoWriter[Obj] // nil without Params.Tables
 
 	primary       statedb.Indexer[Obj]
-	pruneRequests chan struct{}
+	pruneRequests chan struct{} // a prune asked for: by Prune, from any goroutine, or owed by the last run (see loop.stopped)
 	progress      *progress
 	gate          *gate
 	breaker       *breaker // nil without WithCircuitBreaker
@@ -51,28 +48,11 @@ type reconciler[Obj any] struct {
 	now  func() time.Time
 	rand func() float64
 
-	changes    *changeFeed[Obj]       // the table's changes, across stops
-	lifecycles *keyqueue.Queue[Obj]   // what is known about each key
-	stales     staleness              // what makes a status found stale
-	deferred   keyqueue.Backlog[Obj]  // changes taken after fresh ones
-	rechecks   keyqueue.Rechecks[Obj] // asked for with RecheckAfter
-	lastRev    statedb.Revision       // last change read
-	backlog    statedb.Revision       // the table's revision when the job first ran: what is deferred
-	started    bool                   // whether the job has run
-	pruneOwed  bool                   // a prune asked for, or failed, was not done when the job last stopped
-
-	// The state of one run of the reconcile job, reset when it starts.
-	own   ownWrites       // revisions of the statuses commits wrote
-	watch <-chan struct{} // closed when the table has changes not read
-	work  []op[Obj]       // collect's buffer
+	feed feed[Obj] // the table's changes, and what reading them keeps
+	keys keys[Obj] // what is known about each key
 
 	health     healthReporter
-	limiterErr error           // why the round limiter's last Wait failed, or nil
-	gateErr    error           // why prunes wait: tables not initialized (see waitForTables)
-	gateWatch  <-chan struct{} // while gateErr is set: closed when one of those tables is
-	gateNames  string          // the tables gateErr names
-	gateAfter  time.Duration   // the start timeout that passed, or 0: a prune found them uninitialized
-	wasPaused  bool            // whether the last round ran paused
+	limiterErr error // why the round limiter's last Wait failed, or nil
 
 	reported struct{ failing, inFlight int } // as last given to the metrics
 	figures  commitFigures                   // of the last commit
@@ -109,44 +89,6 @@ func (r *reconciler[Obj]) opKey(o *op[Obj]) string {
 	return displayKey(key)
 }
 
-// uninitialized returns the names of the tables not yet initialized in
-// txn, the reconciler's and those of WithStartAfter, and a channel closed
-// when the first of them is.
-func (r *reconciler[Obj]) uninitialized(txn statedb.ReadTxn) ([]string, <-chan struct{}) {
-	var (
-		names []string
-		watch <-chan struct{}
-	)
-	tables := append([]statedb.TableMeta{r.table}, r.opts.startTables...)
-	for _, t := range tables {
-		if ok, w := t.Initialized(txn); !ok {
-			names = append(names, t.Name())
-			if watch == nil {
-				watch = w
-			}
-		}
-	}
-	return names, watch
-}
-
-// waitForTables makes prunes wait for the tables waiting, which are not
-// initialized, and health say so, until they are: the start timeout
-// passed, or a table was made uninitialized again (a new initializer) by
-// the time a prune was due. checkGate follows them, woken by watch.
-func (r *reconciler[Obj]) waitForTables(waiting []string, watch <-chan struct{}) {
-	r.gateWatch = watch
-	names := strings.Join(waiting, ", ")
-	if r.gateErr != nil && names == r.gateNames {
-		return // the same error: health need not be remade
-	}
-	r.gateNames = names
-	if r.gateAfter > 0 {
-		r.gateErr = fmt.Errorf("started after %s without waiting any longer for tables to be initialized: %s (prunes wait for them)", r.gateAfter, names)
-	} else {
-		r.gateErr = fmt.Errorf("tables not initialized again: %s (prunes wait for them)", names)
-	}
-}
-
 // writtenBack records that cur, found where the version asked for by the
 // status statusID was applied or tried, carries another status of this
 // reconciler. One that asks for nothing and is older than statusID, or
@@ -161,7 +103,7 @@ func (r *reconciler[Obj]) writtenBack(cur Obj, statusID uint64) {
 		return
 	}
 	if key, ok := r.primary.ObjectToKey(cur); ok {
-		r.stales.sawOlder(key, max(statusID, st.ID()+1))
+		r.keys.stales.sawOlder(key, max(statusID, st.ID()+1))
 	}
 }
 

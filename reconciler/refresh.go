@@ -89,7 +89,7 @@ type refreshCandidate[Obj any] struct {
 // status they were asked with, as txn holds it, for markRefreshing. A
 // changed or deleted object has had, or has, its own turn.
 func (r *reconciler[Obj]) dueRechecks(txn statedb.ReadTxn, now int64) (due []refreshCandidate[Obj]) {
-	r.rechecks.TakeDue(now, func(obj Obj, statusID uint64) {
+	r.keys.rechecks.TakeDue(now, func(obj Obj, statusID uint64) {
 		cur, rev, found := r.lookup(txn, obj)
 		if !found {
 			return

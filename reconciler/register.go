@@ -103,7 +103,7 @@ func Register[Obj any](
 		pruneRequests: make(chan struct{}, 1),
 		gate:          newGate(),
 		progress:      newProgress(),
-		lifecycles:    keyqueue.New[Obj](displayKey),
+		keys:          keys[Obj]{lifecycles: keyqueue.New[Obj](displayKey)},
 		now:           time.Now,
 		rand:          rand.Float64,
 	}
@@ -114,12 +114,12 @@ func Register[Obj any](
 
 	// The feed begins now, not when the job first runs, so that no delete
 	// between registration and start is missed.
-	r.changes = newChangeFeed(params.DB, statedb.Table[Obj](table))
+	r.feed.changes = newChangeFeed(params.DB, statedb.Table[Obj](table))
 	writer, id := params.Tables, metrics.Key(r.moduleID, o.name)
 	if t, ok := writer.(*tables.Tables); ok && t == nil {
 		writer = nil // a caller's optional *tables.Tables, not provided
 	}
-	r.info = newInfoWriter(writer, id, r.lifecycles)
+	r.info = newInfoWriter(writer, id, r.keys.lifecycles)
 
 	if err := r.applyPriority(); err != nil {
 		return nil, err

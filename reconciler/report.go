@@ -14,7 +14,7 @@ import (
 // WaitUntilReconciled, metrics, the reconciler's rows in the tables of
 // Params.Tables, and health.
 func (r *reconciler[Obj]) report(txn statedb.ReadTxn, work []op[Obj], c commitOutcome, load execLoad, p *pruneSchedule, now time.Time, paused bool) {
-	lc := r.lifecycles
+	lc := r.keys.lifecycles
 	inFlight := lc.Active()
 	failing := lc.Retrying()
 	if c.committed > 0 || failing != r.reported.failing {
@@ -61,7 +61,7 @@ func (r *reconciler[Obj]) report(txn statedb.ReadTxn, work []op[Obj], c commitOu
 	}
 
 	state := r.health.update(healthState{
-		gateErr:      r.gateErr,
+		gateErr:      p.tables.err,
 		paused:       paused,
 		failing:      failing,
 		retryVersion: lc.Version(),
@@ -89,14 +89,14 @@ func (r *reconciler[Obj]) report(txn statedb.ReadTxn, work []op[Obj], c commitOu
 // health reports. The prune reported its metrics; the rest is the next
 // round's to report.
 func (r *reconciler[Obj]) reportPrune(p *pruneSchedule) {
-	lc := r.lifecycles
+	lc := r.keys.lifecycles
 	paused, _ := r.gate.state()
 	var breakerErr error
 	if r.breaker != nil {
 		breakerErr = r.breaker.state().err
 	}
 	state := r.health.update(healthState{
-		gateErr:      r.gateErr,
+		gateErr:      p.tables.err,
 		paused:       paused,
 		failing:      lc.Retrying(),
 		retryVersion: lc.Version(),
@@ -126,7 +126,7 @@ func (r *reconciler[Obj]) reportWaiting(txn statedb.ReadTxn, waiting []string, p
 	}
 	r.health.health.OK(msg)
 	if r.info != nil {
-		lc := r.lifecycles
+		lc := r.keys.lifecycles
 		r.info.write(r.infoRow(p, state, r.table.NumObjects(txn), lc.Retrying(), 0, 0, lc.OldestSince()), lc.TakeOutdated())
 	}
 }
@@ -134,7 +134,7 @@ func (r *reconciler[Obj]) reportWaiting(txn statedb.ReadTxn, waiting []string, p
 // reportStopped tells the metrics that nothing runs or waits to run any
 // more: the loop stopped. Failing objects still count.
 func (r *reconciler[Obj]) reportStopped() {
-	failing := r.lifecycles.Retrying()
+	failing := r.keys.lifecycles.Retrying()
 	if r.metrics.queue != nil {
 		r.metrics.queue.QueueLength(r.moduleID, r.opts.name, failing, 0)
 	}
@@ -152,15 +152,15 @@ func (r *reconciler[Obj]) reportStopped() {
 // written below where the short read stopped may come later, with a newer
 // write (see changeFeed.drained).
 func (r *reconciler[Obj]) progressRev() statedb.Revision {
-	rev := min(r.lastRev, r.changes.drained)
+	rev := min(r.feed.lastRev, r.feed.changes.drained)
 	lower := func(low statedb.Revision) {
 		if low != 0 && low-1 < rev {
 			rev = low - 1
 		}
 	}
-	lower(r.lifecycles.LowestAsked())
-	if r.deferred.Len() > 0 {
-		lower(r.deferred.LowRev())
+	lower(r.keys.lifecycles.LowestAsked())
+	if r.feed.deferred.Len() > 0 {
+		lower(r.feed.deferred.LowRev())
 	}
 	return rev
 }

@@ -1,0 +1,13 @@
+package reconciler
+
+import "github.com/converge-go/converge/reconciler/internal/keyqueue"
+
+// keys is what the reconciler knows of the keys of its table, across stops
+// and starts of its loop: each key's lifecycle, what makes a status found
+// on one stale, and the re-checks asked for. Its zero value is not usable:
+// Register makes the queue. The reconcile job's goroutine owns it.
+type keys[Obj any] struct {
+	lifecycles *keyqueue.Queue[Obj]   // what is known about each key
+	stales     staleness              // what makes a status found stale
+	rechecks   keyqueue.Rechecks[Obj] // asked for with RecheckAfter
+}
