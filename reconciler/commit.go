@@ -128,9 +128,9 @@ func (r *reconciler[Obj]) writeStatus(wtxn statedb.WriteTxn, o *op[Obj]) (writte
 // figures and failure logs.
 func (r *reconciler[Obj]) settle(ops []op[Obj], now time.Time) (out commitOutcome) {
 	lc := r.lifecycles
-	fig := &r.figures // reused: keep its slices
+	fig := &r.rep.figures // reused: keep its slices
 	*fig = commitFigures{stats: metrics.CommitStats{QueueWaits: fig.stats.QueueWaits[:0], Latencies: fig.stats.Latencies[:0]}}
-	slices := r.metrics.commit != nil
+	slices := r.rep.metrics.commit != nil
 	for i := range ops {
 		o := &ops[i]
 		if !o.ran {
@@ -145,7 +145,7 @@ func (r *reconciler[Obj]) settle(ops []op[Obj], now time.Time) (out commitOutcom
 		fig.count(o.Delete, o.err, outcome(o.err, r.opts.operationTimeout), o.started-o.Ready, now, slices)
 		if o.err != nil {
 			out.failed++
-			r.failLog.record(r.log, o.Delete, r.opKey(o), attempts+1, o.err, now)
+			r.rep.failLog.record(r.log, o.Delete, r.opKey(o), attempts+1, o.err, now)
 		}
 		settled := o.err == nil || (!o.Delete && IsTerminal(o.err))
 		written := o.Delete || o.written
@@ -179,14 +179,8 @@ func (r *reconciler[Obj]) settle(ops []op[Obj], now time.Time) (out commitOutcom
 		}
 		lc.Done(o.s, key, o.task, done, now)
 	}
-	fig.stats.RefreshRepaired = int(r.refreshDrift.Swap(0))
-	r.totals.add(fig)
-	if r.metrics.commit != nil {
-		r.metrics.commit.Committed(r.moduleID, r.opts.name, fig.stats)
-	}
-	if fig.converged > 0 && r.metrics.queue != nil {
-		r.metrics.queue.Converged(r.moduleID, r.opts.name, fig.converged, fig.total, fig.longest)
-	}
+	fig.stats.RefreshRepaired = int(r.rep.refreshDrift.Swap(0))
+	r.rep.committed(r.moduleID, r.opts.name)
 	return out
 }
 

@@ -172,12 +172,12 @@ func (l *loop[Obj]) stopped() {
 	left := l.exec.stop() // waits for the operations under way to return
 	r.commit(left, true, r.now())
 	r.breaker.reset(r.now())
-	r.progress.update(r.progressRev(), r.lifecycles.RetryLowWatermark())
+	r.rep.progress.update(r.progressRev(), r.lifecycles.RetryLowWatermark())
 	r.changes.close()
 	r.reportStopped()
-	if r.info != nil {
+	if r.rep.info != nil {
 		txn := r.db.ReadTxn()
-		r.info.write(r.infoRow(&l.prune, tables.StateStopped, r.table.NumObjects(txn), r.lifecycles.Retrying(), 0, 0, r.lifecycles.OldestSince()), r.lifecycles.TakeOutdated())
+		r.rep.info.write(r.infoRow(&l.prune, tables.StateStopped, r.table.NumObjects(txn), r.lifecycles.Retrying(), 0, 0, r.lifecycles.OldestSince()), r.lifecycles.TakeOutdated())
 	}
 }
 
@@ -216,10 +216,9 @@ func (l *loop[Obj]) armRetry() {
 // resetRun readies the state of one run of the job.
 func (r *reconciler[Obj]) resetRun(health cell.Health) {
 	r.own, r.watch, r.work = ownWrites{}, closedChan, nil
-	r.health = healthReporter{health: health}
-	r.limiterErr, r.gateErr, r.gateWatch, r.gateNames, r.gateAfter, r.wasPaused = nil, nil, nil, "", 0, false
+	r.rep.reset(health)
+	r.gateErr, r.gateWatch, r.gateNames, r.gateAfter, r.wasPaused = nil, nil, "", 0, false
 	r.breaker.reset(r.now())
-	r.reported, r.figures, r.totals, r.failLog = struct{ failing, inFlight int }{}, commitFigures{}, totals{}, failLog{}
 }
 
 // waitForLimiter paces rounds with the round limiter. A limiter
@@ -231,13 +230,13 @@ func (r *reconciler[Obj]) waitForLimiter(ctx context.Context) {
 	if err != nil && ctx.Err() != nil {
 		return
 	}
-	if err != nil && r.limiterErr == nil {
+	if err != nil && r.rep.limiterErr == nil {
 		r.log.Error("Round limiter fails; rounds go on without it", "error", err)
 	}
 	if err != nil {
 		err = errors.Join(errRoundLimiter, err)
 	}
-	r.limiterErr = err
+	r.rep.limiterErr = err
 }
 
 var errRoundLimiter = errors.New("round limiter")

@@ -337,7 +337,7 @@ func (e *runner[Obj]) run(txn statedb.ReadTxn, ops []op[Obj]) {
 			span.End(tracing.End{Outcome: outcome(o.err, r.opts.operationTimeout), Err: o.err})
 		}
 		if drift > 0 && o.Refresh && !o.Delete {
-			r.refreshDrift.Add(drift)
+			r.rep.refreshDrift.Add(drift)
 		}
 		if recheck > 0 && o.err == nil && !o.Delete {
 			o.recheck = recheck
@@ -346,7 +346,7 @@ func (e *runner[Obj]) run(txn statedb.ReadTxn, ops []op[Obj]) {
 			r.recordOutcome(ctx, o, probe)
 		}
 		end := time.Now()
-		r.metrics.ReconciliationDuration(r.moduleID, r.opts.name, name, end.Sub(start))
+		r.rep.metrics.ReconciliationDuration(r.moduleID, r.opts.name, name, end.Sub(start))
 		start = end
 	}
 }
@@ -456,7 +456,7 @@ func (e *runner[Obj]) batch(ctx context.Context, txn statedb.ReadTxn, call batch
 		}
 		return batchTimeout(ctx)
 	})
-	r.metrics.ReconciliationDuration(r.moduleID, r.opts.name, name, time.Since(start))
+	r.rep.metrics.ReconciliationDuration(r.moduleID, r.opts.name, name, time.Since(start))
 	drift, _ := reports.close() // batches ask for re-checks with BatchEntry.RecheckAfter
 	if ctx.Err() != nil && err == nil {
 		// Cut short by a stop: an entry it never got to has a nil Result
@@ -483,7 +483,7 @@ func (e *runner[Obj]) batch(ctx context.Context, txn statedb.ReadTxn, call batch
 	}
 	// Drift reported by a batch counts if the batch refreshed anything.
 	if drift > 0 && refreshed {
-		r.refreshDrift.Add(drift)
+		r.rep.refreshDrift.Add(drift)
 	}
 	if r.breaker != nil {
 		for _, o := range ops {

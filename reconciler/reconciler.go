@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/cilium/hive/cell"
@@ -37,13 +36,10 @@ type reconciler[Obj any] struct {
 	processor BatchProcessor[Obj] // batchOps, if it implements it; else nil
 	pruner    pruner[Obj]         // ops, or batchOps serving alone; nil if it cannot prune
 
-	metrics      observers
-	refreshDrift atomic.Int64     // drift reported by Updates of Refreshing objects, not yet committed
-	info         *infoWriter[Obj] // nil without Params.Tables
+	rep reporter[Obj] // health, metrics, progress and the tables' rows
 
 	primary       statedb.Indexer[Obj]
 	pruneRequests chan struct{}
-	progress      *progress
 	gate          *gate
 	breaker       *breaker // nil without WithCircuitBreaker
 
@@ -66,18 +62,11 @@ type reconciler[Obj any] struct {
 	watch <-chan struct{} // closed when the table has changes not read
 	work  []op[Obj]       // collect's buffer
 
-	health     healthReporter
-	limiterErr error           // why the round limiter's last Wait failed, or nil
-	gateErr    error           // why prunes wait: tables not initialized (see waitForTables)
-	gateWatch  <-chan struct{} // while gateErr is set: closed when one of those tables is
-	gateNames  string          // the tables gateErr names
-	gateAfter  time.Duration   // the start timeout that passed, or 0: a prune found them uninitialized
-	wasPaused  bool            // whether the last round ran paused
-
-	reported struct{ failing, inFlight int } // as last given to the metrics
-	figures  commitFigures                   // of the last commit
-	totals   totals                          // since the run started, for the reconcilers table
-	failLog  failLog
+	gateErr   error           // why prunes wait: tables not initialized (see waitForTables)
+	gateWatch <-chan struct{} // while gateErr is set: closed when one of those tables is
+	gateNames string          // the tables gateErr names
+	gateAfter time.Duration   // the start timeout that passed, or 0: a prune found them uninitialized
+	wasPaused bool            // whether the last round ran paused
 }
 
 // keyOf returns obj's primary key. StateDB does not store an object whose

@@ -2,13 +2,60 @@ package reconciler
 
 import (
 	"strings"
+	"sync/atomic"
 	"time"
 
+	"github.com/cilium/hive/cell"
 	"github.com/cilium/statedb"
 
 	"github.com/converge-go/converge/metrics"
 	"github.com/converge-go/converge/tables"
 )
+
+// reporter is what the report stage publishes to and keeps of a run to
+// publish: the metrics, the progress WaitUntilReconciled waits on, the
+// reconciler's rows in the tables of Params.Tables, and health as last
+// reported with the figures behind it. Register makes it, reset readies it
+// for a run; its zero value reports nothing and must not be used. The
+// reconcile job's goroutine owns it; only progress is safe for concurrent
+// use, and refreshDrift, which the workers add to; the metrics are called
+// by the workers and other jobs too.
+type reporter[Obj any] struct {
+	metrics  observers
+	info     *infoWriter[Obj] // nil without Params.Tables
+	progress *progress
+
+	// The state of one run of the reconcile job, reset when it starts.
+	health     healthReporter
+	limiterErr error                           // why the round limiter's last Wait failed, or nil
+	reported   struct{ failing, inFlight int } // as last given to the metrics
+	figures    commitFigures                   // of the last commit
+	totals     totals                          // since the run started, for the reconcilers table
+	failLog    failLog
+
+	refreshDrift atomic.Int64 // across runs: drift reported by Updates of Refreshing objects, not yet committed
+}
+
+// reset readies it for a run of the reconcile job reporting to health.
+func (p *reporter[Obj]) reset(health cell.Health) {
+	p.health = healthReporter{health: health}
+	p.limiterErr = nil
+	p.reported, p.figures, p.totals, p.failLog = struct{ failing, inFlight int }{}, commitFigures{}, totals{}, failLog{}
+}
+
+// committed counts the figures of a commit of the reconciler of module
+// and name (p.figures, which commit filled) in the totals and reports them
+// to the metrics.
+func (p *reporter[Obj]) committed(module cell.FullModuleID, name string) {
+	fig := &p.figures
+	p.totals.add(fig)
+	if p.metrics.commit != nil {
+		p.metrics.commit.Committed(module, name, fig.stats)
+	}
+	if fig.converged > 0 && p.metrics.queue != nil {
+		p.metrics.queue.Converged(module, name, fig.converged, fig.total, fig.longest)
+	}
+}
 
 // report is the last stage of a round: it publishes progress for
 // WaitUntilReconciled, metrics, the reconciler's rows in the tables of
@@ -17,23 +64,23 @@ func (r *reconciler[Obj]) report(txn statedb.ReadTxn, work []op[Obj], c commitOu
 	lc := r.lifecycles
 	inFlight := lc.Active()
 	failing := lc.Retrying()
-	if c.committed > 0 || failing != r.reported.failing {
-		r.metrics.ReconciliationErrors(r.moduleID, r.opts.name, c.failed, failing)
+	if c.committed > 0 || failing != r.rep.reported.failing {
+		r.rep.metrics.ReconciliationErrors(r.moduleID, r.opts.name, c.failed, failing)
 	}
-	if r.metrics.queue != nil && (failing != r.reported.failing || inFlight != r.reported.inFlight) {
-		r.metrics.queue.QueueLength(r.moduleID, r.opts.name, failing, inFlight)
+	if r.rep.metrics.queue != nil && (failing != r.rep.reported.failing || inFlight != r.rep.reported.inFlight) {
+		r.rep.metrics.queue.QueueLength(r.moduleID, r.opts.name, failing, inFlight)
 	}
-	r.reported.failing, r.reported.inFlight = failing, inFlight
+	r.rep.reported.failing, r.rep.reported.inFlight = failing, inFlight
 
 	var breaker breakerState
 	if r.breaker != nil {
 		breaker = r.breaker.state()
 	}
 	var oldest time.Time
-	if r.metrics.round != nil || r.info != nil {
+	if r.rep.metrics.round != nil || r.rep.info != nil {
 		oldest = lc.OldestSince()
 	}
-	if r.metrics.round != nil {
+	if r.rep.metrics.round != nil {
 		var age time.Duration
 		if !oldest.IsZero() {
 			age = now.Sub(oldest)
@@ -44,7 +91,7 @@ func (r *reconciler[Obj]) report(txn statedb.ReadTxn, work []op[Obj], c commitOu
 				retries++
 			}
 		}
-		r.metrics.round.Round(r.moduleID, r.opts.name, metrics.RoundStats{
+		r.rep.metrics.round.Round(r.moduleID, r.opts.name, metrics.RoundStats{
 			Adds:           len(work),
 			Retries:        retries,
 			Depth:          load.waiting + lc.Queued() + lc.Parked(),
@@ -60,27 +107,27 @@ func (r *reconciler[Obj]) report(txn statedb.ReadTxn, work []op[Obj], c commitOu
 		})
 	}
 
-	state := r.health.update(healthState{
+	state := r.rep.health.update(healthState{
 		gateErr:      r.gateErr,
 		paused:       paused,
 		failing:      failing,
 		retryVersion: lc.Version(),
 		pruneErr:     p.lastErr,
-		limiterErr:   r.limiterErr,
+		limiterErr:   r.rep.limiterErr,
 		breakerErr:   breaker.err,
 	}, func() int { return r.table.NumObjects(txn) }, lc.Errors)
 
-	if r.info != nil {
+	if r.rep.info != nil {
 		info := r.infoRow(p, state, r.table.NumObjects(txn), failing, inFlight, load.busy, oldest)
 		if breaker.open {
 			info.TargetFailingSince, info.TargetError = breaker.since, breaker.err.Error()
 		}
-		r.info.write(info, lc.TakeOutdated())
+		r.rep.info.write(info, lc.TakeOutdated())
 	}
 
 	// Progress last, so that a WaitUntilReconciled that returns sees the
 	// round's figures published.
-	r.progress.update(r.progressRev(), lc.RetryLowWatermark())
+	r.rep.progress.update(r.progressRev(), lc.RetryLowWatermark())
 }
 
 // reportPrune is the report of a prune: health, with the prune's outcome,
@@ -95,23 +142,23 @@ func (r *reconciler[Obj]) reportPrune(p *pruneSchedule) {
 	if r.breaker != nil {
 		breakerErr = r.breaker.state().err
 	}
-	state := r.health.update(healthState{
+	state := r.rep.health.update(healthState{
 		gateErr:      r.gateErr,
 		paused:       paused,
 		failing:      lc.Retrying(),
 		retryVersion: lc.Version(),
 		pruneErr:     p.lastErr,
-		limiterErr:   r.limiterErr,
+		limiterErr:   r.rep.limiterErr,
 		breakerErr:   breakerErr,
 	}, func() int { return r.table.NumObjects(r.db.ReadTxn()) }, lc.Errors)
-	if r.info != nil {
-		row := r.info.last
+	if r.rep.info != nil {
+		row := r.rep.info.last
 		row.State, row.LastPrune, row.LastPruneDuration, row.LastPruneError = state, p.last.at, p.last.duration, ""
-		row.DriftRepaired = uint64(r.totals.refreshRepaired + p.repaired)
+		row.DriftRepaired = uint64(r.rep.totals.refreshRepaired + p.repaired)
 		if p.lastErr != nil {
 			row.LastPruneError = p.lastErr.Error()
 		}
-		r.info.write(row, nil)
+		r.rep.info.write(row, nil)
 	}
 }
 
@@ -124,10 +171,10 @@ func (r *reconciler[Obj]) reportWaiting(txn statedb.ReadTxn, waiting []string, p
 	if paused {
 		msg, state = "Paused", tables.StatePaused // as when running: Paused says all
 	}
-	r.health.health.OK(msg)
-	if r.info != nil {
+	r.rep.health.health.OK(msg)
+	if r.rep.info != nil {
 		lc := r.lifecycles
-		r.info.write(r.infoRow(p, state, r.table.NumObjects(txn), lc.Retrying(), 0, 0, lc.OldestSince()), lc.TakeOutdated())
+		r.rep.info.write(r.infoRow(p, state, r.table.NumObjects(txn), lc.Retrying(), 0, 0, lc.OldestSince()), lc.TakeOutdated())
 	}
 }
 
@@ -135,13 +182,13 @@ func (r *reconciler[Obj]) reportWaiting(txn statedb.ReadTxn, waiting []string, p
 // more: the loop stopped. Failing objects still count.
 func (r *reconciler[Obj]) reportStopped() {
 	failing := r.lifecycles.Retrying()
-	if r.metrics.queue != nil {
-		r.metrics.queue.QueueLength(r.moduleID, r.opts.name, failing, 0)
+	if r.rep.metrics.queue != nil {
+		r.rep.metrics.queue.QueueLength(r.moduleID, r.opts.name, failing, 0)
 	}
-	if r.metrics.round != nil {
-		r.metrics.round.Round(r.moduleID, r.opts.name, metrics.RoundStats{Retrying: failing, Workers: r.opts.concurrency, BreakerOpened: r.breaker.state().openings})
+	if r.rep.metrics.round != nil {
+		r.rep.metrics.round.Round(r.moduleID, r.opts.name, metrics.RoundStats{Retrying: failing, Workers: r.opts.concurrency, BreakerOpened: r.breaker.state().openings})
 	}
-	r.reported.failing, r.reported.inFlight = failing, 0
+	r.rep.reported.failing, r.rep.reported.inFlight = failing, 0
 }
 
 // progressRev returns the revision up to which every change read is
@@ -167,7 +214,7 @@ func (r *reconciler[Obj]) progressRev() statedb.Revision {
 
 // infoRow returns the reconciler's row of the reconcilers table.
 func (r *reconciler[Obj]) infoRow(p *pruneSchedule, state tables.State, objects, failing, inFlight, busy int, oldest time.Time) tables.Info {
-	t := &r.totals
+	t := &r.rep.totals
 	info := tables.Info{
 		Module:               r.moduleID.String(),
 		Name:                 r.opts.name,
