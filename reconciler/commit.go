@@ -133,6 +133,7 @@ func (r *reconciler[Obj]) settle(ops []op[Obj], now time.Time) (out commitOutcom
 	slices := r.rep.metrics.commit != nil
 	for i := range ops {
 		o := &ops[i]
+		fig.stats.RefreshRepaired += int(o.drift) // counted whatever the outcome
 		if !o.ran {
 			r.requeue(o)
 			continue
@@ -179,7 +180,6 @@ func (r *reconciler[Obj]) settle(ops []op[Obj], now time.Time) (out commitOutcom
 		}
 		lc.Done(o.s, key, o.task, done, now)
 	}
-	fig.stats.RefreshRepaired = int(r.rep.refreshDrift.Swap(0))
 	r.rep.committed(r.moduleID, r.opts.name)
 	return out
 }

@@ -2,7 +2,6 @@ package reconciler
 
 import (
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/cilium/hive/cell"
@@ -18,8 +17,7 @@ import (
 // reported with the figures behind it. Register makes it, reset readies it
 // for a run; its zero value reports nothing and must not be used. The
 // reconcile job's goroutine owns it; only progress is safe for concurrent
-// use, and refreshDrift, which the workers add to; the metrics are called
-// by the workers and other jobs too.
+// use; the metrics are called by the workers and other jobs too.
 type reporter[Obj any] struct {
 	metrics  observers
 	info     *infoWriter[Obj] // nil without Params.Tables
@@ -32,8 +30,6 @@ type reporter[Obj any] struct {
 	figures    commitFigures                   // of the last commit
 	totals     totals                          // since the run started, for the reconcilers table
 	failLog    failLog
-
-	refreshDrift atomic.Int64 // across runs: drift reported by Updates of Refreshing objects, not yet committed
 }
 
 // reset readies it for a run of the reconcile job reporting to health.
