@@ -41,6 +41,7 @@ func (r *reconciler[Obj]) commit(ops []op[Obj], cut bool, now time.Time) (out co
 // commitOutcome is what a commit did.
 type commitOutcome struct {
 	committed, failed int
+	figures           *commitFigures // for the reporter to count; nil if the commit had no ops
 }
 
 // prepare sets on each update's clone the status its outcome calls for and
@@ -125,7 +126,8 @@ func (r *reconciler[Obj]) writeStatus(wtxn statedb.WriteTxn, o *op[Obj]) (writte
 }
 
 // settle does what follows the writes for each op: its key's lifecycle,
-// figures and failure logs.
+// figures and failure logs. The figures are filled in the reporter's,
+// whose slices are reused, and returned for it to count.
 func (r *reconciler[Obj]) settle(ops []op[Obj], now time.Time) (out commitOutcome) {
 	lc := r.lifecycles
 	fig := &r.rep.figures // reused: keep its slices
@@ -180,7 +182,7 @@ func (r *reconciler[Obj]) settle(ops []op[Obj], now time.Time) (out commitOutcom
 		}
 		lc.Done(o.s, key, o.task, done, now)
 	}
-	r.rep.committed(r.moduleID, r.opts.name)
+	out.figures = fig
 	return out
 }
 

@@ -170,7 +170,7 @@ func (l *loop[Obj]) stopped() {
 	r.pruneOwed = l.prune.owed() // asked again at the next start
 	r.gate.setStopping(true)
 	left := l.exec.stop() // waits for the operations under way to return
-	r.commit(left, true, r.now())
+	r.rep.committed(r.moduleID, r.opts.name, r.commit(left, true, r.now()).figures)
 	r.breaker.reset(r.now())
 	r.rep.progress.update(r.progressRev(), r.lifecycles.RetryLowWatermark())
 	r.changes.close()

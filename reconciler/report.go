@@ -39,11 +39,13 @@ func (p *reporter[Obj]) reset(health cell.Health) {
 	p.reported, p.figures, p.totals, p.failLog = struct{ failing, inFlight int }{}, commitFigures{}, totals{}, failLog{}
 }
 
-// committed counts the figures of a commit of the reconciler of module
-// and name (p.figures, which commit filled) in the totals and reports them
-// to the metrics.
-func (p *reporter[Obj]) committed(module cell.FullModuleID, name string) {
-	fig := &p.figures
+// committed counts fig, the figures of a commit of the reconciler of
+// module and name (see commitOutcome), in the totals and reports them to
+// the metrics. A nil fig, of a commit without ops, reports nothing.
+func (p *reporter[Obj]) committed(module cell.FullModuleID, name string, fig *commitFigures) {
+	if fig == nil {
+		return
+	}
 	p.totals.add(fig)
 	if p.metrics.commit != nil {
 		p.metrics.commit.Committed(module, name, fig.stats)
@@ -53,10 +55,11 @@ func (p *reporter[Obj]) committed(module cell.FullModuleID, name string) {
 	}
 }
 
-// report is the last stage of a round: it publishes progress for
-// WaitUntilReconciled, metrics, the reconciler's rows in the tables of
-// Params.Tables, and health.
+// report is the last stage of a round: it counts the commit's figures c,
+// and publishes progress for WaitUntilReconciled, metrics, the
+// reconciler's rows in the tables of Params.Tables, and health.
 func (r *reconciler[Obj]) report(txn statedb.ReadTxn, work []op[Obj], c commitOutcome, load execLoad, p *pruneSchedule, now time.Time, paused bool) {
+	r.rep.committed(r.moduleID, r.opts.name, c.figures)
 	lc := r.lifecycles
 	inFlight := lc.Active()
 	failing := lc.Retrying()
