@@ -4,59 +4,14 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cilium/hive/cell"
 	"github.com/cilium/statedb"
 
 	"github.com/converge-go/converge/metrics"
 	"github.com/converge-go/converge/tables"
 )
 
-// reporter is what the report stage publishes to and keeps of a run to
-// publish: the metrics, the progress WaitUntilReconciled waits on, the
-// reconciler's rows in the tables of Params.Tables, and health as last
-// reported with the figures behind it. Register makes it, reset readies it
-// for a run; its zero value reports nothing and must not be used. The
-// reconcile job's goroutine owns it; only progress is safe for concurrent
-// use; the metrics are called by the workers and other jobs too.
-type reporter[Obj any] struct {
-	metrics  observers
-	info     *infoWriter[Obj] // nil without Params.Tables
-	progress *progress
-
-	// The state of one run of the reconcile job, reset when it starts.
-	health     healthReporter
-	limiterErr error                           // why the round limiter's last Wait failed, or nil
-	reported   struct{ failing, inFlight int } // as last given to the metrics
-	figures    commitFigures                   // of the last commit
-	totals     totals                          // since the run started, for the reconcilers table
-	failLog    failLog
-}
-
-// reset readies it for a run of the reconcile job reporting to health.
-func (p *reporter[Obj]) reset(health cell.Health) {
-	p.health = healthReporter{health: health}
-	p.limiterErr = nil
-	p.reported, p.figures, p.totals, p.failLog = struct{ failing, inFlight int }{}, commitFigures{}, totals{}, failLog{}
-}
-
-// committed counts fig, the figures of a commit of the reconciler of
-// module and name (see commitOutcome), in the totals and reports them to
-// the metrics. A nil fig, of a commit without ops, reports nothing.
-func (p *reporter[Obj]) committed(module cell.FullModuleID, name string, fig *commitFigures) {
-	if fig == nil {
-		return
-	}
-	p.totals.add(fig)
-	if p.metrics.commit != nil {
-		p.metrics.commit.Committed(module, name, fig.stats)
-	}
-	if fig.converged > 0 && p.metrics.queue != nil {
-		p.metrics.queue.Converged(module, name, fig.converged, fig.total, fig.longest)
-	}
-}
-
-// report is the last stage of a round: it counts the commit's figures c,
-// and publishes progress for WaitUntilReconciled, metrics, the
+// report is the last stage of a round: it counts the figures of the
+// commit c, and publishes progress for WaitUntilReconciled, metrics, the
 // reconciler's rows in the tables of Params.Tables, and health.
 func (r *reconciler[Obj]) report(txn statedb.ReadTxn, work []op[Obj], c commitOutcome, load execLoad, p *pruneSchedule, now time.Time, paused bool) {
 	r.rep.committed(r.moduleID, r.opts.name, c.figures)
