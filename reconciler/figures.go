@@ -36,8 +36,10 @@ type reporter[Obj any] struct {
 }
 
 // reset readies it for a run of the reconcile job reporting to health.
+// It writes only the state of a run: other goroutines read the rest.
 func (rep *reporter[Obj]) reset(health cell.Health) {
-	*rep = reporter[Obj]{metrics: rep.metrics, info: rep.info, progress: rep.progress, health: healthReporter{health: health}}
+	rep.health, rep.limiterErr = healthReporter{health: health}, nil
+	rep.reported, rep.figures, rep.totals, rep.failLog = struct{ failing, inFlight int }{}, commitFigures{}, totals{}, failLog{}
 }
 
 // committed counts fig, the figures of a commit of the reconciler of
