@@ -44,7 +44,8 @@ func (r *reconciler[Obj]) commit(ops []op[Obj], cut bool, now time.Time) (out co
 // commitOutcome is what a commit did.
 type commitOutcome struct {
 	committed, failed int
-	wrote             revRange // the revisions the statuses took; zero if none
+	wrote             revRange       // the revisions the statuses took; zero if none
+	figures           *commitFigures // for the reporter to count; nil if the commit had no ops
 }
 
 // prepare sets on each update's clone the status its outcome calls for and
@@ -131,14 +132,16 @@ func (r *reconciler[Obj]) writeStatus(wtxn statedb.WriteTxn, o *op[Obj]) (writte
 }
 
 // settle does what follows the writes for each op: its key's lifecycle,
-// figures and failure logs.
+// figures and failure logs. The figures are filled in the reporter's,
+// whose slices are reused, and returned for it to count.
 func (r *reconciler[Obj]) settle(ops []op[Obj], now time.Time) (out commitOutcome) {
 	lc := r.keys.lifecycles
-	fig := &r.figures // reused: keep its slices
+	fig := &r.rep.figures // reused: keep its slices
 	*fig = commitFigures{stats: metrics.CommitStats{QueueWaits: fig.stats.QueueWaits[:0], Latencies: fig.stats.Latencies[:0]}}
-	slices := r.metrics.commit != nil
+	slices := r.rep.metrics.commit != nil
 	for i := range ops {
 		o := &ops[i]
+		fig.stats.RefreshRepaired += int(o.drift) // counted whatever the outcome
 		if !o.ran {
 			r.requeue(o)
 			continue
@@ -151,7 +154,7 @@ func (r *reconciler[Obj]) settle(ops []op[Obj], now time.Time) (out commitOutcom
 		fig.count(o.Delete, o.err, outcome(o.err, r.opts.operationTimeout), o.started-o.Ready, now, slices)
 		if o.err != nil {
 			out.failed++
-			r.failLog.record(r.log, o.Delete, r.opKey(o), attempts+1, o.err, now)
+			r.rep.failLog.record(r.log, o.Delete, r.opKey(o), attempts+1, o.err, now)
 		}
 		settled := o.err == nil || (!o.Delete && IsTerminal(o.err))
 		written := o.Delete || o.written
@@ -185,14 +188,7 @@ func (r *reconciler[Obj]) settle(ops []op[Obj], now time.Time) (out commitOutcom
 		}
 		lc.Done(o.s, key, o.task, done, now)
 	}
-	fig.stats.RefreshRepaired = int(r.refreshDrift.Swap(0))
-	r.totals.add(fig)
-	if r.metrics.commit != nil {
-		r.metrics.commit.Committed(r.moduleID, r.opts.name, fig.stats)
-	}
-	if fig.converged > 0 && r.metrics.queue != nil {
-		r.metrics.queue.Converged(r.moduleID, r.opts.name, fig.converged, fig.total, fig.longest)
-	}
+	out.figures = fig
 	return out
 }
 

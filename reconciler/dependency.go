@@ -201,8 +201,8 @@ func (t *dependencyTracker[Obj, Dep]) mark(queries []statedb.Query[Obj]) (err er
 		}
 	}
 	wtxn.Commit()
-	if marked > 0 && r.metrics.refresh != nil {
-		r.metrics.refresh.RefreshMarked(r.moduleID, r.opts.name, marked)
+	if marked > 0 && r.rep.metrics.refresh != nil {
+		r.rep.metrics.refresh.RefreshMarked(r.moduleID, r.opts.name, marked)
 	}
 	return nil
 }

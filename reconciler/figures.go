@@ -4,11 +4,59 @@ import (
 	"errors"
 	"time"
 
+	"github.com/cilium/hive/cell"
+
 	"github.com/converge-go/converge/metrics"
 )
 
-// The figures a reconciler keeps of its commits, and the metrics it
-// reports them to.
+// What the report stage keeps and publishes to (reporter), the figures a
+// reconciler keeps of its commits, and the metrics it reports them to.
+
+// reporter is the state of the report stage: where it publishes (the
+// metrics, the progress WaitUntilReconciled waits on, the reconciler's rows
+// in the tables of Params.Tables, health) and what it keeps of a run to
+// publish there (health as last reported, the round limiter's error, the
+// commits' figures and the failure logs' rate limit). Register makes it:
+// the zero value is not usable. reset readies it for a run. It is not safe
+// for concurrent use: the reconcile job's goroutine owns it, but for
+// progress, which any goroutine may wait on, and metrics and info, which
+// the workers and the refresh job also report to.
+type reporter[Obj any] struct {
+	metrics  observers
+	info     *infoWriter[Obj] // nil without Params.Tables
+	progress *progress
+
+	// The state of one run of the reconcile job, reset when it starts.
+	health     healthReporter
+	limiterErr error                           // why the round limiter's last Wait failed, or nil
+	reported   struct{ failing, inFlight int } // as last given to the metrics
+	figures    commitFigures                   // of the last commit, which filled it (see settle)
+	totals     totals                          // since the run started, for the reconcilers table
+	failLog    failLog                         // of the failures commit logs
+}
+
+// reset readies it for a run of the reconcile job reporting to health.
+// It writes only the state of a run: other goroutines read the rest.
+func (rep *reporter[Obj]) reset(health cell.Health) {
+	rep.health, rep.limiterErr = healthReporter{health: health}, nil
+	rep.reported, rep.figures, rep.totals, rep.failLog = struct{ failing, inFlight int }{}, commitFigures{}, totals{}, failLog{}
+}
+
+// committed counts fig, the figures of a commit of the reconciler of
+// module and name (see commitOutcome), in the totals and reports them to
+// the metrics. A nil fig, of a commit without ops, reports nothing.
+func (rep *reporter[Obj]) committed(module cell.FullModuleID, name string, fig *commitFigures) {
+	if fig == nil {
+		return
+	}
+	rep.totals.add(fig)
+	if rep.metrics.commit != nil {
+		rep.metrics.commit.Committed(module, name, fig.stats)
+	}
+	if fig.converged > 0 && rep.metrics.queue != nil {
+		rep.metrics.queue.Converged(module, name, fig.converged, fig.total, fig.longest)
+	}
+}
 
 // observers holds the metrics a reconciler reports to: the seed's Metrics
 // and whichever optional interfaces it implements (nil otherwise), found
@@ -94,7 +142,7 @@ func (c *commitFigures) done(latency time.Duration, slices bool) {
 }
 
 // totals are the running figures of a reconciler that its row in the
-// reconcilers table shows. The loop owns them.
+// reconcilers table shows. The reporter owns them.
 type totals struct {
 	succeeded, failed uint64
 	sinceSuccess      int // failed operations since the last that succeeded

@@ -15,8 +15,8 @@ const (
 	failLogInterval = 10 * time.Second
 )
 
-// failLog is the state of the rate limiter of failure logs. The loop owns
-// it.
+// failLog is the state of the rate limiter of failure logs. The reporter
+// holds it for commit, which logs the failures.
 type failLog struct {
 	windowStart time.Time
 	inWindow    int

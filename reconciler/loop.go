@@ -172,14 +172,16 @@ func (l *loop[Obj]) stopped() {
 	}
 	r.gate.setStopping(true)
 	left := l.exec.stop() // waits for the operations under way to return
-	r.feed.wrote(r.commit(left, true, r.now()).wrote)
+	out := r.commit(left, true, r.now())
+	r.feed.wrote(out.wrote)
+	r.rep.committed(r.moduleID, r.opts.name, out.figures)
 	r.breaker.reset(r.now())
-	r.progress.update(r.progressRev(), r.keys.lifecycles.RetryLowWatermark())
+	r.rep.progress.update(r.progressRev(), r.keys.lifecycles.RetryLowWatermark())
 	r.feed.changes.close()
 	r.reportStopped()
-	if r.info != nil {
+	if r.rep.info != nil {
 		txn := r.db.ReadTxn()
-		r.info.write(r.infoRow(&l.prune, tables.StateStopped, r.table.NumObjects(txn), r.keys.lifecycles.Retrying(), 0, 0, r.keys.lifecycles.OldestSince()), r.keys.lifecycles.TakeOutdated())
+		r.rep.info.write(r.infoRow(&l.prune, tables.StateStopped, r.table.NumObjects(txn), r.keys.lifecycles.Retrying(), 0, 0, r.keys.lifecycles.OldestSince()), r.keys.lifecycles.TakeOutdated())
 	}
 }
 
@@ -217,10 +219,8 @@ func (l *loop[Obj]) armRetry() {
 
 // resetRun readies the state of one run of the job.
 func (r *reconciler[Obj]) resetRun(health cell.Health) {
-	r.health = healthReporter{health: health}
-	r.limiterErr = nil
+	r.rep.reset(health)
 	r.breaker.reset(r.now())
-	r.reported, r.figures, r.totals, r.failLog = struct{ failing, inFlight int }{}, commitFigures{}, totals{}, failLog{}
 }
 
 // waitForLimiter paces rounds with the round limiter. A limiter
@@ -232,13 +232,13 @@ func (r *reconciler[Obj]) waitForLimiter(ctx context.Context) {
 	if err != nil && ctx.Err() != nil {
 		return
 	}
-	if err != nil && r.limiterErr == nil {
+	if err != nil && r.rep.limiterErr == nil {
 		r.log.Error("Round limiter fails; rounds go on without it", "error", err)
 	}
 	if err != nil {
 		err = errors.Join(errRoundLimiter, err)
 	}
-	r.limiterErr = err
+	r.rep.limiterErr = err
 }
 
 var errRoundLimiter = errors.New("round limiter")

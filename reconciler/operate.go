@@ -245,8 +245,9 @@ func (p *workerPool[Obj]) work(running *atomic.Int64) {
 	}
 }
 
-// runner calls the operations, with the context of the loop's run and
-// its drift counter attached. The loop has one and so does every worker;
+// runner calls the operations, with the context of the loop's run, and
+// records in each op what its call reported (ReportRepaired,
+// RecheckAfter). The loop has one and so does every worker;
 // its buffers are reused from one call to the next.
 type runner[Obj any] struct {
 	r       *reconciler[Obj]
@@ -337,7 +338,7 @@ func (e *runner[Obj]) run(txn statedb.ReadTxn, ops []op[Obj]) {
 			span.End(tracing.End{Outcome: outcome(o.err, r.opts.operationTimeout), Err: o.err})
 		}
 		if drift > 0 && o.Refresh && !o.Delete {
-			r.refreshDrift.Add(drift)
+			o.drift = drift
 		}
 		if recheck > 0 && o.err == nil && !o.Delete {
 			o.recheck = recheck
@@ -346,7 +347,7 @@ func (e *runner[Obj]) run(txn statedb.ReadTxn, ops []op[Obj]) {
 			r.recordOutcome(ctx, o, probe)
 		}
 		end := time.Now()
-		r.metrics.ReconciliationDuration(r.moduleID, r.opts.name, name, end.Sub(start))
+		r.rep.metrics.ReconciliationDuration(r.moduleID, r.opts.name, name, end.Sub(start))
 		start = end
 	}
 }
@@ -456,7 +457,7 @@ func (e *runner[Obj]) batch(ctx context.Context, txn statedb.ReadTxn, call batch
 		}
 		return batchTimeout(ctx)
 	})
-	r.metrics.ReconciliationDuration(r.moduleID, r.opts.name, name, time.Since(start))
+	r.rep.metrics.ReconciliationDuration(r.moduleID, r.opts.name, name, time.Since(start))
 	drift, _ := reports.close() // batches ask for re-checks with BatchEntry.RecheckAfter
 	if ctx.Err() != nil && err == nil {
 		// Cut short by a stop: an entry it never got to has a nil Result
@@ -468,12 +469,15 @@ func (e *runner[Obj]) batch(ctx context.Context, txn statedb.ReadTxn, call batch
 	}
 	bind(deleted, err)
 	bind(upserted, err)
-	refreshed, failed := false, 0
+	var refreshed *op[Obj]
+	failed := 0
 	for _, o := range ops {
 		if !o.ran {
 			o.err, o.ran = errBatchEntryLost, true
 		}
-		refreshed = refreshed || (o.Refresh && !o.Delete)
+		if refreshed == nil && o.Refresh && !o.Delete {
+			refreshed = o
+		}
 		if o.err != nil {
 			failed++
 		}
@@ -481,9 +485,10 @@ func (e *runner[Obj]) batch(ctx context.Context, txn statedb.ReadTxn, call batch
 	if span != nil {
 		span.End(tracing.End{Outcome: outcome(err, r.opts.operationTimeout), Err: err, Failed: failed})
 	}
-	// Drift reported by a batch counts if the batch refreshed anything.
-	if drift > 0 && refreshed {
-		r.refreshDrift.Add(drift)
+	// Drift reported by a batch counts if the batch refreshed anything: its
+	// first refresh carries it.
+	if drift > 0 && refreshed != nil {
+		refreshed.drift += drift
 	}
 	if r.breaker != nil {
 		for _, o := range ops {

@@ -235,10 +235,10 @@ func (r *reconciler[Obj]) prune(ctx context.Context, txn statedb.ReadTxn) pruneR
 	if span != nil {
 		span.End(tracing.End{Outcome: outcome(err, r.opts.operationTimeout), Err: err, Repaired: res.repaired})
 	}
-	r.metrics.PruneDuration(r.moduleID, r.opts.name, res.duration)
-	r.metrics.PruneError(r.moduleID, r.opts.name, err)
-	if r.metrics.prune != nil {
-		r.metrics.prune.Pruned(r.moduleID, r.opts.name, metrics.PruneStats{
+	r.rep.metrics.PruneDuration(r.moduleID, r.opts.name, res.duration)
+	r.rep.metrics.PruneError(r.moduleID, r.opts.name, err)
+	if r.rep.metrics.prune != nil {
+		r.rep.metrics.prune.Pruned(r.moduleID, r.opts.name, metrics.PruneStats{
 			Outcome: outcome(err, r.opts.operationTimeout), Repaired: res.repaired,
 		})
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"sync/atomic"
 	"time"
 
 	"github.com/cilium/hive/cell"
@@ -34,13 +33,10 @@ type reconciler[Obj any] struct {
 	processor BatchProcessor[Obj] // batchOps, if it implements it; else nil
 	pruner    pruner[Obj]         // ops, or batchOps serving alone; nil if it cannot prune
 
-	metrics      observers
-	refreshDrift atomic.Int64     // drift reported by Updates of Refreshing objects, not yet committed
-	info         *infoWriter[Obj] // nil without Params.Tables
+	rep reporter[Obj] // health, metrics, progress and the tables' rows
 
 	primary       statedb.Indexer[Obj]
 	pruneRequests chan struct{} // a prune asked for: by Prune, from any goroutine, or owed by the last run (see loop.stopped)
-	progress      *progress
 	gate          *gate
 	breaker       *breaker // nil without WithCircuitBreaker
 
@@ -50,14 +46,6 @@ type reconciler[Obj any] struct {
 
 	feed feed[Obj] // the table's changes, and what reading them keeps
 	keys keys[Obj] // what is known about each key
-
-	health     healthReporter
-	limiterErr error // why the round limiter's last Wait failed, or nil
-
-	reported struct{ failing, inFlight int } // as last given to the metrics
-	figures  commitFigures                   // of the last commit
-	totals   totals                          // since the run started, for the reconcilers table
-	failLog  failLog
 }
 
 // keyOf returns obj's primary key. StateDB does not store an object whose

@@ -49,7 +49,7 @@ func (r *reconciler[Obj]) refreshLoop(ctx context.Context, health cell.Health) e
 		if ctx.Err() != nil {
 			return nil
 		}
-		r.info.refreshed(r.now())
+		r.rep.info.refreshed(r.now())
 		timer.Reset(wait)
 		if err != nil {
 			// The limiter was made unusable while running: the sweep
@@ -161,8 +161,8 @@ func (r *reconciler[Obj]) markRefreshing(batch []refreshCandidate[Obj]) int {
 		}
 	}
 	wtxn.Commit()
-	if marked > 0 && r.metrics.refresh != nil {
-		r.metrics.refresh.RefreshMarked(r.moduleID, r.opts.name, marked)
+	if marked > 0 && r.rep.metrics.refresh != nil {
+		r.rep.metrics.refresh.RefreshMarked(r.moduleID, r.opts.name, marked)
 	}
 	return marked
 }

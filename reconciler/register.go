@@ -98,11 +98,10 @@ func Register[Obj any](
 		batchOps:      batchOps,
 		processor:     processor,
 		pruner:        prune,
-		metrics:       newObservers(o.metrics),
+		rep:           reporter[Obj]{metrics: newObservers(o.metrics), progress: newProgress()},
 		primary:       table.PrimaryIndexer(),
 		pruneRequests: make(chan struct{}, 1),
 		gate:          newGate(),
-		progress:      newProgress(),
 		keys:          keys[Obj]{lifecycles: keyqueue.New[Obj](displayKey)},
 		now:           time.Now,
 		rand:          rand.Float64,
@@ -119,7 +118,7 @@ func Register[Obj any](
 	if t, ok := writer.(*tables.Tables); ok && t == nil {
 		writer = nil // a caller's optional *tables.Tables, not provided
 	}
-	r.info = newInfoWriter(writer, id, r.keys.lifecycles)
+	r.rep.info = newInfoWriter(writer, id, r.keys.lifecycles)
 
 	if err := r.applyPriority(); err != nil {
 		return nil, err
@@ -183,7 +182,7 @@ func (r *reconciler[Obj]) Prune() {
 
 // WaitUntilReconciled implements Reconciler.
 func (r *reconciler[Obj]) WaitUntilReconciled(ctx context.Context, untilRevision statedb.Revision) (statedb.Revision, statedb.Revision, error) {
-	return r.progress.wait(ctx, untilRevision)
+	return r.rep.progress.wait(ctx, untilRevision)
 }
 
 // Pause implements Reconciler.

@@ -10,30 +10,31 @@ import (
 	"github.com/converge-go/converge/tables"
 )
 
-// report is the last stage of a round: it publishes progress for
-// WaitUntilReconciled, metrics, the reconciler's rows in the tables of
-// Params.Tables, and health.
+// report is the last stage of a round: it counts the figures of the
+// commit c, and publishes progress for WaitUntilReconciled, metrics, the
+// reconciler's rows in the tables of Params.Tables, and health.
 func (r *reconciler[Obj]) report(txn statedb.ReadTxn, work []op[Obj], c commitOutcome, load execLoad, p *pruneSchedule, now time.Time, paused bool) {
+	r.rep.committed(r.moduleID, r.opts.name, c.figures)
 	lc := r.keys.lifecycles
 	inFlight := lc.Active()
 	failing := lc.Retrying()
-	if c.committed > 0 || failing != r.reported.failing {
-		r.metrics.ReconciliationErrors(r.moduleID, r.opts.name, c.failed, failing)
+	if c.committed > 0 || failing != r.rep.reported.failing {
+		r.rep.metrics.ReconciliationErrors(r.moduleID, r.opts.name, c.failed, failing)
 	}
-	if r.metrics.queue != nil && (failing != r.reported.failing || inFlight != r.reported.inFlight) {
-		r.metrics.queue.QueueLength(r.moduleID, r.opts.name, failing, inFlight)
+	if r.rep.metrics.queue != nil && (failing != r.rep.reported.failing || inFlight != r.rep.reported.inFlight) {
+		r.rep.metrics.queue.QueueLength(r.moduleID, r.opts.name, failing, inFlight)
 	}
-	r.reported.failing, r.reported.inFlight = failing, inFlight
+	r.rep.reported.failing, r.rep.reported.inFlight = failing, inFlight
 
 	var breaker breakerState
 	if r.breaker != nil {
 		breaker = r.breaker.state()
 	}
 	var oldest time.Time
-	if r.metrics.round != nil || r.info != nil {
+	if r.rep.metrics.round != nil || r.rep.info != nil {
 		oldest = lc.OldestSince()
 	}
-	if r.metrics.round != nil {
+	if r.rep.metrics.round != nil {
 		var age time.Duration
 		if !oldest.IsZero() {
 			age = now.Sub(oldest)
@@ -44,7 +45,7 @@ func (r *reconciler[Obj]) report(txn statedb.ReadTxn, work []op[Obj], c commitOu
 				retries++
 			}
 		}
-		r.metrics.round.Round(r.moduleID, r.opts.name, metrics.RoundStats{
+		r.rep.metrics.round.Round(r.moduleID, r.opts.name, metrics.RoundStats{
 			Adds:           len(work),
 			Retries:        retries,
 			Depth:          load.waiting + lc.Queued() + lc.Parked(),
@@ -60,27 +61,27 @@ func (r *reconciler[Obj]) report(txn statedb.ReadTxn, work []op[Obj], c commitOu
 		})
 	}
 
-	state := r.health.update(healthState{
+	state := r.rep.health.update(healthState{
 		gateErr:      p.tables.err,
 		paused:       paused,
 		failing:      failing,
 		retryVersion: lc.Version(),
 		pruneErr:     p.lastErr,
-		limiterErr:   r.limiterErr,
+		limiterErr:   r.rep.limiterErr,
 		breakerErr:   breaker.err,
 	}, func() int { return r.table.NumObjects(txn) }, lc.Errors)
 
-	if r.info != nil {
+	if r.rep.info != nil {
 		info := r.infoRow(p, state, r.table.NumObjects(txn), failing, inFlight, load.busy, oldest)
 		if breaker.open {
 			info.TargetFailingSince, info.TargetError = breaker.since, breaker.err.Error()
 		}
-		r.info.write(info, lc.TakeOutdated())
+		r.rep.info.write(info, lc.TakeOutdated())
 	}
 
 	// Progress last, so that a WaitUntilReconciled that returns sees the
 	// round's figures published.
-	r.progress.update(r.progressRev(), lc.RetryLowWatermark())
+	r.rep.progress.update(r.progressRev(), lc.RetryLowWatermark())
 }
 
 // reportPrune is the report of a prune: health, with the prune's outcome,
@@ -95,23 +96,23 @@ func (r *reconciler[Obj]) reportPrune(p *pruneSchedule) {
 	if r.breaker != nil {
 		breakerErr = r.breaker.state().err
 	}
-	state := r.health.update(healthState{
+	state := r.rep.health.update(healthState{
 		gateErr:      p.tables.err,
 		paused:       paused,
 		failing:      lc.Retrying(),
 		retryVersion: lc.Version(),
 		pruneErr:     p.lastErr,
-		limiterErr:   r.limiterErr,
+		limiterErr:   r.rep.limiterErr,
 		breakerErr:   breakerErr,
 	}, func() int { return r.table.NumObjects(r.db.ReadTxn()) }, lc.Errors)
-	if r.info != nil {
-		row := r.info.last
+	if r.rep.info != nil {
+		row := r.rep.info.last
 		row.State, row.LastPrune, row.LastPruneDuration, row.LastPruneError = state, p.last.at, p.last.duration, ""
-		row.DriftRepaired = uint64(r.totals.refreshRepaired + p.repaired)
+		row.DriftRepaired = uint64(r.rep.totals.refreshRepaired + p.repaired)
 		if p.lastErr != nil {
 			row.LastPruneError = p.lastErr.Error()
 		}
-		r.info.write(row, nil)
+		r.rep.info.write(row, nil)
 	}
 }
 
@@ -124,10 +125,10 @@ func (r *reconciler[Obj]) reportWaiting(txn statedb.ReadTxn, waiting []string, p
 	if paused {
 		msg, state = "Paused", tables.StatePaused // as when running: Paused says all
 	}
-	r.health.health.OK(msg)
-	if r.info != nil {
+	r.rep.health.health.OK(msg)
+	if r.rep.info != nil {
 		lc := r.keys.lifecycles
-		r.info.write(r.infoRow(p, state, r.table.NumObjects(txn), lc.Retrying(), 0, 0, lc.OldestSince()), lc.TakeOutdated())
+		r.rep.info.write(r.infoRow(p, state, r.table.NumObjects(txn), lc.Retrying(), 0, 0, lc.OldestSince()), lc.TakeOutdated())
 	}
 }
 
@@ -135,13 +136,13 @@ func (r *reconciler[Obj]) reportWaiting(txn statedb.ReadTxn, waiting []string, p
 // more: the loop stopped. Failing objects still count.
 func (r *reconciler[Obj]) reportStopped() {
 	failing := r.keys.lifecycles.Retrying()
-	if r.metrics.queue != nil {
-		r.metrics.queue.QueueLength(r.moduleID, r.opts.name, failing, 0)
+	if r.rep.metrics.queue != nil {
+		r.rep.metrics.queue.QueueLength(r.moduleID, r.opts.name, failing, 0)
 	}
-	if r.metrics.round != nil {
-		r.metrics.round.Round(r.moduleID, r.opts.name, metrics.RoundStats{Retrying: failing, Workers: r.opts.concurrency, BreakerOpened: r.breaker.state().openings})
+	if r.rep.metrics.round != nil {
+		r.rep.metrics.round.Round(r.moduleID, r.opts.name, metrics.RoundStats{Retrying: failing, Workers: r.opts.concurrency, BreakerOpened: r.breaker.state().openings})
 	}
-	r.reported.failing, r.reported.inFlight = failing, 0
+	r.rep.reported.failing, r.rep.reported.inFlight = failing, 0
 }
 
 // progressRev returns the revision up to which every change read is
@@ -167,7 +168,7 @@ func (r *reconciler[Obj]) progressRev() statedb.Revision {
 
 // infoRow returns the reconciler's row of the reconcilers table.
 func (r *reconciler[Obj]) infoRow(p *pruneSchedule, state tables.State, objects, failing, inFlight, busy int, oldest time.Time) tables.Info {
-	t := &r.totals
+	t := &r.rep.totals
 	info := tables.Info{
 		Module:               r.moduleID.String(),
 		Name:                 r.opts.name,

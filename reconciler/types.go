@@ -274,4 +274,5 @@ type op[Obj any] struct {
 	noKey   bool          // the status could not be written: the object had no primary key
 	spared  bool          // a failure while the breaker was open: it counts no attempt (see verdict)
 	recheck time.Duration // an update that succeeded: re-check after this (RecheckAfter)
+	drift   int64         // drift a refresh reported repaired (ReportRepaired; a batch's on its first refresh), for commit to count
 }
