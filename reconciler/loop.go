@@ -39,7 +39,7 @@ type loop[Obj any] struct {
 // is run on the next, as what woke it is still there.
 func (r *reconciler[Obj]) run(ctx context.Context, health cell.Health) error {
 	if err := r.feed.open(); err != nil {
-		return fmt.Errorf("reading the changes of table %q: %w", r.table.Name(), err)
+		return fmt.Errorf("reading the changes of table %q: %w", r.objects.table.Name(), err)
 	}
 	r.resetRun(health)
 	l := &loop[Obj]{r: r, prune: newPruneSchedule(r), retry: time.NewTimer(time.Hour)}
@@ -181,7 +181,7 @@ func (l *loop[Obj]) stopped() {
 	r.reportStopped()
 	if r.rep.info != nil {
 		txn := r.db.ReadTxn()
-		r.rep.info.write(r.infoRow(&l.prune, tables.StateStopped, r.table.NumObjects(txn), r.keys.lifecycles.Retrying(), 0, 0, r.keys.lifecycles.OldestSince()), r.keys.lifecycles.TakeOutdated())
+		r.rep.info.write(r.infoRow(&l.prune, tables.StateStopped, r.objects.table.NumObjects(txn), r.keys.lifecycles.Retrying(), 0, 0, r.keys.lifecycles.OldestSince()), r.keys.lifecycles.TakeOutdated())
 	}
 }
 

@@ -298,7 +298,7 @@ func (e *runner[Obj]) run(txn statedb.ReadTxn, ops []op[Obj]) {
 	for i := range ops {
 		o := &ops[i]
 		if !o.Delete {
-			o.updated = r.clone(o.Obj)
+			o.updated = r.objects.clone(o.Obj)
 		}
 		if ctx.Err() != nil {
 			return
@@ -319,7 +319,7 @@ func (e *runner[Obj]) run(txn statedb.ReadTxn, ops []op[Obj]) {
 		call := e.callContext()
 		opCtx, span := context.Context(call), tracing.Span(nil)
 		if r.opts.tracer != nil {
-			opCtx, span = r.startSpan(call, tracing.Start{Kind: kind, Key: r.opKey(o), Revision: o.Rev, Attempt: max(o.attempt, 1)})
+			opCtx, span = r.startSpan(call, tracing.Start{Kind: kind, Key: r.objects.opKey(o), Revision: o.Rev, Attempt: max(o.attempt, 1)})
 		}
 		if o.Delete {
 			o.err = r.call(opCtx, name, func(ctx context.Context) error {
@@ -367,7 +367,7 @@ func (e *runner[Obj]) runBatches(ctx context.Context, txn statedb.ReadTxn, ops [
 		if o.Delete {
 			e.deletes = append(e.deletes, BatchEntry[Obj]{Object: o.Obj, Revision: o.Rev, original: o})
 		} else {
-			o.updated = r.clone(o.Obj)
+			o.updated = r.objects.clone(o.Obj)
 			e.updates = append(e.updates, BatchEntry[Obj]{Object: o.updated, Revision: o.Rev, original: o})
 		}
 	}
@@ -510,7 +510,7 @@ func (r *reconciler[Obj]) recordOutcome(ctx context.Context, o *op[Obj], probe b
 		if o.key != "" {
 			return o.key
 		}
-		k, _ := r.keyOf(o.Obj)
+		k, _ := r.objects.keyOf(o.Obj)
 		return k
 	}
 	again := o.err != nil && o.lastErr != nil && o.err.Error() == o.lastErr.Error()
