@@ -249,7 +249,7 @@ func (r *reconciler[Obj]) collectChange(txn statedb.ReadTxn, change statedb.Chan
 		case r.stale(change.Object, st):
 			// Put back with a status older than what is known of its key:
 			// apply it as if Pending (see staleness).
-			t.Obj, t.StatusID = r.objects.setStatus(r.objects.clone(change.Object), status.PendingAt(now)), st.ID()
+			t.Obj, t.StatusID = r.objects.withStatus(change.Object, status.PendingAt(now)), st.ID()
 		case st.Kind == status.KindError && !st.Terminal:
 			r.adopt(change.Object, rev, asked, st, now)
 			return false
@@ -328,7 +328,7 @@ func (r *reconciler[Obj]) adopt(obj Obj, rev, asked statedb.Revision, st status.
 		since = now
 	}
 	t := task[Obj]{
-		Obj:      r.objects.setStatus(r.objects.clone(obj), status.PendingAt(since)),
+		Obj:      r.objects.withStatus(obj, status.PendingAt(since)),
 		Rev:      rev,
 		Asked:    asked,
 		StatusID: st.ID(),
@@ -375,7 +375,7 @@ func (r *reconciler[Obj]) current(txn statedb.ReadTxn, s *keyqueue.State[Obj]) b
 		r.writtenBack(cur, s.Task().StatusID)
 		return false
 	case rev != s.Task().Rev:
-		r.keys.lifecycles.Retarget(s, r.objects.setStatus(r.objects.clone(cur), r.objects.getStatus(s.Task().Obj)), rev)
+		r.keys.lifecycles.Retarget(s, r.objects.withStatus(cur, r.objects.getStatus(s.Task().Obj)), rev)
 	}
 	return true
 }

@@ -86,7 +86,7 @@ func (r *reconciler[Obj]) write(ops []op[Obj], now time.Time) (wrote revRange) {
 				// changes cannot be stored. Record that on the object as
 				// it was.
 				o.err = fmt.Errorf("%w: Update left the object without one", ErrNoPrimaryKey)
-				o.updated = r.objects.setStatus(r.objects.clone(o.Obj), status.ErrorAt(now, o.err))
+				o.updated = r.objects.withStatus(o.Obj, status.ErrorAt(now, o.err))
 				o.written, o.over = r.writeStatus(wtxn, o)
 			}
 		}
@@ -124,7 +124,7 @@ func (r *reconciler[Obj]) writeStatus(wtxn statedb.WriteTxn, o *op[Obj]) (writte
 		r.writtenBack(cur, o.StatusID)
 		return false, false
 	}
-	if _, _, err := r.objects.table.Insert(wtxn, r.objects.setStatus(r.objects.clone(cur), r.objects.getStatus(o.updated))); err != nil {
+	if _, _, err := r.objects.table.Insert(wtxn, r.objects.withStatus(cur, r.objects.getStatus(o.updated))); err != nil {
 		r.log.Error("Reconciler failed to write status", "error", err)
 		return false, false
 	}

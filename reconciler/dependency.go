@@ -191,7 +191,7 @@ func (t *dependencyTracker[Obj, Dep]) mark(queries []statedb.Query[Obj]) (err er
 		default:
 			st = status.RefreshingAt(now)
 		}
-		marked1 := r.objects.setStatus(r.objects.clone(obj), st)
+		marked1 := r.objects.withStatus(obj, st)
 		if _, ok := r.objects.keyOf(marked1); !ok {
 			r.noKey("a dependency mark (setStatus removed it)", marked1)
 			continue

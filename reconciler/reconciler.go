@@ -78,6 +78,12 @@ func (t *objects[Obj]) lookup(txn statedb.ReadTxn, obj Obj) (Obj, statedb.Revisi
 	return t.table.Get(txn, q)
 }
 
+// withStatus returns a copy of obj carrying the status st. Objects read
+// from the table are shared: setStatus is given a clone, never obj itself.
+func (t *objects[Obj]) withStatus(obj Obj, st status.Status) Obj {
+	return t.setStatus(t.clone(obj), st)
+}
+
 // opKey returns o's primary key for messages.
 func (t *objects[Obj]) opKey(o *op[Obj]) string {
 	if o.key != "" {

@@ -152,7 +152,7 @@ func (r *reconciler[Obj]) markRefreshing(batch []refreshCandidate[Obj]) int {
 	wtxn := r.db.WriteTxn(r.objects.table)
 	marked := 0
 	for _, c := range batch {
-		obj := r.objects.setStatus(r.objects.clone(c.obj), status.RefreshingAt(now))
+		obj := r.objects.withStatus(c.obj, status.RefreshingAt(now))
 		switch _, had, err := r.objects.table.CompareAndSwap(wtxn, c.rev, obj); {
 		case err == nil && had:
 			marked++
