@@ -229,7 +229,7 @@ func (r *reconciler[Obj]) prune(ctx context.Context, txn statedb.ReadTxn) pruneR
 	start := time.Now()
 	err := r.call(ctx, "prune", func(ctx context.Context) error {
 		r.gate.entered() // begun with enterPrune
-		return r.pruner.Prune(ctx, txn, r.objects.table.All(txn))
+		return r.target.pruner.Prune(ctx, txn, r.objects.table.All(txn))
 	})
 	res := pruneResult{at: start, duration: time.Since(start), repaired: int(reports.drift.Swap(0))}
 	if span != nil {

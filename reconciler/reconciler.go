@@ -19,16 +19,13 @@ import (
 // changes.go, gate.go, ...). No two files refer to each other both ways.
 // Fields from feed on are owned by the reconcile job's goroutine.
 type reconciler[Obj any] struct {
-	opts      options
-	log       *slog.Logger
-	db        *statedb.DB
-	objects   objects[Obj] // the table, and how to copy its objects and set their status
-	moduleID  cell.FullModuleID
-	module    string          // moduleID as text, for spans
-	ops       Operations[Obj] // nil if batchOps serves alone
-	batchOps  BatchOperations[Obj]
-	processor BatchProcessor[Obj] // batchOps, if it implements it; else nil
-	pruner    pruner[Obj]         // ops, or batchOps serving alone; nil if it cannot prune
+	opts     options
+	log      *slog.Logger
+	db       *statedb.DB
+	objects  objects[Obj] // the table, and how to copy its objects and set their status
+	moduleID cell.FullModuleID
+	module   string      // moduleID as text, for spans
+	target   target[Obj] // the user's operations
 
 	rep reporter[Obj] // health, metrics, progress and the tables' rows
 

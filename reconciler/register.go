@@ -62,15 +62,11 @@ func Register[Obj any](
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	var prune pruner[Obj] = ops
-	if ops == nil {
-		prune, _ = batchOps.(pruner[Obj])
-		if prune == nil && o.pruneInterval > 0 {
-			return nil, fmt.Errorf("reconciler.Register: %w: no Operations, and the BatchOperations (%T) have no Prune method to prune with; "+
-				"give them one with Operations.Prune's signature, or turn pruning off with WithPruning(0)", ErrInvalidConfig, batchOps)
-		}
+	target := newTarget(ops, batchOps)
+	if target.pruner == nil && o.pruneInterval > 0 {
+		return nil, fmt.Errorf("reconciler.Register: %w: no Operations, and the BatchOperations (%T) have no Prune method to prune with; "+
+			"give them one with Operations.Prune's signature, or turn pruning off with WithPruning(0)", ErrInvalidConfig, batchOps)
 	}
-	processor, _ := batchOps.(BatchProcessor[Obj])
 	if o.metrics == nil {
 		o.metrics = params.DefaultMetrics
 	}
@@ -90,10 +86,7 @@ func Register[Obj any](
 		db:            params.DB,
 		moduleID:      params.ModuleID,
 		module:        params.ModuleID.String(),
-		ops:           ops,
-		batchOps:      batchOps,
-		processor:     processor,
-		pruner:        prune,
+		target:        target,
 		rep:           reporter[Obj]{metrics: newObservers(o.metrics), progress: newProgress()},
 		pruneRequests: make(chan struct{}, 1),
 		gate:          newGate(),
@@ -173,7 +166,7 @@ func checkArgs[Obj any](
 // Prune implements Reconciler. Without anything to prune with (see
 // Register) it does nothing.
 func (r *reconciler[Obj]) Prune() {
-	if r.pruner == nil {
+	if r.target.pruner == nil {
 		return
 	}
 	select {
