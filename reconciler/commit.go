@@ -179,7 +179,7 @@ func (r *reconciler[Obj]) settle(ops []op[Obj], now time.Time) (out commitOutcom
 		if !settled {
 			wait, ok := retryAfter(o.err)
 			if !ok {
-				wait = backoff(attempts+1, r.opts.retryMin, r.opts.retryMax, r.opts.retryJitter, r.rand())
+				wait = backoff(attempts+1, r.opts.retryMin, r.opts.retryMax, r.opts.retryJitter, r.clock.rand())
 			}
 			done.RetryAt = addSat(now.UnixNano(), wait)
 			if !o.Delete {

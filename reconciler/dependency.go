@@ -165,7 +165,7 @@ func (t *dependencyTracker[Obj, Dep]) mark(queries []statedb.Query[Obj]) (err er
 		return nil
 	}
 	r := t.r
-	now := r.now()
+	now := r.clock.now()
 	marked := 0
 	wtxn := r.db.WriteTxn(r.objects.table)
 	defer func() {

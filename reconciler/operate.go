@@ -548,7 +548,7 @@ func (r *reconciler[Obj]) recordOutcome(ctx context.Context, o *op[Obj], probe b
 		return k
 	}
 	again := o.err != nil && o.lastErr != nil && o.err.Error() == o.lastErr.Error()
-	switch r.breaker.record(key, o.err, again, probe, r.now()) {
+	switch r.breaker.record(key, o.err, again, probe, r.clock.now()) {
 	case held:
 		o.ran, o.err, o.recheck = false, nil, 0
 	case spared:

@@ -50,7 +50,7 @@ func newPruneSchedule[Obj any](r *reconciler[Obj]) pruneSchedule {
 		retryMin:    r.opts.retryMin,
 		retryMax:    r.opts.retryMax,
 		retryJitter: r.opts.retryJitter,
-		rand:        r.rand,
+		rand:        r.clock.rand,
 	}
 	if waiting, watch := s.tables.uninitialized(r.db.ReadTxn()); len(waiting) > 0 {
 		s.initC = watch

@@ -32,13 +32,19 @@ type reconciler[Obj any] struct {
 	pruneRequests chan struct{} // a prune asked for: by Prune, from any goroutine, or owed by the last run (see loop.stopped)
 	gate          *gate
 	breaker       *breaker // nil without WithCircuitBreaker
-
-	// now and rand are replaced in tests.
-	now  func() time.Time
-	rand func() float64
+	clock         clock    // time.Now and rand.Float64, or a test's
 
 	feed feed[Obj] // the table's changes, and what reading them keeps
 	keys keys[Obj] // what is known about each key
+}
+
+// clock is where the reconciler reads the time and draws retry jitter:
+// time.Now and rand.Float64, kept as functions so that a test can replace
+// them before the reconciler starts. Read-only after; safe for concurrent
+// use. The zero value is not usable.
+type clock struct {
+	now  func() time.Time
+	rand func() float64
 }
 
 // objects is how the reconciler reads and writes the user's objects: the

@@ -49,7 +49,7 @@ func (r *reconciler[Obj]) refreshLoop(ctx context.Context, health cell.Health) e
 		if ctx.Err() != nil {
 			return nil
 		}
-		r.rep.info.refreshed(r.now())
+		r.rep.info.refreshed(r.clock.now())
 		timer.Reset(wait)
 		if err != nil {
 			// The limiter was made unusable while running: the sweep
@@ -109,7 +109,7 @@ func (r *reconciler[Obj]) dueRechecks(txn statedb.ReadTxn, now int64) (due []ref
 func (r *reconciler[Obj]) refreshSweep(ctx context.Context, last *statedb.Revision) (wait time.Duration, marked int, err error) {
 	interval := r.opts.refreshInterval
 	wait = interval
-	now := r.now()
+	now := r.clock.now()
 	var batch []refreshCandidate[Obj]
 	txn := r.db.ReadTxn()
 	for obj, rev := range r.objects.table.LowerBound(txn, statedb.ByRevision[Obj](*last+1)) {
@@ -148,7 +148,7 @@ func (r *reconciler[Obj]) markRefreshing(batch []refreshCandidate[Obj]) int {
 	if len(batch) == 0 {
 		return 0
 	}
-	now := r.now()
+	now := r.clock.now()
 	wtxn := r.db.WriteTxn(r.objects.table)
 	marked := 0
 	for _, c := range batch {

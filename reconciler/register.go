@@ -91,8 +91,7 @@ func Register[Obj any](
 		pruneRequests: make(chan struct{}, 1),
 		gate:          newGate(),
 		keys:          keys[Obj]{lifecycles: keyqueue.New[Obj](displayKey)},
-		now:           time.Now,
-		rand:          rand.Float64,
+		clock:         clock{now: time.Now, rand: rand.Float64},
 		objects: objects[Obj]{
 			table:     table,
 			primary:   table.PrimaryIndexer(),
