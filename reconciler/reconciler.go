@@ -51,8 +51,8 @@ type clock struct {
 // table and its primary index, and the functions Register was given to
 // copy an object and to read and replace the reconciler's status in it.
 // Register sets it once; it is read-only after, so safe for concurrent use
-// as far as the user's functions are (workers call clone). The zero value
-// is not usable.
+// as far as the user's functions are (the jobs and the workers all call
+// them). The zero value is not usable.
 type objects[Obj any] struct {
 	table     statedb.RWTable[Obj]
 	primary   statedb.Indexer[Obj] // table.PrimaryIndexer()
