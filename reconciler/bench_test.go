@@ -107,9 +107,9 @@ func newBenchTable(b testing.TB) (*statedb.DB, statedb.RWTable[*benchObj]) {
 
 // insertPending writes objects 0..n-1 as Pending in one transaction.
 func insertPending(r *reconciler[*benchObj], n int) {
-	wtxn := r.db.WriteTxn(r.table)
+	wtxn := r.db.WriteTxn(r.objects.table)
 	for i := range n {
-		r.table.Insert(wtxn, &benchObj{id: uint64(i), st: status.Pending()})
+		r.objects.table.Insert(wtxn, &benchObj{id: uint64(i), st: status.Pending()})
 	}
 	wtxn.Commit()
 }
@@ -209,7 +209,7 @@ func BenchmarkCommit(b *testing.B) {
 	for b.Loop() {
 		b.StopTimer()
 		ops = ops[:0]
-		for obj, rev := range r.table.All(r.db.ReadTxn()) {
+		for obj, rev := range r.objects.table.All(r.db.ReadTxn()) {
 			ops = append(ops, op[*benchObj]{task: task[*benchObj]{Obj: obj, Rev: rev, StatusID: obj.st.ID(), Since: obj.st.UpdatedAt}, updated: obj.clone(), ran: true})
 		}
 		b.StartTimer()
@@ -236,14 +236,14 @@ func BenchmarkCommitFloor(b *testing.B) {
 	for b.Loop() {
 		b.StopTimer()
 		ops = ops[:0]
-		for obj, rev := range r.table.All(r.db.ReadTxn()) {
+		for obj, rev := range r.objects.table.All(r.db.ReadTxn()) {
 			ops = append(ops, op[*benchObj]{updated: obj.clone(), task: task[*benchObj]{Rev: rev}})
 		}
 		b.StartTimer()
-		wtxn := r.db.WriteTxn(r.table)
+		wtxn := r.db.WriteTxn(r.objects.table)
 		for i := range ops {
 			ops[i].updated.st = status.Done()
-			if _, _, err := r.table.CompareAndSwap(wtxn, ops[i].Rev, ops[i].updated); err != nil {
+			if _, _, err := r.objects.table.CompareAndSwap(wtxn, ops[i].Rev, ops[i].updated); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -263,7 +263,7 @@ func BenchmarkCommitErrors(b *testing.B) {
 		b.StopTimer()
 		r.keys.lifecycles = keyqueue.New[*benchObj](displayKey)
 		ops = ops[:0]
-		for obj, rev := range r.table.All(r.db.ReadTxn()) {
+		for obj, rev := range r.objects.table.All(r.db.ReadTxn()) {
 			ops = append(ops, op[*benchObj]{task: task[*benchObj]{Obj: obj, Rev: rev, StatusID: obj.st.ID()}, updated: obj.clone(), err: errFail, ran: true})
 		}
 		b.StartTimer()

@@ -117,7 +117,7 @@ func (r *reconciler[Obj]) nextChanges(txn statedb.ReadTxn) iter.Seq2[statedb.Cha
 func (r *reconciler[Obj]) readDone(txn statedb.ReadTxn) {
 	r.feed.lastRev = max(r.feed.lastRev, r.feed.changes.read)
 	if len(r.keys.stales.pruned) > 0 {
-		r.keys.stales.readUpTo(r.feed.lastRev, r.table.Revision(txn))
+		r.keys.stales.readUpTo(r.feed.lastRev, r.objects.table.Revision(txn))
 	}
 }
 
@@ -223,24 +223,24 @@ func (r *reconciler[Obj]) collectChange(txn statedb.ReadTxn, change statedb.Chan
 	// A delete recovered when the feed opened comes beside a revision
 	// below its own (see changeFeed). Its key may have been put back since.
 	recovered := change.Deleted && rev < change.Revision
-	if r.keys.rechecks.Len() > 0 && (change.Deleted || r.getStatus(change.Object).IsPendingOrRefreshing()) {
-		if key, ok := r.primary.ObjectToKey(change.Object); ok {
+	if r.keys.rechecks.Len() > 0 && (change.Deleted || r.objects.getStatus(change.Object).IsPendingOrRefreshing()) {
+		if key, ok := r.objects.primary.ObjectToKey(change.Object); ok {
 			r.keys.rechecks.Drop(key) // replaced by this change
 		}
 	}
 	if change.Deleted {
-		if key, ok := r.primary.ObjectToKey(change.Object); ok {
+		if key, ok := r.objects.primary.ObjectToKey(change.Object); ok {
 			r.keys.stales.sawDelete(key)
 		}
 		if recovered {
-			if _, _, found := r.lookup(txn, change.Object); found {
+			if _, _, found := r.objects.lookup(txn, change.Object); found {
 				// Put back since: the object put back is newer, and is
 				// applied with its own change, or was already as queued
 				// work or a retry. The delete after it would undo it.
 				return false
 			}
 		}
-	} else if st := r.getStatus(change.Object); !st.IsPendingOrRefreshing() {
+	} else if st := r.objects.getStatus(change.Object); !st.IsPendingOrRefreshing() {
 		switch {
 		case st.Kind != status.KindError && !lc.Tracked() && !r.keys.stales.any():
 			return false // a Done, most often this reconciler's own: nothing to ask
@@ -249,7 +249,7 @@ func (r *reconciler[Obj]) collectChange(txn statedb.ReadTxn, change statedb.Chan
 		case r.stale(change.Object, st):
 			// Put back with a status older than what is known of its key:
 			// apply it as if Pending (see staleness).
-			t.Obj, t.StatusID = r.setStatus(r.clone(change.Object), status.PendingAt(now)), st.ID()
+			t.Obj, t.StatusID = r.objects.withStatus(change.Object, status.PendingAt(now)), st.ID()
 		case st.Kind == status.KindError && !st.Terminal:
 			r.adopt(change.Object, rev, asked, st, now)
 			return false
@@ -264,7 +264,7 @@ func (r *reconciler[Obj]) collectChange(txn statedb.ReadTxn, change statedb.Chan
 		if t.Refresh || rev <= r.feed.backlog {
 			r.feed.deferred.Push(change.Object, rev, asked)
 			if lc.Tracked() {
-				if key, ok := r.keyOf(change.Object); ok {
+				if key, ok := r.objects.keyOf(change.Object); ok {
 					lc.DropRetry(key) // a newer version waits in the deferred queue
 				}
 			}
@@ -279,7 +279,7 @@ func (r *reconciler[Obj]) collectChange(txn statedb.ReadTxn, change statedb.Chan
 		r.feed.work = append(r.feed.work, op[Obj]{task: t}) // untracked: see package keyqueue
 		return true
 	}
-	key, ok := r.keyOf(change.Object)
+	key, ok := r.objects.keyOf(change.Object)
 	if !ok {
 		r.noKey("a change of the table", change.Object)
 		return false
@@ -307,18 +307,18 @@ func (r *reconciler[Obj]) stale(obj Obj, st status.Status) bool {
 	}
 	for _, p := range r.keys.stales.pruned {
 		if st.ID() <= p.cut {
-			if _, _, found := r.lookup(p.txn, obj); !found {
+			if _, _, found := r.objects.lookup(p.txn, obj); !found {
 				return true // the prune may have removed it (see pruneSnapshot)
 			}
 		}
 	}
-	key, ok := r.primary.ObjectToKey(obj)
+	key, ok := r.objects.primary.ObjectToKey(obj)
 	return ok && (r.keys.lifecycles.HoldsNewer(key, st.ID()) || r.keys.stales.cut(key, st.ID()))
 }
 
 // adopt hands keyqueue.Queue.Adopt an Error status found on obj.
 func (r *reconciler[Obj]) adopt(obj Obj, rev, asked statedb.Revision, st status.Status, now time.Time) {
-	key, ok := r.keyOf(obj)
+	key, ok := r.objects.keyOf(obj)
 	if !ok {
 		r.noKey("an Error status", obj)
 		return
@@ -328,7 +328,7 @@ func (r *reconciler[Obj]) adopt(obj Obj, rev, asked statedb.Revision, st status.
 		since = now
 	}
 	t := task[Obj]{
-		Obj:      r.setStatus(r.clone(obj), status.PendingAt(since)),
+		Obj:      r.objects.withStatus(obj, status.PendingAt(since)),
 		Rev:      rev,
 		Asked:    asked,
 		StatusID: st.ID(),
@@ -363,19 +363,19 @@ func (r *reconciler[Obj]) collectRetries(txn statedb.ReadTxn, now time.Time, bud
 // the table holds it, with the status that asked for the work rather than
 // the Error a failure wrote, so every attempt sees the same request.
 func (r *reconciler[Obj]) current(txn statedb.ReadTxn, s *keyqueue.State[Obj]) bool {
-	cur, rev, found := r.lookup(txn, s.Task().Obj)
+	cur, rev, found := r.objects.lookup(txn, s.Task().Obj)
 	switch {
 	case s.Task().Delete:
 		return !found
 	case !found:
 		return false
-	case r.getStatus(cur).ID() != s.Task().StatusID:
+	case r.objects.getStatus(cur).ID() != s.Task().StatusID:
 		// The version the task is for may have been applied in part (cut
 		// short by a stop, or failed).
 		r.writtenBack(cur, s.Task().StatusID)
 		return false
 	case rev != s.Task().Rev:
-		r.keys.lifecycles.Retarget(s, r.setStatus(r.clone(cur), r.getStatus(s.Task().Obj)), rev)
+		r.keys.lifecycles.Retarget(s, r.objects.withStatus(cur, r.objects.getStatus(s.Task().Obj)), rev)
 	}
 	return true
 }
@@ -388,12 +388,12 @@ func (r *reconciler[Obj]) collectDeferred(txn statedb.ReadTxn, now time.Time, bu
 	lc := r.keys.lifecycles
 	for added := 0; added < budget && r.feed.deferred.Len() > 0; {
 		d := r.feed.deferred.Pop()
-		obj, rev, found := r.lookup(txn, d.Obj)
+		obj, rev, found := r.objects.lookup(txn, d.Obj)
 		changed := rev != d.Rev
 		if !found {
 			continue
 		}
-		st := r.getStatus(obj)
+		st := r.objects.getStatus(obj)
 		if !st.IsPendingOrRefreshing() {
 			continue
 		}
@@ -407,7 +407,7 @@ func (r *reconciler[Obj]) collectDeferred(txn statedb.ReadTxn, now time.Time, bu
 			added++
 			continue
 		}
-		key, ok := r.keyOf(obj)
+		key, ok := r.objects.keyOf(obj)
 		if !ok {
 			r.noKey("a deferred change", obj)
 			continue

@@ -65,7 +65,7 @@ func (r *reconciler[Obj]) prepare(ops []op[Obj], now time.Time) (writes int) {
 		default:
 			st = status.ErrorAt(now, o.err)
 		}
-		o.updated = r.setStatus(o.updated, st)
+		o.updated = r.objects.setStatus(o.updated, st)
 		writes++
 	}
 	return writes
@@ -76,8 +76,8 @@ func (r *reconciler[Obj]) prepare(ops []op[Obj], now time.Time) (writes int) {
 // writeStatus), and returns the revisions it wrote: the loop's own (see
 // ownWrites).
 func (r *reconciler[Obj]) write(ops []op[Obj], now time.Time) (wrote revRange) {
-	wtxn := r.db.WriteTxn(r.table)
-	lo := r.table.Revision(wtxn) // the table's revision before the writes
+	wtxn := r.db.WriteTxn(r.objects.table)
+	lo := r.objects.table.Revision(wtxn) // the table's revision before the writes
 	for i := range ops {
 		if o := &ops[i]; o.ran && !o.Delete {
 			o.written, o.over = r.writeStatus(wtxn, o)
@@ -86,12 +86,12 @@ func (r *reconciler[Obj]) write(ops []op[Obj], now time.Time) (wrote revRange) {
 				// changes cannot be stored. Record that on the object as
 				// it was.
 				o.err = fmt.Errorf("%w: Update left the object without one", ErrNoPrimaryKey)
-				o.updated = r.setStatus(r.clone(o.Obj), status.ErrorAt(now, o.err))
+				o.updated = r.objects.withStatus(o.Obj, status.ErrorAt(now, o.err))
 				o.written, o.over = r.writeStatus(wtxn, o)
 			}
 		}
 	}
-	if hi := r.table.Revision(wtxn); hi > lo {
+	if hi := r.objects.table.Revision(wtxn); hi > lo {
 		wrote = revRange{lo + 1, hi}
 	}
 	wtxn.Commit()
@@ -104,7 +104,7 @@ func (r *reconciler[Obj]) write(ops []op[Obj], now time.Time) (wrote revRange) {
 // (see keyqueue.State.Superseded); a newer version is left to its own turn. over reports
 // such a write over a changed object: what was read since is older.
 func (r *reconciler[Obj]) writeStatus(wtxn statedb.WriteTxn, o *op[Obj]) (written, over bool) {
-	cur, found, err := r.table.CompareAndSwap(wtxn, o.Rev, o.updated)
+	cur, found, err := r.objects.table.CompareAndSwap(wtxn, o.Rev, o.updated)
 	switch {
 	case err == nil && !found:
 		// StateDB stores nothing for an object without a primary key and
@@ -120,11 +120,11 @@ func (r *reconciler[Obj]) writeStatus(wtxn statedb.WriteTxn, o *op[Obj]) (writte
 		return false, false
 	case o.s != nil && o.s.Superseded():
 		return false, false
-	case o.StatusID == 0 || r.getStatus(cur).ID() != o.StatusID:
+	case o.StatusID == 0 || r.objects.getStatus(cur).ID() != o.StatusID:
 		r.writtenBack(cur, o.StatusID)
 		return false, false
 	}
-	if _, _, err := r.table.Insert(wtxn, r.setStatus(r.clone(cur), r.getStatus(o.updated))); err != nil {
+	if _, _, err := r.objects.table.Insert(wtxn, r.objects.withStatus(cur, r.objects.getStatus(o.updated))); err != nil {
 		r.log.Error("Reconciler failed to write status", "error", err)
 		return false, false
 	}
@@ -154,7 +154,7 @@ func (r *reconciler[Obj]) settle(ops []op[Obj], now time.Time) (out commitOutcom
 		fig.count(o.Delete, o.err, outcome(o.err, r.opts.operationTimeout), o.started-o.Ready, now, slices)
 		if o.err != nil {
 			out.failed++
-			r.rep.failLog.record(r.log, o.Delete, r.opKey(o), attempts+1, o.err, now)
+			r.rep.failLog.record(r.log, o.Delete, r.objects.opKey(o), attempts+1, o.err, now)
 		}
 		settled := o.err == nil || (!o.Delete && IsTerminal(o.err))
 		written := o.Delete || o.written
@@ -170,7 +170,7 @@ func (r *reconciler[Obj]) settle(ops []op[Obj], now time.Time) (out commitOutcom
 		key := o.key
 		if o.s == nil {
 			var ok bool
-			if key, ok = r.keyOf(o.Obj); !ok {
+			if key, ok = r.objects.keyOf(o.Obj); !ok {
 				r.noKey("a failed operation", o.Obj)
 				continue
 			}
@@ -179,11 +179,11 @@ func (r *reconciler[Obj]) settle(ops []op[Obj], now time.Time) (out commitOutcom
 		if !settled {
 			wait, ok := retryAfter(o.err)
 			if !ok {
-				wait = backoff(attempts+1, r.opts.retryMin, r.opts.retryMax, r.opts.retryJitter, r.rand())
+				wait = backoff(attempts+1, r.opts.retryMin, r.opts.retryMax, r.opts.retryJitter, r.clock.rand())
 			}
 			done.RetryAt = addSat(now.UnixNano(), wait)
 			if !o.Delete {
-				done.ErrID = r.getStatus(o.updated).ID()
+				done.ErrID = r.objects.getStatus(o.updated).ID()
 			}
 		}
 		lc.Done(o.s, key, o.task, done, now)
@@ -198,7 +198,7 @@ func (r *reconciler[Obj]) requeue(o *op[Obj]) {
 	key := o.key
 	if o.s == nil {
 		var ok bool
-		if key, ok = r.keyOf(o.Obj); !ok {
+		if key, ok = r.objects.keyOf(o.Obj); !ok {
 			r.noKey("an operation not started", o.Obj)
 			return
 		}
@@ -211,9 +211,9 @@ func (r *reconciler[Obj]) askRecheck(o *op[Obj], now time.Time) {
 	key := o.key
 	if key == "" {
 		var ok bool
-		if key, ok = r.keyOf(o.Obj); !ok {
+		if key, ok = r.objects.keyOf(o.Obj); !ok {
 			return
 		}
 	}
-	r.keys.rechecks.Ask(key, o.updated, r.getStatus(o.updated).ID(), addSat(now.UnixNano(), o.recheck))
+	r.keys.rechecks.Ask(key, o.updated, r.objects.getStatus(o.updated).ID(), addSat(now.UnixNano(), o.recheck))
 }

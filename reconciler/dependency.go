@@ -77,7 +77,7 @@ func (d *dependency[Obj, Dep]) register(r *reconciler[Obj]) (job.Job, error) {
 	switch {
 	case d.table == nil || d.mapper == nil:
 		return nil, fmt.Errorf("reconciler.Register: WithDependency needs a table and a mapper: %w", ErrInvalidConfig)
-	case d.table.Name() == r.table.Name():
+	case d.table.Name() == r.objects.table.Name():
 		return nil, fmt.Errorf("reconciler.Register: table %q cannot be a dependency of itself: %w", d.table.Name(), ErrInvalidConfig)
 	}
 	t := &dependencyTracker[Obj, Dep]{r: r, d: d, changes: newChangeFeed(r.db, d.table)}
@@ -165,9 +165,9 @@ func (t *dependencyTracker[Obj, Dep]) mark(queries []statedb.Query[Obj]) (err er
 		return nil
 	}
 	r := t.r
-	now := r.now()
+	now := r.clock.now()
 	marked := 0
-	wtxn := r.db.WriteTxn(r.table)
+	wtxn := r.db.WriteTxn(r.objects.table)
 	defer func() {
 		if v := recover(); v != nil {
 			wtxn.Abort()
@@ -176,12 +176,12 @@ func (t *dependencyTracker[Obj, Dep]) mark(queries []statedb.Query[Obj]) (err er
 		}
 	}()
 	for _, q := range queries {
-		obj, _, found := r.table.Get(wtxn, q)
+		obj, _, found := r.objects.table.Get(wtxn, q)
 		if !found {
 			continue
 		}
 		var st status.Status
-		switch old := r.getStatus(obj); old.Kind {
+		switch old := r.objects.getStatus(obj); old.Kind {
 		case status.KindUnset:
 			continue // never reconciled: a mark must not change that
 		case status.KindPending:
@@ -191,12 +191,12 @@ func (t *dependencyTracker[Obj, Dep]) mark(queries []statedb.Query[Obj]) (err er
 		default:
 			st = status.RefreshingAt(now)
 		}
-		marked1 := r.setStatus(r.clone(obj), st)
-		if _, ok := r.keyOf(marked1); !ok {
+		marked1 := r.objects.withStatus(obj, st)
+		if _, ok := r.objects.keyOf(marked1); !ok {
 			r.noKey("a dependency mark (setStatus removed it)", marked1)
 			continue
 		}
-		if _, _, err := r.table.Insert(wtxn, marked1); err == nil {
+		if _, _, err := r.objects.table.Insert(wtxn, marked1); err == nil {
 			marked++
 		}
 	}

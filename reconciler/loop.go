@@ -39,7 +39,7 @@ type loop[Obj any] struct {
 // is run on the next, as what woke it is still there.
 func (r *reconciler[Obj]) run(ctx context.Context, health cell.Health) error {
 	if err := r.feed.open(); err != nil {
-		return fmt.Errorf("reading the changes of table %q: %w", r.table.Name(), err)
+		return fmt.Errorf("reading the changes of table %q: %w", r.objects.table.Name(), err)
 	}
 	r.resetRun(health)
 	l := &loop[Obj]{r: r, prune: newPruneSchedule(r), retry: time.NewTimer(time.Hour)}
@@ -56,7 +56,7 @@ func (r *reconciler[Obj]) run(ctx context.Context, health cell.Health) error {
 		if l.exec.room() <= 0 || paused {
 			watch, retryC = nil, nil // read nothing new; commit what finishes
 		} else if r.breaker != nil {
-			if room, limited := r.breaker.limit(r.now()); limited && room == 0 {
+			if room, limited := r.breaker.limit(r.clock.now()); limited && room == 0 {
 				watch = nil // the target fails: wait for the probe's turn (retryC)
 			}
 		}
@@ -119,7 +119,7 @@ func (l *loop[Obj]) round(ctx context.Context, paused bool) {
 	if r.opts.tracer != nil {
 		began = time.Now()
 	}
-	now, txn := r.now(), r.db.ReadTxn()
+	now, txn := r.clock.now(), r.db.ReadTxn()
 	room := l.exec.room()
 	probe, broken := 0, false
 	if r.breaker != nil {
@@ -141,13 +141,13 @@ func (l *loop[Obj]) round(ctx context.Context, paused bool) {
 	} else {
 		work = r.collect(txn, now, room) // 1. queued, fresh, retries, deferred
 	}
-	finished := l.exec.operate(txn, work)                    // 2. started at the gate; what finished
-	outcome := r.commit(finished, ctx.Err() != nil, r.now()) // 3. statuses written, keys settled
+	finished := l.exec.operate(txn, work)                          // 2. started at the gate; what finished
+	outcome := r.commit(finished, ctx.Err() != nil, r.clock.now()) // 3. statuses written, keys settled
 	r.feed.wrote(outcome.wrote)
 	if l.prune.tables.err != nil {
 		l.prune.tables.check(txn)
 	}
-	end := r.now()
+	end := r.clock.now()
 	r.report(txn, work, outcome, l.exec.load(end), &l.prune, end, paused) // 4. progress, metrics, tables, health
 	l.reported = true
 	if r.opts.tracer != nil && (len(work) > 0 || outcome.committed > 0 || outcome.failed > 0) {
@@ -172,16 +172,16 @@ func (l *loop[Obj]) stopped() {
 	}
 	r.gate.setStopping(true)
 	left := l.exec.stop() // waits for the operations under way to return
-	out := r.commit(left, true, r.now())
+	out := r.commit(left, true, r.clock.now())
 	r.feed.wrote(out.wrote)
 	r.rep.committed(r.moduleID, r.opts.name, out.figures)
-	r.breaker.reset(r.now())
+	r.breaker.reset(r.clock.now())
 	r.rep.progress.update(r.progressRev(), r.keys.lifecycles.RetryLowWatermark())
 	r.feed.changes.close()
 	r.reportStopped()
 	if r.rep.info != nil {
 		txn := r.db.ReadTxn()
-		r.rep.info.write(r.infoRow(&l.prune, tables.StateStopped, r.table.NumObjects(txn), r.keys.lifecycles.Retrying(), 0, 0, r.keys.lifecycles.OldestSince()), r.keys.lifecycles.TakeOutdated())
+		r.rep.info.write(r.infoRow(&l.prune, tables.StateStopped, r.objects.table.NumObjects(txn), r.keys.lifecycles.Retrying(), 0, 0, r.keys.lifecycles.OldestSince()), r.keys.lifecycles.TakeOutdated())
 	}
 }
 
@@ -214,13 +214,13 @@ func (l *loop[Obj]) armRetry() {
 	if !ok || l.exec.room() <= 0 {
 		return
 	}
-	l.retry.Reset(durationOf(float64(due) - float64(r.now().UnixNano())))
+	l.retry.Reset(durationOf(float64(due) - float64(r.clock.now().UnixNano())))
 }
 
 // resetRun readies the state of one run of the job.
 func (r *reconciler[Obj]) resetRun(health cell.Health) {
 	r.rep.reset(health)
-	r.breaker.reset(r.now())
+	r.breaker.reset(r.clock.now())
 }
 
 // waitForLimiter paces rounds with the round limiter. A limiter

@@ -211,7 +211,7 @@ func (p *workerPool[Obj]) take(buf []op[Obj], running *atomic.Int64) ([]op[Obj],
 		return buf, false
 	}
 	n := 1
-	if p.r.batchOps != nil && p.r.gate.isOpen() { // a probe is one op
+	if p.r.target.batchOps != nil && p.r.gate.isOpen() { // a probe is one op
 		workers := p.r.opts.concurrency
 		n = min(len(p.queue)/workers+1, len(p.queue), p.r.opts.roundSize)
 	}
@@ -243,6 +243,47 @@ func (p *workerPool[Obj]) work(running *atomic.Int64) {
 		default:
 		}
 	}
+}
+
+// target is the user's operations, as Register was given them and sorted
+// them: ops alone, or batchOps for updates and deletes (through processor,
+// if batchOps implements BatchProcessor), and what prunes. Register sets it
+// once; it is read-only after and called from the loop and the workers, as
+// safe for concurrent use as the user's operations are. The zero value has
+// no operations.
+type target[Obj any] struct {
+	ops       Operations[Obj] // nil if batchOps serves alone
+	batchOps  BatchOperations[Obj]
+	processor BatchProcessor[Obj] // batchOps, if it implements it; else nil
+	pruner    pruner[Obj]         // ops, or batchOps serving alone; nil if it cannot prune
+}
+
+// newTarget sorts the operations given to Register, one of which is not
+// nil: without ops, batchOps prune if they have Operations.Prune's method.
+func newTarget[Obj any](ops Operations[Obj], batchOps BatchOperations[Obj]) target[Obj] {
+	t := target[Obj]{ops: ops, batchOps: batchOps}
+	t.processor, _ = batchOps.(BatchProcessor[Obj])
+	if ops != nil {
+		t.pruner = ops
+	} else {
+		t.pruner, _ = batchOps.(pruner[Obj])
+	}
+	return t
+}
+
+// batch makes the batch call call: DeleteBatch with deleted, UpdateBatch
+// with upserted, or ProcessBatch with both. Only ProcessBatch returns an
+// error; the others report in the entries.
+func (t *target[Obj]) batch(ctx context.Context, txn statedb.ReadTxn, call batchCall, deleted, upserted []BatchEntry[Obj]) error {
+	switch call {
+	case deleteBatch:
+		t.batchOps.DeleteBatch(ctx, txn, deleted)
+	case updateBatch:
+		t.batchOps.UpdateBatch(ctx, txn, upserted)
+	default:
+		return t.processor.ProcessBatch(ctx, txn, deleted, upserted)
+	}
+	return nil
 }
 
 // runner calls the operations, with the context of the loop's run, and
@@ -287,7 +328,7 @@ const opContextsPerAlloc = 128
 // the run's context ended) keep ran == false.
 func (e *runner[Obj]) run(txn statedb.ReadTxn, ops []op[Obj]) {
 	ctx := e.ctx
-	if e.r.batchOps != nil {
+	if e.r.target.batchOps != nil {
 		e.runBatches(ctx, txn, ops)
 		return
 	}
@@ -298,7 +339,7 @@ func (e *runner[Obj]) run(txn statedb.ReadTxn, ops []op[Obj]) {
 	for i := range ops {
 		o := &ops[i]
 		if !o.Delete {
-			o.updated = r.clone(o.Obj)
+			o.updated = r.objects.clone(o.Obj)
 		}
 		if ctx.Err() != nil {
 			return
@@ -319,17 +360,17 @@ func (e *runner[Obj]) run(txn statedb.ReadTxn, ops []op[Obj]) {
 		call := e.callContext()
 		opCtx, span := context.Context(call), tracing.Span(nil)
 		if r.opts.tracer != nil {
-			opCtx, span = r.startSpan(call, tracing.Start{Kind: kind, Key: r.opKey(o), Revision: o.Rev, Attempt: max(o.attempt, 1)})
+			opCtx, span = r.startSpan(call, tracing.Start{Kind: kind, Key: r.objects.opKey(o), Revision: o.Rev, Attempt: max(o.attempt, 1)})
 		}
 		if o.Delete {
 			o.err = r.call(opCtx, name, func(ctx context.Context) error {
 				r.gate.entered()
-				return r.ops.Delete(ctx, txn, o.Rev, o.Obj)
+				return r.target.ops.Delete(ctx, txn, o.Rev, o.Obj)
 			})
 		} else {
 			o.err = r.call(opCtx, name, func(ctx context.Context) error {
 				r.gate.entered()
-				return r.ops.Update(ctx, txn, o.Rev, o.updated)
+				return r.target.ops.Update(ctx, txn, o.Rev, o.updated)
 			})
 		}
 		o.ran = true
@@ -367,11 +408,11 @@ func (e *runner[Obj]) runBatches(ctx context.Context, txn statedb.ReadTxn, ops [
 		if o.Delete {
 			e.deletes = append(e.deletes, BatchEntry[Obj]{Object: o.Obj, Revision: o.Rev, original: o})
 		} else {
-			o.updated = r.clone(o.Obj)
+			o.updated = r.objects.clone(o.Obj)
 			e.updates = append(e.updates, BatchEntry[Obj]{Object: o.updated, Revision: o.Rev, original: o})
 		}
 	}
-	if r.processor != nil {
+	if r.target.processor != nil {
 		e.batch(ctx, txn, processBatch, e.deletes, e.updates)
 	} else {
 		e.batch(ctx, txn, deleteBatch, e.deletes, nil)
@@ -445,15 +486,8 @@ func (e *runner[Obj]) batch(ctx context.Context, txn statedb.ReadTxn, call batch
 	}
 	err := r.call(ctx, what, func(ctx context.Context) error {
 		r.gate.entered()
-		switch call {
-		case deleteBatch:
-			r.batchOps.DeleteBatch(ctx, txn, deleted)
-		case updateBatch:
-			r.batchOps.UpdateBatch(ctx, txn, upserted)
-		default:
-			if err := r.processor.ProcessBatch(ctx, txn, deleted, upserted); err != nil {
-				return err
-			}
+		if err := r.target.batch(ctx, txn, call, deleted, upserted); err != nil {
+			return err
 		}
 		return batchTimeout(ctx)
 	})
@@ -510,11 +544,11 @@ func (r *reconciler[Obj]) recordOutcome(ctx context.Context, o *op[Obj], probe b
 		if o.key != "" {
 			return o.key
 		}
-		k, _ := r.keyOf(o.Obj)
+		k, _ := r.objects.keyOf(o.Obj)
 		return k
 	}
 	again := o.err != nil && o.lastErr != nil && o.err.Error() == o.lastErr.Error()
-	switch r.breaker.record(key, o.err, again, probe, r.now()) {
+	switch r.breaker.record(key, o.err, again, probe, r.clock.now()) {
 	case held:
 		o.ran, o.err, o.recheck = false, nil, 0
 	case spared:

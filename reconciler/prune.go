@@ -44,13 +44,13 @@ type pruneSchedule struct {
 func newPruneSchedule[Obj any](r *reconciler[Obj]) pruneSchedule {
 	s := pruneSchedule{
 		prune:       r.prune,
-		tables:      tableGate{metas: append([]statedb.TableMeta{r.table}, r.opts.startTables...)},
+		tables:      tableGate{metas: append([]statedb.TableMeta{r.objects.table}, r.opts.startTables...)},
 		initC:       closedChan,
 		retry:       time.NewTimer(time.Hour),
 		retryMin:    r.opts.retryMin,
 		retryMax:    r.opts.retryMax,
 		retryJitter: r.opts.retryJitter,
-		rand:        r.rand,
+		rand:        r.clock.rand,
 	}
 	if waiting, watch := s.tables.uninitialized(r.db.ReadTxn()); len(waiting) > 0 {
 		s.initC = watch
@@ -110,10 +110,10 @@ func (r *reconciler[Obj]) pruneNow(ctx context.Context, p *pruneSchedule) {
 		return
 	}
 	r.keys.lifecycles.MarkPruned(func(obj Obj) bool {
-		_, _, found := r.lookup(txn, obj)
+		_, _, found := r.objects.lookup(txn, obj)
 		return !found
 	})
-	if rev := r.table.Revision(txn); rev > r.feed.lastRev {
+	if rev := r.objects.table.Revision(txn); rev > r.feed.lastRev {
 		r.keys.stales.sawPrune(txn, rev, ident.Last())
 	}
 	if r.opts.tracer != nil {
@@ -229,7 +229,7 @@ func (r *reconciler[Obj]) prune(ctx context.Context, txn statedb.ReadTxn) pruneR
 	start := time.Now()
 	err := r.call(ctx, "prune", func(ctx context.Context) error {
 		r.gate.entered() // begun with enterPrune
-		return r.pruner.Prune(ctx, txn, r.table.All(txn))
+		return r.target.pruner.Prune(ctx, txn, r.objects.table.All(txn))
 	})
 	res := pruneResult{at: start, duration: time.Since(start), repaired: int(reports.drift.Swap(0))}
 	if span != nil {

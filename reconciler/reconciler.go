@@ -19,61 +19,80 @@ import (
 // changes.go, gate.go, ...). No two files refer to each other both ways.
 // Fields from feed on are owned by the reconcile job's goroutine.
 type reconciler[Obj any] struct {
-	opts      options
-	log       *slog.Logger
-	db        *statedb.DB
-	table     statedb.RWTable[Obj]
-	moduleID  cell.FullModuleID
-	module    string // moduleID as text, for spans
-	clone     func(Obj) Obj
-	setStatus func(Obj, status.Status) Obj
-	getStatus func(Obj) status.Status
-	ops       Operations[Obj] // nil if batchOps serves alone
-	batchOps  BatchOperations[Obj]
-	processor BatchProcessor[Obj] // batchOps, if it implements it; else nil
-	pruner    pruner[Obj]         // ops, or batchOps serving alone; nil if it cannot prune
+	opts     options
+	log      *slog.Logger
+	db       *statedb.DB
+	objects  objects[Obj] // the table, and how to copy its objects and set their status
+	moduleID cell.FullModuleID
+	module   string      // moduleID as text, for spans
+	target   target[Obj] // the user's operations
 
 	rep reporter[Obj] // health, metrics, progress and the tables' rows
 
-	primary       statedb.Indexer[Obj]
 	pruneRequests chan struct{} // a prune asked for: by Prune, from any goroutine, or owed by the last run (see loop.stopped)
 	gate          *gate
 	breaker       *breaker // nil without WithCircuitBreaker
-
-	// now and rand are replaced in tests.
-	now  func() time.Time
-	rand func() float64
+	clock         clock    // time.Now and rand.Float64, or a test's
 
 	feed feed[Obj] // the table's changes, and what reading them keeps
 	keys keys[Obj] // what is known about each key
+}
+
+// clock is where the reconciler reads the time and draws retry jitter:
+// time.Now and rand.Float64, kept as functions so that a test can replace
+// them before the reconciler starts. Read-only after; safe for concurrent
+// use. The zero value is not usable.
+type clock struct {
+	now  func() time.Time
+	rand func() float64
+}
+
+// objects is how the reconciler reads and writes the user's objects: the
+// table and its primary index, and the functions Register was given to
+// copy an object and to read and replace the reconciler's status in it.
+// Register sets it once; it is read-only after, so safe for concurrent use
+// as far as the user's functions are (the jobs and the workers all call
+// them). The zero value is not usable.
+type objects[Obj any] struct {
+	table     statedb.RWTable[Obj]
+	primary   statedb.Indexer[Obj] // table.PrimaryIndexer()
+	clone     func(Obj) Obj
+	setStatus func(Obj, status.Status) Obj
+	getStatus func(Obj) status.Status
 }
 
 // keyOf returns obj's primary key. StateDB does not store an object whose
 // primary indexer gives it no key, so every object read from the table has
 // one; ok is false only for an object a user function changed (see
 // ErrNoPrimaryKey).
-func (r *reconciler[Obj]) keyOf(obj Obj) (key string, ok bool) {
-	k, ok := r.primary.ObjectToKey(obj)
+func (t *objects[Obj]) keyOf(obj Obj) (key string, ok bool) {
+	k, ok := t.primary.ObjectToKey(obj)
 	return string(k), ok
 }
 
 // lookup returns the object of the table with obj's primary key. An object
 // without a primary key is never found.
-func (r *reconciler[Obj]) lookup(txn statedb.ReadTxn, obj Obj) (Obj, statedb.Revision, bool) {
-	q, ok := r.primary.QueryFromObject(obj)
+func (t *objects[Obj]) lookup(txn statedb.ReadTxn, obj Obj) (Obj, statedb.Revision, bool) {
+	q, ok := t.primary.QueryFromObject(obj)
 	if !ok {
 		var zero Obj
 		return zero, 0, false
 	}
-	return r.table.Get(txn, q)
+	return t.table.Get(txn, q)
+}
+
+// withStatus returns a copy of obj carrying the status st. Objects read
+// from the table are shared: setStatus is given a clone, never obj itself.
+func (t *objects[Obj]) withStatus(obj Obj, st status.Status) Obj {
+	return t.setStatus(t.clone(obj), st)
 }
 
 // opKey returns o's primary key for messages.
-func (r *reconciler[Obj]) opKey(o *op[Obj]) string {
+func (t *objects[Obj]) opKey(o *op[Obj]) string {
 	if o.key != "" {
 		return displayKey(o.key)
 	}
-	key, _ := r.keyOf(o.Obj)
+	key, _ := t.keyOf(o.Obj)
 	return displayKey(key)
 }
 
@@ -85,12 +104,12 @@ func (r *reconciler[Obj]) opKey(o *op[Obj]) string {
 // (see staleness), and cur is new work when its change is read. So is a
 // Done without identity (a literal, or decoded), whose age nothing tells.
 func (r *reconciler[Obj]) writtenBack(cur Obj, statusID uint64) {
-	st := r.getStatus(cur)
+	st := r.objects.getStatus(cur)
 	switch {
 	case st.IsPendingOrRefreshing(), st.ID() == 0 && st.Kind != status.KindDone, statusID != 0 && st.ID() >= statusID:
 		return
 	}
-	if key, ok := r.primary.ObjectToKey(cur); ok {
+	if key, ok := r.objects.primary.ObjectToKey(cur); ok {
 		r.keys.stales.sawOlder(key, max(statusID, st.ID()+1))
 	}
 }

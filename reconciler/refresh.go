@@ -49,7 +49,7 @@ func (r *reconciler[Obj]) refreshLoop(ctx context.Context, health cell.Health) e
 		if ctx.Err() != nil {
 			return nil
 		}
-		r.rep.info.refreshed(r.now())
+		r.rep.info.refreshed(r.clock.now())
 		timer.Reset(wait)
 		if err != nil {
 			// The limiter was made unusable while running: the sweep
@@ -90,11 +90,11 @@ type refreshCandidate[Obj any] struct {
 // changed or deleted object has had, or has, its own turn.
 func (r *reconciler[Obj]) dueRechecks(txn statedb.ReadTxn, now int64) (due []refreshCandidate[Obj]) {
 	r.keys.rechecks.TakeDue(now, func(obj Obj, statusID uint64) {
-		cur, rev, found := r.lookup(txn, obj)
+		cur, rev, found := r.objects.lookup(txn, obj)
 		if !found {
 			return
 		}
-		if st := r.getStatus(cur); st.Kind == status.KindDone && st.ID() == statusID {
+		if st := r.objects.getStatus(cur); st.Kind == status.KindDone && st.ID() == statusID {
 			due = append(due, refreshCandidate[Obj]{cur, rev})
 		}
 	})
@@ -109,11 +109,11 @@ func (r *reconciler[Obj]) dueRechecks(txn statedb.ReadTxn, now int64) (due []ref
 func (r *reconciler[Obj]) refreshSweep(ctx context.Context, last *statedb.Revision) (wait time.Duration, marked int, err error) {
 	interval := r.opts.refreshInterval
 	wait = interval
-	now := r.now()
+	now := r.clock.now()
 	var batch []refreshCandidate[Obj]
 	txn := r.db.ReadTxn()
-	for obj, rev := range r.table.LowerBound(txn, statedb.ByRevision[Obj](*last+1)) {
-		st := r.getStatus(obj)
+	for obj, rev := range r.objects.table.LowerBound(txn, statedb.ByRevision[Obj](*last+1)) {
+		st := r.objects.getStatus(obj)
 		if age := now.Sub(st.UpdatedAt); age < interval {
 			wait = interval - age
 			break
@@ -148,12 +148,12 @@ func (r *reconciler[Obj]) markRefreshing(batch []refreshCandidate[Obj]) int {
 	if len(batch) == 0 {
 		return 0
 	}
-	now := r.now()
-	wtxn := r.db.WriteTxn(r.table)
+	now := r.clock.now()
+	wtxn := r.db.WriteTxn(r.objects.table)
 	marked := 0
 	for _, c := range batch {
-		obj := r.setStatus(r.clone(c.obj), status.RefreshingAt(now))
-		switch _, had, err := r.table.CompareAndSwap(wtxn, c.rev, obj); {
+		obj := r.objects.withStatus(c.obj, status.RefreshingAt(now))
+		switch _, had, err := r.objects.table.CompareAndSwap(wtxn, c.rev, obj); {
 		case err == nil && had:
 			marked++
 		case err == nil: // StateDB stored nothing: obj has no primary key

@@ -62,15 +62,11 @@ func Register[Obj any](
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	var prune pruner[Obj] = ops
-	if ops == nil {
-		prune, _ = batchOps.(pruner[Obj])
-		if prune == nil && o.pruneInterval > 0 {
-			return nil, fmt.Errorf("reconciler.Register: %w: no Operations, and the BatchOperations (%T) have no Prune method to prune with; "+
-				"give them one with Operations.Prune's signature, or turn pruning off with WithPruning(0)", ErrInvalidConfig, batchOps)
-		}
+	target := newTarget(ops, batchOps)
+	if target.pruner == nil && o.pruneInterval > 0 {
+		return nil, fmt.Errorf("reconciler.Register: %w: no Operations, and the BatchOperations (%T) have no Prune method to prune with; "+
+			"give them one with Operations.Prune's signature, or turn pruning off with WithPruning(0)", ErrInvalidConfig, batchOps)
 	}
-	processor, _ := batchOps.(BatchProcessor[Obj])
 	if o.metrics == nil {
 		o.metrics = params.DefaultMetrics
 	}
@@ -88,23 +84,21 @@ func Register[Obj any](
 		opts:          o,
 		log:           log,
 		db:            params.DB,
-		table:         table,
 		moduleID:      params.ModuleID,
 		module:        params.ModuleID.String(),
-		clone:         clone,
-		setStatus:     setStatus,
-		getStatus:     getStatus,
-		ops:           ops,
-		batchOps:      batchOps,
-		processor:     processor,
-		pruner:        prune,
+		target:        target,
 		rep:           reporter[Obj]{metrics: newObservers(o.metrics), progress: newProgress()},
-		primary:       table.PrimaryIndexer(),
 		pruneRequests: make(chan struct{}, 1),
 		gate:          newGate(),
 		keys:          keys[Obj]{lifecycles: keyqueue.New[Obj](displayKey)},
-		now:           time.Now,
-		rand:          rand.Float64,
+		clock:         clock{now: time.Now, rand: rand.Float64},
+		objects: objects[Obj]{
+			table:     table,
+			primary:   table.PrimaryIndexer(),
+			clone:     clone,
+			setStatus: setStatus,
+			getStatus: getStatus,
+		},
 	}
 
 	if o.breakerFailures > 0 {
@@ -171,7 +165,7 @@ func checkArgs[Obj any](
 // Prune implements Reconciler. Without anything to prune with (see
 // Register) it does nothing.
 func (r *reconciler[Obj]) Prune() {
-	if r.pruner == nil {
+	if r.target.pruner == nil {
 		return
 	}
 	select {

@@ -69,10 +69,10 @@ func (r *reconciler[Obj]) report(txn statedb.ReadTxn, work []op[Obj], c commitOu
 		pruneErr:     p.lastErr,
 		limiterErr:   r.rep.limiterErr,
 		breakerErr:   breaker.err,
-	}, func() int { return r.table.NumObjects(txn) }, lc.Errors)
+	}, func() int { return r.objects.table.NumObjects(txn) }, lc.Errors)
 
 	if r.rep.info != nil {
-		info := r.infoRow(p, state, r.table.NumObjects(txn), failing, inFlight, load.busy, oldest)
+		info := r.infoRow(p, state, r.objects.table.NumObjects(txn), failing, inFlight, load.busy, oldest)
 		if breaker.open {
 			info.TargetFailingSince, info.TargetError = breaker.since, breaker.err.Error()
 		}
@@ -104,7 +104,7 @@ func (r *reconciler[Obj]) reportPrune(p *pruneSchedule) {
 		pruneErr:     p.lastErr,
 		limiterErr:   r.rep.limiterErr,
 		breakerErr:   breakerErr,
-	}, func() int { return r.table.NumObjects(r.db.ReadTxn()) }, lc.Errors)
+	}, func() int { return r.objects.table.NumObjects(r.db.ReadTxn()) }, lc.Errors)
 	if r.rep.info != nil {
 		row := r.rep.info.last
 		row.State, row.LastPrune, row.LastPruneDuration, row.LastPruneError = state, p.last.at, p.last.duration, ""
@@ -128,7 +128,7 @@ func (r *reconciler[Obj]) reportWaiting(txn statedb.ReadTxn, waiting []string, p
 	r.rep.health.health.OK(msg)
 	if r.rep.info != nil {
 		lc := r.keys.lifecycles
-		r.rep.info.write(r.infoRow(p, state, r.table.NumObjects(txn), lc.Retrying(), 0, 0, lc.OldestSince()), lc.TakeOutdated())
+		r.rep.info.write(r.infoRow(p, state, r.objects.table.NumObjects(txn), lc.Retrying(), 0, 0, lc.OldestSince()), lc.TakeOutdated())
 	}
 }
 
