@@ -106,7 +106,7 @@ func TestBreakerHoldsEverythingAndLosesNothing(t *testing.T) {
 				_, stray := state["stray"]
 				return !stray, changed
 			})
-			f.kitconverged(o)
+			f.converged(o.tg)
 			for obj := range f.table.All(f.db.ReadTxn()) {
 				assert.False(t, obj.Status.Terminal, "%s: %s", obj.ID, obj.Status.Error)
 			}
@@ -142,7 +142,7 @@ func TestBreakerTinyProbeBackoffDoesNotSpin(t *testing.T) {
 			// one per 50ms: well under 100 in 400ms. Spinning is thousands.
 			assert.Less(t, n, int64(100), "%d calls in 400ms while open", n)
 			o.recover()
-			f.kitconverged(o)
+			f.converged(o.tg)
 		})
 	}
 }
@@ -162,7 +162,7 @@ func TestBreakerHugeProbeBackoffStopStart(t *testing.T) {
 	f.upsert(kititems("2", "h-00000")...)
 	f.remove("h-00001")
 	f.start()
-	f.kitconverged(o)
+	f.converged(o.tg)
 	info := f.waitInfo("closed", func(i *tables.Info) bool { return i.TargetError == "" })
 	assert.True(t, info.TargetFailingSince.IsZero())
 }
@@ -185,7 +185,7 @@ func TestBreakerStopClosesAndReopens(t *testing.T) {
 	info := f.waitInfo("second opening", func(i *tables.Info) bool { return i.BreakerOpenings >= 2 })
 	assert.Equal(t, uint64(2), info.BreakerOpenings)
 	o.recover()
-	f.kitconverged(o)
+	f.converged(o.tg)
 }
 
 // The target recovers while a probe is in flight: the probe succeeds and
@@ -212,7 +212,7 @@ func TestBreakerRecoversDuringProbe(t *testing.T) {
 	recv(t, entered, "a probe")
 	close(release)
 	m.waitClosed(t)
-	f.kitconverged(o)
+	f.converged(o.tg)
 	s, _ := m.get()
 	assert.Equal(t, uint64(1), s.BreakerOpened)
 }
@@ -229,7 +229,7 @@ func TestBreakerClassifierPanics(t *testing.T) {
 		f.upsert(items("c", 4, "1")...)
 		o.waitCalls(t, 10)
 		o.recover()
-		f.kitconverged(o)
+		f.converged(o.tg)
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*timeout)
@@ -272,7 +272,7 @@ func TestBreakerObjectErrorProbeCloses(t *testing.T) {
 		return false, ch
 	})
 	o.recover()
-	f.kitconverged(o)
+	f.converged(o.tg)
 }
 
 // An operation in flight when the breaker opens that then succeeds closes
@@ -313,7 +313,7 @@ func TestBreakerInFlightSuccessCloses(t *testing.T) {
 	m.waitRound(t, "closed by slow's success", func(s metrics.RoundStats) bool { return !s.BreakerOpen || s.BreakerOpened >= 2 })
 	f.waitKind("slow", status.KindDone)
 	o.recover()
-	f.kitconverged(o)
+	f.converged(o.tg)
 }
 
 // A stop closes the breaker: the reconcilers table and the metrics must not
@@ -334,7 +334,7 @@ func TestBreakerStopReportsClosed(t *testing.T) {
 	assert.False(t, s.BreakerOpen, "stopped, yet the last round says the breaker is open")
 	o.recover()
 	f.start()
-	f.kitconverged(o)
+	f.converged(o.tg)
 }
 
 var _ = fmt.Sprint
@@ -357,7 +357,7 @@ func TestBreakerPauseStopsProbes(t *testing.T) {
 	assert.LessOrEqual(t, o.calls.Load(), before+1, "probes went on while paused")
 	f.rec.Resume()
 	o.recover()
-	f.kitconverged(o)
+	f.converged(o.tg)
 }
 
 // The expvar figures breaker_open and breaker_openings.
@@ -384,7 +384,7 @@ func TestBreakerExpVar(t *testing.T) {
 		assert.Equal(c, "1", read("breaker_openings"))
 	}, timeout, time.Millisecond)
 	o.recover()
-	f.kitconverged(o)
+	f.converged(o.tg)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		assert.Equal(c, "0", read("breaker_open"))
 		assert.Equal(c, "1", read("breaker_openings"))
@@ -508,7 +508,7 @@ func TestBreakerFlappingChurnConverges(t *testing.T) {
 					f.upsert(kititems(obj.Value, obj.ID)...)
 				}
 			}
-			f.kitconverged(o)
+			f.converged(o.tg)
 		})
 	}
 }
@@ -556,7 +556,7 @@ func TestBreakerProbeFailureIsNoOutcome(t *testing.T) {
 				assert.False(t, hasRow, "%s: a failed probe made it a failing object", id)
 			}
 			o.recover()
-			f.kitconverged(o)
+			f.converged(o.tg)
 		})
 	}
 }
@@ -606,7 +606,7 @@ func TestBreakerFailingDeletes(t *testing.T) {
 			f.upsert(kititems("2", "after")...)
 			o.waitCalls(t, o.calls.Load()+10)
 			o.recover()
-			f.kitconverged(o)
+			f.converged(o.tg)
 			keys, err := o.tg.Keys()
 			require.NoError(t, err)
 			assert.Equal(t, []string{"after"}, keys)
@@ -651,7 +651,7 @@ func TestBreakerHoldsTargetRetryAfter(t *testing.T) {
 			}
 			require.Empty(t, given, "given up while the target was down")
 			o.recover()
-			f.kitconverged(o)
+			f.converged(o.tg)
 		})
 	}
 }
@@ -712,14 +712,14 @@ func TestBreakerTargetComingUpAtStart(t *testing.T) {
 	m.waitOpen(t, 1)
 	o.recover()
 	m.waitClosed(t)
-	f.kitconverged(o)
+	f.converged(o.tg)
 	assert.Equal(t, []slog.Level{slog.LevelWarn, slog.LevelInfo}, logs.levels("Target "), "the opening at start, and the closing")
 
 	o.down()
 	f.upsert(items("s", 30, "2")...)
 	m.waitOpen(t, 2)
 	o.recover()
-	f.kitconverged(o)
+	f.converged(o.tg)
 	assert.Equal(t, []slog.Level{slog.LevelWarn, slog.LevelInfo, slog.LevelError, slog.LevelInfo}, logs.levels("Target "))
 }
 
@@ -754,11 +754,11 @@ func TestBreakerDeleteAndRecreateWhileOpen(t *testing.T) {
 			}
 			o.waitCalls(t, o.calls.Load()+3)
 			o.recover()
-			f.kitconverged(o)
+			f.converged(o.tg)
 			f.stop()
 			f.start()
 			f.upsert(kititems("3", "d-00000")...)
-			f.kitconverged(o)
+			f.converged(o.tg)
 		})
 	}
 }

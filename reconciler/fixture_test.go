@@ -441,23 +441,6 @@ func ids(objs []*item) []string {
 	return keys
 }
 
-// converged waits until every object is Done and every change so far is
-// handled with no retry left, and checks that the target holds the table.
-func (f *fixture) converged(tg *target) {
-	f.t.Helper()
-	rev := f.upsert(&item{ID: "~marker"})
-	f.waitTable("every object Done", func(txn statedb.ReadTxn) bool {
-		return f.countKind(txn, status.KindDone) == f.table.NumObjects(txn)
-	})
-	require.Eventually(f.t, func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
-		defer cancel()
-		_, low, err := f.rec.WaitUntilReconciled(ctx, rev)
-		return err == nil && low == 0
-	}, timeout, time.Millisecond, "changes up to %d handled and no retry left", rev)
-	require.Empty(f.t, tg.Diff(f.db.ReadTxn(), f.table), "the target holds the table")
-}
-
 // statusOf returns the getter and setter of reconciler name's status in
 // item.Statuses.
 func statusOf(name string) (func(*item) status.Status, func(*item, status.Status) *item) {

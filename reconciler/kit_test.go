@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"iter"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -66,6 +67,18 @@ func (o *kitops) setAfter(f func(ctx context.Context, it *item)) {
 	o.mu.Lock()
 	o.after = f
 	o.mu.Unlock()
+}
+
+// failIDs makes every call on an object with one of ids fail with
+// errKitObject, and returns o.
+func (o *kitops) failIDs(ids ...string) *kitops {
+	o.setFail(func(_ reconcilertest.Op, it *item) error {
+		if it != nil && slices.Contains(ids, it.ID) {
+			return errKitObject
+		}
+		return nil
+	})
+	return o
 }
 
 func (o *kitops) down()    { o.setFail(func(reconcilertest.Op, *item) error { return errKitDown }) }
@@ -296,9 +309,12 @@ func kititems(value string, ids ...string) []*item {
 	return objs
 }
 
-// kitconverged waits until every object is Done, every change handled with
-// no retry left, and the target holds exactly the table.
-func (f *fixture) kitconverged(o *kitops) {
+// converged waits until every object is Done, every change so far handled
+// with no retry left, and the target (a *target, a kitops' tg) holds
+// exactly the table. On failure it logs what is not settled.
+func (f *fixture) converged(tg interface {
+	Diff(statedb.ReadTxn, statedb.Table[*item]) string
+}) {
 	f.t.Helper()
 	rev := f.table.Revision(f.db.ReadTxn())
 	f.t.Cleanup(func() {
@@ -331,7 +347,7 @@ func (f *fixture) kitconverged(o *kitops) {
 		close(ch)
 		return err == nil && low == 0, ch
 	})
-	if d := o.tg.Diff(f.db.ReadTxn(), f.table); d != "" {
+	if d := tg.Diff(f.db.ReadTxn(), f.table); d != "" {
 		f.t.Fatalf("the target differs from the table:\n%s", d)
 	}
 }

@@ -121,12 +121,7 @@ func o46Fixture(t *testing.T, wr tables.Writer, km *kitmetrics, ops *kitops, opt
 
 // runO46Workload makes objects succeed, fail, recover, change and go.
 func runO46Workload(t *testing.T, f *fixture, ops *kitops, wr *o46Writer) {
-	ops.setFail(func(op reconcilertest.Op, it *item) error {
-		if it.ID == "bad" || it.ID == "worse" {
-			return errKitObject
-		}
-		return nil
-	})
+	ops.failIDs("bad", "worse")
 	f.upsert(kititems("1", "a", "b", "bad", "worse")...)
 	wr.waitLast(t, "two objects retrying", func(i tables.Info) bool { return i.Retrying == 2 && i.Objects == 4 })
 	f.upsert(kititems("2", "a", "worse")...)
@@ -209,12 +204,7 @@ func TestOutsider46WritesPerRound(t *testing.T) {
 
 func testO46WritesPerRound(t *testing.T, v variant) {
 	wr, km, ops := newO46Writer(false), newKitMetrics(), newKitOps()
-	ops.setFail(func(op reconcilertest.Op, it *item) error {
-		if it.ID == "bad" {
-			return errKitObject
-		}
-		return nil
-	})
+	ops.failIDs("bad")
 	f := v.fixture(t, ops, &with{first: []cell.Cell{cell.Provide(func() tables.Writer { return wr })}},
 		reconciler.WithMetrics(km), reconciler.WithRetry(time.Hour, time.Hour))
 	f.start()
@@ -375,12 +365,7 @@ func TestOutsider46PausedWritesNothing(t *testing.T) {
 	for _, v := range variants {
 		t.Run(v.String(), func(t *testing.T) {
 			wr, km, ops := newO46Writer(false), newKitMetrics(), newKitOps()
-			ops.setFail(func(op reconcilertest.Op, it *item) error {
-				if it.ID == "bad" {
-					return errKitObject
-				}
-				return nil
-			})
+			ops.failIDs("bad")
 			f := v.fixture(t, ops, &with{first: []cell.Cell{cell.Provide(func() tables.Writer { return wr })}},
 				reconciler.WithMetrics(km), reconciler.WithRetry(2*time.Millisecond, 5*time.Millisecond), reconciler.WithRetryJitter(0))
 			f.start()

@@ -349,7 +349,7 @@ func TestPromisePriorityNoStarvation(t *testing.T) {
 				most := int(math.Ceil(float64(lowN+1)/share)) + 2*per
 				assert.LessOrEqual(t, taken, most, "%d objects were taken before low, with %d changes ahead; bound about %d", taken, lowN, most)
 			}
-			f.kitconverged(o)
+			f.converged(o.tg)
 		})
 	}
 }
@@ -459,7 +459,7 @@ func TestPromisePriorityLosesNothing(t *testing.T) {
 				f.rec.Resume()
 			}
 			down.Store(false)
-			f.kitconverged(o)
+			f.converged(o.tg)
 			for obj := range f.table.All(f.db.ReadTxn()) {
 				assert.False(t, obj.Status.Terminal, "%s gave up: %s", obj.ID, obj.Status.Error)
 			}
@@ -518,7 +518,7 @@ func TestPromisePriorityHostileFunction(t *testing.T) {
 					f.remove(fmt.Sprintf("k%02d", rng.IntN(40)))
 				}
 			}
-			f.kitconverged(o)
+			f.converged(o.tg)
 			require.NotZero(t, calls.Load(), "priority never called")
 			require.NotZero(t, panics.Load(), "no priority panicked")
 
@@ -732,7 +732,7 @@ func TestPromisePriorityNoStarvationWritesFromUpdate(t *testing.T) {
 			waited := lowRound.Load() - lowAt.Load()
 			t.Logf("low waited %d rounds with %d ahead (bound %d)", waited, lowN.Load(), bound)
 			assert.LessOrEqual(t, waited, bound, "low waited %d rounds with %d changes ahead, bound about %d", waited, lowN.Load(), bound)
-			fx.kitconverged(o)
+			fx.converged(o.tg)
 		})
 	}
 }

@@ -150,7 +150,7 @@ func TestPriorityReadOncePerVersion(t *testing.T) {
 			f.start()
 			o.waitCalls(t, o.calls.Load()+5)
 			o.recover()
-			f.kitconverged(o)
+			f.converged(o.tg)
 			mu.Lock()
 			defer mu.Unlock()
 			for version, n := range reads {

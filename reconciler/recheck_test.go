@@ -503,7 +503,7 @@ func TestRecheckChurnNeverGoesBack(t *testing.T) {
 			o.mu.Unlock()
 			f.upsert(kititems("0", clock)...)
 			o.waitUpdates(t, clock, 2)
-			f.kitconverged(o)
+			f.converged(o.tg)
 
 			last := map[string]statedb.Revision{}
 			deleted := map[string]statedb.Revision{}
@@ -563,7 +563,7 @@ func TestRecheckDueWhileBreakerOpen(t *testing.T) {
 	<-tm.C
 	o.recover()
 	o.waitUpdates(t, "a", 2)
-	f.kitconverged(o)
+	f.converged(o.tg)
 }
 
 // RecheckAfter called after Update returned (from a goroutine it
