@@ -36,6 +36,14 @@ func kitbreaker(t *testing.T, o *kitops, v variant, m *kitmetrics, opts ...recon
 	return f
 }
 
+// startBreaker is kitbreaker over new kitops and kitmetrics with
+// WithCircuitBreaker(threshold, probe, nil) and WithRetry(1ms, maxRetry).
+func startBreaker(t *testing.T, v variant, threshold int, probe, maxRetry time.Duration, opts ...reconciler.Option) (*kitops, *kitmetrics, *fixture) {
+	o, m := newKitOps(), newKitMetrics()
+	return o, m, kitbreaker(t, o, v, m, append([]reconciler.Option{reconciler.WithCircuitBreaker(threshold, probe, nil),
+		reconciler.WithRetry(time.Millisecond, maxRetry)}, opts...)...)
+}
+
 // retryRows returns the fixture's rows of the retries table by key.
 func (f *fixture) kitretryRows() map[string]tables.RetryInfo {
 	rows := map[string]tables.RetryInfo{}
@@ -52,11 +60,7 @@ func (f *fixture) kitretryRows() map[string]tables.RetryInfo {
 func TestBreakerHoldsEverythingAndLosesNothing(t *testing.T) {
 	for _, v := range []variant{{1, false}, {8, false}, {1, true}, {8, true}} {
 		t.Run(v.String(), func(t *testing.T) {
-			o, m := newKitOps(), newKitMetrics()
-			f := kitbreaker(t, o, v, m,
-				reconciler.WithCircuitBreaker(3, time.Millisecond, nil),
-				reconciler.WithRetry(time.Millisecond, 4*time.Millisecond),
-				reconciler.WithMaxAttempts(2))
+			o, m, f := startBreaker(t, v, 3, time.Millisecond, 4*time.Millisecond, reconciler.WithMaxAttempts(2))
 			base := items("k", 40, "1")
 			f.upsert(base...)
 			f.caughtUp()
@@ -126,10 +130,7 @@ func (f *fixture) mustGet(id string) *item {
 func TestBreakerTinyProbeBackoffDoesNotSpin(t *testing.T) {
 	for _, probe := range []time.Duration{time.Nanosecond, 50 * time.Millisecond} {
 		t.Run(probe.String(), func(t *testing.T) {
-			o, m := newKitOps(), newKitMetrics()
-			f := kitbreaker(t, o, variant{4, false}, m,
-				reconciler.WithCircuitBreaker(2, probe, nil),
-				reconciler.WithRetry(time.Millisecond, 50*time.Millisecond))
+			o, m, f := startBreaker(t, variant{4, false}, 2, probe, 50*time.Millisecond)
 			o.down()
 			f.upsert(items("s", 10, "1")...)
 			m.waitOpen(t, 1)
@@ -150,10 +151,7 @@ func TestBreakerTinyProbeBackoffDoesNotSpin(t *testing.T) {
 // A huge probe backoff: nothing is probed, but a stop closes the breaker,
 // and after the start everything converges on a recovered target.
 func TestBreakerHugeProbeBackoffStopStart(t *testing.T) {
-	o, m := newKitOps(), newKitMetrics()
-	f := kitbreaker(t, o, variant{1, false}, m,
-		reconciler.WithCircuitBreaker(2, 1<<62, nil),
-		reconciler.WithRetry(time.Millisecond, time.Hour*24*365*100))
+	o, m, f := startBreaker(t, variant{1, false}, 2, 1<<62, time.Hour*24*365*100)
 	o.down()
 	f.upsert(items("h", 5, "1")...)
 	m.waitOpen(t, 1)
@@ -170,10 +168,7 @@ func TestBreakerHugeProbeBackoffStopStart(t *testing.T) {
 // A stop closes the breaker; with the target still down after the start it
 // opens again (a second opening), and everything converges afterwards.
 func TestBreakerStopClosesAndReopens(t *testing.T) {
-	o, m := newKitOps(), newKitMetrics()
-	f := kitbreaker(t, o, variant{4, true}, m,
-		reconciler.WithCircuitBreaker(2, 5*time.Millisecond, nil),
-		reconciler.WithRetry(time.Millisecond, 10*time.Millisecond))
+	o, m, f := startBreaker(t, variant{4, true}, 2, 5*time.Millisecond, 10*time.Millisecond)
 	o.down()
 	f.upsert(items("r", 10, "1")...)
 	m.waitOpen(t, 1)
@@ -191,10 +186,7 @@ func TestBreakerStopClosesAndReopens(t *testing.T) {
 // The target recovers while a probe is in flight: the probe succeeds and
 // closes the breaker.
 func TestBreakerRecoversDuringProbe(t *testing.T) {
-	o, m := newKitOps(), newKitMetrics()
-	f := kitbreaker(t, o, variant{1, false}, m,
-		reconciler.WithCircuitBreaker(2, 5*time.Millisecond, nil),
-		reconciler.WithRetry(time.Millisecond, 10*time.Millisecond))
+	o, m, f := startBreaker(t, variant{1, false}, 2, 5*time.Millisecond, 10*time.Millisecond)
 	o.down()
 	f.upsert(items("p", 4, "1")...)
 	m.waitOpen(t, 1)
@@ -278,10 +270,7 @@ func TestBreakerObjectErrorProbeCloses(t *testing.T) {
 // An operation in flight when the breaker opens that then succeeds closes
 // it ("so does any other operation that succeeds").
 func TestBreakerInFlightSuccessCloses(t *testing.T) {
-	o, m := newKitOps(), newKitMetrics()
-	f := kitbreaker(t, o, variant{4, false}, m,
-		reconciler.WithCircuitBreaker(2, 5*time.Millisecond, nil),
-		reconciler.WithRetry(time.Millisecond, 10*time.Millisecond))
+	o, m, f := startBreaker(t, variant{4, false}, 2, 5*time.Millisecond, 10*time.Millisecond)
 	entered, release := make(chan struct{}), make(chan struct{})
 	o.mu.Lock()
 	o.gate = func(ctx context.Context, it *item) {
@@ -319,10 +308,7 @@ func TestBreakerInFlightSuccessCloses(t *testing.T) {
 // A stop closes the breaker: the reconcilers table and the metrics must not
 // keep saying the target is failing while the reconciler is stopped.
 func TestBreakerStopReportsClosed(t *testing.T) {
-	o, m := newKitOps(), newKitMetrics()
-	f := kitbreaker(t, o, variant{1, false}, m,
-		reconciler.WithCircuitBreaker(2, time.Hour, nil),
-		reconciler.WithRetry(time.Millisecond, 10*time.Millisecond))
+	o, m, f := startBreaker(t, variant{1, false}, 2, time.Hour, 10*time.Millisecond)
 	o.down()
 	f.upsert(items("g", 3, "1")...)
 	m.waitOpen(t, 1)
@@ -337,15 +323,9 @@ func TestBreakerStopReportsClosed(t *testing.T) {
 	f.converged(o.tg)
 }
 
-var _ = fmt.Sprint
-var _ statedb.Revision
-var _ metrics.RoundStats
-
 // Once Pause has returned no operation starts: probes included.
 func TestBreakerPauseStopsProbes(t *testing.T) {
-	o, m := newKitOps(), newKitMetrics()
-	f := kitbreaker(t, o, variant{1, false}, m,
-		reconciler.WithCircuitBreaker(2, time.Millisecond, nil), reconciler.WithRetry(time.Millisecond, 2*time.Millisecond))
+	o, m, f := startBreaker(t, variant{1, false}, 2, time.Millisecond, 2*time.Millisecond)
 	o.down()
 	f.upsert(items("q", 3, "1")...)
 	m.waitOpen(t, 1)
@@ -399,9 +379,7 @@ func TestBreakerExpVar(t *testing.T) {
 func TestBreakerProbesDoNotStarveNewWrites(t *testing.T) {
 	for i := range 30 { // it wedges in about one run in seven
 		t.Run(fmt.Sprint(i), func(t *testing.T) {
-			o, m := newKitOps(), newKitMetrics()
-			f := kitbreaker(t, o, variant{1, false}, m,
-				reconciler.WithCircuitBreaker(2, time.Millisecond, nil), reconciler.WithRetry(time.Millisecond, 5*time.Millisecond))
+			o, m, f := startBreaker(t, variant{1, false}, 2, time.Millisecond, 5*time.Millisecond)
 			o.setFail(func(_ reconcilertest.Op, it *item) error {
 				if it != nil && strings.HasPrefix(it.ID, "bad") {
 					return errKitDown
@@ -442,11 +420,7 @@ func TestBreakerProbesDoNotStarveNewWrites(t *testing.T) {
 func TestBreakerFlappingChurnConverges(t *testing.T) {
 	for _, v := range []variant{{1, false}, {8, false}, {1, true}, {8, true}} {
 		t.Run(v.String(), func(t *testing.T) {
-			o, m := newKitOps(), newKitMetrics()
-			f := kitbreaker(t, o, v, m,
-				reconciler.WithCircuitBreaker(3, time.Millisecond, nil),
-				reconciler.WithRetry(time.Millisecond, 4*time.Millisecond),
-				reconciler.WithMaxAttempts(3))
+			o, m, f := startBreaker(t, v, 3, time.Millisecond, 4*time.Millisecond, reconciler.WithMaxAttempts(3))
 			rng := rand.New(rand.NewPCG(kitseed(), 33))
 			var rmu sync.Mutex
 			o.setFail(func(reconcilertest.Op, *item) error {
@@ -526,10 +500,7 @@ func kitseed() uint64 {
 func TestBreakerProbeFailureIsNoOutcome(t *testing.T) {
 	for _, v := range []variant{{1, false}, {8, true}} {
 		t.Run(v.String(), func(t *testing.T) {
-			o, m := newKitOps(), newKitMetrics()
-			f := kitbreaker(t, o, v, m,
-				reconciler.WithCircuitBreaker(2, time.Millisecond, nil),
-				reconciler.WithRetry(time.Millisecond, 2*time.Millisecond))
+			o, m, f := startBreaker(t, v, 2, time.Millisecond, 2*time.Millisecond)
 			f.upsert(kititems("1", "done")...)
 			f.waitKind("done", status.KindDone)
 			o.down()
@@ -564,10 +535,7 @@ func TestBreakerProbeFailureIsNoOutcome(t *testing.T) {
 // A probe that fails with a TerminalError (not about the target with a
 // nil classifier) closes the breaker, and its object records the error.
 func TestBreakerTerminalProbeCloses(t *testing.T) {
-	o, m := newKitOps(), newKitMetrics()
-	f := kitbreaker(t, o, variant{1, false}, m,
-		reconciler.WithCircuitBreaker(2, time.Millisecond, nil),
-		reconciler.WithRetry(time.Millisecond, 2*time.Millisecond))
+	o, m, f := startBreaker(t, variant{1, false}, 2, time.Millisecond, 2*time.Millisecond)
 	o.down()
 	f.upsert(items("t", 3, "1")...)
 	m.waitOpen(t, 1)
@@ -588,10 +556,7 @@ func TestBreakerTerminalProbeCloses(t *testing.T) {
 func TestBreakerFailingDeletes(t *testing.T) {
 	for _, v := range []variant{{1, false}, {8, true}} {
 		t.Run(v.String(), func(t *testing.T) {
-			o, m := newKitOps(), newKitMetrics()
-			f := kitbreaker(t, o, v, m,
-				reconciler.WithCircuitBreaker(3, 2*time.Millisecond, nil),
-				reconciler.WithRetry(time.Millisecond, 5*time.Millisecond), reconciler.WithMaxAttempts(1))
+			o, m, f := startBreaker(t, v, 3, 2*time.Millisecond, 5*time.Millisecond, reconciler.WithMaxAttempts(1))
 			objs := items("del", 10, "1")
 			f.upsert(objs...)
 			f.caughtUp()
@@ -621,11 +586,7 @@ func TestBreakerFailingDeletes(t *testing.T) {
 func TestBreakerHoldsTargetRetryAfter(t *testing.T) {
 	for _, v := range variants {
 		t.Run(v.String(), func(t *testing.T) {
-			o, m := newKitOps(), newKitMetrics()
-			f := kitbreaker(t, o, v, m,
-				reconciler.WithCircuitBreaker(2, 200*time.Millisecond, nil),
-				reconciler.WithRetry(time.Millisecond, time.Second),
-				reconciler.WithMaxAttempts(2))
+			o, m, f := startBreaker(t, v, 2, 200*time.Millisecond, time.Second, reconciler.WithMaxAttempts(2))
 			o.setFail(func(reconcilertest.Op, *item) error {
 				return reconciler.RetryAfter(5*time.Millisecond, errKitDown)
 			})
@@ -741,10 +702,7 @@ func (h *captureHandler) levels(prefix string) (out []slog.Level) {
 func TestBreakerDeleteAndRecreateWhileOpen(t *testing.T) {
 	for _, v := range variants {
 		t.Run(v.String(), func(t *testing.T) {
-			o, m := newKitOps(), newKitMetrics()
-			f := kitbreaker(t, o, v, m,
-				reconciler.WithCircuitBreaker(2, time.Millisecond, nil),
-				reconciler.WithRetry(time.Millisecond, 4*time.Millisecond))
+			o, m, f := startBreaker(t, v, 2, time.Millisecond, 4*time.Millisecond)
 			o.down()
 			f.upsert(items("d", 6, "1")...)
 			m.waitOpen(t, 1)
@@ -768,10 +726,8 @@ func TestBreakerDeleteAndRecreateWhileOpen(t *testing.T) {
 func TestBreakerFanOutWithSuccessesStaysClosed(t *testing.T) {
 	for _, v := range variants {
 		t.Run(v.String(), func(t *testing.T) {
-			o, m := newKitOps(), newKitMetrics()
-			f := kitbreaker(t, o, v, m,
-				reconciler.WithCircuitBreaker(10, time.Millisecond, nil), // above the bad objects a worker order can put in a row
-				reconciler.WithRetry(time.Millisecond, 4*time.Millisecond))
+			// A threshold above the bad objects a worker order can put in a row.
+			o, m, f := startBreaker(t, v, 10, time.Millisecond, 4*time.Millisecond)
 			missing := errors.New("kit: the secret these objects name is missing")
 			o.setFail(func(_ reconcilertest.Op, it *item) error {
 				if strings.HasSuffix(it.ID, "bad") {

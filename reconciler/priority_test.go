@@ -134,11 +134,7 @@ func TestPriorityReadOncePerVersion(t *testing.T) {
 				mu.Unlock()
 				return priorityByPrefix(it)
 			}
-			o, m := newKitOps(), newKitMetrics()
-			f := kitbreaker(t, o, v, m,
-				reconciler.WithCircuitBreaker(2, time.Millisecond, nil),
-				reconciler.WithRetry(time.Millisecond, 4*time.Millisecond),
-				reconciler.WithPriority(prio, 0))
+			o, m, f := startBreaker(t, v, 2, time.Millisecond, 4*time.Millisecond, reconciler.WithPriority(prio, 0))
 			o.down()
 			f.upsert(items("low", 10, "1")...)
 			f.upsert(items("high", 10, "1")...)

@@ -21,7 +21,6 @@ import (
 	"github.com/converge-go/converge/reconciler"
 	"github.com/converge-go/converge/reconcilertest"
 	"github.com/converge-go/converge/status"
-	"github.com/converge-go/converge/tables"
 )
 
 // kitrecheck starts a fixture over o, one worker unless v says otherwise.
@@ -55,6 +54,34 @@ func kitasks(o *kitops, plan map[string][]time.Duration) {
 // for earlier with a shorter d are due before it).
 const clock = "~clock"
 
+// pastClock writes the clock and waits until its re-check has run and
+// everything up to it is reconciled: re-checks asked for a shorter time
+// before it have run by then.
+func (f *fixture) pastClock(o *kitops) {
+	f.t.Helper()
+	f.upsert(kititems("0", clock)...)
+	o.waitUpdates(f.t, clock, 2)
+	f.caughtUp()
+}
+
+// kitbatchAsks makes a batch entry's first success ask for the re-check
+// plan gives its key (none if absent).
+func kitbatchAsks(o *kitops, plan map[string]time.Duration) {
+	var mu sync.Mutex
+	asked := map[string]bool{}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.ask = func(it *item) time.Duration {
+		mu.Lock()
+		defer mu.Unlock()
+		if asked[it.ID] {
+			return 0
+		}
+		asked[it.ID] = true
+		return plan[it.ID]
+	}
+}
+
 // A delete drops the re-check: a deleted object is never resurrected in
 // the target or the table, and a re-insert is new work without the old ask.
 func TestRecheckDeleteDrops(t *testing.T) {
@@ -68,9 +95,7 @@ func TestRecheckDeleteDrops(t *testing.T) {
 	f.caughtUp()
 	// b comes back, identical, before its old re-check is due.
 	f.upsert(kititems("1", "b")...)
-	f.upsert(kititems("0", clock)...)
-	o.waitUpdates(t, clock, 2)
-	f.caughtUp()
+	f.pastClock(o)
 	_, found := f.get("a")
 	assert.False(t, found, "a resurrected in the table")
 	_, inTarget, _ := o.tg.Get("a")
@@ -144,9 +169,7 @@ func TestRecheckFailingUpdateAskIgnored(t *testing.T) {
 		reconciler.WithRetry(time.Millisecond, time.Millisecond))
 	kitasks(o, map[string][]time.Duration{clock: {300 * time.Millisecond}})
 	f.upsert(kititems("1", "a")...)
-	f.upsert(kititems("0", clock)...)
-	o.waitUpdates(t, clock, 2)
-	f.caughtUp()
+	f.pastClock(o)
 	mu.Lock()
 	defer mu.Unlock()
 	assert.Equal(t, 2, attempts, "a failed once, then succeeded once; its failed attempt's ask must not re-check it")
@@ -198,23 +221,7 @@ func TestRecheckLastAskCounts(t *testing.T) {
 // BatchEntry.RecheckAfter re-checks the entries that set it, and only them.
 func TestRecheckBatchEntry(t *testing.T) {
 	o := newKitOps()
-	var mu sync.Mutex
-	asked := map[string]bool{}
-	o.ask = func(it *item) time.Duration {
-		mu.Lock()
-		defer mu.Unlock()
-		if asked[it.ID] {
-			return 0
-		}
-		asked[it.ID] = true
-		switch it.ID {
-		case "a", "b":
-			return 30 * time.Millisecond
-		case clock:
-			return 300 * time.Millisecond
-		}
-		return 0
-	}
+	kitbatchAsks(o, map[string]time.Duration{"a": 30 * time.Millisecond, "b": 30 * time.Millisecond, clock: 300 * time.Millisecond})
 	f := kitrecheck(t, o, variant{4, true})
 	f.upsert(kititems("1", "a", "b", "c", clock)...)
 	o.waitUpdates(t, clock, 2)
@@ -224,21 +231,37 @@ func TestRecheckBatchEntry(t *testing.T) {
 	assert.Len(t, o.updates("c"), 1)
 }
 
-// A re-check due while paused is marked on Resume.
-func TestRecheckDueWhilePaused(t *testing.T) {
-	o := newKitOps()
-	kitasks(o, map[string][]time.Duration{"a": {30 * time.Millisecond}})
-	f := kitrecheck(t, o, variant{1, false})
-	f.upsert(kititems("1", "a")...)
-	f.waitKind("a", status.KindDone)
-	f.rec.Pause()
-	// Let the re-check fall due: a timer, not synchronisation.
-	tm := time.NewTimer(150 * time.Millisecond)
-	<-tm.C
-	assert.Len(t, o.updates("a"), 1, "updated while paused")
-	f.rec.Resume()
-	o.waitUpdates(t, "a", 2)
-	f.waitKind("a", status.KindDone)
+// A re-check that falls due while paused is marked on Resume; one that
+// falls due while the hive is stopped, at the next start.
+func TestRecheckDueWhileHeld(t *testing.T) {
+	for _, c := range []struct {
+		name         string
+		v            variant
+		hold, unhold func(f *fixture)
+		early        bool // the re-check may come before the hold
+	}{
+		{"paused", variant{1, false}, func(f *fixture) { f.rec.Pause() }, func(f *fixture) { f.rec.Resume() }, false},
+		{"stopped", variant{4, false}, (*fixture).stop, (*fixture).start, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			o := newKitOps()
+			kitasks(o, map[string][]time.Duration{"a": {30 * time.Millisecond}})
+			f := kitrecheck(t, o, c.v)
+			f.upsert(kititems("1", "a")...)
+			f.waitKind("a", status.KindDone)
+			c.hold(f)
+			before := 1
+			if c.early {
+				before = len(o.updates("a")) // 2 if the re-check came before the stop
+			}
+			tm := time.NewTimer(150 * time.Millisecond) // let it fall due; not synchronisation
+			<-tm.C
+			assert.Len(t, o.updates("a"), before, "updated while %s", c.name)
+			c.unhold(f)
+			o.waitUpdates(t, "a", 2)
+			f.waitKind("a", status.KindDone)
+		})
+	}
 }
 
 // Many objects asking: all are re-checked once and all end Done.
@@ -293,30 +316,12 @@ func TestRecheckHugeDurationSaturates(t *testing.T) {
 			o := newKitOps()
 			huge := time.Duration(math.MaxInt64)
 			kitasks(o, map[string][]time.Duration{"a": {huge}, "b": {huge - time.Nanosecond}, clock: {300 * time.Millisecond}})
-			var mu sync.Mutex
-			asked := map[string]bool{}
-			o.ask = func(it *item) time.Duration {
-				mu.Lock()
-				defer mu.Unlock()
-				if asked[it.ID] {
-					return 0
-				}
-				asked[it.ID] = true
-				switch it.ID {
-				case "a", "b":
-					return huge
-				case clock:
-					return 300 * time.Millisecond
-				}
-				return 0
-			}
+			kitbatchAsks(o, map[string]time.Duration{"a": huge, "b": huge, clock: 300 * time.Millisecond})
 			f := kitrecheck(t, o, v)
 			f.upsert(kititems("1", "a", "b")...)
 			f.waitKind("a", status.KindDone)
 			f.waitKind("b", status.KindDone)
-			f.upsert(kititems("0", clock)...)
-			o.waitUpdates(t, clock, 2)
-			f.caughtUp()
+			f.pastClock(o)
 			assert.Len(t, o.updates("a"), 1, "a huge re-check fired at once")
 			assert.Len(t, o.updates("b"), 1, "a huge re-check fired at once")
 		})
@@ -334,9 +339,7 @@ func TestRecheckUserDoneReplaces(t *testing.T) {
 	obj.Value = "1"
 	obj.Status = status.Done()
 	f.insertAs(obj)
-	f.upsert(kititems("0", clock)...)
-	o.waitUpdates(t, clock, 2)
-	f.caughtUp()
+	f.pastClock(o)
 	assert.Len(t, o.updates("a"), 1, "re-checked an object that no longer carries the Done status it was asked for")
 }
 
@@ -355,47 +358,17 @@ func TestRecheckFromDeleteAndPrune(t *testing.T) {
 	f.remove("a")
 	f.caughtUp()
 	f.rec.Prune()
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	for {
+	waitUntil(t, "the prune Prune() asked for", func() (bool, <-chan struct{}) {
 		started := o.startedWatch() // before the check, not to miss a call
-		if o.prunes.Load() >= 1 {
-			break
-		}
-		select {
-		case <-started:
-		case <-deadline.C:
-			info, _, _ := f.tables.Reconcilers().Get(f.db.ReadTxn(), tables.InfoByID.Query("test"))
-			t.Fatalf("Prune() asked for a prune; none ran in %v (%d calls; row %+v)", timeout, o.calls.Load(), info)
-		}
-	}
-	f.upsert(kititems("0", clock)...)
-	o.waitUpdates(t, clock, 2)
-	f.caughtUp()
+		return o.prunes.Load() >= 1, started
+	})
+	f.pastClock(o)
 	_, found := f.get("a")
 	assert.False(t, found)
 	_, inTarget, _ := o.tg.Get("a")
 	assert.False(t, inTarget, "a resurrected in the target")
 	assert.Len(t, o.updates("a"), 1)
 	assert.Len(t, o.updates("b"), 1)
-}
-
-// A re-check that falls due while the hive is stopped is marked at the
-// next start.
-func TestRecheckDueWhileStopped(t *testing.T) {
-	o := newKitOps()
-	kitasks(o, map[string][]time.Duration{"a": {30 * time.Millisecond}})
-	f := kitrecheck(t, o, variant{4, false})
-	f.upsert(kititems("1", "a")...)
-	f.waitKind("a", status.KindDone)
-	f.stop()
-	before := len(o.updates("a"))               // 2 if the re-check came before the stop
-	tm := time.NewTimer(150 * time.Millisecond) // let it fall due; not synchronisation
-	<-tm.C
-	assert.Len(t, o.updates("a"), before, "updated while stopped")
-	f.start()
-	o.waitUpdates(t, "a", 2)
-	f.waitKind("a", status.KindDone)
 }
 
 // RecheckAfter is safe for concurrent use: goroutines asking while Update
@@ -606,9 +579,7 @@ func TestRecheckAskAfterReturnIsIgnored(t *testing.T) {
 	// The clock's re-check falls due after any of a or b would have: once
 	// it ran and everything up to it is reconciled, a re-check of a or b
 	// would have run too.
-	f.upsert(kititems("0", clock)...)
-	o.waitUpdates(t, clock, 2)
-	f.caughtUp()
+	f.pastClock(o)
 	assert.Equal(t, []string{"1"}, o.updates("a"), "a re-checked by a late ask")
 	assert.Equal(t, []string{"1"}, o.updates("b"), "b re-checked by a's late ask")
 }
