@@ -31,8 +31,7 @@ import (
 // options; the reconcilers tables are in the hive.
 func kitbreaker(t *testing.T, o *kitops, v variant, m *kitmetrics, opts ...reconciler.Option) *fixture {
 	w := &with{tables: true}
-	f := v.fixture(t, o, w, append([]reconciler.Option{reconciler.WithMetrics(m)}, opts...)...)
-	f.start()
+	f := v.start(t, o, w, append([]reconciler.Option{reconciler.WithMetrics(m)}, opts...)...)
 	return f
 }
 

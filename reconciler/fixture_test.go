@@ -424,6 +424,16 @@ func (v variant) fixture(t testing.TB, ops interface {
 	return newFixture(t, ops, w, append([]reconciler.Option{reconciler.WithConcurrency(v.workers), reconciler.WithPruning(0)}, opts...)...)
 }
 
+// start is fixture, started.
+func (v variant) start(t testing.TB, ops interface {
+	reconciler.Operations[*item]
+	reconciler.BatchOperations[*item]
+}, w *with, opts ...reconciler.Option) *fixture {
+	f := v.fixture(t, ops, w, opts...)
+	f.start()
+	return f
+}
+
 // items returns n objects prefix-00000... with value.
 func items(prefix string, n int, value string) []*item {
 	objs := make([]*item, n)

@@ -54,9 +54,8 @@ func TestOwnDeadlineIsAnErrorNotATimeout(t *testing.T) {
 				return nil
 			}
 			m := metrics.NewUnpublishedExpVar()
-			f := v.fixture(t, tg, nil, reconciler.WithMetrics(m), reconciler.WithRetry(time.Millisecond, time.Millisecond),
+			f := v.start(t, tg, nil, reconciler.WithMetrics(m), reconciler.WithRetry(time.Millisecond, time.Millisecond),
 				reconciler.WithOperationTimeout(time.Hour))
-			f.start()
 			f.upsert(&item{ID: "a", Value: "1"})
 			f.waitKind("a", status.KindDone)
 			require.Eventually(t, func() bool { return ev(m, "reconciliation_outcomes", "test/update/success") == "1" }, timeout, time.Millisecond)

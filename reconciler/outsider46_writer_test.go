@@ -114,8 +114,13 @@ func (w *o46Writer) waitLast(t *testing.T, what string, cond func(tables.Info) b
 	return got
 }
 
+// withWriter is a fixture whose hive has wr as its tables.Writer.
+func withWriter(wr tables.Writer) *with {
+	return &with{first: []cell.Cell{cell.Provide(func() tables.Writer { return wr })}}
+}
+
 func o46Fixture(t *testing.T, wr tables.Writer, km *kitmetrics, ops *kitops, opts ...reconciler.Option) *fixture {
-	return startFixture(t, ops, &with{first: []cell.Cell{cell.Provide(func() tables.Writer { return wr })}},
+	return startFixture(t, ops, withWriter(wr),
 		append([]reconciler.Option{reconciler.WithMetrics(km), reconciler.WithPruning(0), reconciler.WithRetry(5*time.Millisecond, 20*time.Millisecond)}, opts...)...)
 }
 
@@ -205,9 +210,8 @@ func TestOutsider46WritesPerRound(t *testing.T) {
 func testO46WritesPerRound(t *testing.T, v variant) {
 	wr, km, ops := newO46Writer(false), newKitMetrics(), newKitOps()
 	ops.failIDs("bad")
-	f := v.fixture(t, ops, &with{first: []cell.Cell{cell.Provide(func() tables.Writer { return wr })}},
+	f := v.start(t, ops, withWriter(wr),
 		reconciler.WithMetrics(km), reconciler.WithRetry(time.Hour, time.Hour))
-	f.start()
 	f.upsert(kititems("1", "a", "bad")...)
 	wr.waitLast(t, "bad retrying", func(i tables.Info) bool { return i.Retrying == 1 && i.InFlight == 0 && i.BusyWorkers == 0 })
 	f.caughtUp()
@@ -287,9 +291,8 @@ func TestOutsider46RowAndRetriesAgreeInEverySnapshot(t *testing.T) {
 				}
 				return nil
 			})
-			f := v.fixture(t, ops, &with{tables: true},
+			f := v.start(t, ops, &with{tables: true},
 				reconciler.WithRetry(time.Millisecond, 5*time.Millisecond))
-			f.start()
 			ctx, cancel := context.WithTimeout(context.Background(), timeout)
 			defer cancel()
 			var bad atomic.Value
@@ -366,9 +369,8 @@ func TestOutsider46PausedWritesNothing(t *testing.T) {
 		t.Run(v.String(), func(t *testing.T) {
 			wr, km, ops := newO46Writer(false), newKitMetrics(), newKitOps()
 			ops.failIDs("bad")
-			f := v.fixture(t, ops, &with{first: []cell.Cell{cell.Provide(func() tables.Writer { return wr })}},
+			f := v.start(t, ops, withWriter(wr),
 				reconciler.WithMetrics(km), reconciler.WithRetry(2*time.Millisecond, 5*time.Millisecond), reconciler.WithRetryJitter(0))
-			f.start()
 			f.upsert(kititems("1", "a", "bad")...)
 			wr.waitLast(t, "bad retrying", func(i tables.Info) bool { return i.Retrying == 1 && i.Failed >= 2 })
 			f.rec.Pause()
@@ -401,8 +403,7 @@ func TestOutsider46RowGoesWhenChangedDuringItsRetry(t *testing.T) {
 					}
 					return nil
 				})
-				f := v.fixture(t, ops, &with{tables: true}, reconciler.WithRetry(20*time.Millisecond, 20*time.Millisecond))
-				f.start()
+				f := v.start(t, ops, &with{tables: true}, reconciler.WithRetry(20*time.Millisecond, 20*time.Millisecond))
 				f.upsert(kititems("1", "a", "c")...)
 				f.waitInfo("c failing", func(i *tables.Info) bool { return i.Retrying == 1 })
 				entered, release := make(chan struct{}, 1), make(chan struct{})
@@ -454,8 +455,7 @@ func TestOutsider46RetryRowRunning(t *testing.T) {
 				}
 				return nil
 			})
-			f := v.fixture(t, ops, &with{tables: true}, reconciler.WithRetry(20*time.Millisecond, 20*time.Millisecond))
-			f.start()
+			f := v.start(t, ops, &with{tables: true}, reconciler.WithRetry(20*time.Millisecond, 20*time.Millisecond))
 			f.upsert(kititems("1", "a", "c")...)
 			f.waitInfo("c failing", func(i *tables.Info) bool { return i.Retrying == 1 })
 			entered, release := make(chan struct{}, 1), make(chan struct{})
@@ -509,9 +509,8 @@ func TestOutsider46StoppedIsTheLastWrite(t *testing.T) {
 				<-ctx.Done() // held until the stop cancels it
 			}
 			ops.mu.Unlock()
-			f := v.fixture(t, ops, &with{first: []cell.Cell{cell.Provide(func() tables.Writer { return wr })}},
+			f := v.start(t, ops, withWriter(wr),
 				reconciler.WithMetrics(km), reconciler.WithRefreshing(10*time.Millisecond, nil))
-			f.start()
 			f.upsert(kititems("1", "a", "b", "held")...)
 			recv(t, entered, "held's update to start")
 			f.stop()
@@ -571,9 +570,8 @@ func TestOutsider46WritesComeOneAtATime(t *testing.T) {
 				}
 				return nil
 			})
-			f := v.fixture(t, ops, &with{first: []cell.Cell{cell.Provide(func() tables.Writer { return wr })}},
+			f := v.start(t, ops, withWriter(wr),
 				reconciler.WithRetry(time.Millisecond, 2*time.Millisecond), reconciler.WithRefreshing(5*time.Millisecond, nil))
-			f.start()
 			for i := range 20 {
 				f.upsert(kititems(fmt.Sprint(i), "a", "b", "bad1", "bad2")...)
 			}

@@ -317,9 +317,8 @@ func TestPromisePriorityNoStarvation(t *testing.T) {
 				}
 			})
 			v := variant{c.workers, c.batch}
-			f := v.fixture(t, o, nil, reconciler.WithMetrics(s), reconciler.WithRoundLimits(c.R, nil),
+			f := v.start(t, o, nil, reconciler.WithMetrics(s), reconciler.WithRoundLimits(c.R, nil),
 				reconciler.WithPriority(ppPrio, c.share))
-			f.start()
 			s.mu.Lock()
 			s.f = f
 			s.mu.Unlock()
@@ -413,8 +412,7 @@ func TestPromisePriorityLosesNothing(t *testing.T) {
 			if c.max > 0 {
 				opts = append(opts, reconciler.WithMaxAttempts(c.max))
 			}
-			f := c.v.fixture(t, o, nil, opts...)
-			f.start()
+			f := c.v.start(t, o, nil, opts...)
 
 			keys := make([]string, 30)
 			for i := range keys {
@@ -499,8 +497,7 @@ func TestPromisePriorityHostileFunction(t *testing.T) {
 				}
 			}
 			o := newKitOps()
-			f := v.fixture(t, o, nil, reconciler.WithRoundLimits(8, nil), reconciler.WithPriority(prio, 0.01))
-			f.start()
+			f := v.start(t, o, nil, reconciler.WithRoundLimits(8, nil), reconciler.WithPriority(prio, 0.01))
 			// Past the backlog (what the table holds at the first run),
 			// which priorities do not order.
 			f.upsert(&item{ID: "m", Value: "0.000000"})
@@ -589,9 +586,8 @@ func TestPromisePriorityReadAheadBounded(t *testing.T) {
 		}
 		return ppPrio(it)
 	}
-	f := variant{2, false}.fixture(t, o, nil, reconciler.WithMetrics(m), reconciler.WithRoundLimits(R, nil),
+	f := variant{2, false}.start(t, o, nil, reconciler.WithMetrics(m), reconciler.WithRoundLimits(R, nil),
 		reconciler.WithPriority(prio, 0))
-	f.start()
 	const total = 200_000
 	for i := 0; i < total; i += 10_000 {
 		f.upsert(items(fmt.Sprintf("b%02d", i/10_000), 10_000, "1")...)
@@ -620,8 +616,7 @@ func TestPromisePriorityFIFOAcrossRounds(t *testing.T) {
 		for _, v := range []variant{{1, false}, {1, true}} {
 			t.Run(fmt.Sprint("share ", share, " ", v), func(t *testing.T) {
 				tg := newTarget()
-				f := v.fixture(t, tg, nil, reconciler.WithRoundLimits(4, nil), reconciler.WithPriority(ppPrio, share))
-				f.start()
+				f := v.start(t, tg, nil, reconciler.WithRoundLimits(4, nil), reconciler.WithPriority(ppPrio, share))
 				h := tg.hold("s")
 				f.upsert(&item{ID: "s", Value: "0"})
 				h.wait(t)
@@ -770,8 +765,7 @@ func TestPromisePriorityOrderAfterPause(t *testing.T) {
 
 func ppWaitReordered(t *testing.T, v variant, pause, exactOrder bool) {
 	tg := newTarget()
-	f := v.fixture(t, tg, nil, reconciler.WithRoundLimits(4, nil), reconciler.WithPriority(ppPrio, 0.001))
-	f.start()
+	f := v.start(t, tg, nil, reconciler.WithRoundLimits(4, nil), reconciler.WithPriority(ppPrio, 0.001))
 	release := f.rec.Resume
 	if pause {
 		// What the table holds when the reconciler first runs is the
@@ -865,8 +859,7 @@ func TestPromisePriorityStopWithReadAhead(t *testing.T) {
 	for _, v := range []variant{{1, false}, {4, false}, {1, true}} {
 		t.Run(v.String(), func(t *testing.T) {
 			tg := newTarget()
-			f := v.fixture(t, tg, nil, reconciler.WithRoundLimits(4, nil), reconciler.WithPriority(ppPrio, 0.25))
-			f.start()
+			f := v.start(t, tg, nil, reconciler.WithRoundLimits(4, nil), reconciler.WithPriority(ppPrio, 0.25))
 			f.upsert(kititems("9", "d0", "d1", "d2", "d3")...)
 			f.caughtUp()
 			h := tg.hold("s")

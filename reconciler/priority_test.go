@@ -164,8 +164,7 @@ func TestPriorityRoundCutShortKeepsItsTurn(t *testing.T) {
 	for _, v := range []variant{{1, false}, {1, true}} {
 		t.Run(v.String(), func(t *testing.T) {
 			tg := newTarget()
-			f := v.fixture(t, tg, nil, reconciler.WithRoundLimits(4, nil), reconciler.WithPriority(ppPrio, 0.001))
-			f.start()
+			f := v.start(t, tg, nil, reconciler.WithRoundLimits(4, nil), reconciler.WithPriority(ppPrio, 0.001))
 			f.upsert(&item{ID: "m", Value: "0"}) // the backlog, which priorities do not order
 			f.caughtUp()
 			h := tg.hold("high-00000")

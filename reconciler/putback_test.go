@@ -149,8 +149,7 @@ func TestOlderVersionPutBackOverANewerOneSucceedingAtAStopIsApplied(t *testing.T
 	for _, v := range variants {
 		t.Run(v.String(), func(t *testing.T) {
 			tg := newTarget()
-			f := v.fixture(t, tg, nil, reconciler.WithRetry(time.Hour, time.Hour))
-			f.start()
+			f := v.start(t, tg, nil, reconciler.WithRetry(time.Hour, time.Hour))
 			f.upsert(&item{ID: "k", Value: "1"})
 			was := f.waitKind("k", status.KindDone)
 			h := tg.holdAfterApply("k", true)

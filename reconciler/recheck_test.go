@@ -23,16 +23,6 @@ import (
 	"github.com/converge-go/converge/status"
 )
 
-// kitrecheck starts a fixture over o, one worker unless v says otherwise.
-func kitrecheck(t *testing.T, o interface {
-	reconciler.Operations[*item]
-	reconciler.BatchOperations[*item]
-}, v variant, opts ...reconciler.Option) *fixture {
-	f := v.fixture(t, o, nil, opts...)
-	f.start()
-	return f
-}
-
 // kitasks makes Update ask, for the n-th successful update of a key
 // (from 1), the re-check that plan gives (none if absent).
 func kitasks(o *kitops, plan map[string][]time.Duration) {
@@ -87,7 +77,7 @@ func kitbatchAsks(o *kitops, plan map[string]time.Duration) {
 func TestRecheckDeleteDrops(t *testing.T) {
 	o := newKitOps()
 	kitasks(o, map[string][]time.Duration{"a": {50 * time.Millisecond}, "b": {50 * time.Millisecond}, clock: {300 * time.Millisecond}})
-	f := kitrecheck(t, o, variant{1, false})
+	f := variant{1, false}.start(t, o, nil)
 	f.upsert(kititems("1", "a", "b")...)
 	f.waitKind("a", status.KindDone)
 	f.waitKind("b", status.KindDone)
@@ -138,7 +128,7 @@ func TestRecheckAsksThatDoNothing(t *testing.T) {
 			}
 		}
 	})
-	f := kitrecheck(t, o, variant{1, false})
+	f := variant{1, false}.start(t, o, nil)
 	f.upsert(kititems("1", "foreign", "zero", "negative", "later-longer", "late")...)
 	ctx := recv(t, late, "late's update")
 	// Its outcome is recorded: the operation is over.
@@ -165,7 +155,7 @@ func TestRecheckFailingUpdateAskIgnored(t *testing.T) {
 	var mu sync.Mutex
 	attempts := 0
 	// Wrap: ask for a re-check, then fail the first attempt.
-	f := kitrecheck(t, &kitfailAfterAsk{kitops: o, mu: &mu, attempts: &attempts}, variant{1, false},
+	f := variant{1, false}.start(t, &kitfailAfterAsk{kitops: o, mu: &mu, attempts: &attempts}, nil,
 		reconciler.WithRetry(time.Millisecond, time.Millisecond))
 	kitasks(o, map[string][]time.Duration{clock: {300 * time.Millisecond}})
 	f.upsert(kititems("1", "a")...)
@@ -212,7 +202,7 @@ func TestRecheckLastAskCounts(t *testing.T) {
 			reconciler.RecheckAfter(ctx, 20*time.Millisecond)
 		}
 	})
-	f := kitrecheck(t, o, variant{1, false})
+	f := variant{1, false}.start(t, o, nil)
 	f.upsert(kititems("1", "a")...)
 	o.waitUpdates(t, "a", 2)
 	f.waitKind("a", status.KindDone)
@@ -222,7 +212,7 @@ func TestRecheckLastAskCounts(t *testing.T) {
 func TestRecheckBatchEntry(t *testing.T) {
 	o := newKitOps()
 	kitbatchAsks(o, map[string]time.Duration{"a": 30 * time.Millisecond, "b": 30 * time.Millisecond, clock: 300 * time.Millisecond})
-	f := kitrecheck(t, o, variant{4, true})
+	f := variant{4, true}.start(t, o, nil)
 	f.upsert(kititems("1", "a", "b", "c", clock)...)
 	o.waitUpdates(t, clock, 2)
 	f.caughtUp()
@@ -246,7 +236,7 @@ func TestRecheckDueWhileHeld(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			o := newKitOps()
 			kitasks(o, map[string][]time.Duration{"a": {30 * time.Millisecond}})
-			f := kitrecheck(t, o, c.v)
+			f := c.v.start(t, o, nil)
 			f.upsert(kititems("1", "a")...)
 			f.waitKind("a", status.KindDone)
 			c.hold(f)
@@ -279,7 +269,7 @@ func TestRecheckMany(t *testing.T) {
 			reconciler.RecheckAfter(ctx, 200*time.Millisecond)
 		}
 	})
-	f := kitrecheck(t, o, variant{4, false})
+	f := variant{4, false}.start(t, o, nil)
 	objs := items("m", n, "1")
 	f.upsert(objs...)
 	waitUntil(t, "every object updated twice", func() (bool, <-chan struct{}) {
@@ -317,7 +307,7 @@ func TestRecheckHugeDurationSaturates(t *testing.T) {
 			huge := time.Duration(math.MaxInt64)
 			kitasks(o, map[string][]time.Duration{"a": {huge}, "b": {huge - time.Nanosecond}, clock: {300 * time.Millisecond}})
 			kitbatchAsks(o, map[string]time.Duration{"a": huge, "b": huge, clock: 300 * time.Millisecond})
-			f := kitrecheck(t, o, v)
+			f := v.start(t, o, nil)
 			f.upsert(kititems("1", "a", "b")...)
 			f.waitKind("a", status.KindDone)
 			f.waitKind("b", status.KindDone)
@@ -333,7 +323,7 @@ func TestRecheckHugeDurationSaturates(t *testing.T) {
 func TestRecheckUserDoneReplaces(t *testing.T) {
 	o := newKitOps()
 	kitasks(o, map[string][]time.Duration{"a": {50 * time.Millisecond}, clock: {300 * time.Millisecond}})
-	f := kitrecheck(t, o, variant{1, false})
+	f := variant{1, false}.start(t, o, nil)
 	f.upsert(kititems("1", "a")...)
 	obj := f.waitKind("a", status.KindDone).clone()
 	obj.Value = "1"
@@ -352,7 +342,7 @@ func TestRecheckFromDeleteAndPrune(t *testing.T) {
 	o.afterDelete = func(ctx context.Context, _ *item) { reconciler.RecheckAfter(ctx, time.Millisecond) }
 	o.afterPrune = func(ctx context.Context) { reconciler.RecheckAfter(ctx, time.Millisecond) }
 	o.mu.Unlock()
-	f := v33withTables(t, o)
+	f := variant{1, false}.start(t, o, &with{tables: true})
 	f.upsert(kititems("1", "a", "b")...)
 	f.caughtUp()
 	f.remove("a")
@@ -398,7 +388,7 @@ func TestRecheckConcurrentAsks(t *testing.T) {
 		wg.Wait()
 		reconciler.RecheckAfter(ctx, 20*time.Millisecond)
 	})
-	f := kitrecheck(t, o, variant{4, false})
+	f := variant{4, false}.start(t, o, nil)
 	f.upsert(items("c", 8, "1")...)
 	for _, id := range ids(items("c", 8, "1")) {
 		o.waitUpdates(t, id, 2)
@@ -426,7 +416,7 @@ func TestRecheckChurnNeverGoesBack(t *testing.T) {
 			o.mu.Lock()
 			o.ask = func(*item) time.Duration { return pick() }
 			o.mu.Unlock()
-			f := kitrecheck(t, o, v)
+			f := v.start(t, o, nil)
 			wr := rand.New(rand.NewPCG(kitrecheckSeed(), 8))
 			for i := range 600 {
 				key := fmt.Sprintf("w%02d", wr.IntN(30))
@@ -509,14 +499,6 @@ func kitrecheckSeed() uint64 {
 	return 7
 }
 
-// v33withTables starts a one-worker fixture over o with the reconcilers
-// tables, without periodic pruning.
-func v33withTables(t *testing.T, o *kitops, opts ...reconciler.Option) *fixture {
-	f := variant{1, false}.fixture(t, o, &with{tables: true}, opts...)
-	f.start()
-	return f
-}
-
 // kitctxKey is a context key of the tests' own.
 type kitctxKey struct{}
 
@@ -525,7 +507,7 @@ type kitctxKey struct{}
 func TestRecheckDueWhileBreakerOpen(t *testing.T) {
 	o, m := newKitOps(), newKitMetrics()
 	kitasks(o, map[string][]time.Duration{"a": {100 * time.Millisecond}})
-	f := v33withTables(t, o, reconciler.WithMetrics(m),
+	f := variant{1, false}.start(t, o, &with{tables: true}, reconciler.WithMetrics(m),
 		reconciler.WithCircuitBreaker(2, 5*time.Millisecond, nil), reconciler.WithRetry(time.Millisecond, 10*time.Millisecond))
 	f.upsert(kititems("1", "a")...)
 	f.waitKind("a", status.KindDone)
@@ -573,7 +555,7 @@ func TestRecheckAskAfterReturnIsIgnored(t *testing.T) {
 		}
 	}
 	o.mu.Unlock()
-	f := kitrecheck(t, o, variant{1, false})
+	f := variant{1, false}.start(t, o, nil)
 	f.upsert(kititems("1", "a", "b")...)
 	f.waitKind("b", status.KindDone)
 	// The clock's re-check falls due after any of a or b would have: once

@@ -38,9 +38,8 @@ func TestRunsInASynctestBubble(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				tg := newTarget()
 				var deps statedb.RWTable[*item]
-				f := v.fixture(t, tg, withDeps(t, &deps, sameID), reconciler.WithRefreshing(time.Minute, nil),
+				f := v.start(t, tg, withDeps(t, &deps, sameID), reconciler.WithRefreshing(time.Minute, nil),
 					reconciler.WithPruning(10*time.Minute), reconciler.WithRetry(time.Second, 10*time.Second))
-				f.start()
 				objs := items("k", 50, "1")
 				f.upsert(objs...)
 				f.converged(tg)
@@ -158,9 +157,8 @@ func TestLeavesNothingBehindItsSynctestBubble(t *testing.T) {
 				fo := reconcilertest.NewFaultyOps(itemKey, tg, tg)
 				require.NoError(t, fo.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeError, Key: "fails"}))
 				held := tg.hold("held")
-				f := v.fixture(t, fo, nil, reconciler.WithRetry(time.Second, time.Minute),
+				f := v.start(t, fo, nil, reconciler.WithRetry(time.Second, time.Minute),
 					reconciler.WithPruning(time.Minute), reconciler.WithRefreshing(time.Minute, nil), reconciler.WithOperationTimeout(time.Hour))
-				f.start()
 				f.upsert(items("k", 20, "1")...)
 				f.upsert(&item{ID: "fails", Value: "1"})
 				f.waitKind("fails", status.KindError)

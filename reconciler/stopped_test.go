@@ -71,8 +71,7 @@ func TestShutdownUnderLoad(t *testing.T) {
 			require.NoError(t, fo.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeError}))
 			// Retries an hour away: no wave of them comes due in phase 2,
 			// to be taken in small batches before the new objects.
-			f := v.fixture(t, fo, nil, reconciler.WithRetry(time.Hour, time.Hour))
-			f.start()
+			f := v.start(t, fo, nil, reconciler.WithRetry(time.Hour, time.Hour))
 
 			// Phase 1: every object fails once and is queued for retry.
 			f.upsert(items("a", objects, "")...)
