@@ -407,6 +407,13 @@ type variant struct {
 
 var variants = []variant{{1, false}, {4, false}, {1, true}, {4, true}}
 
+// forVariants runs test as a subtest of t in each of vs, named after it.
+func forVariants(t *testing.T, vs []variant, test func(t *testing.T, v variant)) {
+	for _, v := range vs {
+		t.Run(v.String(), func(t *testing.T) { test(t, v) })
+	}
+}
+
 func (v variant) String() string { return fmt.Sprintf("workers=%d,batch=%v", v.workers, v.batch) }
 
 // fixture populates (does not start) a fixture of v over ops (a target or

@@ -477,64 +477,62 @@ func ppHash(s string) uint32 {
 // applied at most once, versions of a key in the order written, and the
 // target ends up holding the table.
 func TestPromisePriorityHostileFunction(t *testing.T) {
-	for _, v := range []variant{{1, false}, {8, false}, {1, true}, {4, true}} {
-		t.Run(v.String(), func(t *testing.T) {
-			var calls, panics atomic.Int64
-			prio := func(it *item) int {
-				calls.Add(1)
-				switch ppHash(it.ID) % 5 {
-				case 0:
-					panics.Add(1)
-					panic("priority: " + it.ID)
-				case 1:
-					return math.MinInt
-				case 2:
-					return math.MaxInt
-				case 3:
-					return rand.Int() - math.MaxInt/2
-				default:
-					return ppPrio(it)
-				}
+	forVariants(t, []variant{{1, false}, {8, false}, {1, true}, {4, true}}, func(t *testing.T, v variant) {
+		var calls, panics atomic.Int64
+		prio := func(it *item) int {
+			calls.Add(1)
+			switch ppHash(it.ID) % 5 {
+			case 0:
+				panics.Add(1)
+				panic("priority: " + it.ID)
+			case 1:
+				return math.MinInt
+			case 2:
+				return math.MaxInt
+			case 3:
+				return rand.Int() - math.MaxInt/2
+			default:
+				return ppPrio(it)
 			}
-			o := newKitOps()
-			f := v.start(t, o, nil, reconciler.WithRoundLimits(8, nil), reconciler.WithPriority(prio, 0.01))
-			// Past the backlog (what the table holds at the first run),
-			// which priorities do not order.
-			f.upsert(&item{ID: "m", Value: "0.000000"})
-			f.caughtUp()
-			rng := rand.New(rand.NewPCG(7, 33))
-			seq := 0
-			for range 40 {
-				var batch []*item
-				for range 1 + rng.IntN(20) {
-					seq++
-					batch = append(batch, &item{ID: fmt.Sprintf("k%02d", rng.IntN(40)), Value: fmt.Sprintf("%d.%06d", rng.IntN(3), seq)})
-				}
-				f.upsert(batch...)
-				if rng.IntN(3) == 0 {
-					f.remove(fmt.Sprintf("k%02d", rng.IntN(40)))
-				}
+		}
+		o := newKitOps()
+		f := v.start(t, o, nil, reconciler.WithRoundLimits(8, nil), reconciler.WithPriority(prio, 0.01))
+		// Past the backlog (what the table holds at the first run),
+		// which priorities do not order.
+		f.upsert(&item{ID: "m", Value: "0.000000"})
+		f.caughtUp()
+		rng := rand.New(rand.NewPCG(7, 33))
+		seq := 0
+		for range 40 {
+			var batch []*item
+			for range 1 + rng.IntN(20) {
+				seq++
+				batch = append(batch, &item{ID: fmt.Sprintf("k%02d", rng.IntN(40)), Value: fmt.Sprintf("%d.%06d", rng.IntN(3), seq)})
 			}
-			f.converged(o.tg)
-			require.NotZero(t, calls.Load(), "priority never called")
-			require.NotZero(t, panics.Load(), "no priority panicked")
+			f.upsert(batch...)
+			if rng.IntN(3) == 0 {
+				f.remove(fmt.Sprintf("k%02d", rng.IntN(40)))
+			}
+		}
+		f.converged(o.tg)
+		require.NotZero(t, calls.Load(), "priority never called")
+		require.NotZero(t, panics.Load(), "no priority panicked")
 
-			seen := map[string]bool{}
-			last := map[string]string{}
-			for _, c := range o.tg.Calls() {
-				if c.Op != reconcilertest.OpUpdate || c.Err != nil {
-					continue
-				}
-				kv := c.Key + "=" + c.Value
-				assert.False(t, seen[kv], "version %s applied twice", kv)
-				seen[kv] = true
-				_, n, _ := strings.Cut(c.Value, ".")
-				_, p, _ := strings.Cut(last[c.Key], ".")
-				assert.Greater(t, n, p, "%s applied after the newer %s", kv, last[c.Key])
-				last[c.Key] = c.Value
+		seen := map[string]bool{}
+		last := map[string]string{}
+		for _, c := range o.tg.Calls() {
+			if c.Op != reconcilertest.OpUpdate || c.Err != nil {
+				continue
 			}
-		})
-	}
+			kv := c.Key + "=" + c.Value
+			assert.False(t, seen[kv], "version %s applied twice", kv)
+			seen[kv] = true
+			_, n, _ := strings.Cut(c.Value, ".")
+			_, p, _ := strings.Cut(last[c.Key], ".")
+			assert.Greater(t, n, p, "%s applied after the newer %s", kv, last[c.Key])
+			last[c.Key] = c.Value
+		}
+	})
 }
 
 // ppReadAhead counts the priority calls on Pending versions and checks at
@@ -856,36 +854,34 @@ func ppWaitReordered(t *testing.T, v variant, pause, exactOrder bool) {
 // Changes read ahead and queued by priority when the hive stops are carried
 // over: after a start, WaitUntilReconciled counts them and they converge.
 func TestPromisePriorityStopWithReadAhead(t *testing.T) {
-	for _, v := range []variant{{1, false}, {4, false}, {1, true}} {
-		t.Run(v.String(), func(t *testing.T) {
-			tg := newTarget()
-			f := v.start(t, tg, nil, reconciler.WithRoundLimits(4, nil), reconciler.WithPriority(ppPrio, 0.25))
-			f.upsert(kititems("9", "d0", "d1", "d2", "d3")...)
-			f.caughtUp()
-			h := tg.hold("s")
-			f.upsert(&item{ID: "s", Value: "0"})
-			h.wait(t)
-			for i := range 60 {
-				f.upsert(&item{ID: fmt.Sprintf("o%02d", i), Value: strconv.Itoa(i % 4)})
-			}
-			f.remove("d0", "d1", "d2", "d3")
-			f.upsert(&item{ID: "o07", Value: "8.again"})
-			// Let some rounds run, then stop in the middle.
-			h.let()
-			waitCalls(t, tg, reconcilertest.OpUpdate, "", 10)
-			f.stop()
-			f.upsert(&item{ID: "o08", Value: "3.meanwhile"})
-			rev2 := f.remove("o09")
-			f.start()
-			f.reconciledTo(rev2)
-			txn := f.db.ReadTxn()
-			for obj := range f.table.All(txn) {
-				assert.Equal(t, status.KindDone, obj.Status.Kind, "WaitUntilReconciled(%d) returned with %s %s", rev2, obj.ID, obj.Status.Kind)
-			}
-			assert.Empty(t, tg.Diff(txn, f.table), "the target differs once WaitUntilReconciled returned")
-			f.caughtUp()
-		})
-	}
+	forVariants(t, []variant{{1, false}, {4, false}, {1, true}}, func(t *testing.T, v variant) {
+		tg := newTarget()
+		f := v.start(t, tg, nil, reconciler.WithRoundLimits(4, nil), reconciler.WithPriority(ppPrio, 0.25))
+		f.upsert(kititems("9", "d0", "d1", "d2", "d3")...)
+		f.caughtUp()
+		h := tg.hold("s")
+		f.upsert(&item{ID: "s", Value: "0"})
+		h.wait(t)
+		for i := range 60 {
+			f.upsert(&item{ID: fmt.Sprintf("o%02d", i), Value: strconv.Itoa(i % 4)})
+		}
+		f.remove("d0", "d1", "d2", "d3")
+		f.upsert(&item{ID: "o07", Value: "8.again"})
+		// Let some rounds run, then stop in the middle.
+		h.let()
+		waitCalls(t, tg, reconcilertest.OpUpdate, "", 10)
+		f.stop()
+		f.upsert(&item{ID: "o08", Value: "3.meanwhile"})
+		rev2 := f.remove("o09")
+		f.start()
+		f.reconciledTo(rev2)
+		txn := f.db.ReadTxn()
+		for obj := range f.table.All(txn) {
+			assert.Equal(t, status.KindDone, obj.Status.Kind, "WaitUntilReconciled(%d) returned with %s %s", rev2, obj.ID, obj.Status.Kind)
+		}
+		assert.Empty(t, tg.Diff(txn, f.table), "the target differs once WaitUntilReconciled returned")
+		f.caughtUp()
+	})
 }
 
 // The tests below are the package's own tests of WithPriority, kept with
@@ -997,61 +993,57 @@ func TestPriorityDoesNotStarveLowerPriorities(t *testing.T) {
 // requeues of that version (held by the breaker, cut by Pause or a stop)
 // do not read it again.
 func TestPriorityReadOncePerVersion(t *testing.T) {
-	for _, v := range []variant{{1, false}, {4, false}, {4, true}} {
-		t.Run(v.String(), func(t *testing.T) {
-			var mu sync.Mutex
-			reads := map[string]int{}
-			prio := func(it *item) int {
-				mu.Lock()
-				reads[it.ID+"="+it.Value]++
-				mu.Unlock()
-				return priorityByPrefix(it)
-			}
-			o, m, f := startBreaker(t, v, 2, time.Millisecond, 4*time.Millisecond, reconciler.WithPriority(prio, 0))
-			o.down()
-			f.upsert(items("low", 10, "1")...)
-			f.upsert(items("high", 10, "1")...)
-			m.waitOpen(t, 1)
-			o.waitCalls(t, o.calls.Load()+20) // probes, held and requeued
-			f.rec.Pause()
-			f.rec.Resume()
-			f.stop()
-			f.start()
-			o.waitCalls(t, o.calls.Load()+5)
-			o.recover()
-			f.converged(o.tg)
+	forVariants(t, []variant{{1, false}, {4, false}, {4, true}}, func(t *testing.T, v variant) {
+		var mu sync.Mutex
+		reads := map[string]int{}
+		prio := func(it *item) int {
 			mu.Lock()
-			defer mu.Unlock()
-			for version, n := range reads {
-				assert.Equal(t, 1, n, "priority of %s read %d times", version, n)
-			}
-			assert.Len(t, reads, 20)
-		})
-	}
+			reads[it.ID+"="+it.Value]++
+			mu.Unlock()
+			return priorityByPrefix(it)
+		}
+		o, m, f := startBreaker(t, v, 2, time.Millisecond, 4*time.Millisecond, reconciler.WithPriority(prio, 0))
+		o.down()
+		f.upsert(items("low", 10, "1")...)
+		f.upsert(items("high", 10, "1")...)
+		m.waitOpen(t, 1)
+		o.waitCalls(t, o.calls.Load()+20) // probes, held and requeued
+		f.rec.Pause()
+		f.rec.Resume()
+		f.stop()
+		f.start()
+		o.waitCalls(t, o.calls.Load()+5)
+		o.recover()
+		f.converged(o.tg)
+		mu.Lock()
+		defer mu.Unlock()
+		for version, n := range reads {
+			assert.Equal(t, 1, n, "priority of %s read %d times", version, n)
+		}
+		assert.Len(t, reads, 20)
+	})
 }
 
 // A round cut short by a stop gives the changes it never started back
 // their turn: after the start they go before those of the same priority
 // read after them, first read first, not to the back of their priority.
 func TestPriorityRoundCutShortKeepsItsTurn(t *testing.T) {
-	for _, v := range []variant{{1, false}, {1, true}} {
-		t.Run(v.String(), func(t *testing.T) {
-			tg := newTarget()
-			f := v.start(t, tg, nil, reconciler.WithRoundLimits(4, nil), reconciler.WithPriority(ppPrio, 0.001))
-			f.upsert(&item{ID: "m", Value: "0"}) // the backlog, which priorities do not order
-			f.caughtUp()
-			h := tg.hold("high-00000")
-			f.upsert(items("high", 12, "1")...) // one read; a round of 4 starts with the first
-			h.wait(t)
-			f.stop() // the other three of the round never start
-			f.start()
-			f.caughtUp()
-			var want []string
-			for i := range 12 {
-				want = append(want, fmt.Sprintf("update high-%05d=1", i))
-			}
-			order := slices.DeleteFunc(tg.applied(), func(c string) bool { return c == "update m=0" })
-			require.Equal(t, want, order)
-		})
-	}
+	forVariants(t, []variant{{1, false}, {1, true}}, func(t *testing.T, v variant) {
+		tg := newTarget()
+		f := v.start(t, tg, nil, reconciler.WithRoundLimits(4, nil), reconciler.WithPriority(ppPrio, 0.001))
+		f.upsert(&item{ID: "m", Value: "0"}) // the backlog, which priorities do not order
+		f.caughtUp()
+		h := tg.hold("high-00000")
+		f.upsert(items("high", 12, "1")...) // one read; a round of 4 starts with the first
+		h.wait(t)
+		f.stop() // the other three of the round never start
+		f.start()
+		f.caughtUp()
+		var want []string
+		for i := range 12 {
+			want = append(want, fmt.Sprintf("update high-%05d=1", i))
+		}
+		order := slices.DeleteFunc(tg.applied(), func(c string) bool { return c == "update m=0" })
+		require.Equal(t, want, order)
+	})
 }

@@ -301,21 +301,19 @@ func TestRecheckMany(t *testing.T) {
 
 // A huge d saturates: it must not wrap into a re-check now (or spin).
 func TestRecheckHugeDurationSaturates(t *testing.T) {
-	for _, v := range []variant{{1, false}, {1, true}} {
-		t.Run(v.String(), func(t *testing.T) {
-			o := newKitOps()
-			huge := time.Duration(math.MaxInt64)
-			kitasks(o, map[string][]time.Duration{"a": {huge}, "b": {huge - time.Nanosecond}, clock: {300 * time.Millisecond}})
-			kitbatchAsks(o, map[string]time.Duration{"a": huge, "b": huge, clock: 300 * time.Millisecond})
-			f := v.start(t, o, nil)
-			f.upsert(kititems("1", "a", "b")...)
-			f.waitKind("a", status.KindDone)
-			f.waitKind("b", status.KindDone)
-			f.pastClock(o)
-			assert.Len(t, o.updates("a"), 1, "a huge re-check fired at once")
-			assert.Len(t, o.updates("b"), 1, "a huge re-check fired at once")
-		})
-	}
+	forVariants(t, []variant{{1, false}, {1, true}}, func(t *testing.T, v variant) {
+		o := newKitOps()
+		huge := time.Duration(math.MaxInt64)
+		kitasks(o, map[string][]time.Duration{"a": {huge}, "b": {huge - time.Nanosecond}, clock: {300 * time.Millisecond}})
+		kitbatchAsks(o, map[string]time.Duration{"a": huge, "b": huge, clock: 300 * time.Millisecond})
+		f := v.start(t, o, nil)
+		f.upsert(kititems("1", "a", "b")...)
+		f.waitKind("a", status.KindDone)
+		f.waitKind("b", status.KindDone)
+		f.pastClock(o)
+		assert.Len(t, o.updates("a"), 1, "a huge re-check fired at once")
+		assert.Len(t, o.updates("b"), 1, "a huge re-check fired at once")
+	})
 }
 
 // Re-check only "if it still carries that Done status": an object written
@@ -402,93 +400,91 @@ func TestRecheckConcurrentAsks(t *testing.T) {
 // a deleted object: per key, the revisions applied never go back, and
 // once the asks stop, the target holds the table.
 func TestRecheckChurnNeverGoesBack(t *testing.T) {
-	for _, v := range []variant{{1, false}, {8, false}, {1, true}, {8, true}} {
-		t.Run(v.String(), func(t *testing.T) {
-			o := newKitOps()
-			rng := rand.New(rand.NewPCG(kitrecheckSeed(), 7))
-			var rmu sync.Mutex
-			pick := func() time.Duration {
-				rmu.Lock()
-				defer rmu.Unlock()
-				return time.Duration(1+rng.IntN(10)) * time.Millisecond
-			}
-			o.setAfter(func(ctx context.Context, _ *item) { reconciler.RecheckAfter(ctx, pick()) })
-			o.mu.Lock()
-			o.ask = func(*item) time.Duration { return pick() }
-			o.mu.Unlock()
-			f := v.start(t, o, nil)
-			wr := rand.New(rand.NewPCG(kitrecheckSeed(), 8))
-			for i := range 600 {
-				key := fmt.Sprintf("w%02d", wr.IntN(30))
-				switch n := wr.IntN(10); {
-				case n < 6:
-					f.upsert(kititems(fmt.Sprint(i), key)...)
-				case n < 8:
-					f.remove(key)
-				default:
-					if obj, ok := f.get(key); ok {
-						f.insertAs(obj.clone())
-					}
-				}
-				if i == 300 {
-					f.stop()
-					f.start()
-				}
-				if i%20 == 0 {
-					pace := time.NewTimer(2 * time.Millisecond)
-					select {
-					case <-o.startedWatch():
-					case <-pace.C:
-					}
-					pace.Stop()
+	forVariants(t, []variant{{1, false}, {8, false}, {1, true}, {8, true}}, func(t *testing.T, v variant) {
+		o := newKitOps()
+		rng := rand.New(rand.NewPCG(kitrecheckSeed(), 7))
+		var rmu sync.Mutex
+		pick := func() time.Duration {
+			rmu.Lock()
+			defer rmu.Unlock()
+			return time.Duration(1+rng.IntN(10)) * time.Millisecond
+		}
+		o.setAfter(func(ctx context.Context, _ *item) { reconciler.RecheckAfter(ctx, pick()) })
+		o.mu.Lock()
+		o.ask = func(*item) time.Duration { return pick() }
+		o.mu.Unlock()
+		f := v.start(t, o, nil)
+		wr := rand.New(rand.NewPCG(kitrecheckSeed(), 8))
+		for i := range 600 {
+			key := fmt.Sprintf("w%02d", wr.IntN(30))
+			switch n := wr.IntN(10); {
+			case n < 6:
+				f.upsert(kititems(fmt.Sprint(i), key)...)
+			case n < 8:
+				f.remove(key)
+			default:
+				if obj, ok := f.get(key); ok {
+					f.insertAs(obj.clone())
 				}
 			}
-			o.setAfter(nil)
-			o.mu.Lock()
-			o.ask = nil
-			o.mu.Unlock()
-			// Re-checks already asked for fire once more: a marker
-			// asked after them shows they have.
-			o.mu.Lock()
-			o.after = func(ctx context.Context, it *item) {
-				if it.ID == clock {
-					if len(o.updates(clock)) == 1 {
-						reconciler.RecheckAfter(ctx, 100*time.Millisecond)
-					}
+			if i == 300 {
+				f.stop()
+				f.start()
+			}
+			if i%20 == 0 {
+				pace := time.NewTimer(2 * time.Millisecond)
+				select {
+				case <-o.startedWatch():
+				case <-pace.C:
+				}
+				pace.Stop()
+			}
+		}
+		o.setAfter(nil)
+		o.mu.Lock()
+		o.ask = nil
+		o.mu.Unlock()
+		// Re-checks already asked for fire once more: a marker
+		// asked after them shows they have.
+		o.mu.Lock()
+		o.after = func(ctx context.Context, it *item) {
+			if it.ID == clock {
+				if len(o.updates(clock)) == 1 {
+					reconciler.RecheckAfter(ctx, 100*time.Millisecond)
 				}
 			}
-			o.ask = func(it *item) time.Duration {
-				if it.ID == clock && len(o.updates(clock)) == 1 {
-					return 100 * time.Millisecond
-				}
-				return 0
+		}
+		o.ask = func(it *item) time.Duration {
+			if it.ID == clock && len(o.updates(clock)) == 1 {
+				return 100 * time.Millisecond
 			}
-			o.mu.Unlock()
-			f.upsert(kititems("0", clock)...)
-			o.waitUpdates(t, clock, 2)
-			f.converged(o.tg)
+			return 0
+		}
+		o.mu.Unlock()
+		f.upsert(kititems("0", clock)...)
+		o.waitUpdates(t, clock, 2)
+		f.converged(o.tg)
 
-			last := map[string]statedb.Revision{}
-			deleted := map[string]statedb.Revision{}
-			for _, c := range o.tg.Calls() {
-				if c.Err != nil {
-					continue
-				}
-				switch c.Op {
-				case reconcilertest.OpUpdate:
-					if c.Revision < last[c.Key] {
-						t.Errorf("%s: applied revision %d after %d (call %s)", c.Key, c.Revision, last[c.Key], c)
-					}
-					if c.Revision < deleted[c.Key] {
-						t.Errorf("%s: applied revision %d after its delete at %d (call %s)", c.Key, c.Revision, deleted[c.Key], c)
-					}
-					last[c.Key] = c.Revision
-				case reconcilertest.OpDelete:
-					deleted[c.Key] = max(deleted[c.Key], c.Revision)
-				}
+		last := map[string]statedb.Revision{}
+		deleted := map[string]statedb.Revision{}
+		for _, c := range o.tg.Calls() {
+			if c.Err != nil {
+				continue
 			}
-		})
-	}
+			switch c.Op {
+			case reconcilertest.OpUpdate:
+				if c.Revision < last[c.Key] {
+					t.Errorf("%s: applied revision %d after %d (call %s)", c.Key, c.Revision, last[c.Key], c)
+				}
+				if c.Revision < deleted[c.Key] {
+					t.Errorf("%s: applied revision %d after its delete at %d (call %s)", c.Key, c.Revision, deleted[c.Key], c)
+				}
+				last[c.Key] = c.Revision
+			case reconcilertest.OpDelete:
+				deleted[c.Key] = max(deleted[c.Key], c.Revision)
+			}
+		}
+	})
 }
 
 // kitrecheckSeed is the churn's seed: Kit_SEED, to explore, else 7.

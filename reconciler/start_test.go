@@ -37,40 +37,38 @@ import (
 // after the next start. Nothing it leaves behind is touched from outside
 // the bubble once it ends (the process would die).
 func TestRunsInASynctestBubble(t *testing.T) {
-	for _, v := range variants {
-		t.Run(v.String(), func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				tg := newTarget()
-				var deps statedb.RWTable[*item]
-				f := v.start(t, tg, withDeps(t, &deps, sameID), reconciler.WithRefreshing(time.Minute, nil),
-					reconciler.WithPruning(10*time.Minute), reconciler.WithRetry(time.Second, 10*time.Second))
-				objs := items("k", 50, "1")
-				f.upsert(objs...)
-				f.converged(tg)
+	forVariants(t, variants, func(t *testing.T, v variant) {
+		synctest.Test(t, func(t *testing.T) {
+			tg := newTarget()
+			var deps statedb.RWTable[*item]
+			f := v.start(t, tg, withDeps(t, &deps, sameID), reconciler.WithRefreshing(time.Minute, nil),
+				reconciler.WithPruning(10*time.Minute), reconciler.WithRetry(time.Second, 10*time.Second))
+			objs := items("k", 50, "1")
+			f.upsert(objs...)
+			f.converged(tg)
 
-				_, n := count(tg, reconcilertest.OpUpdate, objs[3].ID)
-				writeDeps(t, f, deps, false, &item{ID: objs[3].ID})
-				waitCalls(t, tg, reconcilertest.OpUpdate, objs[3].ID, n+1)
-				_, n = count(tg, reconcilertest.OpUpdate, objs[10].ID)
-				time.Sleep(2 * time.Minute) // fake time: a refresh falls due
-				waitCalls(t, tg, reconcilertest.OpUpdate, objs[10].ID, n+1)
-				f.converged(tg)
+			_, n := count(tg, reconcilertest.OpUpdate, objs[3].ID)
+			writeDeps(t, f, deps, false, &item{ID: objs[3].ID})
+			waitCalls(t, tg, reconcilertest.OpUpdate, objs[3].ID, n+1)
+			_, n = count(tg, reconcilertest.OpUpdate, objs[10].ID)
+			time.Sleep(2 * time.Minute) // fake time: a refresh falls due
+			waitCalls(t, tg, reconcilertest.OpUpdate, objs[10].ID, n+1)
+			f.converged(tg)
 
-				f.stop()
-				f.remove(ids(objs[:20])...)
-				f.upsert(items("k", 30, "2")[10:]...)
-				writeDeps(t, f, deps, false, &item{ID: objs[40].ID})
-				f.start()
-				f.converged(tg)
-				for _, o := range objs[:10] { // deleted while stopped, not pruned
-					_, deleted := count(tg, reconcilertest.OpDelete, o.ID)
-					assert.Positive(t, deleted, "%s was not handed to Delete", o.ID)
-				}
-				f.stop()
-			})
-			collectGarbage(t)
+			f.stop()
+			f.remove(ids(objs[:20])...)
+			f.upsert(items("k", 30, "2")[10:]...)
+			writeDeps(t, f, deps, false, &item{ID: objs[40].ID})
+			f.start()
+			f.converged(tg)
+			for _, o := range objs[:10] { // deleted while stopped, not pruned
+				_, deleted := count(tg, reconcilertest.OpDelete, o.ID)
+				assert.Positive(t, deleted, "%s was not handed to Delete", o.ID)
+			}
+			f.stop()
 		})
-	}
+		collectGarbage(t)
+	})
 }
 
 // Whatever a reconciler went through inside a synctest bubble, nothing it
