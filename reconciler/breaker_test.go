@@ -268,29 +268,15 @@ func TestBreakerObjectErrorProbeCloses(t *testing.T) {
 // it ("so does any other operation that succeeds").
 func TestBreakerInFlightSuccessCloses(t *testing.T) {
 	o, m, f := startBreaker(t, variant{4, false}, 2, 5*time.Millisecond, 10*time.Millisecond)
-	entered, release := make(chan struct{}), make(chan struct{})
-	o.mu.Lock()
-	o.gate = func(ctx context.Context, it *item) {
-		if it.ID == "slow" {
-			close(entered)
-			select {
-			case <-release:
-			case <-ctx.Done():
-			}
-		}
-	}
-	o.fail = func(_ reconcilertest.Op, it *item) error {
+	entered, release := o.holdUpdates(func(it *item) bool { return it.ID == "slow" })
+	o.setFail(func(_ reconcilertest.Op, it *item) error {
 		if it != nil && it.ID == "slow" {
 			return nil
 		}
 		return errKitDown
-	}
-	o.mu.Unlock()
+	})
 	f.upsert(kititems("1", "slow")...)
 	recv(t, entered, "slow's update")
-	o.mu.Lock()
-	o.gate = nil
-	o.mu.Unlock()
 	f.upsert(items("f", 4, "1")...)
 	m.waitOpen(t, 1)
 	close(release)

@@ -81,6 +81,29 @@ func (o *kitops) failIDs(ids ...string) *kitops {
 	return o
 }
 
+// holdUpdates holds the updates of the objects match takes at their start,
+// until release is closed or their context ends; entered receives (if
+// nothing waits in it already) as one is held.
+func (o *kitops) holdUpdates(match func(*item) bool) (entered <-chan struct{}, release chan struct{}) {
+	in, release := make(chan struct{}, 1), make(chan struct{})
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.gate = func(ctx context.Context, it *item) {
+		if !match(it) {
+			return
+		}
+		select {
+		case in <- struct{}{}:
+		default:
+		}
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+	}
+	return in, release
+}
+
 func (o *kitops) down()    { o.setFail(func(reconcilertest.Op, *item) error { return errKitDown }) }
 func (o *kitops) recover() { o.setFail(nil) }
 

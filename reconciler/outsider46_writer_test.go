@@ -402,22 +402,7 @@ func TestOutsider46RowGoesWhenChangedDuringItsRetry(t *testing.T) {
 				f := v.start(t, ops, &with{tables: true}, reconciler.WithRetry(20*time.Millisecond, 20*time.Millisecond))
 				f.upsert(kititems("1", "a", "c")...)
 				f.waitInfo("c failing", func(i *tables.Info) bool { return i.Retrying == 1 })
-				entered, release := make(chan struct{}, 1), make(chan struct{})
-				ops.mu.Lock()
-				ops.gate = func(ctx context.Context, it *item) {
-					if it.ID != "c" || it.Value != "1" {
-						return
-					}
-					select {
-					case entered <- struct{}{}:
-					default:
-					}
-					select {
-					case <-release:
-					case <-ctx.Done():
-					}
-				}
-				ops.mu.Unlock()
+				entered, release := ops.holdUpdates(func(it *item) bool { return it.ID == "c" && it.Value == "1" })
 				recv(t, entered, "c's retry to start")
 				if how == "delete" {
 					f.remove("c")
@@ -453,22 +438,7 @@ func TestOutsider46RetryRowRunning(t *testing.T) {
 		f := v.start(t, ops, &with{tables: true}, reconciler.WithRetry(20*time.Millisecond, 20*time.Millisecond))
 		f.upsert(kititems("1", "a", "c")...)
 		f.waitInfo("c failing", func(i *tables.Info) bool { return i.Retrying == 1 })
-		entered, release := make(chan struct{}, 1), make(chan struct{})
-		ops.mu.Lock()
-		ops.gate = func(ctx context.Context, it *item) {
-			if it.ID != "c" {
-				return
-			}
-			select {
-			case entered <- struct{}{}:
-			default:
-			}
-			select {
-			case <-release:
-			case <-ctx.Done():
-			}
-		}
-		ops.mu.Unlock()
+		entered, release := ops.holdUpdates(func(it *item) bool { return it.ID == "c" })
 		defer close(release)
 		recv(t, entered, "c's retry to start")
 		// Another change makes another round, after the one that handed
@@ -489,19 +459,7 @@ func TestOutsider46RetryRowRunning(t *testing.T) {
 func TestOutsider46StoppedIsTheLastWrite(t *testing.T) {
 	forVariants(t, variants, func(t *testing.T, v variant) {
 		wr, km, ops := newO46Writer(false), newKitMetrics(), newKitOps()
-		entered := make(chan struct{}, 1)
-		ops.mu.Lock()
-		ops.gate = func(ctx context.Context, it *item) {
-			if it.ID != "held" {
-				return
-			}
-			select {
-			case entered <- struct{}{}:
-			default:
-			}
-			<-ctx.Done() // held until the stop cancels it
-		}
-		ops.mu.Unlock()
+		entered, _ := ops.holdUpdates(func(it *item) bool { return it.ID == "held" }) // until the stop cancels it
 		f := v.start(t, ops, withWriter(wr),
 			reconciler.WithMetrics(km), reconciler.WithRefreshing(10*time.Millisecond, nil))
 		f.upsert(kititems("1", "a", "b", "held")...)
