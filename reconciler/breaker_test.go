@@ -363,12 +363,7 @@ func TestBreakerProbesDoNotStarveNewWrites(t *testing.T) {
 	for i := range 30 { // it wedges in about one run in seven
 		t.Run(fmt.Sprint(i), func(t *testing.T) {
 			o, m, f := startBreaker(t, variant{1, false}, 2, time.Millisecond, 5*time.Millisecond)
-			o.setFail(func(_ reconcilertest.Op, it *item) error {
-				if it != nil && strings.HasPrefix(it.ID, "bad") {
-					return errKitDown
-				}
-				return nil
-			})
+			o.failWhen(errKitDown, func(_ reconcilertest.Op, it *item) bool { return it != nil && strings.HasPrefix(it.ID, "bad") })
 			f.upsert(kititems("1", "bad1", "bad2")...)
 			m.waitOpen(t, 1)
 			f.upsert(kititems("1", "good")...)
@@ -538,12 +533,7 @@ func TestBreakerFailingDeletes(t *testing.T) {
 		objs := items("del", 10, "1")
 		f.upsert(objs...)
 		f.caughtUp()
-		o.setFail(func(op reconcilertest.Op, _ *item) error {
-			if op == reconcilertest.OpDelete {
-				return errKitDown
-			}
-			return nil
-		})
+		o.failWhen(errKitDown, func(op reconcilertest.Op, _ *item) bool { return op == reconcilertest.OpDelete })
 		f.remove(ids(objs)...)
 		m.waitOpen(t, 1)
 		f.upsert(kititems("2", "after")...)
@@ -699,12 +689,7 @@ func TestBreakerFanOutWithSuccessesStaysClosed(t *testing.T) {
 		// A threshold above the bad objects a worker order can put in a row.
 		o, m, f := startBreaker(t, v, 10, time.Millisecond, 4*time.Millisecond)
 		missing := errors.New("kit: the secret these objects name is missing")
-		o.setFail(func(_ reconcilertest.Op, it *item) error {
-			if strings.HasSuffix(it.ID, "bad") {
-				return missing
-			}
-			return nil
-		})
+		o.failWhen(missing, func(_ reconcilertest.Op, it *item) bool { return strings.HasSuffix(it.ID, "bad") })
 		var objs []*item
 		for i := range 40 {
 			objs = append(objs, &item{ID: fmt.Sprintf("f%02d-good", i), Value: "1"}, &item{ID: fmt.Sprintf("f%02d-bad", i), Value: "1"})

@@ -72,9 +72,15 @@ func (o *kitops) setAfter(f func(ctx context.Context, it *item)) {
 // failIDs makes every call on an object with one of ids fail with
 // errKitObject, and returns o.
 func (o *kitops) failIDs(ids ...string) *kitops {
-	o.setFail(func(_ reconcilertest.Op, it *item) error {
-		if it != nil && slices.Contains(ids, it.ID) {
-			return errKitObject
+	return o.failWhen(errKitObject, func(_ reconcilertest.Op, it *item) bool { return it != nil && slices.Contains(ids, it.ID) })
+}
+
+// failWhen makes every call for which when holds fail with err, and
+// returns o.
+func (o *kitops) failWhen(err error, when func(op reconcilertest.Op, it *item) bool) *kitops {
+	o.setFail(func(op reconcilertest.Op, it *item) error {
+		if when(op, it) {
+			return err
 		}
 		return nil
 	})

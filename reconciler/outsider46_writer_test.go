@@ -281,14 +281,8 @@ func assertO46Idle(t *testing.T, wr *o46Writer, what string) {
 func TestOutsider46RowAndRetriesAgreeInEverySnapshot(t *testing.T) {
 	forVariants(t, variants, func(t *testing.T, v variant) {
 		ops := newKitOps()
-		ops.setFail(func(op reconcilertest.Op, it *item) error {
-			if op == reconcilertest.OpUpdate && strings.HasPrefix(it.Value, "bad") {
-				return errKitObject
-			}
-			if op == reconcilertest.OpDelete && it.ID == "o2" {
-				return errKitObject
-			}
-			return nil
+		ops.failWhen(errKitObject, func(op reconcilertest.Op, it *item) bool {
+			return op == reconcilertest.OpUpdate && strings.HasPrefix(it.Value, "bad") || op == reconcilertest.OpDelete && it.ID == "o2"
 		})
 		f := v.start(t, ops, &with{tables: true},
 			reconciler.WithRetry(time.Millisecond, 5*time.Millisecond))
@@ -393,12 +387,7 @@ func TestOutsider46RowGoesWhenChangedDuringItsRetry(t *testing.T) {
 		for _, how := range []string{"delete", "change"} {
 			t.Run(v.String()+","+how, func(t *testing.T) {
 				ops := newKitOps()
-				ops.setFail(func(op reconcilertest.Op, it *item) error {
-					if op == reconcilertest.OpUpdate && it.ID == "c" && it.Value == "1" {
-						return errKitObject
-					}
-					return nil
-				})
+				ops.failWhen(errKitObject, func(op reconcilertest.Op, it *item) bool { return op == reconcilertest.OpUpdate && it.ID == "c" && it.Value == "1" })
 				f := v.start(t, ops, &with{tables: true}, reconciler.WithRetry(20*time.Millisecond, 20*time.Millisecond))
 				f.upsert(kititems("1", "a", "c")...)
 				f.waitInfo("c failing", func(i *tables.Info) bool { return i.Retrying == 1 })
@@ -429,12 +418,7 @@ func TestOutsider46RowGoesWhenChangedDuringItsRetry(t *testing.T) {
 func TestOutsider46RetryRowRunning(t *testing.T) {
 	forVariants(t, []variant{{4, false}, {4, true}}, func(t *testing.T, v variant) {
 		ops := newKitOps()
-		ops.setFail(func(op reconcilertest.Op, it *item) error {
-			if op == reconcilertest.OpUpdate && it.ID == "c" {
-				return errKitObject
-			}
-			return nil
-		})
+		ops.failWhen(errKitObject, func(op reconcilertest.Op, it *item) bool { return op == reconcilertest.OpUpdate && it.ID == "c" })
 		f := v.start(t, ops, &with{tables: true}, reconciler.WithRetry(20*time.Millisecond, 20*time.Millisecond))
 		f.upsert(kititems("1", "a", "c")...)
 		f.waitInfo("c failing", func(i *tables.Info) bool { return i.Retrying == 1 })
@@ -513,12 +497,7 @@ func (w *o46SerialWriter) Refreshed(string, time.Time) {}
 func TestOutsider46WritesComeOneAtATime(t *testing.T) {
 	forVariants(t, variants, func(t *testing.T, v variant) {
 		wr, ops := &o46SerialWriter{reached: make(chan struct{})}, newKitOps()
-		ops.setFail(func(op reconcilertest.Op, it *item) error {
-			if strings.HasPrefix(it.ID, "bad") {
-				return errKitObject
-			}
-			return nil
-		})
+		ops.failWhen(errKitObject, func(op reconcilertest.Op, it *item) bool { return strings.HasPrefix(it.ID, "bad") })
 		f := v.start(t, ops, withWriter(wr),
 			reconciler.WithRetry(time.Millisecond, 2*time.Millisecond), reconciler.WithRefreshing(5*time.Millisecond, nil))
 		for i := range 20 {
