@@ -387,7 +387,9 @@ func TestOutsider46RowGoesWhenChangedDuringItsRetry(t *testing.T) {
 		for _, how := range []string{"delete", "change"} {
 			t.Run(v.String()+","+how, func(t *testing.T) {
 				ops := newKitOps()
-				ops.failWhen(errKitObject, func(op reconcilertest.Op, it *item) bool { return op == reconcilertest.OpUpdate && it.ID == "c" && it.Value == "1" })
+				ops.failWhen(errKitObject, func(op reconcilertest.Op, it *item) bool {
+					return op == reconcilertest.OpUpdate && it.ID == "c" && it.Value == "1"
+				})
 				f := v.start(t, ops, &with{tables: true}, reconciler.WithRetry(20*time.Millisecond, 20*time.Millisecond))
 				f.upsert(kititems("1", "a", "c")...)
 				f.waitInfo("c failing", func(i *tables.Info) bool { return i.Retrying == 1 })
