@@ -31,9 +31,16 @@ import (
 // options; the reconcilers tables are in the hive.
 func kitbreaker(t *testing.T, o *kitops, v variant, m *kitmetrics, opts ...reconciler.Option) *fixture {
 	w := &with{tables: true}
-	f := v.fixture(t, o, w, append([]reconciler.Option{reconciler.WithMetrics(m)}, opts...)...)
-	f.start()
+	f := v.start(t, o, w, append([]reconciler.Option{reconciler.WithMetrics(m)}, opts...)...)
 	return f
+}
+
+// startBreaker is kitbreaker over new kitops and kitmetrics with
+// WithCircuitBreaker(threshold, probe, nil) and WithRetry(1ms, maxRetry).
+func startBreaker(t *testing.T, v variant, threshold int, probe, maxRetry time.Duration, opts ...reconciler.Option) (*kitops, *kitmetrics, *fixture) {
+	o, m := newKitOps(), newKitMetrics()
+	return o, m, kitbreaker(t, o, v, m, append([]reconciler.Option{reconciler.WithCircuitBreaker(threshold, probe, nil),
+		reconciler.WithRetry(time.Millisecond, maxRetry)}, opts...)...)
 }
 
 // retryRows returns the fixture's rows of the retries table by key.
@@ -50,68 +57,62 @@ func (f *fixture) kitretryRows() map[string]tables.RetryInfo {
 // because of probes; pause, resume, prune, deletes, new versions and
 // identical re-inserts made while open all converge once it closes.
 func TestBreakerHoldsEverythingAndLosesNothing(t *testing.T) {
-	for _, v := range []variant{{1, false}, {8, false}, {1, true}, {8, true}} {
-		t.Run(v.String(), func(t *testing.T) {
-			o, m := newKitOps(), newKitMetrics()
-			f := kitbreaker(t, o, v, m,
-				reconciler.WithCircuitBreaker(3, time.Millisecond, nil),
-				reconciler.WithRetry(time.Millisecond, 4*time.Millisecond),
-				reconciler.WithMaxAttempts(2))
-			base := items("k", 40, "1")
-			f.upsert(base...)
-			f.caughtUp()
-			o.down()
-			f.upsert(items("k", 40, "2")...)
-			m.waitOpen(t, 1)
+	forVariants(t, []variant{{1, false}, {8, false}, {1, true}, {8, true}}, func(t *testing.T, v variant) {
+		o, m, f := startBreaker(t, v, 3, time.Millisecond, 4*time.Millisecond, reconciler.WithMaxAttempts(2))
+		base := items("k", 40, "1")
+		f.upsert(base...)
+		f.caughtUp()
+		o.down()
+		f.upsert(items("k", 40, "2")...)
+		m.waitOpen(t, 1)
 
-			// Let what started before opening finish, then count.
-			o.waitCalls(t, o.calls.Load()+5)
-			rows := f.kitretryRows()
-			require.NotEmpty(t, rows, "no failing objects in the retries table while open")
-			o.maxInflight.Store(o.inflight.Load())
-			o.maxBatch.Store(0)
-			prunes := o.prunes.Load()
-			o.waitCalls(t, o.calls.Load()+30)
-			assert.LessOrEqual(t, o.maxInflight.Load(), int64(1), "more than one probe in flight while open")
-			assert.LessOrEqual(t, o.maxBatch.Load(), int64(1), "a probe batch of more than one object while open")
-			for k, r := range f.kitretryRows() {
-				if old, ok := rows[k]; ok {
-					assert.Equal(t, old.Attempts, r.Attempts, "attempts of %s grew while open", k)
-				}
-				assert.LessOrEqual(t, r.Attempts, 1, "%s: attempts grew while open (max attempts 2)", k)
+		// Let what started before opening finish, then count.
+		o.waitCalls(t, o.calls.Load()+5)
+		rows := f.kitretryRows()
+		require.NotEmpty(t, rows, "no failing objects in the retries table while open")
+		o.maxInflight.Store(o.inflight.Load())
+		o.maxBatch.Store(0)
+		prunes := o.prunes.Load()
+		o.waitCalls(t, o.calls.Load()+30)
+		assert.LessOrEqual(t, o.maxInflight.Load(), int64(1), "more than one probe in flight while open")
+		assert.LessOrEqual(t, o.maxBatch.Load(), int64(1), "a probe batch of more than one object while open")
+		for k, r := range f.kitretryRows() {
+			if old, ok := rows[k]; ok {
+				assert.Equal(t, old.Attempts, r.Attempts, "attempts of %s grew while open", k)
 			}
-			txn := f.db.ReadTxn()
-			for obj := range f.table.All(txn) {
-				assert.False(t, obj.Status.Kind == status.KindError && obj.Status.Terminal, "%s given up while open: %s", obj.ID, obj.Status.Error)
-			}
+			assert.LessOrEqual(t, r.Attempts, 1, "%s: attempts grew while open (max attempts 2)", k)
+		}
+		txn := f.db.ReadTxn()
+		for obj := range f.table.All(txn) {
+			assert.False(t, obj.Status.Kind == status.KindError && obj.Status.Terminal, "%s given up while open: %s", obj.ID, obj.Status.Error)
+		}
 
-			// Changes while open.
-			f.rec.Pause()
-			f.remove("k-00000", "k-00001", "k-00039")
-			f.upsert(kititems("3", "k-00002", "new")...)
-			f.rec.Resume()
-			f.insertAs(f.mustGet("k-00003").clone()) // identical re-insert
-			f.rec.Prune()
-			o.tg.Set("stray", "x") // for the prune to remove
-			o.waitCalls(t, o.calls.Load()+5)
-			s, _ := m.get()
-			assert.True(t, s.BreakerOpen, "closed with the target still down")
-			assert.Equal(t, prunes, o.prunes.Load(), "a prune ran while open")
+		// Changes while open.
+		f.rec.Pause()
+		f.remove("k-00000", "k-00001", "k-00039")
+		f.upsert(kititems("3", "k-00002", "new")...)
+		f.rec.Resume()
+		f.insertAs(f.mustGet("k-00003").clone()) // identical re-insert
+		f.rec.Prune()
+		o.tg.Set("stray", "x") // for the prune to remove
+		o.waitCalls(t, o.calls.Load()+5)
+		s, _ := m.get()
+		assert.True(t, s.BreakerOpen, "closed with the target still down")
+		assert.Equal(t, prunes, o.prunes.Load(), "a prune ran while open")
 
-			o.recover()
-			m.waitClosed(t)
-			f.rec.Prune()
-			waitUntil(t, "the prune asked for while open", func() (bool, <-chan struct{}) {
-				state, changed := o.tg.StateWatch()
-				_, stray := state["stray"]
-				return !stray, changed
-			})
-			f.kitconverged(o)
-			for obj := range f.table.All(f.db.ReadTxn()) {
-				assert.False(t, obj.Status.Terminal, "%s: %s", obj.ID, obj.Status.Error)
-			}
+		o.recover()
+		m.waitClosed(t)
+		f.rec.Prune()
+		waitUntil(t, "the prune asked for while open", func() (bool, <-chan struct{}) {
+			state, changed := o.tg.StateWatch()
+			_, stray := state["stray"]
+			return !stray, changed
 		})
-	}
+		f.converged(o.tg)
+		for obj := range f.table.All(f.db.ReadTxn()) {
+			assert.False(t, obj.Status.Terminal, "%s: %s", obj.ID, obj.Status.Error)
+		}
+	})
 }
 
 func (f *fixture) mustGet(id string) *item {
@@ -126,10 +127,7 @@ func (f *fixture) mustGet(id string) *item {
 func TestBreakerTinyProbeBackoffDoesNotSpin(t *testing.T) {
 	for _, probe := range []time.Duration{time.Nanosecond, 50 * time.Millisecond} {
 		t.Run(probe.String(), func(t *testing.T) {
-			o, m := newKitOps(), newKitMetrics()
-			f := kitbreaker(t, o, variant{4, false}, m,
-				reconciler.WithCircuitBreaker(2, probe, nil),
-				reconciler.WithRetry(time.Millisecond, 50*time.Millisecond))
+			o, m, f := startBreaker(t, variant{4, false}, 2, probe, 50*time.Millisecond)
 			o.down()
 			f.upsert(items("s", 10, "1")...)
 			m.waitOpen(t, 1)
@@ -142,7 +140,7 @@ func TestBreakerTinyProbeBackoffDoesNotSpin(t *testing.T) {
 			// one per 50ms: well under 100 in 400ms. Spinning is thousands.
 			assert.Less(t, n, int64(100), "%d calls in 400ms while open", n)
 			o.recover()
-			f.kitconverged(o)
+			f.converged(o.tg)
 		})
 	}
 }
@@ -150,10 +148,7 @@ func TestBreakerTinyProbeBackoffDoesNotSpin(t *testing.T) {
 // A huge probe backoff: nothing is probed, but a stop closes the breaker,
 // and after the start everything converges on a recovered target.
 func TestBreakerHugeProbeBackoffStopStart(t *testing.T) {
-	o, m := newKitOps(), newKitMetrics()
-	f := kitbreaker(t, o, variant{1, false}, m,
-		reconciler.WithCircuitBreaker(2, 1<<62, nil),
-		reconciler.WithRetry(time.Millisecond, time.Hour*24*365*100))
+	o, m, f := startBreaker(t, variant{1, false}, 2, 1<<62, time.Hour*24*365*100)
 	o.down()
 	f.upsert(items("h", 5, "1")...)
 	m.waitOpen(t, 1)
@@ -162,7 +157,7 @@ func TestBreakerHugeProbeBackoffStopStart(t *testing.T) {
 	f.upsert(kititems("2", "h-00000")...)
 	f.remove("h-00001")
 	f.start()
-	f.kitconverged(o)
+	f.converged(o.tg)
 	info := f.waitInfo("closed", func(i *tables.Info) bool { return i.TargetError == "" })
 	assert.True(t, info.TargetFailingSince.IsZero())
 }
@@ -170,10 +165,7 @@ func TestBreakerHugeProbeBackoffStopStart(t *testing.T) {
 // A stop closes the breaker; with the target still down after the start it
 // opens again (a second opening), and everything converges afterwards.
 func TestBreakerStopClosesAndReopens(t *testing.T) {
-	o, m := newKitOps(), newKitMetrics()
-	f := kitbreaker(t, o, variant{4, true}, m,
-		reconciler.WithCircuitBreaker(2, 5*time.Millisecond, nil),
-		reconciler.WithRetry(time.Millisecond, 10*time.Millisecond))
+	o, m, f := startBreaker(t, variant{4, true}, 2, 5*time.Millisecond, 10*time.Millisecond)
 	o.down()
 	f.upsert(items("r", 10, "1")...)
 	m.waitOpen(t, 1)
@@ -185,16 +177,13 @@ func TestBreakerStopClosesAndReopens(t *testing.T) {
 	info := f.waitInfo("second opening", func(i *tables.Info) bool { return i.BreakerOpenings >= 2 })
 	assert.Equal(t, uint64(2), info.BreakerOpenings)
 	o.recover()
-	f.kitconverged(o)
+	f.converged(o.tg)
 }
 
 // The target recovers while a probe is in flight: the probe succeeds and
 // closes the breaker.
 func TestBreakerRecoversDuringProbe(t *testing.T) {
-	o, m := newKitOps(), newKitMetrics()
-	f := kitbreaker(t, o, variant{1, false}, m,
-		reconciler.WithCircuitBreaker(2, 5*time.Millisecond, nil),
-		reconciler.WithRetry(time.Millisecond, 10*time.Millisecond))
+	o, m, f := startBreaker(t, variant{1, false}, 2, 5*time.Millisecond, 10*time.Millisecond)
 	o.down()
 	f.upsert(items("p", 4, "1")...)
 	m.waitOpen(t, 1)
@@ -212,7 +201,7 @@ func TestBreakerRecoversDuringProbe(t *testing.T) {
 	recv(t, entered, "a probe")
 	close(release)
 	m.waitClosed(t)
-	f.kitconverged(o)
+	f.converged(o.tg)
 	s, _ := m.get()
 	assert.Equal(t, uint64(1), s.BreakerOpened)
 }
@@ -229,7 +218,7 @@ func TestBreakerClassifierPanics(t *testing.T) {
 		f.upsert(items("c", 4, "1")...)
 		o.waitCalls(t, 10)
 		o.recover()
-		f.kitconverged(o)
+		f.converged(o.tg)
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*timeout)
@@ -272,39 +261,22 @@ func TestBreakerObjectErrorProbeCloses(t *testing.T) {
 		return false, ch
 	})
 	o.recover()
-	f.kitconverged(o)
+	f.converged(o.tg)
 }
 
 // An operation in flight when the breaker opens that then succeeds closes
 // it ("so does any other operation that succeeds").
 func TestBreakerInFlightSuccessCloses(t *testing.T) {
-	o, m := newKitOps(), newKitMetrics()
-	f := kitbreaker(t, o, variant{4, false}, m,
-		reconciler.WithCircuitBreaker(2, 5*time.Millisecond, nil),
-		reconciler.WithRetry(time.Millisecond, 10*time.Millisecond))
-	entered, release := make(chan struct{}), make(chan struct{})
-	o.mu.Lock()
-	o.gate = func(ctx context.Context, it *item) {
-		if it.ID == "slow" {
-			close(entered)
-			select {
-			case <-release:
-			case <-ctx.Done():
-			}
-		}
-	}
-	o.fail = func(_ reconcilertest.Op, it *item) error {
+	o, m, f := startBreaker(t, variant{4, false}, 2, 5*time.Millisecond, 10*time.Millisecond)
+	entered, release := o.holdUpdates(func(it *item) bool { return it.ID == "slow" })
+	o.setFail(func(_ reconcilertest.Op, it *item) error {
 		if it != nil && it.ID == "slow" {
 			return nil
 		}
 		return errKitDown
-	}
-	o.mu.Unlock()
+	})
 	f.upsert(kititems("1", "slow")...)
 	recv(t, entered, "slow's update")
-	o.mu.Lock()
-	o.gate = nil
-	o.mu.Unlock()
 	f.upsert(items("f", 4, "1")...)
 	m.waitOpen(t, 1)
 	close(release)
@@ -313,16 +285,13 @@ func TestBreakerInFlightSuccessCloses(t *testing.T) {
 	m.waitRound(t, "closed by slow's success", func(s metrics.RoundStats) bool { return !s.BreakerOpen || s.BreakerOpened >= 2 })
 	f.waitKind("slow", status.KindDone)
 	o.recover()
-	f.kitconverged(o)
+	f.converged(o.tg)
 }
 
 // A stop closes the breaker: the reconcilers table and the metrics must not
 // keep saying the target is failing while the reconciler is stopped.
 func TestBreakerStopReportsClosed(t *testing.T) {
-	o, m := newKitOps(), newKitMetrics()
-	f := kitbreaker(t, o, variant{1, false}, m,
-		reconciler.WithCircuitBreaker(2, time.Hour, nil),
-		reconciler.WithRetry(time.Millisecond, 10*time.Millisecond))
+	o, m, f := startBreaker(t, variant{1, false}, 2, time.Hour, 10*time.Millisecond)
 	o.down()
 	f.upsert(items("g", 3, "1")...)
 	m.waitOpen(t, 1)
@@ -334,18 +303,12 @@ func TestBreakerStopReportsClosed(t *testing.T) {
 	assert.False(t, s.BreakerOpen, "stopped, yet the last round says the breaker is open")
 	o.recover()
 	f.start()
-	f.kitconverged(o)
+	f.converged(o.tg)
 }
-
-var _ = fmt.Sprint
-var _ statedb.Revision
-var _ metrics.RoundStats
 
 // Once Pause has returned no operation starts: probes included.
 func TestBreakerPauseStopsProbes(t *testing.T) {
-	o, m := newKitOps(), newKitMetrics()
-	f := kitbreaker(t, o, variant{1, false}, m,
-		reconciler.WithCircuitBreaker(2, time.Millisecond, nil), reconciler.WithRetry(time.Millisecond, 2*time.Millisecond))
+	o, m, f := startBreaker(t, variant{1, false}, 2, time.Millisecond, 2*time.Millisecond)
 	o.down()
 	f.upsert(items("q", 3, "1")...)
 	m.waitOpen(t, 1)
@@ -357,7 +320,7 @@ func TestBreakerPauseStopsProbes(t *testing.T) {
 	assert.LessOrEqual(t, o.calls.Load(), before+1, "probes went on while paused")
 	f.rec.Resume()
 	o.recover()
-	f.kitconverged(o)
+	f.converged(o.tg)
 }
 
 // The expvar figures breaker_open and breaker_openings.
@@ -384,7 +347,7 @@ func TestBreakerExpVar(t *testing.T) {
 		assert.Equal(c, "1", read("breaker_openings"))
 	}, timeout, time.Millisecond)
 	o.recover()
-	f.kitconverged(o)
+	f.converged(o.tg)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		assert.Equal(c, "0", read("breaker_open"))
 		assert.Equal(c, "1", read("breaker_openings"))
@@ -399,15 +362,8 @@ func TestBreakerExpVar(t *testing.T) {
 func TestBreakerProbesDoNotStarveNewWrites(t *testing.T) {
 	for i := range 30 { // it wedges in about one run in seven
 		t.Run(fmt.Sprint(i), func(t *testing.T) {
-			o, m := newKitOps(), newKitMetrics()
-			f := kitbreaker(t, o, variant{1, false}, m,
-				reconciler.WithCircuitBreaker(2, time.Millisecond, nil), reconciler.WithRetry(time.Millisecond, 5*time.Millisecond))
-			o.setFail(func(_ reconcilertest.Op, it *item) error {
-				if it != nil && strings.HasPrefix(it.ID, "bad") {
-					return errKitDown
-				}
-				return nil
-			})
+			o, m, f := startBreaker(t, variant{1, false}, 2, time.Millisecond, 5*time.Millisecond)
+			o.failWhen(errKitDown, func(_ reconcilertest.Op, it *item) bool { return it != nil && strings.HasPrefix(it.ID, "bad") })
 			f.upsert(kititems("1", "bad1", "bad2")...)
 			m.waitOpen(t, 1)
 			f.upsert(kititems("1", "good")...)
@@ -440,77 +396,71 @@ func TestBreakerProbesDoNotStarveNewWrites(t *testing.T) {
 // prunes and a stop and start while the breaker opens and closes. Once the
 // target is back, the table and the target agree.
 func TestBreakerFlappingChurnConverges(t *testing.T) {
-	for _, v := range []variant{{1, false}, {8, false}, {1, true}, {8, true}} {
-		t.Run(v.String(), func(t *testing.T) {
-			o, m := newKitOps(), newKitMetrics()
-			f := kitbreaker(t, o, v, m,
-				reconciler.WithCircuitBreaker(3, time.Millisecond, nil),
-				reconciler.WithRetry(time.Millisecond, 4*time.Millisecond),
-				reconciler.WithMaxAttempts(3))
-			rng := rand.New(rand.NewPCG(kitseed(), 33))
-			var rmu sync.Mutex
-			o.setFail(func(reconcilertest.Op, *item) error {
-				rmu.Lock()
-				defer rmu.Unlock()
-				if rng.Float64() < 0.8 {
-					return errKitDown
-				}
-				return nil
-			})
-			wr := rand.New(rand.NewPCG(kitseed(), 2))
-			for i := range 600 {
-				key := fmt.Sprintf("z%02d", wr.IntN(40))
-				switch n := wr.IntN(10); {
-				case n < 6:
-					f.upsert(kititems(fmt.Sprint(wr.IntN(5)), key)...)
-				case n < 8:
-					f.remove(key)
-				case n < 9:
-					if obj, ok := f.get(key); ok {
-						f.insertAs(obj.clone())
-					}
-				default:
-					f.rec.Prune()
-				}
-				if i == 300 {
-					f.stop()
-					f.start()
-				}
-				if i%20 == 0 {
-					// Pace the writer: let the reconciler take a call,
-					// or go on after 5ms (work may have settled).
-					pace := time.NewTimer(5 * time.Millisecond)
-					select {
-					case <-o.startedWatch():
-					case <-pace.C:
-					}
-					pace.Stop()
-				}
+	forVariants(t, []variant{{1, false}, {8, false}, {1, true}, {8, true}}, func(t *testing.T, v variant) {
+		o, m, f := startBreaker(t, v, 3, time.Millisecond, 4*time.Millisecond, reconciler.WithMaxAttempts(3))
+		rng := rand.New(rand.NewPCG(kitseed(), 33))
+		var rmu sync.Mutex
+		o.setFail(func(reconcilertest.Op, *item) error {
+			rmu.Lock()
+			defer rmu.Unlock()
+			if rng.Float64() < 0.8 {
+				return errKitDown
 			}
-			s, _ := m.get()
-			t.Logf("openings so far: %d", s.BreakerOpened)
-			o.recover()
-			f.rec.Prune()
-			// Objects given up on (WithMaxAttempts) are settled; write them
-			// again so that everything is applied. A call that began before
-			// the recovery (a batch's first entries) can still give one up:
-			// wait until every object is settled before looking.
-			f.waitTable("every object settled", func(txn statedb.ReadTxn) bool {
-				for obj := range f.table.All(txn) {
-					if obj.Status.Kind != status.KindDone && !obj.Status.Terminal {
-						return false
-					}
-				}
-				return true
-			})
-			for obj := range f.table.All(f.db.ReadTxn()) {
-				if obj.Status.Terminal {
-					f.upsert(kititems(obj.Value, obj.ID)...)
-				}
-			}
-			f.kitconverged(o)
+			return nil
 		})
-	}
+		wr := rand.New(rand.NewPCG(kitseed(), 2))
+		for i := range 600 {
+			key := fmt.Sprintf("z%02d", wr.IntN(40))
+			switch n := wr.IntN(10); {
+			case n < 6:
+				f.upsert(kititems(fmt.Sprint(wr.IntN(5)), key)...)
+			case n < 8:
+				f.remove(key)
+			case n < 9:
+				if obj, ok := f.get(key); ok {
+					f.insertAs(obj.clone())
+				}
+			default:
+				f.rec.Prune()
+			}
+			if i == 300 {
+				f.stop()
+				f.start()
+			}
+			if i%20 == 0 {
+				// Pace the writer: let the reconciler take a call,
+				// or go on after 5ms (work may have settled).
+				pace := time.NewTimer(5 * time.Millisecond)
+				select {
+				case <-o.startedWatch():
+				case <-pace.C:
+				}
+				pace.Stop()
+			}
+		}
+		s, _ := m.get()
+		t.Logf("openings so far: %d", s.BreakerOpened)
+		o.recover()
+		f.rec.Prune()
+		// Objects given up on (WithMaxAttempts) are settled; write them
+		// again so that everything is applied. A call that began before
+		// the recovery (a batch's first entries) can still give one up:
+		// wait until every object is settled before looking.
+		f.waitTable("every object settled", func(txn statedb.ReadTxn) bool {
+			for obj := range f.table.All(txn) {
+				if obj.Status.Kind != status.KindDone && !obj.Status.Terminal {
+					return false
+				}
+			}
+			return true
+		})
+		for obj := range f.table.All(f.db.ReadTxn()) {
+			if obj.Status.Terminal {
+				f.upsert(kititems(obj.Value, obj.ID)...)
+			}
+		}
+		f.converged(o.tg)
+	})
 }
 
 // kitseed is the churn's seed: Kit_SEED, to explore, else 33.
@@ -524,50 +474,42 @@ func kitseed() uint64 {
 // While open a failed probe is no outcome for its object: objects written
 // while open keep their Pending status, not Error, and get no retry row.
 func TestBreakerProbeFailureIsNoOutcome(t *testing.T) {
-	for _, v := range []variant{{1, false}, {8, true}} {
-		t.Run(v.String(), func(t *testing.T) {
-			o, m := newKitOps(), newKitMetrics()
-			f := kitbreaker(t, o, v, m,
-				reconciler.WithCircuitBreaker(2, time.Millisecond, nil),
-				reconciler.WithRetry(time.Millisecond, 2*time.Millisecond))
-			f.upsert(kititems("1", "done")...)
-			f.waitKind("done", status.KindDone)
-			o.down()
-			f.upsert(items("n", 3, "1")...)
-			m.waitOpen(t, 1)
-			o.waitCalls(t, o.calls.Load()+5)
-			// Written while open: a new object and a new version of a Done one.
-			f.upsert(kititems("1", "fresh")...)
-			f.upsert(kititems("2", "done")...)
-			// Which object a probe takes is not promised: whichever it is,
-			// a failed probe must leave it as it was.
-			o.waitCalls(t, o.calls.Load()+20)
-			s, _ := m.get()
-			require.True(t, s.BreakerOpen)
-			for _, id := range []string{"fresh", "done", "n-00000", "n-00001", "n-00002"} {
-				if id[0] == 'n' {
-					obj := f.mustGet(id)
-					assert.NotEqual(t, status.KindDone, obj.Status.Kind)
-					continue
-				}
+	forVariants(t, []variant{{1, false}, {8, true}}, func(t *testing.T, v variant) {
+		o, m, f := startBreaker(t, v, 2, time.Millisecond, 2*time.Millisecond)
+		f.upsert(kititems("1", "done")...)
+		f.waitKind("done", status.KindDone)
+		o.down()
+		f.upsert(items("n", 3, "1")...)
+		m.waitOpen(t, 1)
+		o.waitCalls(t, o.calls.Load()+5)
+		// Written while open: a new object and a new version of a Done one.
+		f.upsert(kititems("1", "fresh")...)
+		f.upsert(kititems("2", "done")...)
+		// Which object a probe takes is not promised: whichever it is,
+		// a failed probe must leave it as it was.
+		o.waitCalls(t, o.calls.Load()+20)
+		s, _ := m.get()
+		require.True(t, s.BreakerOpen)
+		for _, id := range []string{"fresh", "done", "n-00000", "n-00001", "n-00002"} {
+			if id[0] == 'n' {
 				obj := f.mustGet(id)
-				assert.Equal(t, status.KindPending, obj.Status.Kind, "%s: a failed probe was recorded as its outcome: %s", id, obj.Status.Error)
-				_, hasRow := f.kitretryRows()[id]
-				assert.False(t, hasRow, "%s: a failed probe made it a failing object", id)
+				assert.NotEqual(t, status.KindDone, obj.Status.Kind)
+				continue
 			}
-			o.recover()
-			f.kitconverged(o)
-		})
-	}
+			obj := f.mustGet(id)
+			assert.Equal(t, status.KindPending, obj.Status.Kind, "%s: a failed probe was recorded as its outcome: %s", id, obj.Status.Error)
+			_, hasRow := f.kitretryRows()[id]
+			assert.False(t, hasRow, "%s: a failed probe made it a failing object", id)
+		}
+		o.recover()
+		f.converged(o.tg)
+	})
 }
 
 // A probe that fails with a TerminalError (not about the target with a
 // nil classifier) closes the breaker, and its object records the error.
 func TestBreakerTerminalProbeCloses(t *testing.T) {
-	o, m := newKitOps(), newKitMetrics()
-	f := kitbreaker(t, o, variant{1, false}, m,
-		reconciler.WithCircuitBreaker(2, time.Millisecond, nil),
-		reconciler.WithRetry(time.Millisecond, 2*time.Millisecond))
+	o, m, f := startBreaker(t, variant{1, false}, 2, time.Millisecond, 2*time.Millisecond)
 	o.down()
 	f.upsert(items("t", 3, "1")...)
 	m.waitOpen(t, 1)
@@ -586,32 +528,22 @@ func TestBreakerTerminalProbeCloses(t *testing.T) {
 // Failing deletes of distinct objects open it too; no delete is lost, even
 // with WithMaxAttempts(1), and writes made meanwhile wait and converge.
 func TestBreakerFailingDeletes(t *testing.T) {
-	for _, v := range []variant{{1, false}, {8, true}} {
-		t.Run(v.String(), func(t *testing.T) {
-			o, m := newKitOps(), newKitMetrics()
-			f := kitbreaker(t, o, v, m,
-				reconciler.WithCircuitBreaker(3, 2*time.Millisecond, nil),
-				reconciler.WithRetry(time.Millisecond, 5*time.Millisecond), reconciler.WithMaxAttempts(1))
-			objs := items("del", 10, "1")
-			f.upsert(objs...)
-			f.caughtUp()
-			o.setFail(func(op reconcilertest.Op, _ *item) error {
-				if op == reconcilertest.OpDelete {
-					return errKitDown
-				}
-				return nil
-			})
-			f.remove(ids(objs)...)
-			m.waitOpen(t, 1)
-			f.upsert(kititems("2", "after")...)
-			o.waitCalls(t, o.calls.Load()+10)
-			o.recover()
-			f.kitconverged(o)
-			keys, err := o.tg.Keys()
-			require.NoError(t, err)
-			assert.Equal(t, []string{"after"}, keys)
-		})
-	}
+	forVariants(t, []variant{{1, false}, {8, true}}, func(t *testing.T, v variant) {
+		o, m, f := startBreaker(t, v, 3, 2*time.Millisecond, 5*time.Millisecond, reconciler.WithMaxAttempts(1))
+		objs := items("del", 10, "1")
+		f.upsert(objs...)
+		f.caughtUp()
+		o.failWhen(errKitDown, func(op reconcilertest.Op, _ *item) bool { return op == reconcilertest.OpDelete })
+		f.remove(ids(objs)...)
+		m.waitOpen(t, 1)
+		f.upsert(kititems("2", "after")...)
+		o.waitCalls(t, o.calls.Load()+10)
+		o.recover()
+		f.converged(o.tg)
+		keys, err := o.tg.Keys()
+		require.NoError(t, err)
+		assert.Equal(t, []string{"after"}, keys)
+	})
 }
 
 // While open, a probe the target answers with RetryAfter (a 503 with
@@ -619,80 +551,72 @@ func TestBreakerFailingDeletes(t *testing.T) {
 // stay one per backoff step, and WithMaxAttempts gives up on nothing
 // because the target was down.
 func TestBreakerHoldsTargetRetryAfter(t *testing.T) {
-	for _, v := range variants {
-		t.Run(v.String(), func(t *testing.T) {
-			o, m := newKitOps(), newKitMetrics()
-			f := kitbreaker(t, o, v, m,
-				reconciler.WithCircuitBreaker(2, 200*time.Millisecond, nil),
-				reconciler.WithRetry(time.Millisecond, time.Second),
-				reconciler.WithMaxAttempts(2))
-			o.setFail(func(reconcilertest.Op, *item) error {
-				return reconciler.RetryAfter(5*time.Millisecond, errKitDown)
-			})
-			f.upsert(items("r", 40, "1")...)
-			m.waitOpen(t, 1)
-			// What was in flight when it opened (batches of several
-			// entries) finishes first; then a measuring window: a slow
-			// machine makes fewer calls, not more.
-			settle := time.NewTimer(300 * time.Millisecond)
-			<-settle.C
-			start := o.calls.Load()
-			window := time.NewTimer(time.Second)
-			<-window.C
-			// Probes 600 ms and 1.4 s after the opening; a margin. Not
-			// held, it is hundreds.
-			n := o.calls.Load() - start
-			assert.LessOrEqual(t, n, int64(4+v.workers), "%d calls in a second open", n)
-			var given []string
-			for obj := range f.table.All(f.db.ReadTxn()) {
-				if obj.Status.Terminal {
-					given = append(given, obj.ID+": "+obj.Status.Error)
-				}
-			}
-			require.Empty(t, given, "given up while the target was down")
-			o.recover()
-			f.kitconverged(o)
+	forVariants(t, variants, func(t *testing.T, v variant) {
+		o, m, f := startBreaker(t, v, 2, 200*time.Millisecond, time.Second, reconciler.WithMaxAttempts(2))
+		o.setFail(func(reconcilertest.Op, *item) error {
+			return reconciler.RetryAfter(5*time.Millisecond, errKitDown)
 		})
-	}
+		f.upsert(items("r", 40, "1")...)
+		m.waitOpen(t, 1)
+		// What was in flight when it opened (batches of several
+		// entries) finishes first; then a measuring window: a slow
+		// machine makes fewer calls, not more.
+		settle := time.NewTimer(300 * time.Millisecond)
+		<-settle.C
+		start := o.calls.Load()
+		window := time.NewTimer(time.Second)
+		<-window.C
+		// Probes 600 ms and 1.4 s after the opening; a margin. Not
+		// held, it is hundreds.
+		n := o.calls.Load() - start
+		assert.LessOrEqual(t, n, int64(4+v.workers), "%d calls in a second open", n)
+		var given []string
+		for obj := range f.table.All(f.db.ReadTxn()) {
+			if obj.Status.Terminal {
+				given = append(given, obj.ID+": "+obj.Status.Error)
+			}
+		}
+		require.Empty(t, given, "given up while the target was down")
+		o.recover()
+		f.converged(o.tg)
+	})
 }
 
 // Operations cut short by a stop fail with the stop's context.Canceled:
 // that says nothing of the target, so the breaker neither opens nor logs.
 func TestBreakerStopIsNoOutage(t *testing.T) {
-	for _, v := range []variant{{4, false}, {4, true}} {
-		t.Run(v.String(), func(t *testing.T) {
-			o, m := newKitOps(), newKitMetrics()
-			logs := &captureHandler{}
-			w := &with{tables: true, log: slog.New(logs)}
-			f := v.fixture(t, o, w, reconciler.WithMetrics(m),
-				reconciler.WithCircuitBreaker(2, time.Millisecond, nil),
-				reconciler.WithRetry(time.Millisecond, 4*time.Millisecond))
-			var blocked atomic.Int64
-			more := make(chan struct{}, 64)
-			o.mu.Lock()
-			o.gate = func(ctx context.Context, _ *item) {
-				blocked.Add(1)
-				more <- struct{}{}
-				<-ctx.Done()
-			}
-			o.mu.Unlock()
-			o.setFail(func(reconcilertest.Op, *item) error { return context.Canceled })
-			f.start()
-			f.upsert(items("s", 8, "1")...)
-			for blocked.Load() < 2 {
-				recv(t, more, "updates in flight")
-			}
-			f.stop()
-			info, _, found := f.tables.Reconcilers().Get(f.db.ReadTxn(), tables.InfoByID.Query("test"))
-			require.True(t, found)
-			assert.Zero(t, info.BreakerOpenings, "a stop opened the breaker")
-			logs.mu.Lock()
-			defer logs.mu.Unlock()
-			for _, r := range logs.records {
-				assert.NotContains(t, r.Message, "Target failing", "logged at %s", r.Level)
-			}
-		})
-	}
+	forVariants(t, []variant{{4, false}, {4, true}}, func(t *testing.T, v variant) {
+		o, m := newKitOps(), newKitMetrics()
+		logs := &captureHandler{}
+		w := &with{tables: true, log: slog.New(logs)}
+		f := v.fixture(t, o, w, reconciler.WithMetrics(m),
+			reconciler.WithCircuitBreaker(2, time.Millisecond, nil),
+			reconciler.WithRetry(time.Millisecond, 4*time.Millisecond))
+		var blocked atomic.Int64
+		more := make(chan struct{}, 64)
+		o.mu.Lock()
+		o.gate = func(ctx context.Context, _ *item) {
+			blocked.Add(1)
+			more <- struct{}{}
+			<-ctx.Done()
+		}
+		o.mu.Unlock()
+		o.setFail(func(reconcilertest.Op, *item) error { return context.Canceled })
+		f.start()
+		f.upsert(items("s", 8, "1")...)
+		for blocked.Load() < 2 {
+			recv(t, more, "updates in flight")
+		}
+		f.stop()
+		info, _, found := f.tables.Reconcilers().Get(f.db.ReadTxn(), tables.InfoByID.Query("test"))
+		require.True(t, found)
+		assert.Zero(t, info.BreakerOpenings, "a stop opened the breaker")
+		logs.mu.Lock()
+		defer logs.mu.Unlock()
+		for _, r := range logs.records {
+			assert.NotContains(t, r.Message, "Target failing", "logged at %s", r.Level)
+		}
+	})
 }
 
 // A target still coming up when the reconciler starts fails the first
@@ -712,14 +636,14 @@ func TestBreakerTargetComingUpAtStart(t *testing.T) {
 	m.waitOpen(t, 1)
 	o.recover()
 	m.waitClosed(t)
-	f.kitconverged(o)
+	f.converged(o.tg)
 	assert.Equal(t, []slog.Level{slog.LevelWarn, slog.LevelInfo}, logs.levels("Target "), "the opening at start, and the closing")
 
 	o.down()
 	f.upsert(items("s", 30, "2")...)
 	m.waitOpen(t, 2)
 	o.recover()
-	f.kitconverged(o)
+	f.converged(o.tg)
 	assert.Equal(t, []slog.Level{slog.LevelWarn, slog.LevelInfo, slog.LevelError, slog.LevelInfo}, logs.levels("Target "))
 }
 
@@ -739,59 +663,45 @@ func (h *captureHandler) levels(prefix string) (out []slog.Level) {
 // is open is not held back by anything its old self left: once the target
 // answers, the new object is applied like any other.
 func TestBreakerDeleteAndRecreateWhileOpen(t *testing.T) {
-	for _, v := range variants {
-		t.Run(v.String(), func(t *testing.T) {
-			o, m := newKitOps(), newKitMetrics()
-			f := kitbreaker(t, o, v, m,
-				reconciler.WithCircuitBreaker(2, time.Millisecond, nil),
-				reconciler.WithRetry(time.Millisecond, 4*time.Millisecond))
-			o.down()
-			f.upsert(items("d", 6, "1")...)
-			m.waitOpen(t, 1)
-			for range 3 {
-				f.remove("d-00000", "d-00001")
-				f.upsert(kititems("2", "d-00000", "d-00001")...)
-			}
-			o.waitCalls(t, o.calls.Load()+3)
-			o.recover()
-			f.kitconverged(o)
-			f.stop()
-			f.start()
-			f.upsert(kititems("3", "d-00000")...)
-			f.kitconverged(o)
-		})
-	}
+	forVariants(t, variants, func(t *testing.T, v variant) {
+		o, m, f := startBreaker(t, v, 2, time.Millisecond, 4*time.Millisecond)
+		o.down()
+		f.upsert(items("d", 6, "1")...)
+		m.waitOpen(t, 1)
+		for range 3 {
+			f.remove("d-00000", "d-00001")
+			f.upsert(kititems("2", "d-00000", "d-00001")...)
+		}
+		o.waitCalls(t, o.calls.Load()+3)
+		o.recover()
+		f.converged(o.tg)
+		f.stop()
+		f.start()
+		f.upsert(kititems("3", "d-00000")...)
+		f.converged(o.tg)
+	})
 }
 
 // Many objects failing for one cause of their own, with others succeeding
 // between them, is no outage: the breaker stays closed.
 func TestBreakerFanOutWithSuccessesStaysClosed(t *testing.T) {
-	for _, v := range variants {
-		t.Run(v.String(), func(t *testing.T) {
-			o, m := newKitOps(), newKitMetrics()
-			f := kitbreaker(t, o, v, m,
-				reconciler.WithCircuitBreaker(10, time.Millisecond, nil), // above the bad objects a worker order can put in a row
-				reconciler.WithRetry(time.Millisecond, 4*time.Millisecond))
-			missing := errors.New("kit: the secret these objects name is missing")
-			o.setFail(func(_ reconcilertest.Op, it *item) error {
-				if strings.HasSuffix(it.ID, "bad") {
-					return missing
-				}
-				return nil
-			})
-			var objs []*item
-			for i := range 40 {
-				objs = append(objs, &item{ID: fmt.Sprintf("f%02d-good", i), Value: "1"}, &item{ID: fmt.Sprintf("f%02d-bad", i), Value: "1"})
-			}
-			f.upsert(objs...)
-			waitUntil(t, "every good object Done and the bad retried", func() (bool, <-chan struct{}) {
-				ch := o.startedWatch() // the bad ones are retried on and on
-				return f.countKind(f.db.ReadTxn(), status.KindDone) == 40 && o.calls.Load() >= 200, ch
-			})
-			s, _ := m.get()
-			assert.Zero(t, s.BreakerOpened, "a fan-out with successes between opened the breaker")
+	forVariants(t, variants, func(t *testing.T, v variant) {
+		// A threshold above the bad objects a worker order can put in a row.
+		o, m, f := startBreaker(t, v, 10, time.Millisecond, 4*time.Millisecond)
+		missing := errors.New("kit: the secret these objects name is missing")
+		o.failWhen(missing, func(_ reconcilertest.Op, it *item) bool { return strings.HasSuffix(it.ID, "bad") })
+		var objs []*item
+		for i := range 40 {
+			objs = append(objs, &item{ID: fmt.Sprintf("f%02d-good", i), Value: "1"}, &item{ID: fmt.Sprintf("f%02d-bad", i), Value: "1"})
+		}
+		f.upsert(objs...)
+		waitUntil(t, "every good object Done and the bad retried", func() (bool, <-chan struct{}) {
+			ch := o.startedWatch() // the bad ones are retried on and on
+			return f.countKind(f.db.ReadTxn(), status.KindDone) == 40 && o.calls.Load() >= 200, ch
 		})
-	}
+		s, _ := m.get()
+		assert.Zero(t, s.BreakerOpened, "a fan-out with successes between opened the breaker")
+	})
 }
 
 // An entry a batch operation lost or overwrote is the implementation's

@@ -407,6 +407,13 @@ type variant struct {
 
 var variants = []variant{{1, false}, {4, false}, {1, true}, {4, true}}
 
+// forVariants runs test as a subtest of t in each of vs, named after it.
+func forVariants(t *testing.T, vs []variant, test func(t *testing.T, v variant)) {
+	for _, v := range vs {
+		t.Run(v.String(), func(t *testing.T) { test(t, v) })
+	}
+}
+
 func (v variant) String() string { return fmt.Sprintf("workers=%d,batch=%v", v.workers, v.batch) }
 
 // fixture populates (does not start) a fixture of v over ops (a target or
@@ -424,6 +431,16 @@ func (v variant) fixture(t testing.TB, ops interface {
 	return newFixture(t, ops, w, append([]reconciler.Option{reconciler.WithConcurrency(v.workers), reconciler.WithPruning(0)}, opts...)...)
 }
 
+// start is fixture, started.
+func (v variant) start(t testing.TB, ops interface {
+	reconciler.Operations[*item]
+	reconciler.BatchOperations[*item]
+}, w *with, opts ...reconciler.Option) *fixture {
+	f := v.fixture(t, ops, w, opts...)
+	f.start()
+	return f
+}
+
 // items returns n objects prefix-00000... with value.
 func items(prefix string, n int, value string) []*item {
 	objs := make([]*item, n)
@@ -439,23 +456,6 @@ func ids(objs []*item) []string {
 		keys[i] = o.ID
 	}
 	return keys
-}
-
-// converged waits until every object is Done and every change so far is
-// handled with no retry left, and checks that the target holds the table.
-func (f *fixture) converged(tg *target) {
-	f.t.Helper()
-	rev := f.upsert(&item{ID: "~marker"})
-	f.waitTable("every object Done", func(txn statedb.ReadTxn) bool {
-		return f.countKind(txn, status.KindDone) == f.table.NumObjects(txn)
-	})
-	require.Eventually(f.t, func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
-		defer cancel()
-		_, low, err := f.rec.WaitUntilReconciled(ctx, rev)
-		return err == nil && low == 0
-	}, timeout, time.Millisecond, "changes up to %d handled and no retry left", rev)
-	require.Empty(f.t, tg.Diff(f.db.ReadTxn(), f.table), "the target holds the table")
 }
 
 // statusOf returns the getter and setter of reconciler name's status in

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"iter"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -66,6 +67,47 @@ func (o *kitops) setAfter(f func(ctx context.Context, it *item)) {
 	o.mu.Lock()
 	o.after = f
 	o.mu.Unlock()
+}
+
+// failIDs makes every call on an object with one of ids fail with
+// errKitObject, and returns o.
+func (o *kitops) failIDs(ids ...string) *kitops {
+	return o.failWhen(errKitObject, func(_ reconcilertest.Op, it *item) bool { return it != nil && slices.Contains(ids, it.ID) })
+}
+
+// failWhen makes every call for which when holds fail with err, and
+// returns o.
+func (o *kitops) failWhen(err error, when func(op reconcilertest.Op, it *item) bool) *kitops {
+	o.setFail(func(op reconcilertest.Op, it *item) error {
+		if when(op, it) {
+			return err
+		}
+		return nil
+	})
+	return o
+}
+
+// holdUpdates holds the updates of the objects match takes at their start,
+// until release is closed or their context ends; entered receives (if
+// nothing waits in it already) as one is held.
+func (o *kitops) holdUpdates(match func(*item) bool) (entered <-chan struct{}, release chan struct{}) {
+	in, release := make(chan struct{}, 1), make(chan struct{})
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.gate = func(ctx context.Context, it *item) {
+		if !match(it) {
+			return
+		}
+		select {
+		case in <- struct{}{}:
+		default:
+		}
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+	}
+	return in, release
 }
 
 func (o *kitops) down()    { o.setFail(func(reconcilertest.Op, *item) error { return errKitDown }) }
@@ -296,9 +338,12 @@ func kititems(value string, ids ...string) []*item {
 	return objs
 }
 
-// kitconverged waits until every object is Done, every change handled with
-// no retry left, and the target holds exactly the table.
-func (f *fixture) kitconverged(o *kitops) {
+// converged waits until every object is Done, every change so far handled
+// with no retry left, and the target (a *target, a kitops' tg) holds
+// exactly the table. On failure it logs what is not settled.
+func (f *fixture) converged(tg interface {
+	Diff(statedb.ReadTxn, statedb.Table[*item]) string
+}) {
 	f.t.Helper()
 	rev := f.table.Revision(f.db.ReadTxn())
 	f.t.Cleanup(func() {
@@ -331,7 +376,7 @@ func (f *fixture) kitconverged(o *kitops) {
 		close(ch)
 		return err == nil && low == 0, ch
 	})
-	if d := o.tg.Diff(f.db.ReadTxn(), f.table); d != "" {
+	if d := tg.Diff(f.db.ReadTxn(), f.table); d != "" {
 		f.t.Fatalf("the target differs from the table:\n%s", d)
 	}
 }

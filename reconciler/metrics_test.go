@@ -43,27 +43,24 @@ func ev(m *metrics.ExpVar, variable, key string) string {
 // returned before WithOperationTimeout ends the operation, is counted as an
 // error, not a timeout, single and batch.
 func TestOwnDeadlineIsAnErrorNotATimeout(t *testing.T) {
-	for _, v := range []variant{{1, false}, {1, true}} {
-		t.Run(v.String(), func(t *testing.T) {
-			tg := newTarget()
-			var once atomic.Bool
-			tg.update = func(context.Context, *item) error {
-				if once.CompareAndSwap(false, true) {
-					return fmt.Errorf("remote: %w", context.DeadlineExceeded)
-				}
-				return nil
+	forVariants(t, []variant{{1, false}, {1, true}}, func(t *testing.T, v variant) {
+		tg := newTarget()
+		var once atomic.Bool
+		tg.update = func(context.Context, *item) error {
+			if once.CompareAndSwap(false, true) {
+				return fmt.Errorf("remote: %w", context.DeadlineExceeded)
 			}
-			m := metrics.NewUnpublishedExpVar()
-			f := v.fixture(t, tg, nil, reconciler.WithMetrics(m), reconciler.WithRetry(time.Millisecond, time.Millisecond),
-				reconciler.WithOperationTimeout(time.Hour))
-			f.start()
-			f.upsert(&item{ID: "a", Value: "1"})
-			f.waitKind("a", status.KindDone)
-			require.Eventually(t, func() bool { return ev(m, "reconciliation_outcomes", "test/update/success") == "1" }, timeout, time.Millisecond)
-			assert.Equal(t, "1", ev(m, "reconciliation_outcomes", "test/update/error"))
-			assert.Equal(t, "0", ev(m, "reconciliation_outcomes", "test/update/timeout"))
-		})
-	}
+			return nil
+		}
+		m := metrics.NewUnpublishedExpVar()
+		f := v.start(t, tg, nil, reconciler.WithMetrics(m), reconciler.WithRetry(time.Millisecond, time.Millisecond),
+			reconciler.WithOperationTimeout(time.Hour))
+		f.upsert(&item{ID: "a", Value: "1"})
+		f.waitKind("a", status.KindDone)
+		require.Eventually(t, func() bool { return ev(m, "reconciliation_outcomes", "test/update/success") == "1" }, timeout, time.Millisecond)
+		assert.Equal(t, "1", ev(m, "reconciliation_outcomes", "test/update/error"))
+		assert.Equal(t, "0", ev(m, "reconciliation_outcomes", "test/update/timeout"))
+	})
 }
 
 // Drift that Update reports with ReportRepaired counts as refresh drift,

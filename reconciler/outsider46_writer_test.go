@@ -114,19 +114,19 @@ func (w *o46Writer) waitLast(t *testing.T, what string, cond func(tables.Info) b
 	return got
 }
 
+// withWriter is a fixture whose hive has wr as its tables.Writer.
+func withWriter(wr tables.Writer) *with {
+	return &with{first: []cell.Cell{cell.Provide(func() tables.Writer { return wr })}}
+}
+
 func o46Fixture(t *testing.T, wr tables.Writer, km *kitmetrics, ops *kitops, opts ...reconciler.Option) *fixture {
-	return startFixture(t, ops, &with{first: []cell.Cell{cell.Provide(func() tables.Writer { return wr })}},
+	return startFixture(t, ops, withWriter(wr),
 		append([]reconciler.Option{reconciler.WithMetrics(km), reconciler.WithPruning(0), reconciler.WithRetry(5*time.Millisecond, 20*time.Millisecond)}, opts...)...)
 }
 
 // runO46Workload makes objects succeed, fail, recover, change and go.
 func runO46Workload(t *testing.T, f *fixture, ops *kitops, wr *o46Writer) {
-	ops.setFail(func(op reconcilertest.Op, it *item) error {
-		if it.ID == "bad" || it.ID == "worse" {
-			return errKitObject
-		}
-		return nil
-	})
+	ops.failIDs("bad", "worse")
 	f.upsert(kititems("1", "a", "b", "bad", "worse")...)
 	wr.waitLast(t, "two objects retrying", func(i tables.Info) bool { return i.Retrying == 2 && i.Objects == 4 })
 	f.upsert(kititems("2", "a", "worse")...)
@@ -209,15 +209,9 @@ func TestOutsider46WritesPerRound(t *testing.T) {
 
 func testO46WritesPerRound(t *testing.T, v variant) {
 	wr, km, ops := newO46Writer(false), newKitMetrics(), newKitOps()
-	ops.setFail(func(op reconcilertest.Op, it *item) error {
-		if it.ID == "bad" {
-			return errKitObject
-		}
-		return nil
-	})
-	f := v.fixture(t, ops, &with{first: []cell.Cell{cell.Provide(func() tables.Writer { return wr })}},
+	ops.failIDs("bad")
+	f := v.start(t, ops, withWriter(wr),
 		reconciler.WithMetrics(km), reconciler.WithRetry(time.Hour, time.Hour))
-	f.start()
 	f.upsert(kititems("1", "a", "bad")...)
 	wr.waitLast(t, "bad retrying", func(i tables.Info) bool { return i.Retrying == 1 && i.InFlight == 0 && i.BusyWorkers == 0 })
 	f.caughtUp()
@@ -285,121 +279,104 @@ func assertO46Idle(t *testing.T, wr *o46Writer, what string) {
 // differs from the number of that reconciler's rows in reconciler-retries,
 // while objects fail, recover, change and go, with one worker or four.
 func TestOutsider46RowAndRetriesAgreeInEverySnapshot(t *testing.T) {
-	for _, v := range variants {
-		t.Run(v.String(), func(t *testing.T) {
-			ops := newKitOps()
-			ops.setFail(func(op reconcilertest.Op, it *item) error {
-				if op == reconcilertest.OpUpdate && strings.HasPrefix(it.Value, "bad") {
-					return errKitObject
-				}
-				if op == reconcilertest.OpDelete && it.ID == "o2" {
-					return errKitObject
-				}
-				return nil
-			})
-			f := v.fixture(t, ops, &with{tables: true},
-				reconciler.WithRetry(time.Millisecond, 5*time.Millisecond))
-			f.start()
-			ctx, cancel := context.WithTimeout(context.Background(), timeout)
-			defer cancel()
-			var bad atomic.Value
-			// check reads one snapshot and returns its watch channels.
-			check := func() (bool, <-chan struct{}, <-chan struct{}) {
-				txn := f.db.ReadTxn()
-				_, watch := f.tables.Retries().AllWatch(txn)
-				_, watch2 := f.tables.Reconcilers().AllWatch(txn)
-				info, _, ok := f.tables.Reconcilers().Get(txn, tables.InfoByID.Query("test"))
-				if !ok {
-					return false, watch, watch2
-				}
-				rows := 0
-				for range f.tables.Retries().List(txn, tables.RetryByReconciler.Query("test")) {
-					rows++
-				}
-				if rows != info.Retrying && bad.Load() == nil {
-					bad.Store(fmt.Sprintf("Retrying %d with %d retry rows (state %s)", info.Retrying, rows, info.State))
-				}
-				return true, watch, watch2
-			}
-			checked := make(chan int, 1)
-			go func() {
-				n := 0
-				defer func() { checked <- n }()
-				for ctx.Err() == nil {
-					ok, watch, watch2 := check()
-					if ok {
-						n++
-					}
-					select {
-					case <-watch:
-					case <-watch2:
-					case <-ctx.Done():
-					}
-				}
-			}()
-			for round := range 30 {
-				var objs []*item
-				for i := range 10 {
-					v := "ok"
-					if (i+round)%3 == 0 {
-						v = "bad"
-					}
-					objs = append(objs, &item{ID: fmt.Sprint("o", i), Value: fmt.Sprint(v, round)})
-				}
-				f.upsert(objs...)
-				if round%5 == 4 {
-					f.remove("o1", "o2", "o3")
-				}
-			}
-			ops.recover()
-			f.upsert(kititems("final", "o0", "o1", "o2", "o3", "o4", "o5", "o6", "o7", "o8", "o9")...)
-			f.caughtUp()
-			f.waitInfo("nothing failing", func(i *tables.Info) bool { return i.Retrying == 0 && i.Objects == 10 })
-			cancel()
-			n := recv(t, checked, "the reader to end")
-			t.Logf("%d snapshots checked", n)
-			ok, _, _ := check()
-			assert.True(t, ok)
-			if b := bad.Load(); b != nil {
-				t.Errorf("a snapshot disagrees: %s", b)
-			}
-			assert.Zero(t, f.tables.Retries().NumObjects(f.db.ReadTxn()))
+	forVariants(t, variants, func(t *testing.T, v variant) {
+		ops := newKitOps()
+		ops.failWhen(errKitObject, func(op reconcilertest.Op, it *item) bool {
+			return op == reconcilertest.OpUpdate && strings.HasPrefix(it.Value, "bad") || op == reconcilertest.OpDelete && it.ID == "o2"
 		})
-	}
+		f := v.start(t, ops, &with{tables: true},
+			reconciler.WithRetry(time.Millisecond, 5*time.Millisecond))
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		var bad atomic.Value
+		// check reads one snapshot and returns its watch channels.
+		check := func() (bool, <-chan struct{}, <-chan struct{}) {
+			txn := f.db.ReadTxn()
+			_, watch := f.tables.Retries().AllWatch(txn)
+			_, watch2 := f.tables.Reconcilers().AllWatch(txn)
+			info, _, ok := f.tables.Reconcilers().Get(txn, tables.InfoByID.Query("test"))
+			if !ok {
+				return false, watch, watch2
+			}
+			rows := 0
+			for range f.tables.Retries().List(txn, tables.RetryByReconciler.Query("test")) {
+				rows++
+			}
+			if rows != info.Retrying && bad.Load() == nil {
+				bad.Store(fmt.Sprintf("Retrying %d with %d retry rows (state %s)", info.Retrying, rows, info.State))
+			}
+			return true, watch, watch2
+		}
+		checked := make(chan int, 1)
+		go func() {
+			n := 0
+			defer func() { checked <- n }()
+			for ctx.Err() == nil {
+				ok, watch, watch2 := check()
+				if ok {
+					n++
+				}
+				select {
+				case <-watch:
+				case <-watch2:
+				case <-ctx.Done():
+				}
+			}
+		}()
+		for round := range 30 {
+			var objs []*item
+			for i := range 10 {
+				v := "ok"
+				if (i+round)%3 == 0 {
+					v = "bad"
+				}
+				objs = append(objs, &item{ID: fmt.Sprint("o", i), Value: fmt.Sprint(v, round)})
+			}
+			f.upsert(objs...)
+			if round%5 == 4 {
+				f.remove("o1", "o2", "o3")
+			}
+		}
+		ops.recover()
+		f.upsert(kititems("final", "o0", "o1", "o2", "o3", "o4", "o5", "o6", "o7", "o8", "o9")...)
+		f.caughtUp()
+		f.waitInfo("nothing failing", func(i *tables.Info) bool { return i.Retrying == 0 && i.Objects == 10 })
+		cancel()
+		n := recv(t, checked, "the reader to end")
+		t.Logf("%d snapshots checked", n)
+		ok, _, _ := check()
+		assert.True(t, ok)
+		if b := bad.Load(); b != nil {
+			t.Errorf("a snapshot disagrees: %s", b)
+		}
+		assert.Zero(t, f.tables.Retries().NumObjects(f.db.ReadTxn()))
+	})
 }
 
 // A paused reconciler starts nothing; its row says paused. With nothing
 // changing in the table it is idle, and writes nothing, though an object's
 // retries (every few milliseconds) fall due while it is paused.
 func TestOutsider46PausedWritesNothing(t *testing.T) {
-	for _, v := range variants {
-		t.Run(v.String(), func(t *testing.T) {
-			wr, km, ops := newO46Writer(false), newKitMetrics(), newKitOps()
-			ops.setFail(func(op reconcilertest.Op, it *item) error {
-				if it.ID == "bad" {
-					return errKitObject
-				}
-				return nil
-			})
-			f := v.fixture(t, ops, &with{first: []cell.Cell{cell.Provide(func() tables.Writer { return wr })}},
-				reconciler.WithMetrics(km), reconciler.WithRetry(2*time.Millisecond, 5*time.Millisecond), reconciler.WithRetryJitter(0))
-			f.start()
-			f.upsert(kititems("1", "a", "bad")...)
-			wr.waitLast(t, "bad retrying", func(i tables.Info) bool { return i.Retrying == 1 && i.Failed >= 2 })
-			f.rec.Pause()
-			// Work handed to the workers as Pause came waits for Resume,
-			// counted in flight; no worker runs one.
-			wr.waitLast(t, "paused, no worker busy", func(i tables.Info) bool {
-				return i.State == tables.StatePaused && i.BusyWorkers == 0
-			})
-			calls := ops.calls.Load()
-			assertO46Idle(t, wr, "paused")
-			assert.Equal(t, calls, ops.calls.Load(), "a paused reconciler started operations")
-			f.rec.Resume()
-			last := wr.waitLast(t, "running again", func(i tables.Info) bool { return i.State != tables.StatePaused })
-			assert.Equal(t, tables.StateDegraded, last.State)
+	forVariants(t, variants, func(t *testing.T, v variant) {
+		wr, km, ops := newO46Writer(false), newKitMetrics(), newKitOps()
+		ops.failIDs("bad")
+		f := v.start(t, ops, withWriter(wr),
+			reconciler.WithMetrics(km), reconciler.WithRetry(2*time.Millisecond, 5*time.Millisecond), reconciler.WithRetryJitter(0))
+		f.upsert(kititems("1", "a", "bad")...)
+		wr.waitLast(t, "bad retrying", func(i tables.Info) bool { return i.Retrying == 1 && i.Failed >= 2 })
+		f.rec.Pause()
+		// Work handed to the workers as Pause came waits for Resume,
+		// counted in flight; no worker runs one.
+		wr.waitLast(t, "paused, no worker busy", func(i tables.Info) bool {
+			return i.State == tables.StatePaused && i.BusyWorkers == 0
 		})
-	}
+		calls := ops.calls.Load()
+		assertO46Idle(t, wr, "paused")
+		assert.Equal(t, calls, ops.calls.Load(), "a paused reconciler started operations")
+		f.rec.Resume()
+		last := wr.waitLast(t, "running again", func(i tables.Info) bool { return i.State != tables.StatePaused })
+		assert.Equal(t, tables.StateDegraded, last.State)
+	})
 }
 
 // A retry row is removed when the object "changes or is deleted": also when
@@ -410,32 +387,13 @@ func TestOutsider46RowGoesWhenChangedDuringItsRetry(t *testing.T) {
 		for _, how := range []string{"delete", "change"} {
 			t.Run(v.String()+","+how, func(t *testing.T) {
 				ops := newKitOps()
-				ops.setFail(func(op reconcilertest.Op, it *item) error {
-					if op == reconcilertest.OpUpdate && it.ID == "c" && it.Value == "1" {
-						return errKitObject
-					}
-					return nil
+				ops.failWhen(errKitObject, func(op reconcilertest.Op, it *item) bool {
+					return op == reconcilertest.OpUpdate && it.ID == "c" && it.Value == "1"
 				})
-				f := v.fixture(t, ops, &with{tables: true}, reconciler.WithRetry(20*time.Millisecond, 20*time.Millisecond))
-				f.start()
+				f := v.start(t, ops, &with{tables: true}, reconciler.WithRetry(20*time.Millisecond, 20*time.Millisecond))
 				f.upsert(kititems("1", "a", "c")...)
 				f.waitInfo("c failing", func(i *tables.Info) bool { return i.Retrying == 1 })
-				entered, release := make(chan struct{}, 1), make(chan struct{})
-				ops.mu.Lock()
-				ops.gate = func(ctx context.Context, it *item) {
-					if it.ID != "c" || it.Value != "1" {
-						return
-					}
-					select {
-					case entered <- struct{}{}:
-					default:
-					}
-					select {
-					case <-release:
-					case <-ctx.Done():
-					}
-				}
-				ops.mu.Unlock()
+				entered, release := ops.holdUpdates(func(it *item) bool { return it.ID == "c" && it.Value == "1" })
 				recv(t, entered, "c's retry to start")
 				if how == "delete" {
 					f.remove("c")
@@ -460,91 +418,53 @@ func TestOutsider46RowGoesWhenChangedDuringItsRetry(t *testing.T) {
 // round and the round ends: its row says running, and the reconcilers row
 // counts it in flight.
 func TestOutsider46RetryRowRunning(t *testing.T) {
-	for _, v := range []variant{{4, false}, {4, true}} {
-		t.Run(v.String(), func(t *testing.T) {
-			ops := newKitOps()
-			ops.setFail(func(op reconcilertest.Op, it *item) error {
-				if op == reconcilertest.OpUpdate && it.ID == "c" {
-					return errKitObject
-				}
-				return nil
-			})
-			f := v.fixture(t, ops, &with{tables: true}, reconciler.WithRetry(20*time.Millisecond, 20*time.Millisecond))
-			f.start()
-			f.upsert(kititems("1", "a", "c")...)
-			f.waitInfo("c failing", func(i *tables.Info) bool { return i.Retrying == 1 })
-			entered, release := make(chan struct{}, 1), make(chan struct{})
-			ops.mu.Lock()
-			ops.gate = func(ctx context.Context, it *item) {
-				if it.ID != "c" {
-					return
-				}
-				select {
-				case entered <- struct{}{}:
-				default:
-				}
-				select {
-				case <-release:
-				case <-ctx.Done():
-				}
-			}
-			ops.mu.Unlock()
-			defer close(release)
-			recv(t, entered, "c's retry to start")
-			// Another change makes another round, after the one that handed
-			// out the retry, if that one wrote nothing.
-			f.upsert(kititems("2", "a")...)
-			f.waitKind("a", status.KindDone)
-			var row *tables.RetryInfo
-			f.waitInfo("the held retry in flight", func(i *tables.Info) bool { return i.InFlight >= 1 })
-			row, _, found := f.tables.Retries().Get(f.db.ReadTxn(), tables.RetryByKey.Query(tables.RetryKey("test", "c")))
-			require.True(t, found)
-			assert.True(t, row.NextAttempt.IsZero(), "NextAttempt %v while the attempt runs (row %v)", row.NextAttempt, row.TableRow())
-		})
-	}
+	forVariants(t, []variant{{4, false}, {4, true}}, func(t *testing.T, v variant) {
+		ops := newKitOps()
+		ops.failWhen(errKitObject, func(op reconcilertest.Op, it *item) bool { return op == reconcilertest.OpUpdate && it.ID == "c" })
+		f := v.start(t, ops, &with{tables: true}, reconciler.WithRetry(20*time.Millisecond, 20*time.Millisecond))
+		f.upsert(kititems("1", "a", "c")...)
+		f.waitInfo("c failing", func(i *tables.Info) bool { return i.Retrying == 1 })
+		entered, release := ops.holdUpdates(func(it *item) bool { return it.ID == "c" })
+		defer close(release)
+		recv(t, entered, "c's retry to start")
+		// Another change makes another round, after the one that handed
+		// out the retry, if that one wrote nothing.
+		f.upsert(kititems("2", "a")...)
+		f.waitKind("a", status.KindDone)
+		var row *tables.RetryInfo
+		f.waitInfo("the held retry in flight", func(i *tables.Info) bool { return i.InFlight >= 1 })
+		row, _, found := f.tables.Retries().Get(f.db.ReadTxn(), tables.RetryByKey.Query(tables.RetryKey("test", "c")))
+		require.True(t, found)
+		assert.True(t, row.NextAttempt.IsZero(), "NextAttempt %v while the attempt runs (row %v)", row.NextAttempt, row.TableRow())
+	})
 }
 
 // StateStopped: "its job is not running". Stopping the hive while
 // operations are in flight (and refreshes run), the last row written says
 // stopped, and nothing is written once Stop has returned.
 func TestOutsider46StoppedIsTheLastWrite(t *testing.T) {
-	for _, v := range variants {
-		t.Run(v.String(), func(t *testing.T) {
-			wr, km, ops := newO46Writer(false), newKitMetrics(), newKitOps()
-			entered := make(chan struct{}, 1)
-			ops.mu.Lock()
-			ops.gate = func(ctx context.Context, it *item) {
-				if it.ID != "held" {
-					return
-				}
-				select {
-				case entered <- struct{}{}:
-				default:
-				}
-				<-ctx.Done() // held until the stop cancels it
-			}
-			ops.mu.Unlock()
-			f := v.fixture(t, ops, &with{first: []cell.Cell{cell.Provide(func() tables.Writer { return wr })}},
-				reconciler.WithMetrics(km), reconciler.WithRefreshing(10*time.Millisecond, nil))
-			f.start()
-			f.upsert(kititems("1", "a", "b", "held")...)
-			recv(t, entered, "held's update to start")
-			f.stop()
-			after, refreshed, _ := wr.get()
-			last, ok := wr.last()
-			require.True(t, ok)
-			assert.Equal(t, tables.StateStopped, last.State, "the last row written")
-			assert.Zero(t, last.InFlight, "stopped: nothing in flight")
-			// Nothing more comes (an observation window, not a synchronisation).
-			_, _, ch := wr.get()
-			select {
-			case <-ch:
-				later, r2, _ := wr.get()
-				t.Errorf("written after Stop returned: %d writes after %d, %d refreshes after %d", len(later), len(after), r2, refreshed)
-			case <-time.After(200 * time.Millisecond):
-			}
-		})
-	}
+	forVariants(t, variants, func(t *testing.T, v variant) {
+		wr, km, ops := newO46Writer(false), newKitMetrics(), newKitOps()
+		entered, _ := ops.holdUpdates(func(it *item) bool { return it.ID == "held" }) // until the stop cancels it
+		f := v.start(t, ops, withWriter(wr),
+			reconciler.WithMetrics(km), reconciler.WithRefreshing(10*time.Millisecond, nil))
+		f.upsert(kititems("1", "a", "b", "held")...)
+		recv(t, entered, "held's update to start")
+		f.stop()
+		after, refreshed, _ := wr.get()
+		last, ok := wr.last()
+		require.True(t, ok)
+		assert.Equal(t, tables.StateStopped, last.State, "the last row written")
+		assert.Zero(t, last.InFlight, "stopped: nothing in flight")
+		// Nothing more comes (an observation window, not a synchronisation).
+		_, _, ch := wr.get()
+		select {
+		case <-ch:
+			later, r2, _ := wr.get()
+			t.Errorf("written after Stop returned: %d writes after %d, %d refreshes after %d", len(later), len(after), r2, refreshed)
+		case <-time.After(200 * time.Millisecond):
+		}
+	})
 }
 
 // o46SerialWriter records whether two Writes ever overlapped: "A
@@ -577,25 +497,17 @@ func (w *o46SerialWriter) Write(info *tables.Info, _ []tables.RetryInfo) {
 func (w *o46SerialWriter) Refreshed(string, time.Time) {}
 
 func TestOutsider46WritesComeOneAtATime(t *testing.T) {
-	for _, v := range variants {
-		t.Run(v.String(), func(t *testing.T) {
-			wr, ops := &o46SerialWriter{reached: make(chan struct{})}, newKitOps()
-			ops.setFail(func(op reconcilertest.Op, it *item) error {
-				if strings.HasPrefix(it.ID, "bad") {
-					return errKitObject
-				}
-				return nil
-			})
-			f := v.fixture(t, ops, &with{first: []cell.Cell{cell.Provide(func() tables.Writer { return wr })}},
-				reconciler.WithRetry(time.Millisecond, 2*time.Millisecond), reconciler.WithRefreshing(5*time.Millisecond, nil))
-			f.start()
-			for i := range 20 {
-				f.upsert(kititems(fmt.Sprint(i), "a", "b", "bad1", "bad2")...)
-			}
-			recv(t, wr.reached, "30 writes")
-			f.stop()
-			assert.Zero(t, wr.overlaps.Load(), "Writes overlapped")
-			assert.Equal(t, tables.StateStopped, wr.last.Load())
-		})
-	}
+	forVariants(t, variants, func(t *testing.T, v variant) {
+		wr, ops := &o46SerialWriter{reached: make(chan struct{})}, newKitOps()
+		ops.failWhen(errKitObject, func(op reconcilertest.Op, it *item) bool { return strings.HasPrefix(it.ID, "bad") })
+		f := v.start(t, ops, withWriter(wr),
+			reconciler.WithRetry(time.Millisecond, 2*time.Millisecond), reconciler.WithRefreshing(5*time.Millisecond, nil))
+		for i := range 20 {
+			f.upsert(kititems(fmt.Sprint(i), "a", "b", "bad1", "bad2")...)
+		}
+		recv(t, wr.reached, "30 writes")
+		f.stop()
+		assert.Zero(t, wr.overlaps.Load(), "Writes overlapped")
+		assert.Equal(t, tables.StateStopped, wr.last.Load())
+	})
 }

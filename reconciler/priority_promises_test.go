@@ -317,9 +317,8 @@ func TestPromisePriorityNoStarvation(t *testing.T) {
 				}
 			})
 			v := variant{c.workers, c.batch}
-			f := v.fixture(t, o, nil, reconciler.WithMetrics(s), reconciler.WithRoundLimits(c.R, nil),
+			f := v.start(t, o, nil, reconciler.WithMetrics(s), reconciler.WithRoundLimits(c.R, nil),
 				reconciler.WithPriority(ppPrio, c.share))
-			f.start()
 			s.mu.Lock()
 			s.f = f
 			s.mu.Unlock()
@@ -349,7 +348,7 @@ func TestPromisePriorityNoStarvation(t *testing.T) {
 				most := int(math.Ceil(float64(lowN+1)/share)) + 2*per
 				assert.LessOrEqual(t, taken, most, "%d objects were taken before low, with %d changes ahead; bound about %d", taken, lowN, most)
 			}
-			f.kitconverged(o)
+			f.converged(o.tg)
 		})
 	}
 }
@@ -413,8 +412,7 @@ func TestPromisePriorityLosesNothing(t *testing.T) {
 			if c.max > 0 {
 				opts = append(opts, reconciler.WithMaxAttempts(c.max))
 			}
-			f := c.v.fixture(t, o, nil, opts...)
-			f.start()
+			f := c.v.start(t, o, nil, opts...)
 
 			keys := make([]string, 30)
 			for i := range keys {
@@ -459,7 +457,7 @@ func TestPromisePriorityLosesNothing(t *testing.T) {
 				f.rec.Resume()
 			}
 			down.Store(false)
-			f.kitconverged(o)
+			f.converged(o.tg)
 			for obj := range f.table.All(f.db.ReadTxn()) {
 				assert.False(t, obj.Status.Terminal, "%s gave up: %s", obj.ID, obj.Status.Error)
 			}
@@ -479,65 +477,62 @@ func ppHash(s string) uint32 {
 // applied at most once, versions of a key in the order written, and the
 // target ends up holding the table.
 func TestPromisePriorityHostileFunction(t *testing.T) {
-	for _, v := range []variant{{1, false}, {8, false}, {1, true}, {4, true}} {
-		t.Run(v.String(), func(t *testing.T) {
-			var calls, panics atomic.Int64
-			prio := func(it *item) int {
-				calls.Add(1)
-				switch ppHash(it.ID) % 5 {
-				case 0:
-					panics.Add(1)
-					panic("priority: " + it.ID)
-				case 1:
-					return math.MinInt
-				case 2:
-					return math.MaxInt
-				case 3:
-					return rand.Int() - math.MaxInt/2
-				default:
-					return ppPrio(it)
-				}
+	forVariants(t, []variant{{1, false}, {8, false}, {1, true}, {4, true}}, func(t *testing.T, v variant) {
+		var calls, panics atomic.Int64
+		prio := func(it *item) int {
+			calls.Add(1)
+			switch ppHash(it.ID) % 5 {
+			case 0:
+				panics.Add(1)
+				panic("priority: " + it.ID)
+			case 1:
+				return math.MinInt
+			case 2:
+				return math.MaxInt
+			case 3:
+				return rand.Int() - math.MaxInt/2
+			default:
+				return ppPrio(it)
 			}
-			o := newKitOps()
-			f := v.fixture(t, o, nil, reconciler.WithRoundLimits(8, nil), reconciler.WithPriority(prio, 0.01))
-			f.start()
-			// Past the backlog (what the table holds at the first run),
-			// which priorities do not order.
-			f.upsert(&item{ID: "m", Value: "0.000000"})
-			f.caughtUp()
-			rng := rand.New(rand.NewPCG(7, 33))
-			seq := 0
-			for range 40 {
-				var batch []*item
-				for range 1 + rng.IntN(20) {
-					seq++
-					batch = append(batch, &item{ID: fmt.Sprintf("k%02d", rng.IntN(40)), Value: fmt.Sprintf("%d.%06d", rng.IntN(3), seq)})
-				}
-				f.upsert(batch...)
-				if rng.IntN(3) == 0 {
-					f.remove(fmt.Sprintf("k%02d", rng.IntN(40)))
-				}
+		}
+		o := newKitOps()
+		f := v.start(t, o, nil, reconciler.WithRoundLimits(8, nil), reconciler.WithPriority(prio, 0.01))
+		// Past the backlog (what the table holds at the first run),
+		// which priorities do not order.
+		f.upsert(&item{ID: "m", Value: "0.000000"})
+		f.caughtUp()
+		rng := rand.New(rand.NewPCG(7, 33))
+		seq := 0
+		for range 40 {
+			var batch []*item
+			for range 1 + rng.IntN(20) {
+				seq++
+				batch = append(batch, &item{ID: fmt.Sprintf("k%02d", rng.IntN(40)), Value: fmt.Sprintf("%d.%06d", rng.IntN(3), seq)})
 			}
-			f.kitconverged(o)
-			require.NotZero(t, calls.Load(), "priority never called")
-			require.NotZero(t, panics.Load(), "no priority panicked")
+			f.upsert(batch...)
+			if rng.IntN(3) == 0 {
+				f.remove(fmt.Sprintf("k%02d", rng.IntN(40)))
+			}
+		}
+		f.converged(o.tg)
+		require.NotZero(t, calls.Load(), "priority never called")
+		require.NotZero(t, panics.Load(), "no priority panicked")
 
-			seen := map[string]bool{}
-			last := map[string]string{}
-			for _, c := range o.tg.Calls() {
-				if c.Op != reconcilertest.OpUpdate || c.Err != nil {
-					continue
-				}
-				kv := c.Key + "=" + c.Value
-				assert.False(t, seen[kv], "version %s applied twice", kv)
-				seen[kv] = true
-				_, n, _ := strings.Cut(c.Value, ".")
-				_, p, _ := strings.Cut(last[c.Key], ".")
-				assert.Greater(t, n, p, "%s applied after the newer %s", kv, last[c.Key])
-				last[c.Key] = c.Value
+		seen := map[string]bool{}
+		last := map[string]string{}
+		for _, c := range o.tg.Calls() {
+			if c.Op != reconcilertest.OpUpdate || c.Err != nil {
+				continue
 			}
-		})
-	}
+			kv := c.Key + "=" + c.Value
+			assert.False(t, seen[kv], "version %s applied twice", kv)
+			seen[kv] = true
+			_, n, _ := strings.Cut(c.Value, ".")
+			_, p, _ := strings.Cut(last[c.Key], ".")
+			assert.Greater(t, n, p, "%s applied after the newer %s", kv, last[c.Key])
+			last[c.Key] = c.Value
+		}
+	})
 }
 
 // ppReadAhead counts the priority calls on Pending versions and checks at
@@ -589,9 +584,8 @@ func TestPromisePriorityReadAheadBounded(t *testing.T) {
 		}
 		return ppPrio(it)
 	}
-	f := variant{2, false}.fixture(t, o, nil, reconciler.WithMetrics(m), reconciler.WithRoundLimits(R, nil),
+	f := variant{2, false}.start(t, o, nil, reconciler.WithMetrics(m), reconciler.WithRoundLimits(R, nil),
 		reconciler.WithPriority(prio, 0))
-	f.start()
 	const total = 200_000
 	for i := 0; i < total; i += 10_000 {
 		f.upsert(items(fmt.Sprintf("b%02d", i/10_000), 10_000, "1")...)
@@ -620,8 +614,7 @@ func TestPromisePriorityFIFOAcrossRounds(t *testing.T) {
 		for _, v := range []variant{{1, false}, {1, true}} {
 			t.Run(fmt.Sprint("share ", share, " ", v), func(t *testing.T) {
 				tg := newTarget()
-				f := v.fixture(t, tg, nil, reconciler.WithRoundLimits(4, nil), reconciler.WithPriority(ppPrio, share))
-				f.start()
+				f := v.start(t, tg, nil, reconciler.WithRoundLimits(4, nil), reconciler.WithPriority(ppPrio, share))
 				h := tg.hold("s")
 				f.upsert(&item{ID: "s", Value: "0"})
 				h.wait(t)
@@ -732,7 +725,7 @@ func TestPromisePriorityNoStarvationWritesFromUpdate(t *testing.T) {
 			waited := lowRound.Load() - lowAt.Load()
 			t.Logf("low waited %d rounds with %d ahead (bound %d)", waited, lowN.Load(), bound)
 			assert.LessOrEqual(t, waited, bound, "low waited %d rounds with %d changes ahead, bound about %d", waited, lowN.Load(), bound)
-			fx.kitconverged(o)
+			fx.converged(o.tg)
 		})
 	}
 }
@@ -770,8 +763,7 @@ func TestPromisePriorityOrderAfterPause(t *testing.T) {
 
 func ppWaitReordered(t *testing.T, v variant, pause, exactOrder bool) {
 	tg := newTarget()
-	f := v.fixture(t, tg, nil, reconciler.WithRoundLimits(4, nil), reconciler.WithPriority(ppPrio, 0.001))
-	f.start()
+	f := v.start(t, tg, nil, reconciler.WithRoundLimits(4, nil), reconciler.WithPriority(ppPrio, 0.001))
 	release := f.rec.Resume
 	if pause {
 		// What the table holds when the reconciler first runs is the
@@ -862,35 +854,196 @@ func ppWaitReordered(t *testing.T, v variant, pause, exactOrder bool) {
 // Changes read ahead and queued by priority when the hive stops are carried
 // over: after a start, WaitUntilReconciled counts them and they converge.
 func TestPromisePriorityStopWithReadAhead(t *testing.T) {
-	for _, v := range []variant{{1, false}, {4, false}, {1, true}} {
-		t.Run(v.String(), func(t *testing.T) {
-			tg := newTarget()
-			f := v.fixture(t, tg, nil, reconciler.WithRoundLimits(4, nil), reconciler.WithPriority(ppPrio, 0.25))
-			f.start()
-			f.upsert(kititems("9", "d0", "d1", "d2", "d3")...)
-			f.caughtUp()
-			h := tg.hold("s")
-			f.upsert(&item{ID: "s", Value: "0"})
-			h.wait(t)
-			for i := range 60 {
-				f.upsert(&item{ID: fmt.Sprintf("o%02d", i), Value: strconv.Itoa(i % 4)})
-			}
-			f.remove("d0", "d1", "d2", "d3")
-			f.upsert(&item{ID: "o07", Value: "8.again"})
-			// Let some rounds run, then stop in the middle.
-			h.let()
-			waitCalls(t, tg, reconcilertest.OpUpdate, "", 10)
-			f.stop()
-			f.upsert(&item{ID: "o08", Value: "3.meanwhile"})
-			rev2 := f.remove("o09")
-			f.start()
-			f.reconciledTo(rev2)
-			txn := f.db.ReadTxn()
-			for obj := range f.table.All(txn) {
-				assert.Equal(t, status.KindDone, obj.Status.Kind, "WaitUntilReconciled(%d) returned with %s %s", rev2, obj.ID, obj.Status.Kind)
-			}
-			assert.Empty(t, tg.Diff(txn, f.table), "the target differs once WaitUntilReconciled returned")
-			f.caughtUp()
-		})
+	forVariants(t, []variant{{1, false}, {4, false}, {1, true}}, func(t *testing.T, v variant) {
+		tg := newTarget()
+		f := v.start(t, tg, nil, reconciler.WithRoundLimits(4, nil), reconciler.WithPriority(ppPrio, 0.25))
+		f.upsert(kititems("9", "d0", "d1", "d2", "d3")...)
+		f.caughtUp()
+		h := tg.hold("s")
+		f.upsert(&item{ID: "s", Value: "0"})
+		h.wait(t)
+		for i := range 60 {
+			f.upsert(&item{ID: fmt.Sprintf("o%02d", i), Value: strconv.Itoa(i % 4)})
+		}
+		f.remove("d0", "d1", "d2", "d3")
+		f.upsert(&item{ID: "o07", Value: "8.again"})
+		// Let some rounds run, then stop in the middle.
+		h.let()
+		waitCalls(t, tg, reconcilertest.OpUpdate, "", 10)
+		f.stop()
+		f.upsert(&item{ID: "o08", Value: "3.meanwhile"})
+		rev2 := f.remove("o09")
+		f.start()
+		f.reconciledTo(rev2)
+		txn := f.db.ReadTxn()
+		for obj := range f.table.All(txn) {
+			assert.Equal(t, status.KindDone, obj.Status.Kind, "WaitUntilReconciled(%d) returned with %s %s", rev2, obj.ID, obj.Status.Kind)
+		}
+		assert.Empty(t, tg.Diff(txn, f.table), "the target differs once WaitUntilReconciled returned")
+		f.caughtUp()
+	})
+}
+
+// The tests below are the package's own tests of WithPriority, kept with
+// the outside review's.
+
+// priorityByPrefix is a priority function: objects whose ID starts with
+// "high" come first.
+func priorityByPrefix(it *item) int {
+	if strings.HasPrefix(it.ID, "high") {
+		return 1
 	}
+	return 0
+}
+
+// roundHook is metrics whose Round calls a function, on the reconciler's
+// goroutine, at the end of every round.
+type roundHook struct {
+	*metrics.ExpVar
+	round func(metrics.RoundStats)
+}
+
+func (m *roundHook) Round(_ cell.FullModuleID, _ string, s metrics.RoundStats) { m.round(s) }
+
+// A steady stream of high-priority writes, enough to fill every round,
+// never holds a low-priority one back for more rounds than WithPriority's
+// bound: with n changes before it and a share of s of rounds of R objects,
+// ⌈(n+1)/(s·R)⌉ rounds. The changes before it are of its priority too, so
+// that only the share takes them, and the bound is met exactly. Rounds are
+// counted by the reconciler's own round
+// metrics, which also write the stream, between rounds: the same rounds
+// every run, whatever the machine's speed.
+func TestPriorityDoesNotStarveLowerPriorities(t *testing.T) {
+	const (
+		roundSize = 10
+		share     = 0.2
+		before    = 30  // low-priority changes written just before the one watched
+		stream    = 200 // rounds during which high-priority writes go on
+	)
+	var (
+		f         *fixture
+		rounds    int // the round metrics' count, on the reconciler's goroutine
+		written   int // the round after which the low object was written
+		doneAt    int // the round that committed it
+		highsDone int // high-priority objects Done by then
+		seq       int
+		done      = make(chan struct{})
+	)
+	highs := func(n int) []*item {
+		objs := make([]*item, n)
+		for i := range objs {
+			objs[i] = &item{ID: fmt.Sprintf("high%06d", seq), Value: "1", Status: status.Pending()}
+			seq++
+		}
+		return objs
+	}
+	insert := func(objs ...*item) {
+		wtxn := f.db.WriteTxn(f.table)
+		for _, o := range objs {
+			_, _, err := f.table.Insert(wtxn, o)
+			require.NoError(t, err)
+		}
+		wtxn.Commit()
+	}
+	hook := &roundHook{ExpVar: metrics.NewUnpublishedExpVar(), round: func(metrics.RoundStats) {
+		rounds++
+		switch {
+		case written == 0:
+			// The first round: the low object comes after three rounds'
+			// worth of others of its priority, and before the stream.
+			early := items("early", before, "1")
+			for _, it := range early {
+				it.Status = status.Pending()
+			}
+			insert(early...)
+			insert(&item{ID: "low", Value: "1", Status: status.Pending()})
+			written = rounds
+		case doneAt == 0:
+			txn := f.db.ReadTxn()
+			if low, _, _ := f.table.Get(txn, itemID.Query("low")); low.Status.Kind == status.KindDone {
+				doneAt = rounds
+				for it := range f.table.List(txn, f.index.Query(status.KindDone)) {
+					if priorityByPrefix(it) > 0 {
+						highsDone++
+					}
+				}
+				close(done)
+			}
+		}
+		if rounds < stream {
+			insert(highs(roundSize)...) // a round's worth: the queue never shrinks
+		}
+	}}
+	f = newFixture(t, newTarget(), nil,
+		reconciler.WithMetrics(hook),
+		reconciler.WithRoundLimits(roundSize, nil),
+		reconciler.WithPriority(priorityByPrefix, share))
+	f.start()
+	recv(t, done, "the low-priority object to be Done")
+
+	bound := int(math.Ceil((before + 1) / (share * roundSize)))
+	waited := doneAt - written
+	t.Logf("low-priority object Done %d rounds after it was written (bound %d), after %d high-priority ones", waited, bound, highsDone)
+	assert.LessOrEqual(t, waited, bound, "rounds the low-priority object waited")
+	assert.GreaterOrEqual(t, highsDone, (waited-1)*int(roundSize*(1-share)), "high-priority objects written after it went first")
+	f.caughtUp()
+}
+
+// The priority of a version is read once, when its change is read:
+// requeues of that version (held by the breaker, cut by Pause or a stop)
+// do not read it again.
+func TestPriorityReadOncePerVersion(t *testing.T) {
+	forVariants(t, []variant{{1, false}, {4, false}, {4, true}}, func(t *testing.T, v variant) {
+		var mu sync.Mutex
+		reads := map[string]int{}
+		prio := func(it *item) int {
+			mu.Lock()
+			reads[it.ID+"="+it.Value]++
+			mu.Unlock()
+			return priorityByPrefix(it)
+		}
+		o, m, f := startBreaker(t, v, 2, time.Millisecond, 4*time.Millisecond, reconciler.WithPriority(prio, 0))
+		o.down()
+		f.upsert(items("low", 10, "1")...)
+		f.upsert(items("high", 10, "1")...)
+		m.waitOpen(t, 1)
+		o.waitCalls(t, o.calls.Load()+20) // probes, held and requeued
+		f.rec.Pause()
+		f.rec.Resume()
+		f.stop()
+		f.start()
+		o.waitCalls(t, o.calls.Load()+5)
+		o.recover()
+		f.converged(o.tg)
+		mu.Lock()
+		defer mu.Unlock()
+		for version, n := range reads {
+			assert.Equal(t, 1, n, "priority of %s read %d times", version, n)
+		}
+		assert.Len(t, reads, 20)
+	})
+}
+
+// A round cut short by a stop gives the changes it never started back
+// their turn: after the start they go before those of the same priority
+// read after them, first read first, not to the back of their priority.
+func TestPriorityRoundCutShortKeepsItsTurn(t *testing.T) {
+	forVariants(t, []variant{{1, false}, {1, true}}, func(t *testing.T, v variant) {
+		tg := newTarget()
+		f := v.start(t, tg, nil, reconciler.WithRoundLimits(4, nil), reconciler.WithPriority(ppPrio, 0.001))
+		f.upsert(&item{ID: "m", Value: "0"}) // the backlog, which priorities do not order
+		f.caughtUp()
+		h := tg.hold("high-00000")
+		f.upsert(items("high", 12, "1")...) // one read; a round of 4 starts with the first
+		h.wait(t)
+		f.stop() // the other three of the round never start
+		f.start()
+		f.caughtUp()
+		var want []string
+		for i := range 12 {
+			want = append(want, fmt.Sprintf("update high-%05d=1", i))
+		}
+		order := slices.DeleteFunc(tg.applied(), func(c string) bool { return c == "update m=0" })
+		require.Equal(t, want, order)
+	})
 }

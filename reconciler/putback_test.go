@@ -146,22 +146,19 @@ func TestPutBackWhileItsUpdateRunsIsAppliedAfterAStop(t *testing.T) {
 // committed), is applied. (Newer versions and deletes failing, held,
 // waiting for a retry or cut short: testdata/putback_older.txtar.)
 func TestOlderVersionPutBackOverANewerOneSucceedingAtAStopIsApplied(t *testing.T) {
-	for _, v := range variants {
-		t.Run(v.String(), func(t *testing.T) {
-			tg := newTarget()
-			f := v.fixture(t, tg, nil, reconciler.WithRetry(time.Hour, time.Hour))
-			f.start()
-			f.upsert(&item{ID: "k", Value: "1"})
-			was := f.waitKind("k", status.KindDone)
-			h := tg.holdAfterApply("k", true)
-			f.upsert(&item{ID: "k", Value: "2"})
-			h.wait(t)
-			f.insertAs(was)
-			f.stop()
-			f.start()
-			f.converged(tg)
-		})
-	}
+	forVariants(t, variants, func(t *testing.T, v variant) {
+		tg := newTarget()
+		f := v.start(t, tg, nil, reconciler.WithRetry(time.Hour, time.Hour))
+		f.upsert(&item{ID: "k", Value: "1"})
+		was := f.waitKind("k", status.KindDone)
+		h := tg.holdAfterApply("k", true)
+		f.upsert(&item{ID: "k", Value: "2"})
+		h.wait(t)
+		f.insertAs(was)
+		f.stop()
+		f.start()
+		f.converged(tg)
+	})
 }
 
 // An object changed while its operation is in flight, and then written back

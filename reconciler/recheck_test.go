@@ -21,18 +21,7 @@ import (
 	"github.com/converge-go/converge/reconciler"
 	"github.com/converge-go/converge/reconcilertest"
 	"github.com/converge-go/converge/status"
-	"github.com/converge-go/converge/tables"
 )
-
-// kitrecheck starts a fixture over o, one worker unless v says otherwise.
-func kitrecheck(t *testing.T, o interface {
-	reconciler.Operations[*item]
-	reconciler.BatchOperations[*item]
-}, v variant, opts ...reconciler.Option) *fixture {
-	f := v.fixture(t, o, nil, opts...)
-	f.start()
-	return f
-}
 
 // kitasks makes Update ask, for the n-th successful update of a key
 // (from 1), the re-check that plan gives (none if absent).
@@ -55,12 +44,40 @@ func kitasks(o *kitops, plan map[string][]time.Duration) {
 // for earlier with a shorter d are due before it).
 const clock = "~clock"
 
+// pastClock writes the clock and waits until its re-check has run and
+// everything up to it is reconciled: re-checks asked for a shorter time
+// before it have run by then.
+func (f *fixture) pastClock(o *kitops) {
+	f.t.Helper()
+	f.upsert(kititems("0", clock)...)
+	o.waitUpdates(f.t, clock, 2)
+	f.caughtUp()
+}
+
+// kitbatchAsks makes a batch entry's first success ask for the re-check
+// plan gives its key (none if absent).
+func kitbatchAsks(o *kitops, plan map[string]time.Duration) {
+	var mu sync.Mutex
+	asked := map[string]bool{}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.ask = func(it *item) time.Duration {
+		mu.Lock()
+		defer mu.Unlock()
+		if asked[it.ID] {
+			return 0
+		}
+		asked[it.ID] = true
+		return plan[it.ID]
+	}
+}
+
 // A delete drops the re-check: a deleted object is never resurrected in
 // the target or the table, and a re-insert is new work without the old ask.
 func TestRecheckDeleteDrops(t *testing.T) {
 	o := newKitOps()
 	kitasks(o, map[string][]time.Duration{"a": {50 * time.Millisecond}, "b": {50 * time.Millisecond}, clock: {300 * time.Millisecond}})
-	f := kitrecheck(t, o, variant{1, false})
+	f := variant{1, false}.start(t, o, nil)
 	f.upsert(kititems("1", "a", "b")...)
 	f.waitKind("a", status.KindDone)
 	f.waitKind("b", status.KindDone)
@@ -68,9 +85,7 @@ func TestRecheckDeleteDrops(t *testing.T) {
 	f.caughtUp()
 	// b comes back, identical, before its old re-check is due.
 	f.upsert(kititems("1", "b")...)
-	f.upsert(kititems("0", clock)...)
-	o.waitUpdates(t, clock, 2)
-	f.caughtUp()
+	f.pastClock(o)
 	_, found := f.get("a")
 	assert.False(t, found, "a resurrected in the table")
 	_, inTarget, _ := o.tg.Get("a")
@@ -113,7 +128,7 @@ func TestRecheckAsksThatDoNothing(t *testing.T) {
 			}
 		}
 	})
-	f := kitrecheck(t, o, variant{1, false})
+	f := variant{1, false}.start(t, o, nil)
 	f.upsert(kititems("1", "foreign", "zero", "negative", "later-longer", "late")...)
 	ctx := recv(t, late, "late's update")
 	// Its outcome is recorded: the operation is over.
@@ -140,13 +155,11 @@ func TestRecheckFailingUpdateAskIgnored(t *testing.T) {
 	var mu sync.Mutex
 	attempts := 0
 	// Wrap: ask for a re-check, then fail the first attempt.
-	f := kitrecheck(t, &kitfailAfterAsk{kitops: o, mu: &mu, attempts: &attempts}, variant{1, false},
+	f := variant{1, false}.start(t, &kitfailAfterAsk{kitops: o, mu: &mu, attempts: &attempts}, nil,
 		reconciler.WithRetry(time.Millisecond, time.Millisecond))
 	kitasks(o, map[string][]time.Duration{clock: {300 * time.Millisecond}})
 	f.upsert(kititems("1", "a")...)
-	f.upsert(kititems("0", clock)...)
-	o.waitUpdates(t, clock, 2)
-	f.caughtUp()
+	f.pastClock(o)
 	mu.Lock()
 	defer mu.Unlock()
 	assert.Equal(t, 2, attempts, "a failed once, then succeeded once; its failed attempt's ask must not re-check it")
@@ -189,7 +202,7 @@ func TestRecheckLastAskCounts(t *testing.T) {
 			reconciler.RecheckAfter(ctx, 20*time.Millisecond)
 		}
 	})
-	f := kitrecheck(t, o, variant{1, false})
+	f := variant{1, false}.start(t, o, nil)
 	f.upsert(kititems("1", "a")...)
 	o.waitUpdates(t, "a", 2)
 	f.waitKind("a", status.KindDone)
@@ -198,24 +211,8 @@ func TestRecheckLastAskCounts(t *testing.T) {
 // BatchEntry.RecheckAfter re-checks the entries that set it, and only them.
 func TestRecheckBatchEntry(t *testing.T) {
 	o := newKitOps()
-	var mu sync.Mutex
-	asked := map[string]bool{}
-	o.ask = func(it *item) time.Duration {
-		mu.Lock()
-		defer mu.Unlock()
-		if asked[it.ID] {
-			return 0
-		}
-		asked[it.ID] = true
-		switch it.ID {
-		case "a", "b":
-			return 30 * time.Millisecond
-		case clock:
-			return 300 * time.Millisecond
-		}
-		return 0
-	}
-	f := kitrecheck(t, o, variant{4, true})
+	kitbatchAsks(o, map[string]time.Duration{"a": 30 * time.Millisecond, "b": 30 * time.Millisecond, clock: 300 * time.Millisecond})
+	f := variant{4, true}.start(t, o, nil)
 	f.upsert(kititems("1", "a", "b", "c", clock)...)
 	o.waitUpdates(t, clock, 2)
 	f.caughtUp()
@@ -224,21 +221,37 @@ func TestRecheckBatchEntry(t *testing.T) {
 	assert.Len(t, o.updates("c"), 1)
 }
 
-// A re-check due while paused is marked on Resume.
-func TestRecheckDueWhilePaused(t *testing.T) {
-	o := newKitOps()
-	kitasks(o, map[string][]time.Duration{"a": {30 * time.Millisecond}})
-	f := kitrecheck(t, o, variant{1, false})
-	f.upsert(kititems("1", "a")...)
-	f.waitKind("a", status.KindDone)
-	f.rec.Pause()
-	// Let the re-check fall due: a timer, not synchronisation.
-	tm := time.NewTimer(150 * time.Millisecond)
-	<-tm.C
-	assert.Len(t, o.updates("a"), 1, "updated while paused")
-	f.rec.Resume()
-	o.waitUpdates(t, "a", 2)
-	f.waitKind("a", status.KindDone)
+// A re-check that falls due while paused is marked on Resume; one that
+// falls due while the hive is stopped, at the next start.
+func TestRecheckDueWhileHeld(t *testing.T) {
+	for _, c := range []struct {
+		name         string
+		v            variant
+		hold, unhold func(f *fixture)
+		early        bool // the re-check may come before the hold
+	}{
+		{"paused", variant{1, false}, func(f *fixture) { f.rec.Pause() }, func(f *fixture) { f.rec.Resume() }, false},
+		{"stopped", variant{4, false}, (*fixture).stop, (*fixture).start, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			o := newKitOps()
+			kitasks(o, map[string][]time.Duration{"a": {30 * time.Millisecond}})
+			f := c.v.start(t, o, nil)
+			f.upsert(kititems("1", "a")...)
+			f.waitKind("a", status.KindDone)
+			c.hold(f)
+			before := 1
+			if c.early {
+				before = len(o.updates("a")) // 2 if the re-check came before the stop
+			}
+			tm := time.NewTimer(150 * time.Millisecond) // let it fall due; not synchronisation
+			<-tm.C
+			assert.Len(t, o.updates("a"), before, "updated while %s", c.name)
+			c.unhold(f)
+			o.waitUpdates(t, "a", 2)
+			f.waitKind("a", status.KindDone)
+		})
+	}
 }
 
 // Many objects asking: all are re-checked once and all end Done.
@@ -256,7 +269,7 @@ func TestRecheckMany(t *testing.T) {
 			reconciler.RecheckAfter(ctx, 200*time.Millisecond)
 		}
 	})
-	f := kitrecheck(t, o, variant{4, false})
+	f := variant{4, false}.start(t, o, nil)
 	objs := items("m", n, "1")
 	f.upsert(objs...)
 	waitUntil(t, "every object updated twice", func() (bool, <-chan struct{}) {
@@ -288,39 +301,19 @@ func TestRecheckMany(t *testing.T) {
 
 // A huge d saturates: it must not wrap into a re-check now (or spin).
 func TestRecheckHugeDurationSaturates(t *testing.T) {
-	for _, v := range []variant{{1, false}, {1, true}} {
-		t.Run(v.String(), func(t *testing.T) {
-			o := newKitOps()
-			huge := time.Duration(math.MaxInt64)
-			kitasks(o, map[string][]time.Duration{"a": {huge}, "b": {huge - time.Nanosecond}, clock: {300 * time.Millisecond}})
-			var mu sync.Mutex
-			asked := map[string]bool{}
-			o.ask = func(it *item) time.Duration {
-				mu.Lock()
-				defer mu.Unlock()
-				if asked[it.ID] {
-					return 0
-				}
-				asked[it.ID] = true
-				switch it.ID {
-				case "a", "b":
-					return huge
-				case clock:
-					return 300 * time.Millisecond
-				}
-				return 0
-			}
-			f := kitrecheck(t, o, v)
-			f.upsert(kititems("1", "a", "b")...)
-			f.waitKind("a", status.KindDone)
-			f.waitKind("b", status.KindDone)
-			f.upsert(kititems("0", clock)...)
-			o.waitUpdates(t, clock, 2)
-			f.caughtUp()
-			assert.Len(t, o.updates("a"), 1, "a huge re-check fired at once")
-			assert.Len(t, o.updates("b"), 1, "a huge re-check fired at once")
-		})
-	}
+	forVariants(t, []variant{{1, false}, {1, true}}, func(t *testing.T, v variant) {
+		o := newKitOps()
+		huge := time.Duration(math.MaxInt64)
+		kitasks(o, map[string][]time.Duration{"a": {huge}, "b": {huge - time.Nanosecond}, clock: {300 * time.Millisecond}})
+		kitbatchAsks(o, map[string]time.Duration{"a": huge, "b": huge, clock: 300 * time.Millisecond})
+		f := v.start(t, o, nil)
+		f.upsert(kititems("1", "a", "b")...)
+		f.waitKind("a", status.KindDone)
+		f.waitKind("b", status.KindDone)
+		f.pastClock(o)
+		assert.Len(t, o.updates("a"), 1, "a huge re-check fired at once")
+		assert.Len(t, o.updates("b"), 1, "a huge re-check fired at once")
+	})
 }
 
 // Re-check only "if it still carries that Done status": an object written
@@ -328,15 +321,13 @@ func TestRecheckHugeDurationSaturates(t *testing.T) {
 func TestRecheckUserDoneReplaces(t *testing.T) {
 	o := newKitOps()
 	kitasks(o, map[string][]time.Duration{"a": {50 * time.Millisecond}, clock: {300 * time.Millisecond}})
-	f := kitrecheck(t, o, variant{1, false})
+	f := variant{1, false}.start(t, o, nil)
 	f.upsert(kititems("1", "a")...)
 	obj := f.waitKind("a", status.KindDone).clone()
 	obj.Value = "1"
 	obj.Status = status.Done()
 	f.insertAs(obj)
-	f.upsert(kititems("0", clock)...)
-	o.waitUpdates(t, clock, 2)
-	f.caughtUp()
+	f.pastClock(o)
 	assert.Len(t, o.updates("a"), 1, "re-checked an object that no longer carries the Done status it was asked for")
 }
 
@@ -349,53 +340,23 @@ func TestRecheckFromDeleteAndPrune(t *testing.T) {
 	o.afterDelete = func(ctx context.Context, _ *item) { reconciler.RecheckAfter(ctx, time.Millisecond) }
 	o.afterPrune = func(ctx context.Context) { reconciler.RecheckAfter(ctx, time.Millisecond) }
 	o.mu.Unlock()
-	f := v33withTables(t, o)
+	f := variant{1, false}.start(t, o, &with{tables: true})
 	f.upsert(kititems("1", "a", "b")...)
 	f.caughtUp()
 	f.remove("a")
 	f.caughtUp()
 	f.rec.Prune()
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	for {
+	waitUntil(t, "the prune Prune() asked for", func() (bool, <-chan struct{}) {
 		started := o.startedWatch() // before the check, not to miss a call
-		if o.prunes.Load() >= 1 {
-			break
-		}
-		select {
-		case <-started:
-		case <-deadline.C:
-			info, _, _ := f.tables.Reconcilers().Get(f.db.ReadTxn(), tables.InfoByID.Query("test"))
-			t.Fatalf("Prune() asked for a prune; none ran in %v (%d calls; row %+v)", timeout, o.calls.Load(), info)
-		}
-	}
-	f.upsert(kititems("0", clock)...)
-	o.waitUpdates(t, clock, 2)
-	f.caughtUp()
+		return o.prunes.Load() >= 1, started
+	})
+	f.pastClock(o)
 	_, found := f.get("a")
 	assert.False(t, found)
 	_, inTarget, _ := o.tg.Get("a")
 	assert.False(t, inTarget, "a resurrected in the target")
 	assert.Len(t, o.updates("a"), 1)
 	assert.Len(t, o.updates("b"), 1)
-}
-
-// A re-check that falls due while the hive is stopped is marked at the
-// next start.
-func TestRecheckDueWhileStopped(t *testing.T) {
-	o := newKitOps()
-	kitasks(o, map[string][]time.Duration{"a": {30 * time.Millisecond}})
-	f := kitrecheck(t, o, variant{4, false})
-	f.upsert(kititems("1", "a")...)
-	f.waitKind("a", status.KindDone)
-	f.stop()
-	before := len(o.updates("a"))               // 2 if the re-check came before the stop
-	tm := time.NewTimer(150 * time.Millisecond) // let it fall due; not synchronisation
-	<-tm.C
-	assert.Len(t, o.updates("a"), before, "updated while stopped")
-	f.start()
-	o.waitUpdates(t, "a", 2)
-	f.waitKind("a", status.KindDone)
 }
 
 // RecheckAfter is safe for concurrent use: goroutines asking while Update
@@ -425,7 +386,7 @@ func TestRecheckConcurrentAsks(t *testing.T) {
 		wg.Wait()
 		reconciler.RecheckAfter(ctx, 20*time.Millisecond)
 	})
-	f := kitrecheck(t, o, variant{4, false})
+	f := variant{4, false}.start(t, o, nil)
 	f.upsert(items("c", 8, "1")...)
 	for _, id := range ids(items("c", 8, "1")) {
 		o.waitUpdates(t, id, 2)
@@ -439,93 +400,91 @@ func TestRecheckConcurrentAsks(t *testing.T) {
 // a deleted object: per key, the revisions applied never go back, and
 // once the asks stop, the target holds the table.
 func TestRecheckChurnNeverGoesBack(t *testing.T) {
-	for _, v := range []variant{{1, false}, {8, false}, {1, true}, {8, true}} {
-		t.Run(v.String(), func(t *testing.T) {
-			o := newKitOps()
-			rng := rand.New(rand.NewPCG(kitrecheckSeed(), 7))
-			var rmu sync.Mutex
-			pick := func() time.Duration {
-				rmu.Lock()
-				defer rmu.Unlock()
-				return time.Duration(1+rng.IntN(10)) * time.Millisecond
-			}
-			o.setAfter(func(ctx context.Context, _ *item) { reconciler.RecheckAfter(ctx, pick()) })
-			o.mu.Lock()
-			o.ask = func(*item) time.Duration { return pick() }
-			o.mu.Unlock()
-			f := kitrecheck(t, o, v)
-			wr := rand.New(rand.NewPCG(kitrecheckSeed(), 8))
-			for i := range 600 {
-				key := fmt.Sprintf("w%02d", wr.IntN(30))
-				switch n := wr.IntN(10); {
-				case n < 6:
-					f.upsert(kititems(fmt.Sprint(i), key)...)
-				case n < 8:
-					f.remove(key)
-				default:
-					if obj, ok := f.get(key); ok {
-						f.insertAs(obj.clone())
-					}
-				}
-				if i == 300 {
-					f.stop()
-					f.start()
-				}
-				if i%20 == 0 {
-					pace := time.NewTimer(2 * time.Millisecond)
-					select {
-					case <-o.startedWatch():
-					case <-pace.C:
-					}
-					pace.Stop()
+	forVariants(t, []variant{{1, false}, {8, false}, {1, true}, {8, true}}, func(t *testing.T, v variant) {
+		o := newKitOps()
+		rng := rand.New(rand.NewPCG(kitrecheckSeed(), 7))
+		var rmu sync.Mutex
+		pick := func() time.Duration {
+			rmu.Lock()
+			defer rmu.Unlock()
+			return time.Duration(1+rng.IntN(10)) * time.Millisecond
+		}
+		o.setAfter(func(ctx context.Context, _ *item) { reconciler.RecheckAfter(ctx, pick()) })
+		o.mu.Lock()
+		o.ask = func(*item) time.Duration { return pick() }
+		o.mu.Unlock()
+		f := v.start(t, o, nil)
+		wr := rand.New(rand.NewPCG(kitrecheckSeed(), 8))
+		for i := range 600 {
+			key := fmt.Sprintf("w%02d", wr.IntN(30))
+			switch n := wr.IntN(10); {
+			case n < 6:
+				f.upsert(kititems(fmt.Sprint(i), key)...)
+			case n < 8:
+				f.remove(key)
+			default:
+				if obj, ok := f.get(key); ok {
+					f.insertAs(obj.clone())
 				}
 			}
-			o.setAfter(nil)
-			o.mu.Lock()
-			o.ask = nil
-			o.mu.Unlock()
-			// Re-checks already asked for fire once more: a marker
-			// asked after them shows they have.
-			o.mu.Lock()
-			o.after = func(ctx context.Context, it *item) {
-				if it.ID == clock {
-					if len(o.updates(clock)) == 1 {
-						reconciler.RecheckAfter(ctx, 100*time.Millisecond)
-					}
+			if i == 300 {
+				f.stop()
+				f.start()
+			}
+			if i%20 == 0 {
+				pace := time.NewTimer(2 * time.Millisecond)
+				select {
+				case <-o.startedWatch():
+				case <-pace.C:
+				}
+				pace.Stop()
+			}
+		}
+		o.setAfter(nil)
+		o.mu.Lock()
+		o.ask = nil
+		o.mu.Unlock()
+		// Re-checks already asked for fire once more: a marker
+		// asked after them shows they have.
+		o.mu.Lock()
+		o.after = func(ctx context.Context, it *item) {
+			if it.ID == clock {
+				if len(o.updates(clock)) == 1 {
+					reconciler.RecheckAfter(ctx, 100*time.Millisecond)
 				}
 			}
-			o.ask = func(it *item) time.Duration {
-				if it.ID == clock && len(o.updates(clock)) == 1 {
-					return 100 * time.Millisecond
-				}
-				return 0
+		}
+		o.ask = func(it *item) time.Duration {
+			if it.ID == clock && len(o.updates(clock)) == 1 {
+				return 100 * time.Millisecond
 			}
-			o.mu.Unlock()
-			f.upsert(kititems("0", clock)...)
-			o.waitUpdates(t, clock, 2)
-			f.kitconverged(o)
+			return 0
+		}
+		o.mu.Unlock()
+		f.upsert(kititems("0", clock)...)
+		o.waitUpdates(t, clock, 2)
+		f.converged(o.tg)
 
-			last := map[string]statedb.Revision{}
-			deleted := map[string]statedb.Revision{}
-			for _, c := range o.tg.Calls() {
-				if c.Err != nil {
-					continue
-				}
-				switch c.Op {
-				case reconcilertest.OpUpdate:
-					if c.Revision < last[c.Key] {
-						t.Errorf("%s: applied revision %d after %d (call %s)", c.Key, c.Revision, last[c.Key], c)
-					}
-					if c.Revision < deleted[c.Key] {
-						t.Errorf("%s: applied revision %d after its delete at %d (call %s)", c.Key, c.Revision, deleted[c.Key], c)
-					}
-					last[c.Key] = c.Revision
-				case reconcilertest.OpDelete:
-					deleted[c.Key] = max(deleted[c.Key], c.Revision)
-				}
+		last := map[string]statedb.Revision{}
+		deleted := map[string]statedb.Revision{}
+		for _, c := range o.tg.Calls() {
+			if c.Err != nil {
+				continue
 			}
-		})
-	}
+			switch c.Op {
+			case reconcilertest.OpUpdate:
+				if c.Revision < last[c.Key] {
+					t.Errorf("%s: applied revision %d after %d (call %s)", c.Key, c.Revision, last[c.Key], c)
+				}
+				if c.Revision < deleted[c.Key] {
+					t.Errorf("%s: applied revision %d after its delete at %d (call %s)", c.Key, c.Revision, deleted[c.Key], c)
+				}
+				last[c.Key] = c.Revision
+			case reconcilertest.OpDelete:
+				deleted[c.Key] = max(deleted[c.Key], c.Revision)
+			}
+		}
+	})
 }
 
 // kitrecheckSeed is the churn's seed: Kit_SEED, to explore, else 7.
@@ -536,14 +495,6 @@ func kitrecheckSeed() uint64 {
 	return 7
 }
 
-// v33withTables starts a one-worker fixture over o with the reconcilers
-// tables, without periodic pruning.
-func v33withTables(t *testing.T, o *kitops, opts ...reconciler.Option) *fixture {
-	f := variant{1, false}.fixture(t, o, &with{tables: true}, opts...)
-	f.start()
-	return f
-}
-
 // kitctxKey is a context key of the tests' own.
 type kitctxKey struct{}
 
@@ -552,7 +503,7 @@ type kitctxKey struct{}
 func TestRecheckDueWhileBreakerOpen(t *testing.T) {
 	o, m := newKitOps(), newKitMetrics()
 	kitasks(o, map[string][]time.Duration{"a": {100 * time.Millisecond}})
-	f := v33withTables(t, o, reconciler.WithMetrics(m),
+	f := variant{1, false}.start(t, o, &with{tables: true}, reconciler.WithMetrics(m),
 		reconciler.WithCircuitBreaker(2, 5*time.Millisecond, nil), reconciler.WithRetry(time.Millisecond, 10*time.Millisecond))
 	f.upsert(kititems("1", "a")...)
 	f.waitKind("a", status.KindDone)
@@ -563,7 +514,7 @@ func TestRecheckDueWhileBreakerOpen(t *testing.T) {
 	<-tm.C
 	o.recover()
 	o.waitUpdates(t, "a", 2)
-	f.kitconverged(o)
+	f.converged(o.tg)
 }
 
 // RecheckAfter called after Update returned (from a goroutine it
@@ -600,15 +551,13 @@ func TestRecheckAskAfterReturnIsIgnored(t *testing.T) {
 		}
 	}
 	o.mu.Unlock()
-	f := kitrecheck(t, o, variant{1, false})
+	f := variant{1, false}.start(t, o, nil)
 	f.upsert(kititems("1", "a", "b")...)
 	f.waitKind("b", status.KindDone)
 	// The clock's re-check falls due after any of a or b would have: once
 	// it ran and everything up to it is reconciled, a re-check of a or b
 	// would have run too.
-	f.upsert(kititems("0", clock)...)
-	o.waitUpdates(t, clock, 2)
-	f.caughtUp()
+	f.pastClock(o)
 	assert.Equal(t, []string{"1"}, o.updates("a"), "a re-checked by a late ask")
 	assert.Equal(t, []string{"1"}, o.updates("b"), "b re-checked by a's late ask")
 }

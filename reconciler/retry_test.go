@@ -49,8 +49,7 @@ func TestRetryIsHandedTheStatusThatAskedForWork(t *testing.T) {
 					}
 					return nil
 				}
-				f := v.fixture(t, tg, nil, reconciler.WithRetry(time.Millisecond, time.Millisecond))
-				f.start()
+				f := v.start(t, tg, nil, reconciler.WithRetry(time.Millisecond, time.Millisecond))
 
 				asked := status.Pending()
 				if kind == status.KindRefreshing {

@@ -111,8 +111,7 @@ func runScale(t *testing.T, n int, v variant) {
 		return nil
 	}
 	m := &roundMetrics{ExpVar: metrics.NewUnpublishedExpVar()}
-	f := v.fixture(t, ops, nil, reconciler.WithMetrics(m), reconciler.WithRetry(10*time.Millisecond, 2*time.Second))
-	f.start()
+	f := v.start(t, ops, nil, reconciler.WithMetrics(m), reconciler.WithRetry(10*time.Millisecond, 2*time.Second))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 

@@ -34,8 +34,7 @@ func TestRetryLowWatermarkHoldsFailingWork(t *testing.T) {
 			}
 			t.Run(c.name+"/"+v.String(), func(t *testing.T) {
 				fo := reconcilertest.NewFaultyOps(itemKey, newTarget(), nil)
-				f := v.fixture(t, fo, nil, reconciler.WithRetry(time.Millisecond, 5*time.Millisecond))
-				f.start()
+				f := v.start(t, fo, nil, reconciler.WithRetry(time.Millisecond, 5*time.Millisecond))
 				if c.del {
 					f.upsert(&item{ID: "k", Value: "1"})
 					f.caughtUp()
@@ -121,8 +120,7 @@ func TestWaitUntilReconciledWaitsForAnObjectReadLate(t *testing.T) {
 	for _, v := range []variant{{1, false}, {1, true}} { // the loop blocks while an update is held
 		t.Run(v.String(), func(t *testing.T) {
 			tg := newTarget()
-			f := v.fixture(t, tg, nil, reconciler.WithRoundLimits(4, nil))
-			f.start()
+			f := v.start(t, tg, nil, reconciler.WithRoundLimits(4, nil))
 			z := tg.hold("z")
 			f.upsert(&item{ID: "z"})
 			z.wait(t) // the loop reads nothing new until z is let go
