@@ -101,7 +101,7 @@ func (r *reconciler[Obj]) write(ops []op[Obj], now time.Time) (wrote revRange) {
 // writeStatus stores o.updated with a compare-and-swap on the revision o
 // applied. An object changed since still gets the status if it carries the
 // very status that asked for o, unless a delete or a prune came between
-// (see keyqueue.State.Superseded); a newer version is left to its own turn. over reports
+// (see keyqueue.View.Superseded); a newer version is left to its own turn. over reports
 // such a write over a changed object: what was read since is older.
 func (r *reconciler[Obj]) writeStatus(wtxn statedb.WriteTxn, o *op[Obj]) (written, over bool) {
 	cur, found, err := r.table.CompareAndSwap(wtxn, o.Rev, o.updated)
@@ -118,7 +118,7 @@ func (r *reconciler[Obj]) writeStatus(wtxn statedb.WriteTxn, o *op[Obj]) (writte
 		return true, false
 	case !found || !errors.Is(err, statedb.ErrRevisionNotEqual):
 		return false, false
-	case o.s != nil && o.s.Superseded():
+	case o.s != nil && o.s.View().Superseded:
 		return false, false
 	case o.StatusID == 0 || r.getStatus(cur).ID() != o.StatusID:
 		r.writtenBack(cur, o.StatusID)
@@ -149,7 +149,7 @@ func (r *reconciler[Obj]) settle(ops []op[Obj], now time.Time) (out commitOutcom
 		out.committed++
 		attempts := 0
 		if o.s != nil {
-			attempts = o.s.Attempts()
+			attempts = o.s.View().Attempts
 		}
 		fig.count(o.Delete, o.err, outcome(o.err, r.opts.operationTimeout), o.started-o.Ready, now, slices)
 		if o.err != nil {
@@ -215,5 +215,5 @@ func (r *reconciler[Obj]) askRecheck(o *op[Obj], now time.Time) {
 			return
 		}
 	}
-	r.keys.rechecks.Ask(key, o.updated, r.getStatus(o.updated).ID(), addSat(now.UnixNano(), o.recheck))
+	r.keys.lifecycles.Recheck(key, o.updated, r.getStatus(o.updated).ID(), addSat(now.UnixNano(), o.recheck))
 }

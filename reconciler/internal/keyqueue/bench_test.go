@@ -51,7 +51,7 @@ func BenchmarkObserveWhileRetrying(b *testing.B) {
 	benchWaiting(lc, 1000)
 	key := "not a key of the queue"
 	for b.Loop() {
-		lc.DropRetry(key)
+		lc.dropRetry(key)
 	}
 }
 
@@ -64,6 +64,6 @@ func BenchmarkLowWatermark(b *testing.B) {
 		states := benchWaiting(lc, 1000)
 		lc.Forget(states[0]) // holds the lowest revision
 		b.StartTimer()
-		lc.RetryLowWatermark()
+		_ = lc.Lows()
 	}
 }

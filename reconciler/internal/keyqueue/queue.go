@@ -15,7 +15,7 @@
 //
 //	changes in    Observe (start now, or park behind the version running),
 //	              Enqueue (queue, with priorities), Adopt (an Error status
-//	              found), DropRetry (a newer version deferred)
+//	              found), dropRetry (a newer version deferred)
 //	work out      TakeQueued, TakeOldest and TakeNewest (the breaker's
 //	              probes), PopDue (a retry): each returns what it takes
 //	              started
@@ -81,7 +81,7 @@
 //	waiting → running  Observe: a newer change (replace, start); PopDue:
 //	                   the retry is due (attempt, start)
 //	waiting → queued   Enqueue: a newer change
-//	waiting → gone     Forget, DropRetry: a newer version overtook it
+//	waiting → gone     Forget, dropRetry: a newer version overtook it
 //
 // Invariants:
 //
@@ -215,6 +215,13 @@ type Queue[Obj any] struct {
 	outdated, spare map[string]*State[Obj]
 
 	display func(key string) string // for Errors; nil: as is
+
+	// The other memory about keys: the changes deferred behind fresh ones
+	// (see Defer), the re-checks asked for (see Recheck) and the cuts
+	// behind the stale-status rule (see Stale).
+	deferred backlogRing[Obj]
+	rechecks recheckHeap[Obj]
+	cuts     staleCuts
 }
 
 // New returns an empty queue. display renders a key for the errors
@@ -222,9 +229,6 @@ type Queue[Obj any] struct {
 func New[Obj any](display func(key string) string) *Queue[Obj] {
 	return &Queue[Obj]{byKey: map[string]*State[Obj]{}, display: display}
 }
-
-// Tracked reports whether any key has a State.
-func (q *Queue[Obj]) Tracked() bool { return len(q.byKey) > 0 }
 
 // Observe records a change read from the table: t, a new version of key
 // (with a Pending or Refreshing status) or its delete. It returns the
@@ -495,14 +499,6 @@ func (q *Queue[Obj]) PopDue(now int64) (*State[Obj], bool) {
 	return s, true
 }
 
-// NextDue returns when the earliest retry is due (Unix ns).
-func (q *Queue[Obj]) NextDue() (int64, bool) {
-	if len(q.heap.entries) == 0 {
-		return 0, false
-	}
-	return q.heap.entries[0].rank, true
-}
-
 // attempt readies the task of s, just taken due from the retry heap, for
 // another attempt: an update answers the Error status written for it,
 // which its commit expects to find in the table.
@@ -695,9 +691,9 @@ func (q *Queue[Obj]) setNext(s *State[Obj], next Task[Obj], has bool) {
 	s.next, s.hasNext = next, has
 }
 
-// DropRetry forgets the retry of key, if it waits for one: a newer
+// dropRetry forgets the retry of key, if it waits for one: a newer
 // version of the object was read.
-func (q *Queue[Obj]) DropRetry(key string) {
+func (q *Queue[Obj]) dropRetry(key string) {
 	if s, ok := q.byKey[key]; ok && s.phase == phaseWaiting {
 		q.Forget(s)
 	}
@@ -773,14 +769,14 @@ func (q *Queue[Obj]) unqueue(s *State[Obj]) {
 	}
 }
 
-// HoldsNewer reports whether the reconciler holds for key a version that
+// holdsNewer reports whether the reconciler holds for key a version that
 // may be newer than the status statusID found on an object of key (see
 // staleness): one queued, running or waiting for a retry, asked for by a
 // later status, or by a status without identity, whose age nothing tells
 // (then any status but the Error written for it may be older). Nothing
 // tells the age of a status without identity either (statusID 0): any
 // version held may be newer.
-func (q *Queue[Obj]) HoldsNewer(key []byte, statusID uint64) bool {
+func (q *Queue[Obj]) holdsNewer(key []byte, statusID uint64) bool {
 	s, ok := q.byKey[string(key)]
 	switch {
 	case !ok || s.task.Delete:
@@ -935,10 +931,10 @@ func (q *Queue[Obj]) TakeOutdated() map[string]*State[Obj] {
 	return d
 }
 
-// OldestSince returns the earliest time at which an object still to be
+// oldestSince returns the earliest time at which an object still to be
 // reconciled (queued, running or waiting for a retry) was asked to be, or
 // the zero time.
-func (q *Queue[Obj]) OldestSince() time.Time {
+func (q *Queue[Obj]) oldestSince() time.Time {
 	var oldest time.Time
 	for _, s := range q.active {
 		oldest = earliest(oldest, s.task.Since)
@@ -963,9 +959,9 @@ func earliest(a, b time.Time) time.Time {
 	return a
 }
 
-// RetryLowWatermark returns the lowest revision of a failing object,
+// retryLowWatermark returns the lowest revision of a failing object,
 // waiting or being attempted again, or 0.
-func (q *Queue[Obj]) RetryLowWatermark() uint64 {
+func (q *Queue[Obj]) retryLowWatermark() uint64 {
 	var low uint64
 	if q.retrying == 0 {
 		return 0 // every waiting State has failed

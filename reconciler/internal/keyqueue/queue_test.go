@@ -46,7 +46,7 @@ func TestLifecycleSuccessorRules(t *testing.T) {
 	lc.Done(s, "", Task[int]{}, Outcome{Ran: true, Settled: true, Written: true}, time.Now())
 	lc.TakeQueued(1)
 	lc.Done(s, "", Task[int]{}, Outcome{Ran: true, Settled: true, Written: true}, time.Now())
-	assert.False(t, lc.Tracked(), "done: nothing left")
+	assert.False(t, lc.Figures().Tracked, "done: nothing left")
 	assert.Empty(t, lc.active)
 }
 
@@ -157,8 +157,8 @@ func testLifecycleModel(t *testing.T, priorities bool) {
 				oldest = earliest(oldest, s.next.Since)
 			}
 		}
-		require.Equal(t, low, lc.RetryLowWatermark())
-		require.Equal(t, oldest, lc.OldestSince())
+		require.Equal(t, low, lc.Lows().Retry)
+		require.Equal(t, oldest, lc.Lows().Since)
 		require.LessOrEqual(t, len(lc.lows), 2*len(lc.heap.entries)+64)
 	}
 	running := map[string]*State[int]{}

@@ -43,10 +43,10 @@ func TestSuccessLeavesNothingBehind(t *testing.T) {
 	q := New[string](nil)
 	s := q.Observe("k", version(1, 10))
 	require.NotNil(t, s, "a change of a key nobody holds starts at once")
-	assert.Equal(t, 1, q.Active())
+	assert.Equal(t, 1, q.Figures().Active)
 	q.Done(s, "", Task[string]{}, succeeded(), t0)
-	assert.False(t, q.Tracked())
-	assert.Zero(t, q.Active())
+	assert.False(t, q.Figures().Tracked)
+	assert.Zero(t, q.Figures().Active)
 }
 
 // A change read while its key runs is parked behind it, the newest only;
@@ -56,16 +56,16 @@ func TestAddWhileRunningParksTheNewest(t *testing.T) {
 	s := q.Observe("k", version(1, 10))
 	assert.Nil(t, q.Observe("k", version(2, 20)), "parked, not started")
 	assert.Nil(t, q.Observe("k", version(3, 30)), "replaces what was parked")
-	assert.Equal(t, 1, q.Parked())
-	assert.Zero(t, q.Queued())
+	assert.Equal(t, 1, q.Figures().Parked)
+	assert.Zero(t, q.Figures().Queued)
 
 	q.Done(s, "", Task[string]{}, succeeded(), t0)
-	assert.Zero(t, q.Parked())
-	assert.Equal(t, 1, q.Queued())
+	assert.Zero(t, q.Figures().Parked)
+	assert.Equal(t, 1, q.Figures().Queued)
 	taken := q.TakeQueued(10)
 	require.Len(t, taken, 1)
-	assert.Equal(t, uint64(3), taken[0].Task().Rev, "the newest version")
-	assert.Equal(t, uint64(2), taken[0].Task().Asked, "asked for since the first change parked")
+	assert.Equal(t, uint64(3), taken[0].View().Task.Rev, "the newest version")
+	assert.Equal(t, uint64(2), taken[0].View().Task.Asked, "asked for since the first change parked")
 }
 
 // A failure waits for its retry time; taken then, it answers the Error
@@ -75,28 +75,30 @@ func TestFailureWaitsForItsRetryTime(t *testing.T) {
 	s := q.Observe("k", version(1, 10))
 	due := t0.Add(time.Second).UnixNano()
 	q.Done(s, "", Task[string]{}, failed(due, 11), t0)
-	assert.Equal(t, 1, q.Retrying())
-	at, waiting := s.Due()
+	assert.Equal(t, 1, q.Figures().Retrying)
+	v := s.View()
+	at, waiting := v.Due, v.Waiting
 	assert.True(t, waiting)
 	assert.Equal(t, due, at)
-	next, ok := q.NextDue()
+	f := q.Figures()
+	next, ok := f.NextDue, f.RetryDue
 	assert.True(t, ok)
 	assert.Equal(t, due, next)
 
 	assert.Empty(t, takeRetries(q, 10, due-1), "not due yet")
 	taken := takeRetries(q, 10, due)
 	require.Equal(t, []*State[string]{s}, taken)
-	assert.Equal(t, 1, s.Attempts())
-	assert.Equal(t, errTarget, s.Err())
-	assert.Equal(t, uint64(11), s.Task().StatusID, "the retry answers the Error status")
+	assert.Equal(t, 1, s.View().Attempts)
+	assert.Equal(t, errTarget, s.View().Err)
+	assert.Equal(t, uint64(11), s.View().Task.StatusID, "the retry answers the Error status")
 	errs := q.Errors(5)
 	require.Len(t, errs, 1)
 	assert.EqualError(t, errs[0], "k: target says no")
 
 	q.Done(s, "", Task[string]{}, failed(due+1, 12), t0)
-	assert.Equal(t, 2, s.Attempts(), "a second failure counts")
+	assert.Equal(t, 2, s.View().Attempts, "a second failure counts")
 	q.Done(takeRetries(q, 1, due+1)[0], "", Task[string]{}, failed(due+2, 13), t0)
-	assert.Equal(t, 3, s.Attempts())
+	assert.Equal(t, 3, s.View().Attempts)
 }
 
 // A failure the circuit breaker spared counts no attempt, but a first
@@ -107,10 +109,10 @@ func TestSparedFailureCountsNoAttempt(t *testing.T) {
 	spared := failed(t0.UnixNano(), 11)
 	spared.Spared = true
 	q.Done(s, "", Task[string]{}, spared, t0)
-	assert.Equal(t, 1, s.Attempts(), "the first failure counts")
+	assert.Equal(t, 1, s.View().Attempts, "the first failure counts")
 	takeRetries(q, 1, t0.UnixNano())
 	q.Done(s, "", Task[string]{}, spared, t0)
-	assert.Equal(t, 1, s.Attempts())
+	assert.Equal(t, 1, s.View().Attempts)
 }
 
 // A newer version of a key waiting for a retry replaces the retry: it
@@ -119,13 +121,13 @@ func TestNewerVersionReplacesARetry(t *testing.T) {
 	q := New[string](nil)
 	s := q.Observe("k", version(1, 10))
 	q.Done(s, "", Task[string]{}, failed(t0.Add(time.Hour).UnixNano(), 11), t0)
-	require.Equal(t, 1, q.Retrying())
+	require.Equal(t, 1, q.Figures().Retrying)
 
 	again := q.Observe("k", version(2, 20))
 	require.Same(t, s, again, "one record per key")
-	assert.Zero(t, again.Attempts())
-	assert.Zero(t, q.Retrying())
-	_, ok := q.NextDue()
+	assert.Zero(t, again.View().Attempts)
+	assert.Zero(t, q.Figures().Retrying)
+	ok := q.Figures().RetryDue
 	assert.False(t, ok, "no retry left")
 }
 
@@ -137,17 +139,17 @@ func TestNeverStartedGoesBackToTheQueue(t *testing.T) {
 	q.Done(s, "", Task[string]{}, failed(t0.UnixNano(), 11), t0)
 	takeRetries(q, 1, t0.UnixNano())
 	q.Done(s, "", Task[string]{}, Outcome{}, t0)
-	assert.Equal(t, 1, q.Queued())
-	assert.Equal(t, 1, s.Attempts(), "a retry keeps its attempts")
+	assert.Equal(t, 1, q.Figures().Queued)
+	assert.Equal(t, 1, s.View().Attempts, "a retry keeps its attempts")
 
 	taken := q.TakeQueued(1)
 	assert.Nil(t, q.Observe("k", version(2, 20)))
 	q.Done(taken[0], "", Task[string]{}, Outcome{}, t0)
 	taken = q.TakeQueued(1)
 	require.Len(t, taken, 1)
-	assert.Equal(t, uint64(2), taken[0].Task().Rev, "the successor instead")
-	assert.Equal(t, uint64(1), taken[0].Task().Asked, "asked for since the first")
-	assert.Zero(t, taken[0].Attempts(), "a new version: no failure")
+	assert.Equal(t, uint64(2), taken[0].View().Task.Rev, "the successor instead")
+	assert.Equal(t, uint64(1), taken[0].View().Task.Asked, "asked for since the first")
+	assert.Zero(t, taken[0].View().Attempts, "a new version: no failure")
 }
 
 // The inline executor runs tasks without a record while no key has one:
@@ -155,13 +157,13 @@ func TestNeverStartedGoesBackToTheQueue(t *testing.T) {
 func TestUntrackedTaskGetsARecordOnlyWhenItMust(t *testing.T) {
 	q := New[string](nil)
 	q.Done(nil, "a", version(1, 10), succeeded(), t0)
-	assert.False(t, q.Tracked(), "done: nothing to remember")
+	assert.False(t, q.Figures().Tracked, "done: nothing to remember")
 
 	q.Done(nil, "b", version(2, 20), failed(t0.UnixNano(), 21), t0)
-	assert.Equal(t, 1, q.Retrying())
+	assert.Equal(t, 1, q.Figures().Retrying)
 	q.Done(nil, "c", version(3, 30), Outcome{}, t0)
-	assert.Equal(t, 1, q.Queued())
-	assert.True(t, q.Tracked())
+	assert.Equal(t, 1, q.Figures().Queued)
+	assert.True(t, q.Figures().Tracked)
 }
 
 // An Error status found on an object (written back, or there at start) is
@@ -170,10 +172,10 @@ func TestAdoptedErrorIsRetriedOnce(t *testing.T) {
 	q := New[string](nil)
 	q.Adopt("k", version(1, 10), 10, errTarget, t0)
 	q.Adopt("k", version(1, 10), 10, errTarget, t0)
-	assert.Equal(t, 1, q.Retrying())
+	assert.Equal(t, 1, q.Figures().Retrying)
 	taken := takeRetries(q, 10, t0.UnixNano())
 	require.Len(t, taken, 1)
-	assert.Equal(t, 1, taken[0].Attempts())
+	assert.Equal(t, 1, taken[0].View().Attempts)
 }
 
 // A change of a queued key collapses into its place in the queue, as
@@ -183,11 +185,11 @@ func TestQueuedKeyCollapses(t *testing.T) {
 	q.Enqueue("a", version(1, 10))
 	q.Enqueue("b", version(2, 20))
 	q.Enqueue("a", version(3, 30))
-	assert.Equal(t, 2, q.Queued())
+	assert.Equal(t, 2, q.Figures().Queued)
 	taken := q.TakeQueued(10)
 	require.Len(t, taken, 2)
-	assert.Equal(t, []string{"a", "b"}, []string{taken[0].Key(), taken[1].Key()}, "a keeps its place")
-	assert.Equal(t, uint64(3), taken[0].Task().Rev)
+	assert.Equal(t, []string{"a", "b"}, []string{taken[0].View().Key, taken[1].View().Key}, "a keeps its place")
+	assert.Equal(t, uint64(3), taken[0].View().Task.Rev)
 }
 
 // Forget drops a key in any phase but running: the loop's check against
@@ -197,9 +199,9 @@ func TestForgetDropsTheKey(t *testing.T) {
 	s := q.Observe("k", version(1, 10))
 	q.Done(s, "", Task[string]{}, failed(t0.UnixNano(), 11), t0)
 	q.Forget(s)
-	assert.False(t, q.Tracked())
-	assert.Zero(t, q.Retrying())
-	_, ok := q.NextDue()
+	assert.False(t, q.Figures().Tracked)
+	assert.Zero(t, q.Figures().Retrying)
+	ok := q.Figures().RetryDue
 	assert.False(t, ok)
 }
 
@@ -207,11 +209,11 @@ func TestForgetDropsTheKey(t *testing.T) {
 // version the queue holds for its key (the stale-status rule).
 func TestHoldsNewer(t *testing.T) {
 	q := New[string](nil)
-	assert.False(t, q.HoldsNewer([]byte("k"), 5), "nothing held")
+	assert.False(t, q.holdsNewer([]byte("k"), 5), "nothing held")
 	q.Observe("k", version(1, 10))
-	assert.True(t, q.HoldsNewer([]byte("k"), 9), "an older status")
-	assert.False(t, q.HoldsNewer([]byte("k"), 10), "the status that asked")
-	assert.True(t, q.HoldsNewer([]byte("k"), 0), "no identity: any version held may be newer")
+	assert.True(t, q.holdsNewer([]byte("k"), 9), "an older status")
+	assert.False(t, q.holdsNewer([]byte("k"), 10), "the status that asked")
+	assert.True(t, q.holdsNewer([]byte("k"), 0), "no identity: any version held may be newer")
 }
 
 // A delete read while a version runs makes status identity tell versions
@@ -219,18 +221,18 @@ func TestHoldsNewer(t *testing.T) {
 func TestSupersededAfterDeleteOrPrune(t *testing.T) {
 	q := New[string](nil)
 	s := q.Observe("k", version(1, 10))
-	assert.False(t, s.Superseded())
+	assert.False(t, s.View().Superseded)
 	q.Observe("k", Task[string]{Rev: 2, Asked: 2, Delete: true})
-	assert.True(t, s.Superseded(), "a delete read since it started")
+	assert.True(t, s.View().Superseded, "a delete read since it started")
 
 	q.Done(s, "", Task[string]{}, succeeded(), t0)
 	d := q.TakeQueued(1)[0]
 	q.Done(d, "", Task[string]{}, succeeded(), t0)
 	s = q.Observe("k", version(3, 30))
 	q.MarkPruned(func(string) bool { return false })
-	assert.False(t, s.Superseded(), "present in the prune's snapshot")
+	assert.False(t, s.View().Superseded, "present in the prune's snapshot")
 	q.MarkPruned(func(string) bool { return true })
-	assert.True(t, s.Superseded(), "absent from it")
+	assert.True(t, s.View().Superseded, "absent from it")
 }
 
 // With priorities, a key taken from the queue that never started (a round
@@ -245,8 +247,8 @@ func TestRequeueKeepsTheTurnOfTheQueueNotOfAProbe(t *testing.T) {
 	}
 	a := q.TakeQueued(1)[0]
 	q.Done(a, "", Task[string]{}, Outcome{}, t0)
-	assert.Equal(t, "a", q.TakeOldest()[0].Key(), "a kept its turn")
+	assert.Equal(t, "a", q.TakeOldest()[0].View().Key, "a kept its turn")
 
 	q.Done(a, "", Task[string]{}, Outcome{}, t0)
-	assert.Equal(t, "b", q.TakeOldest()[0].Key(), "the probe went to the back")
+	assert.Equal(t, "b", q.TakeOldest()[0].View().Key, "the probe went to the back")
 }
