@@ -125,7 +125,7 @@ func (r *reconciler[Obj]) readDone(txn statedb.ReadTxn) {
 // takeQueued starts up to n queued keys, dropping those whose task is no
 // longer what the table asks for (see current).
 func (r *reconciler[Obj]) takeQueued(txn statedb.ReadTxn, n int) {
-	r.startQueued(txn, r.keys.lifecycles.TakeQueued(n))
+	r.startQueued(txn, r.keys.lifecycles.Get(keyqueue.FromQueue, n, 0))
 }
 
 // startQueued adds the keys taken from the queue (started) to the round's
@@ -137,7 +137,7 @@ func (r *reconciler[Obj]) startQueued(txn statedb.ReadTxn, taken []*keyqueue.Sta
 		if r.current(txn, s) {
 			r.start(s)
 		} else {
-			lc.Forget(s)
+			lc.Done(s, "", task[Obj]{}, keyqueue.Outcome[Obj]{Forget: true}, time.Time{})
 		}
 	}
 }
@@ -166,11 +166,11 @@ func (r *reconciler[Obj]) collectProbe(txn statedb.ReadTxn, now time.Time, turn 
 				r.queueChanges(txn, r.nextChanges(txn), ahead, now)
 				r.readDone(txn)
 				if lc.Figures().Queued > before {
-					r.startQueued(txn, lc.TakeNewest())
+					r.startQueued(txn, lc.Get(keyqueue.Newest, 1, 0))
 				}
 			}
 		case 1:
-			r.startQueued(txn, lc.TakeOldest()) // in turn, whatever the priority
+			r.startQueued(txn, lc.Get(keyqueue.Oldest, 1, 0)) // in turn, whatever the priority
 		case 2:
 			if f := lc.Figures(); f.RetryDue && f.NextDue <= now.UnixNano() {
 				r.collectRetries(txn, now, 1)
@@ -204,7 +204,7 @@ func (r *reconciler[Obj]) collectChanges(txn statedb.ReadTxn, changes iter.Seq2[
 	}
 }
 
-// queueChanges reads changes into the queue (see keyqueue.Queue.Enqueue) until
+// queueChanges reads changes into the queue (see keyqueue.Queued) until
 // it holds ahead keys or the changes run out.
 func (r *reconciler[Obj]) queueChanges(txn statedb.ReadTxn, changes iter.Seq2[statedb.Change[Obj], statedb.Revision], ahead int, now time.Time) {
 	from := min(r.feed.lastRev, r.feed.changes.drained) + 1
@@ -263,12 +263,11 @@ func (r *reconciler[Obj]) collectChange(txn statedb.ReadTxn, change statedb.Chan
 		if t.Refresh || rev <= r.feed.backlog {
 			// A retry of the key is dropped: a newer version waits in the
 			// deferred queue.
-			var key string
-			keyed := false
+			c := keyqueue.Change[Obj]{Task: task[Obj]{Obj: change.Object, Rev: rev, Asked: asked}, As: keyqueue.Backlogged}
 			if lc.Figures().Tracked {
-				key, keyed = r.keyOf(change.Object)
+				c.Key, c.Keyed = r.keyOf(change.Object)
 			}
-			lc.Defer(change.Object, rev, asked, key, keyed)
+			lc.Add(c)
 			return false
 		}
 	}
@@ -286,10 +285,10 @@ func (r *reconciler[Obj]) collectChange(txn statedb.ReadTxn, change statedb.Chan
 		return false
 	}
 	if lc.Figures().Prioritized {
-		lc.Enqueue(key, t) // collectByPriority takes it
+		lc.Add(keyqueue.Change[Obj]{Key: key, Task: t, As: keyqueue.Queued}) // collectByPriority takes it
 		return false
 	}
-	if s := lc.Observe(key, t); s != nil {
+	if s := lc.Add(keyqueue.Change[Obj]{Key: key, Task: t}); s != nil {
 		r.start(s)
 		return true
 	}
@@ -317,7 +316,7 @@ func (r *reconciler[Obj]) stale(obj Obj, st status.Status) bool {
 	return ok && r.keys.lifecycles.Stale(key, st.ID())
 }
 
-// adopt hands keyqueue.Queue.Adopt an Error status found on obj.
+// adopt hands the key queue an Error status found on obj (see keyqueue.Failed).
 func (r *reconciler[Obj]) adopt(obj Obj, rev, asked statedb.Revision, st status.Status, now time.Time) {
 	key, ok := r.keyOf(obj)
 	if !ok {
@@ -336,7 +335,7 @@ func (r *reconciler[Obj]) adopt(obj Obj, rev, asked statedb.Revision, st status.
 		Since:    since,
 		Ready:    now.UnixNano(),
 	}
-	r.keys.lifecycles.Adopt(key, t, st.ID(), errors.New(st.Error), now)
+	r.keys.lifecycles.Add(keyqueue.Change[Obj]{Key: key, Task: t, As: keyqueue.Failed, ErrID: st.ID(), Err: errors.New(st.Error), Now: now})
 }
 
 // collectRetries takes retries due at now, up to budget. A retry whose
@@ -344,12 +343,13 @@ func (r *reconciler[Obj]) adopt(obj Obj, rev, asked statedb.Revision, st status.
 func (r *reconciler[Obj]) collectRetries(txn statedb.ReadTxn, now time.Time, budget int) {
 	lc := r.keys.lifecycles
 	for added := 0; added < budget; {
-		s, ok := lc.PopDue(now.UnixNano())
-		if !ok {
+		due := lc.Get(keyqueue.Due, 1, now.UnixNano())
+		if len(due) == 0 {
 			return
 		}
+		s := due[0]
 		if !r.current(txn, s) {
-			lc.Forget(s)
+			lc.Done(s, "", task[Obj]{}, keyqueue.Outcome[Obj]{Forget: true}, time.Time{})
 			continue
 		}
 		r.start(s)
@@ -417,7 +417,7 @@ func (r *reconciler[Obj]) collectDeferred(txn statedb.ReadTxn, now time.Time, bu
 			r.noKey("a deferred change", obj)
 			continue
 		}
-		if s := lc.Observe(key, t); s != nil {
+		if s := lc.Add(keyqueue.Change[Obj]{Key: key, Task: t}); s != nil {
 			r.start(s)
 			added++
 		}

@@ -158,24 +158,27 @@ func (r *reconciler[Obj]) settle(ops []op[Obj], now time.Time) (out commitOutcom
 		}
 		settled := o.err == nil || (!o.Delete && IsTerminal(o.err))
 		written := o.Delete || o.written
+		done := keyqueue.Outcome[Obj]{Ran: true, Err: o.err, Settled: settled, Written: written, Spared: o.spared, Over: o.over}
 		if o.err == nil && written && !o.Delete {
 			fig.done(now.Sub(o.Since), slices)
 			if o.recheck > 0 {
-				r.askRecheck(o, now)
+				// The re-check o's Update asked for (RecheckAfter).
+				done.RecheckAt, done.Updated, done.UpdatedID = addSat(now.UnixNano(), o.recheck), o.updated, r.getStatus(o.updated).ID()
 			}
 		}
-		if o.s == nil && settled {
+		if o.s == nil && settled && done.RecheckAt == 0 {
 			continue // untracked and done: nothing to remember, no key to compute
 		}
 		key := o.key
 		if o.s == nil {
 			var ok bool
 			if key, ok = r.keyOf(o.Obj); !ok {
-				r.noKey("a failed operation", o.Obj)
+				if !settled {
+					r.noKey("a failed operation", o.Obj)
+				}
 				continue
 			}
 		}
-		done := keyqueue.Outcome{Ran: true, Err: o.err, Settled: settled, Written: written, Spared: o.spared, Over: o.over}
 		if !settled {
 			wait, ok := retryAfter(o.err)
 			if !ok {
@@ -203,17 +206,5 @@ func (r *reconciler[Obj]) requeue(o *op[Obj]) {
 			return
 		}
 	}
-	r.keys.lifecycles.Done(o.s, key, o.task, keyqueue.Outcome{}, time.Time{})
-}
-
-// askRecheck records the re-check o's Update asked for (RecheckAfter).
-func (r *reconciler[Obj]) askRecheck(o *op[Obj], now time.Time) {
-	key := o.key
-	if key == "" {
-		var ok bool
-		if key, ok = r.keyOf(o.Obj); !ok {
-			return
-		}
-	}
-	r.keys.lifecycles.Recheck(key, o.updated, r.getStatus(o.updated).ID(), addSat(now.UnixNano(), o.recheck))
+	r.keys.lifecycles.Done(o.s, key, o.task, keyqueue.Outcome[Obj]{}, time.Time{})
 }

@@ -21,7 +21,7 @@ func newInfoWriter[Obj any](w tables.Writer, id string, lc *keyqueue.Queue[Obj])
 	if w == nil {
 		return nil
 	}
-	lc.TrackOutdated()
+	lc.Configure(keyqueue.Settings[Obj]{TrackOutdated: true})
 	return &infoWriter[Obj]{tables: w, id: id}
 }
 

@@ -70,7 +70,7 @@ func (q *Queue[Obj]) Figures() Figures {
 		Version:     q.version,
 		Deferred:    q.deferred.size,
 		Rechecks:    len(q.rechecks.byKey),
-		Stale:       q.cuts.cur != nil,
+		Stale:       q.cuts.any(),
 	}
 	if len(q.heap.entries) > 0 {
 		f.NextDue, f.RetryDue = q.heap.entries[0].rank, true

@@ -222,6 +222,8 @@ type Queue[Obj any] struct {
 	deferred backlogRing[Obj]
 	rechecks recheckHeap[Obj]
 	cuts     staleCuts
+
+	dueBuf []*State[Obj] // Get's buffer of retries due
 }
 
 // New returns an empty queue. display renders a key for the errors
@@ -234,7 +236,7 @@ func New[Obj any](display func(key string) string) *Queue[Obj] {
 // (with a Pending or Refreshing status) or its delete. It returns the
 // State of key started (running), to hand to the executor now, or nil if
 // the change waits behind a running version (or is already queued).
-func (q *Queue[Obj]) Observe(key string, t Task[Obj]) *State[Obj] {
+func (q *Queue[Obj]) observe(key string, t Task[Obj]) *State[Obj] {
 	s, ok := q.byKey[key]
 	if !ok {
 		s = q.add(key, t)
@@ -259,11 +261,11 @@ func (q *Queue[Obj]) Observe(key string, t Task[Obj]) *State[Obj] {
 	}
 }
 
-// Enqueue records a change read from the table as observe does, but leaves
+// enqueueChange records a change read from the table as observe does, but leaves
 // it in the queue rather than returning it to start: with priorities,
 // TakeQueued chooses what starts. A key gone or waiting joins the back of
 // the queue; one queued keeps its place, with the newer change's priority.
-func (q *Queue[Obj]) Enqueue(key string, t Task[Obj]) {
+func (q *Queue[Obj]) enqueueChange(key string, t Task[Obj]) {
 	s, ok := q.byKey[key]
 	if !ok {
 		s = &State[Obj]{key: key, task: t, pos: [2]int{-1, -1}, active: -1}
@@ -299,7 +301,7 @@ func sameRank[Obj any](old, t Task[Obj]) Task[Obj] {
 // SetPriority turns priorities on: priority gives an object's, share the
 // part of each take kept for arrival order. It is called before any key is
 // queued.
-func (q *Queue[Obj]) SetPriority(priority func(Obj) int, share float64) {
+func (q *Queue[Obj]) setPriority(priority func(Obj) int, share float64) {
 	q.priority, q.share = priority, share
 	q.byPriority.slot = inPriority
 }
@@ -347,7 +349,7 @@ func (q *Queue[Obj]) follow(s *State[Obj], t Task[Obj]) {
 // on key's object (written back, or there at start; t applies it again):
 // it is retried at now, unless the State knows that status already.
 // While a version of the key runs, it is a change like any other (follow).
-func (q *Queue[Obj]) Adopt(key string, t Task[Obj], errID uint64, err error, now time.Time) {
+func (q *Queue[Obj]) adopt(key string, t Task[Obj], errID uint64, err error, now time.Time) {
 	s, ok := q.byKey[key]
 	if ok && s.phase == phaseRunning {
 		q.follow(s, t)
@@ -376,7 +378,7 @@ func (q *Queue[Obj]) Adopt(key string, t Task[Obj], errID uint64, err error, now
 // TakeQueued takes up to n queued States, oldest first, and returns them
 // started, to hand to the executor. With priorities it takes them highest
 // priority first (see takeByPriority).
-func (q *Queue[Obj]) TakeQueued(n int) []*State[Obj] {
+func (q *Queue[Obj]) takeQueued(n int) []*State[Obj] {
 	if q.priority != nil {
 		return q.started(q.takeByPriority(n))
 	}
@@ -465,8 +467,8 @@ func (q *Queue[Obj]) takeByPriority(n int) []*State[Obj] {
 // TakeOldest takes the State queued first, whatever its priority, and
 // TakeNewest the one queued last, started as TakeQueued does: the circuit
 // breaker's probes take keys in turn, not by priority.
-func (q *Queue[Obj]) TakeOldest() []*State[Obj] { return q.started(q.takeAt(0)) }
-func (q *Queue[Obj]) TakeNewest() []*State[Obj] { return q.started(q.takeAt(len(q.queued) - 1)) }
+func (q *Queue[Obj]) takeOldest() []*State[Obj] { return q.started(q.takeAt(0)) }
+func (q *Queue[Obj]) takeNewest() []*State[Obj] { return q.started(q.takeAt(len(q.queued) - 1)) }
 
 func (q *Queue[Obj]) takeAt(i int) []*State[Obj] {
 	if i < 0 || i >= len(q.queued) {
@@ -488,7 +490,7 @@ func (q *Queue[Obj]) takeAt(i int) []*State[Obj] {
 
 // PopDue takes the waiting State due first, if it is due at now (Unix
 // ns), and starts it for another attempt (see attempt).
-func (q *Queue[Obj]) PopDue(now int64) (*State[Obj], bool) {
+func (q *Queue[Obj]) popDue(now int64) (*State[Obj], bool) {
 	if len(q.heap.entries) == 0 || q.heap.entries[0].rank > now {
 		return nil, false
 	}
@@ -533,7 +535,7 @@ func (q *Queue[Obj]) start(s *State[Obj]) {
 }
 
 // Forget drops s: nothing is left to do for its key.
-func (q *Queue[Obj]) Forget(s *State[Obj]) {
+func (q *Queue[Obj]) forget(s *State[Obj]) {
 	if s.phase == phaseWaiting {
 		q.unwait(s)
 	}
@@ -564,64 +566,6 @@ func (q *Queue[Obj]) Forget(s *State[Obj]) {
 // made anew, so that a burst leaves no memory held at rest.
 const shrinkAbove = 1024
 
-// Outcome is what became of a task handed out: whether its operation ran,
-// and what the commit that followed did.
-type Outcome struct {
-	// Ran is false for a task that never started (the gate closed, or the
-	// loop stopped and it is carried over to the next start): it goes back
-	// to the queue, and the other fields do not count.
-	Ran bool
-	// Err is the operation's error, nil on success.
-	Err error
-	// Settled says that no retry is needed: success, or a terminal error
-	// of an update.
-	Settled bool
-	// Written says that the status was written (always true for a
-	// delete). Without it the object changed meanwhile, and its change
-	// brings its own work.
-	Written bool
-	// Spared marks a failure that counts no attempt (one the circuit
-	// breaker spared); a first failure always counts.
-	Spared bool
-	// Over says that the status was written over a changed object that
-	// carries the version applied: the successor read since is older
-	// than what the table holds, and is dropped.
-	Over bool
-	// RetryAt is when the next attempt of a failure is due (Unix ns),
-	// and ErrID the identity of the Error status written for a failed
-	// update (0 if none).
-	RetryAt int64
-	ErrID   uint64
-}
-
-// Done records the outcome of a task handed out as s, as workqueue's
-// Done ends the processing of an item, and the next verb for its key
-// follows from it: forgotten (done, terminal, or the object changed),
-// waiting for a retry, queued again (never started, or a successor
-// waits), all as the state diagram says.
-//
-// s is nil for a task the inline executor ran without a State (see the
-// package doc): key and t then name it, and a State is made for it if the
-// outcome needs one (see track). A settled outcome of such a task needs
-// none, so the caller may leave Done uncalled for it, and need not work
-// out its key. key and t are not read when s is not nil.
-func (q *Queue[Obj]) Done(s *State[Obj], key string, t Task[Obj], o Outcome, now time.Time) {
-	if s == nil {
-		if o.Ran && o.Settled {
-			return // untracked and done: nothing to remember
-		}
-		s = q.track(key, t)
-	}
-	if !o.Ran {
-		q.requeue(s)
-		return
-	}
-	if o.Over {
-		q.dropNext(s) // older than what the table holds
-	}
-	q.settle(s, o.Err, o.Settled, o.Written, !o.Spared, o.RetryAt, o.ErrID, now)
-}
-
 // settle ends the running phase of s once the outcome of its task is
 // committed. settled says the outcome needs no retry (success, or a
 // terminal error of an update); written, whether the status was written
@@ -639,7 +583,7 @@ func (q *Queue[Obj]) settle(s *State[Obj], err error, settled, written, counted 
 	case settled || !written:
 		// Done, terminal, or the object changed: a newer version comes
 		// with its own change.
-		q.Forget(s)
+		q.forget(s)
 	default:
 		if s.attempts == 0 {
 			s.first = now
@@ -695,7 +639,7 @@ func (q *Queue[Obj]) setNext(s *State[Obj], next Task[Obj], has bool) {
 // version of the object was read.
 func (q *Queue[Obj]) dropRetry(key string) {
 	if s, ok := q.byKey[key]; ok && s.phase == phaseWaiting {
-		q.Forget(s)
+		q.forget(s)
 	}
 }
 
@@ -909,7 +853,7 @@ func (q *Queue[Obj]) changed(s *State[Obj]) {
 
 // TrackOutdated makes takeOutdated report which keys' failures changed,
 // for the retries table.
-func (q *Queue[Obj]) TrackOutdated() {
+func (q *Queue[Obj]) trackOutdated() {
 	q.outdated, q.spare = map[string]*State[Obj]{}, map[string]*State[Obj]{}
 }
 

@@ -21,27 +21,20 @@ func version(rev, id uint64) Task[string] {
 	return Task[string]{Obj: "v", Rev: rev, Asked: rev, StatusID: id, Since: t0}
 }
 
-func succeeded() Outcome { return Outcome{Ran: true, Settled: true, Written: true} }
+func succeeded() Outcome[string] { return Outcome[string]{Ran: true, Settled: true, Written: true} }
 
-func failed(retryAt int64, errID uint64) Outcome {
-	return Outcome{Ran: true, Err: errTarget, Written: true, RetryAt: retryAt, ErrID: errID}
+func failed(retryAt int64, errID uint64) Outcome[string] {
+	return Outcome[string]{Ran: true, Err: errTarget, Written: true, RetryAt: retryAt, ErrID: errID}
 }
 
-// takeRetries takes up to n retries due at now.
-func takeRetries(q *Queue[string], n int, now int64) (taken []*State[string]) {
-	for len(taken) < n {
-		s, ok := q.PopDue(now)
-		if !ok {
-			break
-		}
-		taken = append(taken, s)
-	}
-	return taken
+// takeRetries takes up to n retries due at now, in a slice of its own.
+func takeRetries(q *Queue[string], n int, now int64) []*State[string] {
+	return append([]*State[string](nil), q.Get(Due, n, now)...)
 }
 
 func TestSuccessLeavesNothingBehind(t *testing.T) {
 	q := New[string](nil)
-	s := q.Observe("k", version(1, 10))
+	s := q.Add(Change[string]{Key: "k", Task: version(1, 10)})
 	require.NotNil(t, s, "a change of a key nobody holds starts at once")
 	assert.Equal(t, 1, q.Figures().Active)
 	q.Done(s, "", Task[string]{}, succeeded(), t0)
@@ -53,16 +46,16 @@ func TestSuccessLeavesNothingBehind(t *testing.T) {
 // once the running one is done, the parked one is queued.
 func TestAddWhileRunningParksTheNewest(t *testing.T) {
 	q := New[string](nil)
-	s := q.Observe("k", version(1, 10))
-	assert.Nil(t, q.Observe("k", version(2, 20)), "parked, not started")
-	assert.Nil(t, q.Observe("k", version(3, 30)), "replaces what was parked")
+	s := q.Add(Change[string]{Key: "k", Task: version(1, 10)})
+	assert.Nil(t, q.Add(Change[string]{Key: "k", Task: version(2, 20)}), "parked, not started")
+	assert.Nil(t, q.Add(Change[string]{Key: "k", Task: version(3, 30)}), "replaces what was parked")
 	assert.Equal(t, 1, q.Figures().Parked)
 	assert.Zero(t, q.Figures().Queued)
 
 	q.Done(s, "", Task[string]{}, succeeded(), t0)
 	assert.Zero(t, q.Figures().Parked)
 	assert.Equal(t, 1, q.Figures().Queued)
-	taken := q.TakeQueued(10)
+	taken := q.Get(FromQueue, 10, 0)
 	require.Len(t, taken, 1)
 	assert.Equal(t, uint64(3), taken[0].View().Task.Rev, "the newest version")
 	assert.Equal(t, uint64(2), taken[0].View().Task.Asked, "asked for since the first change parked")
@@ -72,7 +65,7 @@ func TestAddWhileRunningParksTheNewest(t *testing.T) {
 // status written for it, and counts its attempt.
 func TestFailureWaitsForItsRetryTime(t *testing.T) {
 	q := New[string](nil)
-	s := q.Observe("k", version(1, 10))
+	s := q.Add(Change[string]{Key: "k", Task: version(1, 10)})
 	due := t0.Add(time.Second).UnixNano()
 	q.Done(s, "", Task[string]{}, failed(due, 11), t0)
 	assert.Equal(t, 1, q.Figures().Retrying)
@@ -105,7 +98,7 @@ func TestFailureWaitsForItsRetryTime(t *testing.T) {
 // failure always does.
 func TestSparedFailureCountsNoAttempt(t *testing.T) {
 	q := New[string](nil)
-	s := q.Observe("k", version(1, 10))
+	s := q.Add(Change[string]{Key: "k", Task: version(1, 10)})
 	spared := failed(t0.UnixNano(), 11)
 	spared.Spared = true
 	q.Done(s, "", Task[string]{}, spared, t0)
@@ -119,11 +112,11 @@ func TestSparedFailureCountsNoAttempt(t *testing.T) {
 // starts at once, with no failure to its name.
 func TestNewerVersionReplacesARetry(t *testing.T) {
 	q := New[string](nil)
-	s := q.Observe("k", version(1, 10))
+	s := q.Add(Change[string]{Key: "k", Task: version(1, 10)})
 	q.Done(s, "", Task[string]{}, failed(t0.Add(time.Hour).UnixNano(), 11), t0)
 	require.Equal(t, 1, q.Figures().Retrying)
 
-	again := q.Observe("k", version(2, 20))
+	again := q.Add(Change[string]{Key: "k", Task: version(2, 20)})
 	require.Same(t, s, again, "one record per key")
 	assert.Zero(t, again.View().Attempts)
 	assert.Zero(t, q.Figures().Retrying)
@@ -135,17 +128,17 @@ func TestNewerVersionReplacesARetry(t *testing.T) {
 // attempts; a successor parked meanwhile takes its place.
 func TestNeverStartedGoesBackToTheQueue(t *testing.T) {
 	q := New[string](nil)
-	s := q.Observe("k", version(1, 10))
+	s := q.Add(Change[string]{Key: "k", Task: version(1, 10)})
 	q.Done(s, "", Task[string]{}, failed(t0.UnixNano(), 11), t0)
 	takeRetries(q, 1, t0.UnixNano())
-	q.Done(s, "", Task[string]{}, Outcome{}, t0)
+	q.Done(s, "", Task[string]{}, Outcome[string]{}, t0)
 	assert.Equal(t, 1, q.Figures().Queued)
 	assert.Equal(t, 1, s.View().Attempts, "a retry keeps its attempts")
 
-	taken := q.TakeQueued(1)
-	assert.Nil(t, q.Observe("k", version(2, 20)))
-	q.Done(taken[0], "", Task[string]{}, Outcome{}, t0)
-	taken = q.TakeQueued(1)
+	taken := q.Get(FromQueue, 1, 0)
+	assert.Nil(t, q.Add(Change[string]{Key: "k", Task: version(2, 20)}))
+	q.Done(taken[0], "", Task[string]{}, Outcome[string]{}, t0)
+	taken = q.Get(FromQueue, 1, 0)
 	require.Len(t, taken, 1)
 	assert.Equal(t, uint64(2), taken[0].View().Task.Rev, "the successor instead")
 	assert.Equal(t, uint64(1), taken[0].View().Task.Asked, "asked for since the first")
@@ -161,7 +154,7 @@ func TestUntrackedTaskGetsARecordOnlyWhenItMust(t *testing.T) {
 
 	q.Done(nil, "b", version(2, 20), failed(t0.UnixNano(), 21), t0)
 	assert.Equal(t, 1, q.Figures().Retrying)
-	q.Done(nil, "c", version(3, 30), Outcome{}, t0)
+	q.Done(nil, "c", version(3, 30), Outcome[string]{}, t0)
 	assert.Equal(t, 1, q.Figures().Queued)
 	assert.True(t, q.Figures().Tracked)
 }
@@ -170,8 +163,8 @@ func TestUntrackedTaskGetsARecordOnlyWhenItMust(t *testing.T) {
 // retried at once, once: the same status found again is known.
 func TestAdoptedErrorIsRetriedOnce(t *testing.T) {
 	q := New[string](nil)
-	q.Adopt("k", version(1, 10), 10, errTarget, t0)
-	q.Adopt("k", version(1, 10), 10, errTarget, t0)
+	q.Add(Change[string]{Key: "k", Task: version(1, 10), As: Failed, ErrID: 10, Err: errTarget, Now: t0})
+	q.Add(Change[string]{Key: "k", Task: version(1, 10), As: Failed, ErrID: 10, Err: errTarget, Now: t0})
 	assert.Equal(t, 1, q.Figures().Retrying)
 	taken := takeRetries(q, 10, t0.UnixNano())
 	require.Len(t, taken, 1)
@@ -182,11 +175,11 @@ func TestAdoptedErrorIsRetriedOnce(t *testing.T) {
 // workqueue's Add of a dirty item does.
 func TestQueuedKeyCollapses(t *testing.T) {
 	q := New[string](nil)
-	q.Enqueue("a", version(1, 10))
-	q.Enqueue("b", version(2, 20))
-	q.Enqueue("a", version(3, 30))
+	q.Add(Change[string]{Key: "a", Task: version(1, 10), As: Queued})
+	q.Add(Change[string]{Key: "b", Task: version(2, 20), As: Queued})
+	q.Add(Change[string]{Key: "a", Task: version(3, 30), As: Queued})
 	assert.Equal(t, 2, q.Figures().Queued)
-	taken := q.TakeQueued(10)
+	taken := q.Get(FromQueue, 10, 0)
 	require.Len(t, taken, 2)
 	assert.Equal(t, []string{"a", "b"}, []string{taken[0].View().Key, taken[1].View().Key}, "a keeps its place")
 	assert.Equal(t, uint64(3), taken[0].View().Task.Rev)
@@ -196,9 +189,9 @@ func TestQueuedKeyCollapses(t *testing.T) {
 // the table found its task no longer current.
 func TestForgetDropsTheKey(t *testing.T) {
 	q := New[string](nil)
-	s := q.Observe("k", version(1, 10))
+	s := q.Add(Change[string]{Key: "k", Task: version(1, 10)})
 	q.Done(s, "", Task[string]{}, failed(t0.UnixNano(), 11), t0)
-	q.Forget(s)
+	q.Done(s, "", Task[string]{}, Outcome[string]{Forget: true}, time.Time{})
 	assert.False(t, q.Figures().Tracked)
 	assert.Zero(t, q.Figures().Retrying)
 	ok := q.Figures().RetryDue
@@ -210,7 +203,7 @@ func TestForgetDropsTheKey(t *testing.T) {
 func TestHoldsNewer(t *testing.T) {
 	q := New[string](nil)
 	assert.False(t, q.holdsNewer([]byte("k"), 5), "nothing held")
-	q.Observe("k", version(1, 10))
+	q.Add(Change[string]{Key: "k", Task: version(1, 10)})
 	assert.True(t, q.holdsNewer([]byte("k"), 9), "an older status")
 	assert.False(t, q.holdsNewer([]byte("k"), 10), "the status that asked")
 	assert.True(t, q.holdsNewer([]byte("k"), 0), "no identity: any version held may be newer")
@@ -220,15 +213,15 @@ func TestHoldsNewer(t *testing.T) {
 // apart no more, and so does a prune with the object absent.
 func TestSupersededAfterDeleteOrPrune(t *testing.T) {
 	q := New[string](nil)
-	s := q.Observe("k", version(1, 10))
+	s := q.Add(Change[string]{Key: "k", Task: version(1, 10)})
 	assert.False(t, s.View().Superseded)
-	q.Observe("k", Task[string]{Rev: 2, Asked: 2, Delete: true})
+	q.Add(Change[string]{Key: "k", Task: Task[string]{Rev: 2, Asked: 2, Delete: true}})
 	assert.True(t, s.View().Superseded, "a delete read since it started")
 
 	q.Done(s, "", Task[string]{}, succeeded(), t0)
-	d := q.TakeQueued(1)[0]
+	d := q.Get(FromQueue, 1, 0)[0]
 	q.Done(d, "", Task[string]{}, succeeded(), t0)
-	s = q.Observe("k", version(3, 30))
+	s = q.Add(Change[string]{Key: "k", Task: version(3, 30)})
 	q.MarkPruned(func(string) bool { return false })
 	assert.False(t, s.View().Superseded, "present in the prune's snapshot")
 	q.MarkPruned(func(string) bool { return true })
@@ -241,14 +234,14 @@ func TestSupersededAfterDeleteOrPrune(t *testing.T) {
 // goes to the back, so that the probes get to every key in turn.
 func TestRequeueKeepsTheTurnOfTheQueueNotOfAProbe(t *testing.T) {
 	q := New[string](nil)
-	q.SetPriority(func(string) int { return 0 }, 0.25)
+	q.Configure(Settings[string]{Priority: func(string) int { return 0 }, Share: 0.25})
 	for i, key := range []string{"a", "b", "c"} {
-		q.Enqueue(key, version(uint64(i+1), uint64(10*(i+1))))
+		q.Add(Change[string]{Key: key, Task: version(uint64(i+1), uint64(10*(i+1))), As: Queued})
 	}
-	a := q.TakeQueued(1)[0]
-	q.Done(a, "", Task[string]{}, Outcome{}, t0)
-	assert.Equal(t, "a", q.TakeOldest()[0].View().Key, "a kept its turn")
+	a := q.Get(FromQueue, 1, 0)[0]
+	q.Done(a, "", Task[string]{}, Outcome[string]{}, t0)
+	assert.Equal(t, "a", q.Get(Oldest, 1, 0)[0].View().Key, "a kept its turn")
 
-	q.Done(a, "", Task[string]{}, Outcome{}, t0)
-	assert.Equal(t, "b", q.TakeOldest()[0].View().Key, "the probe went to the back")
+	q.Done(a, "", Task[string]{}, Outcome[string]{}, t0)
+	assert.Equal(t, "b", q.Get(Oldest, 1, 0)[0].View().Key, "the probe went to the back")
 }
