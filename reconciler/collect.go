@@ -71,7 +71,7 @@ func (r *reconciler[Obj]) collectFresh(txn statedb.ReadTxn, now time.Time, room 
 
 // collectByPriority reads fresh changes into the queue, until it holds
 // readAhead keys, and takes the queue by priority (see
-// keyqueue.Queue.TakeQueued) up to room but for the reserve of retries and
+// keyqueue.Queue.Get) up to room but for the reserve of retries and
 // deferred changes: an eighth of room while there are any.
 func (r *reconciler[Obj]) collectByPriority(txn statedb.ReadTxn, now time.Time, room int, retriesDue bool) {
 	lc := r.keys.lifecycles
@@ -240,8 +240,9 @@ func (r *reconciler[Obj]) collectChange(txn statedb.ReadTxn, change statedb.Chan
 			}
 		}
 	} else if st := r.getStatus(change.Object); !st.IsPendingOrRefreshing() {
+		f := lc.Figures()
 		switch {
-		case st.Kind != status.KindError && !lc.Figures().Tracked && !lc.Figures().Stale && !r.keys.stales.any():
+		case st.Kind != status.KindError && !f.Tracked && !f.Stale && !r.keys.stales.any():
 			return false // a Done, most often this reconciler's own: nothing to ask
 		case r.feed.own.has(rev):
 			return false
@@ -302,7 +303,7 @@ func (r *reconciler[Obj]) collectChange(txn statedb.ReadTxn, change statedb.Chan
 // may be older than anything known of the key, so it is stale as any
 // status would be, but once per delete remembered (see keyqueue.Queue.Stale).
 func (r *reconciler[Obj]) stale(obj Obj, st status.Status) bool {
-	if (st.ID() == 0 && st.Kind != status.KindDone) || (!r.keys.lifecycles.Figures().Tracked && !r.keys.lifecycles.Figures().Stale && !r.keys.stales.any()) {
+	if f := r.keys.lifecycles.Figures(); (st.ID() == 0 && st.Kind != status.KindDone) || (!f.Tracked && !f.Stale && !r.keys.stales.any()) {
 		return false
 	}
 	for _, p := range r.keys.stales.pruned {
@@ -364,7 +365,8 @@ func (r *reconciler[Obj]) collectRetries(txn statedb.ReadTxn, now time.Time, bud
 // the table holds it, with the status that asked for the work rather than
 // the Error a failure wrote, so every attempt sees the same request.
 func (r *reconciler[Obj]) current(txn statedb.ReadTxn, s *keyqueue.State[Obj]) bool {
-	t := s.View().Task
+	v := s.View()
+	t := v.Task
 	cur, rev, found := r.lookup(txn, t.Obj)
 	switch {
 	case t.Delete:
@@ -377,7 +379,8 @@ func (r *reconciler[Obj]) current(txn statedb.ReadTxn, s *keyqueue.State[Obj]) b
 		r.writtenBack(cur, t.StatusID)
 		return false
 	case rev != t.Rev:
-		r.keys.lifecycles.Retarget(s, r.setStatus(r.clone(cur), r.getStatus(t.Obj)), rev)
+		same := task[Obj]{Obj: r.setStatus(r.clone(cur), r.getStatus(t.Obj)), Rev: rev}
+		r.keys.lifecycles.Add(keyqueue.Change[Obj]{Key: v.Key, Task: same, As: keyqueue.Same})
 	}
 	return true
 }

@@ -37,7 +37,7 @@ func (s *State[Obj]) View() View[Obj] {
 // Figures are the queue's counts, read in O(1) (see Queue.Figures).
 type Figures struct {
 	Tracked     bool // whether any key has a State
-	Prioritized bool // whether priorities are on (see SetPriority)
+	Prioritized bool // whether priorities are on (see Configure)
 	Queued      int  // keys in the queued phase
 	Active      int  // keys queued or running
 	// Retrying counts keys with a failed attempt: waiting, or queued or
@@ -48,7 +48,7 @@ type Figures struct {
 	// NextDue is when the earliest retry is due (Unix ns), if RetryDue.
 	NextDue  int64
 	RetryDue bool
-	Deferred int // changes deferred (see Defer)
+	Deferred int // changes deferred (see Backlogged)
 	Rechecks int // re-checks asked for (see Done's Outcome.RecheckAt)
 	// NextRecheck is when the earliest re-check is due (Unix ns), if
 	// RecheckDue.

@@ -10,29 +10,35 @@
 //
 // # Verbs and queries
 //
-// What the rest of the reconciler calls, by what it does (Queue unless
-// named):
+// What the rest of the reconciler calls, by what it does (all of Queue,
+// but View):
 //
-//	changes in    Observe (start now, or park behind the version running),
-//	              Enqueue (queue, with priorities), Adopt (an Error status
-//	              found), dropRetry (a newer version deferred)
-//	work out      TakeQueued, TakeOldest and TakeNewest (the breaker's
-//	              probes), PopDue (a retry): each returns what it takes
-//	              started
-//	outcomes in   Done (what became of a task handed out), Forget (no
-//	              longer current), Retarget (the same version at a newer
-//	              revision), MarkPruned (a prune ran)
-//	settings      SetPriority, TrackOutdated
-//	queries       Tracked, Queued, Active, Retrying, Parked, Version,
-//	              Prioritized, NextDue, OldestSince, RetryLowWatermark,
-//	              LowestAsked, HoldsNewer, Errors, TakeOutdated (which
-//	              also starts the next interval); of a State: Key, Task,
-//	              Attempts, Err, FirstFailed, Due, Superseded
+//	changes in    Add: a change read, with a Change saying how it joins
+//	              (Fresh: start now, or park behind the version running;
+//	              Queued: queue, with priorities; Failed: an Error status
+//	              found; Backlogged: deferred behind fresh changes; Same:
+//	              the version held, found at a newer revision)
+//	work out      Get: what is queued (by priority, or the oldest or the
+//	              newest, the breaker's probes) or due for a retry, returned
+//	              started; Undefer: the oldest change deferred
+//	outcomes in   Done: what became of a task handed out (run, never
+//	              started, or no longer current: Outcome.Forget), and the
+//	              re-check a success asked for
+//	memory        Seen (a change of a key read: its re-check is dropped, a
+//	              delete cuts its statuses), SawOlder (a status written back
+//	              over a newer one), MarkPruned (a prune ran),
+//	              TakeRechecks (those due), TakeOutdated (the failures
+//	              changed, for the retries table)
+//	settings      Configure (priorities, tracking of outdated failures)
+//	queries       Figures (counts and next due times, O(1)), Lows (the low
+//	              watermarks, once a round), Stale (a status older than
+//	              what is known of its key), Errors, and View (a copy of a
+//	              State's record)
 //
-// Beside Queue, the package holds the other memory about keys the loop
-// needs: Backlog (changes deferred behind fresh ones), Rechecks (the
-// re-checks of RecheckAfter) and Stale (the cuts behind the stale-status
-// rule). Each has one owner, the loop's goroutine.
+// Beside each key's State, the queue holds the other memory about keys
+// the loop needs: the backlog of changes deferred behind fresh ones, the
+// re-checks of RecheckAfter, and the cuts behind the stale-status rule
+// (see Stale).
 //
 // # The life of one key
 //
@@ -40,8 +46,8 @@
 // and every change of a State, its position in the retry heap included,
 // is made in this package, by a method of Queue or of the heap. A key
 // with no State needs nothing from the reconciler (its next change, if
-// any, is still in the change iterator or the Backlog); what makes a
-// status of it stale is kept by Stale, and by the reconciler's prune
+// any, is still in the change iterator or the backlog); what makes a
+// status of it stale is kept by the cuts, and by the reconciler's prune
 // snapshots.
 //
 //	                      taken
@@ -61,27 +67,29 @@
 // Every state and the verbs that move a key between them (the internal
 // steps in parentheses):
 //
-//	gone    → running  Observe: a change read (add, start); Done of an
+//	gone    → running  Add: a change read (add, start); Done of an
 //	                   untracked task of the inline executor that failed
 //	                   or never started (track), then as from running
-//	gone    → queued   Enqueue: a change read, with priorities
-//	gone    → waiting  Adopt: an Error status no retry is for
-//	queued  → queued   Observe, Enqueue: a newer change replaces the task
-//	queued  → running  TakeQueued; TakeOldest or TakeNewest, a probe of
-//	                   the circuit breaker (start)
-//	queued  → gone     Forget: the task is no longer what the table asks
-//	running → running  Observe, Enqueue: the successor recorded (follow);
+//	gone    → queued   Add, Queued: a change read, with priorities
+//	gone    → waiting  Add, Failed: an Error status no retry is for
+//	queued  → queued   Add: a newer change replaces the task
+//	queued  → running  Get; Get Oldest or Newest, a probe of the circuit
+//	                   breaker (start)
+//	queued  → gone     Done, Forget: the task is no longer what the table
+//	                   asks
+//	running → running  Add: the successor recorded (follow);
 //	                   Done with Over drops it (dropNext); MarkPruned: a
 //	                   prune ran with the object absent
 //	running → queued   Done with a successor (settle), or never started
 //	                   (requeue)
 //	running → waiting  Done: failed, due after its backoff (settle)
-//	running → gone     Done: done, terminal, or the object changed; Forget:
-//	                   no longer current when it was taken
-//	waiting → running  Observe: a newer change (replace, start); PopDue:
+//	running → gone     Done: done, terminal, or the object changed; Done,
+//	                   Forget: no longer current when it was taken
+//	waiting → running  Add: a newer change (replace, start); Get Due:
 //	                   the retry is due (attempt, start)
-//	waiting → queued   Enqueue: a newer change
-//	waiting → gone     Forget, dropRetry: a newer version overtook it
+//	waiting → queued   Add, Queued: a newer change
+//	waiting → gone     Done Forget, Add Backlogged (dropRetry): a newer
+//	                   version overtook it
 //
 // Invariants:
 //
@@ -93,7 +101,7 @@
 //     identity no longer tells versions apart (deleteSeen): an object with
 //     the same identity is new work, and the running version's status is
 //     written only if the object is still exactly that revision
-//     (State.Superseded).
+//     (View.Superseded).
 //   - A prune that runs while a version runs with its object absent may
 //     undo what it applies (pruned): the same rule holds.
 //   - An operation starts only through the reconciler's gate, asked at the
@@ -102,22 +110,22 @@
 //     replaces it.
 //   - An object put back with a status older than what the reconciler
 //     knows of its key (a delete read since, or a newer version it holds or
-//     applied; see HoldsNewer and the reconciler's staleness) is new work,
+//     applied; see Stale and the reconciler's staleness) is new work,
 //     although its status (Done, say, on a value read earlier) asks for
 //     none: that status speaks of a target that has changed since.
 //
 // The queued phase is Queue.queued, in the order the keys arrived there.
-// With priorities (SetPriority) every queued State is in Queue.byPriority
-// too, highest first, and TakeQueued takes from both: a share of each
-// round in arrival order, the rest by priority (see takeByPriority). Fresh
-// changes then wait in the queued phase (Enqueue), so that the loop can
-// choose among them, rather than starting as they are read.
+// With priorities (Configure) every queued State is in Queue.byPriority
+// too, highest first, and Get takes from both: a share of each round in
+// arrival order, the rest by priority (see takeByPriority). Fresh changes
+// then wait in the queued phase (Add, Queued), so that the loop can choose
+// among them, rather than starting as they are read.
 //
 // With one worker and no priorities, the loop skips the State of a fresh
-// change when no key has one (Tracked is false, the common case): the
-// change is applied and committed in the same round, so there is nothing
-// to remember unless it fails or the round is cut short, and then Settle
-// or Requeue create it (see Track). A delete recovered at the start is not
+// change when no key has one (Figures().Tracked is false, the common
+// case): the change is applied and committed in the same round, so there
+// is nothing to remember unless it fails or the round is cut short, and
+// then Done creates it (see track). A delete recovered at the start is not
 // skipped, nor is any change while changes are deferred: a later change of
 // the key, or a deferred one, may be taken in the same round.
 package keyqueue
@@ -154,7 +162,7 @@ type State[Obj any] struct {
 
 	active   int    // position in Queue.active while queued or running, else -1
 	pos      [2]int // in Queue.heap while waiting (pos[inRetries]) and byPriority while queued (pos[inPriority]), else -1
-	queuedAt uint64 // with priorities, taken by TakeQueued: the seq it was queued with, which a requeue keeps (see enqueueAt); else 0
+	queuedAt uint64 // with priorities, taken by Get: the seq it was queued with, which a requeue keeps (see enqueueAt); else 0
 }
 
 type phase uint8
@@ -217,8 +225,8 @@ type Queue[Obj any] struct {
 	display func(key string) string // for Errors; nil: as is
 
 	// The other memory about keys: the changes deferred behind fresh ones
-	// (see Defer), the re-checks asked for (see Recheck) and the cuts
-	// behind the stale-status rule (see Stale).
+	// (Add, Backlogged), the re-checks asked for (Done, Outcome.RecheckAt)
+	// and the cuts behind the stale-status rule (see Stale).
 	deferred backlogRing[Obj]
 	rechecks recheckHeap[Obj]
 	cuts     staleCuts
@@ -232,7 +240,7 @@ func New[Obj any](display func(key string) string) *Queue[Obj] {
 	return &Queue[Obj]{byKey: map[string]*State[Obj]{}, display: display}
 }
 
-// Observe records a change read from the table: t, a new version of key
+// observe records a change read from the table: t, a new version of key
 // (with a Pending or Refreshing status) or its delete. It returns the
 // State of key started (running), to hand to the executor now, or nil if
 // the change waits behind a running version (or is already queued).
@@ -263,7 +271,7 @@ func (q *Queue[Obj]) observe(key string, t Task[Obj]) *State[Obj] {
 
 // enqueueChange records a change read from the table as observe does, but leaves
 // it in the queue rather than returning it to start: with priorities,
-// TakeQueued chooses what starts. A key gone or waiting joins the back of
+// Get chooses what starts. A key gone or waiting joins the back of
 // the queue; one queued keeps its place, with the newer change's priority.
 func (q *Queue[Obj]) enqueueChange(key string, t Task[Obj]) {
 	s, ok := q.byKey[key]
@@ -298,7 +306,7 @@ func sameRank[Obj any](old, t Task[Obj]) Task[Obj] {
 	return t
 }
 
-// SetPriority turns priorities on: priority gives an object's, share the
+// setPriority turns priorities on: priority gives an object's, share the
 // part of each take kept for arrival order. It is called before any key is
 // queued.
 func (q *Queue[Obj]) setPriority(priority func(Obj) int, share float64) {
@@ -345,7 +353,7 @@ func (q *Queue[Obj]) follow(s *State[Obj], t Task[Obj]) {
 	}
 }
 
-// Adopt records an Error status this reconciler did not just write, found
+// adopt records an Error status this reconciler did not just write, found
 // on key's object (written back, or there at start; t applies it again):
 // it is retried at now, unless the State knows that status already.
 // While a version of the key runs, it is a change like any other (follow).
@@ -375,7 +383,7 @@ func (q *Queue[Obj]) adopt(key string, t Task[Obj], errID uint64, err error, now
 	q.wait(s, now.UnixNano())
 }
 
-// TakeQueued takes up to n queued States, oldest first, and returns them
+// takeQueued takes up to n queued States, oldest first, and returns them
 // started, to hand to the executor. With priorities it takes them highest
 // priority first (see takeByPriority).
 func (q *Queue[Obj]) takeQueued(n int) []*State[Obj] {
@@ -464,8 +472,8 @@ func (q *Queue[Obj]) takeByPriority(n int) []*State[Obj] {
 	return taken
 }
 
-// TakeOldest takes the State queued first, whatever its priority, and
-// TakeNewest the one queued last, started as TakeQueued does: the circuit
+// takeOldest takes the State queued first, whatever its priority, and
+// takeNewest the one queued last, started as takeQueued does: the circuit
 // breaker's probes take keys in turn, not by priority.
 func (q *Queue[Obj]) takeOldest() []*State[Obj] { return q.started(q.takeAt(0)) }
 func (q *Queue[Obj]) takeNewest() []*State[Obj] { return q.started(q.takeAt(len(q.queued) - 1)) }
@@ -488,7 +496,7 @@ func (q *Queue[Obj]) takeAt(i int) []*State[Obj] {
 	return []*State[Obj]{s}
 }
 
-// PopDue takes the waiting State due first, if it is due at now (Unix
+// popDue takes the waiting State due first, if it is due at now (Unix
 // ns), and starts it for another attempt (see attempt).
 func (q *Queue[Obj]) popDue(now int64) (*State[Obj], bool) {
 	if len(q.heap.entries) == 0 || q.heap.entries[0].rank > now {
@@ -511,16 +519,16 @@ func (q *Queue[Obj]) attempt(s *State[Obj]) {
 	s.task.Ready = s.due
 }
 
-// Retarget points the task of s at obj, the same version of the object
+// retarget points the task of s at obj, the same version of the object
 // found at revision rev: only another reconciler's status, or this one's
 // Error status, changed since.
-func (q *Queue[Obj]) Retarget(s *State[Obj], obj Obj, rev uint64) {
+func (q *Queue[Obj]) retarget(s *State[Obj], obj Obj, rev uint64) {
 	s.task.Obj, s.task.Rev = obj, rev
 }
 
 // start moves s to the running phase: its task is handed to the executor.
 // Every verb that hands out work starts what it hands out; one found no
-// longer current by the caller is then forgotten (Forget).
+// longer current by the caller is then forgotten (Done, Outcome.Forget).
 func (q *Queue[Obj]) start(s *State[Obj]) {
 	if s.phase == phaseWaiting {
 		q.unwait(s)
@@ -534,7 +542,7 @@ func (q *Queue[Obj]) start(s *State[Obj]) {
 	}
 }
 
-// Forget drops s: nothing is left to do for its key.
+// forget drops s: nothing is left to do for its key.
 func (q *Queue[Obj]) forget(s *State[Obj]) {
 	if s.phase == phaseWaiting {
 		q.unwait(s)
@@ -851,7 +859,7 @@ func (q *Queue[Obj]) changed(s *State[Obj]) {
 	}
 }
 
-// TrackOutdated makes takeOutdated report which keys' failures changed,
+// trackOutdated makes TakeOutdated report which keys' failures changed,
 // for the retries table.
 func (q *Queue[Obj]) trackOutdated() {
 	q.outdated, q.spare = map[string]*State[Obj]{}, map[string]*State[Obj]{}

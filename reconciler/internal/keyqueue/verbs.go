@@ -29,7 +29,7 @@ const (
 	// started, if any.
 	Fresh Arrival = iota
 	// Queued leaves the change in the queue, for Get to take by priority
-	// (with SetPriority): a key gone or waiting joins the back of the
+	// (with Configure): a key gone or waiting joins the back of the
 	// queue, one queued keeps its place with the newer change's priority.
 	Queued
 	// Failed records an Error status this reconciler did not just write,
@@ -42,11 +42,17 @@ const (
 	// the task's Obj, Rev and Asked are kept. A retry of the key, known
 	// if Keyed, is dropped: a newer version waits in the backlog.
 	Backlogged
+	// Same is the version the key's State holds (queued, or just taken
+	// by Get), found by the caller at a newer revision: only another
+	// reconciler's status, or this one's Error status, changed since. The
+	// task follows it to the task's Obj and Rev; nothing else changes.
+	Same
 )
 
-// Add records c, a change read from the table: a new version of its key
-// (with a Pending or Refreshing status, or an Error one: As Failed) or its
-// delete. It returns the State of the key started (running), to hand to
+// Add records c, a change read from the table, as workqueue's Add adds an
+// item: a new version of its key (with a Pending or Refreshing status, or
+// an Error one: As Failed), its delete, or the version held found again
+// (As Same). It returns the State of the key started (running), to hand to
 // the executor now, or nil.
 func (q *Queue[Obj]) Add(c Change[Obj]) *State[Obj] {
 	switch c.As {
@@ -54,6 +60,10 @@ func (q *Queue[Obj]) Add(c Change[Obj]) *State[Obj] {
 		q.enqueueChange(c.Key, c.Task)
 	case Failed:
 		q.adopt(c.Key, c.Task, c.ErrID, c.Err, c.Now)
+	case Same:
+		if s, ok := q.byKey[c.Key]; ok {
+			q.retarget(s, c.Task.Obj, c.Task.Rev)
+		}
 	case Backlogged:
 		q.deferred.push(c.Task.Obj, c.Task.Rev, c.Task.Asked)
 		if c.Keyed {

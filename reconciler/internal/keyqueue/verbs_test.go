@@ -245,3 +245,21 @@ func TestRequeueKeepsTheTurnOfTheQueueNotOfAProbe(t *testing.T) {
 	q.Done(a, "", Task[string]{}, Outcome[string]{}, t0)
 	assert.Equal(t, "b", q.Get(Oldest, 1, 0)[0].View().Key, "the probe went to the back")
 }
+
+// The version held, found again at a newer revision (only a status of
+// another reconciler changed), is the same work: the task follows the
+// revision, and nothing is parked behind it.
+func TestAddSameFollowsTheRevision(t *testing.T) {
+	q := New[string](nil)
+	s := q.Add(Change[string]{Key: "k", Task: version(1, 10)})
+	require.NotNil(t, s)
+	assert.Nil(t, q.Add(Change[string]{Key: "k", Task: Task[string]{Obj: "v'", Rev: 5}, As: Same}))
+	v := s.View()
+	assert.Equal(t, "v'", v.Task.Obj)
+	assert.Equal(t, uint64(5), v.Task.Rev)
+	assert.Equal(t, uint64(10), v.Task.StatusID, "the same version: the status that asked is kept")
+	assert.Equal(t, uint64(1), v.Task.Asked)
+	assert.Zero(t, q.Figures().Parked, "not a successor")
+	assert.Nil(t, q.Add(Change[string]{Key: "gone", Task: version(2, 20), As: Same}), "a key not held: nothing")
+	assert.False(t, q.Figures().Queued > 0)
+}
