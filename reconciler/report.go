@@ -93,6 +93,7 @@ func (r *reconciler[Obj]) report(txn statedb.ReadTxn, work []op[Obj], c commitOu
 // round's to report.
 func (r *reconciler[Obj]) reportPrune(p *pruneSchedule) {
 	lc := r.keys.lifecycles
+	f := lc.Figures()
 	paused, _ := r.gate.state()
 	var breakerErr error
 	if r.breaker != nil {
@@ -101,8 +102,8 @@ func (r *reconciler[Obj]) reportPrune(p *pruneSchedule) {
 	state := r.rep.health.update(healthState{
 		gateErr:      p.tables.err,
 		paused:       paused,
-		failing:      lc.Figures().Retrying,
-		retryVersion: lc.Figures().Version,
+		failing:      f.Retrying,
+		retryVersion: f.Version,
 		pruneErr:     p.lastErr,
 		limiterErr:   r.rep.limiterErr,
 		breakerErr:   breakerErr,

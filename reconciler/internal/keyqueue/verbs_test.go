@@ -263,3 +263,45 @@ func TestAddSameFollowsTheRevision(t *testing.T) {
 	assert.Nil(t, q.Add(Change[string]{Key: "gone", Task: version(2, 20), As: Same}), "a key not held: nothing")
 	assert.False(t, q.Figures().Queued > 0)
 }
+
+// The queue's other memory through its verbs: a change deferred waits in
+// the backlog and drops the retry of its key; a re-check asked by Done is
+// dropped when a change of its key is read; a delete read, or a status
+// found written back over a newer one, makes the older statuses of the
+// key stale.
+func TestMemoryOfKeys(t *testing.T) {
+	q := New[string](nil)
+	s := q.Add(Change[string]{Key: "k", Task: version(1, 10)})
+	q.Done(s, "", Task[string]{}, failed(100, 11), t0)
+	require.Equal(t, 1, q.Figures().Retrying)
+	q.Add(Change[string]{Key: "k", Task: version(2, 20), As: Backlogged, Keyed: true})
+	f := q.Figures()
+	assert.Equal(t, 1, f.Deferred)
+	assert.Zero(t, f.Retrying, "the retry is dropped: a newer version waits")
+	assert.Equal(t, uint64(2), q.Lows().Deferred)
+	d, ok := q.Undefer()
+	require.True(t, ok)
+	assert.Equal(t, uint64(2), d.Rev)
+	_, ok = q.Undefer()
+	assert.False(t, ok)
+
+	ok = false
+	q.Done(nil, "r", version(3, 30), Outcome[string]{Ran: true, Settled: true, Written: true, RecheckAt: 50, Updated: "r", UpdatedID: 31}, t0)
+	f = q.Figures()
+	assert.Equal(t, 1, f.Rechecks)
+	assert.Equal(t, int64(50), f.NextRecheck)
+	q.TakeRechecks(49, func(string, uint64) { ok = true })
+	assert.False(t, ok, "not due yet")
+	q.Seen([]byte("r"), false, 0)
+	assert.Zero(t, q.Figures().Rechecks, "replaced by the change read")
+
+	assert.False(t, q.Figures().Stale)
+	assert.False(t, q.Stale([]byte("d"), 5))
+	q.Seen([]byte("d"), true, 7)
+	assert.True(t, q.Figures().Stale)
+	assert.True(t, q.Stale([]byte("d"), 5), "made before the delete was read")
+	assert.False(t, q.Stale([]byte("d"), 8))
+	q.SawOlder([]byte("o"), 9)
+	assert.True(t, q.Stale([]byte("o"), 8), "older than the version applied")
+	assert.False(t, q.Stale([]byte("o"), 9))
+}
