@@ -225,7 +225,11 @@ func (r *reconciler[Obj]) collectChange(txn statedb.ReadTxn, change statedb.Chan
 	// A delete recovered when the feed opened comes beside a revision
 	// below its own (see changeFeed). Its key may have been put back since.
 	recovered := change.Deleted && rev < change.Revision
-	if change.Deleted || (lc.Figures().Rechecks > 0 && r.getStatus(change.Object).IsPendingOrRefreshing()) {
+	// The queue's figures, read once: nothing below changes those it reads
+	// before the change joins the queue (Seen changes the cuts only for a
+	// delete, which reads none).
+	f := lc.Figures()
+	if change.Deleted || (f.Rechecks > 0 && r.getStatus(change.Object).IsPendingOrRefreshing()) {
 		if key, ok := r.primary.ObjectToKey(change.Object); ok {
 			lc.Seen(key, change.Deleted, ident.Last()) // a re-check is replaced by this change
 		}
@@ -240,7 +244,6 @@ func (r *reconciler[Obj]) collectChange(txn statedb.ReadTxn, change statedb.Chan
 			}
 		}
 	} else if st := r.getStatus(change.Object); !st.IsPendingOrRefreshing() {
-		f := lc.Figures()
 		switch {
 		case st.Kind != status.KindError && !f.Tracked && !f.Stale && !r.keys.stales.any():
 			return false // a Done, most often this reconciler's own: nothing to ask
@@ -265,7 +268,7 @@ func (r *reconciler[Obj]) collectChange(txn statedb.ReadTxn, change statedb.Chan
 			// A retry of the key is dropped: a newer version waits in the
 			// deferred queue.
 			c := keyqueue.Change[Obj]{Task: task[Obj]{Obj: change.Object, Rev: rev, Asked: asked}, As: keyqueue.Backlogged}
-			if lc.Figures().Tracked {
+			if f.Tracked {
 				c.Key, c.Keyed = r.keyOf(change.Object)
 			}
 			lc.Add(c)
@@ -276,7 +279,7 @@ func (r *reconciler[Obj]) collectChange(txn statedb.ReadTxn, change statedb.Chan
 	// change of its key in the same read, which must wait behind it. So
 	// is every change while changes are deferred: a deferred one of the
 	// same key may be taken in the same round (see collectDeferred).
-	if f := lc.Figures(); r.opts.concurrency == 1 && !f.Tracked && f.Deferred == 0 && !recovered && !f.Prioritized {
+	if r.opts.concurrency == 1 && !f.Tracked && f.Deferred == 0 && !recovered && !f.Prioritized {
 		r.feed.work = append(r.feed.work, op[Obj]{task: t}) // untracked: see package keyqueue
 		return true
 	}
@@ -285,7 +288,7 @@ func (r *reconciler[Obj]) collectChange(txn statedb.ReadTxn, change statedb.Chan
 		r.noKey("a change of the table", change.Object)
 		return false
 	}
-	if lc.Figures().Prioritized {
+	if f.Prioritized {
 		lc.Add(keyqueue.Change[Obj]{Key: key, Task: t, As: keyqueue.Queued}) // collectByPriority takes it
 		return false
 	}
