@@ -4,19 +4,16 @@ import (
 	"iter"
 
 	"github.com/cilium/statedb"
-
-	"github.com/converge-go/converge/reconciler/internal/keyqueue"
 )
 
 // feed is the reconciler's change feed: the table's changes, across stops,
 // and what the loop keeps of reading them. Its zero value is not usable:
 // Register sets changes. The reconcile job's goroutine owns it.
 type feed[Obj any] struct {
-	changes  *changeFeed[Obj]      // the table's changes, across stops
-	deferred keyqueue.Backlog[Obj] // changes taken after fresh ones
-	lastRev  statedb.Revision      // last change read
-	backlog  statedb.Revision      // the table's revision when the job first ran: what is deferred
-	started  bool                  // whether the job has run
+	changes *changeFeed[Obj] // the table's changes, across stops
+	lastRev statedb.Revision // last change read
+	backlog statedb.Revision // the table's revision when the job first ran: what is deferred
+	started bool             // whether the job has run
 
 	// The state of one run of the reconcile job, reset when it opens the
 	// feed.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/cilium/statedb"
 
+	"github.com/converge-go/converge/internal/ident"
 	"github.com/converge-go/converge/status"
 
 	"github.com/converge-go/converge/reconciler/internal/keyqueue"
@@ -27,22 +28,22 @@ func (r *reconciler[Obj]) collect(txn statedb.ReadTxn, now time.Time, room int) 
 		r.feed.watch = closedChan // look again as soon as there is room
 		return nil
 	}
-	due, dueOK := lc.NextDue()
-	retriesDue := dueOK && due <= now.UnixNano()
-	if lc.Prioritized() {
+	f := lc.Figures()
+	retriesDue := f.RetryDue && f.NextDue <= now.UnixNano()
+	if f.Prioritized {
 		r.collectByPriority(txn, now, room, retriesDue)
 	} else {
 		r.collectFresh(txn, now, room, retriesDue)
 	}
 	left := room - len(r.feed.work)
-	deferredShare := min(r.feed.deferred.Len(), left/2)
+	deferredShare := min(lc.Figures().Deferred, left/2)
 	if retriesDue {
 		r.collectRetries(txn, now, left-deferredShare)
 	}
-	if r.feed.deferred.Len() > 0 {
+	if lc.Figures().Deferred > 0 {
 		r.collectDeferred(txn, now, room-len(r.feed.work))
 	}
-	if lc.Queued() > 0 || r.feed.deferred.Len() > 0 {
+	if f := lc.Figures(); f.Queued > 0 || f.Deferred > 0 {
 		r.feed.watch = closedChan // more work for the next round
 	}
 	return r.feed.work
@@ -52,12 +53,12 @@ func (r *reconciler[Obj]) collect(txn statedb.ReadTxn, now time.Time, room int) 
 // for the reserve of retries and deferred changes (see collect).
 func (r *reconciler[Obj]) collectFresh(txn statedb.ReadTxn, now time.Time, room int, retriesDue bool) {
 	lc := r.keys.lifecycles
-	if lc.Queued() > 0 {
+	if lc.Figures().Queued > 0 {
 		r.takeQueued(txn, room)
 	}
 	left := room - len(r.feed.work)
 	reserve := 0
-	if retriesDue || r.feed.deferred.Len() > 0 {
+	if retriesDue || lc.Figures().Deferred > 0 {
 		reserve = left / 8
 	}
 	if budget := left - reserve; budget > 0 {
@@ -70,22 +71,22 @@ func (r *reconciler[Obj]) collectFresh(txn statedb.ReadTxn, now time.Time, room 
 
 // collectByPriority reads fresh changes into the queue, until it holds
 // readAhead keys, and takes the queue by priority (see
-// keyqueue.Queue.TakeQueued) up to room but for the reserve of retries and
+// keyqueue.Queue.Get) up to room but for the reserve of retries and
 // deferred changes: an eighth of room while there are any.
 func (r *reconciler[Obj]) collectByPriority(txn statedb.ReadTxn, now time.Time, room int, retriesDue bool) {
 	lc := r.keys.lifecycles
 	ahead := r.readAhead(room)
-	if lc.Queued() < ahead {
+	if lc.Figures().Queued < ahead {
 		r.queueChanges(txn, r.nextChanges(txn), ahead, now)
 		r.readDone(txn)
 	} else {
 		r.feed.watch = closedChan // changes wait for room in the queue
 	}
 	budget := room
-	if retriesDue || r.feed.deferred.Len() > 0 {
+	if retriesDue || lc.Figures().Deferred > 0 {
 		budget -= room / 8
 	}
-	for len(r.feed.work) < budget && lc.Queued() > 0 {
+	for len(r.feed.work) < budget && lc.Figures().Queued > 0 {
 		r.takeQueued(txn, budget-len(r.feed.work))
 	}
 }
@@ -124,7 +125,7 @@ func (r *reconciler[Obj]) readDone(txn statedb.ReadTxn) {
 // takeQueued starts up to n queued keys, dropping those whose task is no
 // longer what the table asks for (see current).
 func (r *reconciler[Obj]) takeQueued(txn statedb.ReadTxn, n int) {
-	r.startQueued(txn, r.keys.lifecycles.TakeQueued(n))
+	r.startQueued(txn, r.keys.lifecycles.Get(keyqueue.FromQueue, n, 0))
 }
 
 // startQueued adds the keys taken from the queue (started) to the round's
@@ -136,7 +137,7 @@ func (r *reconciler[Obj]) startQueued(txn statedb.ReadTxn, taken []*keyqueue.Sta
 		if r.current(txn, s) {
 			r.start(s)
 		} else {
-			lc.Forget(s)
+			lc.Done(s, "", task[Obj]{}, keyqueue.Outcome[Obj]{Forget: true}, time.Time{})
 		}
 	}
 }
@@ -152,7 +153,7 @@ func (r *reconciler[Obj]) collectProbe(txn statedb.ReadTxn, now time.Time, turn 
 	for i := 0; i < 4 && len(r.feed.work) == 0; i++ {
 		switch (turn + i) % 4 {
 		case 0:
-			if !lc.Prioritized() {
+			if !lc.Figures().Prioritized {
 				r.collectChanges(txn, r.nextChanges(txn), 1, now)
 				r.readDone(txn)
 				break
@@ -160,18 +161,18 @@ func (r *reconciler[Obj]) collectProbe(txn statedb.ReadTxn, now time.Time, turn 
 			// With priorities fresh changes join the queue, read ahead as
 			// far as in any round (no further, so the queue stays
 			// bounded), and the probe is the newest of them.
-			if ahead := r.readAhead(1); lc.Queued() < ahead {
-				before := lc.Queued()
+			if ahead := r.readAhead(1); lc.Figures().Queued < ahead {
+				before := lc.Figures().Queued
 				r.queueChanges(txn, r.nextChanges(txn), ahead, now)
 				r.readDone(txn)
-				if lc.Queued() > before {
-					r.startQueued(txn, lc.TakeNewest())
+				if lc.Figures().Queued > before {
+					r.startQueued(txn, lc.Get(keyqueue.Newest, 1, 0))
 				}
 			}
 		case 1:
-			r.startQueued(txn, lc.TakeOldest()) // in turn, whatever the priority
+			r.startQueued(txn, lc.Get(keyqueue.Oldest, 1, 0)) // in turn, whatever the priority
 		case 2:
-			if due, ok := lc.NextDue(); ok && due <= now.UnixNano() {
+			if f := lc.Figures(); f.RetryDue && f.NextDue <= now.UnixNano() {
 				r.collectRetries(txn, now, 1)
 			}
 		case 3:
@@ -183,7 +184,8 @@ func (r *reconciler[Obj]) collectProbe(txn statedb.ReadTxn, now time.Time, turn 
 
 // start adds the job of s, started by the queue, to the round's work.
 func (r *reconciler[Obj]) start(s *keyqueue.State[Obj]) {
-	r.feed.work = append(r.feed.work, op[Obj]{task: s.Task(), s: s, key: s.Key(), attempt: s.Attempts() + 1, lastErr: s.Err()})
+	v := s.View()
+	r.feed.work = append(r.feed.work, op[Obj]{task: v.Task, s: s, key: v.Key, attempt: v.Attempts + 1, lastErr: v.Err})
 }
 
 // collectChanges reads changes, turning those that need work into ops,
@@ -202,14 +204,14 @@ func (r *reconciler[Obj]) collectChanges(txn statedb.ReadTxn, changes iter.Seq2[
 	}
 }
 
-// queueChanges reads changes into the queue (see keyqueue.Queue.Enqueue) until
+// queueChanges reads changes into the queue (see keyqueue.Queued) until
 // it holds ahead keys or the changes run out.
 func (r *reconciler[Obj]) queueChanges(txn statedb.ReadTxn, changes iter.Seq2[statedb.Change[Obj], statedb.Revision], ahead int, now time.Time) {
 	from := min(r.feed.lastRev, r.feed.changes.drained) + 1
 	for change, rev := range changes {
 		r.feed.lastRev = rev
 		r.collectChange(txn, change, rev, min(from, change.Revision), now)
-		if r.keys.lifecycles.Queued() >= ahead {
+		if r.keys.lifecycles.Figures().Queued >= ahead {
 			break
 		}
 	}
@@ -223,15 +225,16 @@ func (r *reconciler[Obj]) collectChange(txn statedb.ReadTxn, change statedb.Chan
 	// A delete recovered when the feed opened comes beside a revision
 	// below its own (see changeFeed). Its key may have been put back since.
 	recovered := change.Deleted && rev < change.Revision
-	if r.keys.rechecks.Len() > 0 && (change.Deleted || r.objects.getStatus(change.Object).IsPendingOrRefreshing()) {
+	// The queue's figures, read once: nothing below changes those it reads
+	// before the change joins the queue (Seen changes the cuts only for a
+	// delete, which reads none).
+	f := lc.Figures()
+	if change.Deleted || (f.Rechecks > 0 && r.objects.getStatus(change.Object).IsPendingOrRefreshing()) {
 		if key, ok := r.objects.primary.ObjectToKey(change.Object); ok {
-			r.keys.rechecks.Drop(key) // replaced by this change
+			lc.Seen(key, change.Deleted, ident.Last()) // a re-check is replaced by this change
 		}
 	}
 	if change.Deleted {
-		if key, ok := r.objects.primary.ObjectToKey(change.Object); ok {
-			r.keys.stales.sawDelete(key)
-		}
 		if recovered {
 			if _, _, found := r.objects.lookup(txn, change.Object); found {
 				// Put back since: the object put back is newer, and is
@@ -242,7 +245,7 @@ func (r *reconciler[Obj]) collectChange(txn statedb.ReadTxn, change statedb.Chan
 		}
 	} else if st := r.objects.getStatus(change.Object); !st.IsPendingOrRefreshing() {
 		switch {
-		case st.Kind != status.KindError && !lc.Tracked() && !r.keys.stales.any():
+		case st.Kind != status.KindError && !f.Tracked && !f.Stale && !r.keys.stales.any():
 			return false // a Done, most often this reconciler's own: nothing to ask
 		case r.feed.own.has(rev):
 			return false
@@ -262,12 +265,13 @@ func (r *reconciler[Obj]) collectChange(txn statedb.ReadTxn, change statedb.Chan
 			t.Since, t.Ready = st.UpdatedAt, st.UpdatedAt.UnixNano()
 		}
 		if t.Refresh || rev <= r.feed.backlog {
-			r.feed.deferred.Push(change.Object, rev, asked)
-			if lc.Tracked() {
-				if key, ok := r.objects.keyOf(change.Object); ok {
-					lc.DropRetry(key) // a newer version waits in the deferred queue
-				}
+			// A retry of the key is dropped: a newer version waits in the
+			// deferred queue.
+			c := keyqueue.Change[Obj]{Task: task[Obj]{Obj: change.Object, Rev: rev, Asked: asked}, As: keyqueue.Backlogged}
+			if f.Tracked {
+				c.Key, c.Keyed = r.objects.keyOf(change.Object)
 			}
+			lc.Add(c)
 			return false
 		}
 	}
@@ -275,7 +279,7 @@ func (r *reconciler[Obj]) collectChange(txn statedb.ReadTxn, change statedb.Chan
 	// change of its key in the same read, which must wait behind it. So
 	// is every change while changes are deferred: a deferred one of the
 	// same key may be taken in the same round (see collectDeferred).
-	if r.opts.concurrency == 1 && !lc.Tracked() && r.feed.deferred.Len() == 0 && !recovered && !lc.Prioritized() {
+	if r.opts.concurrency == 1 && !f.Tracked && f.Deferred == 0 && !recovered && !f.Prioritized {
 		r.feed.work = append(r.feed.work, op[Obj]{task: t}) // untracked: see package keyqueue
 		return true
 	}
@@ -284,11 +288,11 @@ func (r *reconciler[Obj]) collectChange(txn statedb.ReadTxn, change statedb.Chan
 		r.noKey("a change of the table", change.Object)
 		return false
 	}
-	if lc.Prioritized() {
-		lc.Enqueue(key, t) // collectByPriority takes it
+	if f.Prioritized {
+		lc.Add(keyqueue.Change[Obj]{Key: key, Task: t, As: keyqueue.Queued}) // collectByPriority takes it
 		return false
 	}
-	if s := lc.Observe(key, t); s != nil {
+	if s := lc.Add(keyqueue.Change[Obj]{Key: key, Task: t}); s != nil {
 		r.start(s)
 		return true
 	}
@@ -297,12 +301,12 @@ func (r *reconciler[Obj]) collectChange(txn statedb.ReadTxn, change statedb.Chan
 
 // stale reports whether st, a status of obj that asks for no work, is
 // older than what is known of obj's key: older than a version held for it
-// (see keyqueue.Queue.HoldsNewer), or remembered as stale (see staleness). A
+// (see keyqueue.Queue.Stale), or remembered as stale (see staleness). A
 // Done without identity (a literal, or decoded: a restore) has no age: it
 // may be older than anything known of the key, so it is stale as any
-// status would be, but once per delete remembered (see staleness.cut).
+// status would be, but once per delete remembered (see keyqueue.Queue.Stale).
 func (r *reconciler[Obj]) stale(obj Obj, st status.Status) bool {
-	if (st.ID() == 0 && st.Kind != status.KindDone) || (!r.keys.lifecycles.Tracked() && !r.keys.stales.any()) {
+	if f := r.keys.lifecycles.Figures(); (st.ID() == 0 && st.Kind != status.KindDone) || (!f.Tracked && !f.Stale && !r.keys.stales.any()) {
 		return false
 	}
 	for _, p := range r.keys.stales.pruned {
@@ -313,10 +317,10 @@ func (r *reconciler[Obj]) stale(obj Obj, st status.Status) bool {
 		}
 	}
 	key, ok := r.objects.primary.ObjectToKey(obj)
-	return ok && (r.keys.lifecycles.HoldsNewer(key, st.ID()) || r.keys.stales.cut(key, st.ID()))
+	return ok && r.keys.lifecycles.Stale(key, st.ID())
 }
 
-// adopt hands keyqueue.Queue.Adopt an Error status found on obj.
+// adopt hands the key queue an Error status found on obj (see keyqueue.Failed).
 func (r *reconciler[Obj]) adopt(obj Obj, rev, asked statedb.Revision, st status.Status, now time.Time) {
 	key, ok := r.objects.keyOf(obj)
 	if !ok {
@@ -335,7 +339,7 @@ func (r *reconciler[Obj]) adopt(obj Obj, rev, asked statedb.Revision, st status.
 		Since:    since,
 		Ready:    now.UnixNano(),
 	}
-	r.keys.lifecycles.Adopt(key, t, st.ID(), errors.New(st.Error), now)
+	r.keys.lifecycles.Add(keyqueue.Change[Obj]{Key: key, Task: t, As: keyqueue.Failed, ErrID: st.ID(), Err: errors.New(st.Error), Now: now})
 }
 
 // collectRetries takes retries due at now, up to budget. A retry whose
@@ -343,12 +347,13 @@ func (r *reconciler[Obj]) adopt(obj Obj, rev, asked statedb.Revision, st status.
 func (r *reconciler[Obj]) collectRetries(txn statedb.ReadTxn, now time.Time, budget int) {
 	lc := r.keys.lifecycles
 	for added := 0; added < budget; {
-		s, ok := lc.PopDue(now.UnixNano())
-		if !ok {
+		due := lc.Get(keyqueue.Due, 1, now.UnixNano())
+		if len(due) == 0 {
 			return
 		}
+		s := due[0]
 		if !r.current(txn, s) {
-			lc.Forget(s)
+			lc.Done(s, "", task[Obj]{}, keyqueue.Outcome[Obj]{Forget: true}, time.Time{})
 			continue
 		}
 		r.start(s)
@@ -363,19 +368,22 @@ func (r *reconciler[Obj]) collectRetries(txn statedb.ReadTxn, now time.Time, bud
 // the table holds it, with the status that asked for the work rather than
 // the Error a failure wrote, so every attempt sees the same request.
 func (r *reconciler[Obj]) current(txn statedb.ReadTxn, s *keyqueue.State[Obj]) bool {
-	cur, rev, found := r.objects.lookup(txn, s.Task().Obj)
+	v := s.View()
+	t := v.Task
+	cur, rev, found := r.objects.lookup(txn, t.Obj)
 	switch {
-	case s.Task().Delete:
+	case t.Delete:
 		return !found
 	case !found:
 		return false
-	case r.objects.getStatus(cur).ID() != s.Task().StatusID:
+	case r.objects.getStatus(cur).ID() != t.StatusID:
 		// The version the task is for may have been applied in part (cut
 		// short by a stop, or failed).
-		r.writtenBack(cur, s.Task().StatusID)
+		r.writtenBack(cur, t.StatusID)
 		return false
-	case rev != s.Task().Rev:
-		r.keys.lifecycles.Retarget(s, r.objects.withStatus(cur, r.objects.getStatus(s.Task().Obj)), rev)
+	case rev != t.Rev:
+		same := task[Obj]{Obj: r.objects.withStatus(cur, r.objects.getStatus(t.Obj)), Rev: rev}
+		r.keys.lifecycles.Add(keyqueue.Change[Obj]{Key: v.Key, Task: same, As: keyqueue.Same})
 	}
 	return true
 }
@@ -386,8 +394,11 @@ func (r *reconciler[Obj]) current(txn statedb.ReadTxn, s *keyqueue.State[Obj]) b
 // newer change are one request, held from the deferred revision on.
 func (r *reconciler[Obj]) collectDeferred(txn statedb.ReadTxn, now time.Time, budget int) {
 	lc := r.keys.lifecycles
-	for added := 0; added < budget && r.feed.deferred.Len() > 0; {
-		d := r.feed.deferred.Pop()
+	for added := 0; added < budget; {
+		d, ok := lc.Undefer()
+		if !ok {
+			return
+		}
 		obj, rev, found := r.objects.lookup(txn, d.Obj)
 		changed := rev != d.Rev
 		if !found {
@@ -402,7 +413,7 @@ func (r *reconciler[Obj]) collectDeferred(txn statedb.ReadTxn, now time.Time, bu
 			t.Since = now
 		}
 		t.Ready = t.Since.UnixNano()
-		if r.opts.concurrency == 1 && !lc.Tracked() && !changed {
+		if r.opts.concurrency == 1 && !lc.Figures().Tracked && !changed {
 			r.feed.work = append(r.feed.work, op[Obj]{task: t})
 			added++
 			continue
@@ -412,7 +423,7 @@ func (r *reconciler[Obj]) collectDeferred(txn statedb.ReadTxn, now time.Time, bu
 			r.noKey("a deferred change", obj)
 			continue
 		}
-		if s := lc.Observe(key, t); s != nil {
+		if s := lc.Add(keyqueue.Change[Obj]{Key: key, Task: t}); s != nil {
 			r.start(s)
 			added++
 		}

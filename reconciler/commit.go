@@ -101,7 +101,7 @@ func (r *reconciler[Obj]) write(ops []op[Obj], now time.Time) (wrote revRange) {
 // writeStatus stores o.updated with a compare-and-swap on the revision o
 // applied. An object changed since still gets the status if it carries the
 // very status that asked for o, unless a delete or a prune came between
-// (see keyqueue.State.Superseded); a newer version is left to its own turn. over reports
+// (see keyqueue.View.Superseded); a newer version is left to its own turn. over reports
 // such a write over a changed object: what was read since is older.
 func (r *reconciler[Obj]) writeStatus(wtxn statedb.WriteTxn, o *op[Obj]) (written, over bool) {
 	cur, found, err := r.objects.table.CompareAndSwap(wtxn, o.Rev, o.updated)
@@ -118,7 +118,7 @@ func (r *reconciler[Obj]) writeStatus(wtxn statedb.WriteTxn, o *op[Obj]) (writte
 		return true, false
 	case !found || !errors.Is(err, statedb.ErrRevisionNotEqual):
 		return false, false
-	case o.s != nil && o.s.Superseded():
+	case o.s != nil && o.s.View().Superseded:
 		return false, false
 	case o.StatusID == 0 || r.objects.getStatus(cur).ID() != o.StatusID:
 		r.writtenBack(cur, o.StatusID)
@@ -149,7 +149,7 @@ func (r *reconciler[Obj]) settle(ops []op[Obj], now time.Time) (out commitOutcom
 		out.committed++
 		attempts := 0
 		if o.s != nil {
-			attempts = o.s.Attempts()
+			attempts = o.s.View().Attempts
 		}
 		fig.count(o.Delete, o.err, outcome(o.err, r.opts.operationTimeout), o.started-o.Ready, now, slices)
 		if o.err != nil {
@@ -158,24 +158,27 @@ func (r *reconciler[Obj]) settle(ops []op[Obj], now time.Time) (out commitOutcom
 		}
 		settled := o.err == nil || (!o.Delete && IsTerminal(o.err))
 		written := o.Delete || o.written
+		done := keyqueue.Outcome[Obj]{Ran: true, Err: o.err, Settled: settled, Written: written, Spared: o.spared, Over: o.over}
 		if o.err == nil && written && !o.Delete {
 			fig.done(now.Sub(o.Since), slices)
 			if o.recheck > 0 {
-				r.askRecheck(o, now)
+				// The re-check o's Update asked for (RecheckAfter).
+				done.RecheckAt, done.Updated, done.UpdatedID = addSat(now.UnixNano(), o.recheck), o.updated, r.objects.getStatus(o.updated).ID()
 			}
 		}
-		if o.s == nil && settled {
+		if o.s == nil && settled && done.RecheckAt == 0 {
 			continue // untracked and done: nothing to remember, no key to compute
 		}
 		key := o.key
 		if o.s == nil {
 			var ok bool
 			if key, ok = r.objects.keyOf(o.Obj); !ok {
-				r.noKey("a failed operation", o.Obj)
+				if !settled {
+					r.noKey("a failed operation", o.Obj)
+				}
 				continue
 			}
 		}
-		done := keyqueue.Outcome{Ran: true, Err: o.err, Settled: settled, Written: written, Spared: o.spared, Over: o.over}
 		if !settled {
 			wait, ok := retryAfter(o.err)
 			if !ok {
@@ -203,17 +206,5 @@ func (r *reconciler[Obj]) requeue(o *op[Obj]) {
 			return
 		}
 	}
-	r.keys.lifecycles.Done(o.s, key, o.task, keyqueue.Outcome{}, time.Time{})
-}
-
-// askRecheck records the re-check o's Update asked for (RecheckAfter).
-func (r *reconciler[Obj]) askRecheck(o *op[Obj], now time.Time) {
-	key := o.key
-	if key == "" {
-		var ok bool
-		if key, ok = r.objects.keyOf(o.Obj); !ok {
-			return
-		}
-	}
-	r.keys.rechecks.Ask(key, o.updated, r.objects.getStatus(o.updated).ID(), addSat(now.UnixNano(), o.recheck))
+	r.keys.lifecycles.Done(o.s, key, o.task, keyqueue.Outcome[Obj]{}, time.Time{})
 }

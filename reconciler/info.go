@@ -21,7 +21,7 @@ func newInfoWriter[Obj any](w tables.Writer, id string, lc *keyqueue.Queue[Obj])
 	if w == nil {
 		return nil
 	}
-	lc.TrackOutdated()
+	lc.Configure(keyqueue.Settings[Obj]{TrackOutdated: true})
 	return &infoWriter[Obj]{tables: w, id: id}
 }
 
@@ -41,10 +41,14 @@ func (w *infoWriter[Obj]) write(info tables.Info, outdated map[string]*keyqueue.
 	}
 	for key, s := range outdated {
 		retry := tables.RetryInfo{Reconciler: w.id, Key: displayKey(key)}
-		if s != nil && s.Attempts() > 0 {
-			retry.Delete, retry.Attempts, retry.FirstFailed, retry.LastError = s.Task().Delete, s.Attempts(), s.FirstFailed(), s.Err().Error()
-			if due, waiting := s.Due(); waiting {
-				retry.NextAttempt = time.Unix(0, due)
+		if s == nil {
+			w.retries = append(w.retries, retry)
+			continue
+		}
+		if v := s.View(); v.Attempts > 0 {
+			retry.Delete, retry.Attempts, retry.FirstFailed, retry.LastError = v.Task.Delete, v.Attempts, v.FirstFailed, v.Err.Error()
+			if v.Waiting {
+				retry.NextAttempt = time.Unix(0, v.Due)
 			}
 		}
 		w.retries = append(w.retries, retry)

@@ -7,7 +7,6 @@ import "github.com/converge-go/converge/reconciler/internal/keyqueue"
 // on one stale, and the re-checks asked for. Its zero value is not usable:
 // Register makes the queue. The reconcile job's goroutine owns it.
 type keys[Obj any] struct {
-	lifecycles *keyqueue.Queue[Obj]   // what is known about each key
-	stales     staleness              // what makes a status found stale
-	rechecks   keyqueue.Rechecks[Obj] // asked for with RecheckAfter
+	lifecycles *keyqueue.Queue[Obj] // each key's lifecycle, re-checks, deferred changes and cuts
+	stales     staleness            // the prunes' snapshots behind stale statuses
 }

@@ -60,7 +60,7 @@ func (r *reconciler[Obj]) run(ctx context.Context, health cell.Health) error {
 				watch = nil // the target fails: wait for the probe's turn (retryC)
 			}
 		}
-		if paused != l.wasPaused || (watch != nil && r.keys.lifecycles.Queued() > 0) {
+		if paused != l.wasPaused || (watch != nil && r.keys.lifecycles.Figures().Queued > 0) {
 			pauseChanged = closedChan // a round now
 		}
 		var pruneC <-chan struct{}
@@ -131,7 +131,7 @@ func (l *loop[Obj]) round(ctx context.Context, paused bool) {
 	case broken:
 		room = min(room, probe) // the target fails: one probe at most
 	}
-	if _, ok := r.keys.rechecks.Next(); ok && !paused {
+	if r.keys.lifecycles.Figures().RecheckDue && !paused {
 		r.markRefreshing(r.dueRechecks(txn, now.UnixNano()))
 	}
 	var work []op[Obj]
@@ -176,12 +176,13 @@ func (l *loop[Obj]) stopped() {
 	r.feed.wrote(out.wrote)
 	r.rep.committed(r.moduleID, r.opts.name, out.figures)
 	r.breaker.reset(r.clock.now())
-	r.rep.progress.update(r.progressRev(), r.keys.lifecycles.RetryLowWatermark())
+	lows := r.keys.lifecycles.Lows()
+	r.rep.progress.update(r.progressRev(lows), lows.Retry)
 	r.feed.changes.close()
 	r.reportStopped()
 	if r.rep.info != nil {
 		txn := r.db.ReadTxn()
-		r.rep.info.write(r.infoRow(&l.prune, tables.StateStopped, r.objects.table.NumObjects(txn), r.keys.lifecycles.Retrying(), 0, 0, r.keys.lifecycles.OldestSince()), r.keys.lifecycles.TakeOutdated())
+		r.rep.info.write(r.infoRow(&l.prune, tables.StateStopped, r.objects.table.NumObjects(txn), r.keys.lifecycles.Figures().Retrying, 0, 0, lows.Since), r.keys.lifecycles.TakeOutdated())
 	}
 }
 
@@ -194,7 +195,8 @@ func (l *loop[Obj]) stopped() {
 func (l *loop[Obj]) armRetry() {
 	l.retry.Stop()
 	r := l.r
-	due, ok := r.keys.lifecycles.NextDue()
+	f := r.keys.lifecycles.Figures()
+	due, ok := f.NextDue, f.RetryDue
 	if ok {
 		due = addSat(due, durationOf(float64(r.opts.retryMin)*r.opts.retryJitter))
 	}
@@ -208,8 +210,8 @@ func (l *loop[Obj]) armRetry() {
 			} // else the probe granted waits for work: a retry falling due may take it
 		}
 	}
-	if recheck, has := r.keys.rechecks.Next(); has && (!ok || recheck < due) {
-		due, ok = recheck, true
+	if f.RecheckDue && (!ok || f.NextRecheck < due) {
+		due, ok = f.NextRecheck, true
 	}
 	if !ok || l.exec.room() <= 0 {
 		return

@@ -3,6 +3,8 @@ package reconciler
 import (
 	"fmt"
 	"runtime/debug"
+
+	"github.com/converge-go/converge/reconciler/internal/keyqueue"
 )
 
 // defaultPriorityShare is the share of each round that WithPriority keeps
@@ -84,7 +86,7 @@ func (r *reconciler[Obj]) setPriority(priority func(Obj) int) {
 	if r.opts.recoverPanics {
 		priority = r.recoveredPriority(priority)
 	}
-	r.keys.lifecycles.SetPriority(priority, share)
+	r.keys.lifecycles.Configure(keyqueue.Settings[Obj]{Priority: priority, Share: share})
 }
 
 // recoveredPriority returns priority with its panics recovered: an object

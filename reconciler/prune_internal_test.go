@@ -152,11 +152,11 @@ func TestPruneSeesWhatTheCommitBeforeItWrote(t *testing.T) {
 	for {
 		obj, _, found := tbl.Get(db.ReadTxn(), benchIDIndex.Query(1))
 		require.True(t, found)
-		if obj.st.Kind == status.KindDone && r.keys.lifecycles.Active() == 0 {
+		if obj.st.Kind == status.KindDone && r.keys.lifecycles.Figures().Active == 0 {
 			break
 		}
 		l.round(ctx, false)
-		if r.keys.lifecycles.Queued() > 0 {
+		if r.keys.lifecycles.Figures().Queued > 0 {
 			continue
 		}
 		select {

@@ -110,7 +110,7 @@ func (r *reconciler[Obj]) writtenBack(cur Obj, statusID uint64) {
 		return
 	}
 	if key, ok := r.objects.primary.ObjectToKey(cur); ok {
-		r.keys.stales.sawOlder(key, max(statusID, st.ID()+1))
+		r.keys.lifecycles.SawOlder(key, max(statusID, st.ID()+1))
 	}
 }
 

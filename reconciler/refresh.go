@@ -85,11 +85,11 @@ type refreshCandidate[Obj any] struct {
 }
 
 // dueRechecks takes the re-checks due at now (Unix ns, see
-// keyqueue.Rechecks) and returns those whose object still carries the Done
+// keyqueue.Queue.TakeRechecks) and returns those whose object still carries the Done
 // status they were asked with, as txn holds it, for markRefreshing. A
 // changed or deleted object has had, or has, its own turn.
 func (r *reconciler[Obj]) dueRechecks(txn statedb.ReadTxn, now int64) (due []refreshCandidate[Obj]) {
-	r.keys.rechecks.TakeDue(now, func(obj Obj, statusID uint64) {
+	r.keys.lifecycles.TakeRechecks(now, func(obj Obj, statusID uint64) {
 		cur, rev, found := r.objects.lookup(txn, obj)
 		if !found {
 			return

@@ -7,6 +7,7 @@ import (
 	"github.com/cilium/statedb"
 
 	"github.com/converge-go/converge/metrics"
+	"github.com/converge-go/converge/reconciler/internal/keyqueue"
 	"github.com/converge-go/converge/tables"
 )
 
@@ -16,8 +17,9 @@ import (
 func (r *reconciler[Obj]) report(txn statedb.ReadTxn, work []op[Obj], c commitOutcome, load execLoad, p *pruneSchedule, now time.Time, paused bool) {
 	r.rep.committed(r.moduleID, r.opts.name, c.figures)
 	lc := r.keys.lifecycles
-	inFlight := lc.Active()
-	failing := lc.Retrying()
+	f, lows := lc.Figures(), lc.Lows() // read once: the round is over
+	inFlight := f.Active
+	failing := f.Retrying
 	if c.committed > 0 || failing != r.rep.reported.failing {
 		r.rep.metrics.ReconciliationErrors(r.moduleID, r.opts.name, c.failed, failing)
 	}
@@ -32,7 +34,7 @@ func (r *reconciler[Obj]) report(txn statedb.ReadTxn, work []op[Obj], c commitOu
 	}
 	var oldest time.Time
 	if r.rep.metrics.round != nil || r.rep.info != nil {
-		oldest = lc.OldestSince()
+		oldest = lows.Since
 	}
 	if r.rep.metrics.round != nil {
 		var age time.Duration
@@ -41,14 +43,14 @@ func (r *reconciler[Obj]) report(txn statedb.ReadTxn, work []op[Obj], c commitOu
 		}
 		retries := 0
 		for i := range work {
-			if s := work[i].s; s != nil && s.Attempts() > 0 {
+			if s := work[i].s; s != nil && s.View().Attempts > 0 {
 				retries++
 			}
 		}
 		r.rep.metrics.round.Round(r.moduleID, r.opts.name, metrics.RoundStats{
 			Adds:           len(work),
 			Retries:        retries,
-			Depth:          load.waiting + lc.Queued() + lc.Parked(),
+			Depth:          load.waiting + f.Queued + f.Parked,
 			Retrying:       failing,
 			InFlight:       inFlight,
 			OldestPending:  age,
@@ -65,7 +67,7 @@ func (r *reconciler[Obj]) report(txn statedb.ReadTxn, work []op[Obj], c commitOu
 		gateErr:      p.tables.err,
 		paused:       paused,
 		failing:      failing,
-		retryVersion: lc.Version(),
+		retryVersion: lc.Figures().Version,
 		pruneErr:     p.lastErr,
 		limiterErr:   r.rep.limiterErr,
 		breakerErr:   breaker.err,
@@ -81,7 +83,7 @@ func (r *reconciler[Obj]) report(txn statedb.ReadTxn, work []op[Obj], c commitOu
 
 	// Progress last, so that a WaitUntilReconciled that returns sees the
 	// round's figures published.
-	r.rep.progress.update(r.progressRev(), lc.RetryLowWatermark())
+	r.rep.progress.update(r.progressRev(lows), lows.Retry)
 }
 
 // reportPrune is the report of a prune: health, with the prune's outcome,
@@ -91,6 +93,7 @@ func (r *reconciler[Obj]) report(txn statedb.ReadTxn, work []op[Obj], c commitOu
 // round's to report.
 func (r *reconciler[Obj]) reportPrune(p *pruneSchedule) {
 	lc := r.keys.lifecycles
+	f := lc.Figures()
 	paused, _ := r.gate.state()
 	var breakerErr error
 	if r.breaker != nil {
@@ -99,8 +102,8 @@ func (r *reconciler[Obj]) reportPrune(p *pruneSchedule) {
 	state := r.rep.health.update(healthState{
 		gateErr:      p.tables.err,
 		paused:       paused,
-		failing:      lc.Retrying(),
-		retryVersion: lc.Version(),
+		failing:      f.Retrying,
+		retryVersion: f.Version,
 		pruneErr:     p.lastErr,
 		limiterErr:   r.rep.limiterErr,
 		breakerErr:   breakerErr,
@@ -128,14 +131,14 @@ func (r *reconciler[Obj]) reportWaiting(txn statedb.ReadTxn, waiting []string, p
 	r.rep.health.health.OK(msg)
 	if r.rep.info != nil {
 		lc := r.keys.lifecycles
-		r.rep.info.write(r.infoRow(p, state, r.objects.table.NumObjects(txn), lc.Retrying(), 0, 0, lc.OldestSince()), lc.TakeOutdated())
+		r.rep.info.write(r.infoRow(p, state, r.objects.table.NumObjects(txn), lc.Figures().Retrying, 0, 0, lc.Lows().Since), lc.TakeOutdated())
 	}
 }
 
 // reportStopped tells the metrics that nothing runs or waits to run any
 // more: the loop stopped. Failing objects still count.
 func (r *reconciler[Obj]) reportStopped() {
-	failing := r.keys.lifecycles.Retrying()
+	failing := r.keys.lifecycles.Figures().Retrying
 	if r.rep.metrics.queue != nil {
 		r.rep.metrics.queue.QueueLength(r.moduleID, r.opts.name, failing, 0)
 	}
@@ -152,17 +155,15 @@ func (r *reconciler[Obj]) reportStopped() {
 // no further than the end of the last read that went through: an object
 // written below where the short read stopped may come later, with a newer
 // write (see changeFeed.drained).
-func (r *reconciler[Obj]) progressRev() statedb.Revision {
+func (r *reconciler[Obj]) progressRev(lows keyqueue.Lows) statedb.Revision {
 	rev := min(r.feed.lastRev, r.feed.changes.drained)
 	lower := func(low statedb.Revision) {
 		if low != 0 && low-1 < rev {
 			rev = low - 1
 		}
 	}
-	lower(r.keys.lifecycles.LowestAsked())
-	if r.feed.deferred.Len() > 0 {
-		lower(r.feed.deferred.LowRev())
-	}
+	lower(lows.Asked)
+	lower(lows.Deferred)
 	return rev
 }
 

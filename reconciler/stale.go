@@ -1,20 +1,14 @@
 package reconciler
 
-import (
-	"github.com/cilium/statedb"
-
-	"github.com/converge-go/converge/internal/ident"
-	"github.com/converge-go/converge/reconciler/internal/keyqueue"
-)
+import "github.com/cilium/statedb"
 
 // staleness remembers which statuses of this reconciler, found on an
 // object put back, are stale: made before the target changed since (a
 // delete read, a newer version applied: the key queue's cuts, see
-// keyqueue.Stale; a prune: the snapshots below), so the object is new
+// keyqueue.Queue.Stale; a prune: the snapshots below), so the object is new
 // work whatever its status says. The zero value remembers nothing. The
 // loop's goroutine owns it.
 type staleness struct {
-	cuts   keyqueue.Stale
 	pruned []pruneSnapshot // oldest first
 }
 
@@ -32,20 +26,9 @@ type pruneSnapshot struct {
 	until statedb.Revision // once known, kept until the changes read reach it
 }
 
-// any reports whether anything is remembered: a cut or a prune's snapshot.
-func (m *staleness) any() bool { return m.cuts.Any() || len(m.pruned) > 0 }
-
-// sawDelete records that a delete of key was read: every status handed out
-// so far is stale for the key.
-func (m *staleness) sawDelete(key []byte) { m.cuts.SawDelete(key, ident.Last()) }
-
-// sawOlder records that a commit found the object of key written back with
-// a status older than statusID (see keyqueue.Stale.SawOlder).
-func (m *staleness) sawOlder(key []byte, statusID uint64) { m.cuts.SawOlder(key, statusID) }
-
-// cut reports whether statusID, a status found on an object of key, is no
-// newer than the cut of key (see keyqueue.Stale.Cut).
-func (m *staleness) cut(key []byte, statusID uint64) bool { return m.cuts.Cut(key, statusID) }
+// any reports whether a prune's snapshot is remembered (the key queue's
+// cuts are told by its Figures().Stale).
+func (m *staleness) any() bool { return len(m.pruned) > 0 }
 
 // sawPrune records the snapshot of a prune that ran while changes up to its
 // revision rev were still unread; cut is the greatest status identity

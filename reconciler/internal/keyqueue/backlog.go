@@ -1,13 +1,13 @@
 package keyqueue
 
-// Backlog holds the changes that wait behind fresh ones: objects
+// backlogRing holds the changes that wait behind fresh ones: objects
 // marked Refreshing (by the refresh sweep or a dependency) and the backlog
 // of Pending objects that were in the table when the reconcile job first ran.
 // A deferred change is taken as its object now is, if that still asks for
 // work (see the reconciler's collectDeferred). It has no cap: its entries are two words each,
 // and a cap would hold fresh changes back behind it. It is owned by the
 // loop goroutine.
-type Backlog[Obj any] struct {
+type backlogRing[Obj any] struct {
 	ring []Deferred[Obj]
 	head int
 	size int // how many changes are deferred
@@ -19,8 +19,8 @@ type Deferred[Obj any] struct {
 	Asked uint64 // the first revision the change stands for (see Task.Asked)
 }
 
-// Push defers a change.
-func (q *Backlog[Obj]) Push(obj Obj, rev, asked uint64) {
+// push defers a change.
+func (q *backlogRing[Obj]) push(obj Obj, rev, asked uint64) {
 	if q.size == len(q.ring) {
 		grown := make([]Deferred[Obj], max(2*len(q.ring), 64))
 		for i := range q.size {
@@ -32,8 +32,8 @@ func (q *Backlog[Obj]) Push(obj Obj, rev, asked uint64) {
 	q.size++
 }
 
-// Pop takes the oldest deferred change.
-func (q *Backlog[Obj]) Pop() Deferred[Obj] {
+// pop takes the oldest deferred change.
+func (q *backlogRing[Obj]) pop() Deferred[Obj] {
 	d := q.ring[q.head]
 	q.ring[q.head] = Deferred[Obj]{}
 	q.head = (q.head + 1) % len(q.ring)
@@ -44,15 +44,12 @@ func (q *Backlog[Obj]) Pop() Deferred[Obj] {
 	return d
 }
 
-// LowRev returns the first revision the oldest deferred change stands
+// lowRev returns the first revision the oldest deferred change stands
 // for, the lowest of all (changes are deferred in the order they are
 // read), or 0 if none.
-func (q *Backlog[Obj]) LowRev() uint64 {
+func (q *backlogRing[Obj]) lowRev() uint64 {
 	if q.size == 0 {
 		return 0
 	}
 	return q.ring[q.head].Asked
 }
-
-// Len returns how many changes are deferred.
-func (q *Backlog[Obj]) Len() int { return q.size }

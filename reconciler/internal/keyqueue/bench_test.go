@@ -13,8 +13,8 @@ func benchWaiting(lc *Queue[*int], n int) []*State[*int] {
 	t0 := time.Unix(1_000_000, 0)
 	states := make([]*State[*int], n)
 	for i := range states {
-		s := lc.Observe(strconv.Itoa(i), Task[*int]{Rev: uint64(i + 1), StatusID: uint64(i + 1)})
-		lc.Done(s, "", Task[*int]{}, Outcome{Ran: true, Err: errBench, Written: true, RetryAt: t0.Add(time.Duration((i*7919)%n) * time.Millisecond).UnixNano(), ErrID: 1}, t0)
+		s := lc.Add(Change[*int]{Key: strconv.Itoa(i), Task: Task[*int]{Rev: uint64(i + 1), StatusID: uint64(i + 1)}})
+		lc.Done(s, "", Task[*int]{}, Outcome[*int]{Ran: true, Err: errBench, Written: true, RetryAt: t0.Add(time.Duration((i*7919)%n) * time.Millisecond).UnixNano(), ErrID: 1}, t0)
 		states[i] = s
 	}
 	return states
@@ -32,11 +32,11 @@ func BenchmarkRetriesDue(b *testing.B) {
 				lc := New[*int](nil)
 				benchWaiting(lc, n)
 				for {
-					s, ok := lc.PopDue(due)
-					if !ok {
+					taken := lc.Get(Due, 1, due)
+					if len(taken) == 0 {
 						break
 					}
-					lc.Forget(s)
+					lc.Done(taken[0], "", Task[*int]{}, Outcome[*int]{Forget: true}, time.Time{})
 				}
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/object")
@@ -51,7 +51,7 @@ func BenchmarkObserveWhileRetrying(b *testing.B) {
 	benchWaiting(lc, 1000)
 	key := "not a key of the queue"
 	for b.Loop() {
-		lc.DropRetry(key)
+		lc.Add(Change[*int]{Key: key, Keyed: true, As: Backlogged})
 	}
 }
 
@@ -62,8 +62,8 @@ func BenchmarkLowWatermark(b *testing.B) {
 		b.StopTimer()
 		lc := New[*int](nil)
 		states := benchWaiting(lc, 1000)
-		lc.Forget(states[0]) // holds the lowest revision
+		lc.Done(states[0], "", Task[*int]{}, Outcome[*int]{Forget: true}, time.Time{}) // holds the lowest revision
 		b.StartTimer()
-		lc.RetryLowWatermark()
+		_ = lc.Lows()
 	}
 }

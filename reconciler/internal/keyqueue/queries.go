@@ -7,58 +7,117 @@ import (
 	"time"
 )
 
-// What the rest of the reconciler reads of one key's record. A record is
-// changed only by the verbs of Queue.
+// What the rest of the reconciler reads of the queue: copies of figures
+// and of a key's record. A record is changed only by the verbs of Queue.
 
-// Key returns the primary key of s.
-func (s *State[Obj]) Key() string { return s.key }
+// View is a copy of what one key's record holds, as its owner may read it.
+type View[Obj any] struct {
+	Key         string
+	Task        Task[Obj] // the task of the version in flight, queued or waiting
+	Attempts    int       // failed attempts counted
+	Err         error     // the last failure, or nil
+	FirstFailed time.Time // when the first failure counted happened
+	// Due is when the retry is due (Unix ns), if Waiting.
+	Due     int64
+	Waiting bool
+	// Superseded says that a delete of the key was read, or a prune ran
+	// with its object absent, while this version ran: its status is
+	// written only over the exact revision applied.
+	Superseded bool
+}
 
-// Task returns what s applies next (queued or waiting) or applies now
-// (running).
-func (s *State[Obj]) Task() Task[Obj] { return s.task }
+// View returns a copy of the record of s.
+func (s *State[Obj]) View() View[Obj] {
+	return View[Obj]{
+		Key: s.key, Task: s.task, Attempts: s.attempts, Err: s.err, FirstFailed: s.first,
+		Due: s.due, Waiting: s.phase == phaseWaiting, Superseded: s.deleteSeen || s.pruned,
+	}
+}
 
-// Attempts returns how many attempts of its task failed so far.
-func (s *State[Obj]) Attempts() int { return s.attempts }
+// Figures are the queue's counts, read in O(1) (see Queue.Figures).
+type Figures struct {
+	Tracked     bool // whether any key has a State
+	Prioritized bool // whether priorities are on (see Configure)
+	Queued      int  // keys in the queued phase
+	Active      int  // keys queued or running
+	// Retrying counts keys with a failed attempt: waiting, or queued or
+	// running again.
+	Retrying int
+	Parked   int    // running keys with a successor waiting
+	Version  uint64 // changes whenever the failing keys or their errors do
+	// NextDue is when the earliest retry is due (Unix ns), if RetryDue.
+	NextDue  int64
+	RetryDue bool
+	Deferred int // changes deferred (see Backlogged)
+	Rechecks int // re-checks asked for (see Done's Outcome.RecheckAt)
+	// NextRecheck is when the earliest re-check is due (Unix ns), if
+	// RecheckDue.
+	NextRecheck int64
+	RecheckDue  bool
+	Stale       bool // whether a cut is remembered (see Stale)
+}
 
-// Err returns the error of the last failed attempt, or nil.
-func (s *State[Obj]) Err() error { return s.err }
+// Figures returns the queue's counts. It is cheap: the loop reads it
+// wherever it needs one.
+func (q *Queue[Obj]) Figures() Figures {
+	f := Figures{
+		Tracked:     len(q.byKey) > 0,
+		Prioritized: q.priority != nil,
+		Queued:      len(q.queued),
+		Active:      len(q.active),
+		Retrying:    q.retrying,
+		Parked:      q.parked,
+		Version:     q.version,
+		Deferred:    q.deferred.size,
+		Rechecks:    len(q.rechecks.byKey),
+		Stale:       q.cuts.any(),
+	}
+	if len(q.heap.entries) > 0 {
+		f.NextDue, f.RetryDue = q.heap.entries[0].rank, true
+	}
+	f.NextRecheck, f.RecheckDue = q.rechecks.next()
+	return f
+}
 
-// FirstFailed returns when the first failed attempt of its task failed.
-func (s *State[Obj]) FirstFailed() time.Time { return s.first }
+// Lows are the lowest revisions and the earliest time of the work the
+// queue holds, for progress and reports (see Queue.Lows).
+type Lows struct {
+	// Asked is the lowest revision that asked for work not done yet,
+	// among the keys queued or running that have not failed (their
+	// successors included), or 0.
+	Asked uint64
+	// Retry is the lowest revision of a failing object, waiting or being
+	// attempted again, or 0.
+	Retry uint64
+	// Deferred is the first revision the oldest deferred change stands
+	// for, the lowest of all deferred, or 0.
+	Deferred uint64
+	// Since is the earliest time at which an object still to be
+	// reconciled (queued, running or waiting for a retry) was asked to
+	// be, or the zero time; deferred changes are not counted.
+	Since time.Time
+}
 
-// Due returns when the retry of s is due (Unix ns), if it waits for one.
-func (s *State[Obj]) Due() (int64, bool) { return s.due, s.phase == phaseWaiting }
+// Lows returns the queue's low watermarks. It visits the keys queued and
+// running: read it once a round.
+func (q *Queue[Obj]) Lows() Lows {
+	return Lows{Asked: q.lowestAsked(), Retry: q.retryLowWatermark(), Deferred: q.deferred.lowRev(), Since: q.oldestSince()}
+}
 
-// Superseded reports whether, while s runs, a delete of its key was read
-// or a prune ran with its object absent: then status identity no longer
-// tells versions apart, and its status is written only over the very
-// revision it applied.
-func (s *State[Obj]) Superseded() bool { return s.deleteSeen || s.pruned }
+// Stale reports whether statusID, a status found on an object of key
+// that asks for no work, is older than what the queue knows of key: a
+// newer version it holds or ran (see holdsNewer), or a cut remembered
+// (a delete read, a status found written back over a newer one: see
+// Seen).
+func (q *Queue[Obj]) Stale(key []byte, statusID uint64) bool {
+	return q.holdsNewer(key, statusID) || q.cuts.cut(key, statusID)
+}
 
-// Queued returns how many keys are in the queued phase.
-func (q *Queue[Obj]) Queued() int { return len(q.queued) }
-
-// Active returns how many keys are queued or running.
-func (q *Queue[Obj]) Active() int { return len(q.active) }
-
-// Retrying returns how many keys have a failed attempt: waiting, or
-// queued or running again.
-func (q *Queue[Obj]) Retrying() int { return q.retrying }
-
-// Parked returns how many running keys have a successor waiting.
-func (q *Queue[Obj]) Parked() int { return q.parked }
-
-// Version changes whenever the failing keys or their errors do.
-func (q *Queue[Obj]) Version() uint64 { return q.version }
-
-// Prioritized reports whether priorities are on (see SetPriority).
-func (q *Queue[Obj]) Prioritized() bool { return q.priority != nil }
-
-// LowestAsked returns the lowest revision that asked for work not done
+// lowestAsked returns the lowest revision that asked for work not done
 // yet, among the keys queued or running that have not failed (their
 // successors included), or 0. Those that failed count in
-// RetryLowWatermark.
-func (q *Queue[Obj]) LowestAsked() uint64 {
+// retryLowWatermark.
+func (q *Queue[Obj]) lowestAsked() uint64 {
 	var low uint64
 	lower := func(rev uint64) {
 		if rev != 0 && (low == 0 || rev < low) {

@@ -10,29 +10,35 @@
 //
 // # Verbs and queries
 //
-// What the rest of the reconciler calls, by what it does (Queue unless
-// named):
+// What the rest of the reconciler calls, by what it does (all of Queue,
+// but View):
 //
-//	changes in    Observe (start now, or park behind the version running),
-//	              Enqueue (queue, with priorities), Adopt (an Error status
-//	              found), DropRetry (a newer version deferred)
-//	work out      TakeQueued, TakeOldest and TakeNewest (the breaker's
-//	              probes), PopDue (a retry): each returns what it takes
-//	              started
-//	outcomes in   Done (what became of a task handed out), Forget (no
-//	              longer current), Retarget (the same version at a newer
-//	              revision), MarkPruned (a prune ran)
-//	settings      SetPriority, TrackOutdated
-//	queries       Tracked, Queued, Active, Retrying, Parked, Version,
-//	              Prioritized, NextDue, OldestSince, RetryLowWatermark,
-//	              LowestAsked, HoldsNewer, Errors, TakeOutdated (which
-//	              also starts the next interval); of a State: Key, Task,
-//	              Attempts, Err, FirstFailed, Due, Superseded
+//	changes in    Add: a change read, with a Change saying how it joins
+//	              (Fresh: start now, or park behind the version running;
+//	              Queued: queue, with priorities; Failed: an Error status
+//	              found; Backlogged: deferred behind fresh changes; Same:
+//	              the version held, found at a newer revision)
+//	work out      Get: what is queued (by priority, or the oldest or the
+//	              newest, the breaker's probes) or due for a retry, returned
+//	              started; Undefer: the oldest change deferred
+//	outcomes in   Done: what became of a task handed out (run, never
+//	              started, or no longer current: Outcome.Forget), and the
+//	              re-check a success asked for
+//	memory        Seen (a change of a key read: its re-check is dropped, a
+//	              delete cuts its statuses), SawOlder (a status written back
+//	              over a newer one), MarkPruned (a prune ran),
+//	              TakeRechecks (those due), TakeOutdated (the failures
+//	              changed, for the retries table)
+//	settings      Configure (priorities, tracking of outdated failures)
+//	queries       Figures (counts and next due times, O(1)), Lows (the low
+//	              watermarks, once a round), Stale (a status older than
+//	              what is known of its key), Errors, and View (a copy of a
+//	              State's record)
 //
-// Beside Queue, the package holds the other memory about keys the loop
-// needs: Backlog (changes deferred behind fresh ones), Rechecks (the
-// re-checks of RecheckAfter) and Stale (the cuts behind the stale-status
-// rule). Each has one owner, the loop's goroutine.
+// Beside each key's State, the queue holds the other memory about keys
+// the loop needs: the backlog of changes deferred behind fresh ones, the
+// re-checks of RecheckAfter, and the cuts behind the stale-status rule
+// (see Stale).
 //
 // # The life of one key
 //
@@ -40,8 +46,8 @@
 // and every change of a State, its position in the retry heap included,
 // is made in this package, by a method of Queue or of the heap. A key
 // with no State needs nothing from the reconciler (its next change, if
-// any, is still in the change iterator or the Backlog); what makes a
-// status of it stale is kept by Stale, and by the reconciler's prune
+// any, is still in the change iterator or the backlog); what makes a
+// status of it stale is kept by the cuts, and by the reconciler's prune
 // snapshots.
 //
 //	                      taken
@@ -61,27 +67,29 @@
 // Every state and the verbs that move a key between them (the internal
 // steps in parentheses):
 //
-//	gone    → running  Observe: a change read (add, start); Done of an
+//	gone    → running  Add: a change read (add, start); Done of an
 //	                   untracked task of the inline executor that failed
 //	                   or never started (track), then as from running
-//	gone    → queued   Enqueue: a change read, with priorities
-//	gone    → waiting  Adopt: an Error status no retry is for
-//	queued  → queued   Observe, Enqueue: a newer change replaces the task
-//	queued  → running  TakeQueued; TakeOldest or TakeNewest, a probe of
-//	                   the circuit breaker (start)
-//	queued  → gone     Forget: the task is no longer what the table asks
-//	running → running  Observe, Enqueue: the successor recorded (follow);
+//	gone    → queued   Add, Queued: a change read, with priorities
+//	gone    → waiting  Add, Failed: an Error status no retry is for
+//	queued  → queued   Add: a newer change replaces the task
+//	queued  → running  Get; Get Oldest or Newest, a probe of the circuit
+//	                   breaker (start)
+//	queued  → gone     Done, Forget: the task is no longer what the table
+//	                   asks
+//	running → running  Add: the successor recorded (follow);
 //	                   Done with Over drops it (dropNext); MarkPruned: a
 //	                   prune ran with the object absent
 //	running → queued   Done with a successor (settle), or never started
 //	                   (requeue)
 //	running → waiting  Done: failed, due after its backoff (settle)
-//	running → gone     Done: done, terminal, or the object changed; Forget:
-//	                   no longer current when it was taken
-//	waiting → running  Observe: a newer change (replace, start); PopDue:
+//	running → gone     Done: done, terminal, or the object changed; Done,
+//	                   Forget: no longer current when it was taken
+//	waiting → running  Add: a newer change (replace, start); Get Due:
 //	                   the retry is due (attempt, start)
-//	waiting → queued   Enqueue: a newer change
-//	waiting → gone     Forget, DropRetry: a newer version overtook it
+//	waiting → queued   Add, Queued: a newer change
+//	waiting → gone     Done Forget, Add Backlogged (dropRetry): a newer
+//	                   version overtook it
 //
 // Invariants:
 //
@@ -93,7 +101,7 @@
 //     identity no longer tells versions apart (deleteSeen): an object with
 //     the same identity is new work, and the running version's status is
 //     written only if the object is still exactly that revision
-//     (State.Superseded).
+//     (View.Superseded).
 //   - A prune that runs while a version runs with its object absent may
 //     undo what it applies (pruned): the same rule holds.
 //   - An operation starts only through the reconciler's gate, asked at the
@@ -102,22 +110,22 @@
 //     replaces it.
 //   - An object put back with a status older than what the reconciler
 //     knows of its key (a delete read since, or a newer version it holds or
-//     applied; see HoldsNewer and the reconciler's staleness) is new work,
+//     applied; see Stale and the reconciler's staleness) is new work,
 //     although its status (Done, say, on a value read earlier) asks for
 //     none: that status speaks of a target that has changed since.
 //
 // The queued phase is Queue.queued, in the order the keys arrived there.
-// With priorities (SetPriority) every queued State is in Queue.byPriority
-// too, highest first, and TakeQueued takes from both: a share of each
-// round in arrival order, the rest by priority (see takeByPriority). Fresh
-// changes then wait in the queued phase (Enqueue), so that the loop can
-// choose among them, rather than starting as they are read.
+// With priorities (Configure) every queued State is in Queue.byPriority
+// too, highest first, and Get takes from both: a share of each round in
+// arrival order, the rest by priority (see takeByPriority). Fresh changes
+// then wait in the queued phase (Add, Queued), so that the loop can choose
+// among them, rather than starting as they are read.
 //
 // With one worker and no priorities, the loop skips the State of a fresh
-// change when no key has one (Tracked is false, the common case): the
-// change is applied and committed in the same round, so there is nothing
-// to remember unless it fails or the round is cut short, and then Settle
-// or Requeue create it (see Track). A delete recovered at the start is not
+// change when no key has one (Figures().Tracked is false, the common
+// case): the change is applied and committed in the same round, so there
+// is nothing to remember unless it fails or the round is cut short, and
+// then Done creates it (see track). A delete recovered at the start is not
 // skipped, nor is any change while changes are deferred: a later change of
 // the key, or a deferred one, may be taken in the same round.
 package keyqueue
@@ -154,7 +162,7 @@ type State[Obj any] struct {
 
 	active   int    // position in Queue.active while queued or running, else -1
 	pos      [2]int // in Queue.heap while waiting (pos[inRetries]) and byPriority while queued (pos[inPriority]), else -1
-	queuedAt uint64 // with priorities, taken by TakeQueued: the seq it was queued with, which a requeue keeps (see enqueueAt); else 0
+	queuedAt uint64 // with priorities, taken by Get: the seq it was queued with, which a requeue keeps (see enqueueAt); else 0
 }
 
 type phase uint8
@@ -215,6 +223,15 @@ type Queue[Obj any] struct {
 	outdated, spare map[string]*State[Obj]
 
 	display func(key string) string // for Errors; nil: as is
+
+	// The other memory about keys: the changes deferred behind fresh ones
+	// (Add, Backlogged), the re-checks asked for (Done, Outcome.RecheckAt)
+	// and the cuts behind the stale-status rule (see Stale).
+	deferred backlogRing[Obj]
+	rechecks recheckHeap[Obj]
+	cuts     staleCuts
+
+	dueBuf []*State[Obj] // Get's buffer of retries due
 }
 
 // New returns an empty queue. display renders a key for the errors
@@ -223,14 +240,11 @@ func New[Obj any](display func(key string) string) *Queue[Obj] {
 	return &Queue[Obj]{byKey: map[string]*State[Obj]{}, display: display}
 }
 
-// Tracked reports whether any key has a State.
-func (q *Queue[Obj]) Tracked() bool { return len(q.byKey) > 0 }
-
-// Observe records a change read from the table: t, a new version of key
+// observe records a change read from the table: t, a new version of key
 // (with a Pending or Refreshing status) or its delete. It returns the
 // State of key started (running), to hand to the executor now, or nil if
 // the change waits behind a running version (or is already queued).
-func (q *Queue[Obj]) Observe(key string, t Task[Obj]) *State[Obj] {
+func (q *Queue[Obj]) observe(key string, t Task[Obj]) *State[Obj] {
 	s, ok := q.byKey[key]
 	if !ok {
 		s = q.add(key, t)
@@ -255,11 +269,11 @@ func (q *Queue[Obj]) Observe(key string, t Task[Obj]) *State[Obj] {
 	}
 }
 
-// Enqueue records a change read from the table as observe does, but leaves
+// enqueueChange records a change read from the table as observe does, but leaves
 // it in the queue rather than returning it to start: with priorities,
-// TakeQueued chooses what starts. A key gone or waiting joins the back of
+// Get chooses what starts. A key gone or waiting joins the back of
 // the queue; one queued keeps its place, with the newer change's priority.
-func (q *Queue[Obj]) Enqueue(key string, t Task[Obj]) {
+func (q *Queue[Obj]) enqueueChange(key string, t Task[Obj]) {
 	s, ok := q.byKey[key]
 	if !ok {
 		s = &State[Obj]{key: key, task: t, pos: [2]int{-1, -1}, active: -1}
@@ -292,10 +306,10 @@ func sameRank[Obj any](old, t Task[Obj]) Task[Obj] {
 	return t
 }
 
-// SetPriority turns priorities on: priority gives an object's, share the
+// setPriority turns priorities on: priority gives an object's, share the
 // part of each take kept for arrival order. It is called before any key is
 // queued.
-func (q *Queue[Obj]) SetPriority(priority func(Obj) int, share float64) {
+func (q *Queue[Obj]) setPriority(priority func(Obj) int, share float64) {
 	q.priority, q.share = priority, share
 	q.byPriority.slot = inPriority
 }
@@ -339,11 +353,11 @@ func (q *Queue[Obj]) follow(s *State[Obj], t Task[Obj]) {
 	}
 }
 
-// Adopt records an Error status this reconciler did not just write, found
+// adopt records an Error status this reconciler did not just write, found
 // on key's object (written back, or there at start; t applies it again):
 // it is retried at now, unless the State knows that status already.
 // While a version of the key runs, it is a change like any other (follow).
-func (q *Queue[Obj]) Adopt(key string, t Task[Obj], errID uint64, err error, now time.Time) {
+func (q *Queue[Obj]) adopt(key string, t Task[Obj], errID uint64, err error, now time.Time) {
 	s, ok := q.byKey[key]
 	if ok && s.phase == phaseRunning {
 		q.follow(s, t)
@@ -369,10 +383,10 @@ func (q *Queue[Obj]) Adopt(key string, t Task[Obj], errID uint64, err error, now
 	q.wait(s, now.UnixNano())
 }
 
-// TakeQueued takes up to n queued States, oldest first, and returns them
+// takeQueued takes up to n queued States, oldest first, and returns them
 // started, to hand to the executor. With priorities it takes them highest
 // priority first (see takeByPriority).
-func (q *Queue[Obj]) TakeQueued(n int) []*State[Obj] {
+func (q *Queue[Obj]) takeQueued(n int) []*State[Obj] {
 	if q.priority != nil {
 		return q.started(q.takeByPriority(n))
 	}
@@ -458,11 +472,11 @@ func (q *Queue[Obj]) takeByPriority(n int) []*State[Obj] {
 	return taken
 }
 
-// TakeOldest takes the State queued first, whatever its priority, and
-// TakeNewest the one queued last, started as TakeQueued does: the circuit
+// takeOldest takes the State queued first, whatever its priority, and
+// takeNewest the one queued last, started as takeQueued does: the circuit
 // breaker's probes take keys in turn, not by priority.
-func (q *Queue[Obj]) TakeOldest() []*State[Obj] { return q.started(q.takeAt(0)) }
-func (q *Queue[Obj]) TakeNewest() []*State[Obj] { return q.started(q.takeAt(len(q.queued) - 1)) }
+func (q *Queue[Obj]) takeOldest() []*State[Obj] { return q.started(q.takeAt(0)) }
+func (q *Queue[Obj]) takeNewest() []*State[Obj] { return q.started(q.takeAt(len(q.queued) - 1)) }
 
 func (q *Queue[Obj]) takeAt(i int) []*State[Obj] {
 	if i < 0 || i >= len(q.queued) {
@@ -482,9 +496,9 @@ func (q *Queue[Obj]) takeAt(i int) []*State[Obj] {
 	return []*State[Obj]{s}
 }
 
-// PopDue takes the waiting State due first, if it is due at now (Unix
+// popDue takes the waiting State due first, if it is due at now (Unix
 // ns), and starts it for another attempt (see attempt).
-func (q *Queue[Obj]) PopDue(now int64) (*State[Obj], bool) {
+func (q *Queue[Obj]) popDue(now int64) (*State[Obj], bool) {
 	if len(q.heap.entries) == 0 || q.heap.entries[0].rank > now {
 		return nil, false
 	}
@@ -493,14 +507,6 @@ func (q *Queue[Obj]) PopDue(now int64) (*State[Obj], bool) {
 	q.attempt(s)
 	q.start(s)
 	return s, true
-}
-
-// NextDue returns when the earliest retry is due (Unix ns).
-func (q *Queue[Obj]) NextDue() (int64, bool) {
-	if len(q.heap.entries) == 0 {
-		return 0, false
-	}
-	return q.heap.entries[0].rank, true
 }
 
 // attempt readies the task of s, just taken due from the retry heap, for
@@ -513,16 +519,16 @@ func (q *Queue[Obj]) attempt(s *State[Obj]) {
 	s.task.Ready = s.due
 }
 
-// Retarget points the task of s at obj, the same version of the object
+// retarget points the task of s at obj, the same version of the object
 // found at revision rev: only another reconciler's status, or this one's
 // Error status, changed since.
-func (q *Queue[Obj]) Retarget(s *State[Obj], obj Obj, rev uint64) {
+func (q *Queue[Obj]) retarget(s *State[Obj], obj Obj, rev uint64) {
 	s.task.Obj, s.task.Rev = obj, rev
 }
 
 // start moves s to the running phase: its task is handed to the executor.
 // Every verb that hands out work starts what it hands out; one found no
-// longer current by the caller is then forgotten (Forget).
+// longer current by the caller is then forgotten (Done, Outcome.Forget).
 func (q *Queue[Obj]) start(s *State[Obj]) {
 	if s.phase == phaseWaiting {
 		q.unwait(s)
@@ -536,8 +542,8 @@ func (q *Queue[Obj]) start(s *State[Obj]) {
 	}
 }
 
-// Forget drops s: nothing is left to do for its key.
-func (q *Queue[Obj]) Forget(s *State[Obj]) {
+// forget drops s: nothing is left to do for its key.
+func (q *Queue[Obj]) forget(s *State[Obj]) {
 	if s.phase == phaseWaiting {
 		q.unwait(s)
 	}
@@ -568,64 +574,6 @@ func (q *Queue[Obj]) Forget(s *State[Obj]) {
 // made anew, so that a burst leaves no memory held at rest.
 const shrinkAbove = 1024
 
-// Outcome is what became of a task handed out: whether its operation ran,
-// and what the commit that followed did.
-type Outcome struct {
-	// Ran is false for a task that never started (the gate closed, or the
-	// loop stopped and it is carried over to the next start): it goes back
-	// to the queue, and the other fields do not count.
-	Ran bool
-	// Err is the operation's error, nil on success.
-	Err error
-	// Settled says that no retry is needed: success, or a terminal error
-	// of an update.
-	Settled bool
-	// Written says that the status was written (always true for a
-	// delete). Without it the object changed meanwhile, and its change
-	// brings its own work.
-	Written bool
-	// Spared marks a failure that counts no attempt (one the circuit
-	// breaker spared); a first failure always counts.
-	Spared bool
-	// Over says that the status was written over a changed object that
-	// carries the version applied: the successor read since is older
-	// than what the table holds, and is dropped.
-	Over bool
-	// RetryAt is when the next attempt of a failure is due (Unix ns),
-	// and ErrID the identity of the Error status written for a failed
-	// update (0 if none).
-	RetryAt int64
-	ErrID   uint64
-}
-
-// Done records the outcome of a task handed out as s, as workqueue's
-// Done ends the processing of an item, and the next verb for its key
-// follows from it: forgotten (done, terminal, or the object changed),
-// waiting for a retry, queued again (never started, or a successor
-// waits), all as the state diagram says.
-//
-// s is nil for a task the inline executor ran without a State (see the
-// package doc): key and t then name it, and a State is made for it if the
-// outcome needs one (see track). A settled outcome of such a task needs
-// none, so the caller may leave Done uncalled for it, and need not work
-// out its key. key and t are not read when s is not nil.
-func (q *Queue[Obj]) Done(s *State[Obj], key string, t Task[Obj], o Outcome, now time.Time) {
-	if s == nil {
-		if o.Ran && o.Settled {
-			return // untracked and done: nothing to remember
-		}
-		s = q.track(key, t)
-	}
-	if !o.Ran {
-		q.requeue(s)
-		return
-	}
-	if o.Over {
-		q.dropNext(s) // older than what the table holds
-	}
-	q.settle(s, o.Err, o.Settled, o.Written, !o.Spared, o.RetryAt, o.ErrID, now)
-}
-
 // settle ends the running phase of s once the outcome of its task is
 // committed. settled says the outcome needs no retry (success, or a
 // terminal error of an update); written, whether the status was written
@@ -643,7 +591,7 @@ func (q *Queue[Obj]) settle(s *State[Obj], err error, settled, written, counted 
 	case settled || !written:
 		// Done, terminal, or the object changed: a newer version comes
 		// with its own change.
-		q.Forget(s)
+		q.forget(s)
 	default:
 		if s.attempts == 0 {
 			s.first = now
@@ -695,11 +643,11 @@ func (q *Queue[Obj]) setNext(s *State[Obj], next Task[Obj], has bool) {
 	s.next, s.hasNext = next, has
 }
 
-// DropRetry forgets the retry of key, if it waits for one: a newer
+// dropRetry forgets the retry of key, if it waits for one: a newer
 // version of the object was read.
-func (q *Queue[Obj]) DropRetry(key string) {
+func (q *Queue[Obj]) dropRetry(key string) {
 	if s, ok := q.byKey[key]; ok && s.phase == phaseWaiting {
-		q.Forget(s)
+		q.forget(s)
 	}
 }
 
@@ -773,14 +721,14 @@ func (q *Queue[Obj]) unqueue(s *State[Obj]) {
 	}
 }
 
-// HoldsNewer reports whether the reconciler holds for key a version that
+// holdsNewer reports whether the reconciler holds for key a version that
 // may be newer than the status statusID found on an object of key (see
 // staleness): one queued, running or waiting for a retry, asked for by a
 // later status, or by a status without identity, whose age nothing tells
 // (then any status but the Error written for it may be older). Nothing
 // tells the age of a status without identity either (statusID 0): any
 // version held may be newer.
-func (q *Queue[Obj]) HoldsNewer(key []byte, statusID uint64) bool {
+func (q *Queue[Obj]) holdsNewer(key []byte, statusID uint64) bool {
 	s, ok := q.byKey[string(key)]
 	switch {
 	case !ok || s.task.Delete:
@@ -911,9 +859,9 @@ func (q *Queue[Obj]) changed(s *State[Obj]) {
 	}
 }
 
-// TrackOutdated makes takeOutdated report which keys' failures changed,
+// trackOutdated makes TakeOutdated report which keys' failures changed,
 // for the retries table.
-func (q *Queue[Obj]) TrackOutdated() {
+func (q *Queue[Obj]) trackOutdated() {
 	q.outdated, q.spare = map[string]*State[Obj]{}, map[string]*State[Obj]{}
 }
 
@@ -935,10 +883,10 @@ func (q *Queue[Obj]) TakeOutdated() map[string]*State[Obj] {
 	return d
 }
 
-// OldestSince returns the earliest time at which an object still to be
+// oldestSince returns the earliest time at which an object still to be
 // reconciled (queued, running or waiting for a retry) was asked to be, or
 // the zero time.
-func (q *Queue[Obj]) OldestSince() time.Time {
+func (q *Queue[Obj]) oldestSince() time.Time {
 	var oldest time.Time
 	for _, s := range q.active {
 		oldest = earliest(oldest, s.task.Since)
@@ -963,9 +911,9 @@ func earliest(a, b time.Time) time.Time {
 	return a
 }
 
-// RetryLowWatermark returns the lowest revision of a failing object,
+// retryLowWatermark returns the lowest revision of a failing object,
 // waiting or being attempted again, or 0.
-func (q *Queue[Obj]) RetryLowWatermark() uint64 {
+func (q *Queue[Obj]) retryLowWatermark() uint64 {
 	var low uint64
 	if q.retrying == 0 {
 		return 0 // every waiting State has failed

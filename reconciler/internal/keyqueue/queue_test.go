@@ -22,31 +22,31 @@ func testTask(rev uint64, id uint64) Task[int] {
 // a prune came between.
 func TestLifecycleSuccessorRules(t *testing.T) {
 	lc := New[int](nil)
-	s := lc.Observe("a", testTask(1, 100))
+	s := lc.Add(Change[int]{Key: "a", Task: testTask(1, 100)})
 	require.NotNil(t, s)
 	assert.Equal(t, phaseRunning, s.phase, "handed out started")
-	assert.Nil(t, lc.Observe("a", testTask(2, 200)), "a newer version waits")
+	assert.Nil(t, lc.Add(Change[int]{Key: "a", Task: testTask(2, 200)}), "a newer version waits")
 	assert.True(t, s.hasNext)
-	assert.Nil(t, lc.Observe("a", testTask(3, 100)), "back to the version running")
+	assert.Nil(t, lc.Add(Change[int]{Key: "a", Task: testTask(3, 100)}), "back to the version running")
 	assert.False(t, s.hasNext, "nothing after the version running")
 
-	assert.Nil(t, lc.Observe("a", Task[int]{Rev: 4, Delete: true}))
+	assert.Nil(t, lc.Add(Change[int]{Key: "a", Task: Task[int]{Rev: 4, Delete: true}}))
 	assert.True(t, s.hasNext && s.next.Delete)
-	assert.Nil(t, lc.Observe("a", testTask(5, 100)), "deleted, then the same object again")
+	assert.Nil(t, lc.Add(Change[int]{Key: "a", Task: testTask(5, 100)}), "deleted, then the same object again")
 	assert.True(t, s.hasNext, "after a delete the same identity is new work")
 	assert.Equal(t, uint64(5), s.next.Rev)
 
-	lc.Done(s, "", Task[int]{}, Outcome{Ran: true, Settled: true, Written: false}, time.Now())
+	lc.Done(s, "", Task[int]{}, Outcome[int]{Ran: true, Settled: true, Written: false}, time.Now())
 	assert.Equal(t, phaseQueued, s.phase, "the successor is queued")
-	assert.Equal(t, []*State[int]{s}, lc.TakeQueued(10))
+	assert.Equal(t, []*State[int]{s}, lc.Get(FromQueue, 10, 0))
 	assert.False(t, s.deleteSeen, "a new version starts afresh")
 	lc.MarkPruned(func(int) bool { return true })
-	assert.Nil(t, lc.Observe("a", testTask(6, 100)))
+	assert.Nil(t, lc.Add(Change[int]{Key: "a", Task: testTask(6, 100)}))
 	assert.True(t, s.hasNext, "after a prune the same identity is new work")
-	lc.Done(s, "", Task[int]{}, Outcome{Ran: true, Settled: true, Written: true}, time.Now())
-	lc.TakeQueued(1)
-	lc.Done(s, "", Task[int]{}, Outcome{Ran: true, Settled: true, Written: true}, time.Now())
-	assert.False(t, lc.Tracked(), "done: nothing left")
+	lc.Done(s, "", Task[int]{}, Outcome[int]{Ran: true, Settled: true, Written: true}, time.Now())
+	lc.Get(FromQueue, 1, 0)
+	lc.Done(s, "", Task[int]{}, Outcome[int]{Ran: true, Settled: true, Written: true}, time.Now())
+	assert.False(t, lc.Figures().Tracked, "done: nothing left")
 	assert.Empty(t, lc.active)
 }
 
@@ -57,11 +57,11 @@ func TestLifecycleSuccessorRules(t *testing.T) {
 // Pending status without identity.
 func TestLifecycleSameRevisionIsNoSuccessor(t *testing.T) {
 	lc := New[int](nil)
-	s := lc.Observe("a", testTask(7, 0))
-	assert.Nil(t, lc.Observe("a", testTask(7, 0)))
+	s := lc.Add(Change[int]{Key: "a", Task: testTask(7, 0)})
+	assert.Nil(t, lc.Add(Change[int]{Key: "a", Task: testTask(7, 0)}))
 	assert.False(t, s.hasNext, "the very revision running is no successor")
 
-	lc.Done(s, "", Task[int]{}, Outcome{Ran: true, Err: errors.New("e"), Written: true, RetryAt: time.Now().UnixNano(), ErrID: 300}, time.Now())
+	lc.Done(s, "", Task[int]{}, Outcome[int]{Ran: true, Err: errors.New("e"), Written: true, RetryAt: time.Now().UnixNano(), ErrID: 300}, time.Now())
 	assert.Equal(t, phaseWaiting, s.phase, "the failure is retried")
 	assert.Equal(t, uint64(300), s.errID)
 }
@@ -78,9 +78,9 @@ func TestLifecycleMatchesAModel(t *testing.T) {
 func testLifecycleModel(t *testing.T, priorities bool) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	lc := New[int](nil)
-	lc.TrackOutdated()
+	lc.Configure(Settings[int]{TrackOutdated: true})
 	if priorities {
-		lc.SetPriority(func(obj int) int { return obj % 5 }, 0.25)
+		lc.Configure(Settings[int]{Priority: func(obj int) int { return obj % 5 }, Share: 0.25})
 	}
 	now := time.Unix(1000, 0)
 	check := func() {
@@ -157,8 +157,8 @@ func testLifecycleModel(t *testing.T, priorities bool) {
 				oldest = earliest(oldest, s.next.Since)
 			}
 		}
-		require.Equal(t, low, lc.RetryLowWatermark())
-		require.Equal(t, oldest, lc.OldestSince())
+		require.Equal(t, low, lc.Lows().Retry)
+		require.Equal(t, oldest, lc.Lows().Since)
 		require.LessOrEqual(t, len(lc.lows), 2*len(lc.heap.entries)+64)
 	}
 	running := map[string]*State[int]{}
@@ -182,8 +182,8 @@ func testLifecycleModel(t *testing.T, priorities bool) {
 				j = Task[int]{Rev: rev, Asked: rev, Delete: true}
 			}
 			if priorities && rng.IntN(2) == 0 {
-				lc.Enqueue(key, j)
-			} else if s := lc.Observe(key, j); s != nil {
+				lc.Add(Change[int]{Key: key, Task: j, As: Queued})
+			} else if s := lc.Add(Change[int]{Key: key, Task: j}); s != nil {
 				running[key] = s
 			}
 		case 2:
@@ -191,35 +191,36 @@ func testLifecycleModel(t *testing.T, priorities bool) {
 			if priorities {
 				j.Obj = 1
 			}
-			lc.Adopt(key, j, uint64(rng.IntN(3)+10), errors.New("e"), now)
+			lc.Add(Change[int]{Key: key, Task: j, As: Failed, ErrID: uint64(rng.IntN(3) + 10), Err: errors.New("e"), Now: now})
 		case 3: // finish a running key
 			for k, s := range running {
 				delete(running, k)
 				failed := rng.IntN(2) == 0
-				lc.Done(s, "", Task[int]{}, Outcome{Ran: true, Err: errors.New("e"), Settled: !failed, Written: true, RetryAt: now.Add(time.Duration(rng.IntN(1000)) * time.Millisecond).UnixNano(), ErrID: 7}, now)
+				lc.Done(s, "", Task[int]{}, Outcome[int]{Ran: true, Err: errors.New("e"), Settled: !failed, Written: true, RetryAt: now.Add(time.Duration(rng.IntN(1000)) * time.Millisecond).UnixNano(), ErrID: 7}, now)
 				break
 			}
 		case 4:
 			now = now.Add(100 * time.Millisecond)
 			var prev int64
 			for {
-				s, ok := lc.PopDue(now.UnixNano())
-				if !ok {
+				taken := lc.Get(Due, 1, now.UnixNano())
+				if len(taken) == 0 {
 					break
 				}
+				s := taken[0]
 				require.LessOrEqual(t, s.due, now.UnixNano())
 				require.GreaterOrEqual(t, s.due, prev, "popped out of order")
 				prev = s.due
 				running[s.key] = s
 			}
 		case 5:
-			for _, s := range lc.TakeQueued(rng.IntN(4)) {
+			for _, s := range lc.Get(FromQueue, rng.IntN(4), 0) {
 				running[s.key] = s
 			}
 		case 6: // a running key that never started goes back to the queue
 			for k, s := range running {
 				delete(running, k)
-				lc.Done(s, "", Task[int]{}, Outcome{}, now)
+				lc.Done(s, "", Task[int]{}, Outcome[int]{}, now)
 				break
 			}
 		case 7: // an untracked task of the inline executor: failed, or never started
@@ -229,7 +230,7 @@ func testLifecycleModel(t *testing.T, priorities bool) {
 					j.Obj = int(j.StatusID)
 				}
 				ran := rng.IntN(3) > 0
-				lc.Done(nil, key, j, Outcome{Ran: ran, Err: errors.New("e"), Written: true, RetryAt: now.UnixNano(), ErrID: 8}, now)
+				lc.Done(nil, key, j, Outcome[int]{Ran: ran, Err: errors.New("e"), Written: true, RetryAt: now.UnixNano(), ErrID: 8}, now)
 				want := phaseWaiting
 				if !ran {
 					want = phaseQueued
@@ -252,7 +253,7 @@ func testLifecycleModel(t *testing.T, priorities bool) {
 // a newer change of a queued key keeps its place but takes its priority.
 func TestTakeQueuedByPriority(t *testing.T) {
 	lc := New[int](nil)
-	lc.SetPriority(func(obj int) int { return obj / 100 }, 0.25)
+	lc.Configure(Settings[int]{Priority: func(obj int) int { return obj / 100 }, Share: 0.25})
 	keys := func(ss []*State[int]) (out []string) {
 		for _, s := range ss {
 			out = append(out, s.key)
@@ -260,7 +261,10 @@ func TestTakeQueuedByPriority(t *testing.T) {
 		return out
 	}
 	var rev uint64
-	queue := func(key string, obj int) { rev++; lc.Enqueue(key, Task[int]{Obj: obj, Rev: rev}) }
+	queue := func(key string, obj int) {
+		rev++
+		lc.Add(Change[int]{Key: key, Task: Task[int]{Obj: obj, Rev: rev}, As: Queued})
+	}
 	queue("low1", 1)
 	queue("low2", 2)
 	queue("mid", 150)
@@ -271,7 +275,7 @@ func TestTakeQueuedByPriority(t *testing.T) {
 	queue("low1", 999) // low1 becomes the most urgent, and stays the oldest
 	// 4 keys: one oldest (low1, now as urgent as the highs), then three by
 	// priority; in priority order, first queued first within one priority.
-	taken := lc.TakeQueued(4)
+	taken := lc.Get(FromQueue, 4, 0)
 	assert.Equal(t, []string{"low1", "high1", "high2", "high3"}, keys(taken))
 	assert.Equal(t, []string{"low2", "mid", "low3"}, keys(lc.queued), "arrival order kept")
 	// Takes of one key: a quarter each, so one in four is by arrival.
@@ -280,10 +284,10 @@ func TestTakeQueuedByPriority(t *testing.T) {
 	queue("high6", 905)
 	var got []string
 	for range 4 {
-		got = append(got, keys(lc.TakeQueued(1))...)
+		got = append(got, keys(lc.Get(FromQueue, 1, 0))...)
 	}
 	assert.Equal(t, []string{"high4", "high5", "high6", "low2"}, got)
-	assert.Equal(t, []string{"mid", "low3"}, keys(lc.TakeQueued(5)), "all: by priority")
+	assert.Equal(t, []string{"mid", "low3"}, keys(lc.Get(FromQueue, 5, 0)), "all: by priority")
 	assert.Nil(t, lc.queued)
 	assert.Zero(t, len(lc.byPriority.entries))
 }
@@ -292,12 +296,12 @@ func TestTakeQueuedByPriority(t *testing.T) {
 // sized for it: the heaps are freed and the maps made anew.
 func TestABurstOfFailuresLeavesNoMemoryHeld(t *testing.T) {
 	lc := New[*int](nil)
-	lc.TrackOutdated()
+	lc.Configure(Settings[*int]{TrackOutdated: true})
 	benchWaiting(lc, 20*shrinkAbove)
 	lc.TakeOutdated()
 	end := time.Unix(3_000_000, 0)
-	for s, ok := lc.PopDue(end.UnixNano()); ok; s, ok = lc.PopDue(end.UnixNano()) {
-		lc.Done(s, "", Task[*int]{}, Outcome{Ran: true, Settled: true, Written: true}, end)
+	for taken := lc.Get(Due, 1, end.UnixNano()); len(taken) > 0; taken = lc.Get(Due, 1, end.UnixNano()) {
+		lc.Done(taken[0], "", Task[*int]{}, Outcome[*int]{Ran: true, Settled: true, Written: true}, end)
 	}
 	require.Equal(t, 20*shrinkAbove, len(lc.TakeOutdated()), "rows to remove")
 	require.Equal(t, 0, len(lc.TakeOutdated()))

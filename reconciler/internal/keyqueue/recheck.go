@@ -1,13 +1,13 @@
 package keyqueue
 
-// Rechecks holds the re-checks asked for with RecheckAfter: per key, the
+// recheckHeap holds the re-checks asked for with RecheckAfter: per key, the
 // Done status written for the version that asked and when to mark it
 // Refreshing. A key has at most one; a later ask replaces it. It is a
 // binary min-heap by due time with a position per key, so asking,
 // replacing and taking what is due cost O(log n). The zero value is
 // empty. The loop's goroutine owns it; it lives as long as the
 // reconciler, across stops and starts.
-type Rechecks[Obj any] struct {
+type recheckHeap[Obj any] struct {
 	heap  []*recheck[Obj]
 	byKey map[string]*recheck[Obj]
 }
@@ -22,9 +22,9 @@ type recheck[Obj any] struct {
 	pos      int
 }
 
-// Ask records a re-check of key, whose object obj was written with the
+// ask records a re-check of key, whose object obj was written with the
 // Done status statusID, due at due (Unix ns).
-func (q *Rechecks[Obj]) Ask(key string, obj Obj, statusID uint64, due int64) {
+func (q *recheckHeap[Obj]) ask(key string, obj Obj, statusID uint64, due int64) {
 	if q.byKey == nil {
 		q.byKey = map[string]*recheck[Obj]{}
 	}
@@ -41,10 +41,10 @@ func (q *Rechecks[Obj]) Ask(key string, obj Obj, statusID uint64, due int64) {
 	q.up(c.pos)
 }
 
-// Drop forgets the re-check of key, if any: a newer version of its object
+// drop forgets the re-check of key, if any: a newer version of its object
 // or its delete was read, which replaces it. The object it held is let go
 // at once, not when the re-check would have fallen due.
-func (q *Rechecks[Obj]) Drop(key []byte) {
+func (q *recheckHeap[Obj]) drop(key []byte) {
 	if c, ok := q.byKey[string(key)]; ok {
 		q.remove(c.pos)
 		if len(q.heap) == 0 {
@@ -53,22 +53,22 @@ func (q *Rechecks[Obj]) Drop(key []byte) {
 	}
 }
 
-// Next returns when the earliest re-check is due (Unix ns).
-func (q *Rechecks[Obj]) Next() (int64, bool) {
+// next returns when the earliest re-check is due (Unix ns).
+func (q *recheckHeap[Obj]) next() (int64, bool) {
 	if len(q.heap) == 0 {
 		return 0, false
 	}
 	return q.heap[0].due, true
 }
 
-// Len returns how many re-checks are asked for.
-func (q *Rechecks[Obj]) Len() int { return len(q.byKey) }
+// count returns how many re-checks are asked for.
+func (q *recheckHeap[Obj]) count() int { return len(q.byKey) }
 
-// TakeDue removes the re-checks due at now (Unix ns) and hands each to
+// takeDue removes the re-checks due at now (Unix ns) and hands each to
 // due, with the object and the identity of the Done status it was asked
 // with: the caller marks the object Refreshing if it still carries that
 // status (a changed or deleted object has had, or has, its own turn).
-func (q *Rechecks[Obj]) TakeDue(now int64, due func(obj Obj, statusID uint64)) {
+func (q *recheckHeap[Obj]) takeDue(now int64, due func(obj Obj, statusID uint64)) {
 	for len(q.heap) > 0 && q.heap[0].due <= now {
 		c := q.heap[0]
 		q.remove(0)
@@ -79,7 +79,7 @@ func (q *Rechecks[Obj]) TakeDue(now int64, due func(obj Obj, statusID uint64)) {
 	}
 }
 
-func (q *Rechecks[Obj]) remove(i int) {
+func (q *recheckHeap[Obj]) remove(i int) {
 	c := q.heap[i]
 	delete(q.byKey, c.key)
 	last := len(q.heap) - 1
@@ -91,12 +91,12 @@ func (q *Rechecks[Obj]) remove(i int) {
 	}
 }
 
-func (q *Rechecks[Obj]) swap(i, j int) {
+func (q *recheckHeap[Obj]) swap(i, j int) {
 	q.heap[i], q.heap[j] = q.heap[j], q.heap[i]
 	q.heap[i].pos, q.heap[j].pos = i, j
 }
 
-func (q *Rechecks[Obj]) up(i int) {
+func (q *recheckHeap[Obj]) up(i int) {
 	for i > 0 {
 		parent := (i - 1) / 2
 		if q.heap[parent].due <= q.heap[i].due {
@@ -108,7 +108,7 @@ func (q *Rechecks[Obj]) up(i int) {
 }
 
 // down sifts the entry at i towards the leaves and reports whether it moved.
-func (q *Rechecks[Obj]) down(i int) bool {
+func (q *recheckHeap[Obj]) down(i int) bool {
 	start, n := i, len(q.heap)
 	for {
 		child := 2*i + 1

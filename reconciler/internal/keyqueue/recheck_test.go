@@ -8,29 +8,29 @@ import (
 
 // takeDue returns the keys of the re-checks due at now, in the order
 // TakeDue hands them out.
-func takeDue(q *Rechecks[string], now int64) (keys []string) {
-	q.TakeDue(now, func(obj string, _ uint64) { keys = append(keys, obj) })
+func takeDue(q *recheckHeap[string], now int64) (keys []string) {
+	q.takeDue(now, func(obj string, _ uint64) { keys = append(keys, obj) })
 	return keys
 }
 
 // Re-checks come out in due order, only once due; a later ask of a key
 // replaces its re-check, and Drop forgets it.
 func TestRechecksComeOutDueFirst(t *testing.T) {
-	var q Rechecks[string]
-	_, ok := q.Next()
+	var q recheckHeap[string]
+	_, ok := q.next()
 	assert.False(t, ok, "empty")
-	q.Ask("a", "a", 1, 30)
-	q.Ask("b", "b", 2, 10)
-	q.Ask("c", "c", 3, 20)
-	q.Ask("a", "a", 4, 5) // replaces a's: now due first
-	assert.Equal(t, 3, q.Len())
-	next, ok := q.Next()
+	q.ask("a", "a", 1, 30)
+	q.ask("b", "b", 2, 10)
+	q.ask("c", "c", 3, 20)
+	q.ask("a", "a", 4, 5) // replaces a's: now due first
+	assert.Equal(t, 3, q.count())
+	next, ok := q.next()
 	assert.True(t, ok)
 	assert.Equal(t, int64(5), next)
 	assert.Nil(t, takeDue(&q, 4), "nothing due yet")
 	assert.Equal(t, []string{"a", "b"}, takeDue(&q, 10))
-	q.Drop([]byte("c"))
-	assert.Zero(t, q.Len())
+	q.drop([]byte("c"))
+	assert.Zero(t, q.count())
 	assert.Nil(t, takeDue(&q, 100), "c was dropped")
 	assert.Nil(t, q.byKey, "emptied: no memory held")
 }
@@ -38,11 +38,11 @@ func TestRechecksComeOutDueFirst(t *testing.T) {
 // The status identity a re-check was asked with comes back with it, for
 // the caller to compare with the object's current status.
 func TestRechecksKeepTheStatusAskedWith(t *testing.T) {
-	var q Rechecks[string]
-	q.Ask("a", "a", 7, 1)
-	q.Ask("a", "a2", 8, 1)
+	var q recheckHeap[string]
+	q.ask("a", "a", 7, 1)
+	q.ask("a", "a2", 8, 1)
 	var got []uint64
-	q.TakeDue(1, func(obj string, id uint64) {
+	q.takeDue(1, func(obj string, id uint64) {
 		assert.Equal(t, "a2", obj)
 		got = append(got, id)
 	})

@@ -2,7 +2,7 @@ package keyqueue
 
 import "hash/maphash"
 
-// Stale remembers which statuses of this reconciler, found on an object
+// staleCuts remembers which statuses of this reconciler, found on an object
 // put back, are stale: made before the target changed since (a delete
 // read, a newer version applied), so the object is new work whatever its
 // status says. Per key it keeps a cut (status identities increase: see
@@ -10,7 +10,7 @@ import "hash/maphash"
 // 64-bit hash: a collision costs a needless Update, never a lost one. The
 // zero value remembers nothing. What a prune may have removed is the
 // reconciler's to remember (its prune snapshots).
-type Stale struct {
+type staleCuts struct {
 	seed     maphash.Seed
 	cur, old map[uint64]uint64 // key hash → cut; old is the generation before
 }
@@ -19,20 +19,20 @@ type Stale struct {
 // holds: about 150 KiB of memory.
 const supersededGeneration = 1 << 13
 
-// Any reports whether a cut is remembered.
-func (m *Stale) Any() bool { return m.cur != nil }
+// any reports whether a cut is remembered.
+func (m *staleCuts) any() bool { return m.cur != nil }
 
-// SawDelete records that a delete of key was read: every status handed
+// sawDelete records that a delete of key was read: every status handed
 // out so far, up to the identity last, is stale for the key.
-func (m *Stale) SawDelete(key []byte, last uint64) { m.supersede(key, last) }
+func (m *staleCuts) sawDelete(key []byte, last uint64) { m.supersede(key, last) }
 
-// SawOlder records that a commit found the object of key written back with
+// sawOlder records that a commit found the object of key written back with
 // a status older than statusID, the identity of the status that asked for
 // the version it applied: the target holds a newer version.
-func (m *Stale) SawOlder(key []byte, statusID uint64) { m.supersede(key, statusID-1) }
+func (m *staleCuts) sawOlder(key []byte, statusID uint64) { m.supersede(key, statusID-1) }
 
 // supersede raises the cut of key to cut.
-func (m *Stale) supersede(key []byte, cut uint64) {
+func (m *staleCuts) supersede(key []byte, cut uint64) {
 	if m.cur == nil {
 		m.seed = maphash.MakeSeed()
 		m.cur = make(map[uint64]uint64)
@@ -52,13 +52,13 @@ func (m *Stale) supersede(key []byte, cut uint64) {
 	m.cur[h] = max(m.old[h]&^unagedTaken, cut)
 }
 
-// Cut reports whether statusID, a status found on an object of key, is no
+// cut reports whether statusID, a status found on an object of key, is no
 // newer than the cut of key. A status without identity (statusID 0) has
 // no age: it is taken for stale once per cut, the first time it is asked,
 // so that two reconcilers whose statuses lose their identity (a getStatus
 // that builds them from fields of its own) do not apply one object in turn
 // for ever, each taking the other's write for a put-back.
-func (m *Stale) Cut(key []byte, statusID uint64) bool {
+func (m *staleCuts) cut(key []byte, statusID uint64) bool {
 	if m.cur == nil {
 		return false
 	}

@@ -21,111 +21,106 @@ func version(rev, id uint64) Task[string] {
 	return Task[string]{Obj: "v", Rev: rev, Asked: rev, StatusID: id, Since: t0}
 }
 
-func succeeded() Outcome { return Outcome{Ran: true, Settled: true, Written: true} }
+func succeeded() Outcome[string] { return Outcome[string]{Ran: true, Settled: true, Written: true} }
 
-func failed(retryAt int64, errID uint64) Outcome {
-	return Outcome{Ran: true, Err: errTarget, Written: true, RetryAt: retryAt, ErrID: errID}
+func failed(retryAt int64, errID uint64) Outcome[string] {
+	return Outcome[string]{Ran: true, Err: errTarget, Written: true, RetryAt: retryAt, ErrID: errID}
 }
 
-// takeRetries takes up to n retries due at now.
-func takeRetries(q *Queue[string], n int, now int64) (taken []*State[string]) {
-	for len(taken) < n {
-		s, ok := q.PopDue(now)
-		if !ok {
-			break
-		}
-		taken = append(taken, s)
-	}
-	return taken
+// takeRetries takes up to n retries due at now, in a slice of its own.
+func takeRetries(q *Queue[string], n int, now int64) []*State[string] {
+	return append([]*State[string](nil), q.Get(Due, n, now)...)
 }
 
 func TestSuccessLeavesNothingBehind(t *testing.T) {
 	q := New[string](nil)
-	s := q.Observe("k", version(1, 10))
+	s := q.Add(Change[string]{Key: "k", Task: version(1, 10)})
 	require.NotNil(t, s, "a change of a key nobody holds starts at once")
-	assert.Equal(t, 1, q.Active())
+	assert.Equal(t, 1, q.Figures().Active)
 	q.Done(s, "", Task[string]{}, succeeded(), t0)
-	assert.False(t, q.Tracked())
-	assert.Zero(t, q.Active())
+	assert.False(t, q.Figures().Tracked)
+	assert.Zero(t, q.Figures().Active)
 }
 
 // A change read while its key runs is parked behind it, the newest only;
 // once the running one is done, the parked one is queued.
 func TestAddWhileRunningParksTheNewest(t *testing.T) {
 	q := New[string](nil)
-	s := q.Observe("k", version(1, 10))
-	assert.Nil(t, q.Observe("k", version(2, 20)), "parked, not started")
-	assert.Nil(t, q.Observe("k", version(3, 30)), "replaces what was parked")
-	assert.Equal(t, 1, q.Parked())
-	assert.Zero(t, q.Queued())
+	s := q.Add(Change[string]{Key: "k", Task: version(1, 10)})
+	assert.Nil(t, q.Add(Change[string]{Key: "k", Task: version(2, 20)}), "parked, not started")
+	assert.Nil(t, q.Add(Change[string]{Key: "k", Task: version(3, 30)}), "replaces what was parked")
+	assert.Equal(t, 1, q.Figures().Parked)
+	assert.Zero(t, q.Figures().Queued)
 
 	q.Done(s, "", Task[string]{}, succeeded(), t0)
-	assert.Zero(t, q.Parked())
-	assert.Equal(t, 1, q.Queued())
-	taken := q.TakeQueued(10)
+	assert.Zero(t, q.Figures().Parked)
+	assert.Equal(t, 1, q.Figures().Queued)
+	taken := q.Get(FromQueue, 10, 0)
 	require.Len(t, taken, 1)
-	assert.Equal(t, uint64(3), taken[0].Task().Rev, "the newest version")
-	assert.Equal(t, uint64(2), taken[0].Task().Asked, "asked for since the first change parked")
+	assert.Equal(t, uint64(3), taken[0].View().Task.Rev, "the newest version")
+	assert.Equal(t, uint64(2), taken[0].View().Task.Asked, "asked for since the first change parked")
 }
 
 // A failure waits for its retry time; taken then, it answers the Error
 // status written for it, and counts its attempt.
 func TestFailureWaitsForItsRetryTime(t *testing.T) {
 	q := New[string](nil)
-	s := q.Observe("k", version(1, 10))
+	s := q.Add(Change[string]{Key: "k", Task: version(1, 10)})
 	due := t0.Add(time.Second).UnixNano()
 	q.Done(s, "", Task[string]{}, failed(due, 11), t0)
-	assert.Equal(t, 1, q.Retrying())
-	at, waiting := s.Due()
+	assert.Equal(t, 1, q.Figures().Retrying)
+	v := s.View()
+	at, waiting := v.Due, v.Waiting
 	assert.True(t, waiting)
 	assert.Equal(t, due, at)
-	next, ok := q.NextDue()
+	f := q.Figures()
+	next, ok := f.NextDue, f.RetryDue
 	assert.True(t, ok)
 	assert.Equal(t, due, next)
 
 	assert.Empty(t, takeRetries(q, 10, due-1), "not due yet")
 	taken := takeRetries(q, 10, due)
 	require.Equal(t, []*State[string]{s}, taken)
-	assert.Equal(t, 1, s.Attempts())
-	assert.Equal(t, errTarget, s.Err())
-	assert.Equal(t, uint64(11), s.Task().StatusID, "the retry answers the Error status")
+	assert.Equal(t, 1, s.View().Attempts)
+	assert.Equal(t, errTarget, s.View().Err)
+	assert.Equal(t, uint64(11), s.View().Task.StatusID, "the retry answers the Error status")
 	errs := q.Errors(5)
 	require.Len(t, errs, 1)
 	assert.EqualError(t, errs[0], "k: target says no")
 
 	q.Done(s, "", Task[string]{}, failed(due+1, 12), t0)
-	assert.Equal(t, 2, s.Attempts(), "a second failure counts")
+	assert.Equal(t, 2, s.View().Attempts, "a second failure counts")
 	q.Done(takeRetries(q, 1, due+1)[0], "", Task[string]{}, failed(due+2, 13), t0)
-	assert.Equal(t, 3, s.Attempts())
+	assert.Equal(t, 3, s.View().Attempts)
 }
 
 // A failure the circuit breaker spared counts no attempt, but a first
 // failure always does.
 func TestSparedFailureCountsNoAttempt(t *testing.T) {
 	q := New[string](nil)
-	s := q.Observe("k", version(1, 10))
+	s := q.Add(Change[string]{Key: "k", Task: version(1, 10)})
 	spared := failed(t0.UnixNano(), 11)
 	spared.Spared = true
 	q.Done(s, "", Task[string]{}, spared, t0)
-	assert.Equal(t, 1, s.Attempts(), "the first failure counts")
+	assert.Equal(t, 1, s.View().Attempts, "the first failure counts")
 	takeRetries(q, 1, t0.UnixNano())
 	q.Done(s, "", Task[string]{}, spared, t0)
-	assert.Equal(t, 1, s.Attempts())
+	assert.Equal(t, 1, s.View().Attempts)
 }
 
 // A newer version of a key waiting for a retry replaces the retry: it
 // starts at once, with no failure to its name.
 func TestNewerVersionReplacesARetry(t *testing.T) {
 	q := New[string](nil)
-	s := q.Observe("k", version(1, 10))
+	s := q.Add(Change[string]{Key: "k", Task: version(1, 10)})
 	q.Done(s, "", Task[string]{}, failed(t0.Add(time.Hour).UnixNano(), 11), t0)
-	require.Equal(t, 1, q.Retrying())
+	require.Equal(t, 1, q.Figures().Retrying)
 
-	again := q.Observe("k", version(2, 20))
+	again := q.Add(Change[string]{Key: "k", Task: version(2, 20)})
 	require.Same(t, s, again, "one record per key")
-	assert.Zero(t, again.Attempts())
-	assert.Zero(t, q.Retrying())
-	_, ok := q.NextDue()
+	assert.Zero(t, again.View().Attempts)
+	assert.Zero(t, q.Figures().Retrying)
+	ok := q.Figures().RetryDue
 	assert.False(t, ok, "no retry left")
 }
 
@@ -133,21 +128,21 @@ func TestNewerVersionReplacesARetry(t *testing.T) {
 // attempts; a successor parked meanwhile takes its place.
 func TestNeverStartedGoesBackToTheQueue(t *testing.T) {
 	q := New[string](nil)
-	s := q.Observe("k", version(1, 10))
+	s := q.Add(Change[string]{Key: "k", Task: version(1, 10)})
 	q.Done(s, "", Task[string]{}, failed(t0.UnixNano(), 11), t0)
 	takeRetries(q, 1, t0.UnixNano())
-	q.Done(s, "", Task[string]{}, Outcome{}, t0)
-	assert.Equal(t, 1, q.Queued())
-	assert.Equal(t, 1, s.Attempts(), "a retry keeps its attempts")
+	q.Done(s, "", Task[string]{}, Outcome[string]{}, t0)
+	assert.Equal(t, 1, q.Figures().Queued)
+	assert.Equal(t, 1, s.View().Attempts, "a retry keeps its attempts")
 
-	taken := q.TakeQueued(1)
-	assert.Nil(t, q.Observe("k", version(2, 20)))
-	q.Done(taken[0], "", Task[string]{}, Outcome{}, t0)
-	taken = q.TakeQueued(1)
+	taken := q.Get(FromQueue, 1, 0)
+	assert.Nil(t, q.Add(Change[string]{Key: "k", Task: version(2, 20)}))
+	q.Done(taken[0], "", Task[string]{}, Outcome[string]{}, t0)
+	taken = q.Get(FromQueue, 1, 0)
 	require.Len(t, taken, 1)
-	assert.Equal(t, uint64(2), taken[0].Task().Rev, "the successor instead")
-	assert.Equal(t, uint64(1), taken[0].Task().Asked, "asked for since the first")
-	assert.Zero(t, taken[0].Attempts(), "a new version: no failure")
+	assert.Equal(t, uint64(2), taken[0].View().Task.Rev, "the successor instead")
+	assert.Equal(t, uint64(1), taken[0].View().Task.Asked, "asked for since the first")
+	assert.Zero(t, taken[0].View().Attempts, "a new version: no failure")
 }
 
 // The inline executor runs tasks without a record while no key has one:
@@ -155,51 +150,51 @@ func TestNeverStartedGoesBackToTheQueue(t *testing.T) {
 func TestUntrackedTaskGetsARecordOnlyWhenItMust(t *testing.T) {
 	q := New[string](nil)
 	q.Done(nil, "a", version(1, 10), succeeded(), t0)
-	assert.False(t, q.Tracked(), "done: nothing to remember")
+	assert.False(t, q.Figures().Tracked, "done: nothing to remember")
 
 	q.Done(nil, "b", version(2, 20), failed(t0.UnixNano(), 21), t0)
-	assert.Equal(t, 1, q.Retrying())
-	q.Done(nil, "c", version(3, 30), Outcome{}, t0)
-	assert.Equal(t, 1, q.Queued())
-	assert.True(t, q.Tracked())
+	assert.Equal(t, 1, q.Figures().Retrying)
+	q.Done(nil, "c", version(3, 30), Outcome[string]{}, t0)
+	assert.Equal(t, 1, q.Figures().Queued)
+	assert.True(t, q.Figures().Tracked)
 }
 
 // An Error status found on an object (written back, or there at start) is
 // retried at once, once: the same status found again is known.
 func TestAdoptedErrorIsRetriedOnce(t *testing.T) {
 	q := New[string](nil)
-	q.Adopt("k", version(1, 10), 10, errTarget, t0)
-	q.Adopt("k", version(1, 10), 10, errTarget, t0)
-	assert.Equal(t, 1, q.Retrying())
+	q.Add(Change[string]{Key: "k", Task: version(1, 10), As: Failed, ErrID: 10, Err: errTarget, Now: t0})
+	q.Add(Change[string]{Key: "k", Task: version(1, 10), As: Failed, ErrID: 10, Err: errTarget, Now: t0})
+	assert.Equal(t, 1, q.Figures().Retrying)
 	taken := takeRetries(q, 10, t0.UnixNano())
 	require.Len(t, taken, 1)
-	assert.Equal(t, 1, taken[0].Attempts())
+	assert.Equal(t, 1, taken[0].View().Attempts)
 }
 
 // A change of a queued key collapses into its place in the queue, as
 // workqueue's Add of a dirty item does.
 func TestQueuedKeyCollapses(t *testing.T) {
 	q := New[string](nil)
-	q.Enqueue("a", version(1, 10))
-	q.Enqueue("b", version(2, 20))
-	q.Enqueue("a", version(3, 30))
-	assert.Equal(t, 2, q.Queued())
-	taken := q.TakeQueued(10)
+	q.Add(Change[string]{Key: "a", Task: version(1, 10), As: Queued})
+	q.Add(Change[string]{Key: "b", Task: version(2, 20), As: Queued})
+	q.Add(Change[string]{Key: "a", Task: version(3, 30), As: Queued})
+	assert.Equal(t, 2, q.Figures().Queued)
+	taken := q.Get(FromQueue, 10, 0)
 	require.Len(t, taken, 2)
-	assert.Equal(t, []string{"a", "b"}, []string{taken[0].Key(), taken[1].Key()}, "a keeps its place")
-	assert.Equal(t, uint64(3), taken[0].Task().Rev)
+	assert.Equal(t, []string{"a", "b"}, []string{taken[0].View().Key, taken[1].View().Key}, "a keeps its place")
+	assert.Equal(t, uint64(3), taken[0].View().Task.Rev)
 }
 
 // Forget drops a key in any phase but running: the loop's check against
 // the table found its task no longer current.
 func TestForgetDropsTheKey(t *testing.T) {
 	q := New[string](nil)
-	s := q.Observe("k", version(1, 10))
+	s := q.Add(Change[string]{Key: "k", Task: version(1, 10)})
 	q.Done(s, "", Task[string]{}, failed(t0.UnixNano(), 11), t0)
-	q.Forget(s)
-	assert.False(t, q.Tracked())
-	assert.Zero(t, q.Retrying())
-	_, ok := q.NextDue()
+	q.Done(s, "", Task[string]{}, Outcome[string]{Forget: true}, time.Time{})
+	assert.False(t, q.Figures().Tracked)
+	assert.Zero(t, q.Figures().Retrying)
+	ok := q.Figures().RetryDue
 	assert.False(t, ok)
 }
 
@@ -207,30 +202,30 @@ func TestForgetDropsTheKey(t *testing.T) {
 // version the queue holds for its key (the stale-status rule).
 func TestHoldsNewer(t *testing.T) {
 	q := New[string](nil)
-	assert.False(t, q.HoldsNewer([]byte("k"), 5), "nothing held")
-	q.Observe("k", version(1, 10))
-	assert.True(t, q.HoldsNewer([]byte("k"), 9), "an older status")
-	assert.False(t, q.HoldsNewer([]byte("k"), 10), "the status that asked")
-	assert.True(t, q.HoldsNewer([]byte("k"), 0), "no identity: any version held may be newer")
+	assert.False(t, q.holdsNewer([]byte("k"), 5), "nothing held")
+	q.Add(Change[string]{Key: "k", Task: version(1, 10)})
+	assert.True(t, q.holdsNewer([]byte("k"), 9), "an older status")
+	assert.False(t, q.holdsNewer([]byte("k"), 10), "the status that asked")
+	assert.True(t, q.holdsNewer([]byte("k"), 0), "no identity: any version held may be newer")
 }
 
 // A delete read while a version runs makes status identity tell versions
 // apart no more, and so does a prune with the object absent.
 func TestSupersededAfterDeleteOrPrune(t *testing.T) {
 	q := New[string](nil)
-	s := q.Observe("k", version(1, 10))
-	assert.False(t, s.Superseded())
-	q.Observe("k", Task[string]{Rev: 2, Asked: 2, Delete: true})
-	assert.True(t, s.Superseded(), "a delete read since it started")
+	s := q.Add(Change[string]{Key: "k", Task: version(1, 10)})
+	assert.False(t, s.View().Superseded)
+	q.Add(Change[string]{Key: "k", Task: Task[string]{Rev: 2, Asked: 2, Delete: true}})
+	assert.True(t, s.View().Superseded, "a delete read since it started")
 
 	q.Done(s, "", Task[string]{}, succeeded(), t0)
-	d := q.TakeQueued(1)[0]
+	d := q.Get(FromQueue, 1, 0)[0]
 	q.Done(d, "", Task[string]{}, succeeded(), t0)
-	s = q.Observe("k", version(3, 30))
+	s = q.Add(Change[string]{Key: "k", Task: version(3, 30)})
 	q.MarkPruned(func(string) bool { return false })
-	assert.False(t, s.Superseded(), "present in the prune's snapshot")
+	assert.False(t, s.View().Superseded, "present in the prune's snapshot")
 	q.MarkPruned(func(string) bool { return true })
-	assert.True(t, s.Superseded(), "absent from it")
+	assert.True(t, s.View().Superseded, "absent from it")
 }
 
 // With priorities, a key taken from the queue that never started (a round
@@ -239,14 +234,74 @@ func TestSupersededAfterDeleteOrPrune(t *testing.T) {
 // goes to the back, so that the probes get to every key in turn.
 func TestRequeueKeepsTheTurnOfTheQueueNotOfAProbe(t *testing.T) {
 	q := New[string](nil)
-	q.SetPriority(func(string) int { return 0 }, 0.25)
+	q.Configure(Settings[string]{Priority: func(string) int { return 0 }, Share: 0.25})
 	for i, key := range []string{"a", "b", "c"} {
-		q.Enqueue(key, version(uint64(i+1), uint64(10*(i+1))))
+		q.Add(Change[string]{Key: key, Task: version(uint64(i+1), uint64(10*(i+1))), As: Queued})
 	}
-	a := q.TakeQueued(1)[0]
-	q.Done(a, "", Task[string]{}, Outcome{}, t0)
-	assert.Equal(t, "a", q.TakeOldest()[0].Key(), "a kept its turn")
+	a := q.Get(FromQueue, 1, 0)[0]
+	q.Done(a, "", Task[string]{}, Outcome[string]{}, t0)
+	assert.Equal(t, "a", q.Get(Oldest, 1, 0)[0].View().Key, "a kept its turn")
 
-	q.Done(a, "", Task[string]{}, Outcome{}, t0)
-	assert.Equal(t, "b", q.TakeOldest()[0].Key(), "the probe went to the back")
+	q.Done(a, "", Task[string]{}, Outcome[string]{}, t0)
+	assert.Equal(t, "b", q.Get(Oldest, 1, 0)[0].View().Key, "the probe went to the back")
+}
+
+// The version held, found again at a newer revision (only a status of
+// another reconciler changed), is the same work: the task follows the
+// revision, and nothing is parked behind it.
+func TestAddSameFollowsTheRevision(t *testing.T) {
+	q := New[string](nil)
+	s := q.Add(Change[string]{Key: "k", Task: version(1, 10)})
+	require.NotNil(t, s)
+	assert.Nil(t, q.Add(Change[string]{Key: "k", Task: Task[string]{Obj: "v'", Rev: 5}, As: Same}))
+	v := s.View()
+	assert.Equal(t, "v'", v.Task.Obj)
+	assert.Equal(t, uint64(5), v.Task.Rev)
+	assert.Equal(t, uint64(10), v.Task.StatusID, "the same version: the status that asked is kept")
+	assert.Equal(t, uint64(1), v.Task.Asked)
+	assert.Zero(t, q.Figures().Parked, "not a successor")
+	assert.Nil(t, q.Add(Change[string]{Key: "gone", Task: version(2, 20), As: Same}), "a key not held: nothing")
+	assert.False(t, q.Figures().Queued > 0)
+}
+
+// The queue's other memory through its verbs: a change deferred waits in
+// the backlog and drops the retry of its key; a re-check asked by Done is
+// dropped when a change of its key is read; a delete read, or a status
+// found written back over a newer one, makes the older statuses of the
+// key stale.
+func TestMemoryOfKeys(t *testing.T) {
+	q := New[string](nil)
+	s := q.Add(Change[string]{Key: "k", Task: version(1, 10)})
+	q.Done(s, "", Task[string]{}, failed(100, 11), t0)
+	require.Equal(t, 1, q.Figures().Retrying)
+	q.Add(Change[string]{Key: "k", Task: version(2, 20), As: Backlogged, Keyed: true})
+	f := q.Figures()
+	assert.Equal(t, 1, f.Deferred)
+	assert.Zero(t, f.Retrying, "the retry is dropped: a newer version waits")
+	assert.Equal(t, uint64(2), q.Lows().Deferred)
+	d, ok := q.Undefer()
+	require.True(t, ok)
+	assert.Equal(t, uint64(2), d.Rev)
+	_, ok = q.Undefer()
+	assert.False(t, ok)
+
+	ok = false
+	q.Done(nil, "r", version(3, 30), Outcome[string]{Ran: true, Settled: true, Written: true, RecheckAt: 50, Updated: "r", UpdatedID: 31}, t0)
+	f = q.Figures()
+	assert.Equal(t, 1, f.Rechecks)
+	assert.Equal(t, int64(50), f.NextRecheck)
+	q.TakeRechecks(49, func(string, uint64) { ok = true })
+	assert.False(t, ok, "not due yet")
+	q.Seen([]byte("r"), false, 0)
+	assert.Zero(t, q.Figures().Rechecks, "replaced by the change read")
+
+	assert.False(t, q.Figures().Stale)
+	assert.False(t, q.Stale([]byte("d"), 5))
+	q.Seen([]byte("d"), true, 7)
+	assert.True(t, q.Figures().Stale)
+	assert.True(t, q.Stale([]byte("d"), 5), "made before the delete was read")
+	assert.False(t, q.Stale([]byte("d"), 8))
+	q.SawOlder([]byte("o"), 9)
+	assert.True(t, q.Stale([]byte("o"), 8), "older than the version applied")
+	assert.False(t, q.Stale([]byte("o"), 9))
 }
