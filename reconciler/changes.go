@@ -4,6 +4,8 @@ import (
 	"iter"
 
 	"github.com/cilium/statedb"
+
+	"github.com/converge-go/converge/reconciler/internal/keyqueue"
 )
 
 // feed is the reconciler's change feed: the table's changes, across stops,
@@ -20,6 +22,10 @@ type feed[Obj any] struct {
 	own   ownWrites       // revisions of the statuses commits wrote
 	watch <-chan struct{} // closed when the table has changes not read
 	work  []op[Obj]       // collect's buffer
+	// figures is collect's copy of the key queue's figures while it reads
+	// changes, read again whenever a change alters the queue (see
+	// collectChange).
+	figures keyqueue.Figures
 }
 
 // open opens the table's changes for a run of the reconcile job (see

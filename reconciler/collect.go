@@ -194,6 +194,7 @@ func (r *reconciler[Obj]) start(s *keyqueue.State[Obj]) {
 // that is where its request begins (task.asked), for progress.
 func (r *reconciler[Obj]) collectChanges(txn statedb.ReadTxn, changes iter.Seq2[statedb.Change[Obj], statedb.Revision], budget int, now time.Time) {
 	added, from := 0, min(r.feed.lastRev, r.feed.changes.drained)+1
+	r.feed.figures = r.keys.lifecycles.Figures()
 	for change, rev := range changes {
 		r.feed.lastRev = rev
 		if r.collectChange(txn, change, rev, min(from, change.Revision), now) {
@@ -208,30 +209,31 @@ func (r *reconciler[Obj]) collectChanges(txn statedb.ReadTxn, changes iter.Seq2[
 // it holds ahead keys or the changes run out.
 func (r *reconciler[Obj]) queueChanges(txn statedb.ReadTxn, changes iter.Seq2[statedb.Change[Obj], statedb.Revision], ahead int, now time.Time) {
 	from := min(r.feed.lastRev, r.feed.changes.drained) + 1
+	r.feed.figures = r.keys.lifecycles.Figures()
 	for change, rev := range changes {
 		r.feed.lastRev = rev
 		r.collectChange(txn, change, rev, min(from, change.Revision), now)
-		if r.keys.lifecycles.Figures().Queued >= ahead {
+		if r.feed.figures.Queued >= ahead {
 			break
 		}
 	}
 }
 
 // collectChange acts on one change, read as of txn and asked for by the
-// writes from revision asked on, and reports whether it added an op.
+// writes from revision asked on, and reports whether it added an op. It
+// reads the queue's figures from r.feed.figures, read again after every
+// change to the queue: a read of changes that leaves the queue alone (one
+// worker, nothing in flight) reads them once, not once per change.
 func (r *reconciler[Obj]) collectChange(txn statedb.ReadTxn, change statedb.Change[Obj], rev, asked statedb.Revision, now time.Time) bool {
-	lc := r.keys.lifecycles
+	lc, f := r.keys.lifecycles, &r.feed.figures
 	t := task[Obj]{Obj: change.Object, Rev: change.Revision, Asked: asked, Delete: change.Deleted, Since: now, Ready: now.UnixNano()}
 	// A delete recovered when the feed opened comes beside a revision
 	// below its own (see changeFeed). Its key may have been put back since.
 	recovered := change.Deleted && rev < change.Revision
-	// The queue's figures, read once: nothing below changes those it reads
-	// before the change joins the queue (Seen changes the cuts only for a
-	// delete, which reads none).
-	f := lc.Figures()
 	if change.Deleted || (f.Rechecks > 0 && r.objects.getStatus(change.Object).IsPendingOrRefreshing()) {
 		if key, ok := r.objects.primary.ObjectToKey(change.Object); ok {
 			lc.Seen(key, change.Deleted, ident.Last()) // a re-check is replaced by this change
+			*f = lc.Figures()
 		}
 	}
 	if change.Deleted {
@@ -255,6 +257,7 @@ func (r *reconciler[Obj]) collectChange(txn statedb.ReadTxn, change statedb.Chan
 			t.Obj, t.StatusID = r.objects.withStatus(change.Object, status.PendingAt(now)), st.ID()
 		case st.Kind == status.KindError && !st.Terminal:
 			r.adopt(change.Object, rev, asked, st, now)
+			*f = lc.Figures()
 			return false
 		default:
 			return false
@@ -272,6 +275,7 @@ func (r *reconciler[Obj]) collectChange(txn statedb.ReadTxn, change statedb.Chan
 				c.Key, c.Keyed = r.objects.keyOf(change.Object)
 			}
 			lc.Add(c)
+			*f = lc.Figures()
 			return false
 		}
 	}
@@ -290,9 +294,12 @@ func (r *reconciler[Obj]) collectChange(txn statedb.ReadTxn, change statedb.Chan
 	}
 	if f.Prioritized {
 		lc.Add(keyqueue.Change[Obj]{Key: key, Task: t, As: keyqueue.Queued}) // collectByPriority takes it
+		*f = lc.Figures()
 		return false
 	}
-	if s := lc.Add(keyqueue.Change[Obj]{Key: key, Task: t}); s != nil {
+	s := lc.Add(keyqueue.Change[Obj]{Key: key, Task: t})
+	*f = lc.Figures()
+	if s != nil {
 		r.start(s)
 		return true
 	}
