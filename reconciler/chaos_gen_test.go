@@ -225,6 +225,13 @@ func (r *chaosRun) restored(obj *item) *item {
 	require.NoError(r.t, err)
 	var out item
 	require.NoError(r.t, json.Unmarshal(data, &out))
+	for _, rec := range r.recs {
+		// A decoded status.Set gives its statuses fresh identities: a
+		// Refreshing one is the test's mark, not a reconciler's.
+		if st := rec.getStatus(&out); st.Kind == status.KindRefreshing {
+			rec.target.with(func() { rec.target.rc.testMarked[st.ID()] = true })
+		}
+	}
 	return &out
 }
 
