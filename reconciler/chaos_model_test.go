@@ -30,6 +30,7 @@ import (
 	convergeindex "github.com/converge-go/converge/index"
 	"github.com/converge-go/converge/reconciler"
 	"github.com/converge-go/converge/status"
+	"github.com/converge-go/converge/tables"
 )
 
 var (
@@ -100,6 +101,7 @@ type chaosTarget struct {
 	inCall             map[int64]int         // per goroutine, the calls it is inside (see gate)
 	pauseMark          *startMark            // while paused: what may still start
 	rc                 *recheckBook          // the re-checks asked for, and markings seen
+	hist               *historyLog           // the errors op returned, per key (chaos_history_test.go)
 }
 
 // chaosHold blocks an operation on key, before it applies anything or (with
@@ -368,7 +370,8 @@ func (o *chaosOps) count(m map[uint64]int, it *item, what string) {
 }
 
 // op runs an update (or, with del, a delete) of it.
-func (o *chaosOps) op(ctx context.Context, txn statedb.ReadTxn, it *item, inBatch, del bool) error {
+func (o *chaosOps) op(ctx context.Context, txn statedb.ReadTxn, it *item, inBatch, del bool) (err error) {
+	defer o.noteOutcome(it.ID, &err)
 	c, what := o.target, map[bool]string{false: "update", true: "delete"}[del]
 	if !del {
 		c.with(func() { c.given(it.ID, o.getStatus(it)) })
@@ -778,7 +781,7 @@ func (r *chaosRun) startGen(desired map[string]string) {
 		g.indexes = append(g.indexes, convergeindex.NewNamedStatusIndex("status-"+rec.name, rec.getStatus))
 		indexers = append(indexers, g.indexes[len(g.indexes)-1])
 	}
-	g.hive = hive.New(statedb.Cell, job.Cell, cell.Provide(cell.NewSimpleHealth),
+	g.hive = hive.New(statedb.Cell, job.Cell, cell.Provide(cell.NewSimpleHealth), tables.Cell,
 		cell.Module("test", "Chaos test module",
 			cell.Provide(job.Registry.NewGroup),
 			cell.Invoke(func(db *statedb.DB, p reconciler.Params, h *cell.SimpleHealth) (err error) {

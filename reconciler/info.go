@@ -47,6 +47,7 @@ func (w *infoWriter[Obj]) write(info tables.Info, outdated map[string]*keyqueue.
 		}
 		if v := s.View(); v.Attempts > 0 {
 			retry.Delete, retry.Attempts, retry.FirstFailed, retry.LastError = v.Task.Delete, v.Attempts, v.FirstFailed, v.Err.Error()
+			retry.Errors = errorRecords(s)
 			if v.Waiting {
 				retry.NextAttempt = time.Unix(0, v.Due)
 			}
@@ -58,6 +59,21 @@ func (w *infoWriter[Obj]) write(info tables.Info, outdated map[string]*keyqueue.
 	}
 	clear(w.retries)
 	w.retries = w.retries[:0]
+}
+
+// errorRecords returns the recent errors of s for its row: a slice of its
+// own, which the table keeps.
+func errorRecords[Obj any](s *keyqueue.State[Obj]) []tables.ErrorRecord {
+	var buf [keyqueue.HistoryLen]keyqueue.ErrorRecord
+	hist := s.History(buf[:0])
+	if len(hist) == 0 {
+		return nil
+	}
+	recs := make([]tables.ErrorRecord, len(hist))
+	for i, h := range hist {
+		recs[i] = tables.ErrorRecord{Error: h.Error, At: h.At, Attempt: h.Attempt}
+	}
+	return recs
 }
 
 // refreshed records a refresh sweep's time in the reconciler's row.

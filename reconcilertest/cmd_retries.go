@@ -25,6 +25,7 @@ func retriesCmd(reg *Registry) script.Cmd {
 				nameFlag(fs)
 				timeoutFlag(fs)
 				fs.Bool("absent", false, "wait until no line matches the regexp (until no object fails, without one)")
+				fs.Bool("errors", false, "end each line with the object's recent errors: ' errors=[#ATTEMPT TEXT | ...]', oldest first")
 			},
 			Detail: []string{
 				"The command prints the reconciler's rows of the reconciler-retries table, which tables.Cell provides (the hive must include it), one line per failing object, sorted by key:",
@@ -34,6 +35,7 @@ func retriesCmd(reg *Registry) script.Cmd {
 				"OP is update or delete, AGE how long ago the object first failed, and NEXT 'in DURATION'; 'running' while an attempt runs; once the time has passed, 'held by breaker' while the reconciler's circuit breaker is open (only its probes start), else 'due': the attempt starts in the round under way, and may already run (the rows are written at the end of each round).",
 				"With a regexp, it waits until a line matches it, for example '^b: .*attempts=[3-9]'; with --absent, until no line does (or, without a regexp, until no object fails).",
 				"The rows are written once per round, so a retry shows up just after the Error status.",
+				"With --errors, each line ends with the object's recent errors (tables.RetryInfo.Errors), oldest first, each with the attempt at which it last happened.",
 				"It waits on the table's watch channel.",
 			},
 			RegexpArgs: func(rawArgs ...string) []int {
@@ -63,6 +65,9 @@ func retriesCmd(reg *Registry) script.Cmd {
 			}
 			tables, err := retryTables(sub.db())
 			if err != nil {
+				return nil, err
+			}
+			if tables.errors, err = s.Flags.GetBool("errors"); err != nil {
 				return nil, err
 			}
 			waiting := re != nil || absent
@@ -106,6 +111,7 @@ func retriesCmd(reg *Registry) script.Cmd {
 type retryTableSet struct {
 	reconcilers statedb.Table[*tables.Info]
 	retries     statedb.Table[*tables.RetryInfo]
+	errors      bool // lines end with the recent errors (see formatErrors)
 }
 
 // retryTables finds the tables of tables.Cell in db.
@@ -135,7 +141,11 @@ func (t retryTableSet) lines(sub subject, now time.Time) ([]string, watches, err
 	held := info != nil && !info.TargetFailingSince.IsZero()
 	var lines []string
 	for r := range rows {
-		lines = append(lines, formatRetry(r, now, held))
+		line := formatRetry(r, now, held)
+		if t.errors {
+			line += formatErrors(r.Errors)
+		}
+		lines = append(lines, line)
 	}
 	slices.Sort(lines)
 	return lines, watches{watch, infoWatch}, nil

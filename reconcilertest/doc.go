@@ -155,7 +155,8 @@
 // failing object in the "reconciler-retries" table; reconciler/retries
 // prints a reconciler's rows (attempts, first failure, next attempt, last
 // error) and waits, on the table's watch channel, until a row matching a
-// regexp appears or, with --absent, is gone:
+// regexp appears or, with --absent, is gone; with --errors each line ends
+// with the object's recent errors, "errors=[#1 TEXT | #4 TEXT]":
 //
 //	reconciler/fault --key=b error
 //	db/insert items b.yaml

@@ -179,7 +179,8 @@ func (i *Info) TableRow() []string {
 // reconciler ([RetryByReconciler]). A reconciler writes it with
 // [Writer.Write] when the object's failure changes, and removes it when the
 // object succeeds, changes or is deleted. A row is immutable once in the
-// table: readers may share it between goroutines but must not modify it.
+// table: readers may share it between goroutines but must not modify it
+// (nor the Errors slice).
 type RetryInfo struct {
 	Reconciler  string    `json:"reconciler" yaml:"reconciler"` // Info.ID
 	Key         string    `json:"key" yaml:"key"`               // the object's primary key, in hex if not printable
@@ -188,11 +189,27 @@ type RetryInfo struct {
 	FirstFailed time.Time `json:"first-failed" yaml:"first-failed"`
 	NextAttempt time.Time `json:"next-attempt" yaml:"next-attempt"` // zero while an attempt runs
 	LastError   string    `json:"last-error" yaml:"last-error"`
+	// Errors are the object's recent errors, oldest first: the last 4
+	// distinct ones (by text) since the version retried first failed, the
+	// newest being LastError's (bounded). A failure with the newest one's
+	// text updates its At and Attempt rather than adding one. Each text is
+	// cut to 256 bytes and "…". Nil in rows written without it.
+	Errors []ErrorRecord `json:"errors,omitempty" yaml:"errors,omitempty"`
+}
+
+// ErrorRecord is one error of a failing object's history
+// ([RetryInfo.Errors]): its text, when a failure with that text last
+// happened, and which attempt that was (RetryInfo.Attempts then). The zero
+// ErrorRecord is not one a reconciler writes.
+type ErrorRecord struct {
+	Error   string    `json:"error" yaml:"error"`
+	At      time.Time `json:"at" yaml:"at"`
+	Attempt int       `json:"attempt" yaml:"attempt"`
 }
 
 // TableHeader implements statedb.TableWritable, for db/show.
 func (*RetryInfo) TableHeader() []string {
-	return []string{"Reconciler", "Key", "Op", "Attempts", "FirstFailed", "NextAttempt", "LastError"}
+	return []string{"Reconciler", "Key", "Op", "Attempts", "FirstFailed", "NextAttempt", "LastError", "Errors"}
 }
 
 // TableRow implements statedb.TableWritable. NextAttempt shows as "in D",
@@ -211,7 +228,23 @@ func (r *RetryInfo) TableRow() []string {
 			next = "in " + d.String()
 		}
 	}
-	return []string{r.Reconciler, r.Key, op, strconv.Itoa(r.Attempts), age(r.FirstFailed), next, r.LastError}
+	return []string{r.Reconciler, r.Key, op, strconv.Itoa(r.Attempts), age(r.FirstFailed), next, r.LastError, errorsCell(r.Errors)}
+}
+
+// errorsCell renders the history of a retries row compactly: how many
+// distinct errors it holds and the attempts at which each last happened,
+// "3 (#1 #4 #6)"; "" for none.
+func errorsCell(errs []ErrorRecord) string {
+	if len(errs) == 0 {
+		return ""
+	}
+	b := strconv.AppendInt(make([]byte, 0, 8+6*len(errs)), int64(len(errs)), 10)
+	sep := " (#"
+	for _, e := range errs {
+		b = strconv.AppendInt(append(b, sep...), int64(e.Attempt), 10)
+		sep = " #"
+	}
+	return string(append(b, ')'))
 }
 
 // Indexes of the tables.

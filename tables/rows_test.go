@@ -48,7 +48,7 @@ func TestTableRowsReadAsTables(t *testing.T) {
 	retry := &tables.RetryInfo{Reconciler: "m", Key: "k", Attempts: 3, FirstFailed: now.Add(-time.Minute), NextAttempt: now.Add(time.Hour), LastError: "x"}
 	rh, rr := retry.TableHeader(), retry.TableRow()
 	require.Len(t, rr, len(rh))
-	assert.Equal(t, []string{"Reconciler", "Key", "Op", "Attempts", "FirstFailed", "NextAttempt", "LastError"}, rh)
+	assert.Equal(t, []string{"Reconciler", "Key", "Op", "Attempts", "FirstFailed", "NextAttempt", "LastError", "Errors"}, rh)
 	assert.Equal(t, []string{"m", "k", "update", "3"}, rr[:4])
 	assert.Regexp(t, `^1m0(\.\d+)?s ago$`, rr[4])
 	assert.Regexp(t, `^in (1h0m0s|59m59(\.\d+)?s)$`, rr[5])

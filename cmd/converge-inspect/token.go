@@ -117,10 +117,26 @@ func redactFields(v any, token string) {
 	if token == "" {
 		return
 	}
-	rv := reflect.ValueOf(v).Elem()
+	redactStruct(reflect.ValueOf(v).Elem(), token)
+}
+
+// redactStruct redacts token from the string fields of rv, a settable
+// struct, and from those of the structs in its slices of structs
+// (tables.RetryInfo.Errors). A slice is copied before it is changed, so
+// that another value sharing it is left as it was.
+func redactStruct(rv reflect.Value, token string) {
 	for i := range rv.NumField() {
-		if f := rv.Field(i); f.Kind() == reflect.String && f.CanSet() {
+		switch f := rv.Field(i); {
+		case !f.CanSet():
+		case f.Kind() == reflect.String:
 			f.SetString(redact(f.String(), token))
+		case f.Kind() == reflect.Slice && f.Type().Elem().Kind() == reflect.Struct && f.Len() > 0:
+			c := reflect.MakeSlice(f.Type(), f.Len(), f.Len())
+			reflect.Copy(c, f)
+			for j := range c.Len() {
+				redactStruct(c.Index(j), token)
+			}
+			f.Set(c)
 		}
 	}
 }

@@ -307,7 +307,7 @@ func (r report) writeText(w io.Writer, now time.Time) error {
 			if retry.Delete {
 				key += " (delete)"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", clip(retry.Reconciler), key, retry.Attempts, nextAttempt(retry.NextAttempt, now, held[retry.Reconciler]), clip(retry.LastError))
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s%s\n", clip(retry.Reconciler), key, retry.Attempts, nextAttempt(retry.NextAttempt, now, held[retry.Reconciler]), clip(retry.LastError), earlierErrors(retry))
 		}
 		if more > 0 && (i == len(r.Retries)-1 || retry.Reconciler != r.Retries[i+1].Reconciler) {
 			fmt.Fprintf(tw, "%s\t...\t\t\tand %d more (--json lists them all)\n", clip(retry.Reconciler), more)

@@ -32,8 +32,9 @@
 //	settings      Configure (priorities, tracking of outdated failures)
 //	queries       Figures (counts and next due times, O(1)), Lows (the low
 //	              watermarks, once a round), Stale (a status older than
-//	              what is known of its key), Errors, and View (a copy of a
-//	              State's record)
+//	              what is known of its key), Errors, View (a copy of a
+//	              State's record) and History (its recent errors, see
+//	              history.go)
 //
 // Beside each key's State, the queue holds the other memory about keys
 // the loop needs: the backlog of changes deferred behind fresh ones, the
@@ -156,6 +157,7 @@ type State[Obj any] struct {
 	first    time.Time
 	due      int64
 	errID    uint64
+	hist     *errorHistory // the recent errors of task, if it failed (see history.go)
 
 	deleteSeen bool // running: a delete of the key was read since task started
 	pruned     bool // running: a prune ran with task's object absent
@@ -379,6 +381,7 @@ func (q *Queue[Obj]) adopt(key string, t Task[Obj], errID uint64, err error, now
 	}
 	q.replace(s, t)
 	s.attempts, s.err, s.first, s.errID = 1, err, t.Since, errID
+	s.recordError(err, t.Since, 1)
 	q.retrying++
 	q.wait(s, now.UnixNano())
 }
@@ -556,7 +559,7 @@ func (q *Queue[Obj]) forget(s *State[Obj]) {
 			q.outdated[s.key] = nil
 		}
 	}
-	s.phase = 0
+	s.phase, s.hist = 0, nil
 	delete(q.byKey, s.key)
 	if q.peak > shrinkAbove && len(q.byKey) < q.peak/4 {
 		// A map never shrinks: copy what is left to give back the memory
@@ -602,6 +605,7 @@ func (q *Queue[Obj]) settle(s *State[Obj], err error, settled, written, counted 
 			s.attempts++
 		}
 		s.err, s.errID = err, errID
+		s.recordError(err, now, s.attempts)
 		q.deactivate(s)
 		q.wait(s, retryAt)
 	}
@@ -776,7 +780,7 @@ func (q *Queue[Obj]) resetFailure(s *State[Obj]) {
 			q.outdated[s.key] = nil
 		}
 	}
-	s.attempts, s.err, s.first, s.errID = 0, nil, time.Time{}, 0
+	s.attempts, s.err, s.first, s.errID, s.hist = 0, nil, time.Time{}, 0, nil
 }
 
 // wait puts s in the retry heap, due at due. A retry has no turn in the
