@@ -150,7 +150,7 @@ func decodeInfo(data json.RawMessage) (*tables.Info, error) {
 	switch {
 	case info.ID == "":
 		return nil, versionError(tables.ReconcilersTableName, fmt.Errorf("a row has no id"))
-	case !slices.Contains([]tables.State{tables.StateRunning, tables.StateDegraded, tables.StatePaused, tables.StateStopped, tables.StateWaiting}, info.State):
+	case !slices.Contains([]tables.State{tables.StateRunning, tables.StateDegraded, tables.StatePaused, tables.StateStopped, tables.StateWaiting, tables.StateSettingUp}, info.State):
 		return nil, versionError(tables.ReconcilersTableName, fmt.Errorf("reconciler %s has the unknown state %q", cleanText(info.ID), cleanText(string(info.State))))
 	}
 	return &info, nil
