@@ -27,14 +27,14 @@ var errSetup = errors.New("target not readable yet")
 // in early: none may be.
 type setupProbe struct {
 	mu    sync.Mutex
-	fails int                                  // failures left
-	fail  func(ctx context.Context) error      // the error of a failure; nil: errSetup
-	hold  chan struct{}                        // non-nil: each call waits for it to close (or ctx)
-	seen  chan struct{}                        // closed and replaced on every call's end
-	calls atomic.Int64                         // calls that ended
-	ready atomic.Bool                          // the last call succeeded
-	early atomic.Int64                         // operations started while not ready
-	txns  []statedb.ReadTxn                    // the txn of each call
+	fails int                                   // failures left
+	fail  func(ctx context.Context) error       // the error of a failure; nil: errSetup
+	hold  chan struct{}                         // non-nil: each call waits for it to close (or ctx)
+	seen  chan struct{}                         // closed and replaced on every call's end
+	calls atomic.Int64                          // calls that ended
+	ready atomic.Bool                           // the last call succeeded
+	early atomic.Int64                          // operations started while not ready
+	txns  []statedb.ReadTxn                     // the txn of each call
 	after func(ctx context.Context, call int64) // runs at the end of each call
 }
 
