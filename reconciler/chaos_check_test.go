@@ -118,7 +118,8 @@ func (o *chaosOps) begin(g gateSeen, what string) {
 	o.target.notify()
 	for why, bad := range map[string]bool{"after Stop returned": o.stopped, "while paused": g.paused, "while a prune ran": g.pruning,
 		"after an operation of the round paused the reconciler": g.pausedInRound,
-		"before the table was initialized":                      what == "prune" && !o.initialized} {
+		"before the table was initialized":                      what == "prune" && !o.initialized,
+		"before setup succeeded in this run":                    !o.setupDone} {
 		if bad {
 			o.violate("%s started %s", what, why)
 		}

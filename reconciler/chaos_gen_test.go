@@ -160,6 +160,7 @@ func (r *chaosRun) step() {
 		}
 		r.outage()
 	case r.restart(): // in place, or a new generation
+		r.setupFailsMove()
 		if r.checkTable(); r.rng.IntN(2) == 0 {
 			r.restartInPlace(r.someMoves)
 			return

@@ -302,6 +302,7 @@ type chaosOps struct {
 	lastApplied         map[string]uint64 // per key, the status identity of its last success
 	priorityReads       map[uint64]int    // per status identity (see countPriority)
 	late                sync.WaitGroup    // asks made after Update returned (see Update)
+	setupDone           bool              // the setup step succeeded in this run (chaos_setup_test.go)
 }
 
 // countPriority returns fn counting its reads per version: WithPriority
@@ -634,6 +635,8 @@ type chaosRec struct {
 	target    *chaosTarget
 	getStatus func(*item) status.Status
 	setStatus func(*item, status.Status) *item
+
+	setupFails int // failures of the setup step left, at the next start (chaos_setup_test.go); target's mu
 }
 
 func (c *chaosRec) healthName() string { return strings.TrimSuffix("job-reconcile-"+c.name, "-") }
@@ -818,7 +821,7 @@ func (r *chaosRun) startGen(desired map[string]string) {
 					if r.cfg.alone {
 						single = nil
 					}
-					opts := append(slices.Clip(r.opts), reconciler.WithDependency(g.deps, dependents))
+					opts := append(slices.Clip(r.opts), reconciler.WithDependency(g.deps, dependents), r.setupOption(ops))
 					if r.priority.fn != nil {
 						opts = append(opts, reconciler.WithPriority(ops.countPriority(r.priority.fn), r.priority.share))
 					}
@@ -924,7 +927,7 @@ func (r *chaosRun) stop() {
 			if ops.running > 0 || ops.pruneRunning {
 				ops.violate("%d operation(s) (prune: %v) still running after Stop returned", ops.running, ops.pruneRunning)
 			}
-			ops.stopped = true
+			ops.stopped, ops.setupDone = true, false
 			for id := range ops.laterAsked {
 				ops.target.reinserts[id]++
 			}

@@ -28,6 +28,7 @@ type loop[Obj any] struct {
 	// wasPaused is whether the last round ran paused: a round runs when
 	// that changes.
 	wasPaused bool
+	setup     setupStep // WithSetup's step, before the first round (see setUp)
 }
 
 // run is the reconcile job: it waits for something to do and runs a round,
@@ -47,7 +48,7 @@ func (r *reconciler[Obj]) run(ctx context.Context, health cell.Health) error {
 	r.gate.setStopping(false)
 	l.exec = newExecutor(ctx, r)
 	defer l.stopped()
-	if !r.startGate(ctx, &l.prune) {
+	if !r.startGate(ctx, &l.prune) || !l.setUp(ctx) {
 		return nil
 	}
 	for {

@@ -1,6 +1,7 @@
 package reconciler
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -39,6 +40,7 @@ import (
 //	start              at once         (WithStartAfter)
 //	dependencies       none            (WithDependency)
 //	priority           off             (WithPriority; arrival-order share 1/8)
+//	setup step         none            (WithSetup)
 type Option func(*options)
 
 // options holds every setting. defaultOptions documents the defaults in one
@@ -80,6 +82,9 @@ type options struct {
 	// it refuses one of another object type. nil: priorities off.
 	priority      func(r any) error
 	priorityShare float64
+
+	// setup is WithSetup's function; nil: no setup step.
+	setup func(ctx context.Context, txn statedb.ReadTxn) error
 }
 
 // defaultOptions returns the defaults listed in the doc of [Option]; keep

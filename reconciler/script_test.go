@@ -95,6 +95,7 @@ type scriptFlags struct {
 	held        int
 	roundEvery  time.Duration
 	priority    float64
+	setup       bool
 }
 
 func parseScriptFlags(args []string) (scriptFlags, error) {
@@ -123,6 +124,7 @@ func parseScriptFlags(args []string) (scriptFlags, error) {
 	fs.BoolVar(&f.eachVariant, "each-variant", false, "run the script in every variant of -workers and -batch too")
 	fs.DurationVar(&f.roundEvery, "round-every", 0, "WithRoundLimits limiter: one round, then one per this long")
 	fs.Float64Var(&f.priority, "priority-share", -1, "WithPriority(the item's value as a number, SHARE); negative: off")
+	fs.BoolVar(&f.setup, "setup", false, "WithSetup of a reconcilertest.SetupFault (reconciler/setup-fault)")
 	fs.IntVar(&f.held, "held", 0, "N Done items held000... in the table at Register, and in the target, as after an earlier run")
 	if err := fs.Parse(args); err != nil {
 		return f, err
@@ -156,6 +158,10 @@ func newScriptEngine(t testing.TB, args []string) *script.Engine {
 		inner = deps
 	}
 	ops := reconcilertest.NewFaultyOps(itemKey, inner, batch)
+	var setup *reconcilertest.SetupFault
+	if flags.setup {
+		setup = reconcilertest.NewSetupFault()
+	}
 	newHive := func() *hive.Hive {
 		// A new process starts counting from zero.
 		expVar := metrics.NewUnpublishedExpVar()
@@ -167,7 +173,7 @@ func newScriptEngine(t testing.TB, args []string) *script.Engine {
 				cell.Provide(job.Registry.NewGroup),
 				cell.Provide(func(p reconciler.Params, health *cell.SimpleHealth) (hive.ScriptCmdsOut, error) {
 					return registerScriptReconcilers(p, flags, expVar, reconcilertest.Subject[*item]{
-						Target: tgt, Faults: ops, Health: health, Metrics: expVar, ModuleID: p.ModuleID,
+						Target: tgt, Faults: ops, Health: health, Metrics: expVar, ModuleID: p.ModuleID, Setup: setup,
 					}, reg, deps)
 				}),
 			),
@@ -242,6 +248,9 @@ func registerScriptReconcilers(p reconciler.Params, flags scriptFlags, m metrics
 			return out, err
 		}
 		extra = append(extra, reconciler.WithDependency(deps.table, itemsOfDep))
+	}
+	if base.Setup != nil {
+		extra = append(extra, reconciler.WithSetup(base.Setup.Setup))
 	}
 	if flags.breaker > 0 {
 		extra = append(extra, reconciler.WithCircuitBreaker(flags.breaker, flags.probe, nil))

@@ -75,6 +75,7 @@
 //	reconciler/retries [REGEXP]          print the failing objects (tables.Cell), or wait until one matches (--absent)
 //	reconciler/save KEY...               remember objects as they are, status included (--delete: and take them out)
 //	reconciler/put-back KEY...           insert them again exactly as saved
+//	reconciler/setup-fault [MODE]        make the setup step (WithSetup, Subject.Setup) fail, clear it, or print its calls
 //
 // The commands find reconcilers in a [Registry] that the code registering
 // them fills with [Add]. They look them up when they run, so the registry

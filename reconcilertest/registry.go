@@ -78,6 +78,10 @@ type Subject[Obj any] struct {
 	// reconciler/fault.
 	Faults *FaultyOps[Obj]
 
+	// Setup is the setup step given to reconciler.WithSetup, for
+	// reconciler/setup-fault.
+	Setup *SetupFault
+
 	// Health is the hive's health provider and HealthScope the full name of
 	// the reconcile job's scope in it, for reconciler/health. The default
 	// scope is "job-reconcile", or "job-reconcile-NAME" for a named

@@ -23,6 +23,9 @@ const (
 	StatePaused   State = "paused"   // by reconciler.Reconciler.Pause
 	StateStopped  State = "stopped"  // its job is not running
 	StateWaiting  State = "waiting"  // for the tables of reconciler.WithStartAfter to be initialized
+	// StateSettingUp: the setup step of reconciler.WithSetup has not
+	// succeeded yet (Info.SetupError says why, if it failed).
+	StateSettingUp State = "setting-up"
 )
 
 // Info is a row of the reconcilers table: the state of one reconciler as
@@ -80,6 +83,13 @@ type Info struct {
 	TargetFailingSince time.Time `json:"target-failing-since,omitzero" yaml:"target-failing-since,omitempty"`
 	TargetError        string    `json:"target-error,omitempty" yaml:"target-error,omitempty"`
 	BreakerOpenings    uint64    `json:"breaker-openings,omitempty" yaml:"breaker-openings,omitempty"`
+
+	// While in StateSettingUp (reconciler.WithSetup): SetupAttempts counts
+	// the calls of the setup step in this run of the reconciler so far,
+	// SetupError is the last one's error. The table shows them in the
+	// State column. Both are zero once setup succeeded.
+	SetupAttempts int    `json:"setup-attempts,omitempty" yaml:"setup-attempts,omitempty"`
+	SetupError    string `json:"setup-error,omitempty" yaml:"setup-error,omitempty"`
 }
 
 // infoEncoding is Info as encoded: durations as Go duration strings, like
@@ -164,6 +174,9 @@ func (i *Info) TableRow() []string {
 	state := string(i.State)
 	if !i.TargetFailingSince.IsZero() {
 		state += ", target failing for " + time.Since(i.TargetFailingSince).Round(time.Millisecond).String()
+	}
+	if i.SetupError != "" {
+		state += ", setup failing (" + strconv.Itoa(i.SetupAttempts) + " attempt(s)): " + i.SetupError
 	}
 	return []string{
 		i.Module, i.Name, state, strconv.Itoa(i.Objects),

@@ -150,7 +150,7 @@ func decodeInfo(data json.RawMessage) (*tables.Info, error) {
 	switch {
 	case info.ID == "":
 		return nil, versionError(tables.ReconcilersTableName, fmt.Errorf("a row has no id"))
-	case !slices.Contains([]tables.State{tables.StateRunning, tables.StateDegraded, tables.StatePaused, tables.StateStopped, tables.StateWaiting}, info.State):
+	case !slices.Contains([]tables.State{tables.StateRunning, tables.StateDegraded, tables.StatePaused, tables.StateStopped, tables.StateWaiting, tables.StateSettingUp}, info.State):
 		return nil, versionError(tables.ReconcilersTableName, fmt.Errorf("reconciler %s has the unknown state %q", cleanText(info.ID), cleanText(string(info.State))))
 	}
 	return &info, nil
@@ -195,7 +195,7 @@ func (t *rowSet) report(id string) report {
 		if id == "" || info.ID == id {
 			rep.Reconcilers = append(rep.Reconcilers, info)
 			shown[info.ID] = true
-			rep.Degraded = rep.Degraded || info.State == tables.StateDegraded
+			rep.Degraded = rep.Degraded || info.State == tables.StateDegraded || info.SetupError != ""
 		}
 	}
 	for _, retry := range t.retries {
@@ -278,6 +278,10 @@ func (r report) writeText(w io.Writer, now time.Time) error {
 	for _, info := range r.Reconcilers {
 		if info.TargetError != "" {
 			fmt.Fprintf(w, "%s: its circuit breaker is open, only probes start: %s\n", cleanText(info.ID), clip(info.TargetError))
+			continue
+		}
+		if info.SetupError != "" {
+			fmt.Fprintf(w, "%s is setting up: its setup step failed %d time(s), no operation starts until it succeeds: %s\n", cleanText(info.ID), info.SetupAttempts, clip(info.SetupError))
 			continue
 		}
 		if info.State == tables.StateDegraded && info.Retrying == 0 && info.LastPruneError == "" {
