@@ -39,6 +39,7 @@ import (
 //	start              at once         (WithStartAfter)
 //	dependencies       none            (WithDependency)
 //	priority           off             (WithPriority; arrival-order share 1/8)
+//	drift check        off             (WithDriftCheck; WithDriftReportOnly: detect, not repair)
 type Option func(*options)
 
 // options holds every setting. defaultOptions documents the defaults in one
@@ -80,6 +81,11 @@ type options struct {
 	// it refuses one of another object type. nil: priorities off.
 	priority      func(r any) error
 	priorityShare float64
+
+	// driftCheck applies WithDriftCheck to the *reconciler[Obj] it is
+	// given; it refuses one of another object type. nil: no check.
+	driftCheck      func(r any) error
+	driftReportOnly bool
 }
 
 // defaultOptions returns the defaults listed in the doc of [Option]; keep

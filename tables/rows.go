@@ -72,6 +72,9 @@ type Info struct {
 	// DriftRepaired counts what Prune and refreshed Updates reported
 	// repairing with ReportRepaired.
 	DriftRepaired uint64 `json:"drift-repaired" yaml:"drift-repaired"`
+	// DriftDetected counts the objects that reconciler.WithDriftCheck
+	// found drifted and, with reconciler.WithDriftReportOnly, left so.
+	DriftDetected uint64 `json:"drift-detected,omitempty" yaml:"drift-detected,omitempty"`
 
 	// While the circuit breaker is open (WithCircuitBreaker):
 	// TargetFailingSince is when it opened and TargetError why. The table
@@ -188,11 +191,16 @@ type RetryInfo struct {
 	FirstFailed time.Time `json:"first-failed" yaml:"first-failed"`
 	NextAttempt time.Time `json:"next-attempt" yaml:"next-attempt"` // zero while an attempt runs
 	LastError   string    `json:"last-error" yaml:"last-error"`
+	// Drifted marks the row of an object that is not failing but drifted
+	// from the target and was left so (reconciler.WithDriftReportOnly):
+	// Attempts is zero. The row goes when the object changes, is found in
+	// sync again, or is deleted.
+	Drifted bool `json:"drifted,omitempty" yaml:"drifted,omitempty"`
 }
 
 // TableHeader implements statedb.TableWritable, for db/show.
 func (*RetryInfo) TableHeader() []string {
-	return []string{"Reconciler", "Key", "Op", "Attempts", "FirstFailed", "NextAttempt", "LastError"}
+	return []string{"Reconciler", "Key", "Op", "Attempts", "FirstFailed", "NextAttempt", "LastError", "Drifted"}
 }
 
 // TableRow implements statedb.TableWritable. NextAttempt shows as "in D",
@@ -211,7 +219,11 @@ func (r *RetryInfo) TableRow() []string {
 			next = "in " + d.String()
 		}
 	}
-	return []string{r.Reconciler, r.Key, op, strconv.Itoa(r.Attempts), age(r.FirstFailed), next, r.LastError}
+	drifted := ""
+	if r.Drifted {
+		drifted, next = "drifted", "" // no attempt runs or waits
+	}
+	return []string{r.Reconciler, r.Key, op, strconv.Itoa(r.Attempts), age(r.FirstFailed), next, r.LastError, drifted}
 }
 
 // Indexes of the tables.
