@@ -95,6 +95,8 @@ type scriptFlags struct {
 	held        int
 	roundEvery  time.Duration
 	priority    float64
+	driftCheck  bool
+	driftReport bool
 }
 
 func parseScriptFlags(args []string) (scriptFlags, error) {
@@ -123,11 +125,14 @@ func parseScriptFlags(args []string) (scriptFlags, error) {
 	fs.BoolVar(&f.eachVariant, "each-variant", false, "run the script in every variant of -workers and -batch too")
 	fs.DurationVar(&f.roundEvery, "round-every", 0, "WithRoundLimits limiter: one round, then one per this long")
 	fs.Float64Var(&f.priority, "priority-share", -1, "WithPriority(the item's value as a number, SHARE); negative: off")
+	fs.BoolVar(&f.driftCheck, "drift-check", false, "WithDriftCheck: in sync when the target holds the item's value; drift/fail, drift/checks")
+	fs.BoolVar(&f.driftReport, "drift-report-only", false, "WithDriftReportOnly; implies -drift-check")
 	fs.IntVar(&f.held, "held", 0, "N Done items held000... in the table at Register, and in the target, as after an earlier run")
 	if err := fs.Parse(args); err != nil {
 		return f, err
 	}
 	f.batch = f.batch || f.process || f.batchOnly
+	f.driftCheck = f.driftCheck || f.driftReport
 	if f.dependency && f.batch {
 		return f, fmt.Errorf("-dependency does not support -batch")
 	}
@@ -251,6 +256,11 @@ func registerScriptReconcilers(p reconciler.Params, flags scriptFlags, m metrics
 	}
 	if flags.priority >= 0 {
 		extra = append(extra, reconciler.WithPriority(valuePriority, flags.priority))
+	}
+	if flags.driftCheck {
+		d := newScriptDrift(base.Target)
+		maps.Insert(cmds, maps.All(d.commands()))
+		extra = append(extra, d.options(flags.driftReport)...)
 	}
 	if flags.roundSize > 0 || flags.roundEvery > 0 {
 		var lim *rate.Limiter
