@@ -100,6 +100,7 @@ type chaosTarget struct {
 	inCall             map[int64]int         // per goroutine, the calls it is inside (see gate)
 	pauseMark          *startMark            // while paused: what may still start
 	rc                 *recheckBook          // the re-checks asked for, and markings seen
+	drift              *driftBook            // the drift checks' verdicts (chaos_drift_test.go)
 }
 
 // chaosHold blocks an operation on key, before it applies anything or (with
@@ -371,7 +372,7 @@ func (o *chaosOps) count(m map[uint64]int, it *item, what string) {
 func (o *chaosOps) op(ctx context.Context, txn statedb.ReadTxn, it *item, inBatch, del bool) error {
 	c, what := o.target, map[bool]string{false: "update", true: "delete"}[del]
 	if !del {
-		c.with(func() { c.given(it.ID, o.getStatus(it)) })
+		c.with(func() { c.given(it.ID, o.getStatus(it)); c.checkDriftVerdict(it, o.getStatus(it)) })
 	}
 	f, err := o.start(ctx, it.ID, what, inBatch)
 	switch {
@@ -816,6 +817,7 @@ func (r *chaosRun) startGen(desired map[string]string) {
 						single = nil
 					}
 					opts := append(slices.Clip(r.opts), reconciler.WithDependency(g.deps, dependents))
+					opts = append(opts, ops.driftOptions()...)
 					if r.priority.fn != nil {
 						opts = append(opts, reconciler.WithPriority(ops.countPriority(r.priority.fn), r.priority.share))
 					}

@@ -142,6 +142,8 @@ type chaosRun struct {
 	manualPrune bool // random Prune() calls
 	breaker     bool // a circuit breaker whose probes come within 10ms (partialOutage)
 	priority    chaosSetting
+	driftMode   chaosDriftMode        // WithDriftCheck (chaos_drift_test.go)
+	drifts      map[string]chaosDrift // the drifts driftThenRefresh made, by key
 	probeMin    time.Duration // the breaker's probe backoff, if it has one whose classifier does not panic (checkProbes)
 	outages     int
 	retryMax    time.Duration
@@ -176,6 +178,8 @@ func runChaos(t *testing.T, cfg chaosConfig, seed uint64) {
 	} else {
 		r.recs = []*chaosRec{{target: newChaosTarget(seed, failProb, slowProb), getStatus: (*item).getStatus, setStatus: (*item).setStatus}}
 	}
+	r.drifts = map[string]chaosDrift{}
+	r.setDriftMode(chaosDriftModeOf(seed))
 	r.roundSize = []int{1, 3, 10, 1000, math.MaxInt}[rng.IntN(5)]
 	retryMax, pruneInterval, timeout := 10*time.Millisecond, time.Hour, time.Duration(0) // prunes: the initial one and Prune()
 	if rng.IntN(6) == 0 && failProb < 0.25 {
@@ -225,8 +229,8 @@ func runChaos(t *testing.T, cfg chaosConfig, seed uint64) {
 			rec.target.recheckProb = p
 		}
 	}
-	settings := fmt.Sprintf("fail=%.2f slow=%.2f round=%d retry-max=%s prune=%s manual-prune=%v timeout=%s refresh=%v breaker=%s rechecks=%.2f priority=%s",
-		failProb, slowProb, r.roundSize, retryMax, pruneInterval, r.manualPrune, timeout, r.refresh, breaker, r.recs[0].target.recheckProb, priority)
+	settings := fmt.Sprintf("fail=%.2f slow=%.2f round=%d retry-max=%s prune=%s manual-prune=%v timeout=%s refresh=%v breaker=%s rechecks=%.2f priority=%s drift=%s",
+		failProb, slowProb, r.roundSize, retryMax, pruneInterval, r.manualPrune, timeout, r.refresh, breaker, r.recs[0].target.recheckProb, priority, r.driftMode)
 
 	level := map[bool]slog.Level{false: slog.LevelError + 1, true: slog.LevelDebug}[os.Getenv("CONVERGE_CHAOS_LOG") != ""]
 	r.log = hivetest.Logger(t, hivetest.LogLevel(level)) // panics are logged at Error: quiet by default

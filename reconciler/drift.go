@@ -134,7 +134,28 @@ func (r *reconciler[Obj]) checkOne(ctx context.Context, txn statedb.ReadTxn, o *
 		return false, nil
 	}
 	o.checked = drifted
-	return !d.reportOnly, nil
+	return !d.reportOnly || o.unapplied, nil
+}
+
+// driftPrepare marks, before they are handed to the executor, the ops of
+// work whose key's last update failed: the target does not hold their
+// version, so report-only mode repairs rather than leaves what their
+// check finds (a dependency marks an Error object Refreshing).
+func (r *reconciler[Obj]) driftPrepare(work []op[Obj]) {
+	d := r.target.drift
+	if d == nil || !d.reportOnly || len(d.rows.failed) == 0 {
+		return
+	}
+	for i := range work {
+		if o := &work[i]; d.applies(o) {
+			key, ok := o.key, true
+			if o.s == nil {
+				key, ok = r.objects.keyOf(o.Obj)
+			}
+			_, o.unapplied = d.rows.failed[key]
+			o.unapplied = o.unapplied && ok
+		}
+	}
 }
 
 // checkFirst runs the drift check for o, an op of the inline loop or a
@@ -190,11 +211,13 @@ func (r *reconciler[Obj]) driftSettled(o *op[Obj], now time.Time) {
 	if d == nil {
 		return
 	}
-	left := d.reportOnly && o.checked == drifted && o.err == nil
-	if o.checked == drifted && !d.reportOnly && o.err == nil && o.drift == 0 {
+	left := d.reportOnly && o.checked == drifted && o.err == nil && !o.unapplied
+	if o.checked == drifted && !left && o.err == nil && o.drift == 0 {
 		o.drift = 1 // the repair the check asked for
 	}
-	if !left && len(d.rows.set) == 0 {
+	// An Update that failed; a check that failed leaves what was known.
+	failed := d.reportOnly && o.err != nil && !o.Delete && !(d.applies(o) && o.checked == notChecked)
+	if !left && !failed && len(d.rows.set) == 0 && len(d.rows.failed) == 0 {
 		return
 	}
 	key := o.key
@@ -203,6 +226,15 @@ func (r *reconciler[Obj]) driftSettled(o *op[Obj], now time.Time) {
 		if key, ok = r.objects.keyOf(o.Obj); !ok {
 			return
 		}
+	}
+	switch {
+	case failed:
+		if d.rows.failed == nil {
+			d.rows.failed = map[string]struct{}{}
+		}
+		d.rows.failed[key] = struct{}{}
+	case o.err == nil:
+		delete(d.rows.failed, key) // applied, or deleted
 	}
 	if left {
 		d.rows.detected++
@@ -219,6 +251,9 @@ type driftRows struct {
 	detected uint64              // drifts found and left since Register
 	set      map[string]struct{} // the keys drifted now
 	changed  map[string]bool     // keys whose row changed since the last take: drifted or not
+	// failed holds, in report-only mode, the keys whose last update
+	// failed: as many as fail, as the key queue holds.
+	failed map[string]struct{}
 }
 
 // mark records key as drifted or no longer.

@@ -276,4 +276,6 @@ type op[Obj any] struct {
 	recheck time.Duration // an update that succeeded: re-check after this (RecheckAfter)
 	drift   int64         // drift a refresh reported repaired (ReportRepaired; a batch's on its first refresh), for commit to count
 	checked driftVerdict  // what the drift check said (WithDriftCheck); notChecked if it did not run or failed
+	// unapplied: the key's last update failed; report-only repairs drift (see driftPrepare)
+	unapplied bool
 }
