@@ -144,7 +144,7 @@ type chaosRun struct {
 	priority    chaosSetting
 	driftMode   chaosDriftMode        // WithDriftCheck (chaos_drift_test.go)
 	drifts      map[string]chaosDrift // the drifts driftThenRefresh made, by key
-	probeMin    time.Duration // the breaker's probe backoff, if it has one whose classifier does not panic (checkProbes)
+	probeMin    time.Duration         // the breaker's probe backoff, if it has one whose classifier does not panic (checkProbes)
 	outages     int
 	retryMax    time.Duration
 	log         *slog.Logger
