@@ -142,9 +142,7 @@ type chaosRun struct {
 	manualPrune bool // random Prune() calls
 	breaker     bool // a circuit breaker whose probes come within 10ms (partialOutage)
 	priority    chaosSetting
-	driftMode   chaosDriftMode        // WithDriftCheck (chaos_drift_test.go)
-	drifts      map[string]chaosDrift // the drifts driftThenRefresh made, by key
-	probeMin    time.Duration         // the breaker's probe backoff, if it has one whose classifier does not panic (checkProbes)
+	probeMin    time.Duration // the breaker's probe backoff, if it has one whose classifier does not panic (checkProbes)
 	outages     int
 	retryMax    time.Duration
 	log         *slog.Logger
@@ -162,6 +160,10 @@ type chaosRun struct {
 	// roundSize, generations, restarts, stops while an update is held, values
 	// written, and steps until the table is initialized (<0 once done).
 	roundSize, gens, restarts, heldStops, values, initIn int
+
+	// WithDriftCheck, and the drifts driftThenRefresh made (chaos_drift_test.go).
+	driftMode chaosDriftMode
+	drifts    map[string]chaosDrift
 }
 
 func runChaos(t *testing.T, cfg chaosConfig, seed uint64) {
