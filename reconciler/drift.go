@@ -26,7 +26,9 @@ import (
 //     Update is not called: the object is written Done, the drift counted
 //     as detected (tables.Info.DriftDetected) and the object shown as
 //     drifted in the retries table (tables.RetryInfo.Drifted) until it
-//     changes, is found in sync again, or is deleted.
+//     changes, is found in sync again, or is deleted. An object whose last
+//     update failed (a dependency marks an Error object Refreshing) is
+//     repaired all the same: its version never reached the target.
 //   - an error is the object's failure, as one of Update would be: it is
 //     marked Error, retried with backoff, and the retry checks again.
 //

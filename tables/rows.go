@@ -178,7 +178,7 @@ func (i *Info) TableRow() []string {
 }
 
 // RetryInfo is a row of the reconciler-retries table: one failing object of
-// one reconciler, keyed by [RetryKey] ([RetryByKey]) and indexed by
+// one reconciler (or one drifted and left so, see Drifted), keyed by [RetryKey] ([RetryByKey]) and indexed by
 // reconciler ([RetryByReconciler]). A reconciler writes it with
 // [Writer.Write] when the object's failure changes, and removes it when the
 // object succeeds, changes or is deleted. A row is immutable once in the
