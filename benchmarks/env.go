@@ -44,6 +44,7 @@ type setup struct {
 	outage           *outageTarget // if set, the operations instead of ops (outage.go)
 	breaker          int           // converge only: WithCircuitBreaker(breaker, retryMin, nil) if > 0
 	priorityLowEvery int           // converge only, if set: WithPriority, low for one object in this many
+	driftChecks      *driftCounter // converge only, if set: WithDriftCheck, every object in sync (drift.go)
 }
 
 // env is a started hive with one table and (unless implNone) something
@@ -85,6 +86,9 @@ func (s setup) convOptions() []reconciler.Option {
 	}
 	if s.breaker > 0 {
 		o = append(o, reconciler.WithCircuitBreaker(s.breaker, s.retryMin, nil))
+	}
+	if s.driftChecks != nil {
+		o = append(o, s.driftChecks.option())
 	}
 	return o
 }

@@ -295,6 +295,9 @@ func (r *chaosRun) checkDoneApplied(i int, rev statedb.Revision) {
 	var wrong []string
 	for obj := range r.gen.table.All(r.gen.db.ReadTxn()) {
 		st := rec.getStatus(obj)
+		if r.driftLeftLocked(i, obj, rec.target.data[obj.ID]) {
+			continue // reported and left (WithDriftReportOnly)
+		}
 		if got, ok := rec.target.data[obj.ID]; st.Kind == status.KindDone && (!ok || got != obj.Value) {
 			wrong = append(wrong, fmt.Sprintf("%s=%s (status id %d; the target holds %q)", obj.ID, obj.Value, st.ID(), got))
 		}
@@ -370,6 +373,7 @@ func (r *chaosRun) converged() string {
 	if problem := r.tableProblem(); problem != "" {
 		problems = append(problems, problem)
 	}
+	problems = append(problems, r.driftProblems()...)
 	for i, rec := range r.recs {
 		rec.target.mu.Lock()
 		data, depSeen, prunedOK := maps.Clone(rec.target.data), maps.Clone(rec.target.depSeen), g.ops[i].lastPruneOK
@@ -393,6 +397,9 @@ func (r *chaosRun) converged() string {
 			}
 			if st.Kind != status.KindDone && !(r.refresh && st.Kind == status.KindRefreshing) {
 				add("%s=%s is %s", obj.ID, obj.Value, st)
+			}
+			if r.driftLeft(i, obj, got) {
+				continue // reported and left (WithDriftReportOnly): see driftProblems
 			}
 			if !has || got != obj.Value {
 				add("target has %s=%q (present: %v), table %q", obj.ID, got, has, obj.Value)

@@ -101,7 +101,7 @@ func (r *chaosRun) step() {
 	case p < 56:
 		r.keyMove(r.key(), 2+r.rng.IntN(3))
 	case p < 64:
-		[]func(){r.writeBackAfterPrune, func() { r.putBackDone(false) }, r.putBackAfterARestart, r.scenario, r.markThenWrite, r.recheckThenDelete, r.failingStreak}[r.rng.IntN(7)]()
+		[]func(){r.writeBackAfterPrune, func() { r.putBackDone(false) }, r.putBackAfterARestart, r.scenario, r.markThenWrite, r.recheckThenDelete, r.failingStreak, r.driftThenRefresh}[r.rng.IntN(8)]()
 	case p < 68: // aimed at classes issue 46 left unfound
 		[]func(){r.backToTheVersionInFlight, func() { r.putBackDone(true) }}[r.rng.IntN(2)]()
 	case p < 72:

@@ -102,6 +102,7 @@ type chaosTarget struct {
 	pauseMark          *startMark            // while paused: what may still start
 	rc                 *recheckBook          // the re-checks asked for, and markings seen
 	hist               *historyLog           // the errors op returned, per key (chaos_history_test.go)
+	drift              *driftBook            // the drift checks' verdicts (chaos_drift_test.go)
 }
 
 // chaosHold blocks an operation on key, before it applies anything or (with
@@ -375,7 +376,7 @@ func (o *chaosOps) op(ctx context.Context, txn statedb.ReadTxn, it *item, inBatc
 	defer o.noteOutcome(it.ID, &err)
 	c, what := o.target, map[bool]string{false: "update", true: "delete"}[del]
 	if !del {
-		c.with(func() { c.given(it.ID, o.getStatus(it)) })
+		c.with(func() { c.given(it.ID, o.getStatus(it)); c.checkDriftVerdict(it, o.getStatus(it)) })
 	}
 	f, err := o.start(ctx, it.ID, what, inBatch)
 	switch {
@@ -822,6 +823,7 @@ func (r *chaosRun) startGen(desired map[string]string) {
 						single = nil
 					}
 					opts := append(slices.Clip(r.opts), reconciler.WithDependency(g.deps, dependents), r.setupOption(ops))
+					opts = append(opts, ops.driftOptions()...)
 					if r.priority.fn != nil {
 						opts = append(opts, reconciler.WithPriority(ops.countPriority(r.priority.fn), r.priority.share))
 					}

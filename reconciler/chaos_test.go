@@ -160,6 +160,10 @@ type chaosRun struct {
 	// roundSize, generations, restarts, stops while an update is held, values
 	// written, and steps until the table is initialized (<0 once done).
 	roundSize, gens, restarts, heldStops, values, initIn int
+
+	// WithDriftCheck, and the drifts driftThenRefresh made (chaos_drift_test.go).
+	driftMode chaosDriftMode
+	drifts    map[string]chaosDrift
 }
 
 func runChaos(t *testing.T, cfg chaosConfig, seed uint64) {
@@ -176,6 +180,8 @@ func runChaos(t *testing.T, cfg chaosConfig, seed uint64) {
 	} else {
 		r.recs = []*chaosRec{{target: newChaosTarget(seed, failProb, slowProb), getStatus: (*item).getStatus, setStatus: (*item).setStatus}}
 	}
+	r.drifts = map[string]chaosDrift{}
+	r.setDriftMode(chaosDriftModeOf(seed))
 	r.roundSize = []int{1, 3, 10, 1000, math.MaxInt}[rng.IntN(5)]
 	retryMax, pruneInterval, timeout := 10*time.Millisecond, time.Hour, time.Duration(0) // prunes: the initial one and Prune()
 	if rng.IntN(6) == 0 && failProb < 0.25 {
@@ -225,8 +231,8 @@ func runChaos(t *testing.T, cfg chaosConfig, seed uint64) {
 			rec.target.recheckProb = p
 		}
 	}
-	settings := fmt.Sprintf("fail=%.2f slow=%.2f round=%d retry-max=%s prune=%s manual-prune=%v timeout=%s refresh=%v breaker=%s rechecks=%.2f priority=%s",
-		failProb, slowProb, r.roundSize, retryMax, pruneInterval, r.manualPrune, timeout, r.refresh, breaker, r.recs[0].target.recheckProb, priority)
+	settings := fmt.Sprintf("fail=%.2f slow=%.2f round=%d retry-max=%s prune=%s manual-prune=%v timeout=%s refresh=%v breaker=%s rechecks=%.2f priority=%s drift=%s",
+		failProb, slowProb, r.roundSize, retryMax, pruneInterval, r.manualPrune, timeout, r.refresh, breaker, r.recs[0].target.recheckProb, priority, r.driftMode)
 
 	level := map[bool]slog.Level{false: slog.LevelError + 1, true: slog.LevelDebug}[os.Getenv("CONVERGE_CHAOS_LOG") != ""]
 	r.log = hivetest.Logger(t, hivetest.LogLevel(level)) // panics are logged at Error: quiet by default

@@ -141,6 +141,9 @@ func (r *reconciler[Obj]) settle(ops []op[Obj], now time.Time) (out commitOutcom
 	slices := r.rep.metrics.commit != nil
 	for i := range ops {
 		o := &ops[i]
+		if o.ran {
+			r.driftSettled(o, now) // a repair the drift check asked for counts one
+		}
 		fig.stats.RefreshRepaired += int(o.drift) // counted whatever the outcome
 		if !o.ran {
 			r.requeue(o)

@@ -15,6 +15,7 @@ type infoWriter[Obj any] struct {
 	id      string
 	last    tables.Info        // as last written
 	retries []tables.RetryInfo // write's buffer
+	drift   *driftRows         // WithDriftCheck's drifted objects; nil without
 }
 
 func newInfoWriter[Obj any](w tables.Writer, id string, lc *keyqueue.Queue[Obj]) *infoWriter[Obj] {
@@ -54,6 +55,7 @@ func (w *infoWriter[Obj]) write(info tables.Info, outdated map[string]*keyqueue.
 		}
 		w.retries = append(w.retries, retry)
 	}
+	w.retries = appendDriftRows(w.drift, w.id, w.retries, outdated)
 	if row != nil || len(w.retries) > 0 {
 		w.tables.Write(row, w.retries)
 	}

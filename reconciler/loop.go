@@ -142,6 +142,7 @@ func (l *loop[Obj]) round(ctx context.Context, paused bool) {
 	} else {
 		work = r.collect(txn, now, room) // 1. queued, fresh, retries, deferred
 	}
+	r.driftPrepare(work)
 	finished := l.exec.operate(txn, work)                          // 2. started at the gate; what finished
 	outcome := r.commit(finished, ctx.Err() != nil, r.clock.now()) // 3. statuses written, keys settled
 	r.feed.wrote(outcome.wrote)

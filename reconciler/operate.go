@@ -256,6 +256,7 @@ type target[Obj any] struct {
 	batchOps  BatchOperations[Obj]
 	processor BatchProcessor[Obj] // batchOps, if it implements it; else nil
 	pruner    pruner[Obj]         // ops, or batchOps serving alone; nil if it cannot prune
+	drift     *driftCheck[Obj]    // WithDriftCheck; nil without
 }
 
 // newTarget sorts the operations given to Register, one of which is not
@@ -367,9 +368,13 @@ func (e *runner[Obj]) run(txn statedb.ReadTxn, ops []op[Obj]) {
 				r.gate.entered()
 				return r.target.ops.Delete(ctx, txn, o.Rev, o.Obj)
 			})
+		} else if repair, err := r.checkFirst(opCtx, txn, o); !repair {
+			o.err = err // WithDriftCheck: in sync, drift left, or its error
 		} else {
 			o.err = r.call(opCtx, name, func(ctx context.Context) error {
-				r.gate.entered()
+				if o.checked == notChecked {
+					r.gate.entered()
+				}
 				return r.target.ops.Update(ctx, txn, o.Rev, o.updated)
 			})
 		}
@@ -409,6 +414,9 @@ func (e *runner[Obj]) runBatches(ctx context.Context, txn statedb.ReadTxn, ops [
 			e.deletes = append(e.deletes, BatchEntry[Obj]{Object: o.Obj, Revision: o.Rev, original: o})
 		} else {
 			o.updated = r.objects.clone(o.Obj)
+			if r.target.drift.applies(o) && !e.checkEntry(ctx, txn, o) {
+				continue // WithDriftCheck: it leaves the batch
+			}
 			e.updates = append(e.updates, BatchEntry[Obj]{Object: o.updated, Revision: o.Rev, original: o})
 		}
 	}

@@ -41,6 +41,7 @@ import (
 //	dependencies       none            (WithDependency)
 //	priority           off             (WithPriority; arrival-order share 1/8)
 //	setup step         none            (WithSetup)
+//	drift check        off             (WithDriftCheck; WithDriftReportOnly: detect, not repair)
 type Option func(*options)
 
 // options holds every setting. defaultOptions documents the defaults in one
@@ -85,6 +86,10 @@ type options struct {
 
 	// setup is WithSetup's function; nil: no setup step.
 	setup func(ctx context.Context, txn statedb.ReadTxn) error
+	// driftCheck applies WithDriftCheck to the *reconciler[Obj] it is
+	// given; it refuses one of another object type. nil: no check.
+	driftCheck      func(r any) error
+	driftReportOnly bool
 }
 
 // defaultOptions returns the defaults listed in the doc of [Option]; keep

@@ -190,6 +190,9 @@ func (r *reconciler[Obj]) infoRow(p *pruneSchedule, state tables.State, objects,
 		DriftRepaired:        uint64(t.refreshRepaired + p.repaired),
 		BreakerOpenings:      r.breaker.state().openings,
 	}
+	if r.target.drift != nil {
+		info.DriftDetected = r.target.drift.rows.detected
+	}
 	if p.lastErr != nil {
 		info.LastPruneError = p.lastErr.Error()
 	}

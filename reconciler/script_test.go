@@ -96,6 +96,8 @@ type scriptFlags struct {
 	roundEvery  time.Duration
 	priority    float64
 	setup       bool
+	driftCheck  bool
+	driftReport bool
 }
 
 func parseScriptFlags(args []string) (scriptFlags, error) {
@@ -125,11 +127,14 @@ func parseScriptFlags(args []string) (scriptFlags, error) {
 	fs.DurationVar(&f.roundEvery, "round-every", 0, "WithRoundLimits limiter: one round, then one per this long")
 	fs.Float64Var(&f.priority, "priority-share", -1, "WithPriority(the item's value as a number, SHARE); negative: off")
 	fs.BoolVar(&f.setup, "setup", false, "WithSetup of a reconcilertest.SetupFault (reconciler/setup-fault)")
+	fs.BoolVar(&f.driftCheck, "drift-check", false, "WithDriftCheck: in sync when the target holds the item's value; drift/fail, drift/checks")
+	fs.BoolVar(&f.driftReport, "drift-report-only", false, "WithDriftReportOnly; implies -drift-check")
 	fs.IntVar(&f.held, "held", 0, "N Done items held000... in the table at Register, and in the target, as after an earlier run")
 	if err := fs.Parse(args); err != nil {
 		return f, err
 	}
 	f.batch = f.batch || f.process || f.batchOnly
+	f.driftCheck = f.driftCheck || f.driftReport
 	if f.dependency && f.batch {
 		return f, fmt.Errorf("-dependency does not support -batch")
 	}
@@ -260,6 +265,11 @@ func registerScriptReconcilers(p reconciler.Params, flags scriptFlags, m metrics
 	}
 	if flags.priority >= 0 {
 		extra = append(extra, reconciler.WithPriority(valuePriority, flags.priority))
+	}
+	if flags.driftCheck {
+		d := newScriptDrift(base.Target)
+		maps.Insert(cmds, maps.All(d.commands()))
+		extra = append(extra, d.options(flags.driftReport)...)
 	}
 	if flags.roundSize > 0 || flags.roundEvery > 0 {
 		var lim *rate.Limiter

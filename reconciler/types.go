@@ -275,4 +275,7 @@ type op[Obj any] struct {
 	spared  bool          // a failure while the breaker was open: it counts no attempt (see verdict)
 	recheck time.Duration // an update that succeeded: re-check after this (RecheckAfter)
 	drift   int64         // drift a refresh reported repaired (ReportRepaired; a batch's on its first refresh), for commit to count
+	checked driftVerdict  // what the drift check said (WithDriftCheck); notChecked if it did not run or failed
+	// unapplied: the key's last update failed; report-only repairs drift (see driftPrepare)
+	unapplied bool
 }

@@ -32,6 +32,7 @@ func retriesCmd(reg *Registry) script.Cmd {
 				"",
 				"  KEY: OP attempts=N first-failed=AGE next=NEXT error=MESSAGE",
 				"",
+				"An object that drifted from the target and was left so (reconciler.WithDriftReportOnly) shows as 'KEY: drifted'.",
 				"OP is update or delete, AGE how long ago the object first failed, and NEXT 'in DURATION'; 'running' while an attempt runs; once the time has passed, 'held by breaker' while the reconciler's circuit breaker is open (only its probes start), else 'due': the attempt starts in the round under way, and may already run (the rows are written at the end of each round).",
 				"With a regexp, it waits until a line matches it, for example '^b: .*attempts=[3-9]'; with --absent, until no line does (or, without a regexp, until no object fails).",
 				"The rows are written once per round, so a retry shows up just after the Error status.",
@@ -177,6 +178,9 @@ func (t retryTableSet) reconcilerID(txn statedb.ReadTxn, sub subject) (string, <
 // formatRetry renders a row of the retries table as one line; held says
 // that the reconciler's circuit breaker is open.
 func formatRetry(r *tables.RetryInfo, now time.Time, held bool) string {
+	if r.Drifted && r.Attempts == 0 {
+		return r.Key + ": drifted" // reconciler.WithDriftReportOnly
+	}
 	op := "update"
 	if r.Delete {
 		op = "delete"

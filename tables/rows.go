@@ -75,6 +75,9 @@ type Info struct {
 	// DriftRepaired counts what Prune and refreshed Updates reported
 	// repairing with ReportRepaired.
 	DriftRepaired uint64 `json:"drift-repaired" yaml:"drift-repaired"`
+	// DriftDetected counts the objects that reconciler.WithDriftCheck
+	// found drifted and, with reconciler.WithDriftReportOnly, left so.
+	DriftDetected uint64 `json:"drift-detected,omitempty" yaml:"drift-detected,omitempty"`
 
 	// While the circuit breaker is open (WithCircuitBreaker):
 	// TargetFailingSince is when it opened and TargetError why. The table
@@ -188,7 +191,7 @@ func (i *Info) TableRow() []string {
 }
 
 // RetryInfo is a row of the reconciler-retries table: one failing object of
-// one reconciler, keyed by [RetryKey] ([RetryByKey]) and indexed by
+// one reconciler (or one drifted and left so, see Drifted), keyed by [RetryKey] ([RetryByKey]) and indexed by
 // reconciler ([RetryByReconciler]). A reconciler writes it with
 // [Writer.Write] when the object's failure changes, and removes it when the
 // object succeeds, changes or is deleted. A row is immutable once in the
@@ -208,6 +211,12 @@ type RetryInfo struct {
 	// text updates its At and Attempt rather than adding one. Each text is
 	// cut to 256 bytes and "…". Nil in rows written without it.
 	Errors []ErrorRecord `json:"errors,omitempty" yaml:"errors,omitempty"`
+
+	// Drifted marks the row of an object that is not failing but drifted
+	// from the target and was left so (reconciler.WithDriftReportOnly):
+	// Attempts is zero. The row goes when the object changes, is found in
+	// sync again, or is deleted.
+	Drifted bool `json:"drifted,omitempty" yaml:"drifted,omitempty"`
 }
 
 // ErrorRecord is one error of a failing object's history
@@ -222,7 +231,7 @@ type ErrorRecord struct {
 
 // TableHeader implements statedb.TableWritable, for db/show.
 func (*RetryInfo) TableHeader() []string {
-	return []string{"Reconciler", "Key", "Op", "Attempts", "FirstFailed", "NextAttempt", "LastError", "Errors"}
+	return []string{"Reconciler", "Key", "Op", "Attempts", "FirstFailed", "NextAttempt", "LastError", "Errors", "Drifted"}
 }
 
 // TableRow implements statedb.TableWritable. NextAttempt shows as "in D",
@@ -241,7 +250,11 @@ func (r *RetryInfo) TableRow() []string {
 			next = "in " + d.String()
 		}
 	}
-	return []string{r.Reconciler, r.Key, op, strconv.Itoa(r.Attempts), age(r.FirstFailed), next, r.LastError, errorsCell(r.Errors)}
+	drifted := ""
+	if r.Drifted {
+		drifted, next = "drifted", "" // no attempt runs or waits
+	}
+	return []string{r.Reconciler, r.Key, op, strconv.Itoa(r.Attempts), age(r.FirstFailed), next, r.LastError, errorsCell(r.Errors), drifted}
 }
 
 // errorsCell renders the history of a retries row compactly: how many

@@ -48,7 +48,7 @@ func TestTableRowsReadAsTables(t *testing.T) {
 	retry := &tables.RetryInfo{Reconciler: "m", Key: "k", Attempts: 3, FirstFailed: now.Add(-time.Minute), NextAttempt: now.Add(time.Hour), LastError: "x"}
 	rh, rr := retry.TableHeader(), retry.TableRow()
 	require.Len(t, rr, len(rh))
-	assert.Equal(t, []string{"Reconciler", "Key", "Op", "Attempts", "FirstFailed", "NextAttempt", "LastError", "Errors"}, rh)
+	assert.Equal(t, []string{"Reconciler", "Key", "Op", "Attempts", "FirstFailed", "NextAttempt", "LastError", "Errors", "Drifted"}, rh)
 	assert.Equal(t, []string{"m", "k", "update", "3"}, rr[:4])
 	assert.Regexp(t, `^1m0(\.\d+)?s ago$`, rr[4])
 	assert.Regexp(t, `^in (1h0m0s|59m59(\.\d+)?s)$`, rr[5])
@@ -59,6 +59,10 @@ func TestTableRowsReadAsTables(t *testing.T) {
 	assert.Equal(t, "delete", rr[2])
 	assert.Equal(t, "running", rr[5])
 	assert.False(t, strings.Contains(strings.Join(rr, ""), "\n"))
+	assert.Equal(t, "", rr[7], "not drifted")
+
+	drifted := (&tables.RetryInfo{Reconciler: "m", Key: "k", Drifted: true}).TableRow()
+	assert.Equal(t, []string{"m", "k", "update", "0", "", "", "", "drifted"}, drifted, "no attempt runs or waits")
 }
 
 func TestInfoEncodesDurationsAsStrings(t *testing.T) {

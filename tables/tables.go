@@ -46,8 +46,9 @@ var Cell = cell.Module(
 type Writer interface {
 	// Write stores, in one transaction, info as the row of the reconciler
 	// info.ID unless info is nil (the row did not change), and retries as
-	// the rows of that reconciler's objects whose failures changed: an
-	// entry with zero Attempts removes its object's row. Write keeps info
+	// the rows of that reconciler's objects whose failures (or drift)
+	// changed: an entry with zero Attempts and not Drifted removes its
+	// object's row. Write keeps info
 	// and may modify it (it keeps the LastRefresh that Refreshed wrote);
 	// it does not keep retries.
 	Write(info *Info, retries []RetryInfo)
@@ -127,7 +128,7 @@ func (t *Tables) Write(info *Info, retries []RetryInfo) {
 	}
 	for _, r := range retries {
 		row := &r // a copy: the table keeps it
-		if r.Attempts == 0 {
+		if r.Attempts == 0 && !r.Drifted {
 			t.retries.Delete(wtxn, row)
 		} else {
 			t.retries.Insert(wtxn, row)
