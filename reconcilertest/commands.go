@@ -51,6 +51,7 @@ func ScriptCommands(reg *Registry) map[string]script.Cmd {
 		"reconciler/fault":        faultCmd(reg),
 		"reconciler/save":         saveCmd(reg),
 		"reconciler/put-back":     putBackCmd(reg),
+		"reconciler/configure":    configureCmd(reg),
 	}
 }
 

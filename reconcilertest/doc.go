@@ -75,6 +75,7 @@
 //	reconciler/retries [REGEXP]          print the failing objects (tables.Cell), or wait until one matches (--absent)
 //	reconciler/save KEY...               remember objects as they are, status included (--delete: and take them out)
 //	reconciler/put-back KEY...           insert them again exactly as saved
+//	reconciler/configure                 change settings with Reconciler.Configure (--concurrency, --round-size, --refresh, --prune, --retry=MIN,MAX)
 //
 // The commands find reconcilers in a [Registry] that the code registering
 // them fills with [Add]. They look them up when they run, so the registry
