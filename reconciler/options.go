@@ -39,6 +39,7 @@ import (
 //	start              at once         (WithStartAfter)
 //	dependencies       none            (WithDependency)
 //	priority           off             (WithPriority; arrival-order share 1/8)
+//	while running      as registered   (Reconciler.Configure: concurrency, round limits, refresh, pruning, retry)
 type Option func(*options)
 
 // options holds every setting. defaultOptions documents the defaults in one
