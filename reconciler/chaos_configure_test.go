@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"time"
 
@@ -64,9 +65,17 @@ func (r *chaosRun) configure(rng *rand.Rand) {
 	if len(opts) == 0 {
 		return
 	}
+	later := slices.Clone(opts)
+	for i, w := range words {
+		if w == "prune=0s" {
+			// A new generation must prune once initialized, as the
+			// model checks at the end: it prunes hourly.
+			later[i] = reconciler.WithPruning(time.Hour)
+		}
+	}
 	for i, rc := range r.gen.recs {
 		require.NoError(r.t, rc.Configure(opts...), "%sConfigure", r.recs[i].label())
 	}
-	r.opts = append(r.opts, opts...) // a new generation starts with them
+	r.opts = append(r.opts, later...) // a new generation starts with them
 	r.logf("configure %s", strings.Join(words, " "))
 }
