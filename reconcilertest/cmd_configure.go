@@ -27,8 +27,8 @@ func configureCmd(reg *Registry) script.Cmd {
 			Detail: []string{
 				"The command calls Reconciler.Configure with an option for each flag given, in the order above, and prints them.",
 				"It fails, changing nothing, if Configure refuses them (a value Register would refuse), with the error on stderr.",
-				"Configure does not wait: the settings apply before the reconciler's next round. Wait for what they change,",
-				"for example with reconciler/wait, reconciler/calls, or db/cmp on the reconcilers table (its Workers column).",
+				"Configure does not wait: the settings apply before the reconciler's next round.",
+				"Wait for what they change with reconciler/wait, reconciler/calls, or db/cmp on the reconcilers table (its Workers column).",
 			},
 		},
 		func(s *script.State, args ...string) (script.WaitFunc, error) {
