@@ -69,6 +69,10 @@ func (r *chaosRun) setMany(keys []string, why string) {
 
 func (r *chaosRun) step() {
 	defer r.checkHistory()
+	if rng, ok := r.configureDraw(); ok {
+		r.configure(rng) // settings changed mid-run: see chaos_configure_test.go
+		return
+	}
 	switch p := r.rng.IntN(116); {
 	case p < 28: // insert or update; sometimes the same value, a new Pending
 		k, v := r.key(), r.value()

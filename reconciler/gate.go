@@ -25,6 +25,8 @@ type gate struct {
 	held     atomic.Bool   // paused || stopping: what holds off a prune begun
 	starting atomic.Int64  // starts between enter (or enterPrune) and entered
 	wake     func()        // called on every change, with mu held (workers' broadcast)
+
+	settings *settings // what Configure posts to the jobs, as Pause posts here (see configure.go); set by Register
 }
 
 // enter reports whether an operation may start now; if so the caller calls

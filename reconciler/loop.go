@@ -43,6 +43,7 @@ func (r *reconciler[Obj]) run(ctx context.Context, health cell.Health) error {
 		return fmt.Errorf("reading the changes of table %q: %w", r.objects.table.Name(), err)
 	}
 	r.resetRun(health)
+	r.applySettings() // Configure's, while stopped
 	l := &loop[Obj]{r: r, prune: newPruneSchedule(r), retry: time.NewTimer(time.Hour)}
 	l.retry.Stop()
 	r.gate.setStopping(false)
@@ -75,6 +76,7 @@ func (r *reconciler[Obj]) run(ctx context.Context, health cell.Health) error {
 		case <-watch:
 		case <-retryC:
 		case <-l.exec.finished:
+		case <-r.gate.settings.postedC(): // round reconfigures
 		case <-l.prune.tables.watch:
 			l.prune.tables.watch = nil // check sets it again if need be
 		case <-pruneC:
@@ -112,6 +114,7 @@ func (r *reconciler[Obj]) run(ctx context.Context, health cell.Health) error {
 // round runs the stages once, in order. While paused it collects nothing:
 // it commits what finished and reports.
 func (l *loop[Obj]) round(ctx context.Context, paused bool) {
+	l.reconfigure() // Configure's settings, before anything reads them
 	r := l.r
 	// The round's span is made only if the round did something (collected
 	// or committed), dated from the round's start: most rounds wake for the

@@ -24,22 +24,30 @@ type executor[Obj any] struct {
 	size   int              // inline mode: the round size
 	pool   *workerPool[Obj] // nil in inline mode
 
+	resized resized[Obj] // what a change of size left (see resize)
+
 	// finished is signalled when ops finish outside operate; nil inline.
 	finished <-chan struct{}
 }
 
 func newExecutor[Obj any](ctx context.Context, r *reconciler[Obj]) *executor[Obj] {
+	e := &executor[Obj]{resized: resized[Obj]{ctx: ctx, signal: make(chan struct{}, 1)}}
 	if r.opts.concurrency > 1 {
-		p := newWorkerPool(ctx, r)
-		return &executor[Obj]{pool: p, finished: p.signal}
+		e.pool = newWorkerPool(ctx, r, e.resized.signal)
+		e.finished = e.pool.signal
+		return e
 	}
-	return &executor[Obj]{inline: newRunner(ctx, r), size: r.opts.roundSize}
+	e.inline, e.size = newRunner(ctx, r), r.opts.roundSize
+	return e
 }
 
 // operate runs work, or hands it to the workers, and returns the ops
 // finished: inline, all of work; with workers, what finished since the
 // last call.
 func (e *executor[Obj]) operate(txn statedb.ReadTxn, work []op[Obj]) (finished []op[Obj]) {
+	if e.resized.busy() {
+		return e.operateResized(txn, work)
+	}
 	if e.pool != nil {
 		return e.pool.operate(work)
 	}
@@ -52,24 +60,25 @@ func (e *executor[Obj]) room() int {
 	if e.pool != nil {
 		return e.pool.limit - e.pool.held
 	}
-	return e.size
+	return max(e.size-len(e.resized.left), 0)
 }
 
 // load describes the ops it holds, as of now.
 func (e *executor[Obj]) load(now time.Time) execLoad {
 	if e.pool != nil {
-		return e.pool.load(now)
+		return e.resized.load(e.pool.load(now), now)
 	}
-	return execLoad{}
+	return e.resized.load(execLoad{}, now)
 }
 
 // stop waits for the operations under way to return and gives back every
 // op not yet returned by operate.
 func (e *executor[Obj]) stop() (left []op[Obj]) {
+	left = e.resized.stop()
 	if e.pool != nil {
-		return e.pool.stop()
+		return append(left, e.pool.stop()...)
 	}
-	return nil
+	return left
 }
 
 // execLoad describes what an executor holds.
@@ -89,6 +98,9 @@ type workerPool[Obj any] struct {
 	ctx   context.Context
 	limit int // most ops held at once
 
+	workers   int // goroutines, fixed for the pool's life
+	roundSize int // most ops a batch takes; under mu, as resize changes it
+
 	held int // ops handed over and not yet returned; loop goroutine only
 
 	mu      sync.Mutex
@@ -105,13 +117,15 @@ type workerPool[Obj any] struct {
 	running []atomic.Int64
 }
 
-func newWorkerPool[Obj any](ctx context.Context, r *reconciler[Obj]) *workerPool[Obj] {
+func newWorkerPool[Obj any](ctx context.Context, r *reconciler[Obj], signal chan struct{}) *workerPool[Obj] {
 	p := &workerPool[Obj]{
-		r:       r,
-		ctx:     ctx,
-		limit:   max(r.opts.roundSize, 2*r.opts.concurrency), // concurrency is bounded by validate
-		signal:  make(chan struct{}, 1),
-		running: make([]atomic.Int64, r.opts.concurrency),
+		r:         r,
+		ctx:       ctx,
+		limit:     max(r.opts.roundSize, 2*r.opts.concurrency), // concurrency is bounded by validate
+		workers:   r.opts.concurrency,
+		roundSize: r.opts.roundSize,
+		signal:    signal,
+		running:   make([]atomic.Int64, r.opts.concurrency),
 	}
 	p.cond = sync.NewCond(&p.mu)
 	r.gate.setWake(p.broadcast)
@@ -212,8 +226,7 @@ func (p *workerPool[Obj]) take(buf []op[Obj], running *atomic.Int64) ([]op[Obj],
 	}
 	n := 1
 	if p.r.target.batchOps != nil && p.r.gate.isOpen() { // a probe is one op
-		workers := p.r.opts.concurrency
-		n = min(len(p.queue)/workers+1, len(p.queue), p.r.opts.roundSize)
+		n = min(len(p.queue)/p.workers+1, len(p.queue), p.roundSize)
 	}
 	buf = append(buf[:0], p.queue[:n]...)
 	clear(p.queue[:n])

@@ -42,6 +42,7 @@ import (
 //	priority           off             (WithPriority; arrival-order share 1/8)
 //	setup step         none            (WithSetup)
 //	drift check        off             (WithDriftCheck; WithDriftReportOnly: detect, not repair)
+//	while running      as registered   (Reconciler.Configure: concurrency, round limits, refresh, pruning, retry)
 type Option func(*options)
 
 // options holds every setting. defaultOptions documents the defaults in one

@@ -17,23 +17,35 @@ const refreshBatch = 1000
 
 // refreshLoop periodically marks Done objects whose status is older than the
 // refresh interval as Refreshing, so the reconcile job updates them again.
+// It reads its settings from Configure's (settings.refreshing), not r.opts,
+// and sweeps at once when they change.
 func (r *reconciler[Obj]) refreshLoop(ctx context.Context, health cell.Health) error {
-	if r.opts.refreshInterval <= 0 {
-		// The job runs anyway, so that the health tree has the same
-		// children as the StateDB reconciler's, whose refresh is on by
-		// default: scripts and dashboards read it by job name.
-		health.OK("Refreshing is off")
-		<-ctx.Done()
-		return nil
-	}
 	var last statedb.Revision
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
+		set, changed := r.gate.settings.refreshing()
+		if set.interval <= 0 {
+			// The job runs anyway, so that the health tree has the same
+			// children as the StateDB reconciler's, whose refresh is on by
+			// default: scripts and dashboards read it by job name.
+			// Configure may turn it on.
+			health.OK("Refreshing is off")
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-changed:
+				timer.Reset(0)
+				continue
+			}
+		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-timer.C:
+		case <-changed: // Configure: sweep now, with the new settings
+			timer.Reset(0)
+			continue
 		}
 		if !r.waitWhilePaused(ctx, health) {
 			return nil
@@ -42,7 +54,7 @@ func (r *reconciler[Obj]) refreshLoop(ctx context.Context, health cell.Health) e
 		if r.opts.tracer != nil {
 			sweepCtx, span = r.startSpan(ctx, tracing.Start{Kind: tracing.Refresh})
 		}
-		wait, marked, err := r.refreshSweep(sweepCtx, &last)
+		wait, marked, err := r.refreshSweep(sweepCtx, &last, set)
 		if span != nil {
 			span.End(tracing.End{Err: err, Marked: marked})
 		}
@@ -106,8 +118,8 @@ func (r *reconciler[Obj]) dueRechecks(txn statedb.ReadTxn, now int64) (due []ref
 // visited in the order they were last written, so the walk stops at the
 // first one that is not yet stale. It returns how many it marked, and an
 // error if the limiter's Wait failed for another reason than ctx ending.
-func (r *reconciler[Obj]) refreshSweep(ctx context.Context, last *statedb.Revision) (wait time.Duration, marked int, err error) {
-	interval := r.opts.refreshInterval
+func (r *reconciler[Obj]) refreshSweep(ctx context.Context, last *statedb.Revision, set refreshSettings) (wait time.Duration, marked int, err error) {
+	interval := set.interval
 	wait = interval
 	now := r.clock.now()
 	var batch []refreshCandidate[Obj]
@@ -122,7 +134,7 @@ func (r *reconciler[Obj]) refreshSweep(ctx context.Context, last *statedb.Revisi
 		if st.Kind != status.KindDone {
 			continue
 		}
-		if lim := r.opts.refreshLimiter; lim != nil && !lim.Allow() {
+		if lim := set.limiter; lim != nil && !lim.Allow() {
 			marked += r.markRefreshing(batch)
 			batch = batch[:0]
 			if err := lim.Wait(ctx); err != nil {
@@ -130,7 +142,7 @@ func (r *reconciler[Obj]) refreshSweep(ctx context.Context, last *statedb.Revisi
 				if ctx.Err() != nil {
 					return wait, marked, nil
 				}
-				return min(wait, r.opts.retryMax), marked, fmt.Errorf("refresh limiter: %w", err)
+				return min(wait, set.retryMax), marked, fmt.Errorf("refresh limiter: %w", err)
 			}
 		}
 		batch = append(batch, refreshCandidate[Obj]{obj, rev})

@@ -101,6 +101,7 @@ func Register[Obj any](
 		},
 	}
 
+	r.gate.settings = newSettings(o)
 	if o.breakerFailures > 0 {
 		r.breaker = newBreaker(o.breakerFailures, r.classifier(), o.breakerBackoff, o.retryMax, r.gate, r.logBreaker)
 	}

@@ -59,6 +59,25 @@ type Reconciler[Obj any] interface {
 
 	// Resume undoes Pause. Resuming a running reconciler does nothing.
 	Resume()
+
+	// Configure changes settings of a running (or stopped) reconciler
+	// without a restart: it takes [WithConcurrency], [WithRoundLimits],
+	// [WithRefreshing], [WithPruning], [WithRetry] and [WithRetryJitter],
+	// applied in order over the settings in force (Register's, and those
+	// of earlier calls). Any other option, or a value [Register] would
+	// refuse, makes it return an error wrapping [ErrInvalidConfig] and
+	// change nothing. It does not block on operations: it returns once the
+	// settings are accepted, and they apply before the next round begins
+	// (a round already waiting on the old round limiter waits for it), or
+	// when a stopped reconciler starts. Nothing is lost or done twice:
+	// operations under way finish and their outcomes are committed, work
+	// queued for workers keeps its place in the new executor, a retry
+	// already timed keeps its time (the new backoff applies to failures
+	// from then on), round limits apply from the next round, and new
+	// refresh and prune intervals restart their timers: a refresh sweep
+	// runs at once with the new interval, the next periodic prune comes
+	// one new interval later (a prune already due or asked for still runs).
+	Configure(opts ...Option) error
 }
 
 // Params holds what a reconciler needs from the hive. Take it as a

@@ -52,6 +52,7 @@ func ScriptCommands(reg *Registry) map[string]script.Cmd {
 		"reconciler/save":         saveCmd(reg),
 		"reconciler/put-back":     putBackCmd(reg),
 		"reconciler/setup-fault":  setupFaultCmd(reg),
+		"reconciler/configure":    configureCmd(reg),
 	}
 }
 

@@ -76,6 +76,7 @@
 //	reconciler/save KEY...               remember objects as they are, status included (--delete: and take them out)
 //	reconciler/put-back KEY...           insert them again exactly as saved
 //	reconciler/setup-fault [MODE]        make the setup step (WithSetup, Subject.Setup) fail, clear it, or print its calls
+//	reconciler/configure                 change settings with Reconciler.Configure (--concurrency, --round-size, --refresh, --prune, --retry=MIN,MAX)
 //
 // The commands find reconcilers in a [Registry] that the code registering
 // them fills with [Add]. They look them up when they run, so the registry

@@ -59,10 +59,11 @@ func TestTableRowsReadAsTables(t *testing.T) {
 	assert.Equal(t, "delete", rr[2])
 	assert.Equal(t, "running", rr[5])
 	assert.False(t, strings.Contains(strings.Join(rr, ""), "\n"))
-	assert.Equal(t, "", rr[7], "not drifted")
+	assert.Equal(t, "", rr[7], "no errors kept")
+	assert.Equal(t, "", rr[8], "not drifted")
 
 	drifted := (&tables.RetryInfo{Reconciler: "m", Key: "k", Drifted: true}).TableRow()
-	assert.Equal(t, []string{"m", "k", "update", "0", "", "", "", "drifted"}, drifted, "no attempt runs or waits")
+	assert.Equal(t, []string{"m", "k", "update", "0", "", "", "", "", "drifted"}, drifted, "no attempt runs or waits")
 }
 
 func TestInfoEncodesDurationsAsStrings(t *testing.T) {

@@ -1,0 +1,416 @@
+package reconciler_test
+
+import (
+	"context"
+	"fmt"
+	"iter"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cilium/hive/cell"
+	"github.com/cilium/statedb"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/time/rate"
+
+	"github.com/converge-go/converge/reconciler"
+	"github.com/converge-go/converge/reconcilertest"
+	"github.com/converge-go/converge/status"
+	"github.com/converge-go/converge/tables"
+)
+
+// confops is a target whose updates can be held while they run, counting
+// those in flight (the most at once too), every version applied, and the
+// failed attempts of the objects made to fail.
+type confops struct {
+	tg *reconcilertest.Target[*item]
+
+	mu       sync.Mutex
+	held     bool          // updates started from now on wait for release
+	release  chan struct{} // closed by let
+	changed  chan struct{} // closed and replaced on every start and end
+	inflight int
+	most     int            // the most updates in flight at once since reset
+	applied  map[string]int // "id=value": how often that version was applied
+	fail     map[string]bool
+	attempts map[string]int // failed attempts per id
+	prunes   int
+}
+
+func newConfOps() *confops {
+	return &confops{
+		tg:      reconcilertest.NewTarget(itemKey, itemValue),
+		release: make(chan struct{}), changed: make(chan struct{}),
+		applied: map[string]int{}, fail: map[string]bool{}, attempts: map[string]int{},
+	}
+}
+
+func (o *confops) notify() {
+	close(o.changed)
+	o.changed = make(chan struct{})
+}
+
+// hold makes updates started from now on wait, until let.
+func (o *confops) hold() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.held, o.release = true, make(chan struct{})
+}
+
+// let releases the updates held, and holds no more.
+func (o *confops) let() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.held {
+		o.held = false
+		close(o.release)
+	}
+}
+
+func (o *confops) resetMost() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.most = o.inflight
+}
+
+// wait waits until cond, called with o locked, holds.
+func (o *confops) wait(t testing.TB, what string, cond func(o *confops) bool) {
+	t.Helper()
+	waitUntil(t, what, func() (bool, <-chan struct{}) {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		return cond(o), o.changed
+	})
+}
+
+func (o *confops) Update(ctx context.Context, txn statedb.ReadTxn, rev statedb.Revision, it *item) error {
+	o.mu.Lock()
+	if o.fail[it.ID] {
+		o.attempts[it.ID]++
+		o.notify()
+		o.mu.Unlock()
+		return errKitObject
+	}
+	o.inflight++
+	o.most = max(o.most, o.inflight)
+	o.notify()
+	held, release := o.held, o.release
+	o.mu.Unlock()
+	var err error
+	if held {
+		select {
+		case <-release:
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+	}
+	if err == nil {
+		err = o.tg.Update(ctx, txn, rev, it)
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.inflight--
+	if err == nil {
+		o.applied[it.ID+"="+it.Value]++
+	}
+	o.notify()
+	return err
+}
+
+func (o *confops) Delete(ctx context.Context, txn statedb.ReadTxn, rev statedb.Revision, it *item) error {
+	return o.tg.Delete(ctx, txn, rev, it)
+}
+
+func (o *confops) Prune(ctx context.Context, txn statedb.ReadTxn, objs iter.Seq2[*item, statedb.Revision]) error {
+	o.mu.Lock()
+	o.prunes++
+	o.notify()
+	o.mu.Unlock()
+	return o.tg.Prune(ctx, txn, objs)
+}
+
+// appliedTwice returns the versions applied more than once.
+func (o *confops) appliedTwice() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var twice []string
+	for v, n := range o.applied {
+		if n > 1 {
+			twice = append(twice, fmt.Sprintf("%s (%d times)", v, n))
+		}
+	}
+	return twice
+}
+
+// workersShown waits until the reconcilers table says n workers.
+func (f *fixture) workersShown(n int) {
+	f.t.Helper()
+	f.waitInfo(fmt.Sprintf("Workers=%d", n), func(i *tables.Info) bool { return i.Workers == n })
+}
+
+// Concurrency goes 1 -> 4 -> 1 on a running reconciler: the new workers run
+// four operations at once, the switch back runs the operations in flight to
+// their end and the queued ones inline, nothing is lost or applied twice,
+// and the reconcilers table follows.
+func TestConfigureConcurrency(t *testing.T) {
+	o := newConfOps()
+	f := startFixture(t, o, &with{tables: true}, reconciler.WithConcurrency(1))
+	f.upsert(kititems("0", "warm")...)
+	f.converged(o.tg)
+	f.workersShown(1)
+
+	require.NoError(t, f.rec.Configure(reconciler.WithConcurrency(4)))
+	o.hold()
+	f.upsert(items("a", 8, "1")...)
+	o.wait(t, "4 updates in flight", func(o *confops) bool { return o.inflight == 4 })
+	f.workersShown(4)
+
+	// Four in flight, four queued for the workers: back to inline.
+	require.NoError(t, f.rec.Configure(reconciler.WithConcurrency(1)))
+	f.upsert(items("b", 3, "1")...)
+	// Inline, the loop runs the first queued one itself: it reports once
+	// that returns.
+	o.wait(t, "the first queued one started inline", func(o *confops) bool { return o.inflight == 5 })
+	o.let()
+	f.converged(o.tg)
+	f.workersShown(1)
+	assert.Empty(t, o.appliedTwice())
+
+	o.resetMost()
+	o.hold()
+	f.upsert(items("c", 4, "1")...)
+	o.wait(t, "an update in flight", func(o *confops) bool { return o.inflight == 1 })
+	o.let()
+	f.converged(o.tg)
+	o.mu.Lock()
+	assert.Equal(t, 1, o.most, "inline again: one operation at a time")
+	o.mu.Unlock()
+	assert.Empty(t, o.appliedTwice())
+}
+
+// A pool changing its number of workers (4 -> 2 -> 8) with work in flight
+// and queued loses and repeats nothing.
+func TestConfigureResizePool(t *testing.T) {
+	o := newConfOps()
+	f := startFixture(t, o, &with{tables: true}, reconciler.WithConcurrency(4))
+	o.hold()
+	f.upsert(items("a", 10, "1")...)
+	o.wait(t, "4 in flight", func(o *confops) bool { return o.inflight == 4 })
+	require.NoError(t, f.rec.Configure(reconciler.WithConcurrency(2)))
+	f.workersShown(2)
+	require.NoError(t, f.rec.Configure(reconciler.WithConcurrency(8)))
+	f.upsert(items("b", 10, "1")...)
+	f.workersShown(8)
+	o.wait(t, "8 new workers busy", func(o *confops) bool { return o.inflight >= 8 })
+	o.let()
+	f.converged(o.tg)
+	assert.Empty(t, o.appliedTwice())
+}
+
+// A new round size bounds the batches of the next rounds.
+func TestConfigureRoundSize(t *testing.T) {
+	o := newKitOps()
+	f := startFixture(t, o, &with{batch: o, tables: true})
+	require.NoError(t, f.rec.Configure(reconciler.WithRoundLimits(3, nil)))
+	f.rec.Pause()
+	f.waitHealth(func(_ cell.Level, msg string) bool { return msg == "Paused" })
+	f.upsert(items("a", 20, "1")...)
+	f.rec.Resume()
+	f.converged(o.tg)
+	assert.Equal(t, int64(3), o.maxBatch.Load(), "batches of the new round size")
+
+	o.maxBatch.Store(0)
+	require.NoError(t, f.rec.Configure(reconciler.WithRoundLimits(1000, rate.NewLimiter(rate.Inf, 1))))
+	f.rec.Pause()
+	f.waitHealth(func(_ cell.Level, msg string) bool { return msg == "Paused" })
+	f.upsert(items("b", 20, "1")...)
+	f.rec.Resume()
+	f.converged(o.tg)
+	assert.Equal(t, int64(20), o.maxBatch.Load(), "one batch again")
+}
+
+// A new backoff applies to failures from then on; a retry already timed
+// keeps its time.
+func TestConfigureRetry(t *testing.T) {
+	o := newConfOps()
+	o.fail["early"], o.fail["late"] = true, true
+	f := startFixture(t, o, &with{tables: true}, reconciler.WithRetry(time.Hour, time.Hour))
+	f.upsert(kititems("1", "early")...)
+	o.wait(t, "early failed", func(o *confops) bool { return o.attempts["early"] == 1 })
+	require.NoError(t, f.rec.Configure(reconciler.WithRetry(time.Millisecond, 2*time.Millisecond), reconciler.WithRetryJitter(0)))
+	f.upsert(kititems("1", "late")...)
+	o.wait(t, "late retried on the new backoff", func(o *confops) bool { return o.attempts["late"] >= 4 })
+	o.mu.Lock()
+	assert.Equal(t, 1, o.attempts["early"], "the retry timed before keeps its hour")
+	o.mu.Unlock()
+}
+
+// Refreshing turned on while running marks Done objects again; turned off,
+// the refresh job says so.
+func TestConfigureRefresh(t *testing.T) {
+	o := newConfOps()
+	f := startFixture(t, o, &with{tables: true})
+	f.upsert(kititems("1", "a", "b")...)
+	f.converged(o.tg)
+	f.waitHealth(func(_ cell.Level, msg string) bool { return msg == "Refreshing is off" }, "job-refresh")
+
+	require.NoError(t, f.rec.Configure(reconciler.WithRefreshing(time.Millisecond, nil)))
+	o.wait(t, "a refreshed twice", func(o *confops) bool { return o.applied["a=1"] >= 3 })
+	require.NoError(t, f.rec.Configure(reconciler.WithRefreshing(0, nil)))
+	f.waitHealth(func(_ cell.Level, msg string) bool { return msg == "Refreshing is off" }, "job-refresh")
+}
+
+// Pruning turned on while running prunes every new interval.
+func TestConfigurePruning(t *testing.T) {
+	o := newConfOps()
+	f := startFixture(t, o, &with{tables: true}, reconciler.WithPruning(0))
+	f.upsert(kititems("1", "a")...)
+	f.converged(o.tg)
+	o.mu.Lock()
+	assert.Zero(t, o.prunes)
+	o.mu.Unlock()
+	require.NoError(t, f.rec.Configure(reconciler.WithPruning(time.Millisecond)))
+	o.wait(t, "3 prunes", func(o *confops) bool { return o.prunes >= 3 })
+	require.NoError(t, f.rec.Configure(reconciler.WithPruning(time.Hour)))
+}
+
+// Settings changed while the hive is stopped apply when it starts.
+func TestConfigureStopped(t *testing.T) {
+	o := newConfOps()
+	f := startFixture(t, o, &with{tables: true})
+	f.workersShown(1)
+	f.stop()
+	require.NoError(t, f.rec.Configure(reconciler.WithConcurrency(3)))
+	f.start()
+	f.upsert(kititems("1", "a")...)
+	f.converged(o.tg)
+	f.workersShown(3)
+}
+
+// Options Configure does not take, and values Register would refuse, are
+// refused with ErrInvalidConfig, naming the option, and change nothing, the
+// valid options given with them included.
+func TestConfigureRefused(t *testing.T) {
+	o := newConfOps()
+	f := startFixture(t, o, &with{tables: true}, reconciler.WithConcurrency(2))
+	refused := map[string]reconciler.Option{
+		"WithName":             reconciler.WithName("other"),
+		"WithMetrics":          reconciler.WithMetrics(nil),
+		"WithTracer":           reconciler.WithTracer(nil),
+		"WithMaxAttempts":      reconciler.WithMaxAttempts(3),
+		"WithCircuitBreaker":   reconciler.WithCircuitBreaker(3, time.Second, nil),
+		"WithOperationTimeout": reconciler.WithOperationTimeout(time.Second),
+		"WithoutPanicRecovery": reconciler.WithoutPanicRecovery(),
+		"WithStartAfter":       reconciler.WithStartAfter(0),
+		"nil Option":           nil,
+	}
+	for name, opt := range refused {
+		err := f.rec.Configure(reconciler.WithConcurrency(5), opt)
+		require.ErrorIs(t, err, reconciler.ErrInvalidConfig, name)
+		if opt != nil {
+			assert.Contains(t, err.Error(), name+" cannot be changed")
+		}
+	}
+	invalid := []reconciler.Option{
+		reconciler.WithConcurrency(0),
+		reconciler.WithConcurrency(1 << 17),
+		reconciler.WithRoundLimits(0, nil),
+		reconciler.WithRoundLimits(10, rate.NewLimiter(0, 1)),
+		reconciler.WithRetry(2*time.Second, time.Second),
+		reconciler.WithRetry(0, time.Second),
+		reconciler.WithRetryJitter(1),
+		reconciler.WithPruning(-1),
+		reconciler.WithRefreshing(-1, nil),
+		reconciler.WithRefreshing(time.Second, rate.NewLimiter(1, 0)),
+	}
+	for i, opt := range invalid {
+		err := f.rec.Configure(reconciler.WithConcurrency(5), opt)
+		require.ErrorIs(t, err, reconciler.ErrInvalidConfig, "invalid %d", i)
+	}
+	f.upsert(kititems("1", "a")...)
+	f.converged(o.tg)
+	f.workersShown(2)
+	f.waitHealth(func(_ cell.Level, msg string) bool { return msg == "Refreshing is off" }, "job-refresh")
+
+	// Composed over the settings in force: a maximum below the new minimum
+	// is refused, one above it accepted.
+	require.NoError(t, f.rec.Configure(reconciler.WithRetry(time.Second, 2*time.Second)))
+	require.ErrorIs(t, f.rec.Configure(reconciler.WithRetry(time.Second, time.Millisecond)), reconciler.ErrInvalidConfig)
+}
+
+// A batch-only reconciler without a Prune method cannot have pruning
+// turned on by Configure, as Register refuses it.
+func TestConfigureNoPruner(t *testing.T) {
+	f := startFixture(t, nil, &with{batch: batchOnly{newTarget()}}, reconciler.WithPruning(0))
+	err := f.rec.Configure(reconciler.WithPruning(time.Minute))
+	require.ErrorIs(t, err, reconciler.ErrInvalidConfig)
+	require.NoError(t, f.rec.Configure(reconciler.WithPruning(0), reconciler.WithConcurrency(2)))
+}
+
+// Configure races running rounds: while objects are written, deleted and
+// failing, settings change from another goroutine as fast as it can; every
+// object converges, and no version is applied twice.
+func TestConfigureRace(t *testing.T) {
+	for _, batch := range []bool{false, true} {
+		t.Run(fmt.Sprint("batch=", batch), func(t *testing.T) {
+			o := newKitOps()
+			var w with
+			if batch {
+				w.batch = o
+			}
+			w.tables = true
+			f := startFixture(t, o, &w, reconciler.WithRetry(time.Millisecond, 5*time.Millisecond))
+			var failing sync.Map
+			o.setFail(func(_ reconcilertest.Op, it *item) error {
+				if it != nil {
+					if n, _ := failing.LoadOrStore(it.ID+"="+it.Value, 0); n.(int) < 2 {
+						failing.Store(it.ID+"="+it.Value, n.(int)+1)
+						if it.Value == "fail" {
+							return errKitObject
+						}
+					}
+				}
+				return nil
+			})
+			ctx, cancel := context.WithCancel(context.Background())
+			var wg sync.WaitGroup
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rng := rand.New(rand.NewPCG(1, 2))
+				for ctx.Err() == nil {
+					opts := []reconciler.Option{
+						reconciler.WithConcurrency(1 + rng.IntN(6)),
+						reconciler.WithRoundLimits(1+rng.IntN(20), nil),
+						reconciler.WithRetry(time.Millisecond, time.Duration(1+rng.IntN(5))*time.Millisecond),
+						reconciler.WithRetryJitter(rng.Float64() / 2),
+						reconciler.WithRefreshing(time.Duration(rng.IntN(3))*time.Millisecond, nil),
+						reconciler.WithPruning(time.Duration(rng.IntN(3)) * time.Millisecond),
+					}
+					if err := f.rec.Configure(opts[:1+rng.IntN(len(opts))]...); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}()
+			for round := range 30 {
+				objs := items("r", 20, fmt.Sprint(round))
+				if round%3 == 0 {
+					objs[round%20].Value = "fail"
+				}
+				f.upsert(objs...)
+				if round%5 == 4 {
+					f.remove(fmt.Sprintf("r-%05d", round%20))
+				}
+			}
+			f.reconciledTo(f.table.Revision(f.db.ReadTxn()))
+			cancel()
+			wg.Wait()
+			require.NoError(t, f.rec.Configure(reconciler.WithRefreshing(0, nil), reconciler.WithPruning(0)))
+			f.converged(o.tg)
+			f.waitTable("no object Error", func(txn statedb.ReadTxn) bool { return f.countKind(txn, status.KindError) == 0 })
+		})
+	}
+}
