@@ -256,6 +256,7 @@ type target[Obj any] struct {
 	batchOps  BatchOperations[Obj]
 	processor BatchProcessor[Obj] // batchOps, if it implements it; else nil
 	pruner    pruner[Obj]         // ops, or batchOps serving alone; nil if it cannot prune
+	guard     *pruneGuard[Obj]    // WithPruneGuard's, or nil
 }
 
 // newTarget sorts the operations given to Register, one of which is not

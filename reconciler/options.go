@@ -39,6 +39,7 @@ import (
 //	start              at once         (WithStartAfter)
 //	dependencies       none            (WithDependency)
 //	priority           off             (WithPriority; arrival-order share 1/8)
+//	prune guard        off             (WithPruneGuard)
 type Option func(*options)
 
 // options holds every setting. defaultOptions documents the defaults in one
@@ -80,6 +81,10 @@ type options struct {
 	// it refuses one of another object type. nil: priorities off.
 	priority      func(r any) error
 	priorityShare float64
+
+	// pruneGuard applies WithPruneGuard to the *reconciler[Obj] it is
+	// given, checking its values; nil: no guard.
+	pruneGuard func(r any) error
 }
 
 // defaultOptions returns the defaults listed in the doc of [Option]; keep

@@ -117,6 +117,9 @@ func Register[Obj any](
 	if err := r.applyPriority(); err != nil {
 		return nil, err
 	}
+	if err := r.applyPruneGuard(); err != nil {
+		return nil, err
+	}
 	depJobs, err := registerDependencies(r)
 	if err != nil {
 		return nil, err

@@ -95,6 +95,8 @@ type scriptFlags struct {
 	held        int
 	roundEvery  time.Duration
 	priority    float64
+	guardMax    int
+	guardShare  float64
 }
 
 func parseScriptFlags(args []string) (scriptFlags, error) {
@@ -123,6 +125,8 @@ func parseScriptFlags(args []string) (scriptFlags, error) {
 	fs.BoolVar(&f.eachVariant, "each-variant", false, "run the script in every variant of -workers and -batch too")
 	fs.DurationVar(&f.roundEvery, "round-every", 0, "WithRoundLimits limiter: one round, then one per this long")
 	fs.Float64Var(&f.priority, "priority-share", -1, "WithPriority(the item's value as a number, SHARE); negative: off")
+	fs.IntVar(&f.guardMax, "guard-max", 0, "WithPruneGuard maxRemove, with the Target's PlanPrune (guard on if this or -guard-share is set)")
+	fs.Float64Var(&f.guardShare, "guard-share", 0, "WithPruneGuard maxShare")
 	fs.IntVar(&f.held, "held", 0, "N Done items held000... in the table at Register, and in the target, as after an earlier run")
 	if err := fs.Parse(args); err != nil {
 		return f, err
@@ -251,6 +255,9 @@ func registerScriptReconcilers(p reconciler.Params, flags scriptFlags, m metrics
 	}
 	if flags.priority >= 0 {
 		extra = append(extra, reconciler.WithPriority(valuePriority, flags.priority))
+	}
+	if flags.guardMax != 0 || flags.guardShare != 0 {
+		extra = append(extra, reconciler.WithPruneGuard(flags.guardMax, flags.guardShare, base.Target.PlanPrune))
 	}
 	if flags.roundSize > 0 || flags.roundEvery > 0 {
 		var lim *rate.Limiter

@@ -240,6 +240,9 @@ var infoColumns = []column{
 		if i.LastPruneError != "" {
 			s += ", failed: " + i.LastPruneError
 		}
+		if i.PruneHeld {
+			s += fmt.Sprintf(", held: would remove %d of %d", i.PruneHeldRemove, i.PruneHeldOf)
+		}
 		return s
 	}},
 }
@@ -278,6 +281,10 @@ func (r report) writeText(w io.Writer, now time.Time) error {
 	for _, info := range r.Reconcilers {
 		if info.TargetError != "" {
 			fmt.Fprintf(w, "%s: its circuit breaker is open, only probes start: %s\n", cleanText(info.ID), clip(info.TargetError))
+			continue
+		}
+		if info.PruneHeld {
+			fmt.Fprintf(w, "%s holds a prune that would remove %d of the %d entries of its target: Reconciler.ConfirmPrune runs it, the desired set growing back releases it\n", cleanText(info.ID), info.PruneHeldRemove, info.PruneHeldOf)
 			continue
 		}
 		if info.State == tables.StateDegraded && info.Retrying == 0 && info.LastPruneError == "" {
