@@ -300,6 +300,7 @@ type chaosOps struct {
 	lastApplied         map[string]uint64 // per key, the status identity of its last success
 	priorityReads       map[uint64]int    // per status identity (see countPriority)
 	late                sync.WaitGroup    // asks made after Update returned (see Update)
+	guard               *chaosGuardState  // WithPruneGuard's, or nil (see chaos_guard_test.go)
 }
 
 // countPriority returns fn counting its reads per version: WithPriority
@@ -609,6 +610,7 @@ func (o *chaosOps) Prune(ctx context.Context, txn statedb.ReadTxn, objs iter.Seq
 	partial := f == faultApplyThenError // removes every other key
 	ok = !partial
 	c.with(func() {
+		o.guardCheck(want)
 		n := 0
 		for k := range c.data {
 			if !want[k] {
@@ -819,6 +821,7 @@ func (r *chaosRun) startGen(desired map[string]string) {
 					if r.priority.fn != nil {
 						opts = append(opts, reconciler.WithPriority(ops.countPriority(r.priority.fn), r.priority.share))
 					}
+					opts = append(opts, r.guardOptions(ops)...)
 					if startAfter {
 						opts = append(opts, reconciler.WithStartAfter(time.Millisecond, g.deps))
 					}
