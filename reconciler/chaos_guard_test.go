@@ -63,10 +63,12 @@ func chaosGuard(seed uint64) chaosGuardSetting {
 type chaosGuardState struct {
 	chaosGuardSetting
 	granted bool // the test called ConfirmPrune since the last Prune call
-	// At the last plan: operations running, and calls begun so far. An
-	// operation running then or begun since may change the target
-	// before Prune looks at it, by one entry each.
-	running, calls int
+	// At the last plan: operations running, calls begun and entries the
+	// test added behind the reconciler's back so far. An operation
+	// running then or begun since, and an entry added since, may change
+	// what Prune removes by one each.
+	running, calls, added int
+	strays                int // entries the test added (massPrune)
 }
 
 // guardOptions returns the WithPruneGuard option of the run's setting for
@@ -100,7 +102,7 @@ func (o *chaosOps) planPrune(_ context.Context, _ statedb.ReadTxn, objs iter.Seq
 			}
 		}
 		held = len(c.data)
-		o.guard.running, o.guard.calls = o.running, c.calls
+		o.guard.running, o.guard.calls, o.guard.added = o.running, c.calls, o.guard.strays
 	})
 	return remove, held, err
 }
@@ -121,7 +123,7 @@ func (o *chaosOps) guardCheck(want map[string]bool) {
 			remove++
 		}
 	}
-	slack := g.running + c.calls - g.calls - 1 // the prune's own call is not one
+	slack := g.running + c.calls - g.calls - 1 + g.strays - g.added // the prune's own call is not one
 	granted := g.granted
 	g.granted = false
 	if !granted && g.over(remove-slack, len(c.data)+slack) {
@@ -171,11 +173,14 @@ func (r *chaosRun) massPrune() {
 		}
 	}
 	i := r.rng.IntN(len(r.recs))
-	c := r.recs[i].target // the one asked to prune
+	c, o := r.recs[i].target, r.gen.ops[i] // the one asked to prune
 	c.with(func() {
 		for _, k := range strays {
 			if _, has := c.data[k]; !has {
 				c.data[k] = "stray"
+				if o.guard != nil {
+					o.guard.strays++ // perhaps as a prune planned runs
+				}
 			}
 		}
 		c.notify()

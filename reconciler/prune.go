@@ -110,19 +110,25 @@ func (r *reconciler[Obj]) pruneNow(ctx context.Context, p *pruneSchedule) {
 		p.tables.wait(waiting, watch)
 		return
 	}
-	r.keys.lifecycles.MarkPruned(func(obj Obj) bool {
-		_, _, found := r.objects.lookup(txn, obj)
-		return !found
-	})
-	if rev := r.objects.table.Revision(txn); rev > r.feed.lastRev {
-		r.keys.stales.sawPrune(txn, rev, ident.Last())
-	}
+	cut := ident.Last() // as the snapshot was taken
 	if r.opts.tracer != nil {
 		var round tracing.Span
 		ctx, round = r.startSpan(ctx, tracing.Start{Kind: tracing.Round})
 		defer round.End(tracing.End{})
 	}
 	p.run(ctx, txn)
+	if p.held != nil {
+		return // WithPruneGuard held it: Prune removed nothing, nothing to mark
+	}
+	// Marked once Prune returned, as before it: no operation's outcome is
+	// committed meanwhile (the loop's goroutine commits).
+	r.keys.lifecycles.MarkPruned(func(obj Obj) bool {
+		_, _, found := r.objects.lookup(txn, obj)
+		return !found
+	})
+	if rev := r.objects.table.Revision(txn); rev > r.feed.lastRev {
+		r.keys.stales.sawPrune(txn, rev, cut)
+	}
 }
 
 // run prunes and schedules a retry if it failed.
