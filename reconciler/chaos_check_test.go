@@ -329,19 +329,19 @@ func (r *chaosRun) healAndCheck(settings string) {
 	}
 	for i, rec := range r.recs {
 		ops, pruned := g.ops[i], false
-		r.waitFor(rec.label()+"the initial prune", chaosHealTimeout, func() (problem string) {
+		r.waitFor(rec.label()+"the initial prune", chaosHealTimeout, r.confirming(func() (problem string) {
 			rec.target.with(func() {
 				if pruned = ops.lastPruneOK; ops.prunes == 0 || ops.pruneRunning {
 					problem = fmt.Sprintf("%d prune(s) done, one running: %v", ops.prunes, ops.pruneRunning)
 				}
 			})
 			return problem
-		})
+		}))
 		if !pruned { // faults were on: another, checked by converged
 			g.recs[i].Prune()
 		}
 	}
-	r.waitFor("convergence", chaosHealTimeout, r.converged)
+	r.waitFor("convergence", chaosHealTimeout, r.confirming(r.converged))
 	ctx, cancel := context.WithTimeout(context.Background(), chaosHealTimeout)
 	defer cancel()
 	rev, calls := g.table.Revision(g.db.ReadTxn()), 0
@@ -356,7 +356,7 @@ func (r *chaosRun) healAndCheck(settings string) {
 		}
 		return ""
 	})
-	r.waitFor("convergence after the retries", chaosHealTimeout, r.converged)
+	r.waitFor("convergence after the retries", chaosHealTimeout, r.confirming(r.converged))
 	for _, rec := range r.recs {
 		rec.target.with(func() { calls += rec.target.calls })
 	}

@@ -107,7 +107,7 @@ func (r *chaosRun) step() {
 	case p < 64:
 		[]func(){r.writeBackAfterPrune, func() { r.putBackDone(false) }, r.putBackAfterARestart, r.scenario, r.markThenWrite, r.recheckThenDelete, r.failingStreak, r.driftThenRefresh}[r.rng.IntN(8)]()
 	case p < 68: // aimed at classes issue 46 left unfound
-		[]func(){r.backToTheVersionInFlight, func() { r.putBackDone(true) }}[r.rng.IntN(2)]()
+		[]func(){r.backToTheVersionInFlight, func() { r.putBackDone(true) }, r.massPrune}[r.rng.IntN(3)]()
 	case p < 72:
 		switch i := r.rng.IntN(4); {
 		case i == 0:

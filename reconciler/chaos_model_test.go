@@ -304,6 +304,7 @@ type chaosOps struct {
 	priorityReads       map[uint64]int    // per status identity (see countPriority)
 	late                sync.WaitGroup    // asks made after Update returned (see Update)
 	setupDone           bool              // the setup step succeeded in this run (chaos_setup_test.go)
+	guard               *chaosGuardState  // WithPruneGuard's, or nil (see chaos_guard_test.go)
 }
 
 // countPriority returns fn counting its reads per version: WithPriority
@@ -614,6 +615,7 @@ func (o *chaosOps) Prune(ctx context.Context, txn statedb.ReadTxn, objs iter.Seq
 	partial := f == faultApplyThenError // removes every other key
 	ok = !partial
 	c.with(func() {
+		o.guardCheck(want)
 		n := 0
 		for k := range c.data {
 			if !want[k] {
@@ -827,6 +829,7 @@ func (r *chaosRun) startGen(desired map[string]string) {
 					if r.priority.fn != nil {
 						opts = append(opts, reconciler.WithPriority(ops.countPriority(r.priority.fn), r.priority.share))
 					}
+					opts = append(opts, r.guardOptions(ops)...)
 					if startAfter {
 						opts = append(opts, reconciler.WithStartAfter(time.Millisecond, g.deps))
 					}

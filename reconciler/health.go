@@ -33,6 +33,7 @@ type healthState struct {
 	limiterErr   error  // the round limiter's error
 	gateErr      error  // started before its tables were initialized
 	breakerErr   error  // the circuit breaker is open: the target fails
+	pruneHeld    error  // WithPruneGuard holds a prune
 }
 
 // update reports s, the state after a round, if it changed: "Paused", "OK,
@@ -49,7 +50,7 @@ func (h *healthReporter) update(s healthState, objects func() int, retryErrors f
 		}
 		return tables.StatePaused
 	}
-	if s.failing == 0 && s.pruneErr == nil && s.limiterErr == nil && s.gateErr == nil && s.breakerErr == nil {
+	if s.failing == 0 && s.pruneErr == nil && s.limiterErr == nil && s.gateErr == nil && s.breakerErr == nil && s.pruneHeld == nil {
 		s.objects = objects()
 		if h.sent && h.ok && s.objects == h.last.objects {
 			return tables.StateRunning
@@ -75,6 +76,10 @@ func (h *healthReporter) update(s healthState, objects func() int, retryErrors f
 	if s.pruneErr != nil {
 		what = append(what, "prune failed")
 		errs = append(errs, s.pruneErr)
+	}
+	if s.pruneHeld != nil {
+		what = append(what, "prune held")
+		errs = append(errs, s.pruneHeld)
 	}
 	if s.limiterErr != nil {
 		what = append(what, "round limiter failing")

@@ -155,6 +155,7 @@ func (l *loop[Obj]) round(ctx context.Context, paused bool) {
 	end := r.clock.now()
 	r.report(txn, work, outcome, l.exec.load(end), &l.prune, end, paused) // 4. progress, metrics, tables, health
 	l.reported = true
+	l.prune.roundRead(len(work)) // a held prune is planned again
 	if r.opts.tracer != nil && (len(work) > 0 || outcome.committed > 0 || outcome.failed > 0) {
 		_, span := r.startSpan(ctx, tracing.Start{Kind: tracing.Round, Time: began})
 		span.End(tracing.End{Collected: len(work), Committed: outcome.committed, Failed: outcome.failed})

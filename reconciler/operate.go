@@ -270,6 +270,7 @@ type target[Obj any] struct {
 	processor BatchProcessor[Obj] // batchOps, if it implements it; else nil
 	pruner    pruner[Obj]         // ops, or batchOps serving alone; nil if it cannot prune
 	drift     *driftCheck[Obj]    // WithDriftCheck; nil without
+	guard     *pruneGuard[Obj]    // WithPruneGuard's, or nil
 }
 
 // newTarget sorts the operations given to Register, one of which is not

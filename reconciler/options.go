@@ -43,6 +43,7 @@ import (
 //	setup step         none            (WithSetup)
 //	drift check        off             (WithDriftCheck; WithDriftReportOnly: detect, not repair)
 //	while running      as registered   (Reconciler.Configure: concurrency, round limits, refresh, pruning, retry)
+//	prune guard        off             (WithPruneGuard)
 type Option func(*options)
 
 // options holds every setting. defaultOptions documents the defaults in one
@@ -91,6 +92,9 @@ type options struct {
 	// given; it refuses one of another object type. nil: no check.
 	driftCheck      func(r any) error
 	driftReportOnly bool
+	// pruneGuard applies WithPruneGuard to the *reconciler[Obj] it is
+	// given, checking its values; nil: no guard.
+	pruneGuard func(r any) error
 }
 
 // defaultOptions returns the defaults listed in the doc of [Option]; keep

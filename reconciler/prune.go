@@ -39,6 +39,7 @@ type pruneSchedule struct {
 	last     pruneResult // the last prune's, zero before the first
 	lastErr  error       // the last prune's error, or nil
 	repaired int         // drift repaired by every prune so far
+	held     *pruneHold  // the last prune was held by WithPruneGuard: its plan; else nil
 }
 
 func newPruneSchedule[Obj any](r *reconciler[Obj]) pruneSchedule {
@@ -67,7 +68,7 @@ func newPruneSchedule[Obj any](r *reconciler[Obj]) pruneSchedule {
 // owed reports whether a prune was asked for and not run, or the last one
 // failed (a stop cuts one short with a failure): the run that stops asks
 // for one again, for the next run (see loop.stopped).
-func (s *pruneSchedule) owed() bool { return s.requested || s.lastErr != nil }
+func (s *pruneSchedule) owed() bool { return s.requested || s.lastErr != nil || s.held != nil }
 
 // initialized is told, when initC closes or a prune finds a table made
 // uninitialized again, which tables are not initialized (waiting) and a
@@ -109,26 +110,36 @@ func (r *reconciler[Obj]) pruneNow(ctx context.Context, p *pruneSchedule) {
 		p.tables.wait(waiting, watch)
 		return
 	}
-	r.keys.lifecycles.MarkPruned(func(obj Obj) bool {
-		_, _, found := r.objects.lookup(txn, obj)
-		return !found
-	})
-	if rev := r.objects.table.Revision(txn); rev > r.feed.lastRev {
-		r.keys.stales.sawPrune(txn, rev, ident.Last())
-	}
+	cut := ident.Last() // as the snapshot was taken
 	if r.opts.tracer != nil {
 		var round tracing.Span
 		ctx, round = r.startSpan(ctx, tracing.Start{Kind: tracing.Round})
 		defer round.End(tracing.End{})
 	}
 	p.run(ctx, txn)
+	if p.held != nil {
+		return // WithPruneGuard held it: Prune removed nothing, nothing to mark
+	}
+	// Marked once Prune returned, as before it: no operation's outcome is
+	// committed meanwhile (the loop's goroutine commits).
+	r.keys.lifecycles.MarkPruned(func(obj Obj) bool {
+		_, _, found := r.objects.lookup(txn, obj)
+		return !found
+	})
+	if rev := r.objects.table.Revision(txn); rev > r.feed.lastRev {
+		r.keys.stales.sawPrune(txn, rev, cut)
+	}
 }
 
 // run prunes and schedules a retry if it failed.
 func (s *pruneSchedule) run(ctx context.Context, txn statedb.ReadTxn) {
 	s.requested, s.due = false, false
 	s.retry.Stop()
-	s.last = s.prune(ctx, txn)
+	res := s.prune(ctx, txn)
+	if s.holding(res.held) {
+		return // Prune not called: planned again when due again
+	}
+	s.last = res
 	s.lastErr = s.last.err
 	s.repaired += s.last.repaired
 	if s.lastErr == nil {
@@ -212,6 +223,7 @@ type pruneResult struct {
 	duration time.Duration
 	repaired int // drift Prune reported with ReportRepaired
 	err      error
+	held     *pruneHold // WithPruneGuard held it: Prune was not called
 }
 
 // prune hands the whole desired set to Operations.Prune (or the batch
@@ -227,10 +239,21 @@ func (r *reconciler[Obj]) prune(ctx context.Context, txn statedb.ReadTxn) pruneR
 		ctx, span = r.startSpan(ctx, tracing.Start{Kind: tracing.Prune})
 	}
 	start := time.Now()
+	var hold *pruneHold
 	err := r.call(ctx, "prune", func(ctx context.Context) error {
 		r.gate.entered() // begun with enterPrune
+		var err error
+		if hold, err = r.guardPrune(ctx, txn); hold != nil || err != nil {
+			return err
+		}
 		return r.target.pruner.Prune(ctx, txn, r.objects.table.All(txn))
 	})
+	if hold != nil {
+		if span != nil {
+			span.End(tracing.End{})
+		}
+		return pruneResult{held: hold}
+	}
 	res := pruneResult{at: start, duration: time.Since(start), repaired: int(reports.drift.Swap(0))}
 	if span != nil {
 		span.End(tracing.End{Outcome: outcome(err, r.opts.operationTimeout), Err: err, Repaired: res.repaired})

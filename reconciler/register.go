@@ -121,6 +121,9 @@ func Register[Obj any](
 	if err := r.applyDriftCheck(); err != nil {
 		return nil, err
 	}
+	if err := r.applyPruneGuard(); err != nil {
+		return nil, err
+	}
 	depJobs, err := registerDependencies(r)
 	if err != nil {
 		return nil, err

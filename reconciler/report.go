@@ -71,6 +71,7 @@ func (r *reconciler[Obj]) report(txn statedb.ReadTxn, work []op[Obj], c commitOu
 		pruneErr:     p.lastErr,
 		limiterErr:   r.rep.limiterErr,
 		breakerErr:   breaker.err,
+		pruneHeld:    p.heldErr(),
 	}, func() int { return r.objects.table.NumObjects(txn) }, lc.Errors)
 
 	if r.rep.info != nil {
@@ -107,6 +108,7 @@ func (r *reconciler[Obj]) reportPrune(p *pruneSchedule) {
 		pruneErr:     p.lastErr,
 		limiterErr:   r.rep.limiterErr,
 		breakerErr:   breakerErr,
+		pruneHeld:    p.heldErr(),
 	}, func() int { return r.objects.table.NumObjects(r.db.ReadTxn()) }, lc.Errors)
 	if r.rep.info != nil {
 		row := r.rep.info.last
@@ -115,6 +117,7 @@ func (r *reconciler[Obj]) reportPrune(p *pruneSchedule) {
 		if p.lastErr != nil {
 			row.LastPruneError = p.lastErr.Error()
 		}
+		p.heldInfo(&row)
 		r.rep.info.write(row, nil)
 	}
 }
@@ -196,5 +199,6 @@ func (r *reconciler[Obj]) infoRow(p *pruneSchedule, state tables.State, objects,
 	if p.lastErr != nil {
 		info.LastPruneError = p.lastErr.Error()
 	}
+	p.heldInfo(&info)
 	return info
 }

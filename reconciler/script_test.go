@@ -98,6 +98,8 @@ type scriptFlags struct {
 	setup       bool
 	driftCheck  bool
 	driftReport bool
+	guardMax    int
+	guardShare  float64
 }
 
 func parseScriptFlags(args []string) (scriptFlags, error) {
@@ -129,6 +131,8 @@ func parseScriptFlags(args []string) (scriptFlags, error) {
 	fs.BoolVar(&f.setup, "setup", false, "WithSetup of a reconcilertest.SetupFault (reconciler/setup-fault)")
 	fs.BoolVar(&f.driftCheck, "drift-check", false, "WithDriftCheck: in sync when the target holds the item's value; drift/fail, drift/checks")
 	fs.BoolVar(&f.driftReport, "drift-report-only", false, "WithDriftReportOnly; implies -drift-check")
+	fs.IntVar(&f.guardMax, "guard-max", 0, "WithPruneGuard maxRemove, with the Target's PlanPrune (guard on if this or -guard-share is set)")
+	fs.Float64Var(&f.guardShare, "guard-share", 0, "WithPruneGuard maxShare")
 	fs.IntVar(&f.held, "held", 0, "N Done items held000... in the table at Register, and in the target, as after an earlier run")
 	if err := fs.Parse(args); err != nil {
 		return f, err
@@ -270,6 +274,9 @@ func registerScriptReconcilers(p reconciler.Params, flags scriptFlags, m metrics
 		d := newScriptDrift(base.Target)
 		maps.Insert(cmds, maps.All(d.commands()))
 		extra = append(extra, d.options(flags.driftReport)...)
+	}
+	if flags.guardMax != 0 || flags.guardShare != 0 {
+		extra = append(extra, reconciler.WithPruneGuard(flags.guardMax, flags.guardShare, base.Target.PlanPrune))
 	}
 	if flags.roundSize > 0 || flags.roundEvery > 0 {
 		var lim *rate.Limiter

@@ -78,6 +78,14 @@ type Reconciler[Obj any] interface {
 	// runs at once with the new interval, the next periodic prune comes
 	// one new interval later (a prune already due or asked for still runs).
 	Configure(opts ...Option) error
+
+	// ConfirmPrune lets a held prune run once (see [WithPruneGuard]),
+	// whatever the guard's bounds, as soon as possible: the prune is
+	// planned again and Prune called even if the plan is over them. The
+	// prune after it is guarded again, even if the confirmed one failed.
+	// Without a held prune it does nothing: it does not approve prunes to
+	// come. It never blocks.
+	ConfirmPrune()
 }
 
 // Params holds what a reconciler needs from the hive. Take it as a

@@ -34,7 +34,7 @@ const pollInterval = 10 * time.Millisecond
 // reconciler/metrics, which poll because cell.SimpleHealth and expvar have
 // no change notification.
 func ScriptCommands(reg *Registry) map[string]script.Cmd {
-	return map[string]script.Cmd{
+	cmds := map[string]script.Cmd{
 		"reconciler/wait":         waitCmd(reg),
 		"reconciler/wait-object":  waitObjectCmd(reg),
 		"reconciler/status":       statusCmd(reg),
@@ -54,6 +54,8 @@ func ScriptCommands(reg *Registry) map[string]script.Cmd {
 		"reconciler/setup-fault":  setupFaultCmd(reg),
 		"reconciler/configure":    configureCmd(reg),
 	}
+	cmds["reconciler/prune-confirm"] = pruneConfirmCmd(reg)
+	return cmds
 }
 
 // nameFlag adds --name, which every command has.

@@ -62,6 +62,7 @@
 //	reconciler/wait-object KEY           wait with reconciler.WaitForObject until it is Done; fails if deleted, at Error (--stop-on-error)
 //	reconciler/status KEY [REGEXP]       print an object's status, or wait until it matches (--kind)
 //	reconciler/prune                     ask for a prune and wait until one ran; fails if it failed
+//	reconciler/prune-confirm             confirm a prune held by WithPruneGuard and wait until it ran (--no-wait)
 //	reconciler/pause                     pause the reconciler and wait until its health says Paused (--no-wait)
 //	reconciler/resume                    resume it and wait until its health no longer says Paused (--no-wait)
 //	reconciler/health [REGEXP]           print the reconcile job's health, or wait until it matches (--level)

@@ -93,6 +93,12 @@ type Info struct {
 	// State column. Both are zero once setup succeeded.
 	SetupAttempts int    `json:"setup-attempts,omitempty" yaml:"setup-attempts,omitempty"`
 	SetupError    string `json:"setup-error,omitempty" yaml:"setup-error,omitempty"`
+	// While a prune is held by reconciler.WithPruneGuard: PruneHeld is
+	// set, and PruneHeldRemove of PruneHeldOf is what it would remove of
+	// what the target holds. The table shows them in the LastPrune column.
+	PruneHeld       bool `json:"prune-held,omitempty" yaml:"prune-held,omitempty"`
+	PruneHeldRemove int  `json:"prune-held-remove,omitempty" yaml:"prune-held-remove,omitempty"`
+	PruneHeldOf     int  `json:"prune-held-of,omitempty" yaml:"prune-held-of,omitempty"`
 }
 
 // infoEncoding is Info as encoded: durations as Go duration strings, like
@@ -173,6 +179,9 @@ func (i *Info) TableRow() []string {
 	prune := age(i.LastPrune)
 	if i.LastPruneError != "" {
 		prune += ": " + i.LastPruneError
+	}
+	if i.PruneHeld {
+		prune += fmt.Sprintf(", held: would remove %d of %d", i.PruneHeldRemove, i.PruneHeldOf)
 	}
 	state := string(i.State)
 	if !i.TargetFailingSince.IsZero() {

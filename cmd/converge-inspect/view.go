@@ -240,6 +240,9 @@ var infoColumns = []column{
 		if i.LastPruneError != "" {
 			s += ", failed: " + i.LastPruneError
 		}
+		if i.PruneHeld {
+			s += fmt.Sprintf(", held: would remove %d of %d", i.PruneHeldRemove, i.PruneHeldOf)
+		}
 		return s
 	}},
 }
@@ -282,6 +285,10 @@ func (r report) writeText(w io.Writer, now time.Time) error {
 		}
 		if info.SetupError != "" {
 			fmt.Fprintf(w, "%s is setting up: its setup step failed %d time(s), no operation starts until it succeeds: %s\n", cleanText(info.ID), info.SetupAttempts, clip(info.SetupError))
+			continue
+		}
+		if info.PruneHeld {
+			fmt.Fprintf(w, "%s holds a prune that would remove %d of the %d entries of its target: Reconciler.ConfirmPrune runs it, the desired set growing back releases it\n", cleanText(info.ID), info.PruneHeldRemove, info.PruneHeldOf)
 			continue
 		}
 		if info.State == tables.StateDegraded && info.Retrying == 0 && info.LastPruneError == "" {
