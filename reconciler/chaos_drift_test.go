@@ -85,6 +85,7 @@ func (o *chaosOps) driftOptions() []reconciler.Option {
 // with the dependency it has now. It fails in an outage, and now and then
 // until the faults heal.
 func (o *chaosOps) driftCheck(ctx context.Context, txn statedb.ReadTxn, _ statedb.Revision, it *item) (inSync bool, err error) {
+	defer o.noteCheck(it.ID, &inSync, &err)
 	c := o.target
 	dep := ""
 	if d, _, found := o.deps.Get(txn, chaosDepID.Query(depOf(it.ID))); found {

@@ -32,7 +32,25 @@ type historyLog struct {
 // panic it is unwinding with, which goes on), for checkHistory. It must be
 // deferred by the operation itself.
 func (o *chaosOps) noteOutcome(key string, errp *error) {
-	p := recover()
+	o.note(key, recover(), errp, true)
+}
+
+// noteCheck records the outcome of a drift check of key as noteOutcome
+// does an operation's: an error (or a panic) as a failure, in sync as a
+// success (the object is written Done). A drifted verdict is no outcome:
+// an Update may follow, which notes its own; in report-only mode the
+// object is written Done unrecorded, which leaves the log only less strict.
+// It must be deferred by the check itself.
+func (o *chaosOps) noteCheck(key string, inSync *bool, errp *error) {
+	o.note(key, recover(), errp, *inSync)
+}
+
+// note records p, *errp, or a success if success is set, and goes on
+// panicking with p.
+func (o *chaosOps) note(key string, p any, errp *error, success bool) {
+	if p == nil && *errp == nil && !success {
+		return
+	}
 	o.target.with(func() {
 		c := o.target
 		if c.hist == nil {
@@ -98,6 +116,8 @@ func (r *chaosRun) checkHistory() {
 func historyProblem(row *tables.RetryInfo, log *historyLog, ops bool) string {
 	h := row.Errors
 	switch {
+	case row.Drifted && row.Attempts == 0 && len(h) == 0:
+		return "" // drifted and left (WithDriftReportOnly): not failing
 	case len(h) == 0:
 		return "a failing object without a history"
 	case len(h) > 4:
