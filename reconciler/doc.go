@@ -154,6 +154,16 @@
 // everything back and let it go; [WithStartAfter] waits for tables to be
 // initialized; [WaitForObject] waits for one object.
 //
+// # Knowing the target
+//
+// [WithSetup] runs a step before the first operation of each start (to
+// read what the target holds); [WithDriftCheck] has refreshes look before
+// they rewrite, and [WithDriftReportOnly] only look; [WithPruneGuard] holds
+// a prune that would remove too much until [Reconciler.ConfirmPrune];
+// [Reconciler.Configure] changes settings while running. Each failing
+// object's last errors are in its row of the retries table
+// (tables.RetryInfo.Errors).
+//
 // # Lifecycle
 //
 // The reconciler runs as jobs of the [job.Group] in [Params]: "reconcile",
