@@ -3,8 +3,6 @@ package reconciler
 import (
 	"context"
 	"fmt"
-	"reflect"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -19,19 +17,10 @@ func (r *reconciler[Obj]) Configure(opts ...Option) error {
 	return r.gate.settings.configure(r.target.pruner != nil, opts)
 }
 
-// configurable lists the options Configure accepts, in the order its errors
-// name them, and the fields of options they set: only those may change.
-var configurable = []struct {
-	option string
-	fields []string
-}{
-	{"WithConcurrency", []string{"concurrency"}},
-	{"WithRoundLimits", []string{"roundSize", "roundLimiter"}},
-	{"WithRefreshing", []string{"refreshInterval", "refreshLimiter"}},
-	{"WithPruning", []string{"pruneInterval"}},
-	{"WithRetry", []string{"retryMin", "retryMax"}},
-	{"WithRetryJitter", []string{"retryJitter"}},
-}
+// configurable lists, in the order its errors name them, the options
+// Configure accepts: those setting what the reconcile job and the refresh
+// job read between rounds (see applySettings).
+var configurable = []string{"WithConcurrency", "WithRoundLimits", "WithRefreshing", "WithPruning", "WithRetry", "WithRetryJitter"}
 
 // settings is what Configure changes: the options as Register took them
 // with every accepted Configure applied (latest), those the reconcile job
@@ -78,7 +67,7 @@ func (s *settings) configure(canPrune bool, opts []Option) error {
 	defer s.mu.Unlock()
 	o := s.latest
 	for i, opt := range opts {
-		if err := checkConfigurable(o, opt); err != nil {
+		if err := checkConfigurable(opt); err != nil {
 			return fmt.Errorf("reconciler.Configure: option %d: %w", i, err)
 		}
 		opt(&o)
@@ -139,125 +128,19 @@ func (s *settings) refreshing() (refreshSettings, <-chan struct{}) {
 	return s.refresh, s.refreshed
 }
 
-// checkConfigurable returns an error naming opt if it is nil or sets
-// anything but what the options Configure accepts set: it is applied to a
-// copy of o and to zero options, and each field compared (so that an option
-// setting a field to the value it has is seen too), and an option made by
-// another With constructor is refused by its name even if it changes
-// nothing.
-func checkConfigurable(o options, opt Option) error {
+// checkConfigurable returns an error naming opt if it is nil or made by a
+// constructor Configure does not accept.
+func checkConfigurable(opt Option) error {
 	if opt == nil {
 		return fmt.Errorf("nil Option: %w", ErrInvalidConfig)
 	}
-	name := optionName(opt)
-	after, zero := o, options{}
-	opt(&after)
-	opt(&zero)
-	field := changedField(reflect.ValueOf(o), reflect.ValueOf(after))
-	if field == "" {
-		field = changedField(reflect.ValueOf(options{}), reflect.ValueOf(zero))
-	}
-	known := slices.IndexFunc(configurable, func(c struct {
-		option string
-		fields []string
-	}) bool {
-		return c.option == name
-	}) >= 0
-	if field == "" && (known || !strings.HasPrefix(name, "With")) {
+	var o options
+	opt(&o)
+	if slices.Contains(configurable, o.by) {
 		return nil
 	}
-	if name == "" {
-		name = "an Option"
-	}
-	names := make([]string, len(configurable))
-	for i, c := range configurable {
-		names[i] = c.option
-	}
-	what := ""
-	if field != "" {
-		what = " (it sets " + field + ")"
-	}
-	return fmt.Errorf("%s cannot be changed on a registered reconciler%s; Configure takes %s: %w",
-		name, what, strings.Join(names, ", "), ErrInvalidConfig)
-}
-
-// changedField returns the name of the first field of the options a and b
-// that differs, other than those Configure may change, or "".
-func changedField(a, b reflect.Value) string {
-	t := a.Type()
-fields:
-	for i := range t.NumField() {
-		name := t.Field(i).Name
-		for _, c := range configurable {
-			if slices.Contains(c.fields, name) {
-				continue fields
-			}
-		}
-		if differs(a.Field(i), b.Field(i)) {
-			return name
-		}
-	}
-	return ""
-}
-
-// differs reports whether a and b, of one type, hold different values: for
-// functions, slices, maps, channels and pointers, whether they refer to
-// different things. It reads unexported fields without Interface.
-func differs(a, b reflect.Value) bool {
-	switch a.Kind() {
-	case reflect.Bool:
-		return a.Bool() != b.Bool()
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-		return a.Int() != b.Int()
-	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
-		return a.Uint() != b.Uint()
-	case reflect.Float32, reflect.Float64:
-		return a.Float() != b.Float()
-	case reflect.String:
-		return a.String() != b.String()
-	case reflect.Func, reflect.Pointer, reflect.Map, reflect.Chan, reflect.UnsafePointer:
-		return a.IsNil() != b.IsNil() || a.Pointer() != b.Pointer()
-	case reflect.Slice:
-		return a.IsNil() != b.IsNil() || a.Len() != b.Len() || (a.Len() > 0 && a.Pointer() != b.Pointer())
-	case reflect.Interface:
-		if a.IsNil() || b.IsNil() {
-			return a.IsNil() != b.IsNil()
-		}
-		return a.Elem().Type() != b.Elem().Type() || differs(a.Elem(), b.Elem())
-	case reflect.Struct:
-		for i := range a.NumField() {
-			if differs(a.Field(i), b.Field(i)) {
-				return true
-			}
-		}
-		return false
-	case reflect.Array:
-		for i := range a.Len() {
-			if differs(a.Index(i), b.Index(i)) {
-				return true
-			}
-		}
-		return false
-	}
-	return true // a kind not listed: take it for changed
-}
-
-// optionName returns the name of the constructor that made opt (WithName
-// for WithName("x")), read from its closure's name, whatever inlined it:
-// "pkg.WithName.func1" or "pkg.caller.WithName.func2". It is "" for a
-// function of another kind.
-func optionName(opt Option) string {
-	f := runtime.FuncForPC(reflect.ValueOf(opt).Pointer())
-	if f == nil {
-		return ""
-	}
-	parts := strings.Split(f.Name(), ".")
-	if n := len(parts); n >= 2 && strings.HasPrefix(parts[n-1], "func") {
-		if c := parts[n-2]; strings.HasPrefix(c, "With") {
-			return c
-		}
-	}
-	return ""
+	return fmt.Errorf("%s cannot be changed on a registered reconciler; Configure takes %s: %w",
+		o.by, strings.Join(configurable, ", "), ErrInvalidConfig)
 }
 
 // applySettings takes the options Configure accepted since the last call,

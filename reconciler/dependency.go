@@ -43,6 +43,7 @@ import (
 // option with ErrInvalidConfig otherwise, or if table or mapper is nil.
 func WithDependency[Obj, Dep any](table statedb.Table[Dep], mapper func(dep Dep, deleted bool) []statedb.Query[Obj]) Option {
 	return func(o *options) {
+		o.by = "WithDependency"
 		d := &dependency[Obj, Dep]{table: table, mapper: mapper}
 		o.dependencies = append(o.dependencies, func(r any) (job.Job, error) {
 			rr, ok := r.(*reconciler[Obj])

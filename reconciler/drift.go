@@ -48,6 +48,7 @@ import (
 // option with [ErrInvalidConfig] otherwise, or if check is nil.
 func WithDriftCheck[Obj any](check func(ctx context.Context, txn statedb.ReadTxn, revision statedb.Revision, obj Obj) (inSync bool, err error)) Option {
 	return func(o *options) {
+		o.by = "WithDriftCheck"
 		o.driftCheck = func(r any) error {
 			rr, ok := r.(*reconciler[Obj])
 			switch {
@@ -67,7 +68,10 @@ func WithDriftCheck[Obj any](check func(ctx context.Context, txn statedb.ReadTxn
 // called for it). It needs WithDriftCheck; Register refuses it with
 // [ErrInvalidConfig] without. Off by default: drift found is repaired.
 func WithDriftReportOnly() Option {
-	return func(o *options) { o.driftReportOnly = true }
+	return func(o *options) {
+		o.by = "WithDriftReportOnly"
+		o.driftReportOnly = true
+	}
 }
 
 // applyDriftCheck applies WithDriftCheck, if given, once the reconciler is

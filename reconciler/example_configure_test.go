@@ -74,6 +74,6 @@ func Example_configure() {
 	// Output:
 	// configured: <nil>
 	// applied: 3
-	// true reconciler.Configure: option 1: WithName cannot be changed on a registered reconciler (it sets name); Configure takes WithConcurrency, WithRoundLimits, WithRefreshing, WithPruning, WithRetry, WithRetryJitter: invalid reconciler configuration
+	// true reconciler.Configure: option 1: WithName cannot be changed on a registered reconciler; Configure takes WithConcurrency, WithRoundLimits, WithRefreshing, WithPruning, WithRetry, WithRetryJitter: invalid reconciler configuration
 	// true
 }

@@ -49,6 +49,10 @@ type Option func(*options)
 // options holds every setting. defaultOptions documents the defaults in one
 // place; the With* docs refer to it.
 type options struct {
+	// by is the With constructor of the option applied last, which each
+	// sets first: what Configure checks an option against.
+	by string
+
 	name    string
 	metrics metrics.Metrics
 	tracer  tracing.Tracer
@@ -178,7 +182,10 @@ func checkLimiter(which string, lim *rate.Limiter) error {
 // table joins the ID and an object's key with a space); Register refuses
 // one with [ErrInvalidConfig].
 func WithName(name string) Option {
-	return func(o *options) { o.name = name }
+	return func(o *options) {
+		o.by = "WithName"
+		o.name = name
+	}
 }
 
 // WithMetrics sets where figures are reported, overriding
@@ -187,7 +194,10 @@ func WithName(name string) Option {
 // [metrics.RoundMetrics], [metrics.CommitMetrics], [metrics.PruneMetrics]
 // and [metrics.RefreshMetrics].
 func WithMetrics(m metrics.Metrics) Option {
-	return func(o *options) { o.metrics = m }
+	return func(o *options) {
+		o.by = "WithMetrics"
+		o.metrics = m
+	}
 }
 
 // WithMaxAttempts gives up on an update after n failed attempts: the n-th
@@ -202,7 +212,10 @@ func WithMetrics(m metrics.Metrics) Option {
 // failures that open it count (see docs/control.md for a target that
 // flaps). Zero, the default, retries for ever; a negative n is refused.
 func WithMaxAttempts(n int) Option {
-	return func(o *options) { o.maxAttempts = n }
+	return func(o *options) {
+		o.by = "WithMaxAttempts"
+		o.maxAttempts = n
+	}
 }
 
 // WithCircuitBreaker stops calling a target that fails as a whole (a full
@@ -241,6 +254,7 @@ func WithMaxAttempts(n int) Option {
 // refused.
 func WithCircuitBreaker(failures int, probeBackoff time.Duration, isTargetError func(error) bool) Option {
 	return func(o *options) {
+		o.by = "WithCircuitBreaker"
 		o.breakerFailures = failures
 		o.breakerBackoff = probeBackoff
 		o.breakerIsTarget = isTargetError
@@ -253,7 +267,10 @@ func WithCircuitBreaker(failures int, probeBackoff time.Duration, isTargetError 
 // children. A nil t turns tracing off, the default: then nothing is traced
 // and nothing allocated for it.
 func WithTracer(t tracing.Tracer) Option {
-	return func(o *options) { o.tracer = t }
+	return func(o *options) {
+		o.by = "WithTracer"
+		o.tracer = t
+	}
 }
 
 // WithPruning prunes every interval, once the table is initialized. Pruning
@@ -271,7 +288,10 @@ func WithTracer(t tracing.Tracer) Option {
 // table is initialized included; [Reconciler.Prune] still prunes on
 // request.
 func WithPruning(interval time.Duration) Option {
-	return func(o *options) { o.pruneInterval = interval }
+	return func(o *options) {
+		o.by = "WithPruning"
+		o.pruneInterval = interval
+	}
 }
 
 // WithRefreshing marks Done objects whose status is older than interval as
@@ -282,6 +302,7 @@ func WithPruning(interval time.Duration) Option {
 // zero keeps it off.
 func WithRefreshing(interval time.Duration, limiter *rate.Limiter) Option {
 	return func(o *options) {
+		o.by = "WithRefreshing"
 		o.refreshInterval = interval
 		o.refreshLimiter = limiter
 	}
@@ -293,6 +314,7 @@ func WithRefreshing(interval time.Duration, limiter *rate.Limiter) Option {
 // 100ms and 1m.
 func WithRetry(minBackoff, maxBackoff time.Duration) Option {
 	return func(o *options) {
+		o.by = "WithRetry"
 		o.retryMin = minBackoff
 		o.retryMax = maxBackoff
 	}
@@ -303,7 +325,10 @@ func WithRetry(minBackoff, maxBackoff time.Duration) Option {
 // in [0, 1); the default is 0.1. The backoff therefore stays within
 // [min, max] × (1 ± fraction).
 func WithRetryJitter(fraction float64) Option {
-	return func(o *options) { o.retryJitter = fraction }
+	return func(o *options) {
+		o.by = "WithRetryJitter"
+		o.retryJitter = fraction
+	}
 }
 
 // WithRoundLimits bounds a round, the unit in which changes are read,
@@ -315,6 +340,7 @@ func WithRetryJitter(fraction float64) Option {
 // reconciler runs, is bypassed and reported in health until it works again.
 func WithRoundLimits(numObjects int, limiter *rate.Limiter) Option {
 	return func(o *options) {
+		o.by = "WithRoundLimits"
 		o.roundSize = numObjects
 		o.roundLimiter = limiter
 	}
@@ -339,7 +365,10 @@ const maxConcurrency = 1 << 16
 // waits for them to return: an operation that ignores its context holds up
 // the stop until it returns by itself.
 func WithConcurrency(n int) Option {
-	return func(o *options) { o.concurrency = n }
+	return func(o *options) {
+		o.by = "WithConcurrency"
+		o.concurrency = n
+	}
 }
 
 // WithOperationTimeout ends each Update, Delete, batch or Prune call's
@@ -350,14 +379,20 @@ func WithConcurrency(n int) Option {
 // be applied twice (operations must be idempotent anyway). The default,
 // zero, sets no timeout.
 func WithOperationTimeout(d time.Duration) Option {
-	return func(o *options) { o.operationTimeout = d }
+	return func(o *options) {
+		o.by = "WithOperationTimeout"
+		o.operationTimeout = d
+	}
 }
 
 // WithoutPanicRecovery lets panics in operations crash the program, for
 // debugging. By default a panic is recovered, logged with its stack, and
 // recorded as an error wrapping [ErrPanic] on the objects concerned.
 func WithoutPanicRecovery() Option {
-	return func(o *options) { o.recoverPanics = false }
+	return func(o *options) {
+		o.by = "WithoutPanicRecovery"
+		o.recoverPanics = false
+	}
 }
 
 // WithStartAfter holds back every operation until the reconciled table and
@@ -375,6 +410,7 @@ func WithoutPanicRecovery() Option {
 // as they are written, even while the table is still being filled.
 func WithStartAfter(timeout time.Duration, tables ...statedb.TableMeta) Option {
 	return func(o *options) {
+		o.by = "WithStartAfter"
 		o.startAfter = true
 		o.startTimeout = timeout
 		o.startTables = tables

@@ -53,6 +53,7 @@ const defaultPriorityShare = 1.0 / 8
 // [0, 1].
 func WithPriority[Obj any](priority func(Obj) int, share float64) Option {
 	return func(o *options) {
+		o.by = "WithPriority"
 		o.priorityShare = share
 		o.priority = func(r any) error {
 			rr, ok := r.(*reconciler[Obj])

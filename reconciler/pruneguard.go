@@ -40,6 +40,7 @@ import (
 func WithPruneGuard[Obj any](maxRemove int, maxShare float64,
 	plan func(ctx context.Context, txn statedb.ReadTxn, objects iter.Seq2[Obj, statedb.Revision]) (remove, held int, err error)) Option {
 	return func(o *options) {
+		o.by = "WithPruneGuard"
 		o.pruneGuard = func(r any) error {
 			rec, ok := r.(*reconciler[Obj])
 			switch {

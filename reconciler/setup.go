@@ -126,5 +126,8 @@ func (l *loop[Obj]) reportSetup(paused bool) {
 // Failures of setup do not count towards [WithCircuitBreaker]. The default,
 // nil, has no setup step.
 func WithSetup(setup func(ctx context.Context, txn statedb.ReadTxn) error) Option {
-	return func(o *options) { o.setup = setup }
+	return func(o *options) {
+		o.by = "WithSetup"
+		o.setup = setup
+	}
 }
