@@ -1,0 +1,1176 @@
+package reconciler_test
+
+// Outside attacks on the capabilities of issue 50 (WithSetup, WithDriftCheck,
+// error history, Configure, WithPruneGuard), from the documentation only.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"log/slog"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/cilium/hive"
+	"github.com/cilium/hive/cell"
+	"github.com/cilium/hive/hivetest"
+	"github.com/cilium/hive/job"
+	"github.com/cilium/statedb"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/converge-go/converge/reconciler"
+	"github.com/converge-go/converge/status"
+	"github.com/converge-go/converge/tables"
+)
+
+const o50Timeout = 10 * time.Second
+
+// o50Ops is a map target with hooks.
+type o50Ops struct {
+	mu       sync.Mutex
+	target   map[string]string
+	updates  map[string]int
+	deletes  map[string]int
+	prunes   int
+	updateFn func(ctx context.Context, it *item) error
+	pruneFn  func(ctx context.Context) error
+	inflight atomic.Int32
+	maxIn    atomic.Int32
+}
+
+func newO50Ops() *o50Ops {
+	return &o50Ops{target: map[string]string{}, updates: map[string]int{}, deletes: map[string]int{}}
+}
+
+func (o *o50Ops) Update(ctx context.Context, _ statedb.ReadTxn, _ statedb.Revision, it *item) error {
+	n := o.inflight.Add(1)
+	defer o.inflight.Add(-1)
+	for {
+		m := o.maxIn.Load()
+		if n <= m || o.maxIn.CompareAndSwap(m, n) {
+			break
+		}
+	}
+	o.mu.Lock()
+	o.updates[it.ID]++
+	fn := o.updateFn
+	o.mu.Unlock()
+	if fn != nil {
+		if err := fn(ctx, it); err != nil {
+			return err
+		}
+	}
+	o.mu.Lock()
+	o.target[it.ID] = it.Value
+	o.mu.Unlock()
+	return nil
+}
+
+func (o *o50Ops) Delete(ctx context.Context, _ statedb.ReadTxn, _ statedb.Revision, it *item) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.deletes[it.ID]++
+	delete(o.target, it.ID)
+	return nil
+}
+
+func (o *o50Ops) Prune(ctx context.Context, txn statedb.ReadTxn, objs iter.Seq2[*item, statedb.Revision]) error {
+	o.mu.Lock()
+	o.prunes++
+	fn := o.pruneFn
+	o.mu.Unlock()
+	if fn != nil {
+		if err := fn(ctx); err != nil {
+			return err
+		}
+	}
+	want := map[string]bool{}
+	for it := range objs {
+		want[it.ID] = true
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for k := range o.target {
+		if !want[k] {
+			delete(o.target, k)
+		}
+	}
+	return nil
+}
+
+func (o *o50Ops) get(f func(o *o50Ops) int) int { o.mu.Lock(); defer o.mu.Unlock(); return f(o) }
+func (o *o50Ops) nUpdates(id string) int        { return o.get(func(o *o50Ops) int { return o.updates[id] }) }
+func (o *o50Ops) nPrunes() int                  { return o.get(func(o *o50Ops) int { return o.prunes }) }
+func (o *o50Ops) targetLen() int                { return o.get(func(o *o50Ops) int { return len(o.target) }) }
+func (o *o50Ops) setTarget(k, v string)         { o.mu.Lock(); o.target[k] = v; o.mu.Unlock() }
+func (o *o50Ops) targetHas(k, v string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	got, ok := o.target[k]
+	return ok && got == v
+}
+
+type o50 struct {
+	t      *testing.T
+	log    *slog.Logger
+	h      *hive.Hive
+	db     *statedb.DB
+	tbl    statedb.RWTable[*item]
+	tbs    *tables.Tables
+	rec    reconciler.Reconciler[*item]
+	health *cell.SimpleHealth
+	up     bool
+}
+
+// newO50 builds (not starts) a hive with one reconciler; a Register error is returned.
+func newO50(t *testing.T, ops reconciler.Operations[*item], batch reconciler.BatchOperations[*item], opts ...reconciler.Option) (*o50, error) {
+	return newO50With(t, ops, batch, func(*statedb.DB) []reconciler.Option { return opts })
+}
+
+// newO50With builds the options once the DB exists (for WithDependency).
+func newO50With(t *testing.T, ops reconciler.Operations[*item], batch reconciler.BatchOperations[*item], mk func(*statedb.DB) []reconciler.Option) (*o50, error) {
+	f := &o50{t: t, log: hivetest.Logger(t)}
+	var regErr error
+	f.h = hive.New(statedb.Cell, job.Cell, tables.Cell, cell.Provide(cell.NewSimpleHealth),
+		cell.Module("test", "Test module",
+			cell.Provide(job.Registry.NewGroup),
+			cell.Invoke(func(p reconciler.Params, tt *tables.Tables, sh *cell.SimpleHealth) error {
+				f.db, f.tbs, f.health = p.DB, tt, sh
+				var err error
+				if f.tbl, err = statedb.NewTable(p.DB, "items", itemID); err != nil {
+					return err
+				}
+				f.rec, regErr = reconciler.Register(p, f.tbl, (*item).clone, (*item).setStatus, (*item).getStatus, ops, batch, mk(p.DB)...)
+				return nil
+			})))
+	require.NoError(t, f.h.Populate(f.log))
+	t.Cleanup(func() {
+		if f.up {
+			assert.NoError(t, f.h.Stop(f.log, context.Background()))
+		}
+	})
+	return f, regErr
+}
+
+func startO50(t *testing.T, ops reconciler.Operations[*item], batch reconciler.BatchOperations[*item], opts ...reconciler.Option) *o50 {
+	t.Helper()
+	f, err := newO50(t, ops, batch, opts...)
+	require.NoError(t, err)
+	f.start()
+	return f
+}
+
+func (f *o50) start() {
+	f.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), o50Timeout)
+	defer cancel()
+	require.NoError(f.t, f.h.Start(f.log, ctx))
+	f.up = true
+}
+
+func (f *o50) stop() {
+	f.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), o50Timeout)
+	defer cancel()
+	require.NoError(f.t, f.h.Stop(f.log, ctx))
+	f.up = false
+}
+
+func (f *o50) insert(id, value string) statedb.Revision {
+	wtxn := f.db.WriteTxn(f.tbl)
+	f.tbl.Insert(wtxn, &item{ID: id, Value: value, Status: status.Pending()})
+	wtxn.Commit()
+	return f.tbl.Revision(f.db.ReadTxn())
+}
+
+func (f *o50) del(id string) {
+	wtxn := f.db.WriteTxn(f.tbl)
+	f.tbl.Delete(wtxn, &item{ID: id})
+	wtxn.Commit()
+}
+
+// markRefreshing writes the object back with a Refreshing status.
+func (f *o50) markRefreshing(id string) {
+	wtxn := f.db.WriteTxn(f.tbl)
+	it, _, ok := f.tbl.Get(wtxn, itemID.Query(id))
+	require.True(f.t, ok)
+	c := it.clone()
+	c.Status = status.Refreshing()
+	f.tbl.Insert(wtxn, c)
+	wtxn.Commit()
+}
+
+func (f *o50) obj(id string) (*item, bool) {
+	it, _, ok := f.tbl.Get(f.db.ReadTxn(), itemID.Query(id))
+	return it, ok
+}
+
+// eventually waits (≤ o50Timeout) for cond, re-checking on every table change
+// and every millisecond (for conditions on the target or health).
+func (f *o50) eventually(what string, cond func() bool) {
+	f.t.Helper()
+	deadline := time.After(o50Timeout)
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for {
+		_, w1 := f.tbl.AllWatch(f.db.ReadTxn())
+		if cond() {
+			return
+		}
+		select {
+		case <-w1:
+		case <-tick.C:
+		case <-deadline:
+			f.t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+func (f *o50) waitDone(id string) *item {
+	f.t.Helper()
+	var it *item
+	f.eventually(id+" Done", func() bool {
+		var ok bool
+		it, ok = f.obj(id)
+		return ok && it.Status.Kind == status.KindDone
+	})
+	return it
+}
+
+func (f *o50) waitReconciled() {
+	f.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), o50Timeout)
+	defer cancel()
+	rev := f.tbl.Revision(f.db.ReadTxn())
+	_, _, err := f.rec.WaitUntilReconciled(ctx, rev)
+	require.NoError(f.t, err)
+}
+
+func (f *o50) info() *tables.Info {
+	for i := range f.tbs.Reconcilers().All(f.db.ReadTxn()) {
+		return i
+	}
+	return nil
+}
+
+func (f *o50) retry(key string) *tables.RetryInfo {
+	for r := range f.tbs.Retries().All(f.db.ReadTxn()) {
+		if r.Key == key {
+			return r
+		}
+	}
+	return nil
+}
+
+func (f *o50) healthOf() (cell.Level, string) {
+	c := f.health.GetChild("job-reconcile")
+	if c == nil {
+		c = f.health.GetChild("test.job-reconcile")
+	}
+	if c == nil {
+		return "", ""
+	}
+	c.Lock()
+	defer c.Unlock()
+	msg := c.Status
+	if c.Error != nil {
+		msg += ": " + c.Error.Error()
+	}
+	return c.Level, msg
+}
+
+func (f *o50) waitHealth(what string, ok func(cell.Level, string) bool) {
+	f.t.Helper()
+	f.eventually("health "+what, func() bool { l, m := f.healthOf(); return ok(l, m) })
+}
+
+func o50Fast() reconciler.Option { return reconciler.WithRetry(time.Millisecond, 5*time.Millisecond) }
+
+// ---- 1. WithSetup ----
+
+// Setup fails a few times (a TerminalError among them, and a panic); until it
+// succeeds nothing is applied, writes made meanwhile (a delete and a re-insert
+// included) converge, the row says setting-up with the attempts.
+func TestOutsider50SetupFailsThenConverges(t *testing.T) {
+	ops := newO50Ops()
+	var calls atomic.Int32
+	release := make(chan struct{})
+	setup := func(ctx context.Context, txn statedb.ReadTxn) error {
+		n := calls.Add(1)
+		switch n {
+		case 1:
+			return reconciler.TerminalError(errors.New("terminal setup"))
+		case 2:
+			panic("setup panics")
+		}
+		select {
+		case <-release:
+			return nil
+		default:
+			return fmt.Errorf("not yet %d", n)
+		}
+	}
+	f := startO50(t, ops, nil, reconciler.WithSetup(setup), o50Fast(), reconciler.WithPruning(0))
+	f.insert("a", "1")
+	f.insert("b", "1")
+	f.del("b")
+	f.insert("b", "2")
+	f.insert("c", "1")
+	f.eventually("setup attempts ≥ 4 in row", func() bool {
+		i := f.info()
+		return i != nil && i.State == tables.StateSettingUp && i.SetupAttempts >= 4 && i.SetupError != ""
+	})
+	f.waitHealth("setup failing", func(l cell.Level, m string) bool {
+		return l == cell.StatusDegraded && strings.Contains(m, "setup failing")
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	_, _, err := f.rec.WaitUntilReconciled(ctx, f.tbl.Revision(f.db.ReadTxn()))
+	cancel()
+	require.Error(t, err, "WaitUntilReconciled must count nothing done before setup")
+	require.Equal(t, 0, ops.nUpdates("a")+ops.nUpdates("b")+ops.nUpdates("c"), "no Update before setup succeeds")
+	close(release)
+	f.waitReconciled()
+	f.waitDone("a")
+	f.waitDone("b")
+	require.True(t, ops.targetHas("b", "2"))
+	i := f.info()
+	require.Equal(t, 0, i.SetupAttempts)
+	require.Empty(t, i.SetupError)
+	require.NotEqual(t, tables.StateSettingUp, i.State)
+}
+
+// Setup runs again on every start of the hive; a setup blocked on ctx is
+// ended by the stop, and the next start sets up again.
+func TestOutsider50SetupEachStartAndStopWhileBlocked(t *testing.T) {
+	ops := newO50Ops()
+	var calls atomic.Int32
+	var block atomic.Bool
+	entered := make(chan struct{}, 10)
+	setup := func(ctx context.Context, txn statedb.ReadTxn) error {
+		calls.Add(1)
+		if block.Load() {
+			entered <- struct{}{}
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		return nil
+	}
+	f := startO50(t, ops, nil, reconciler.WithSetup(setup), o50Fast(), reconciler.WithPruning(0))
+	f.insert("a", "1")
+	f.waitDone("a")
+	require.EqualValues(t, 1, calls.Load())
+	f.stop()
+	block.Store(true)
+	f.insert("a", "2")
+	f.start()
+	select {
+	case <-entered:
+	case <-time.After(o50Timeout):
+		t.Fatal("setup not called on second start")
+	}
+	f.stop() // must not hang: setup's ctx ends on stop
+	block.Store(false)
+	f.del("a")
+	f.insert("b", "1")
+	f.start()
+	f.waitReconciled()
+	f.waitDone("b")
+	f.eventually("a deleted in target", func() bool { return !ops.targetHas("a", "1") && !ops.targetHas("a", "2") })
+	require.GreaterOrEqual(t, calls.Load(), int32(3))
+}
+
+// Pause holds setup; Resume lets it go on.
+func TestOutsider50SetupHeldByPause(t *testing.T) {
+	ops := newO50Ops()
+	var calls atomic.Int32
+	var ok atomic.Bool
+	setup := func(ctx context.Context, txn statedb.ReadTxn) error {
+		calls.Add(1)
+		if ok.Load() {
+			return nil
+		}
+		return errors.New("no")
+	}
+	f := startO50(t, ops, nil, reconciler.WithSetup(setup), o50Fast(), reconciler.WithPruning(0))
+	f.eventually("setup tried", func() bool { return calls.Load() >= 2 })
+	f.rec.Pause()
+	f.waitHealth("Paused", func(l cell.Level, m string) bool { return strings.Contains(m, "Paused") })
+	n := calls.Load()
+	// A call under way at Pause may still finish; after health says Paused and
+	// one more retry backoff (≤5ms×1.1) has passed many times, none may start.
+	f.insert("a", "1")
+	deadline := time.Now().Add(100 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		require.LessOrEqual(t, calls.Load(), n+1, "setup called while paused")
+		runtimeGosched()
+	}
+	ok.Store(true)
+	f.rec.Resume()
+	f.waitDone("a")
+}
+
+// A setup that ignores its ctx but obeys WithOperationTimeout: the timeout
+// ends its ctx; it is retried.
+func TestOutsider50SetupOperationTimeout(t *testing.T) {
+	ops := newO50Ops()
+	var calls atomic.Int32
+	setup := func(ctx context.Context, txn statedb.ReadTxn) error {
+		if calls.Add(1) == 1 {
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		return nil
+	}
+	f := startO50(t, ops, nil, reconciler.WithSetup(setup), o50Fast(), reconciler.WithPruning(0),
+		reconciler.WithOperationTimeout(20*time.Millisecond))
+	f.insert("a", "1")
+	f.waitDone("a")
+	require.EqualValues(t, 2, calls.Load())
+}
+
+// Setup with a prune due: no Prune before setup succeeds, even on request.
+func TestOutsider50SetupHoldsPrune(t *testing.T) {
+	ops := newO50Ops()
+	var ok atomic.Bool
+	var calls atomic.Int32
+	setup := func(ctx context.Context, txn statedb.ReadTxn) error {
+		calls.Add(1)
+		if ok.Load() {
+			return nil
+		}
+		return errors.New("no")
+	}
+	f := startO50(t, ops, nil, reconciler.WithSetup(setup), o50Fast(), reconciler.WithPruning(time.Millisecond))
+	f.rec.Prune()
+	f.eventually("setup tried", func() bool { return calls.Load() >= 5 })
+	require.Equal(t, 0, ops.nPrunes())
+	ok.Store(true)
+	f.eventually("pruned", func() bool { return ops.nPrunes() > 0 })
+}
+
+// ---- 2. Drift check ----
+
+func o50Check(ops *o50Ops, errFor map[string]error, calls *atomic.Int32) func(context.Context, statedb.ReadTxn, statedb.Revision, *item) (bool, error) {
+	return func(ctx context.Context, _ statedb.ReadTxn, _ statedb.Revision, it *item) (bool, error) {
+		calls.Add(1)
+		if err := errFor[it.ID]; err != nil {
+			return false, err
+		}
+		return ops.targetHas(it.ID, it.Value), nil
+	}
+}
+
+func TestOutsider50DriftCheckRepairAndSkip(t *testing.T) {
+	for _, workers := range []int{1, 4} {
+		t.Run(fmt.Sprint("workers=", workers), func(t *testing.T) {
+			ops := newO50Ops()
+			var checks atomic.Int32
+			f := startO50(t, ops, nil, reconciler.WithDriftCheck(o50Check(ops, nil, &checks)), o50Fast(),
+				reconciler.WithPruning(0), reconciler.WithConcurrency(workers))
+			f.insert("a", "1")
+			f.insert("b", "1")
+			f.waitDone("a")
+			f.waitDone("b")
+			require.EqualValues(t, 0, checks.Load(), "Pending never checked")
+			ops.setTarget("b", "drift")
+			f.markRefreshing("a")
+			f.markRefreshing("b")
+			f.waitDone("a")
+			f.waitDone("b")
+			f.eventually("b repaired", func() bool { return ops.targetHas("b", "1") })
+			require.Equal(t, 1, ops.nUpdates("a"), "in-sync a must not be rewritten")
+			require.Equal(t, 2, ops.nUpdates("b"))
+			f.eventually("drift-repaired 1", func() bool { i := f.info(); return i != nil && i.DriftRepaired == 1 })
+		})
+	}
+}
+
+func TestOutsider50DriftReportOnly(t *testing.T) {
+	ops := newO50Ops()
+	var checks atomic.Int32
+	f := startO50(t, ops, nil, reconciler.WithDriftCheck(o50Check(ops, nil, &checks)), reconciler.WithDriftReportOnly(),
+		o50Fast(), reconciler.WithPruning(0))
+	f.insert("a", "1")
+	f.waitDone("a")
+	ops.setTarget("a", "drift")
+	f.markRefreshing("a")
+	f.waitDone("a")
+	f.eventually("drifted row", func() bool { r := f.retry("a"); return r != nil && r.Drifted && r.Attempts == 0 })
+	require.Equal(t, 1, ops.nUpdates("a"), "report-only must not repair")
+	require.True(t, ops.targetHas("a", "drift"))
+	f.eventually("drift-detected", func() bool { i := f.info(); return i != nil && i.DriftDetected == 1 && i.Retrying == 0 })
+	l, m := f.healthOf()
+	require.Equal(t, cell.StatusOK, l, "a drifted object is not failing: %s", m)
+	// found in sync again: row goes
+	ops.setTarget("a", "1")
+	f.markRefreshing("a")
+	f.waitDone("a")
+	f.eventually("row gone on in-sync", func() bool { return f.retry("a") == nil })
+	// drift again, then delete: row goes
+	ops.setTarget("a", "drift")
+	f.markRefreshing("a")
+	f.eventually("drifted again", func() bool { r := f.retry("a"); return r != nil && r.Drifted })
+	f.del("a")
+	f.eventually("row gone on delete", func() bool { return f.retry("a") == nil })
+}
+
+// A check that errors marks Error and retries with a check (report-only:
+// never a blind Update); a check that panics is an ErrPanic failure.
+func TestOutsider50DriftCheckErrorsAndPanics(t *testing.T) {
+	ops := newO50Ops()
+	var calls atomic.Int32
+	var failing atomic.Int32
+	failing.Store(3)
+	check := func(ctx context.Context, _ statedb.ReadTxn, _ statedb.Revision, it *item) (bool, error) {
+		n := calls.Add(1)
+		if failing.Load() > 0 {
+			failing.Add(-1)
+			if n == 2 {
+				panic("check panics")
+			}
+			return false, errors.New("cannot read target")
+		}
+		return false, nil
+	}
+	f := startO50(t, ops, nil, reconciler.WithDriftCheck(check), reconciler.WithDriftReportOnly(), o50Fast(), reconciler.WithPruning(0))
+	f.insert("a", "1")
+	f.waitDone("a")
+	f.markRefreshing("a")
+	f.eventually("error status", func() bool { it, _ := f.obj("a"); return it.Status.Kind == status.KindError })
+	f.waitDone("a")
+	require.EqualValues(t, 4, calls.Load())
+	require.Equal(t, 1, ops.nUpdates("a"), "report-only never Updates, even after check errors")
+	f.eventually("drifted row", func() bool { r := f.retry("a"); return r != nil && r.Drifted })
+}
+
+// Report-only: an Error object marked Refreshing (by a dependency, or put
+// back so) is repaired all the same: its version never reached the target.
+func TestOutsider50DriftErrorObjectRepaired(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		terminal bool
+		dep      bool
+	}{
+		{"retryable,put-back", false, false},
+		{"terminal,put-back", true, false},
+		{"retryable,dependency", false, true},
+		{"terminal,dependency", true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ops := newO50Ops()
+			var fail atomic.Bool
+			fail.Store(true)
+			ops.updateFn = func(ctx context.Context, it *item) error {
+				if fail.Load() {
+					if tc.terminal {
+						return reconciler.TerminalError(errors.New("boom"))
+					}
+					return errors.New("boom")
+				}
+				return nil
+			}
+			// A truthful check: the failed version is not in the target (drifted).
+			check := func(_ context.Context, _ statedb.ReadTxn, _ statedb.Revision, it *item) (bool, error) {
+				return ops.targetHas(it.ID, it.Value), nil
+			}
+			var deps statedb.RWTable[*Greeting]
+			f, err := newO50With(t, ops, nil, func(db *statedb.DB) []reconciler.Option {
+				var err error
+				deps, err = statedb.NewTable(db, "deps", greetingName)
+				require.NoError(t, err)
+				return []reconciler.Option{reconciler.WithDriftCheck(check), reconciler.WithDriftReportOnly(), reconciler.WithRetry(time.Hour, time.Hour), reconciler.WithPruning(0),
+					reconciler.WithDependency(deps, func(g *Greeting, deleted bool) []statedb.Query[*item] {
+						return []statedb.Query[*item]{itemID.Query(g.Name)}
+					})}
+			})
+			require.NoError(t, err)
+			f.start()
+			f.insert("a", "1")
+			f.eventually("error", func() bool { it, _ := f.obj("a"); return it.Status.Kind == status.KindError })
+			fail.Store(false)
+			if tc.dep {
+				wtxn := f.db.WriteTxn(deps)
+				deps.Insert(wtxn, &Greeting{Name: "a"})
+				wtxn.Commit()
+			} else {
+				f.markRefreshing("a")
+			}
+			f.waitDone("a")
+			require.True(t, ops.targetHas("a", "1"), "an Error object marked Refreshing must be repaired (updates %d)", ops.nUpdates("a"))
+		})
+	}
+}
+
+// Drift check with batch operations: in-sync entries leave the batch.
+type o50Batch struct{ *o50Ops }
+
+func (b o50Batch) UpdateBatch(ctx context.Context, txn statedb.ReadTxn, batch []reconciler.BatchEntry[*item]) {
+	for i := range batch {
+		batch[i].Result = b.Update(ctx, txn, batch[i].Revision, batch[i].Object)
+	}
+}
+
+func (b o50Batch) DeleteBatch(ctx context.Context, txn statedb.ReadTxn, batch []reconciler.BatchEntry[*item]) {
+	for i := range batch {
+		batch[i].Result = b.Delete(ctx, txn, batch[i].Revision, batch[i].Object)
+	}
+}
+
+// o50BatchOnly has no Prune method.
+type o50BatchOnly struct{ b o50Batch }
+
+func (b o50BatchOnly) UpdateBatch(ctx context.Context, txn statedb.ReadTxn, batch []reconciler.BatchEntry[*item]) {
+	b.b.UpdateBatch(ctx, txn, batch)
+}
+
+func (b o50BatchOnly) DeleteBatch(ctx context.Context, txn statedb.ReadTxn, batch []reconciler.BatchEntry[*item]) {
+	b.b.DeleteBatch(ctx, txn, batch)
+}
+
+func TestOutsider50DriftCheckBatches(t *testing.T) {
+	ops := newO50Ops()
+	var checks atomic.Int32
+	f := startO50(t, nil, o50Batch{ops}, reconciler.WithDriftCheck(o50Check(ops, nil, &checks)), o50Fast(),
+		reconciler.WithPruning(0), reconciler.WithConcurrency(3))
+	for i := range 20 {
+		f.insert(fmt.Sprint("k", i), "1")
+	}
+	f.waitReconciled()
+	for i := range 20 {
+		if i%2 == 0 {
+			ops.setTarget(fmt.Sprint("k", i), "drift")
+		}
+		f.markRefreshing(fmt.Sprint("k", i))
+	}
+	f.waitReconciled()
+	for i := range 20 {
+		k := fmt.Sprint("k", i)
+		f.waitDone(k)
+		want := 1
+		if i%2 == 0 {
+			want = 2
+		}
+		require.Equal(t, want, ops.nUpdates(k), k)
+		require.True(t, ops.targetHas(k, "1"), k)
+	}
+	require.EqualValues(t, 20, checks.Load())
+}
+
+func TestOutsider50DriftOptionsRefused(t *testing.T) {
+	ops := newO50Ops()
+	_, err := newO50(t, ops, nil, reconciler.WithDriftReportOnly())
+	require.ErrorIs(t, err, reconciler.ErrInvalidConfig)
+	_, err = newO50(t, ops, nil, reconciler.WithDriftCheck[*item](nil))
+	require.ErrorIs(t, err, reconciler.ErrInvalidConfig)
+	_, err = newO50(t, ops, nil, reconciler.WithDriftCheck(func(context.Context, statedb.ReadTxn, statedb.Revision, *Greeting) (bool, error) { return true, nil }))
+	require.ErrorIs(t, err, reconciler.ErrInvalidConfig)
+}
+
+// ---- 3. Error history ----
+
+func TestOutsider50ErrorHistory(t *testing.T) {
+	ops := newO50Ops()
+	huge := strings.Repeat("é", 300) // 600 bytes, 2-byte runes
+	errs := []string{"e1", "e2", "e2", "e2", "e3", "e1", "e4", "e5", huge}
+	var idx atomic.Int32
+	release := make(chan struct{})
+	ops.updateFn = func(ctx context.Context, it *item) error {
+		if it.ID != "a" {
+			return nil
+		}
+		n := int(idx.Add(1)) - 1
+		if n < len(errs) {
+			return errors.New(errs[n])
+		}
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	f := startO50(t, ops, nil, reconciler.WithRetry(time.Millisecond, time.Millisecond), reconciler.WithRetryJitter(0), reconciler.WithPruning(0))
+	f.insert("a", "1")
+	var row *tables.RetryInfo
+	f.eventually("9 attempts", func() bool { row = f.retry("a"); return row != nil && row.Attempts == len(errs) })
+	require.Equal(t, huge, row.LastError, "last-error is not cut")
+	require.Len(t, row.Errors, 4)
+	got := []string{}
+	atts := []int{}
+	for _, e := range row.Errors {
+		got = append(got, e.Error)
+		atts = append(atts, e.Attempt)
+		require.False(t, e.At.IsZero())
+	}
+	cut := row.Errors[3].Error
+	require.True(t, utf8.ValidString(cut), "cut at a character boundary")
+	require.True(t, strings.HasSuffix(cut, "…"))
+	require.LessOrEqual(t, len(strings.TrimSuffix(cut, "…")), 256)
+	require.GreaterOrEqual(t, len(strings.TrimSuffix(cut, "…")), 255)
+	require.Equal(t, []string{"e1", "e4", "e5"}, got[:3])
+	require.Equal(t, []int{6, 7, 8, 9}, atts)
+	close(release)
+	f.eventually("row gone", func() bool { return f.retry("a") == nil })
+}
+
+// Identical errors a thousand times: one record; a new version starts afresh.
+func TestOutsider50ErrorHistoryIdenticalAndNewVersion(t *testing.T) {
+	ops := newO50Ops()
+	var mode atomic.Value
+	mode.Store("same")
+	ops.updateFn = func(ctx context.Context, it *item) error {
+		if it.Value == "1" {
+			return errors.New("always the same")
+		}
+		return errors.New("v2 error")
+	}
+	f := startO50(t, ops, nil, reconciler.WithRetry(time.Microsecond, time.Microsecond), reconciler.WithPruning(0))
+	f.insert("a", "1")
+	var row *tables.RetryInfo
+	f.eventually("many attempts", func() bool { row = f.retry("a"); return row != nil && row.Attempts >= 200 })
+	require.Len(t, row.Errors, 1)
+	require.Equal(t, "always the same", row.Errors[0].Error)
+	require.Greater(t, row.Errors[0].Attempt, 1)
+	f.insert("a", "2")
+	f.eventually("v2 history", func() bool {
+		row = f.retry("a")
+		return row != nil && row.LastError == "v2 error"
+	})
+	for _, e := range row.Errors {
+		require.NotEqual(t, "always the same", e.Error, "new version must not carry old history")
+	}
+	f.del("a")
+	f.eventually("row gone on delete", func() bool { return f.retry("a") == nil })
+}
+
+// Many objects with distinct errors, with workers.
+func TestOutsider50ErrorHistoryConcurrent(t *testing.T) {
+	ops := newO50Ops()
+	var cnt sync.Map
+	ops.updateFn = func(ctx context.Context, it *item) error {
+		v, _ := cnt.LoadOrStore(it.ID, new(atomic.Int32))
+		n := v.(*atomic.Int32).Add(1)
+		if n <= 6 {
+			return fmt.Errorf("%s err %d", it.ID, n)
+		}
+		return errors.New("stuck")
+	}
+	f := startO50(t, ops, nil, reconciler.WithRetry(time.Millisecond, time.Millisecond), reconciler.WithPruning(0), reconciler.WithConcurrency(8))
+	for i := range 50 {
+		f.insert(fmt.Sprint("k", i), "1")
+	}
+	f.eventually("all rows at ≥7 attempts", func() bool {
+		for i := range 50 {
+			r := f.retry(fmt.Sprint("k", i))
+			if r == nil || r.Attempts < 7 {
+				return false
+			}
+		}
+		return true
+	})
+	for i := range 50 {
+		k := fmt.Sprint("k", i)
+		r := f.retry(k)
+		require.Len(t, r.Errors, 4, k)
+		require.Equal(t, "stuck", r.Errors[3].Error)
+		require.Equal(t, r.LastError, r.Errors[3].Error)
+		require.Equal(t, r.Attempts, r.Errors[3].Attempt, k)
+		require.Equal(t, k+" err 4", r.Errors[0].Error)
+	}
+}
+
+// ---- 4. Configure ----
+
+func TestOutsider50ConfigureRefused(t *testing.T) {
+	ops := newO50Ops()
+	f := startO50(t, ops, nil, reconciler.WithPruning(0), o50Fast())
+	f.insert("a", "1")
+	f.waitDone("a")
+	for name, opts := range map[string][]reconciler.Option{
+		"name":        {reconciler.WithConcurrency(4), reconciler.WithName("x")},
+		"conc0":       {reconciler.WithConcurrency(4), reconciler.WithConcurrency(0)},
+		"conc-big":    {reconciler.WithConcurrency(65537)},
+		"retry0":      {reconciler.WithConcurrency(4), reconciler.WithRetry(0, time.Second)},
+		"retry-inv":   {reconciler.WithRetry(time.Second, time.Millisecond)},
+		"jitter1":     {reconciler.WithRetryJitter(1)},
+		"round0":      {reconciler.WithRoundLimits(0, nil)},
+		"timeout":     {reconciler.WithOperationTimeout(time.Second)},
+		"setup":       {reconciler.WithSetup(func(context.Context, statedb.ReadTxn) error { return nil })},
+		"drift":       {reconciler.WithDriftCheck(func(context.Context, statedb.ReadTxn, statedb.Revision, *item) (bool, error) { return true, nil })},
+		"negprune":    {reconciler.WithPruning(-time.Second)},
+		"negrefresh":  {reconciler.WithRefreshing(-time.Second, nil)},
+		"metrics":     {reconciler.WithMetrics(nil)},
+		"maxattempts": {reconciler.WithMaxAttempts(3)},
+		"nil-option":  {nil},
+	} {
+		err := f.rec.Configure(opts...)
+		require.ErrorIs(t, err, reconciler.ErrInvalidConfig, name)
+	}
+	// nothing changed: still one worker
+	f.insert("b", "1")
+	f.waitDone("b")
+	f.eventually("workers 1", func() bool { i := f.info(); return i != nil && i.Workers == 1 })
+	require.NoError(t, f.rec.Configure())
+}
+
+// Batch operations serving alone without Prune: Configure turning pruning on is refused.
+func TestOutsider50ConfigurePruningNeedsPrune(t *testing.T) {
+	ops := newO50Ops()
+	f := startO50(t, nil, o50BatchOnly{o50Batch{ops}}, reconciler.WithPruning(0))
+	require.ErrorIs(t, f.rec.Configure(reconciler.WithPruning(time.Minute)), reconciler.ErrInvalidConfig)
+	require.NoError(t, f.rec.Configure(reconciler.WithPruning(0)))
+}
+
+// Configure racing rounds, from several goroutines, while writes and deletes
+// go on: everything converges, and the final concurrency is in force.
+func TestOutsider50ConfigureRacesRounds(t *testing.T) {
+	ops := newO50Ops()
+	ops.updateFn = func(ctx context.Context, it *item) error {
+		if it.Value == "fail" {
+			return errors.New("f")
+		}
+		return nil
+	}
+	f := startO50(t, ops, nil, reconciler.WithPruning(0), o50Fast())
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				err := f.rec.Configure(reconciler.WithConcurrency(1+(i+g)%6), reconciler.WithRoundLimits(1+i%7, nil),
+					reconciler.WithRetry(time.Millisecond, time.Duration(1+i%3)*time.Millisecond))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	for round := range 5 {
+		for i := range 40 {
+			f.insert(fmt.Sprint("k", i), fmt.Sprint(round))
+		}
+		for i := range 10 {
+			f.del(fmt.Sprint("k", i*4))
+		}
+	}
+	f.insert("k1", "fail")
+	f.insert("k1", "ok")
+	f.waitReconciled()
+	close(stop)
+	wg.Wait()
+	require.NoError(t, f.rec.Configure(reconciler.WithConcurrency(5)))
+	f.insert("z", "1")
+	f.waitReconciled()
+	for i := range 40 {
+		k := fmt.Sprint("k", i)
+		it, ok := f.obj(k)
+		if i%4 == 0 {
+			require.False(t, ok)
+			f.eventually(k+" not in target", func() bool {
+				return ops.get(func(o *o50Ops) int {
+					_, ok := o.target[k]
+					if ok {
+						return 1
+					}
+					return 0
+				}) == 0
+			})
+			continue
+		}
+		require.Equal(t, status.KindDone, it.Status.Kind, k)
+		require.True(t, ops.targetHas(k, it.Value), k)
+	}
+	f.eventually("workers 5", func() bool { f.insert("zz", time.Now().String()); i := f.info(); return i != nil && i.Workers == 5 })
+}
+
+// Configure on a stopped reconciler applies at the next start; concurrency grows.
+func TestOutsider50ConfigureWhileStopped(t *testing.T) {
+	ops := newO50Ops()
+	hold := make(chan struct{})
+	ops.updateFn = func(ctx context.Context, it *item) error {
+		if strings.HasPrefix(it.ID, "slow") {
+			select {
+			case <-hold:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return nil
+	}
+	f := startO50(t, ops, nil, reconciler.WithPruning(0), o50Fast())
+	f.insert("a", "1")
+	f.waitDone("a")
+	f.stop()
+	require.NoError(t, f.rec.Configure(reconciler.WithConcurrency(4)))
+	for i := range 4 {
+		f.insert(fmt.Sprint("slow", i), "1")
+	}
+	f.start()
+	f.eventually("4 in flight", func() bool { return ops.inflight.Load() == 4 })
+	close(hold)
+	f.waitReconciled()
+}
+
+// Configure shrinking concurrency while operations are in flight: they finish
+// and are committed; nothing is done twice.
+func TestOutsider50ConfigureShrinkInFlight(t *testing.T) {
+	ops := newO50Ops()
+	hold := make(chan struct{})
+	ops.updateFn = func(ctx context.Context, it *item) error {
+		select {
+		case <-hold:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		return nil
+	}
+	f := startO50(t, ops, nil, reconciler.WithPruning(0), o50Fast(), reconciler.WithConcurrency(4))
+	for i := range 10 {
+		f.insert(fmt.Sprint("k", i), "1")
+	}
+	f.eventually("4 in flight", func() bool { return ops.inflight.Load() == 4 })
+	require.NoError(t, f.rec.Configure(reconciler.WithConcurrency(1)))
+	f.insert("k0", "2") // newer version of a busy object
+	f.del("k1")
+	close(hold)
+	f.waitReconciled()
+	for i := range 10 {
+		k := fmt.Sprint("k", i)
+		if i == 1 {
+			continue
+		}
+		f.waitDone(k)
+		want := 1
+		if i == 0 {
+			want = 2
+		}
+		require.Equal(t, want, ops.nUpdates(k), k)
+	}
+	require.True(t, ops.targetHas("k0", "2"))
+}
+
+// ---- 5. Prune guard ----
+
+type o50Plan struct {
+	mu           sync.Mutex
+	remove, held int
+	err          error
+	panics       bool
+	calls        int
+}
+
+func (p *o50Plan) set(remove, held int, err error, panics bool) {
+	p.mu.Lock()
+	p.remove, p.held, p.err, p.panics = remove, held, err, panics
+	p.mu.Unlock()
+}
+
+func (p *o50Plan) plan(ctx context.Context, txn statedb.ReadTxn, objs iter.Seq2[*item, statedb.Revision]) (int, int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.calls++
+	if p.panics {
+		panic("plan panics")
+	}
+	return p.remove, p.held, p.err
+}
+
+func (p *o50Plan) nCalls() int { p.mu.Lock(); defer p.mu.Unlock(); return p.calls }
+
+func TestOutsider50PruneGuardHoldConfirm(t *testing.T) {
+	ops := newO50Ops()
+	p := &o50Plan{}
+	p.set(10, 10, nil, false)
+	f := startO50(t, ops, nil, reconciler.WithPruneGuard(5, 0, p.plan), reconciler.WithPruning(0), o50Fast())
+	f.rec.Prune()
+	f.eventually("held", func() bool {
+		i := f.info()
+		return i != nil && i.PruneHeld && i.PruneHeldRemove == 10 && i.PruneHeldOf == 10
+	})
+	f.waitHealth("prune held", func(l cell.Level, m string) bool {
+		return l == cell.StatusDegraded && strings.Contains(m, "prune held: would remove 10 of 10")
+	})
+	require.Equal(t, 0, ops.nPrunes())
+	f.rec.ConfirmPrune()
+	f.eventually("confirmed prune ran", func() bool { return ops.nPrunes() == 1 })
+	// guarded again
+	f.rec.Prune()
+	f.eventually("held again", func() bool { i := f.info(); return i != nil && i.PruneHeld && p.nCalls() >= 3 })
+	require.Equal(t, 1, ops.nPrunes())
+	// release by the desired set growing back: plan under bounds after a round
+	p.set(1, 10, nil, false)
+	f.insert("a", "1")
+	f.eventually("released", func() bool { i := f.info(); return ops.nPrunes() == 2 && i != nil && !i.PruneHeld })
+	f.waitHealth("OK", func(l cell.Level, m string) bool { return l == cell.StatusOK })
+}
+
+// ConfirmPrune without a held prune approves nothing to come.
+func TestOutsider50ConfirmPruneWithoutHold(t *testing.T) {
+	ops := newO50Ops()
+	p := &o50Plan{}
+	p.set(0, 10, nil, false)
+	f := startO50(t, ops, nil, reconciler.WithPruneGuard(5, 0, p.plan), reconciler.WithPruning(0), o50Fast())
+	f.insert("a", "1")
+	f.waitDone("a")
+	f.rec.ConfirmPrune()
+	f.rec.ConfirmPrune()
+	f.rec.Prune()
+	f.eventually("prune under bounds ran", func() bool { return ops.nPrunes() == 1 })
+	p.set(100, 100, nil, false)
+	f.rec.Prune()
+	f.eventually("held", func() bool { i := f.info(); return i != nil && i.PruneHeld })
+	require.Equal(t, 1, ops.nPrunes(), "an earlier ConfirmPrune must not approve this prune")
+}
+
+// A plan that fails or panics fails the prune; it is retried after the backoff.
+func TestOutsider50PruneGuardPlanFailsAndPanics(t *testing.T) {
+	ops := newO50Ops()
+	p := &o50Plan{}
+	p.set(0, 0, errors.New("cannot list"), false)
+	f := startO50(t, ops, nil, reconciler.WithPruneGuard(5, 0.5, p.plan), reconciler.WithPruning(0), o50Fast())
+	f.rec.Prune()
+	f.eventually("prune: plan: error", func() bool {
+		i := f.info()
+		return i != nil && strings.Contains(i.LastPruneError, "prune: plan: ") && strings.Contains(i.LastPruneError, "cannot list")
+	})
+	f.eventually("retried", func() bool { return p.nCalls() >= 3 })
+	require.Equal(t, 0, ops.nPrunes())
+	p.set(0, 0, nil, false)
+	f.eventually("pruned", func() bool { return ops.nPrunes() >= 1 })
+	f.eventually("error cleared", func() bool { i := f.info(); return i != nil && i.LastPruneError == "" })
+}
+
+// docs/control.md: "A plan that fails or panics fails the prune as a failed
+// Prune does: nothing is removed, LastPruneError says "prune: plan: ..."".
+func TestOutsider50PruneGuardPlanPanicText(t *testing.T) {
+	ops := newO50Ops()
+	p := &o50Plan{}
+	p.set(0, 0, nil, true)
+	f := startO50(t, ops, nil, reconciler.WithPruneGuard(5, 0, p.plan), reconciler.WithPruning(0), o50Fast())
+	f.rec.Prune()
+	var i *tables.Info
+	f.eventually("a failed prune", func() bool { i = f.info(); return i != nil && i.LastPruneError != "" })
+	require.Equal(t, 0, ops.nPrunes())
+	require.Contains(t, i.LastPruneError, "prune: plan: ", "a panicking plan's error is not labelled as the plan's")
+}
+
+// A plan that lies with negative counts fails the prune: nothing removed.
+func TestOutsider50PruneGuardNegativePlan(t *testing.T) {
+	for _, c := range [][2]int{{-5, 10}, {3, -10}} {
+		ops := newO50Ops()
+		ops.setTarget("x", "1")
+		p := &o50Plan{}
+		p.set(c[0], c[1], nil, false)
+		f := startO50(t, ops, nil, reconciler.WithPruneGuard(0, 0.5, p.plan), reconciler.WithPruning(0), o50Fast())
+		f.rec.Prune()
+		f.eventually("failed prune", func() bool { i := f.info(); return i != nil && i.LastPruneError != "" && p.nCalls() >= 2 })
+		require.Equal(t, 0, ops.nPrunes())
+		require.True(t, ops.targetHas("x", "1"))
+		f.stop()
+	}
+}
+
+// maxShare bound: remove > maxShare*held holds; share 1 holds only remove > held.
+// A plan that lies with negative numbers must not crash or remove.
+func TestOutsider50PruneGuardShareAndLies(t *testing.T) {
+	for _, tc := range []struct {
+		share        float64
+		remove, held int
+		hold         bool
+	}{
+		{0.5, 5, 10, false},
+		{0.5, 6, 10, true},
+		{1, 10, 10, false},
+		{1, 11, 10, true},
+		{0.5, 1, 0, true}, // target empty, plan says remove 1
+	} {
+		t.Run(fmt.Sprintf("share=%v,remove=%d,held=%d", tc.share, tc.remove, tc.held), func(t *testing.T) {
+			ops := newO50Ops()
+			p := &o50Plan{}
+			p.set(tc.remove, tc.held, nil, false)
+			f := startO50(t, ops, nil, reconciler.WithPruneGuard(0, tc.share, p.plan), reconciler.WithPruning(0), o50Fast())
+			f.rec.Prune()
+			if tc.hold {
+				f.eventually("held", func() bool { i := f.info(); return i != nil && i.PruneHeld })
+				require.Equal(t, 0, ops.nPrunes())
+			} else {
+				f.eventually("pruned", func() bool { return ops.nPrunes() == 1 })
+			}
+		})
+	}
+}
+
+func TestOutsider50PruneGuardRefused(t *testing.T) {
+	ops := newO50Ops()
+	p := &o50Plan{}
+	for name, opt := range map[string]reconciler.Option{
+		"no bound":  reconciler.WithPruneGuard(0, 0, p.plan),
+		"neg count": reconciler.WithPruneGuard(-1, 0.5, p.plan),
+		"share>1":   reconciler.WithPruneGuard(5, 1.5, p.plan),
+		"share<0":   reconciler.WithPruneGuard(5, -0.1, p.plan),
+		"nil plan":  reconciler.WithPruneGuard[*item](5, 0, nil),
+		"wrong type": reconciler.WithPruneGuard(5, 0, func(context.Context, statedb.ReadTxn, iter.Seq2[*Greeting, statedb.Revision]) (int, int, error) {
+			return 0, 0, nil
+		}),
+	} {
+		_, err := newO50(t, ops, nil, opt)
+		require.ErrorIs(t, err, reconciler.ErrInvalidConfig, name)
+	}
+	_, err := newO50(t, nil, o50BatchOnly{o50Batch{ops}}, reconciler.WithPruning(0), reconciler.WithPruneGuard(5, 0, p.plan))
+	require.ErrorIs(t, err, reconciler.ErrInvalidConfig, "cannot prune")
+}
+
+// A hold lasts across a stop of the hive; the next run plans again.
+func TestOutsider50PruneGuardAcrossStop(t *testing.T) {
+	ops := newO50Ops()
+	p := &o50Plan{}
+	p.set(10, 10, nil, false)
+	f := startO50(t, ops, nil, reconciler.WithPruneGuard(5, 0, p.plan), reconciler.WithPruning(0), o50Fast())
+	f.rec.Prune()
+	f.eventually("held", func() bool { i := f.info(); return i != nil && i.PruneHeld })
+	f.stop()
+	n := p.nCalls()
+	p.set(0, 10, nil, false)
+	f.start()
+	f.eventually("planned again and pruned", func() bool { return p.nCalls() > n && ops.nPrunes() == 1 })
+}
+
+// ConfirmPrune then the confirmed prune fails: the next one is guarded again.
+func TestOutsider50ConfirmedPruneFails(t *testing.T) {
+	ops := newO50Ops()
+	var failPrune atomic.Bool
+	failPrune.Store(true)
+	ops.pruneFn = func(context.Context) error {
+		if failPrune.Load() {
+			return errors.New("prune failed")
+		}
+		return nil
+	}
+	p := &o50Plan{}
+	p.set(10, 10, nil, false)
+	f := startO50(t, ops, nil, reconciler.WithPruneGuard(5, 0, p.plan), reconciler.WithPruning(0), reconciler.WithRetry(5*time.Millisecond, 5*time.Millisecond))
+	f.rec.Prune()
+	f.eventually("held", func() bool { i := f.info(); return i != nil && i.PruneHeld })
+	f.rec.ConfirmPrune()
+	f.eventually("confirmed ran", func() bool { return ops.nPrunes() == 1 })
+	failPrune.Store(false)
+	f.eventually("retry planned and held", func() bool { i := f.info(); return p.nCalls() >= 3 && i != nil && i.PruneHeld })
+	require.Equal(t, 1, ops.nPrunes(), "the retry after a failed confirmed prune must be guarded again")
+}
+
+func runtimeGosched() { runtime.Gosched() }
