@@ -1038,7 +1038,7 @@ func TestOutsider50ConfirmPruneWithoutHold(t *testing.T) {
 }
 
 // A plan that fails or panics fails the prune; it is retried after the backoff.
-func TestOutsider50PruneGuardPlanFailsAndPanics(t *testing.T) {
+func TestOutsider50PruneGuardPlanFails(t *testing.T) {
 	ops := newO50Ops()
 	p := &o50Plan{}
 	p.set(0, 0, errors.New("cannot list"), false)
@@ -1174,3 +1174,424 @@ func TestOutsider50ConfirmedPruneFails(t *testing.T) {
 }
 
 func runtimeGosched() { runtime.Gosched() }
+
+// ---- round 2 ----
+
+// A setup that asks RetryAfter(1h) is not called again soon; the stop is prompt.
+func TestOutsider50SetupRetryAfterAndStop(t *testing.T) {
+	ops := newO50Ops()
+	var calls atomic.Int32
+	setup := func(ctx context.Context, txn statedb.ReadTxn) error {
+		calls.Add(1)
+		return reconciler.RetryAfter(time.Hour, errors.New("later"))
+	}
+	f := startO50(t, ops, nil, reconciler.WithSetup(setup), o50Fast(), reconciler.WithPruning(0))
+	f.insert("a", "1")
+	f.eventually("row setting-up with error", func() bool {
+		i := f.info()
+		return i != nil && i.State == tables.StateSettingUp && i.SetupAttempts == 1 && strings.Contains(i.SetupError, "later")
+	})
+	f.waitHealth("setup failing: 1 attempt", func(l cell.Level, m string) bool {
+		return l == cell.StatusDegraded && strings.Contains(m, "setup failing: 1 attempt")
+	})
+	require.EqualValues(t, 1, calls.Load())
+	start := time.Now()
+	f.stop()
+	require.Less(t, time.Since(start), 5*time.Second)
+	require.Equal(t, 0, ops.nUpdates("a"))
+}
+
+// Before setup first fails, health says "Setting up" at OK.
+func TestOutsider50SetupHealthSettingUp(t *testing.T) {
+	ops := newO50Ops()
+	release := make(chan struct{})
+	setup := func(ctx context.Context, txn statedb.ReadTxn) error {
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	f := startO50(t, ops, nil, reconciler.WithSetup(setup), reconciler.WithPruning(0))
+	f.waitHealth("Setting up OK", func(l cell.Level, m string) bool { return l == cell.StatusOK && strings.Contains(m, "Setting up") })
+	f.eventually("row setting-up", func() bool { i := f.info(); return i != nil && i.State == tables.StateSettingUp })
+	// Pause while setup is under way: the call finishes; nothing applied until Resume.
+	f.insert("a", "1")
+	f.rec.Pause()
+	close(release)
+	f.waitHealth("Paused", func(l cell.Level, m string) bool { return strings.Contains(m, "Paused") })
+	f.rec.Resume()
+	f.waitDone("a")
+	f.eventually("row running", func() bool { i := f.info(); return i != nil && i.State == tables.StateRunning && i.SetupAttempts == 0 })
+}
+
+// Setup succeeds on first run; second run fails twice: attempts count "in this run".
+func TestOutsider50SetupAttemptsPerRun(t *testing.T) {
+	ops := newO50Ops()
+	var calls atomic.Int32
+	var failUntil atomic.Int32
+	var release atomic.Bool
+	setup := func(ctx context.Context, txn statedb.ReadTxn) error {
+		n := calls.Add(1)
+		if n <= failUntil.Load() || (failUntil.Load() > 0 && !release.Load()) {
+			return fmt.Errorf("fail %d", n)
+		}
+		return nil
+	}
+	f := startO50(t, ops, nil, reconciler.WithSetup(setup), reconciler.WithRetry(time.Millisecond, time.Millisecond), reconciler.WithPruning(0))
+	f.insert("a", "1")
+	f.waitDone("a")
+	f.stop()
+	failUntil.Store(calls.Load() + 100)
+	base := calls.Load()
+	f.start()
+	f.eventually("second run attempts", func() bool {
+		i := f.info()
+		return i != nil && i.State == tables.StateSettingUp && i.SetupAttempts >= 2
+	})
+	i := f.info()
+	require.LessOrEqual(t, i.SetupAttempts, int(calls.Load()-base), "attempts count this run only")
+	release.Store(true)
+	failUntil.Store(0)
+	f.insert("b", "1")
+	f.waitDone("b")
+}
+
+// A check in flight while the object changes or is deleted: the check's
+// verdict must not be recorded over the newer version; the newer version and
+// the delete are applied.
+func TestOutsider50DriftCheckInFlightChange(t *testing.T) {
+	for _, workers := range []int{1, 3} {
+		for _, act := range []string{"update", "delete", "delete-reinsert"} {
+			t.Run(fmt.Sprintf("%s,workers=%d", act, workers), func(t *testing.T) {
+				ops := newO50Ops()
+				entered := make(chan struct{}, 1)
+				release := make(chan struct{})
+				var block atomic.Bool
+				check := func(ctx context.Context, _ statedb.ReadTxn, _ statedb.Revision, it *item) (bool, error) {
+					if block.Load() {
+						entered <- struct{}{}
+						select {
+						case <-release:
+						case <-ctx.Done():
+							return false, ctx.Err()
+						}
+					}
+					return true, nil
+				}
+				f := startO50(t, ops, nil, reconciler.WithDriftCheck(check), o50Fast(), reconciler.WithPruning(0), reconciler.WithConcurrency(workers))
+				f.insert("a", "1")
+				f.waitDone("a")
+				block.Store(true)
+				f.markRefreshing("a")
+				select {
+				case <-entered:
+				case <-time.After(o50Timeout):
+					t.Fatal("check not called")
+				}
+				block.Store(false)
+				switch act {
+				case "update":
+					f.insert("a", "2")
+				case "delete":
+					f.del("a")
+				case "delete-reinsert":
+					f.del("a")
+					f.insert("a", "3")
+				}
+				close(release)
+				f.waitReconciled()
+				switch act {
+				case "update":
+					f.waitDone("a")
+					require.True(t, ops.targetHas("a", "2"))
+				case "delete":
+					f.eventually("a gone from target", func() bool { return ops.targetLen() == 0 })
+				case "delete-reinsert":
+					f.waitDone("a")
+					require.True(t, ops.targetHas("a", "3"))
+				}
+			})
+		}
+	}
+}
+
+// A check blocked on ctx when the hive stops: the stop ends it, and after the
+// next start the Refreshing object is checked again and ends Done.
+func TestOutsider50DriftCheckStop(t *testing.T) {
+	ops := newO50Ops()
+	entered := make(chan struct{}, 1)
+	var block atomic.Bool
+	var calls atomic.Int32
+	check := func(ctx context.Context, _ statedb.ReadTxn, _ statedb.Revision, it *item) (bool, error) {
+		calls.Add(1)
+		if block.Load() {
+			entered <- struct{}{}
+			<-ctx.Done()
+			return false, ctx.Err()
+		}
+		return true, nil
+	}
+	f := startO50(t, ops, nil, reconciler.WithDriftCheck(check), o50Fast(), reconciler.WithPruning(0))
+	f.insert("a", "1")
+	f.waitDone("a")
+	block.Store(true)
+	f.markRefreshing("a")
+	select {
+	case <-entered:
+	case <-time.After(o50Timeout):
+		t.Fatal("check not called")
+	}
+	f.stop()
+	block.Store(false)
+	f.start()
+	f.waitReconciled()
+	f.waitDone("a")
+	require.Equal(t, 1, ops.nUpdates("a"))
+	require.GreaterOrEqual(t, calls.Load(), int32(2))
+}
+
+// A drifted row (report-only) goes when the object changes.
+func TestOutsider50DriftedRowGoesOnChange(t *testing.T) {
+	ops := newO50Ops()
+	var checks atomic.Int32
+	f := startO50(t, ops, nil, reconciler.WithDriftCheck(o50Check(ops, nil, &checks)), reconciler.WithDriftReportOnly(),
+		o50Fast(), reconciler.WithPruning(0))
+	f.insert("a", "1")
+	f.waitDone("a")
+	ops.setTarget("a", "drift")
+	f.markRefreshing("a")
+	f.eventually("drifted", func() bool { r := f.retry("a"); return r != nil && r.Drifted })
+	f.insert("a", "2")
+	f.waitDone("a")
+	f.eventually("row gone on change", func() bool { return f.retry("a") == nil })
+	require.True(t, ops.targetHas("a", "2"))
+}
+
+// Refreshing sweep via WithRefreshing with a drift check: objects in sync are
+// not rewritten at all, over many sweeps.
+func TestOutsider50DriftCheckWithRefreshSweep(t *testing.T) {
+	ops := newO50Ops()
+	var checks atomic.Int32
+	f := startO50(t, ops, nil, reconciler.WithDriftCheck(o50Check(ops, nil, &checks)), o50Fast(),
+		reconciler.WithPruning(0), reconciler.WithRefreshing(time.Millisecond, nil), reconciler.WithConcurrency(2))
+	for i := range 10 {
+		f.insert(fmt.Sprint("k", i), "1")
+	}
+	f.eventually("checked many times", func() bool { return checks.Load() >= 50 })
+	for i := range 10 {
+		require.Equal(t, 1, ops.nUpdates(fmt.Sprint("k", i)))
+	}
+}
+
+// A failing delete has its own history; an Error status found in the table
+// starts a history of one record at the time that status was written.
+func TestOutsider50ErrorHistoryFoundError(t *testing.T) {
+	ops := newO50Ops()
+	ops.updateFn = func(ctx context.Context, it *item) error { return errors.New("new error") }
+	f, err := newO50(t, ops, nil, reconciler.WithRetry(time.Hour, time.Hour), reconciler.WithPruning(0))
+	require.NoError(t, err)
+	written := time.Now().Add(-time.Minute).Truncate(time.Second)
+	wtxn := f.db.WriteTxn(f.tbl)
+	st := status.Status{Kind: status.KindError, Error: "old error", UpdatedAt: written}
+	f.tbl.Insert(wtxn, &item{ID: "a", Value: "1", Status: st})
+	wtxn.Commit()
+	f.start()
+	var row *tables.RetryInfo
+	f.eventually("row after retry", func() bool { row = f.retry("a"); return row != nil && row.LastError == "new error" })
+	require.Len(t, row.Errors, 2, "%+v", row.Errors)
+	require.Equal(t, "old error", row.Errors[0].Error)
+	require.True(t, row.Errors[0].At.Equal(written), "at %v, want %v", row.Errors[0].At, written)
+	require.Equal(t, "new error", row.Errors[1].Error)
+}
+
+// Text edges: exactly 256 bytes is not cut; 257 is; invalid UTF-8 and
+// 3-byte runes straddling the boundary.
+func TestOutsider50ErrorHistoryCutEdges(t *testing.T) {
+	for name, text := range map[string]string{
+		"256":     strings.Repeat("x", 256),
+		"257":     strings.Repeat("x", 257),
+		"rune3":   "x" + strings.Repeat("€", 100), // 301 bytes; 256 falls inside a rune
+		"invalid": strings.Repeat("\xff", 300),
+		"empty":   "",
+	} {
+		t.Run(name, func(t *testing.T) {
+			ops := newO50Ops()
+			ops.updateFn = func(ctx context.Context, it *item) error { return errors.New(text) }
+			f := startO50(t, ops, nil, reconciler.WithRetry(time.Hour, time.Hour), reconciler.WithPruning(0))
+			f.insert("a", "1")
+			var row *tables.RetryInfo
+			f.eventually("row", func() bool { row = f.retry("a"); return row != nil && row.Attempts == 1 })
+			require.Len(t, row.Errors, 1)
+			got := row.Errors[0].Error
+			if len(text) <= 256 {
+				if text != "" {
+					require.Equal(t, text, got)
+				}
+				return
+			}
+			require.True(t, strings.HasSuffix(got, "…"), "%q", got)
+			body := strings.TrimSuffix(got, "…")
+			require.LessOrEqual(t, len(body), 256)
+			require.True(t, strings.HasPrefix(text, body))
+			if utf8.ValidString(text) {
+				require.True(t, utf8.ValidString(got))
+				require.Greater(t, len(body), 253)
+			}
+			require.Equal(t, text, row.LastError)
+		})
+	}
+}
+
+// Configure turning refresh on sweeps at once; turning pruning on prunes.
+func TestOutsider50ConfigureRefreshAndPrune(t *testing.T) {
+	ops := newO50Ops()
+	f := startO50(t, ops, nil, reconciler.WithPruning(0), o50Fast())
+	f.insert("a", "1")
+	f.waitDone("a")
+	require.NoError(t, f.rec.Configure(reconciler.WithRefreshing(time.Millisecond, nil)))
+	f.eventually("refreshed", func() bool { return ops.nUpdates("a") >= 3 })
+	require.NoError(t, f.rec.Configure(reconciler.WithRefreshing(0, nil), reconciler.WithPruning(time.Millisecond)))
+	f.eventually("pruned periodically", func() bool { return ops.nPrunes() >= 3 })
+	require.NoError(t, f.rec.Configure(reconciler.WithPruning(0)))
+	f.eventually("refresh off", func() bool {
+		c := f.health.GetChild("job-refresh")
+		if c == nil {
+			c = f.health.GetChild("test.job-refresh")
+		}
+		if c == nil {
+			return false
+		}
+		c.Lock()
+		defer c.Unlock()
+		return strings.Contains(c.Status, "off")
+	})
+}
+
+// A retry already timed keeps its time: Configure(WithRetry short) does not
+// bring forward an object waiting an hour.
+func TestOutsider50ConfigureRetryKeepsTime(t *testing.T) {
+	ops := newO50Ops()
+	var fail atomic.Bool
+	fail.Store(true)
+	ops.updateFn = func(ctx context.Context, it *item) error {
+		if fail.Load() && it.ID == "a" {
+			return errors.New("x")
+		}
+		return nil
+	}
+	f := startO50(t, ops, nil, reconciler.WithPruning(0), reconciler.WithRetry(time.Hour, time.Hour))
+	f.insert("a", "1")
+	f.eventually("row", func() bool { r := f.retry("a"); return r != nil && r.Attempts == 1 && !r.NextAttempt.IsZero() })
+	next := f.retry("a").NextAttempt
+	require.NoError(t, f.rec.Configure(reconciler.WithRetry(time.Millisecond, time.Millisecond)))
+	f.insert("b", "1") // a round
+	f.waitDone("b")
+	require.Equal(t, 1, ops.nUpdates("a"))
+	require.True(t, f.retry("a").NextAttempt.Equal(next))
+}
+
+// Configure while paused, growing workers: nothing starts until Resume.
+func TestOutsider50ConfigureWhilePaused(t *testing.T) {
+	ops := newO50Ops()
+	f := startO50(t, ops, nil, reconciler.WithPruning(0), o50Fast())
+	f.rec.Pause()
+	f.waitHealth("Paused", func(l cell.Level, m string) bool { return strings.Contains(m, "Paused") })
+	for i := range 10 {
+		f.insert(fmt.Sprint("k", i), "1")
+	}
+	require.NoError(t, f.rec.Configure(reconciler.WithConcurrency(4), reconciler.WithRoundLimits(2, nil)))
+	f.insert("x", "1")
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	_, _, err := f.rec.WaitUntilReconciled(ctx, f.tbl.Revision(f.db.ReadTxn()))
+	cancel()
+	require.Error(t, err)
+	require.Equal(t, 0, ops.nUpdates("k0")+ops.nUpdates("x"))
+	f.rec.Resume()
+	f.waitReconciled()
+	for i := range 10 {
+		f.waitDone(fmt.Sprint("k", i))
+	}
+}
+
+// A held prune does not hold operations or deletes; ConfirmPrune while paused
+// runs on Resume; concurrent ConfirmPrune calls run one prune.
+func TestOutsider50PruneGuardHeldDoesNotBlock(t *testing.T) {
+	ops := newO50Ops()
+	p := &o50Plan{}
+	p.set(10, 10, nil, false)
+	f := startO50(t, ops, nil, reconciler.WithPruneGuard(5, 0, p.plan), reconciler.WithPruning(0), o50Fast())
+	f.rec.Prune()
+	f.eventually("held", func() bool { i := f.info(); return i != nil && i.PruneHeld })
+	f.insert("a", "1")
+	f.insert("b", "1")
+	f.waitDone("a")
+	f.del("b")
+	f.waitReconciled()
+	f.eventually("b deleted", func() bool { return !ops.targetHas("b", "1") })
+	f.eventually("held still", func() bool { i := f.info(); return i != nil && i.PruneHeld })
+	f.rec.Pause()
+	f.waitHealth("Paused", func(l cell.Level, m string) bool { return strings.Contains(m, "Paused") })
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() { defer wg.Done(); f.rec.ConfirmPrune() }()
+	}
+	wg.Wait()
+	require.Equal(t, 0, ops.nPrunes(), "no prune while paused")
+	f.rec.Resume()
+	f.eventually("confirmed ran", func() bool { return ops.nPrunes() == 1 })
+	f.rec.Prune()
+	f.eventually("held again", func() bool { i := f.info(); return i != nil && i.PruneHeld && p.nCalls() >= 4 })
+	require.Equal(t, 1, ops.nPrunes())
+}
+
+// A plan that blocks honouring ctx times out with WithOperationTimeout: the
+// prune fails, nothing is removed.
+func TestOutsider50PruneGuardPlanTimeout(t *testing.T) {
+	ops := newO50Ops()
+	var block atomic.Bool
+	block.Store(true)
+	var calls atomic.Int32
+	plan := func(ctx context.Context, txn statedb.ReadTxn, objs iter.Seq2[*item, statedb.Revision]) (int, int, error) {
+		calls.Add(1)
+		if block.Load() {
+			<-ctx.Done()
+			return 0, 0, ctx.Err()
+		}
+		return 0, 0, nil
+	}
+	f := startO50(t, ops, nil, reconciler.WithPruneGuard(5, 0, plan), reconciler.WithPruning(0), o50Fast(),
+		reconciler.WithOperationTimeout(10*time.Millisecond))
+	f.rec.Prune()
+	f.eventually("failed prune", func() bool { i := f.info(); return i != nil && strings.Contains(i.LastPruneError, "plan") })
+	require.Equal(t, 0, ops.nPrunes())
+	block.Store(false)
+	f.eventually("pruned", func() bool { return ops.nPrunes() == 1 })
+}
+
+// The plan is given the same desired set Prune is given.
+func TestOutsider50PruneGuardPlanSeesDesiredSet(t *testing.T) {
+	ops := newO50Ops()
+	var mu sync.Mutex
+	var seen []string
+	plan := func(ctx context.Context, txn statedb.ReadTxn, objs iter.Seq2[*item, statedb.Revision]) (int, int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		seen = seen[:0]
+		for it := range objs {
+			seen = append(seen, it.ID)
+		}
+		return 0, len(seen), nil
+	}
+	f := startO50(t, ops, nil, reconciler.WithPruneGuard(5, 0, plan), reconciler.WithPruning(0), o50Fast())
+	f.insert("a", "1")
+	f.insert("b", "1")
+	f.waitReconciled()
+	f.rec.Prune()
+	f.eventually("pruned", func() bool { return ops.nPrunes() == 1 })
+	mu.Lock()
+	defer mu.Unlock()
+	require.ElementsMatch(t, []string{"a", "b"}, seen)
+}
