@@ -5,10 +5,15 @@ package reconciler_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"iter"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
 	"runtime"
 	"strings"
 	"sync"
@@ -1594,4 +1599,60 @@ func TestOutsider50PruneGuardPlanSeesDesiredSet(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	require.ElementsMatch(t, []string{"a", "b"}, seen)
+}
+
+// ---- converge-inspect ----
+
+// converge-inspect marks a failing object with earlier errors "(+3 earlier)",
+// --json shows every record, and a held prune shows in LAST PRUNE.
+func TestOutsider50InspectHistoryAndHeldPrune(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds converge-inspect")
+	}
+	bin := t.TempDir() + "/converge-inspect"
+	out, err := exec.Command("go", "build", "-o", bin, "../cmd/converge-inspect").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+
+	ops := newO50Ops()
+	errs := []string{"e1", "e2", "e3\x1b[31mred", "e4", "e5"}
+	var n atomic.Int32
+	ops.updateFn = func(ctx context.Context, it *item) error {
+		i := int(n.Add(1)) - 1
+		if i < len(errs) {
+			return errors.New(errs[i])
+		}
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	p := &o50Plan{}
+	p.set(10, 10, nil, false)
+	f := startO50(t, ops, nil, reconciler.WithRetry(time.Millisecond, time.Millisecond), reconciler.WithPruneGuard(5, 0, p.plan),
+		reconciler.WithPruning(0))
+	f.insert("a", "1")
+	f.rec.Prune()
+	f.eventually("held and 5 attempts", func() bool {
+		i := f.info()
+		r := f.retry("a")
+		return i != nil && i.PruneHeld && r != nil && r.Attempts == 5 && len(r.Errors) == 4
+	})
+	srv := httptest.NewServer(http.StripPrefix("/statedb", f.db.HTTPHandler()))
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), o50Timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "--url", srv.URL+"/statedb")
+	cmd.Env = append(os.Environ(), "CONVERGE_INSPECT_TOKEN=")
+	text, _ := cmd.CombinedOutput()
+	t.Logf("inspect:\n%s", text)
+	require.Contains(t, string(text), "earlier)")
+	require.NotContains(t, string(text), "\x1b")
+	require.Contains(t, string(text), "would remove 10 of 10")
+	cmd = exec.CommandContext(ctx, bin, "--url", srv.URL+"/statedb", "--json")
+	cmd.Env = append(os.Environ(), "CONVERGE_INSPECT_TOKEN=")
+	js, _ := cmd.Output()
+	var doc struct {
+		Retries []tables.RetryInfo `json:"retries"`
+	}
+	require.NoError(t, json.Unmarshal(js, &doc), "%s", js)
+	require.NotEmpty(t, doc.Retries)
+	require.GreaterOrEqual(t, len(doc.Retries[0].Errors), 4, "%s", js)
 }
