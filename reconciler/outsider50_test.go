@@ -29,6 +29,7 @@ import (
 	"github.com/cilium/statedb"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/time/rate"
 
 	"github.com/converge-go/converge/reconciler"
 	"github.com/converge-go/converge/status"
@@ -1655,4 +1656,158 @@ func TestOutsider50InspectHistoryAndHeldPrune(t *testing.T) {
 	require.NoError(t, json.Unmarshal(js, &doc), "%s", js)
 	require.NotEmpty(t, doc.Retries)
 	require.GreaterOrEqual(t, len(doc.Retries[0].Errors), 4, "%s", js)
+}
+
+// ---- round 3 ----
+
+// Check errors are failures as Update's would be: they count towards
+// WithMaxAttempts (terminal after n) and appear in the error history.
+func TestOutsider50DriftCheckErrorsMaxAttemptsHistory(t *testing.T) {
+	ops := newO50Ops()
+	var n atomic.Int32
+	var broken atomic.Bool
+	check := func(ctx context.Context, _ statedb.ReadTxn, _ statedb.Revision, it *item) (bool, error) {
+		if broken.Load() {
+			return false, fmt.Errorf("check err %d", n.Add(1))
+		}
+		return true, nil
+	}
+	f := startO50(t, ops, nil, reconciler.WithDriftCheck(check), reconciler.WithRetry(time.Millisecond, time.Millisecond),
+		reconciler.WithPruning(0), reconciler.WithMaxAttempts(3))
+	f.insert("a", "1")
+	f.waitDone("a")
+	broken.Store(true)
+	f.markRefreshing("a")
+	f.eventually("terminal", func() bool {
+		it, _ := f.obj("a")
+		return it.Status.Kind == status.KindError && it.Status.Terminal
+	})
+	require.EqualValues(t, 3, n.Load())
+	require.Contains(t, func() string { it, _ := f.obj("a"); return it.Status.Error }(), "gave up after 3 attempts")
+	require.Equal(t, 1, ops.nUpdates("a"))
+}
+
+// The circuit breaker counts check failures as Update's.
+func TestOutsider50DriftCheckFeedsBreaker(t *testing.T) {
+	ops := newO50Ops()
+	var broken atomic.Bool
+	check := func(ctx context.Context, _ statedb.ReadTxn, _ statedb.Revision, it *item) (bool, error) {
+		if broken.Load() {
+			return false, errors.New("target gone")
+		}
+		return true, nil
+	}
+	f := startO50(t, ops, nil, reconciler.WithDriftCheck(check), reconciler.WithRetry(time.Millisecond, 5*time.Millisecond),
+		reconciler.WithPruning(0), reconciler.WithCircuitBreaker(3, time.Millisecond, nil))
+	for i := range 5 {
+		f.insert(fmt.Sprint("k", i), "1")
+	}
+	f.waitReconciled()
+	broken.Store(true)
+	for i := range 5 {
+		f.markRefreshing(fmt.Sprint("k", i))
+	}
+	f.waitHealth("target failing", func(l cell.Level, m string) bool { return strings.Contains(m, "target failing") })
+	broken.Store(false)
+	f.waitReconciled()
+	for i := range 5 {
+		f.waitDone(fmt.Sprint("k", i))
+	}
+}
+
+// RecheckAfter from Update, with a drift check: the re-check is checked, not
+// rewritten while in sync.
+func TestOutsider50DriftCheckRecheckAfter(t *testing.T) {
+	ops := newO50Ops()
+	ops.updateFn = func(ctx context.Context, it *item) error {
+		reconciler.RecheckAfter(ctx, time.Millisecond)
+		return nil
+	}
+	var checks atomic.Int32
+	f := startO50(t, ops, nil, reconciler.WithDriftCheck(o50Check(ops, nil, &checks)), o50Fast(), reconciler.WithPruning(0))
+	f.insert("a", "1")
+	f.waitDone("a")
+	f.eventually("re-checked", func() bool { return checks.Load() >= 1 })
+	f.waitDone("a")
+	require.Equal(t, 1, ops.nUpdates("a"))
+}
+
+// Setup waits for WithStartAfter's tables to be initialized.
+func TestOutsider50SetupAfterStartAfter(t *testing.T) {
+	ops := newO50Ops()
+	var calls atomic.Int32
+	setup := func(ctx context.Context, txn statedb.ReadTxn) error { calls.Add(1); return nil }
+	var src statedb.RWTable[*Greeting]
+	var done func(statedb.WriteTxn)
+	f, err := newO50With(t, ops, nil, func(db *statedb.DB) []reconciler.Option {
+		var err error
+		src, err = statedb.NewTable(db, "src", greetingName)
+		require.NoError(t, err)
+		wtxn := db.WriteTxn(src)
+		done = src.RegisterInitializer(wtxn, "test")
+		wtxn.Commit()
+		return []reconciler.Option{reconciler.WithSetup(setup), reconciler.WithStartAfter(0, src), reconciler.WithPruning(0), o50Fast()}
+	})
+	require.NoError(t, err)
+	f.start()
+	f.insert("a", "1")
+	f.eventually("row waiting", func() bool { i := f.info(); return i != nil && i.State == tables.StateWaiting })
+	require.EqualValues(t, 0, calls.Load(), "setup before WithStartAfter's tables are initialized")
+	wtxn := f.db.WriteTxn(src)
+	done(wtxn)
+	wtxn.Commit()
+	f.waitDone("a")
+	require.EqualValues(t, 1, calls.Load())
+}
+
+// Setup with batch operations and workers: no batch before it succeeds.
+func TestOutsider50SetupBatchesWorkers(t *testing.T) {
+	ops := newO50Ops()
+	var ok atomic.Bool
+	var calls atomic.Int32
+	setup := func(ctx context.Context, txn statedb.ReadTxn) error {
+		calls.Add(1)
+		if !ok.Load() {
+			return errors.New("no")
+		}
+		return nil
+	}
+	f := startO50(t, nil, o50Batch{ops}, reconciler.WithSetup(setup), o50Fast(), reconciler.WithPruning(0), reconciler.WithConcurrency(4))
+	for i := range 30 {
+		f.insert(fmt.Sprint("k", i), "1")
+	}
+	for i := range 10 {
+		f.del(fmt.Sprint("k", i))
+	}
+	f.eventually("setup retried", func() bool { return calls.Load() >= 3 })
+	require.Equal(t, 0, ops.targetLen())
+	ok.Store(true)
+	f.waitReconciled()
+	require.Equal(t, 20, ops.targetLen())
+}
+
+// Configure refuses a round limiter that can never allow an event.
+func TestOutsider50ConfigureRefusesDeadLimiter(t *testing.T) {
+	ops := newO50Ops()
+	f := startO50(t, ops, nil, reconciler.WithPruning(0))
+	require.ErrorIs(t, f.rec.Configure(reconciler.WithRoundLimits(10, rate.NewLimiter(0, 1))), reconciler.ErrInvalidConfig)
+	require.ErrorIs(t, f.rec.Configure(reconciler.WithRefreshing(time.Second, rate.NewLimiter(1, 0))), reconciler.ErrInvalidConfig)
+	require.NoError(t, f.rec.Configure(reconciler.WithRoundLimits(10, rate.NewLimiter(rate.Inf, 0))))
+	f.insert("a", "1")
+	f.waitDone("a")
+}
+
+// Configure of a huge interval / concurrency saturates; the reconciler goes on.
+func TestOutsider50ConfigureHugeValues(t *testing.T) {
+	ops := newO50Ops()
+	f := startO50(t, ops, nil, reconciler.WithPruning(0))
+	require.NoError(t, f.rec.Configure(reconciler.WithConcurrency(65536), reconciler.WithRetry(time.Duration(1<<62), time.Duration(1<<62)),
+		reconciler.WithRefreshing(time.Duration(1<<62), nil), reconciler.WithPruning(time.Duration(1<<62)), reconciler.WithRoundLimits(1<<40, nil)))
+	for i := range 20 {
+		f.insert(fmt.Sprint("k", i), "1")
+	}
+	f.waitReconciled()
+	require.NoError(t, f.rec.Configure(reconciler.WithConcurrency(1)))
+	f.insert("z", "1")
+	f.waitDone("z")
 }
