@@ -1811,3 +1811,169 @@ func TestOutsider50ConfigureHugeValues(t *testing.T) {
 	f.insert("z", "1")
 	f.waitDone("z")
 }
+
+// ---- round 4 ----
+
+// A panicking setup's error wraps ErrPanic: the row's SetupError says so.
+func TestOutsider50SetupPanicText(t *testing.T) {
+	ops := newO50Ops()
+	setup := func(ctx context.Context, txn statedb.ReadTxn) error { panic("kaboom") }
+	f := startO50(t, ops, nil, reconciler.WithSetup(setup), o50Fast(), reconciler.WithPruning(0))
+	f.eventually("panic in row", func() bool {
+		i := f.info()
+		return i != nil && strings.Contains(i.SetupError, "kaboom") && strings.Contains(i.SetupError, reconciler.ErrPanic.Error())
+	})
+}
+
+// Paused before the hive starts: setup is not called until Resume.
+func TestOutsider50SetupPausedBeforeStart(t *testing.T) {
+	ops := newO50Ops()
+	var calls atomic.Int32
+	setup := func(ctx context.Context, txn statedb.ReadTxn) error { calls.Add(1); return nil }
+	f, err := newO50(t, ops, nil, reconciler.WithSetup(setup), o50Fast(), reconciler.WithPruning(0))
+	require.NoError(t, err)
+	f.rec.Pause()
+	f.start()
+	f.insert("a", "1")
+	f.waitHealth("Paused", func(l cell.Level, m string) bool { return strings.Contains(m, "Paused") })
+	f.eventually("row paused", func() bool { i := f.info(); return i != nil && i.State == tables.StatePaused })
+	require.EqualValues(t, 0, calls.Load())
+	f.rec.Resume()
+	f.waitDone("a")
+	require.EqualValues(t, 1, calls.Load())
+}
+
+// Configure, Pause/Resume and ConfirmPrune racing stops and starts of the
+// hive: no deadlock, everything converges.
+func TestOutsider50ConfigureRacesStopStart(t *testing.T) {
+	ops := newO50Ops()
+	p := &o50Plan{}
+	p.set(0, 10, nil, false)
+	f := startO50(t, ops, nil, reconciler.WithPruning(0), o50Fast(), reconciler.WithPruneGuard(5, 0, p.plan))
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if err := f.rec.Configure(reconciler.WithConcurrency(1+i%4), reconciler.WithPruning(time.Duration(i%2)*time.Millisecond)); err != nil {
+				t.Error(err)
+				return
+			}
+			f.rec.ConfirmPrune()
+			f.rec.Prune()
+			if i%3 == 0 {
+				f.rec.Pause()
+				f.rec.Resume()
+			}
+		}
+	}()
+	for round := range 5 {
+		for i := range 20 {
+			if i >= 5 || round == 0 {
+				f.insert(fmt.Sprint("k", i), fmt.Sprint(round))
+			}
+		}
+		f.del(fmt.Sprint("k", round))
+		f.stop()
+		f.insert("s", fmt.Sprint(round))
+		f.start()
+	}
+	close(stop)
+	wg.Wait()
+	f.rec.Resume()
+	f.waitReconciled()
+	for i := range 20 {
+		k := fmt.Sprint("k", i)
+		if i < 5 {
+			f.eventually(k+" gone", func() bool { return !ops.targetHas(k, "0") })
+			continue
+		}
+		f.waitDone(k)
+		require.True(t, ops.targetHas(k, "4"), k)
+	}
+	require.True(t, ops.targetHas("s", "4"))
+}
+
+// A failing delete has a history of its own; it goes when the delete succeeds.
+func TestOutsider50ErrorHistoryDelete(t *testing.T) {
+	ops := &o50DelFail{o50Ops: newO50Ops()}
+	f := startO50(t, ops, nil, reconciler.WithRetry(time.Millisecond, time.Millisecond), reconciler.WithPruning(0))
+	f.insert("a", "1")
+	f.waitDone("a")
+	ops.fail.Store(4)
+	f.del("a")
+	f.eventually("delete row", func() bool { r := f.retry("a"); return r != nil && r.Delete && r.Attempts >= 3 })
+	r := f.retry("a")
+	require.NotEmpty(t, r.Errors)
+	for _, e := range r.Errors {
+		require.Contains(t, e.Error, "del err")
+	}
+	f.eventually("row gone", func() bool { return f.retry("a") == nil })
+}
+
+type o50DelFail struct {
+	*o50Ops
+	fail atomic.Int32
+	n    atomic.Int32
+}
+
+func (o *o50DelFail) Delete(ctx context.Context, txn statedb.ReadTxn, rev statedb.Revision, it *item) error {
+	if o.fail.Add(-1) >= 0 {
+		return fmt.Errorf("del err %d", o.n.Add(1))
+	}
+	return o.o50Ops.Delete(ctx, txn, rev, it)
+}
+
+// A hold persists over periodic re-plans (Configure(WithPruning(1ms))).
+func TestOutsider50PruneGuardHoldOverPeriodic(t *testing.T) {
+	ops := newO50Ops()
+	p := &o50Plan{}
+	p.set(10, 10, nil, false)
+	f := startO50(t, ops, nil, reconciler.WithPruneGuard(5, 0, p.plan), reconciler.WithPruning(0), o50Fast())
+	require.NoError(t, f.rec.Configure(reconciler.WithPruning(time.Millisecond)))
+	f.eventually("many plans", func() bool { return p.nCalls() >= 20 })
+	require.Equal(t, 0, ops.nPrunes())
+	i := f.info()
+	require.True(t, i.PruneHeld)
+	l, _ := f.healthOf()
+	require.Equal(t, cell.StatusDegraded, l)
+}
+
+// Report-only with batches and workers: drifted entries leave the batch and
+// show as drifted.
+func TestOutsider50DriftReportOnlyBatches(t *testing.T) {
+	ops := newO50Ops()
+	var checks atomic.Int32
+	f := startO50(t, nil, o50Batch{ops}, reconciler.WithDriftCheck(o50Check(ops, nil, &checks)), reconciler.WithDriftReportOnly(),
+		o50Fast(), reconciler.WithPruning(0), reconciler.WithConcurrency(3))
+	for i := range 12 {
+		f.insert(fmt.Sprint("k", i), "1")
+	}
+	f.waitReconciled()
+	for i := range 12 {
+		if i%3 == 0 {
+			ops.setTarget(fmt.Sprint("k", i), "drift")
+		}
+		f.markRefreshing(fmt.Sprint("k", i))
+	}
+	f.waitReconciled()
+	f.eventually("4 drifted", func() bool {
+		n := 0
+		for i := range 12 {
+			if r := f.retry(fmt.Sprint("k", i)); r != nil && r.Drifted {
+				n++
+			}
+		}
+		i := f.info()
+		return n == 4 && i != nil && i.DriftDetected == 4
+	})
+	for i := range 12 {
+		require.Equal(t, 1, ops.nUpdates(fmt.Sprint("k", i)))
+	}
+}
