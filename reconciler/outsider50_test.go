@@ -1977,3 +1977,76 @@ func TestOutsider50DriftReportOnlyBatches(t *testing.T) {
 		require.Equal(t, 1, ops.nUpdates(fmt.Sprint("k", i)))
 	}
 }
+
+// ---- round 5 ----
+
+// An Error status written back while running starts a history of one record
+// at the time that status was written; the retry's failure is appended.
+func TestOutsider50ErrorHistoryWrittenBack(t *testing.T) {
+	ops := newO50Ops()
+	var fail atomic.Bool
+	ops.updateFn = func(ctx context.Context, it *item) error {
+		if fail.Load() {
+			return errors.New("new error")
+		}
+		return nil
+	}
+	f := startO50(t, ops, nil, reconciler.WithRetry(time.Hour, time.Hour), reconciler.WithPruning(0))
+	f.insert("a", "1")
+	f.waitDone("a")
+	fail.Store(true)
+	written := time.Now().Add(-time.Hour).Truncate(time.Second)
+	wtxn := f.db.WriteTxn(f.tbl)
+	f.tbl.Insert(wtxn, &item{ID: "a", Value: "1", Status: status.Status{Kind: status.KindError, Error: "user error", UpdatedAt: written}})
+	wtxn.Commit()
+	var row *tables.RetryInfo
+	f.eventually("row", func() bool { row = f.retry("a"); return row != nil && row.LastError == "new error" })
+	require.Len(t, row.Errors, 2, "%+v", row.Errors)
+	require.Equal(t, "user error", row.Errors[0].Error)
+	require.True(t, row.Errors[0].At.Equal(written), "%v", row.Errors[0].At)
+}
+
+// Report-only: an object put back Refreshing after its delete is reported
+// drifted, not applied again.
+func TestOutsider50DriftPutBackRefreshingAfterDelete(t *testing.T) {
+	ops := newO50Ops()
+	var checks atomic.Int32
+	f := startO50(t, ops, nil, reconciler.WithDriftCheck(o50Check(ops, nil, &checks)), reconciler.WithDriftReportOnly(),
+		o50Fast(), reconciler.WithPruning(0))
+	f.insert("a", "1")
+	saved := f.waitDone("a")
+	f.del("a")
+	f.waitReconciled()
+	f.eventually("target empty", func() bool { return ops.targetLen() == 0 })
+	c := saved.clone()
+	c.Status = status.Refreshing()
+	wtxn := f.db.WriteTxn(f.tbl)
+	f.tbl.Insert(wtxn, c)
+	wtxn.Commit()
+	f.waitReconciled()
+	f.waitDone("a")
+	f.eventually("drifted row", func() bool { r := f.retry("a"); return r != nil && r.Drifted })
+	require.Equal(t, 1, ops.nUpdates("a"))
+	require.Equal(t, 0, ops.targetLen())
+}
+
+// Both bounds: held if either is exceeded.
+func TestOutsider50PruneGuardBothBounds(t *testing.T) {
+	for _, tc := range []struct {
+		remove, held int
+		hold         bool
+	}{{3, 100, false}, {6, 100, true}, {3, 5, true}} {
+		ops := newO50Ops()
+		p := &o50Plan{}
+		p.set(tc.remove, tc.held, nil, false)
+		f := startO50(t, ops, nil, reconciler.WithPruneGuard(5, 0.5, p.plan), reconciler.WithPruning(0), o50Fast())
+		f.rec.Prune()
+		if tc.hold {
+			f.eventually("held", func() bool { i := f.info(); return i != nil && i.PruneHeld })
+			require.Equal(t, 0, ops.nPrunes())
+		} else {
+			f.eventually("pruned", func() bool { return ops.nPrunes() == 1 })
+		}
+		f.stop()
+	}
+}
