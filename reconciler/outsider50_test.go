@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"iter"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -2049,4 +2050,86 @@ func TestOutsider50PruneGuardBothBounds(t *testing.T) {
 		}
 		f.stop()
 	}
+}
+
+// ---- round 6: re-entrancy ----
+
+// The Reconciler's methods are safe for concurrent use, never block
+// (Pause, Resume, Prune, ConfirmPrune) or do not block on operations
+// (Configure): calling them from inside setup, a check, Update and a plan
+// must not deadlock.
+func TestOutsider50ReentrantCalls(t *testing.T) {
+	ops := newO50Ops()
+	var rec atomic.Pointer[reconciler.Reconciler[*item]]
+	call := func(where string, i int) {
+		r := *rec.Load()
+		if err := r.Configure(reconciler.WithConcurrency(1+i%3), reconciler.WithRetry(time.Millisecond, time.Duration(1+i%2)*time.Millisecond)); err != nil {
+			t.Errorf("%s: %v", where, err)
+		}
+		r.Prune()
+		r.ConfirmPrune()
+	}
+	var ns atomic.Int32
+	setup := func(ctx context.Context, txn statedb.ReadTxn) error { call("setup", int(ns.Add(1))); return nil }
+	check := func(ctx context.Context, _ statedb.ReadTxn, _ statedb.Revision, it *item) (bool, error) {
+		call("check", int(ns.Add(1)))
+		return ops.targetHas(it.ID, it.Value), nil
+	}
+	plan := func(ctx context.Context, txn statedb.ReadTxn, objs iter.Seq2[*item, statedb.Revision]) (int, int, error) {
+		call("plan", int(ns.Add(1)))
+		return 10, 10, nil
+	}
+	ops.updateFn = func(ctx context.Context, it *item) error {
+		call("update", int(ns.Add(1)))
+		return nil
+	}
+	f, err := newO50(t, ops, nil, reconciler.WithSetup(setup), reconciler.WithDriftCheck(check), reconciler.WithPruneGuard(5, 0, plan),
+		reconciler.WithPruning(0), o50Fast())
+	require.NoError(t, err)
+	rec.Store(&f.rec)
+	f.start()
+	for i := range 10 {
+		f.insert(fmt.Sprint("k", i), "1")
+	}
+	f.waitReconciled()
+	for i := range 10 {
+		f.markRefreshing(fmt.Sprint("k", i))
+	}
+	f.waitReconciled()
+	f.eventually("a prune ran (confirmed from inside)", func() bool { return ops.nPrunes() >= 1 })
+	// Pause/Resume from inside an Update
+	ops.mu.Lock()
+	ops.updateFn = func(ctx context.Context, it *item) error {
+		r := *rec.Load()
+		r.Pause()
+		r.Resume()
+		return nil
+	}
+	ops.mu.Unlock()
+	f.insert("p", "1")
+	f.waitDone("p")
+}
+
+// ---- round 7: edge values ----
+
+func TestOutsider50NaNAndNilEdges(t *testing.T) {
+	ops := newO50Ops()
+	p := &o50Plan{}
+	for name, opt := range map[string]reconciler.Option{
+		"guard share NaN":      reconciler.WithPruneGuard(5, math.NaN(), p.plan),
+		"guard share +Inf":     reconciler.WithPruneGuard(5, math.Inf(1), p.plan),
+		"guard share NaN only": reconciler.WithPruneGuard(0, math.NaN(), p.plan),
+		"jitter NaN":           reconciler.WithRetryJitter(math.NaN()),
+	} {
+		_, err := newO50(t, ops, nil, opt)
+		require.ErrorIs(t, err, reconciler.ErrInvalidConfig, name)
+	}
+	f := startO50(t, ops, nil, reconciler.WithSetup(nil), reconciler.WithPruning(0))
+	require.ErrorIs(t, f.rec.Configure(reconciler.WithRetryJitter(math.NaN())), reconciler.ErrInvalidConfig)
+	require.ErrorIs(t, f.rec.Configure(reconciler.WithRetryJitter(-0.1)), reconciler.ErrInvalidConfig)
+	require.NoError(t, f.rec.Configure(reconciler.WithRetry(1, 1), reconciler.WithRetryJitter(0)))
+	f.insert("a", "1")
+	f.waitDone("a")
+	f.rec.ConfirmPrune() // no guard at all: does nothing
+	f.rec.ConfirmPrune()
 }
