@@ -2133,3 +2133,61 @@ func TestOutsider50NaNAndNilEdges(t *testing.T) {
 	f.rec.ConfirmPrune() // no guard at all: does nothing
 	f.rec.ConfirmPrune()
 }
+
+// After a restart whose setup fails, WaitUntilReconciled counts nothing done
+// and the row says setting-up again.
+func TestOutsider50SetupRestartWaitUntilReconciled(t *testing.T) {
+	ops := newO50Ops()
+	var fail atomic.Bool
+	setup := func(ctx context.Context, txn statedb.ReadTxn) error {
+		if fail.Load() {
+			return errors.New("second run fails")
+		}
+		return nil
+	}
+	f := startO50(t, ops, nil, reconciler.WithSetup(setup), o50Fast(), reconciler.WithPruning(0))
+	f.insert("a", "1")
+	f.waitReconciled()
+	f.stop()
+	fail.Store(true)
+	rev := f.insert("a", "2")
+	f.start()
+	f.eventually("setting-up", func() bool {
+		i := f.info()
+		return i != nil && i.State == tables.StateSettingUp && i.SetupAttempts >= 2
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	_, _, err := f.rec.WaitUntilReconciled(ctx, rev)
+	cancel()
+	require.Error(t, err)
+	require.Equal(t, 1, ops.nUpdates("a"))
+	fail.Store(false)
+	f.waitReconciled()
+	f.waitDone("a")
+	require.True(t, ops.targetHas("a", "2"))
+}
+
+// Configure before the first start applies at the start.
+func TestOutsider50ConfigureBeforeFirstStart(t *testing.T) {
+	ops := newO50Ops()
+	hold := make(chan struct{})
+	ops.updateFn = func(ctx context.Context, it *item) error {
+		select {
+		case <-hold:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		return nil
+	}
+	f, err := newO50(t, ops, nil, reconciler.WithPruning(0), o50Fast())
+	require.NoError(t, err)
+	require.NoError(t, f.rec.Configure(reconciler.WithConcurrency(3)))
+	for i := range 5 {
+		f.insert(fmt.Sprint("k", i), "1")
+	}
+	f.start()
+	f.eventually("3 in flight", func() bool { return ops.inflight.Load() == 3 })
+	close(hold)
+	f.waitReconciled()
+	require.LessOrEqual(t, ops.maxIn.Load(), int32(3))
+}
