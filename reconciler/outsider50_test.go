@@ -2191,3 +2191,60 @@ func TestOutsider50ConfigureBeforeFirstStart(t *testing.T) {
 	f.waitReconciled()
 	require.LessOrEqual(t, ops.maxIn.Load(), int32(3))
 }
+
+// Refresh sweeps with a drift check, workers and batches, while writers
+// change and delete objects and the target drifts: once quiet, a sweep
+// repairs every drift and the target equals the table.
+func TestOutsider50DriftChaos(t *testing.T) {
+	for _, batch := range []bool{false, true} {
+		t.Run(fmt.Sprint("batch=", batch), func(t *testing.T) {
+			ops := newO50Ops()
+			var checks atomic.Int32
+			var b reconciler.BatchOperations[*item]
+			var o reconciler.Operations[*item] = ops
+			if batch {
+				b, o = o50Batch{ops}, nil
+			}
+			f := startO50(t, o, b, reconciler.WithDriftCheck(o50Check(ops, nil, &checks)), o50Fast(),
+				reconciler.WithPruning(0), reconciler.WithRefreshing(2*time.Millisecond, nil), reconciler.WithConcurrency(4),
+				reconciler.WithRoundLimits(7, nil))
+			for round := range 30 {
+				for i := range 30 {
+					k := fmt.Sprint("k", i)
+					switch (i + round) % 5 {
+					case 0:
+						f.del(k)
+					case 1:
+						ops.setTarget(k, "drift")
+					default:
+						f.insert(k, fmt.Sprint(round))
+					}
+				}
+			}
+			// quiet: wait for a full sweep's worth of checks after the last write
+			f.waitReconciled()
+			c := checks.Load()
+			f.eventually("sweeps repaired", func() bool {
+				if checks.Load() < c+60 {
+					return false
+				}
+				ok := true
+				for i := range 30 {
+					k := fmt.Sprint("k", i)
+					it, present := f.obj(k)
+					if present && !ops.targetHas(k, it.Value) {
+						ok = false
+					}
+				}
+				return ok
+			})
+			// deleted objects are absent (unless drift put them there: no prune here)
+			for i := range 30 {
+				k := fmt.Sprint("k", i)
+				if _, present := f.obj(k); !present {
+					require.False(t, ops.targetHas(k, "29"), k)
+				}
+			}
+		})
+	}
+}
