@@ -1,0 +1,2250 @@
+package reconciler_test
+
+// Outside attacks on the capabilities of issue 50 (WithSetup, WithDriftCheck,
+// error history, Configure, WithPruneGuard), from the documentation only.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"iter"
+	"log/slog"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/cilium/hive"
+	"github.com/cilium/hive/cell"
+	"github.com/cilium/hive/hivetest"
+	"github.com/cilium/hive/job"
+	"github.com/cilium/statedb"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/time/rate"
+
+	"github.com/converge-go/converge/reconciler"
+	"github.com/converge-go/converge/status"
+	"github.com/converge-go/converge/tables"
+)
+
+const o50Timeout = 10 * time.Second
+
+// o50Ops is a map target with hooks.
+type o50Ops struct {
+	mu       sync.Mutex
+	target   map[string]string
+	updates  map[string]int
+	deletes  map[string]int
+	prunes   int
+	updateFn func(ctx context.Context, it *item) error
+	pruneFn  func(ctx context.Context) error
+	inflight atomic.Int32
+	maxIn    atomic.Int32
+}
+
+func newO50Ops() *o50Ops {
+	return &o50Ops{target: map[string]string{}, updates: map[string]int{}, deletes: map[string]int{}}
+}
+
+func (o *o50Ops) Update(ctx context.Context, _ statedb.ReadTxn, _ statedb.Revision, it *item) error {
+	n := o.inflight.Add(1)
+	defer o.inflight.Add(-1)
+	for {
+		m := o.maxIn.Load()
+		if n <= m || o.maxIn.CompareAndSwap(m, n) {
+			break
+		}
+	}
+	o.mu.Lock()
+	o.updates[it.ID]++
+	fn := o.updateFn
+	o.mu.Unlock()
+	if fn != nil {
+		if err := fn(ctx, it); err != nil {
+			return err
+		}
+	}
+	o.mu.Lock()
+	o.target[it.ID] = it.Value
+	o.mu.Unlock()
+	return nil
+}
+
+func (o *o50Ops) Delete(ctx context.Context, _ statedb.ReadTxn, _ statedb.Revision, it *item) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.deletes[it.ID]++
+	delete(o.target, it.ID)
+	return nil
+}
+
+func (o *o50Ops) Prune(ctx context.Context, txn statedb.ReadTxn, objs iter.Seq2[*item, statedb.Revision]) error {
+	o.mu.Lock()
+	o.prunes++
+	fn := o.pruneFn
+	o.mu.Unlock()
+	if fn != nil {
+		if err := fn(ctx); err != nil {
+			return err
+		}
+	}
+	want := map[string]bool{}
+	for it := range objs {
+		want[it.ID] = true
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for k := range o.target {
+		if !want[k] {
+			delete(o.target, k)
+		}
+	}
+	return nil
+}
+
+func (o *o50Ops) get(f func(o *o50Ops) int) int { o.mu.Lock(); defer o.mu.Unlock(); return f(o) }
+func (o *o50Ops) nUpdates(id string) int        { return o.get(func(o *o50Ops) int { return o.updates[id] }) }
+func (o *o50Ops) nPrunes() int                  { return o.get(func(o *o50Ops) int { return o.prunes }) }
+func (o *o50Ops) targetLen() int                { return o.get(func(o *o50Ops) int { return len(o.target) }) }
+func (o *o50Ops) setTarget(k, v string)         { o.mu.Lock(); o.target[k] = v; o.mu.Unlock() }
+func (o *o50Ops) targetHas(k, v string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	got, ok := o.target[k]
+	return ok && got == v
+}
+
+type o50 struct {
+	t      *testing.T
+	log    *slog.Logger
+	h      *hive.Hive
+	db     *statedb.DB
+	tbl    statedb.RWTable[*item]
+	tbs    *tables.Tables
+	rec    reconciler.Reconciler[*item]
+	health *cell.SimpleHealth
+	up     bool
+}
+
+// newO50 builds (not starts) a hive with one reconciler; a Register error is returned.
+func newO50(t *testing.T, ops reconciler.Operations[*item], batch reconciler.BatchOperations[*item], opts ...reconciler.Option) (*o50, error) {
+	return newO50With(t, ops, batch, func(*statedb.DB) []reconciler.Option { return opts })
+}
+
+// newO50With builds the options once the DB exists (for WithDependency).
+func newO50With(t *testing.T, ops reconciler.Operations[*item], batch reconciler.BatchOperations[*item], mk func(*statedb.DB) []reconciler.Option) (*o50, error) {
+	f := &o50{t: t, log: hivetest.Logger(t)}
+	var regErr error
+	f.h = hive.New(statedb.Cell, job.Cell, tables.Cell, cell.Provide(cell.NewSimpleHealth),
+		cell.Module("test", "Test module",
+			cell.Provide(job.Registry.NewGroup),
+			cell.Invoke(func(p reconciler.Params, tt *tables.Tables, sh *cell.SimpleHealth) error {
+				f.db, f.tbs, f.health = p.DB, tt, sh
+				var err error
+				if f.tbl, err = statedb.NewTable(p.DB, "items", itemID); err != nil {
+					return err
+				}
+				f.rec, regErr = reconciler.Register(p, f.tbl, (*item).clone, (*item).setStatus, (*item).getStatus, ops, batch, mk(p.DB)...)
+				return nil
+			})))
+	require.NoError(t, f.h.Populate(f.log))
+	t.Cleanup(func() {
+		if f.up {
+			assert.NoError(t, f.h.Stop(f.log, context.Background()))
+		}
+	})
+	return f, regErr
+}
+
+func startO50(t *testing.T, ops reconciler.Operations[*item], batch reconciler.BatchOperations[*item], opts ...reconciler.Option) *o50 {
+	t.Helper()
+	f, err := newO50(t, ops, batch, opts...)
+	require.NoError(t, err)
+	f.start()
+	return f
+}
+
+func (f *o50) start() {
+	f.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), o50Timeout)
+	defer cancel()
+	require.NoError(f.t, f.h.Start(f.log, ctx))
+	f.up = true
+}
+
+func (f *o50) stop() {
+	f.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), o50Timeout)
+	defer cancel()
+	require.NoError(f.t, f.h.Stop(f.log, ctx))
+	f.up = false
+}
+
+func (f *o50) insert(id, value string) statedb.Revision {
+	wtxn := f.db.WriteTxn(f.tbl)
+	f.tbl.Insert(wtxn, &item{ID: id, Value: value, Status: status.Pending()})
+	wtxn.Commit()
+	return f.tbl.Revision(f.db.ReadTxn())
+}
+
+func (f *o50) del(id string) {
+	wtxn := f.db.WriteTxn(f.tbl)
+	f.tbl.Delete(wtxn, &item{ID: id})
+	wtxn.Commit()
+}
+
+// markRefreshing writes the object back with a Refreshing status.
+func (f *o50) markRefreshing(id string) {
+	wtxn := f.db.WriteTxn(f.tbl)
+	it, _, ok := f.tbl.Get(wtxn, itemID.Query(id))
+	require.True(f.t, ok)
+	c := it.clone()
+	c.Status = status.Refreshing()
+	f.tbl.Insert(wtxn, c)
+	wtxn.Commit()
+}
+
+func (f *o50) obj(id string) (*item, bool) {
+	it, _, ok := f.tbl.Get(f.db.ReadTxn(), itemID.Query(id))
+	return it, ok
+}
+
+// eventually waits (≤ o50Timeout) for cond, re-checking on every table change
+// and every millisecond (for conditions on the target or health).
+func (f *o50) eventually(what string, cond func() bool) {
+	f.t.Helper()
+	deadline := time.After(o50Timeout)
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for {
+		_, w1 := f.tbl.AllWatch(f.db.ReadTxn())
+		if cond() {
+			return
+		}
+		select {
+		case <-w1:
+		case <-tick.C:
+		case <-deadline:
+			f.t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+func (f *o50) waitDone(id string) *item {
+	f.t.Helper()
+	var it *item
+	f.eventually(id+" Done", func() bool {
+		var ok bool
+		it, ok = f.obj(id)
+		return ok && it.Status.Kind == status.KindDone
+	})
+	return it
+}
+
+func (f *o50) waitReconciled() {
+	f.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), o50Timeout)
+	defer cancel()
+	rev := f.tbl.Revision(f.db.ReadTxn())
+	_, _, err := f.rec.WaitUntilReconciled(ctx, rev)
+	require.NoError(f.t, err)
+}
+
+func (f *o50) info() *tables.Info {
+	for i := range f.tbs.Reconcilers().All(f.db.ReadTxn()) {
+		return i
+	}
+	return nil
+}
+
+func (f *o50) retry(key string) *tables.RetryInfo {
+	for r := range f.tbs.Retries().All(f.db.ReadTxn()) {
+		if r.Key == key {
+			return r
+		}
+	}
+	return nil
+}
+
+func (f *o50) healthOf() (cell.Level, string) {
+	c := f.health.GetChild("job-reconcile")
+	if c == nil {
+		c = f.health.GetChild("test.job-reconcile")
+	}
+	if c == nil {
+		return "", ""
+	}
+	c.Lock()
+	defer c.Unlock()
+	msg := c.Status
+	if c.Error != nil {
+		msg += ": " + c.Error.Error()
+	}
+	return c.Level, msg
+}
+
+func (f *o50) waitHealth(what string, ok func(cell.Level, string) bool) {
+	f.t.Helper()
+	f.eventually("health "+what, func() bool { l, m := f.healthOf(); return ok(l, m) })
+}
+
+func o50Fast() reconciler.Option { return reconciler.WithRetry(time.Millisecond, 5*time.Millisecond) }
+
+// ---- 1. WithSetup ----
+
+// Setup fails a few times (a TerminalError among them, and a panic); until it
+// succeeds nothing is applied, writes made meanwhile (a delete and a re-insert
+// included) converge, the row says setting-up with the attempts.
+func TestOutsider50SetupFailsThenConverges(t *testing.T) {
+	ops := newO50Ops()
+	var calls atomic.Int32
+	release := make(chan struct{})
+	setup := func(ctx context.Context, txn statedb.ReadTxn) error {
+		n := calls.Add(1)
+		switch n {
+		case 1:
+			return reconciler.TerminalError(errors.New("terminal setup"))
+		case 2:
+			panic("setup panics")
+		}
+		select {
+		case <-release:
+			return nil
+		default:
+			return fmt.Errorf("not yet %d", n)
+		}
+	}
+	f := startO50(t, ops, nil, reconciler.WithSetup(setup), o50Fast(), reconciler.WithPruning(0))
+	f.insert("a", "1")
+	f.insert("b", "1")
+	f.del("b")
+	f.insert("b", "2")
+	f.insert("c", "1")
+	f.eventually("setup attempts ≥ 4 in row", func() bool {
+		i := f.info()
+		return i != nil && i.State == tables.StateSettingUp && i.SetupAttempts >= 4 && i.SetupError != ""
+	})
+	f.waitHealth("setup failing", func(l cell.Level, m string) bool {
+		return l == cell.StatusDegraded && strings.Contains(m, "setup failing")
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	_, _, err := f.rec.WaitUntilReconciled(ctx, f.tbl.Revision(f.db.ReadTxn()))
+	cancel()
+	require.Error(t, err, "WaitUntilReconciled must count nothing done before setup")
+	require.Equal(t, 0, ops.nUpdates("a")+ops.nUpdates("b")+ops.nUpdates("c"), "no Update before setup succeeds")
+	close(release)
+	f.waitReconciled()
+	f.waitDone("a")
+	f.waitDone("b")
+	require.True(t, ops.targetHas("b", "2"))
+	i := f.info()
+	require.Equal(t, 0, i.SetupAttempts)
+	require.Empty(t, i.SetupError)
+	require.NotEqual(t, tables.StateSettingUp, i.State)
+}
+
+// Setup runs again on every start of the hive; a setup blocked on ctx is
+// ended by the stop, and the next start sets up again.
+func TestOutsider50SetupEachStartAndStopWhileBlocked(t *testing.T) {
+	ops := newO50Ops()
+	var calls atomic.Int32
+	var block atomic.Bool
+	entered := make(chan struct{}, 10)
+	setup := func(ctx context.Context, txn statedb.ReadTxn) error {
+		calls.Add(1)
+		if block.Load() {
+			entered <- struct{}{}
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		return nil
+	}
+	f := startO50(t, ops, nil, reconciler.WithSetup(setup), o50Fast(), reconciler.WithPruning(0))
+	f.insert("a", "1")
+	f.waitDone("a")
+	require.EqualValues(t, 1, calls.Load())
+	f.stop()
+	block.Store(true)
+	f.insert("a", "2")
+	f.start()
+	select {
+	case <-entered:
+	case <-time.After(o50Timeout):
+		t.Fatal("setup not called on second start")
+	}
+	f.stop() // must not hang: setup's ctx ends on stop
+	block.Store(false)
+	f.del("a")
+	f.insert("b", "1")
+	f.start()
+	f.waitReconciled()
+	f.waitDone("b")
+	f.eventually("a deleted in target", func() bool { return !ops.targetHas("a", "1") && !ops.targetHas("a", "2") })
+	require.GreaterOrEqual(t, calls.Load(), int32(3))
+}
+
+// Pause holds setup; Resume lets it go on.
+func TestOutsider50SetupHeldByPause(t *testing.T) {
+	ops := newO50Ops()
+	var calls atomic.Int32
+	var ok atomic.Bool
+	setup := func(ctx context.Context, txn statedb.ReadTxn) error {
+		calls.Add(1)
+		if ok.Load() {
+			return nil
+		}
+		return errors.New("no")
+	}
+	f := startO50(t, ops, nil, reconciler.WithSetup(setup), o50Fast(), reconciler.WithPruning(0))
+	f.eventually("setup tried", func() bool { return calls.Load() >= 2 })
+	f.rec.Pause()
+	f.waitHealth("Paused", func(l cell.Level, m string) bool { return strings.Contains(m, "Paused") })
+	n := calls.Load()
+	// A call under way at Pause may still finish; after health says Paused and
+	// one more retry backoff (≤5ms×1.1) has passed many times, none may start.
+	f.insert("a", "1")
+	deadline := time.Now().Add(100 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		require.LessOrEqual(t, calls.Load(), n+1, "setup called while paused")
+		runtimeGosched()
+	}
+	ok.Store(true)
+	f.rec.Resume()
+	f.waitDone("a")
+}
+
+// A setup that ignores its ctx but obeys WithOperationTimeout: the timeout
+// ends its ctx; it is retried.
+func TestOutsider50SetupOperationTimeout(t *testing.T) {
+	ops := newO50Ops()
+	var calls atomic.Int32
+	setup := func(ctx context.Context, txn statedb.ReadTxn) error {
+		if calls.Add(1) == 1 {
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		return nil
+	}
+	f := startO50(t, ops, nil, reconciler.WithSetup(setup), o50Fast(), reconciler.WithPruning(0),
+		reconciler.WithOperationTimeout(20*time.Millisecond))
+	f.insert("a", "1")
+	f.waitDone("a")
+	require.EqualValues(t, 2, calls.Load())
+}
+
+// Setup with a prune due: no Prune before setup succeeds, even on request.
+func TestOutsider50SetupHoldsPrune(t *testing.T) {
+	ops := newO50Ops()
+	var ok atomic.Bool
+	var calls atomic.Int32
+	setup := func(ctx context.Context, txn statedb.ReadTxn) error {
+		calls.Add(1)
+		if ok.Load() {
+			return nil
+		}
+		return errors.New("no")
+	}
+	f := startO50(t, ops, nil, reconciler.WithSetup(setup), o50Fast(), reconciler.WithPruning(time.Millisecond))
+	f.rec.Prune()
+	f.eventually("setup tried", func() bool { return calls.Load() >= 5 })
+	require.Equal(t, 0, ops.nPrunes())
+	ok.Store(true)
+	f.eventually("pruned", func() bool { return ops.nPrunes() > 0 })
+}
+
+// ---- 2. Drift check ----
+
+func o50Check(ops *o50Ops, errFor map[string]error, calls *atomic.Int32) func(context.Context, statedb.ReadTxn, statedb.Revision, *item) (bool, error) {
+	return func(ctx context.Context, _ statedb.ReadTxn, _ statedb.Revision, it *item) (bool, error) {
+		calls.Add(1)
+		if err := errFor[it.ID]; err != nil {
+			return false, err
+		}
+		return ops.targetHas(it.ID, it.Value), nil
+	}
+}
+
+func TestOutsider50DriftCheckRepairAndSkip(t *testing.T) {
+	for _, workers := range []int{1, 4} {
+		t.Run(fmt.Sprint("workers=", workers), func(t *testing.T) {
+			ops := newO50Ops()
+			var checks atomic.Int32
+			f := startO50(t, ops, nil, reconciler.WithDriftCheck(o50Check(ops, nil, &checks)), o50Fast(),
+				reconciler.WithPruning(0), reconciler.WithConcurrency(workers))
+			f.insert("a", "1")
+			f.insert("b", "1")
+			f.waitDone("a")
+			f.waitDone("b")
+			require.EqualValues(t, 0, checks.Load(), "Pending never checked")
+			ops.setTarget("b", "drift")
+			f.markRefreshing("a")
+			f.markRefreshing("b")
+			f.waitDone("a")
+			f.waitDone("b")
+			f.eventually("b repaired", func() bool { return ops.targetHas("b", "1") })
+			require.Equal(t, 1, ops.nUpdates("a"), "in-sync a must not be rewritten")
+			require.Equal(t, 2, ops.nUpdates("b"))
+			f.eventually("drift-repaired 1", func() bool { i := f.info(); return i != nil && i.DriftRepaired == 1 })
+		})
+	}
+}
+
+func TestOutsider50DriftReportOnly(t *testing.T) {
+	ops := newO50Ops()
+	var checks atomic.Int32
+	f := startO50(t, ops, nil, reconciler.WithDriftCheck(o50Check(ops, nil, &checks)), reconciler.WithDriftReportOnly(),
+		o50Fast(), reconciler.WithPruning(0))
+	f.insert("a", "1")
+	f.waitDone("a")
+	ops.setTarget("a", "drift")
+	f.markRefreshing("a")
+	f.waitDone("a")
+	f.eventually("drifted row", func() bool { r := f.retry("a"); return r != nil && r.Drifted && r.Attempts == 0 })
+	require.Equal(t, 1, ops.nUpdates("a"), "report-only must not repair")
+	require.True(t, ops.targetHas("a", "drift"))
+	f.eventually("drift-detected", func() bool { i := f.info(); return i != nil && i.DriftDetected == 1 && i.Retrying == 0 })
+	l, m := f.healthOf()
+	require.Equal(t, cell.StatusOK, l, "a drifted object is not failing: %s", m)
+	// found in sync again: row goes
+	ops.setTarget("a", "1")
+	f.markRefreshing("a")
+	f.waitDone("a")
+	f.eventually("row gone on in-sync", func() bool { return f.retry("a") == nil })
+	// drift again, then delete: row goes
+	ops.setTarget("a", "drift")
+	f.markRefreshing("a")
+	f.eventually("drifted again", func() bool { r := f.retry("a"); return r != nil && r.Drifted })
+	f.del("a")
+	f.eventually("row gone on delete", func() bool { return f.retry("a") == nil })
+}
+
+// A check that errors marks Error and retries with a check (report-only:
+// never a blind Update); a check that panics is an ErrPanic failure.
+func TestOutsider50DriftCheckErrorsAndPanics(t *testing.T) {
+	ops := newO50Ops()
+	var calls atomic.Int32
+	var failing atomic.Int32
+	failing.Store(3)
+	check := func(ctx context.Context, _ statedb.ReadTxn, _ statedb.Revision, it *item) (bool, error) {
+		n := calls.Add(1)
+		if failing.Load() > 0 {
+			failing.Add(-1)
+			if n == 2 {
+				panic("check panics")
+			}
+			return false, errors.New("cannot read target")
+		}
+		return false, nil
+	}
+	f := startO50(t, ops, nil, reconciler.WithDriftCheck(check), reconciler.WithDriftReportOnly(), o50Fast(), reconciler.WithPruning(0))
+	f.insert("a", "1")
+	f.waitDone("a")
+	f.markRefreshing("a")
+	f.eventually("error status", func() bool { it, _ := f.obj("a"); return it.Status.Kind == status.KindError })
+	f.waitDone("a")
+	require.EqualValues(t, 4, calls.Load())
+	require.Equal(t, 1, ops.nUpdates("a"), "report-only never Updates, even after check errors")
+	f.eventually("drifted row", func() bool { r := f.retry("a"); return r != nil && r.Drifted })
+}
+
+// Report-only: an Error object marked Refreshing (by a dependency, or put
+// back so) is repaired all the same: its version never reached the target.
+func TestOutsider50DriftErrorObjectRepaired(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		terminal bool
+		dep      bool
+	}{
+		{"retryable,put-back", false, false},
+		{"terminal,put-back", true, false},
+		{"retryable,dependency", false, true},
+		{"terminal,dependency", true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ops := newO50Ops()
+			var fail atomic.Bool
+			fail.Store(true)
+			ops.updateFn = func(ctx context.Context, it *item) error {
+				if fail.Load() {
+					if tc.terminal {
+						return reconciler.TerminalError(errors.New("boom"))
+					}
+					return errors.New("boom")
+				}
+				return nil
+			}
+			// A truthful check: the failed version is not in the target (drifted).
+			check := func(_ context.Context, _ statedb.ReadTxn, _ statedb.Revision, it *item) (bool, error) {
+				return ops.targetHas(it.ID, it.Value), nil
+			}
+			var deps statedb.RWTable[*Greeting]
+			f, err := newO50With(t, ops, nil, func(db *statedb.DB) []reconciler.Option {
+				var err error
+				deps, err = statedb.NewTable(db, "deps", greetingName)
+				require.NoError(t, err)
+				return []reconciler.Option{reconciler.WithDriftCheck(check), reconciler.WithDriftReportOnly(), reconciler.WithRetry(time.Hour, time.Hour), reconciler.WithPruning(0),
+					reconciler.WithDependency(deps, func(g *Greeting, deleted bool) []statedb.Query[*item] {
+						return []statedb.Query[*item]{itemID.Query(g.Name)}
+					})}
+			})
+			require.NoError(t, err)
+			f.start()
+			f.insert("a", "1")
+			f.eventually("error", func() bool { it, _ := f.obj("a"); return it.Status.Kind == status.KindError })
+			fail.Store(false)
+			if tc.dep {
+				wtxn := f.db.WriteTxn(deps)
+				deps.Insert(wtxn, &Greeting{Name: "a"})
+				wtxn.Commit()
+			} else {
+				f.markRefreshing("a")
+			}
+			f.waitDone("a")
+			require.True(t, ops.targetHas("a", "1"), "an Error object marked Refreshing must be repaired (updates %d)", ops.nUpdates("a"))
+		})
+	}
+}
+
+// Drift check with batch operations: in-sync entries leave the batch.
+type o50Batch struct{ *o50Ops }
+
+func (b o50Batch) UpdateBatch(ctx context.Context, txn statedb.ReadTxn, batch []reconciler.BatchEntry[*item]) {
+	for i := range batch {
+		batch[i].Result = b.Update(ctx, txn, batch[i].Revision, batch[i].Object)
+	}
+}
+
+func (b o50Batch) DeleteBatch(ctx context.Context, txn statedb.ReadTxn, batch []reconciler.BatchEntry[*item]) {
+	for i := range batch {
+		batch[i].Result = b.Delete(ctx, txn, batch[i].Revision, batch[i].Object)
+	}
+}
+
+// o50BatchOnly has no Prune method.
+type o50BatchOnly struct{ b o50Batch }
+
+func (b o50BatchOnly) UpdateBatch(ctx context.Context, txn statedb.ReadTxn, batch []reconciler.BatchEntry[*item]) {
+	b.b.UpdateBatch(ctx, txn, batch)
+}
+
+func (b o50BatchOnly) DeleteBatch(ctx context.Context, txn statedb.ReadTxn, batch []reconciler.BatchEntry[*item]) {
+	b.b.DeleteBatch(ctx, txn, batch)
+}
+
+func TestOutsider50DriftCheckBatches(t *testing.T) {
+	ops := newO50Ops()
+	var checks atomic.Int32
+	f := startO50(t, nil, o50Batch{ops}, reconciler.WithDriftCheck(o50Check(ops, nil, &checks)), o50Fast(),
+		reconciler.WithPruning(0), reconciler.WithConcurrency(3))
+	for i := range 20 {
+		f.insert(fmt.Sprint("k", i), "1")
+	}
+	f.waitReconciled()
+	for i := range 20 {
+		if i%2 == 0 {
+			ops.setTarget(fmt.Sprint("k", i), "drift")
+		}
+		f.markRefreshing(fmt.Sprint("k", i))
+	}
+	f.waitReconciled()
+	for i := range 20 {
+		k := fmt.Sprint("k", i)
+		f.waitDone(k)
+		want := 1
+		if i%2 == 0 {
+			want = 2
+		}
+		require.Equal(t, want, ops.nUpdates(k), k)
+		require.True(t, ops.targetHas(k, "1"), k)
+	}
+	require.EqualValues(t, 20, checks.Load())
+}
+
+func TestOutsider50DriftOptionsRefused(t *testing.T) {
+	ops := newO50Ops()
+	_, err := newO50(t, ops, nil, reconciler.WithDriftReportOnly())
+	require.ErrorIs(t, err, reconciler.ErrInvalidConfig)
+	_, err = newO50(t, ops, nil, reconciler.WithDriftCheck[*item](nil))
+	require.ErrorIs(t, err, reconciler.ErrInvalidConfig)
+	_, err = newO50(t, ops, nil, reconciler.WithDriftCheck(func(context.Context, statedb.ReadTxn, statedb.Revision, *Greeting) (bool, error) { return true, nil }))
+	require.ErrorIs(t, err, reconciler.ErrInvalidConfig)
+}
+
+// ---- 3. Error history ----
+
+func TestOutsider50ErrorHistory(t *testing.T) {
+	ops := newO50Ops()
+	huge := strings.Repeat("é", 300) // 600 bytes, 2-byte runes
+	errs := []string{"e1", "e2", "e2", "e2", "e3", "e1", "e4", "e5", huge}
+	var idx atomic.Int32
+	release := make(chan struct{})
+	ops.updateFn = func(ctx context.Context, it *item) error {
+		if it.ID != "a" {
+			return nil
+		}
+		n := int(idx.Add(1)) - 1
+		if n < len(errs) {
+			return errors.New(errs[n])
+		}
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	f := startO50(t, ops, nil, reconciler.WithRetry(time.Millisecond, time.Millisecond), reconciler.WithRetryJitter(0), reconciler.WithPruning(0))
+	f.insert("a", "1")
+	var row *tables.RetryInfo
+	f.eventually("9 attempts", func() bool { row = f.retry("a"); return row != nil && row.Attempts == len(errs) })
+	require.Equal(t, huge, row.LastError, "last-error is not cut")
+	require.Len(t, row.Errors, 4)
+	got := []string{}
+	atts := []int{}
+	for _, e := range row.Errors {
+		got = append(got, e.Error)
+		atts = append(atts, e.Attempt)
+		require.False(t, e.At.IsZero())
+	}
+	cut := row.Errors[3].Error
+	require.True(t, utf8.ValidString(cut), "cut at a character boundary")
+	require.True(t, strings.HasSuffix(cut, "…"))
+	require.LessOrEqual(t, len(strings.TrimSuffix(cut, "…")), 256)
+	require.GreaterOrEqual(t, len(strings.TrimSuffix(cut, "…")), 255)
+	require.Equal(t, []string{"e1", "e4", "e5"}, got[:3])
+	require.Equal(t, []int{6, 7, 8, 9}, atts)
+	close(release)
+	f.eventually("row gone", func() bool { return f.retry("a") == nil })
+}
+
+// Identical errors a thousand times: one record; a new version starts afresh.
+func TestOutsider50ErrorHistoryIdenticalAndNewVersion(t *testing.T) {
+	ops := newO50Ops()
+	var mode atomic.Value
+	mode.Store("same")
+	ops.updateFn = func(ctx context.Context, it *item) error {
+		if it.Value == "1" {
+			return errors.New("always the same")
+		}
+		return errors.New("v2 error")
+	}
+	f := startO50(t, ops, nil, reconciler.WithRetry(time.Microsecond, time.Microsecond), reconciler.WithPruning(0))
+	f.insert("a", "1")
+	var row *tables.RetryInfo
+	f.eventually("many attempts", func() bool { row = f.retry("a"); return row != nil && row.Attempts >= 200 })
+	require.Len(t, row.Errors, 1)
+	require.Equal(t, "always the same", row.Errors[0].Error)
+	require.Greater(t, row.Errors[0].Attempt, 1)
+	f.insert("a", "2")
+	f.eventually("v2 history", func() bool {
+		row = f.retry("a")
+		return row != nil && row.LastError == "v2 error"
+	})
+	for _, e := range row.Errors {
+		require.NotEqual(t, "always the same", e.Error, "new version must not carry old history")
+	}
+	f.del("a")
+	f.eventually("row gone on delete", func() bool { return f.retry("a") == nil })
+}
+
+// Many objects with distinct errors, with workers.
+func TestOutsider50ErrorHistoryConcurrent(t *testing.T) {
+	ops := newO50Ops()
+	var cnt sync.Map
+	ops.updateFn = func(ctx context.Context, it *item) error {
+		v, _ := cnt.LoadOrStore(it.ID, new(atomic.Int32))
+		n := v.(*atomic.Int32).Add(1)
+		if n <= 6 {
+			return fmt.Errorf("%s err %d", it.ID, n)
+		}
+		return errors.New("stuck")
+	}
+	f := startO50(t, ops, nil, reconciler.WithRetry(time.Millisecond, time.Millisecond), reconciler.WithPruning(0), reconciler.WithConcurrency(8))
+	for i := range 50 {
+		f.insert(fmt.Sprint("k", i), "1")
+	}
+	f.eventually("all rows at ≥7 attempts", func() bool {
+		for i := range 50 {
+			r := f.retry(fmt.Sprint("k", i))
+			if r == nil || r.Attempts < 7 {
+				return false
+			}
+		}
+		return true
+	})
+	for i := range 50 {
+		k := fmt.Sprint("k", i)
+		r := f.retry(k)
+		require.Len(t, r.Errors, 4, k)
+		require.Equal(t, "stuck", r.Errors[3].Error)
+		require.Equal(t, r.LastError, r.Errors[3].Error)
+		require.Equal(t, r.Attempts, r.Errors[3].Attempt, k)
+		require.Equal(t, k+" err 4", r.Errors[0].Error)
+	}
+}
+
+// ---- 4. Configure ----
+
+func TestOutsider50ConfigureRefused(t *testing.T) {
+	ops := newO50Ops()
+	f := startO50(t, ops, nil, reconciler.WithPruning(0), o50Fast())
+	f.insert("a", "1")
+	f.waitDone("a")
+	for name, opts := range map[string][]reconciler.Option{
+		"name":        {reconciler.WithConcurrency(4), reconciler.WithName("x")},
+		"conc0":       {reconciler.WithConcurrency(4), reconciler.WithConcurrency(0)},
+		"conc-big":    {reconciler.WithConcurrency(65537)},
+		"retry0":      {reconciler.WithConcurrency(4), reconciler.WithRetry(0, time.Second)},
+		"retry-inv":   {reconciler.WithRetry(time.Second, time.Millisecond)},
+		"jitter1":     {reconciler.WithRetryJitter(1)},
+		"round0":      {reconciler.WithRoundLimits(0, nil)},
+		"timeout":     {reconciler.WithOperationTimeout(time.Second)},
+		"setup":       {reconciler.WithSetup(func(context.Context, statedb.ReadTxn) error { return nil })},
+		"drift":       {reconciler.WithDriftCheck(func(context.Context, statedb.ReadTxn, statedb.Revision, *item) (bool, error) { return true, nil })},
+		"negprune":    {reconciler.WithPruning(-time.Second)},
+		"negrefresh":  {reconciler.WithRefreshing(-time.Second, nil)},
+		"metrics":     {reconciler.WithMetrics(nil)},
+		"maxattempts": {reconciler.WithMaxAttempts(3)},
+		"nil-option":  {nil},
+	} {
+		err := f.rec.Configure(opts...)
+		require.ErrorIs(t, err, reconciler.ErrInvalidConfig, name)
+	}
+	// nothing changed: still one worker
+	f.insert("b", "1")
+	f.waitDone("b")
+	f.eventually("workers 1", func() bool { i := f.info(); return i != nil && i.Workers == 1 })
+	require.NoError(t, f.rec.Configure())
+}
+
+// Batch operations serving alone without Prune: Configure turning pruning on is refused.
+func TestOutsider50ConfigurePruningNeedsPrune(t *testing.T) {
+	ops := newO50Ops()
+	f := startO50(t, nil, o50BatchOnly{o50Batch{ops}}, reconciler.WithPruning(0))
+	require.ErrorIs(t, f.rec.Configure(reconciler.WithPruning(time.Minute)), reconciler.ErrInvalidConfig)
+	require.NoError(t, f.rec.Configure(reconciler.WithPruning(0)))
+}
+
+// Configure racing rounds, from several goroutines, while writes and deletes
+// go on: everything converges, and the final concurrency is in force.
+func TestOutsider50ConfigureRacesRounds(t *testing.T) {
+	ops := newO50Ops()
+	ops.updateFn = func(ctx context.Context, it *item) error {
+		if it.Value == "fail" {
+			return errors.New("f")
+		}
+		return nil
+	}
+	f := startO50(t, ops, nil, reconciler.WithPruning(0), o50Fast())
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				err := f.rec.Configure(reconciler.WithConcurrency(1+(i+g)%6), reconciler.WithRoundLimits(1+i%7, nil),
+					reconciler.WithRetry(time.Millisecond, time.Duration(1+i%3)*time.Millisecond))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	for round := range 5 {
+		for i := range 40 {
+			f.insert(fmt.Sprint("k", i), fmt.Sprint(round))
+		}
+		for i := range 10 {
+			f.del(fmt.Sprint("k", i*4))
+		}
+	}
+	f.insert("k1", "fail")
+	f.insert("k1", "ok")
+	f.waitReconciled()
+	close(stop)
+	wg.Wait()
+	require.NoError(t, f.rec.Configure(reconciler.WithConcurrency(5)))
+	f.insert("z", "1")
+	f.waitReconciled()
+	for i := range 40 {
+		k := fmt.Sprint("k", i)
+		it, ok := f.obj(k)
+		if i%4 == 0 {
+			require.False(t, ok)
+			f.eventually(k+" not in target", func() bool {
+				return ops.get(func(o *o50Ops) int {
+					_, ok := o.target[k]
+					if ok {
+						return 1
+					}
+					return 0
+				}) == 0
+			})
+			continue
+		}
+		require.Equal(t, status.KindDone, it.Status.Kind, k)
+		require.True(t, ops.targetHas(k, it.Value), k)
+	}
+	f.eventually("workers 5", func() bool { f.insert("zz", time.Now().String()); i := f.info(); return i != nil && i.Workers == 5 })
+}
+
+// Configure on a stopped reconciler applies at the next start; concurrency grows.
+func TestOutsider50ConfigureWhileStopped(t *testing.T) {
+	ops := newO50Ops()
+	hold := make(chan struct{})
+	ops.updateFn = func(ctx context.Context, it *item) error {
+		if strings.HasPrefix(it.ID, "slow") {
+			select {
+			case <-hold:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return nil
+	}
+	f := startO50(t, ops, nil, reconciler.WithPruning(0), o50Fast())
+	f.insert("a", "1")
+	f.waitDone("a")
+	f.stop()
+	require.NoError(t, f.rec.Configure(reconciler.WithConcurrency(4)))
+	for i := range 4 {
+		f.insert(fmt.Sprint("slow", i), "1")
+	}
+	f.start()
+	f.eventually("4 in flight", func() bool { return ops.inflight.Load() == 4 })
+	close(hold)
+	f.waitReconciled()
+}
+
+// Configure shrinking concurrency while operations are in flight: they finish
+// and are committed; nothing is done twice.
+func TestOutsider50ConfigureShrinkInFlight(t *testing.T) {
+	ops := newO50Ops()
+	hold := make(chan struct{})
+	ops.updateFn = func(ctx context.Context, it *item) error {
+		select {
+		case <-hold:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		return nil
+	}
+	f := startO50(t, ops, nil, reconciler.WithPruning(0), o50Fast(), reconciler.WithConcurrency(4))
+	for i := range 10 {
+		f.insert(fmt.Sprint("k", i), "1")
+	}
+	f.eventually("4 in flight", func() bool { return ops.inflight.Load() == 4 })
+	require.NoError(t, f.rec.Configure(reconciler.WithConcurrency(1)))
+	f.insert("k0", "2") // newer version of a busy object
+	f.del("k1")
+	close(hold)
+	f.waitReconciled()
+	for i := range 10 {
+		k := fmt.Sprint("k", i)
+		if i == 1 {
+			continue
+		}
+		f.waitDone(k)
+		want := 1
+		if i == 0 {
+			want = 2
+		}
+		require.Equal(t, want, ops.nUpdates(k), k)
+	}
+	require.True(t, ops.targetHas("k0", "2"))
+}
+
+// ---- 5. Prune guard ----
+
+type o50Plan struct {
+	mu           sync.Mutex
+	remove, held int
+	err          error
+	panics       bool
+	calls        int
+}
+
+func (p *o50Plan) set(remove, held int, err error, panics bool) {
+	p.mu.Lock()
+	p.remove, p.held, p.err, p.panics = remove, held, err, panics
+	p.mu.Unlock()
+}
+
+func (p *o50Plan) plan(ctx context.Context, txn statedb.ReadTxn, objs iter.Seq2[*item, statedb.Revision]) (int, int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.calls++
+	if p.panics {
+		panic("plan panics")
+	}
+	return p.remove, p.held, p.err
+}
+
+func (p *o50Plan) nCalls() int { p.mu.Lock(); defer p.mu.Unlock(); return p.calls }
+
+func TestOutsider50PruneGuardHoldConfirm(t *testing.T) {
+	ops := newO50Ops()
+	p := &o50Plan{}
+	p.set(10, 10, nil, false)
+	f := startO50(t, ops, nil, reconciler.WithPruneGuard(5, 0, p.plan), reconciler.WithPruning(0), o50Fast())
+	f.rec.Prune()
+	f.eventually("held", func() bool {
+		i := f.info()
+		return i != nil && i.PruneHeld && i.PruneHeldRemove == 10 && i.PruneHeldOf == 10
+	})
+	f.waitHealth("prune held", func(l cell.Level, m string) bool {
+		return l == cell.StatusDegraded && strings.Contains(m, "prune held: would remove 10 of 10")
+	})
+	require.Equal(t, 0, ops.nPrunes())
+	f.rec.ConfirmPrune()
+	f.eventually("confirmed prune ran", func() bool { return ops.nPrunes() == 1 })
+	// guarded again
+	f.rec.Prune()
+	f.eventually("held again", func() bool { i := f.info(); return i != nil && i.PruneHeld && p.nCalls() >= 3 })
+	require.Equal(t, 1, ops.nPrunes())
+	// release by the desired set growing back: plan under bounds after a round
+	p.set(1, 10, nil, false)
+	f.insert("a", "1")
+	f.eventually("released", func() bool { i := f.info(); return ops.nPrunes() == 2 && i != nil && !i.PruneHeld })
+	f.waitHealth("OK", func(l cell.Level, m string) bool { return l == cell.StatusOK })
+}
+
+// ConfirmPrune without a held prune approves nothing to come.
+func TestOutsider50ConfirmPruneWithoutHold(t *testing.T) {
+	ops := newO50Ops()
+	p := &o50Plan{}
+	p.set(0, 10, nil, false)
+	f := startO50(t, ops, nil, reconciler.WithPruneGuard(5, 0, p.plan), reconciler.WithPruning(0), o50Fast())
+	f.insert("a", "1")
+	f.waitDone("a")
+	f.rec.ConfirmPrune()
+	f.rec.ConfirmPrune()
+	f.rec.Prune()
+	f.eventually("prune under bounds ran", func() bool { return ops.nPrunes() == 1 })
+	p.set(100, 100, nil, false)
+	f.rec.Prune()
+	f.eventually("held", func() bool { i := f.info(); return i != nil && i.PruneHeld })
+	require.Equal(t, 1, ops.nPrunes(), "an earlier ConfirmPrune must not approve this prune")
+}
+
+// A plan that fails or panics fails the prune; it is retried after the backoff.
+func TestOutsider50PruneGuardPlanFails(t *testing.T) {
+	ops := newO50Ops()
+	p := &o50Plan{}
+	p.set(0, 0, errors.New("cannot list"), false)
+	f := startO50(t, ops, nil, reconciler.WithPruneGuard(5, 0.5, p.plan), reconciler.WithPruning(0), o50Fast())
+	f.rec.Prune()
+	f.eventually("prune: plan: error", func() bool {
+		i := f.info()
+		return i != nil && strings.Contains(i.LastPruneError, "prune: plan: ") && strings.Contains(i.LastPruneError, "cannot list")
+	})
+	f.eventually("retried", func() bool { return p.nCalls() >= 3 })
+	require.Equal(t, 0, ops.nPrunes())
+	p.set(0, 0, nil, false)
+	f.eventually("pruned", func() bool { return ops.nPrunes() >= 1 })
+	f.eventually("error cleared", func() bool { i := f.info(); return i != nil && i.LastPruneError == "" })
+}
+
+// docs/control.md: "A plan that fails or panics fails the prune as a failed
+// Prune does: nothing is removed, LastPruneError says "prune: plan: ..."".
+func TestOutsider50PruneGuardPlanPanicText(t *testing.T) {
+	ops := newO50Ops()
+	p := &o50Plan{}
+	p.set(0, 0, nil, true)
+	f := startO50(t, ops, nil, reconciler.WithPruneGuard(5, 0, p.plan), reconciler.WithPruning(0), o50Fast())
+	f.rec.Prune()
+	var i *tables.Info
+	f.eventually("a failed prune", func() bool { i = f.info(); return i != nil && i.LastPruneError != "" })
+	require.Equal(t, 0, ops.nPrunes())
+	require.Contains(t, i.LastPruneError, "prune: plan: ", "a panicking plan's error is not labelled as the plan's")
+}
+
+// A plan that lies with negative counts fails the prune: nothing removed.
+func TestOutsider50PruneGuardNegativePlan(t *testing.T) {
+	for _, c := range [][2]int{{-5, 10}, {3, -10}} {
+		ops := newO50Ops()
+		ops.setTarget("x", "1")
+		p := &o50Plan{}
+		p.set(c[0], c[1], nil, false)
+		f := startO50(t, ops, nil, reconciler.WithPruneGuard(0, 0.5, p.plan), reconciler.WithPruning(0), o50Fast())
+		f.rec.Prune()
+		f.eventually("failed prune", func() bool { i := f.info(); return i != nil && i.LastPruneError != "" && p.nCalls() >= 2 })
+		require.Equal(t, 0, ops.nPrunes())
+		require.True(t, ops.targetHas("x", "1"))
+		f.stop()
+	}
+}
+
+// maxShare bound: remove > maxShare*held holds; share 1 holds only remove > held.
+// A plan that lies with negative numbers must not crash or remove.
+func TestOutsider50PruneGuardShareAndLies(t *testing.T) {
+	for _, tc := range []struct {
+		share        float64
+		remove, held int
+		hold         bool
+	}{
+		{0.5, 5, 10, false},
+		{0.5, 6, 10, true},
+		{1, 10, 10, false},
+		{1, 11, 10, true},
+		{0.5, 1, 0, true}, // target empty, plan says remove 1
+	} {
+		t.Run(fmt.Sprintf("share=%v,remove=%d,held=%d", tc.share, tc.remove, tc.held), func(t *testing.T) {
+			ops := newO50Ops()
+			p := &o50Plan{}
+			p.set(tc.remove, tc.held, nil, false)
+			f := startO50(t, ops, nil, reconciler.WithPruneGuard(0, tc.share, p.plan), reconciler.WithPruning(0), o50Fast())
+			f.rec.Prune()
+			if tc.hold {
+				f.eventually("held", func() bool { i := f.info(); return i != nil && i.PruneHeld })
+				require.Equal(t, 0, ops.nPrunes())
+			} else {
+				f.eventually("pruned", func() bool { return ops.nPrunes() == 1 })
+			}
+		})
+	}
+}
+
+func TestOutsider50PruneGuardRefused(t *testing.T) {
+	ops := newO50Ops()
+	p := &o50Plan{}
+	for name, opt := range map[string]reconciler.Option{
+		"no bound":  reconciler.WithPruneGuard(0, 0, p.plan),
+		"neg count": reconciler.WithPruneGuard(-1, 0.5, p.plan),
+		"share>1":   reconciler.WithPruneGuard(5, 1.5, p.plan),
+		"share<0":   reconciler.WithPruneGuard(5, -0.1, p.plan),
+		"nil plan":  reconciler.WithPruneGuard[*item](5, 0, nil),
+		"wrong type": reconciler.WithPruneGuard(5, 0, func(context.Context, statedb.ReadTxn, iter.Seq2[*Greeting, statedb.Revision]) (int, int, error) {
+			return 0, 0, nil
+		}),
+	} {
+		_, err := newO50(t, ops, nil, opt)
+		require.ErrorIs(t, err, reconciler.ErrInvalidConfig, name)
+	}
+	_, err := newO50(t, nil, o50BatchOnly{o50Batch{ops}}, reconciler.WithPruning(0), reconciler.WithPruneGuard(5, 0, p.plan))
+	require.ErrorIs(t, err, reconciler.ErrInvalidConfig, "cannot prune")
+}
+
+// A hold lasts across a stop of the hive; the next run plans again.
+func TestOutsider50PruneGuardAcrossStop(t *testing.T) {
+	ops := newO50Ops()
+	p := &o50Plan{}
+	p.set(10, 10, nil, false)
+	f := startO50(t, ops, nil, reconciler.WithPruneGuard(5, 0, p.plan), reconciler.WithPruning(0), o50Fast())
+	f.rec.Prune()
+	f.eventually("held", func() bool { i := f.info(); return i != nil && i.PruneHeld })
+	f.stop()
+	n := p.nCalls()
+	p.set(0, 10, nil, false)
+	f.start()
+	f.eventually("planned again and pruned", func() bool { return p.nCalls() > n && ops.nPrunes() == 1 })
+}
+
+// ConfirmPrune then the confirmed prune fails: the next one is guarded again.
+func TestOutsider50ConfirmedPruneFails(t *testing.T) {
+	ops := newO50Ops()
+	var failPrune atomic.Bool
+	failPrune.Store(true)
+	ops.pruneFn = func(context.Context) error {
+		if failPrune.Load() {
+			return errors.New("prune failed")
+		}
+		return nil
+	}
+	p := &o50Plan{}
+	p.set(10, 10, nil, false)
+	f := startO50(t, ops, nil, reconciler.WithPruneGuard(5, 0, p.plan), reconciler.WithPruning(0), reconciler.WithRetry(5*time.Millisecond, 5*time.Millisecond))
+	f.rec.Prune()
+	f.eventually("held", func() bool { i := f.info(); return i != nil && i.PruneHeld })
+	f.rec.ConfirmPrune()
+	f.eventually("confirmed ran", func() bool { return ops.nPrunes() == 1 })
+	failPrune.Store(false)
+	f.eventually("retry planned and held", func() bool { i := f.info(); return p.nCalls() >= 3 && i != nil && i.PruneHeld })
+	require.Equal(t, 1, ops.nPrunes(), "the retry after a failed confirmed prune must be guarded again")
+}
+
+func runtimeGosched() { runtime.Gosched() }
+
+// ---- round 2 ----
+
+// A setup that asks RetryAfter(1h) is not called again soon; the stop is prompt.
+func TestOutsider50SetupRetryAfterAndStop(t *testing.T) {
+	ops := newO50Ops()
+	var calls atomic.Int32
+	setup := func(ctx context.Context, txn statedb.ReadTxn) error {
+		calls.Add(1)
+		return reconciler.RetryAfter(time.Hour, errors.New("later"))
+	}
+	f := startO50(t, ops, nil, reconciler.WithSetup(setup), o50Fast(), reconciler.WithPruning(0))
+	f.insert("a", "1")
+	f.eventually("row setting-up with error", func() bool {
+		i := f.info()
+		return i != nil && i.State == tables.StateSettingUp && i.SetupAttempts == 1 && strings.Contains(i.SetupError, "later")
+	})
+	f.waitHealth("setup failing: 1 attempt", func(l cell.Level, m string) bool {
+		return l == cell.StatusDegraded && strings.Contains(m, "setup failing: 1 attempt")
+	})
+	require.EqualValues(t, 1, calls.Load())
+	start := time.Now()
+	f.stop()
+	require.Less(t, time.Since(start), 5*time.Second)
+	require.Equal(t, 0, ops.nUpdates("a"))
+}
+
+// Before setup first fails, health says "Setting up" at OK.
+func TestOutsider50SetupHealthSettingUp(t *testing.T) {
+	ops := newO50Ops()
+	release := make(chan struct{})
+	setup := func(ctx context.Context, txn statedb.ReadTxn) error {
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	f := startO50(t, ops, nil, reconciler.WithSetup(setup), reconciler.WithPruning(0))
+	f.waitHealth("Setting up OK", func(l cell.Level, m string) bool { return l == cell.StatusOK && strings.Contains(m, "Setting up") })
+	f.eventually("row setting-up", func() bool { i := f.info(); return i != nil && i.State == tables.StateSettingUp })
+	// Pause while setup is under way: the call finishes; nothing applied until Resume.
+	f.insert("a", "1")
+	f.rec.Pause()
+	close(release)
+	f.waitHealth("Paused", func(l cell.Level, m string) bool { return strings.Contains(m, "Paused") })
+	f.rec.Resume()
+	f.waitDone("a")
+	f.eventually("row running", func() bool { i := f.info(); return i != nil && i.State == tables.StateRunning && i.SetupAttempts == 0 })
+}
+
+// Setup succeeds on first run; second run fails twice: attempts count "in this run".
+func TestOutsider50SetupAttemptsPerRun(t *testing.T) {
+	ops := newO50Ops()
+	var calls atomic.Int32
+	var failUntil atomic.Int32
+	var release atomic.Bool
+	setup := func(ctx context.Context, txn statedb.ReadTxn) error {
+		n := calls.Add(1)
+		if n <= failUntil.Load() || (failUntil.Load() > 0 && !release.Load()) {
+			return fmt.Errorf("fail %d", n)
+		}
+		return nil
+	}
+	f := startO50(t, ops, nil, reconciler.WithSetup(setup), reconciler.WithRetry(time.Millisecond, time.Millisecond), reconciler.WithPruning(0))
+	f.insert("a", "1")
+	f.waitDone("a")
+	f.stop()
+	failUntil.Store(calls.Load() + 100)
+	base := calls.Load()
+	f.start()
+	f.eventually("second run attempts", func() bool {
+		i := f.info()
+		return i != nil && i.State == tables.StateSettingUp && i.SetupAttempts >= 2
+	})
+	i := f.info()
+	require.LessOrEqual(t, i.SetupAttempts, int(calls.Load()-base), "attempts count this run only")
+	release.Store(true)
+	failUntil.Store(0)
+	f.insert("b", "1")
+	f.waitDone("b")
+}
+
+// A check in flight while the object changes or is deleted: the check's
+// verdict must not be recorded over the newer version; the newer version and
+// the delete are applied.
+func TestOutsider50DriftCheckInFlightChange(t *testing.T) {
+	for _, workers := range []int{1, 3} {
+		for _, act := range []string{"update", "delete", "delete-reinsert"} {
+			t.Run(fmt.Sprintf("%s,workers=%d", act, workers), func(t *testing.T) {
+				ops := newO50Ops()
+				entered := make(chan struct{}, 1)
+				release := make(chan struct{})
+				var block atomic.Bool
+				check := func(ctx context.Context, _ statedb.ReadTxn, _ statedb.Revision, it *item) (bool, error) {
+					if block.Load() {
+						entered <- struct{}{}
+						select {
+						case <-release:
+						case <-ctx.Done():
+							return false, ctx.Err()
+						}
+					}
+					return true, nil
+				}
+				f := startO50(t, ops, nil, reconciler.WithDriftCheck(check), o50Fast(), reconciler.WithPruning(0), reconciler.WithConcurrency(workers))
+				f.insert("a", "1")
+				f.waitDone("a")
+				block.Store(true)
+				f.markRefreshing("a")
+				select {
+				case <-entered:
+				case <-time.After(o50Timeout):
+					t.Fatal("check not called")
+				}
+				block.Store(false)
+				switch act {
+				case "update":
+					f.insert("a", "2")
+				case "delete":
+					f.del("a")
+				case "delete-reinsert":
+					f.del("a")
+					f.insert("a", "3")
+				}
+				close(release)
+				f.waitReconciled()
+				switch act {
+				case "update":
+					f.waitDone("a")
+					require.True(t, ops.targetHas("a", "2"))
+				case "delete":
+					f.eventually("a gone from target", func() bool { return ops.targetLen() == 0 })
+				case "delete-reinsert":
+					f.waitDone("a")
+					require.True(t, ops.targetHas("a", "3"))
+				}
+			})
+		}
+	}
+}
+
+// A check blocked on ctx when the hive stops: the stop ends it, and after the
+// next start the Refreshing object is checked again and ends Done.
+func TestOutsider50DriftCheckStop(t *testing.T) {
+	ops := newO50Ops()
+	entered := make(chan struct{}, 1)
+	var block atomic.Bool
+	var calls atomic.Int32
+	check := func(ctx context.Context, _ statedb.ReadTxn, _ statedb.Revision, it *item) (bool, error) {
+		calls.Add(1)
+		if block.Load() {
+			entered <- struct{}{}
+			<-ctx.Done()
+			return false, ctx.Err()
+		}
+		return true, nil
+	}
+	f := startO50(t, ops, nil, reconciler.WithDriftCheck(check), o50Fast(), reconciler.WithPruning(0))
+	f.insert("a", "1")
+	f.waitDone("a")
+	block.Store(true)
+	f.markRefreshing("a")
+	select {
+	case <-entered:
+	case <-time.After(o50Timeout):
+		t.Fatal("check not called")
+	}
+	f.stop()
+	block.Store(false)
+	f.start()
+	f.waitReconciled()
+	f.waitDone("a")
+	require.Equal(t, 1, ops.nUpdates("a"))
+	require.GreaterOrEqual(t, calls.Load(), int32(2))
+}
+
+// A drifted row (report-only) goes when the object changes.
+func TestOutsider50DriftedRowGoesOnChange(t *testing.T) {
+	ops := newO50Ops()
+	var checks atomic.Int32
+	f := startO50(t, ops, nil, reconciler.WithDriftCheck(o50Check(ops, nil, &checks)), reconciler.WithDriftReportOnly(),
+		o50Fast(), reconciler.WithPruning(0))
+	f.insert("a", "1")
+	f.waitDone("a")
+	ops.setTarget("a", "drift")
+	f.markRefreshing("a")
+	f.eventually("drifted", func() bool { r := f.retry("a"); return r != nil && r.Drifted })
+	f.insert("a", "2")
+	f.waitDone("a")
+	f.eventually("row gone on change", func() bool { return f.retry("a") == nil })
+	require.True(t, ops.targetHas("a", "2"))
+}
+
+// Refreshing sweep via WithRefreshing with a drift check: objects in sync are
+// not rewritten at all, over many sweeps.
+func TestOutsider50DriftCheckWithRefreshSweep(t *testing.T) {
+	ops := newO50Ops()
+	var checks atomic.Int32
+	f := startO50(t, ops, nil, reconciler.WithDriftCheck(o50Check(ops, nil, &checks)), o50Fast(),
+		reconciler.WithPruning(0), reconciler.WithRefreshing(time.Millisecond, nil), reconciler.WithConcurrency(2))
+	for i := range 10 {
+		f.insert(fmt.Sprint("k", i), "1")
+	}
+	f.eventually("checked many times", func() bool { return checks.Load() >= 50 })
+	for i := range 10 {
+		require.Equal(t, 1, ops.nUpdates(fmt.Sprint("k", i)))
+	}
+}
+
+// A failing delete has its own history; an Error status found in the table
+// starts a history of one record at the time that status was written.
+func TestOutsider50ErrorHistoryFoundError(t *testing.T) {
+	ops := newO50Ops()
+	ops.updateFn = func(ctx context.Context, it *item) error { return errors.New("new error") }
+	f, err := newO50(t, ops, nil, reconciler.WithRetry(time.Hour, time.Hour), reconciler.WithPruning(0))
+	require.NoError(t, err)
+	written := time.Now().Add(-time.Minute).Truncate(time.Second)
+	wtxn := f.db.WriteTxn(f.tbl)
+	st := status.Status{Kind: status.KindError, Error: "old error", UpdatedAt: written}
+	f.tbl.Insert(wtxn, &item{ID: "a", Value: "1", Status: st})
+	wtxn.Commit()
+	f.start()
+	var row *tables.RetryInfo
+	f.eventually("row after retry", func() bool { row = f.retry("a"); return row != nil && row.LastError == "new error" })
+	require.Len(t, row.Errors, 2, "%+v", row.Errors)
+	require.Equal(t, "old error", row.Errors[0].Error)
+	require.True(t, row.Errors[0].At.Equal(written), "at %v, want %v", row.Errors[0].At, written)
+	require.Equal(t, "new error", row.Errors[1].Error)
+}
+
+// Text edges: exactly 256 bytes is not cut; 257 is; invalid UTF-8 and
+// 3-byte runes straddling the boundary.
+func TestOutsider50ErrorHistoryCutEdges(t *testing.T) {
+	for name, text := range map[string]string{
+		"256":     strings.Repeat("x", 256),
+		"257":     strings.Repeat("x", 257),
+		"rune3":   "x" + strings.Repeat("€", 100), // 301 bytes; 256 falls inside a rune
+		"invalid": strings.Repeat("\xff", 300),
+		"empty":   "",
+	} {
+		t.Run(name, func(t *testing.T) {
+			ops := newO50Ops()
+			ops.updateFn = func(ctx context.Context, it *item) error { return errors.New(text) }
+			f := startO50(t, ops, nil, reconciler.WithRetry(time.Hour, time.Hour), reconciler.WithPruning(0))
+			f.insert("a", "1")
+			var row *tables.RetryInfo
+			f.eventually("row", func() bool { row = f.retry("a"); return row != nil && row.Attempts == 1 })
+			require.Len(t, row.Errors, 1)
+			got := row.Errors[0].Error
+			if len(text) <= 256 {
+				if text != "" {
+					require.Equal(t, text, got)
+				}
+				return
+			}
+			require.True(t, strings.HasSuffix(got, "…"), "%q", got)
+			body := strings.TrimSuffix(got, "…")
+			require.LessOrEqual(t, len(body), 256)
+			require.True(t, strings.HasPrefix(text, body))
+			if utf8.ValidString(text) {
+				require.True(t, utf8.ValidString(got))
+				require.Greater(t, len(body), 253)
+			}
+			require.Equal(t, text, row.LastError)
+		})
+	}
+}
+
+// Configure turning refresh on sweeps at once; turning pruning on prunes.
+func TestOutsider50ConfigureRefreshAndPrune(t *testing.T) {
+	ops := newO50Ops()
+	f := startO50(t, ops, nil, reconciler.WithPruning(0), o50Fast())
+	f.insert("a", "1")
+	f.waitDone("a")
+	require.NoError(t, f.rec.Configure(reconciler.WithRefreshing(time.Millisecond, nil)))
+	f.eventually("refreshed", func() bool { return ops.nUpdates("a") >= 3 })
+	require.NoError(t, f.rec.Configure(reconciler.WithRefreshing(0, nil), reconciler.WithPruning(time.Millisecond)))
+	f.eventually("pruned periodically", func() bool { return ops.nPrunes() >= 3 })
+	require.NoError(t, f.rec.Configure(reconciler.WithPruning(0)))
+	f.eventually("refresh off", func() bool {
+		c := f.health.GetChild("job-refresh")
+		if c == nil {
+			c = f.health.GetChild("test.job-refresh")
+		}
+		if c == nil {
+			return false
+		}
+		c.Lock()
+		defer c.Unlock()
+		return strings.Contains(c.Status, "off")
+	})
+}
+
+// A retry already timed keeps its time: Configure(WithRetry short) does not
+// bring forward an object waiting an hour.
+func TestOutsider50ConfigureRetryKeepsTime(t *testing.T) {
+	ops := newO50Ops()
+	var fail atomic.Bool
+	fail.Store(true)
+	ops.updateFn = func(ctx context.Context, it *item) error {
+		if fail.Load() && it.ID == "a" {
+			return errors.New("x")
+		}
+		return nil
+	}
+	f := startO50(t, ops, nil, reconciler.WithPruning(0), reconciler.WithRetry(time.Hour, time.Hour))
+	f.insert("a", "1")
+	f.eventually("row", func() bool { r := f.retry("a"); return r != nil && r.Attempts == 1 && !r.NextAttempt.IsZero() })
+	next := f.retry("a").NextAttempt
+	require.NoError(t, f.rec.Configure(reconciler.WithRetry(time.Millisecond, time.Millisecond)))
+	f.insert("b", "1") // a round
+	f.waitDone("b")
+	require.Equal(t, 1, ops.nUpdates("a"))
+	require.True(t, f.retry("a").NextAttempt.Equal(next))
+}
+
+// Configure while paused, growing workers: nothing starts until Resume.
+func TestOutsider50ConfigureWhilePaused(t *testing.T) {
+	ops := newO50Ops()
+	f := startO50(t, ops, nil, reconciler.WithPruning(0), o50Fast())
+	f.rec.Pause()
+	f.waitHealth("Paused", func(l cell.Level, m string) bool { return strings.Contains(m, "Paused") })
+	for i := range 10 {
+		f.insert(fmt.Sprint("k", i), "1")
+	}
+	require.NoError(t, f.rec.Configure(reconciler.WithConcurrency(4), reconciler.WithRoundLimits(2, nil)))
+	f.insert("x", "1")
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	_, _, err := f.rec.WaitUntilReconciled(ctx, f.tbl.Revision(f.db.ReadTxn()))
+	cancel()
+	require.Error(t, err)
+	require.Equal(t, 0, ops.nUpdates("k0")+ops.nUpdates("x"))
+	f.rec.Resume()
+	f.waitReconciled()
+	for i := range 10 {
+		f.waitDone(fmt.Sprint("k", i))
+	}
+}
+
+// A held prune does not hold operations or deletes; ConfirmPrune while paused
+// runs on Resume; concurrent ConfirmPrune calls run one prune.
+func TestOutsider50PruneGuardHeldDoesNotBlock(t *testing.T) {
+	ops := newO50Ops()
+	p := &o50Plan{}
+	p.set(10, 10, nil, false)
+	f := startO50(t, ops, nil, reconciler.WithPruneGuard(5, 0, p.plan), reconciler.WithPruning(0), o50Fast())
+	f.rec.Prune()
+	f.eventually("held", func() bool { i := f.info(); return i != nil && i.PruneHeld })
+	f.insert("a", "1")
+	f.insert("b", "1")
+	f.waitDone("a")
+	f.del("b")
+	f.waitReconciled()
+	f.eventually("b deleted", func() bool { return !ops.targetHas("b", "1") })
+	f.eventually("held still", func() bool { i := f.info(); return i != nil && i.PruneHeld })
+	f.rec.Pause()
+	f.waitHealth("Paused", func(l cell.Level, m string) bool { return strings.Contains(m, "Paused") })
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() { defer wg.Done(); f.rec.ConfirmPrune() }()
+	}
+	wg.Wait()
+	require.Equal(t, 0, ops.nPrunes(), "no prune while paused")
+	f.rec.Resume()
+	f.eventually("confirmed ran", func() bool { return ops.nPrunes() == 1 })
+	f.rec.Prune()
+	f.eventually("held again", func() bool { i := f.info(); return i != nil && i.PruneHeld && p.nCalls() >= 4 })
+	require.Equal(t, 1, ops.nPrunes())
+}
+
+// A plan that blocks honouring ctx times out with WithOperationTimeout: the
+// prune fails, nothing is removed.
+func TestOutsider50PruneGuardPlanTimeout(t *testing.T) {
+	ops := newO50Ops()
+	var block atomic.Bool
+	block.Store(true)
+	var calls atomic.Int32
+	plan := func(ctx context.Context, txn statedb.ReadTxn, objs iter.Seq2[*item, statedb.Revision]) (int, int, error) {
+		calls.Add(1)
+		if block.Load() {
+			<-ctx.Done()
+			return 0, 0, ctx.Err()
+		}
+		return 0, 0, nil
+	}
+	f := startO50(t, ops, nil, reconciler.WithPruneGuard(5, 0, plan), reconciler.WithPruning(0), o50Fast(),
+		reconciler.WithOperationTimeout(10*time.Millisecond))
+	f.rec.Prune()
+	f.eventually("failed prune", func() bool { i := f.info(); return i != nil && strings.Contains(i.LastPruneError, "plan") })
+	require.Equal(t, 0, ops.nPrunes())
+	block.Store(false)
+	f.eventually("pruned", func() bool { return ops.nPrunes() == 1 })
+}
+
+// The plan is given the same desired set Prune is given.
+func TestOutsider50PruneGuardPlanSeesDesiredSet(t *testing.T) {
+	ops := newO50Ops()
+	var mu sync.Mutex
+	var seen []string
+	plan := func(ctx context.Context, txn statedb.ReadTxn, objs iter.Seq2[*item, statedb.Revision]) (int, int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		seen = seen[:0]
+		for it := range objs {
+			seen = append(seen, it.ID)
+		}
+		return 0, len(seen), nil
+	}
+	f := startO50(t, ops, nil, reconciler.WithPruneGuard(5, 0, plan), reconciler.WithPruning(0), o50Fast())
+	f.insert("a", "1")
+	f.insert("b", "1")
+	f.waitReconciled()
+	f.rec.Prune()
+	f.eventually("pruned", func() bool { return ops.nPrunes() == 1 })
+	mu.Lock()
+	defer mu.Unlock()
+	require.ElementsMatch(t, []string{"a", "b"}, seen)
+}
+
+// ---- converge-inspect ----
+
+// converge-inspect marks a failing object with earlier errors "(+3 earlier)",
+// --json shows every record, and a held prune shows in LAST PRUNE.
+func TestOutsider50InspectHistoryAndHeldPrune(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds converge-inspect")
+	}
+	bin := t.TempDir() + "/converge-inspect"
+	out, err := exec.Command("go", "build", "-o", bin, "../cmd/converge-inspect").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+
+	ops := newO50Ops()
+	errs := []string{"e1", "e2", "e3\x1b[31mred", "e4", "e5"}
+	var n atomic.Int32
+	ops.updateFn = func(ctx context.Context, it *item) error {
+		i := int(n.Add(1)) - 1
+		if i < len(errs) {
+			return errors.New(errs[i])
+		}
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	p := &o50Plan{}
+	p.set(10, 10, nil, false)
+	f := startO50(t, ops, nil, reconciler.WithRetry(time.Millisecond, time.Millisecond), reconciler.WithPruneGuard(5, 0, p.plan),
+		reconciler.WithPruning(0))
+	f.insert("a", "1")
+	f.rec.Prune()
+	f.eventually("held and 5 attempts", func() bool {
+		i := f.info()
+		r := f.retry("a")
+		return i != nil && i.PruneHeld && r != nil && r.Attempts == 5 && len(r.Errors) == 4
+	})
+	srv := httptest.NewServer(http.StripPrefix("/statedb", f.db.HTTPHandler()))
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), o50Timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "--url", srv.URL+"/statedb")
+	cmd.Env = append(os.Environ(), "CONVERGE_INSPECT_TOKEN=")
+	text, _ := cmd.CombinedOutput()
+	t.Logf("inspect:\n%s", text)
+	require.Contains(t, string(text), "earlier)")
+	require.NotContains(t, string(text), "\x1b")
+	require.Contains(t, string(text), "would remove 10 of 10")
+	cmd = exec.CommandContext(ctx, bin, "--url", srv.URL+"/statedb", "--json")
+	cmd.Env = append(os.Environ(), "CONVERGE_INSPECT_TOKEN=")
+	js, _ := cmd.Output()
+	var doc struct {
+		Retries []tables.RetryInfo `json:"retries"`
+	}
+	require.NoError(t, json.Unmarshal(js, &doc), "%s", js)
+	require.NotEmpty(t, doc.Retries)
+	require.GreaterOrEqual(t, len(doc.Retries[0].Errors), 4, "%s", js)
+}
+
+// ---- round 3 ----
+
+// Check errors are failures as Update's would be: they count towards
+// WithMaxAttempts (terminal after n) and appear in the error history.
+func TestOutsider50DriftCheckErrorsMaxAttemptsHistory(t *testing.T) {
+	ops := newO50Ops()
+	var n atomic.Int32
+	var broken atomic.Bool
+	check := func(ctx context.Context, _ statedb.ReadTxn, _ statedb.Revision, it *item) (bool, error) {
+		if broken.Load() {
+			return false, fmt.Errorf("check err %d", n.Add(1))
+		}
+		return true, nil
+	}
+	f := startO50(t, ops, nil, reconciler.WithDriftCheck(check), reconciler.WithRetry(time.Millisecond, time.Millisecond),
+		reconciler.WithPruning(0), reconciler.WithMaxAttempts(3))
+	f.insert("a", "1")
+	f.waitDone("a")
+	broken.Store(true)
+	f.markRefreshing("a")
+	f.eventually("terminal", func() bool {
+		it, _ := f.obj("a")
+		return it.Status.Kind == status.KindError && it.Status.Terminal
+	})
+	require.EqualValues(t, 3, n.Load())
+	require.Contains(t, func() string { it, _ := f.obj("a"); return it.Status.Error }(), "gave up after 3 attempts")
+	require.Equal(t, 1, ops.nUpdates("a"))
+}
+
+// The circuit breaker counts check failures as Update's.
+func TestOutsider50DriftCheckFeedsBreaker(t *testing.T) {
+	ops := newO50Ops()
+	var broken atomic.Bool
+	check := func(ctx context.Context, _ statedb.ReadTxn, _ statedb.Revision, it *item) (bool, error) {
+		if broken.Load() {
+			return false, errors.New("target gone")
+		}
+		return true, nil
+	}
+	f := startO50(t, ops, nil, reconciler.WithDriftCheck(check), reconciler.WithRetry(time.Millisecond, 5*time.Millisecond),
+		reconciler.WithPruning(0), reconciler.WithCircuitBreaker(3, time.Millisecond, nil))
+	for i := range 5 {
+		f.insert(fmt.Sprint("k", i), "1")
+	}
+	f.waitReconciled()
+	broken.Store(true)
+	for i := range 5 {
+		f.markRefreshing(fmt.Sprint("k", i))
+	}
+	f.waitHealth("target failing", func(l cell.Level, m string) bool { return strings.Contains(m, "target failing") })
+	broken.Store(false)
+	f.waitReconciled()
+	for i := range 5 {
+		f.waitDone(fmt.Sprint("k", i))
+	}
+}
+
+// RecheckAfter from Update, with a drift check: the re-check is checked, not
+// rewritten while in sync.
+func TestOutsider50DriftCheckRecheckAfter(t *testing.T) {
+	ops := newO50Ops()
+	ops.updateFn = func(ctx context.Context, it *item) error {
+		reconciler.RecheckAfter(ctx, time.Millisecond)
+		return nil
+	}
+	var checks atomic.Int32
+	f := startO50(t, ops, nil, reconciler.WithDriftCheck(o50Check(ops, nil, &checks)), o50Fast(), reconciler.WithPruning(0))
+	f.insert("a", "1")
+	f.waitDone("a")
+	f.eventually("re-checked", func() bool { return checks.Load() >= 1 })
+	f.waitDone("a")
+	require.Equal(t, 1, ops.nUpdates("a"))
+}
+
+// Setup waits for WithStartAfter's tables to be initialized.
+func TestOutsider50SetupAfterStartAfter(t *testing.T) {
+	ops := newO50Ops()
+	var calls atomic.Int32
+	setup := func(ctx context.Context, txn statedb.ReadTxn) error { calls.Add(1); return nil }
+	var src statedb.RWTable[*Greeting]
+	var done func(statedb.WriteTxn)
+	f, err := newO50With(t, ops, nil, func(db *statedb.DB) []reconciler.Option {
+		var err error
+		src, err = statedb.NewTable(db, "src", greetingName)
+		require.NoError(t, err)
+		wtxn := db.WriteTxn(src)
+		done = src.RegisterInitializer(wtxn, "test")
+		wtxn.Commit()
+		return []reconciler.Option{reconciler.WithSetup(setup), reconciler.WithStartAfter(0, src), reconciler.WithPruning(0), o50Fast()}
+	})
+	require.NoError(t, err)
+	f.start()
+	f.insert("a", "1")
+	f.eventually("row waiting", func() bool { i := f.info(); return i != nil && i.State == tables.StateWaiting })
+	require.EqualValues(t, 0, calls.Load(), "setup before WithStartAfter's tables are initialized")
+	wtxn := f.db.WriteTxn(src)
+	done(wtxn)
+	wtxn.Commit()
+	f.waitDone("a")
+	require.EqualValues(t, 1, calls.Load())
+}
+
+// Setup with batch operations and workers: no batch before it succeeds.
+func TestOutsider50SetupBatchesWorkers(t *testing.T) {
+	ops := newO50Ops()
+	var ok atomic.Bool
+	var calls atomic.Int32
+	setup := func(ctx context.Context, txn statedb.ReadTxn) error {
+		calls.Add(1)
+		if !ok.Load() {
+			return errors.New("no")
+		}
+		return nil
+	}
+	f := startO50(t, nil, o50Batch{ops}, reconciler.WithSetup(setup), o50Fast(), reconciler.WithPruning(0), reconciler.WithConcurrency(4))
+	for i := range 30 {
+		f.insert(fmt.Sprint("k", i), "1")
+	}
+	for i := range 10 {
+		f.del(fmt.Sprint("k", i))
+	}
+	f.eventually("setup retried", func() bool { return calls.Load() >= 3 })
+	require.Equal(t, 0, ops.targetLen())
+	ok.Store(true)
+	f.waitReconciled()
+	require.Equal(t, 20, ops.targetLen())
+}
+
+// Configure refuses a round limiter that can never allow an event.
+func TestOutsider50ConfigureRefusesDeadLimiter(t *testing.T) {
+	ops := newO50Ops()
+	f := startO50(t, ops, nil, reconciler.WithPruning(0))
+	require.ErrorIs(t, f.rec.Configure(reconciler.WithRoundLimits(10, rate.NewLimiter(0, 1))), reconciler.ErrInvalidConfig)
+	require.ErrorIs(t, f.rec.Configure(reconciler.WithRefreshing(time.Second, rate.NewLimiter(1, 0))), reconciler.ErrInvalidConfig)
+	require.NoError(t, f.rec.Configure(reconciler.WithRoundLimits(10, rate.NewLimiter(rate.Inf, 0))))
+	f.insert("a", "1")
+	f.waitDone("a")
+}
+
+// Configure of a huge interval / concurrency saturates; the reconciler goes on.
+func TestOutsider50ConfigureHugeValues(t *testing.T) {
+	ops := newO50Ops()
+	f := startO50(t, ops, nil, reconciler.WithPruning(0))
+	require.NoError(t, f.rec.Configure(reconciler.WithConcurrency(65536), reconciler.WithRetry(time.Duration(1<<62), time.Duration(1<<62)),
+		reconciler.WithRefreshing(time.Duration(1<<62), nil), reconciler.WithPruning(time.Duration(1<<62)), reconciler.WithRoundLimits(1<<40, nil)))
+	for i := range 20 {
+		f.insert(fmt.Sprint("k", i), "1")
+	}
+	f.waitReconciled()
+	require.NoError(t, f.rec.Configure(reconciler.WithConcurrency(1)))
+	f.insert("z", "1")
+	f.waitDone("z")
+}
+
+// ---- round 4 ----
+
+// A panicking setup's error wraps ErrPanic: the row's SetupError says so.
+func TestOutsider50SetupPanicText(t *testing.T) {
+	ops := newO50Ops()
+	setup := func(ctx context.Context, txn statedb.ReadTxn) error { panic("kaboom") }
+	f := startO50(t, ops, nil, reconciler.WithSetup(setup), o50Fast(), reconciler.WithPruning(0))
+	f.eventually("panic in row", func() bool {
+		i := f.info()
+		return i != nil && strings.Contains(i.SetupError, "kaboom") && strings.Contains(i.SetupError, reconciler.ErrPanic.Error())
+	})
+}
+
+// Paused before the hive starts: setup is not called until Resume.
+func TestOutsider50SetupPausedBeforeStart(t *testing.T) {
+	ops := newO50Ops()
+	var calls atomic.Int32
+	setup := func(ctx context.Context, txn statedb.ReadTxn) error { calls.Add(1); return nil }
+	f, err := newO50(t, ops, nil, reconciler.WithSetup(setup), o50Fast(), reconciler.WithPruning(0))
+	require.NoError(t, err)
+	f.rec.Pause()
+	f.start()
+	f.insert("a", "1")
+	f.waitHealth("Paused", func(l cell.Level, m string) bool { return strings.Contains(m, "Paused") })
+	f.eventually("row paused", func() bool { i := f.info(); return i != nil && i.State == tables.StatePaused })
+	require.EqualValues(t, 0, calls.Load())
+	f.rec.Resume()
+	f.waitDone("a")
+	require.EqualValues(t, 1, calls.Load())
+}
+
+// Configure, Pause/Resume and ConfirmPrune racing stops and starts of the
+// hive: no deadlock, everything converges.
+func TestOutsider50ConfigureRacesStopStart(t *testing.T) {
+	ops := newO50Ops()
+	p := &o50Plan{}
+	p.set(0, 10, nil, false)
+	f := startO50(t, ops, nil, reconciler.WithPruning(0), o50Fast(), reconciler.WithPruneGuard(5, 0, p.plan))
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if err := f.rec.Configure(reconciler.WithConcurrency(1+i%4), reconciler.WithPruning(time.Duration(i%2)*time.Millisecond)); err != nil {
+				t.Error(err)
+				return
+			}
+			f.rec.ConfirmPrune()
+			f.rec.Prune()
+			if i%3 == 0 {
+				f.rec.Pause()
+				f.rec.Resume()
+			}
+		}
+	}()
+	for round := range 5 {
+		for i := range 20 {
+			if i >= 5 || round == 0 {
+				f.insert(fmt.Sprint("k", i), fmt.Sprint(round))
+			}
+		}
+		f.del(fmt.Sprint("k", round))
+		f.stop()
+		f.insert("s", fmt.Sprint(round))
+		f.start()
+	}
+	close(stop)
+	wg.Wait()
+	f.rec.Resume()
+	f.waitReconciled()
+	for i := range 20 {
+		k := fmt.Sprint("k", i)
+		if i < 5 {
+			f.eventually(k+" gone", func() bool { return !ops.targetHas(k, "0") })
+			continue
+		}
+		f.waitDone(k)
+		require.True(t, ops.targetHas(k, "4"), k)
+	}
+	require.True(t, ops.targetHas("s", "4"))
+}
+
+// A failing delete has a history of its own; it goes when the delete succeeds.
+func TestOutsider50ErrorHistoryDelete(t *testing.T) {
+	ops := &o50DelFail{o50Ops: newO50Ops()}
+	f := startO50(t, ops, nil, reconciler.WithRetry(time.Millisecond, time.Millisecond), reconciler.WithPruning(0))
+	f.insert("a", "1")
+	f.waitDone("a")
+	ops.fail.Store(4)
+	f.del("a")
+	f.eventually("delete row", func() bool { r := f.retry("a"); return r != nil && r.Delete && r.Attempts >= 3 })
+	r := f.retry("a")
+	require.NotEmpty(t, r.Errors)
+	for _, e := range r.Errors {
+		require.Contains(t, e.Error, "del err")
+	}
+	f.eventually("row gone", func() bool { return f.retry("a") == nil })
+}
+
+type o50DelFail struct {
+	*o50Ops
+	fail atomic.Int32
+	n    atomic.Int32
+}
+
+func (o *o50DelFail) Delete(ctx context.Context, txn statedb.ReadTxn, rev statedb.Revision, it *item) error {
+	if o.fail.Add(-1) >= 0 {
+		return fmt.Errorf("del err %d", o.n.Add(1))
+	}
+	return o.o50Ops.Delete(ctx, txn, rev, it)
+}
+
+// A hold persists over periodic re-plans (Configure(WithPruning(1ms))).
+func TestOutsider50PruneGuardHoldOverPeriodic(t *testing.T) {
+	ops := newO50Ops()
+	p := &o50Plan{}
+	p.set(10, 10, nil, false)
+	f := startO50(t, ops, nil, reconciler.WithPruneGuard(5, 0, p.plan), reconciler.WithPruning(0), o50Fast())
+	require.NoError(t, f.rec.Configure(reconciler.WithPruning(time.Millisecond)))
+	f.eventually("many plans", func() bool { return p.nCalls() >= 20 })
+	require.Equal(t, 0, ops.nPrunes())
+	i := f.info()
+	require.True(t, i.PruneHeld)
+	l, _ := f.healthOf()
+	require.Equal(t, cell.StatusDegraded, l)
+}
+
+// Report-only with batches and workers: drifted entries leave the batch and
+// show as drifted.
+func TestOutsider50DriftReportOnlyBatches(t *testing.T) {
+	ops := newO50Ops()
+	var checks atomic.Int32
+	f := startO50(t, nil, o50Batch{ops}, reconciler.WithDriftCheck(o50Check(ops, nil, &checks)), reconciler.WithDriftReportOnly(),
+		o50Fast(), reconciler.WithPruning(0), reconciler.WithConcurrency(3))
+	for i := range 12 {
+		f.insert(fmt.Sprint("k", i), "1")
+	}
+	f.waitReconciled()
+	for i := range 12 {
+		if i%3 == 0 {
+			ops.setTarget(fmt.Sprint("k", i), "drift")
+		}
+		f.markRefreshing(fmt.Sprint("k", i))
+	}
+	f.waitReconciled()
+	f.eventually("4 drifted", func() bool {
+		n := 0
+		for i := range 12 {
+			if r := f.retry(fmt.Sprint("k", i)); r != nil && r.Drifted {
+				n++
+			}
+		}
+		i := f.info()
+		return n == 4 && i != nil && i.DriftDetected == 4
+	})
+	for i := range 12 {
+		require.Equal(t, 1, ops.nUpdates(fmt.Sprint("k", i)))
+	}
+}
+
+// ---- round 5 ----
+
+// An Error status written back while running starts a history of one record
+// at the time that status was written; the retry's failure is appended.
+func TestOutsider50ErrorHistoryWrittenBack(t *testing.T) {
+	ops := newO50Ops()
+	var fail atomic.Bool
+	ops.updateFn = func(ctx context.Context, it *item) error {
+		if fail.Load() {
+			return errors.New("new error")
+		}
+		return nil
+	}
+	f := startO50(t, ops, nil, reconciler.WithRetry(time.Hour, time.Hour), reconciler.WithPruning(0))
+	f.insert("a", "1")
+	f.waitDone("a")
+	fail.Store(true)
+	written := time.Now().Add(-time.Hour).Truncate(time.Second)
+	wtxn := f.db.WriteTxn(f.tbl)
+	f.tbl.Insert(wtxn, &item{ID: "a", Value: "1", Status: status.Status{Kind: status.KindError, Error: "user error", UpdatedAt: written}})
+	wtxn.Commit()
+	var row *tables.RetryInfo
+	f.eventually("row", func() bool { row = f.retry("a"); return row != nil && row.LastError == "new error" })
+	require.Len(t, row.Errors, 2, "%+v", row.Errors)
+	require.Equal(t, "user error", row.Errors[0].Error)
+	require.True(t, row.Errors[0].At.Equal(written), "%v", row.Errors[0].At)
+}
+
+// Report-only: an object put back Refreshing after its delete is reported
+// drifted, not applied again.
+func TestOutsider50DriftPutBackRefreshingAfterDelete(t *testing.T) {
+	ops := newO50Ops()
+	var checks atomic.Int32
+	f := startO50(t, ops, nil, reconciler.WithDriftCheck(o50Check(ops, nil, &checks)), reconciler.WithDriftReportOnly(),
+		o50Fast(), reconciler.WithPruning(0))
+	f.insert("a", "1")
+	saved := f.waitDone("a")
+	f.del("a")
+	f.waitReconciled()
+	f.eventually("target empty", func() bool { return ops.targetLen() == 0 })
+	c := saved.clone()
+	c.Status = status.Refreshing()
+	wtxn := f.db.WriteTxn(f.tbl)
+	f.tbl.Insert(wtxn, c)
+	wtxn.Commit()
+	f.waitReconciled()
+	f.waitDone("a")
+	f.eventually("drifted row", func() bool { r := f.retry("a"); return r != nil && r.Drifted })
+	require.Equal(t, 1, ops.nUpdates("a"))
+	require.Equal(t, 0, ops.targetLen())
+}
+
+// Both bounds: held if either is exceeded.
+func TestOutsider50PruneGuardBothBounds(t *testing.T) {
+	for _, tc := range []struct {
+		remove, held int
+		hold         bool
+	}{{3, 100, false}, {6, 100, true}, {3, 5, true}} {
+		ops := newO50Ops()
+		p := &o50Plan{}
+		p.set(tc.remove, tc.held, nil, false)
+		f := startO50(t, ops, nil, reconciler.WithPruneGuard(5, 0.5, p.plan), reconciler.WithPruning(0), o50Fast())
+		f.rec.Prune()
+		if tc.hold {
+			f.eventually("held", func() bool { i := f.info(); return i != nil && i.PruneHeld })
+			require.Equal(t, 0, ops.nPrunes())
+		} else {
+			f.eventually("pruned", func() bool { return ops.nPrunes() == 1 })
+		}
+		f.stop()
+	}
+}
+
+// ---- round 6: re-entrancy ----
+
+// The Reconciler's methods are safe for concurrent use, never block
+// (Pause, Resume, Prune, ConfirmPrune) or do not block on operations
+// (Configure): calling them from inside setup, a check, Update and a plan
+// must not deadlock.
+func TestOutsider50ReentrantCalls(t *testing.T) {
+	ops := newO50Ops()
+	var rec atomic.Pointer[reconciler.Reconciler[*item]]
+	call := func(where string, i int) {
+		r := *rec.Load()
+		if err := r.Configure(reconciler.WithConcurrency(1+i%3), reconciler.WithRetry(time.Millisecond, time.Duration(1+i%2)*time.Millisecond)); err != nil {
+			t.Errorf("%s: %v", where, err)
+		}
+		r.Prune()
+		r.ConfirmPrune()
+	}
+	var ns atomic.Int32
+	setup := func(ctx context.Context, txn statedb.ReadTxn) error { call("setup", int(ns.Add(1))); return nil }
+	check := func(ctx context.Context, _ statedb.ReadTxn, _ statedb.Revision, it *item) (bool, error) {
+		call("check", int(ns.Add(1)))
+		return ops.targetHas(it.ID, it.Value), nil
+	}
+	plan := func(ctx context.Context, txn statedb.ReadTxn, objs iter.Seq2[*item, statedb.Revision]) (int, int, error) {
+		call("plan", int(ns.Add(1)))
+		return 10, 10, nil
+	}
+	ops.updateFn = func(ctx context.Context, it *item) error {
+		call("update", int(ns.Add(1)))
+		return nil
+	}
+	f, err := newO50(t, ops, nil, reconciler.WithSetup(setup), reconciler.WithDriftCheck(check), reconciler.WithPruneGuard(5, 0, plan),
+		reconciler.WithPruning(0), o50Fast())
+	require.NoError(t, err)
+	rec.Store(&f.rec)
+	f.start()
+	for i := range 10 {
+		f.insert(fmt.Sprint("k", i), "1")
+	}
+	f.waitReconciled()
+	for i := range 10 {
+		f.markRefreshing(fmt.Sprint("k", i))
+	}
+	f.waitReconciled()
+	f.eventually("a prune ran (confirmed from inside)", func() bool { return ops.nPrunes() >= 1 })
+	// Pause/Resume from inside an Update
+	ops.mu.Lock()
+	ops.updateFn = func(ctx context.Context, it *item) error {
+		r := *rec.Load()
+		r.Pause()
+		r.Resume()
+		return nil
+	}
+	ops.mu.Unlock()
+	f.insert("p", "1")
+	f.waitDone("p")
+}
+
+// ---- round 7: edge values ----
+
+func TestOutsider50NaNAndNilEdges(t *testing.T) {
+	ops := newO50Ops()
+	p := &o50Plan{}
+	for name, opt := range map[string]reconciler.Option{
+		"guard share NaN":      reconciler.WithPruneGuard(5, math.NaN(), p.plan),
+		"guard share +Inf":     reconciler.WithPruneGuard(5, math.Inf(1), p.plan),
+		"guard share NaN only": reconciler.WithPruneGuard(0, math.NaN(), p.plan),
+		"jitter NaN":           reconciler.WithRetryJitter(math.NaN()),
+	} {
+		_, err := newO50(t, ops, nil, opt)
+		require.ErrorIs(t, err, reconciler.ErrInvalidConfig, name)
+	}
+	f := startO50(t, ops, nil, reconciler.WithSetup(nil), reconciler.WithPruning(0))
+	require.ErrorIs(t, f.rec.Configure(reconciler.WithRetryJitter(math.NaN())), reconciler.ErrInvalidConfig)
+	require.ErrorIs(t, f.rec.Configure(reconciler.WithRetryJitter(-0.1)), reconciler.ErrInvalidConfig)
+	require.NoError(t, f.rec.Configure(reconciler.WithRetry(1, 1), reconciler.WithRetryJitter(0)))
+	f.insert("a", "1")
+	f.waitDone("a")
+	f.rec.ConfirmPrune() // no guard at all: does nothing
+	f.rec.ConfirmPrune()
+}
+
+// After a restart whose setup fails, WaitUntilReconciled counts nothing done
+// and the row says setting-up again.
+func TestOutsider50SetupRestartWaitUntilReconciled(t *testing.T) {
+	ops := newO50Ops()
+	var fail atomic.Bool
+	setup := func(ctx context.Context, txn statedb.ReadTxn) error {
+		if fail.Load() {
+			return errors.New("second run fails")
+		}
+		return nil
+	}
+	f := startO50(t, ops, nil, reconciler.WithSetup(setup), o50Fast(), reconciler.WithPruning(0))
+	f.insert("a", "1")
+	f.waitReconciled()
+	f.stop()
+	fail.Store(true)
+	rev := f.insert("a", "2")
+	f.start()
+	f.eventually("setting-up", func() bool {
+		i := f.info()
+		return i != nil && i.State == tables.StateSettingUp && i.SetupAttempts >= 2
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	_, _, err := f.rec.WaitUntilReconciled(ctx, rev)
+	cancel()
+	require.Error(t, err)
+	require.Equal(t, 1, ops.nUpdates("a"))
+	fail.Store(false)
+	f.waitReconciled()
+	f.waitDone("a")
+	require.True(t, ops.targetHas("a", "2"))
+}
+
+// Configure before the first start applies at the start.
+func TestOutsider50ConfigureBeforeFirstStart(t *testing.T) {
+	ops := newO50Ops()
+	hold := make(chan struct{})
+	ops.updateFn = func(ctx context.Context, it *item) error {
+		select {
+		case <-hold:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		return nil
+	}
+	f, err := newO50(t, ops, nil, reconciler.WithPruning(0), o50Fast())
+	require.NoError(t, err)
+	require.NoError(t, f.rec.Configure(reconciler.WithConcurrency(3)))
+	for i := range 5 {
+		f.insert(fmt.Sprint("k", i), "1")
+	}
+	f.start()
+	f.eventually("3 in flight", func() bool { return ops.inflight.Load() == 3 })
+	close(hold)
+	f.waitReconciled()
+	require.LessOrEqual(t, ops.maxIn.Load(), int32(3))
+}
+
+// Refresh sweeps with a drift check, workers and batches, while writers
+// change and delete objects and the target drifts: once quiet, a sweep
+// repairs every drift and the target equals the table.
+func TestOutsider50DriftChaos(t *testing.T) {
+	for _, batch := range []bool{false, true} {
+		t.Run(fmt.Sprint("batch=", batch), func(t *testing.T) {
+			ops := newO50Ops()
+			var checks atomic.Int32
+			var b reconciler.BatchOperations[*item]
+			var o reconciler.Operations[*item] = ops
+			if batch {
+				b, o = o50Batch{ops}, nil
+			}
+			f := startO50(t, o, b, reconciler.WithDriftCheck(o50Check(ops, nil, &checks)), o50Fast(),
+				reconciler.WithPruning(0), reconciler.WithRefreshing(2*time.Millisecond, nil), reconciler.WithConcurrency(4),
+				reconciler.WithRoundLimits(7, nil))
+			for round := range 30 {
+				for i := range 30 {
+					k := fmt.Sprint("k", i)
+					switch (i + round) % 5 {
+					case 0:
+						f.del(k)
+					case 1:
+						ops.setTarget(k, "drift")
+					default:
+						f.insert(k, fmt.Sprint(round))
+					}
+				}
+			}
+			// quiet: wait for a full sweep's worth of checks after the last write
+			f.waitReconciled()
+			c := checks.Load()
+			f.eventually("sweeps repaired", func() bool {
+				if checks.Load() < c+60 {
+					return false
+				}
+				ok := true
+				for i := range 30 {
+					k := fmt.Sprint("k", i)
+					it, present := f.obj(k)
+					if present && !ops.targetHas(k, it.Value) {
+						ok = false
+					}
+				}
+				return ok
+			})
+			// deleted objects are absent (unless drift put them there: no prune here)
+			for i := range 30 {
+				k := fmt.Sprint("k", i)
+				if _, present := f.obj(k); !present {
+					require.False(t, ops.targetHas(k, "29"), k)
+				}
+			}
+		})
+	}
+}
