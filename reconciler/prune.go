@@ -240,14 +240,19 @@ func (r *reconciler[Obj]) prune(ctx context.Context, txn statedb.ReadTxn) pruneR
 	}
 	start := time.Now()
 	var hold *pruneHold
+	planning := false
 	err := r.call(ctx, "prune", func(ctx context.Context) error {
 		r.gate.entered() // begun with enterPrune
-		var err error
-		if hold, err = r.guardPrune(ctx, txn); hold != nil || err != nil {
+		planning = true
+		h, err := r.guardPrune(ctx, txn)
+		if planning, hold = false, h; hold != nil || err != nil {
 			return err
 		}
 		return r.target.pruner.Prune(ctx, txn, r.objects.table.All(txn))
 	})
+	if planning {
+		err = fmt.Errorf("plan: %w", err) // the plan panicked
+	}
 	if hold != nil {
 		if span != nil {
 			span.End(tracing.End{})
