@@ -105,6 +105,7 @@ func (o *chaosOps) driftCheck(ctx context.Context, txn statedb.ReadTxn, _ stated
 	if err == nil {
 		err = ctx.Err()
 	}
+	o.noteCheck(it.ID, inSync, err)
 	return inSync, err
 }
 

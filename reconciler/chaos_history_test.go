@@ -33,6 +33,24 @@ type historyLog struct {
 // deferred by the operation itself.
 func (o *chaosOps) noteOutcome(key string, errp *error) {
 	p := recover()
+	o.note(key, p, *errp)
+	if p != nil {
+		panic(p)
+	}
+}
+
+// noteCheck records the outcome of a drift check of key, for
+// checkHistory: its error or, in sync, a success (the reconciler records
+// the object Done); a drift found is no outcome, the Update that follows
+// has its own.
+func (o *chaosOps) noteCheck(key string, inSync bool, err error) {
+	if err != nil || inSync {
+		o.note(key, nil, err)
+	}
+}
+
+// note records an outcome: the panic p, else err, else a success.
+func (o *chaosOps) note(key string, p any, err error) {
 	o.target.with(func() {
 		c := o.target
 		if c.hist == nil {
@@ -45,16 +63,13 @@ func (o *chaosOps) noteOutcome(key string, errp *error) {
 		switch {
 		case p != nil:
 			segs[len(segs)-1] = append(segs[len(segs)-1], fmt.Errorf("%w: %v", reconciler.ErrPanic, p).Error())
-		case *errp != nil:
-			segs[len(segs)-1] = append(segs[len(segs)-1], (*errp).Error())
+		case err != nil:
+			segs[len(segs)-1] = append(segs[len(segs)-1], err.Error())
 		default:
 			segs = append(segs, nil)
 		}
 		c.hist.segments[key] = segs
 	})
-	if p != nil {
-		panic(p)
-	}
 }
 
 // failingStreak makes a key's next calls fail (with one text: a streak the
@@ -79,6 +94,9 @@ func (r *chaosRun) checkHistory() {
 		return
 	}
 	for row := range retries.All(txn) {
+		if row.Drifted && row.Attempts == 0 {
+			continue // drifted and left so (WithDriftReportOnly): not failing
+		}
 		for _, rec := range r.recs {
 			if row.Reconciler != "test" && !strings.HasSuffix(row.Reconciler, "/"+rec.name) || row.Reconciler == "test" && rec.name != "" {
 				continue
