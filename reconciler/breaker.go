@@ -209,6 +209,24 @@ func (b *breaker) nextProbe() (due time.Time, open bool) {
 	return b.due, true
 }
 
+// setProbeMax makes maximum the probes' maximum backoff, as Configure's
+// WithRetry changes the retry maximum it is (see WithCircuitBreaker), for
+// probes that fail from now on and for the one timed: it comes no later
+// than maximum after now.
+func (b *breaker) setProbeMax(maximum time.Duration, now time.Time) {
+	if b == nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.probeMax = max(b.probeMin, maximum)
+	if b.open && !b.probing {
+		if latest := now.Add(b.probeMax); b.due.After(latest) {
+			b.due = latest
+		}
+	}
+}
+
 // breakerState is what the breaker reports.
 type breakerState struct {
 	open     bool

@@ -97,6 +97,7 @@ func (o *chaosOps) gate() gateSeen {
 	o.target.with(func() {
 		c := o.target
 		c.inCall[g]++
+		c.gated[g]++
 		seen = gateSeen{
 			paused:        !c.pauseMark.admits(g) || late(c.pausedAt.Load()),
 			pruning:       !o.pruneMark.admits(g) || late(o.pruningAt.Load()),

@@ -99,6 +99,7 @@ type chaosTarget struct {
 	reinserts          map[uint64]int        // per status identity, the test's writes of it again
 	deletes            map[uint64]int        // per status identity, the test's deletes of an object carrying it
 	inCall             map[int64]int         // per goroutine, the calls it is inside (see gate)
+	gated              map[int64]int         // per goroutine, the calls it began (see gate)
 	pauseMark          *startMark            // while paused: what may still start
 	rc                 *recheckBook          // the re-checks asked for, and markings seen
 	hist               *historyLog           // the errors op returned, per key (chaos_history_test.go)
@@ -124,7 +125,7 @@ func newChaosTarget(seed uint64, failProb, slowProb float64) *chaosTarget {
 		rng: rand.New(rand.NewPCG(seed, 0xfa017)), failProb: failProb, slowProb: slowProb,
 		data: map[string]string{}, depSeen: map[string]string{}, changed: make(chan struct{}),
 		holds: map[string]*chaosHold{}, failNext: map[string]int{}, reinserts: map[uint64]int{}, deletes: map[uint64]int{}, downAsk: -1,
-		inCall: map[int64]int{}, rc: newRecheckBook(),
+		inCall: map[int64]int{}, gated: map[int64]int{}, rc: newRecheckBook(),
 	}
 }
 
@@ -436,8 +437,9 @@ func (o *chaosOps) Update(ctx context.Context, txn statedb.ReadTxn, rev statedb.
 		// After Update returned, as a goroutine it started might: by the
 		// time the next call starts (or a little later), an ask with
 		// this context must do nothing.
+		g := goid()
 		o.target.with(func() {
-			next := o.target.changed
+			next, began := o.target.changed, o.target.gated[g]
 			o.late.Add(1)
 			go func() {
 				defer o.late.Done()
@@ -447,6 +449,15 @@ func (o *chaosOps) Update(ctx context.Context, txn statedb.ReadTxn, rev statedb.
 				case <-next:
 				case <-timer.C:
 				}
+				// next may be another goroutine's change: until the
+				// goroutine that ran Update begins its next call, the
+				// reconciler may not have ended this one's reports, and
+				// the ask may count, as one made while Update ran.
+				o.target.with(func() {
+					if o.target.gated[g] == began {
+						o.target.rc.raced[it.ID]++
+					}
+				})
 				reconciler.RecheckAfter(ctx, time.Millisecond)
 			}()
 		})

@@ -18,11 +18,15 @@ import (
 // object a new status identity, first seen when Update gets it; each must
 // be explained by an ask of that key's operations, or a write of the
 // dependency it has (see WithDependency), or the test's own Refreshing
-// writes. With WithRefreshing every object is marked: nothing is checked.
+// writes, or a late ask of that key's that may have come before the
+// reconciler ended its call's reports (the goroutine that made the call
+// had begun no other: with workers, or a write of the test, the change a
+// late ask waits for may come first). With WithRefreshing every object is marked: nothing is checked.
 // Guarded by the target's mu.
 type recheckBook struct {
 	refreshing bool                // WithRefreshing is on
 	asked      map[string]int      // per key, re-checks asked while its operation ran
+	raced      map[string]int      // per key, late asks that may have come before the reconciler ended the call's reports
 	depWrites  map[string]int      // per dependency, its writes
 	testMarked map[uint64]bool     // Refreshing statuses the test wrote
 	seen       map[uint64]bool     // Refreshing statuses Update was given
@@ -46,7 +50,7 @@ func (b *recheckBook) sparedAny(batches ...[]reconciler.BatchEntry[*item]) bool 
 }
 
 func newRecheckBook() *recheckBook {
-	return &recheckBook{asked: map[string]int{}, depWrites: map[string]int{}, testMarked: map[uint64]bool{},
+	return &recheckBook{asked: map[string]int{}, raced: map[string]int{}, depWrites: map[string]int{}, testMarked: map[uint64]bool{},
 		seen: map[uint64]bool{}, marked: map[string]int{}, long: map[string]struct{}{}, longAsked: map[string]uint64{}}
 }
 
@@ -60,9 +64,9 @@ func (c *chaosTarget) given(key string, st status.Status) {
 	}
 	b.seen[st.ID()] = true
 	b.marked[key]++
-	if allowed := b.asked[key] + b.depWrites[depOf(key)]; !b.refreshing && b.marked[key] > allowed {
-		c.violate("%s updated for a re-check nobody asked for (%s, id %d, at %s): %d marking(s), %d ask(s) of its operations and %d write(s) of %s",
-			key, st, st.ID(), st.UpdatedAt.Format("15:04:05.000000"), b.marked[key], b.asked[key], b.depWrites[depOf(key)], depOf(key))
+	if allowed := b.asked[key] + b.raced[key] + b.depWrites[depOf(key)]; !b.refreshing && b.marked[key] > allowed {
+		c.violate("%s updated for a re-check nobody asked for (%s, id %d, at %s): %d marking(s), %d ask(s) of its operations, %d late ask(s) that may have raced their call's end and %d write(s) of %s",
+			key, st, st.ID(), st.UpdatedAt.Format("15:04:05.000000"), b.marked[key], b.asked[key], b.raced[key], b.depWrites[depOf(key)], depOf(key))
 	}
 }
 

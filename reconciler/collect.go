@@ -159,15 +159,17 @@ func (r *reconciler[Obj]) collectProbe(txn statedb.ReadTxn, now time.Time, turn 
 				break
 			}
 			// With priorities fresh changes join the queue, read ahead as
-			// far as in any round (no further, so the queue stays
-			// bounded), and the probe is the newest of them.
-			if ahead := r.readAhead(1); lc.Figures().Queued < ahead {
-				before := lc.Figures().Queued
-				r.queueChanges(txn, r.nextChanges(txn), ahead, now)
-				r.readDone(txn)
-				if lc.Figures().Queued > before {
-					r.startQueued(txn, lc.Get(keyqueue.Newest, 1, 0))
-				}
+			// far as in any round, and the probe is the newest of them.
+			// This turn reads one change at least: the queue may be full
+			// of objects the breaker holds (failing as if the target were
+			// down), which every other turn would take again and again
+			// (with round size 1, four fill it). It grows by one a probe
+			// at most, and holds a key once.
+			before := lc.Figures().Queued
+			r.queueChanges(txn, r.nextChanges(txn), max(r.readAhead(1), before+1), now)
+			r.readDone(txn)
+			if lc.Figures().Queued > before {
+				r.startQueued(txn, lc.Get(keyqueue.Newest, 1, 0))
 			}
 		case 1:
 			r.startQueued(txn, lc.Get(keyqueue.Oldest, 1, 0)) // in turn, whatever the priority

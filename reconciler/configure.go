@@ -144,7 +144,8 @@ func checkConfigurable(opt Option) error {
 }
 
 // applySettings takes the options Configure accepted since the last call,
-// if any, sets those of them the reconcile job reads in r.opts and returns
+// if any, sets those of them the reconcile job reads in r.opts, and the
+// circuit breaker's probe maximum, which is the retry maximum, and returns
 // the settings they replaced. It runs on the reconcile job's goroutine,
 // between rounds: workers read none of these fields, and the refresh job
 // reads its own (settings.refreshing).
@@ -158,6 +159,11 @@ func (r *reconciler[Obj]) applySettings() (old options, ok bool) {
 	r.opts.roundSize, r.opts.roundLimiter = o.roundSize, o.roundLimiter
 	r.opts.pruneInterval = o.pruneInterval
 	r.opts.retryMin, r.opts.retryMax, r.opts.retryJitter = o.retryMin, o.retryMax, o.retryJitter
+	if old.retryMax != o.retryMax {
+		// Else a breaker registered with a long retry maximum keeps
+		// doubling its probes' backoff towards it, hours apart.
+		r.breaker.setProbeMax(o.retryMax, r.clock.now())
+	}
 	return old, true
 }
 

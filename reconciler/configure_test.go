@@ -414,3 +414,35 @@ func TestConfigureRace(t *testing.T) {
 		})
 	}
 }
+
+// With priorities, a probe round reads fresh changes into the queue only
+// while it holds fewer than four rounds' worth: round size 1 after
+// Configure, four. Four objects failing as if the target were down, held
+// by the open breaker, then filled the queue for good: every probe took
+// one of them, and a change written since was never read, however often
+// the probes came (chaos: configure round=1, "the breaker's probes never
+// got to it"). The turn of fresh changes reads one more.
+func TestConfigureRoundOfOneProbesFreshChanges(t *testing.T) {
+	o := newConfOps()
+	down := []string{"a", "b", "c", "d"}
+	for _, k := range down {
+		o.fail[k] = true
+	}
+	f := startFixture(t, o, &with{tables: true},
+		reconciler.WithRoundLimits(3, nil),
+		reconciler.WithRetry(time.Millisecond, 2*time.Millisecond),
+		reconciler.WithCircuitBreaker(1, time.Millisecond, nil),
+		reconciler.WithPriority(func(*item) int { return 1 }, 1))
+	require.NoError(t, f.rec.Configure(reconciler.WithRoundLimits(1, nil)))
+	f.upsert(kititems("1", down...)...)
+	o.wait(t, "each object failing as if the target were down probed", func(o *confops) bool {
+		for _, k := range down {
+			if o.attempts[k] == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	f.upsert(kititems("1", "fresh")...)
+	o.wait(t, "a probe to take the fresh change, and succeed", func(o *confops) bool { return o.applied["fresh=1"] > 0 })
+}

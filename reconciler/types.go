@@ -73,7 +73,10 @@ type Reconciler[Obj any] interface {
 	// operations under way finish and their outcomes are committed, work
 	// queued for workers keeps its place in the new executor, a retry
 	// already timed keeps its time (the new backoff applies to failures
-	// from then on), round limits apply from the next round, and new
+	// from then on; the circuit breaker's probes, which back off up to
+	// the retry maximum, come within the new one from the next round,
+	// the probe already timed included), round limits apply from the
+	// next round, and new
 	// refresh and prune intervals restart their timers: a refresh sweep
 	// runs at once with the new interval, the next periodic prune comes
 	// one new interval later (a prune already due or asked for still runs).
