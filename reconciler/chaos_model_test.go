@@ -788,6 +788,7 @@ func (r *chaosRun) startGen(desired map[string]string) {
 	r.gens++
 	clear(r.written) // an earlier generation's statuses mean nothing here
 	clear(r.lastWrite)
+	clear(r.drifts) // their revisions are of the old table
 	r.marks = nil
 	clear(r.read)
 	g := &chaosGen{}
