@@ -37,40 +37,7 @@ func pruneConfirmCmd(reg *Registry) script.Cmd {
 			if !ok {
 				return nil, fmt.Errorf("reconciler %q cannot confirm prunes", sub.subjectName())
 			}
-			noWait, err := s.Flags.GetBool("no-wait")
-			if err != nil {
-				return nil, err
-			}
-			if noWait {
-				confirm.confirmPrune()
-				return nil, nil
-			}
-			rec := sub.recorder()
-			if rec == nil {
-				return nil, fmt.Errorf("reconciler %q has neither Faults nor Target in its Subject, so its prunes cannot be seen: wrap its operations with NewFaultyOps, or use --no-wait", sub.subjectName())
-			}
-			want := sub.tableRevision(sub.db().ReadTxn())
-			seen := len(rec.Calls())
-			confirm.confirmPrune()
-
-			var pruned Call
-			err = waitFor(s, timeout, "for the confirmed prune", func() (bool, watches, string, error) {
-				calls, watch := rec.CallsWatch()
-				for _, c := range calls[min(seen, len(calls)):] {
-					if c.Op == OpPrune && c.Txn != nil && sub.tableRevision(c.Txn) >= want {
-						pruned = c
-						return true, watches{}, "", nil
-					}
-				}
-				return false, watches{watch}, "no prune since the confirmation (was one held?)", nil
-			})
-			if err != nil {
-				return nil, err
-			}
-			if pruned.Err != nil {
-				return nil, fmt.Errorf("prune failed: %w", pruned.Err)
-			}
-			return func(*script.State) (string, string, error) { return pruned.String() + "\n", "", nil }, nil
+			return askAndWaitForPrune(s, sub, timeout, confirm.confirmPrune, "for the confirmed prune", "no prune since the confirmation (was one held?)")
 		},
 	)
 }
