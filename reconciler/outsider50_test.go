@@ -1549,8 +1549,12 @@ func TestOutsider50PruneGuardHeldDoesNotBlock(t *testing.T) {
 	require.Equal(t, 0, ops.nPrunes(), "no prune while paused")
 	f.rec.Resume()
 	f.eventually("confirmed ran", func() bool { return ops.nPrunes() == 1 })
+	// The plans before it may have merged into fewer calls (requests made
+	// while one waits are one), so count from here: the next prune plans
+	// again and is held.
+	planned := p.nCalls()
 	f.rec.Prune()
-	f.eventually("held again", func() bool { i := f.info(); return i != nil && i.PruneHeld && p.nCalls() >= 4 })
+	f.eventually("held again", func() bool { i := f.info(); return i != nil && i.PruneHeld && p.nCalls() > planned })
 	require.Equal(t, 1, ops.nPrunes())
 }
 
