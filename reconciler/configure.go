@@ -162,7 +162,7 @@ func (r *reconciler[Obj]) applySettings() (old options, ok bool) {
 	if old.retryMax != o.retryMax {
 		// Else a breaker registered with a long retry maximum keeps
 		// doubling its probes' backoff towards it, hours apart.
-		r.breaker.setProbeMax(o.retryMax, r.clock.now())
+		r.breaker.SetProbeMax(o.retryMax, r.clock.now())
 	}
 	return old, true
 }

@@ -7,7 +7,14 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/converge-go/converge/reconciler/internal/breaker"
 )
+
+// errDown is a failure about the target.
+var errDown = errors.New("target down")
+
+func key(k string) func() string { return func() string { return k } }
 
 // The circuit breaker's probes back off up to the retry maximum (see
 // WithCircuitBreaker): Configure's WithRetry changes it for the probes
@@ -24,37 +31,38 @@ func TestConfigureRetryBoundsTheBreakersProbes(t *testing.T) {
 	g := newGate()
 	g.settings = newSettings(o)
 	now := time.Unix(1000, 0)
-	b := newBreaker(1, func(err error) bool { return errors.Is(err, errDown) }, o.breakerBackoff, o.retryMax, g, nil)
+	b := breaker.New(breaker.Config{Threshold: 1, AboutTarget: func(err error) bool { return errors.Is(err, errDown) },
+		RetryAfter: retryAfter, ProbeMin: o.breakerBackoff, ProbeMax: o.retryMax, Gate: g})
 	r := &reconciler[int]{opts: o, gate: g, breaker: b, clock: clock{now: func() time.Time { return now }, rand: func() float64 { return 0.5 }}}
 
-	b.record(key("a"), errDown, false, false, now)
-	require.True(t, b.state().open)
+	b.Record(key("a"), breaker.Outcome{Err: errDown}, now)
+	require.True(t, b.State().Open)
 	// failProbe runs the probe due, failing about the target, and returns
 	// when the next one is due.
 	failProbe := func() time.Time {
 		t.Helper()
-		due, open := b.nextProbe()
+		due, open := b.NextProbe()
 		require.True(t, open)
 		now = due
-		room, limited := b.limit(now)
+		room, limited := b.Limit(now)
 		require.True(t, limited)
 		require.Equal(t, 1, room, "a probe is granted when due")
 		require.True(t, g.enterProbe())
 		g.entered()
-		require.Equal(t, held, b.record(key("a"), errDown, false, true, now))
-		next, _ := b.nextProbe()
+		require.Equal(t, breaker.Held, b.Record(key("a"), breaker.Outcome{Err: errDown, Probe: true}, now))
+		next, _ := b.NextProbe()
 		return next
 	}
 	for next := failProbe(); next.Sub(now) < time.Minute; next = failProbe() {
 	}
-	due, _ := b.nextProbe()
+	due, _ := b.NextProbe()
 	require.Greater(t, due.Sub(now), time.Minute, "the probes back off towards the hour")
 
 	require.NoError(t, g.settings.configure(true, []Option{WithRetry(time.Millisecond, 5*time.Millisecond)}))
 	_, ok := r.applySettings()
 	require.True(t, ok)
 	assert.Equal(t, 5*time.Millisecond, r.opts.retryMax)
-	due, _ = b.nextProbe()
+	due, _ = b.NextProbe()
 	assert.LessOrEqual(t, due.Sub(now), 5*time.Millisecond, "the probe timed comes within the new maximum")
 	for range 4 {
 		next := failProbe()

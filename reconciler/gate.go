@@ -72,8 +72,8 @@ func (g *gate) mayStart() bool {
 	return g.open.Load() || (g.probing.Load() && g.probe.Load())
 }
 
-// probeLeft reports whether a probe granted has not started yet.
-func (g *gate) probeLeft() bool { return g.probe.Load() }
+// ProbeLeft reports whether a probe granted has not started yet.
+func (g *gate) ProbeLeft() bool { return g.probe.Load() }
 
 // entered ends a start begun with enter, enterProbe or enterPrune.
 func (g *gate) entered() { g.starting.Add(-1) }
@@ -153,9 +153,9 @@ func (g *gate) setStopping(v bool) {
 	g.update(func() bool { old := g.stopping; g.stopping = v; return old != v })
 }
 
-// setBroken closes the gate while the circuit breaker is open; a probe
+// SetBroken closes the gate while the circuit breaker is open; a probe
 // granted and not started is withdrawn when it closes.
-func (g *gate) setBroken(v bool) {
+func (g *gate) SetBroken(v bool) {
 	g.update(func() bool {
 		old := g.broken
 		g.broken = v
@@ -166,8 +166,8 @@ func (g *gate) setBroken(v bool) {
 	})
 }
 
-// grantProbe lets one operation start while the breaker is open (see
+// GrantProbe lets one operation start while the breaker is open (see
 // enterProbe), and wakes the workers to take it.
-func (g *gate) grantProbe() {
+func (g *gate) GrantProbe() {
 	g.update(func() bool { g.probe.Store(true); return true })
 }

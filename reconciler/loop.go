@@ -58,7 +58,7 @@ func (r *reconciler[Obj]) run(ctx context.Context, health cell.Health) error {
 		if l.exec.room() <= 0 || paused {
 			watch, retryC = nil, nil // read nothing new; commit what finishes
 		} else if r.breaker != nil {
-			if room, limited := r.breaker.limit(r.clock.now()); limited && room == 0 {
+			if room, limited := r.breaker.Limit(r.clock.now()); limited && room == 0 {
 				watch = nil // the target fails: wait for the probe's turn (retryC)
 			}
 		}
@@ -66,7 +66,7 @@ func (r *reconciler[Obj]) run(ctx context.Context, health cell.Health) error {
 			pauseChanged = closedChan // a round now
 		}
 		var pruneC <-chan struct{}
-		if l.prune.due && l.reported && !paused && (r.breaker == nil || !r.breaker.state().open) {
+		if l.prune.due && l.reported && !paused && (r.breaker == nil || !r.breaker.State().Open) {
 			pruneC = closedChan // a prune now
 		}
 		select {
@@ -127,7 +127,7 @@ func (l *loop[Obj]) round(ctx context.Context, paused bool) {
 	room := l.exec.room()
 	probe, broken := 0, false
 	if r.breaker != nil {
-		probe, broken = r.breaker.limit(now)
+		probe, broken = r.breaker.Limit(now)
 	}
 	switch {
 	case paused:
@@ -181,7 +181,7 @@ func (l *loop[Obj]) stopped() {
 	out := r.commit(left, true, r.clock.now())
 	r.feed.wrote(out.wrote)
 	r.rep.committed(r.moduleID, r.opts.name, out.figures)
-	r.breaker.reset(r.clock.now())
+	r.breaker.Reset(r.clock.now())
 	lows := r.keys.lifecycles.Lows()
 	r.rep.progress.update(r.progressRev(lows), lows.Retry)
 	r.feed.changes.close()
@@ -207,11 +207,11 @@ func (l *loop[Obj]) armRetry() {
 		due = addSat(due, durationOf(float64(r.opts.retryMin)*r.opts.retryJitter))
 	}
 	if r.breaker != nil {
-		if probe, open := r.breaker.nextProbe(); open {
+		if probe, open := r.breaker.NextProbe(); open {
 			switch {
 			case !probe.IsZero():
 				due, ok = probe.UnixNano(), true // no retry while the target fails: the probe's turn
-			case !r.gate.probeLeft():
+			case !r.gate.ProbeLeft():
 				ok = false // the probe runs: its end wakes the loop
 			} // else the probe granted waits for work: a retry falling due may take it
 		}
@@ -228,7 +228,7 @@ func (l *loop[Obj]) armRetry() {
 // resetRun readies the state of one run of the job.
 func (r *reconciler[Obj]) resetRun(health cell.Health) {
 	r.rep.reset(health)
-	r.breaker.reset(r.clock.now())
+	r.breaker.Reset(r.clock.now())
 }
 
 // waitForLimiter paces rounds with the round limiter. A limiter

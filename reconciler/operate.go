@@ -12,6 +12,7 @@ import (
 	"github.com/cilium/statedb"
 
 	"github.com/converge-go/converge/metrics"
+	"github.com/converge-go/converge/reconciler/internal/breaker"
 	"github.com/converge-go/converge/tracing"
 )
 
@@ -570,10 +571,11 @@ func (r *reconciler[Obj]) recordOutcome(ctx context.Context, o *op[Obj], probe b
 		return k
 	}
 	again := o.err != nil && o.lastErr != nil && o.err.Error() == o.lastErr.Error()
-	switch r.breaker.record(key, o.err, again, probe, r.clock.now()) {
-	case held:
+	lost := o.err == errBatchEntryLost
+	switch r.breaker.Record(key, breaker.Outcome{Err: o.err, Lost: lost, Again: again, Probe: probe}, r.clock.now()) {
+	case breaker.Held:
 		o.ran, o.err, o.recheck = false, nil, 0
-	case spared:
+	case breaker.Spared:
 		o.spared = true
 	}
 }

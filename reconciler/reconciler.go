@@ -8,6 +8,7 @@ import (
 
 	"github.com/cilium/hive/cell"
 	"github.com/cilium/statedb"
+	"github.com/converge-go/converge/reconciler/internal/breaker"
 	"github.com/converge-go/converge/status"
 	"github.com/converge-go/converge/tracing"
 )
@@ -31,8 +32,8 @@ type reconciler[Obj any] struct {
 
 	pruneRequests chan struct{} // a prune asked for: by Prune, from any goroutine, or owed by the last run (see loop.stopped)
 	gate          *gate
-	breaker       *breaker // nil without WithCircuitBreaker
-	clock         clock    // time.Now and rand.Float64, or a test's
+	breaker       *breaker.Breaker // nil without WithCircuitBreaker
+	clock         clock            // time.Now and rand.Float64, or a test's
 
 	feed feed[Obj] // the table's changes, and what reading them keeps
 	keys keys[Obj] // what is known about each key

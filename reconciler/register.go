@@ -12,6 +12,7 @@ import (
 	"github.com/cilium/statedb"
 
 	"github.com/converge-go/converge/metrics"
+	"github.com/converge-go/converge/reconciler/internal/breaker"
 	"github.com/converge-go/converge/reconciler/internal/keyqueue"
 	"github.com/converge-go/converge/status"
 	"github.com/converge-go/converge/tables"
@@ -103,7 +104,10 @@ func Register[Obj any](
 
 	r.gate.settings = newSettings(o)
 	if o.breakerFailures > 0 {
-		r.breaker = newBreaker(o.breakerFailures, r.classifier(), o.breakerBackoff, o.retryMax, r.gate, r.logBreaker)
+		r.breaker = breaker.New(breaker.Config{
+			Threshold: o.breakerFailures, AboutTarget: r.classifier(), RetryAfter: retryAfter,
+			ProbeMin: o.breakerBackoff, ProbeMax: o.retryMax, Gate: r.gate, OnTransit: r.logBreaker,
+		})
 	}
 
 	// The feed begins now, not when the job first runs, so that no delete
@@ -192,13 +196,17 @@ func (r *reconciler[Obj]) Pause() { r.gate.setPaused(true) }
 // Resume implements Reconciler.
 func (r *reconciler[Obj]) Resume() { r.gate.setPaused(false) }
 
-// classifier returns WithCircuitBreaker's isTargetError, if any, with its
-// panics recovered unless WithoutPanicRecovery: a panic is logged with its
+// classifier returns what tells the circuit breaker a failure is about the
+// target: not terminal, and WithCircuitBreaker's isTargetError if given,
+// with its panics recovered unless WithoutPanicRecovery: a panic is logged with its
 // stack and the error taken as not about the target.
 func (r *reconciler[Obj]) classifier() func(error) bool {
 	user := r.opts.breakerIsTarget
-	if user == nil || !r.opts.recoverPanics {
-		return user
+	if user == nil {
+		return func(err error) bool { return !IsTerminal(err) }
+	}
+	if !r.opts.recoverPanics {
+		return func(err error) bool { return !IsTerminal(err) && user(err) }
 	}
 	return func(err error) (about bool) {
 		defer func() {
@@ -207,6 +215,6 @@ func (r *reconciler[Obj]) classifier() func(error) bool {
 				about = false
 			}
 		}()
-		return user(err)
+		return !IsTerminal(err) && user(err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/cilium/statedb"
 
 	"github.com/converge-go/converge/metrics"
+	"github.com/converge-go/converge/reconciler/internal/breaker"
 	"github.com/converge-go/converge/reconciler/internal/keyqueue"
 	"github.com/converge-go/converge/tables"
 )
@@ -28,9 +29,9 @@ func (r *reconciler[Obj]) report(txn statedb.ReadTxn, work []op[Obj], c commitOu
 	}
 	r.rep.reported.failing, r.rep.reported.inFlight = failing, inFlight
 
-	var breaker breakerState
+	var brk breaker.State
 	if r.breaker != nil {
-		breaker = r.breaker.state()
+		brk = r.breaker.State()
 	}
 	var oldest time.Time
 	if r.rep.metrics.round != nil || r.rep.info != nil {
@@ -58,8 +59,8 @@ func (r *reconciler[Obj]) report(txn statedb.ReadTxn, work []op[Obj], c commitOu
 			LongestRunning: load.longest,
 			Workers:        r.opts.concurrency,
 			BusyWorkers:    load.busy,
-			BreakerOpen:    breaker.open,
-			BreakerOpened:  breaker.openings,
+			BreakerOpen:    brk.Open,
+			BreakerOpened:  brk.Openings,
 		})
 	}
 
@@ -70,14 +71,14 @@ func (r *reconciler[Obj]) report(txn statedb.ReadTxn, work []op[Obj], c commitOu
 		retryVersion: lc.Figures().Version,
 		pruneErr:     p.lastErr,
 		limiterErr:   r.rep.limiterErr,
-		breakerErr:   breaker.err,
+		breakerErr:   brk.Err,
 		pruneHeld:    p.heldErr(),
 	}, func() int { return r.objects.table.NumObjects(txn) }, lc.Errors)
 
 	if r.rep.info != nil {
 		info := r.infoRow(p, state, r.objects.table.NumObjects(txn), failing, inFlight, load.busy, oldest)
-		if breaker.open {
-			info.TargetFailingSince, info.TargetError = breaker.since, breaker.err.Error()
+		if brk.Open {
+			info.TargetFailingSince, info.TargetError = brk.Since, brk.Err.Error()
 		}
 		r.rep.info.write(info, lc.TakeOutdated())
 	}
@@ -98,7 +99,7 @@ func (r *reconciler[Obj]) reportPrune(p *pruneSchedule) {
 	paused, _ := r.gate.state()
 	var breakerErr error
 	if r.breaker != nil {
-		breakerErr = r.breaker.state().err
+		breakerErr = r.breaker.State().Err
 	}
 	state := r.rep.health.update(healthState{
 		gateErr:      p.tables.err,
@@ -146,7 +147,7 @@ func (r *reconciler[Obj]) reportStopped() {
 		r.rep.metrics.queue.QueueLength(r.moduleID, r.opts.name, failing, 0)
 	}
 	if r.rep.metrics.round != nil {
-		r.rep.metrics.round.Round(r.moduleID, r.opts.name, metrics.RoundStats{Retrying: failing, Workers: r.opts.concurrency, BreakerOpened: r.breaker.state().openings})
+		r.rep.metrics.round.Round(r.moduleID, r.opts.name, metrics.RoundStats{Retrying: failing, Workers: r.opts.concurrency, BreakerOpened: r.breaker.State().Openings})
 	}
 	r.rep.reported.failing, r.rep.reported.inFlight = failing, 0
 }
@@ -191,7 +192,7 @@ func (r *reconciler[Obj]) infoRow(p *pruneSchedule, state tables.State, objects,
 		LastPrune:            p.last.at,
 		LastPruneDuration:    p.last.duration,
 		DriftRepaired:        uint64(t.refreshRepaired + p.repaired),
-		BreakerOpenings:      r.breaker.state().openings,
+		BreakerOpenings:      r.breaker.State().Openings,
 	}
 	if r.target.drift != nil {
 		info.DriftDetected = r.target.drift.rows.detected
