@@ -7,8 +7,8 @@ import (
 
 	"github.com/cilium/statedb"
 
-	"github.com/converge-go/converge/metrics"
 	"github.com/converge-go/converge/reconciler/internal/keyqueue"
+	"github.com/converge-go/converge/reconciler/internal/report"
 	"github.com/converge-go/converge/status"
 )
 
@@ -44,8 +44,8 @@ func (r *reconciler[Obj]) commit(ops []op[Obj], cut bool, now time.Time) (out co
 // commitOutcome is what a commit did.
 type commitOutcome struct {
 	committed, failed int
-	wrote             revRange       // the revisions the statuses took; zero if none
-	figures           *commitFigures // for the reporter to count; nil if the commit had no ops
+	wrote             revRange        // the revisions the statuses took; zero if none
+	figures           *report.Figures // for the reporter to count; nil if the commit had no ops
 }
 
 // prepare sets on each update's clone the status its outcome calls for and
@@ -137,14 +137,14 @@ func (r *reconciler[Obj]) writeStatus(wtxn statedb.WriteTxn, o *op[Obj]) (writte
 func (r *reconciler[Obj]) settle(ops []op[Obj], now time.Time) (out commitOutcome) {
 	lc := r.keys.lifecycles
 	fig := &r.rep.figures // reused: keep its slices
-	*fig = commitFigures{stats: metrics.CommitStats{QueueWaits: fig.stats.QueueWaits[:0], Latencies: fig.stats.Latencies[:0]}}
+	fig.Reset()
 	slices := r.rep.metrics.commit != nil
 	for i := range ops {
 		o := &ops[i]
 		if o.ran {
 			r.driftSettled(o, now) // a repair the drift check asked for counts one
 		}
-		fig.stats.RefreshRepaired += int(o.drift) // counted whatever the outcome
+		fig.Stats.RefreshRepaired += int(o.drift) // counted whatever the outcome
 		if !o.ran {
 			r.requeue(o)
 			continue
@@ -154,16 +154,16 @@ func (r *reconciler[Obj]) settle(ops []op[Obj], now time.Time) (out commitOutcom
 		if o.s != nil {
 			attempts = o.s.View().Attempts
 		}
-		fig.count(o.Delete, o.err, outcome(o.err, r.opts.operationTimeout), o.started-o.Ready, now, slices)
+		fig.Count(o.Delete, o.err, outcome(o.err, r.opts.operationTimeout), o.started-o.Ready, now, slices)
 		if o.err != nil {
 			out.failed++
-			r.rep.failLog.record(r.log, o.Delete, r.objects.opKey(o), attempts+1, o.err, now)
+			r.rep.failLog.Record(r.log, o.Delete, r.objects.opKey(o), attempts+1, o.err, IsTerminal(o.err), now)
 		}
 		settled := o.err == nil || (!o.Delete && IsTerminal(o.err))
 		written := o.Delete || o.written
 		done := keyqueue.Outcome[Obj]{Ran: true, Err: o.err, Settled: settled, Written: written, Spared: o.spared, Over: o.over}
 		if o.err == nil && written && !o.Delete {
-			fig.done(now.Sub(o.Since), slices)
+			fig.Done(now.Sub(o.Since), slices)
 			if o.recheck > 0 {
 				// The re-check o's Update asked for (RecheckAfter).
 				done.RecheckAt, done.Updated, done.UpdatedID = addSat(now.UnixNano(), o.recheck), o.updated, r.objects.getStatus(o.updated).ID()

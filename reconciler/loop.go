@@ -183,7 +183,7 @@ func (l *loop[Obj]) stopped() {
 	r.rep.committed(r.moduleID, r.opts.name, out.figures)
 	r.breaker.Reset(r.clock.now())
 	lows := r.keys.lifecycles.Lows()
-	r.rep.progress.update(r.progressRev(lows), lows.Retry)
+	r.rep.progress.Update(r.progressRev(lows), lows.Retry)
 	r.feed.changes.close()
 	r.reportStopped()
 	if r.rep.info != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/converge-go/converge/metrics"
 	"github.com/converge-go/converge/reconciler/internal/breaker"
 	"github.com/converge-go/converge/reconciler/internal/keyqueue"
+	"github.com/converge-go/converge/reconciler/internal/report"
 	"github.com/converge-go/converge/status"
 	"github.com/converge-go/converge/tables"
 )
@@ -88,7 +89,7 @@ func Register[Obj any](
 		moduleID:      params.ModuleID,
 		module:        params.ModuleID.String(),
 		target:        target,
-		rep:           reporter[Obj]{metrics: newObservers(o.metrics), progress: newProgress()},
+		rep:           reporter[Obj]{metrics: newObservers(o.metrics), progress: report.NewProgress()},
 		pruneRequests: make(chan struct{}, 1),
 		gate:          newGate(),
 		keys:          keys[Obj]{lifecycles: keyqueue.New[Obj](displayKey)},
@@ -187,7 +188,7 @@ func (r *reconciler[Obj]) Prune() {
 
 // WaitUntilReconciled implements Reconciler.
 func (r *reconciler[Obj]) WaitUntilReconciled(ctx context.Context, untilRevision statedb.Revision) (statedb.Revision, statedb.Revision, error) {
-	return r.rep.progress.wait(ctx, untilRevision)
+	return r.rep.progress.Wait(ctx, untilRevision)
 }
 
 // Pause implements Reconciler.

@@ -9,6 +9,7 @@ import (
 	"github.com/converge-go/converge/metrics"
 	"github.com/converge-go/converge/reconciler/internal/breaker"
 	"github.com/converge-go/converge/reconciler/internal/keyqueue"
+	"github.com/converge-go/converge/reconciler/internal/report"
 	"github.com/converge-go/converge/tables"
 )
 
@@ -64,15 +65,15 @@ func (r *reconciler[Obj]) report(txn statedb.ReadTxn, work []op[Obj], c commitOu
 		})
 	}
 
-	state := r.rep.health.update(healthState{
-		gateErr:      p.tables.err,
-		paused:       paused,
-		failing:      failing,
-		retryVersion: lc.Figures().Version,
-		pruneErr:     p.lastErr,
-		limiterErr:   r.rep.limiterErr,
-		breakerErr:   brk.Err,
-		pruneHeld:    p.heldErr(),
+	state := r.rep.health.Update(report.HealthState{
+		GateErr:      p.tables.err,
+		Paused:       paused,
+		Failing:      failing,
+		RetryVersion: lc.Figures().Version,
+		PruneErr:     p.lastErr,
+		LimiterErr:   r.rep.limiterErr,
+		BreakerErr:   brk.Err,
+		PruneHeld:    p.heldErr(),
 	}, func() int { return r.objects.table.NumObjects(txn) }, lc.Errors)
 
 	if r.rep.info != nil {
@@ -85,7 +86,7 @@ func (r *reconciler[Obj]) report(txn statedb.ReadTxn, work []op[Obj], c commitOu
 
 	// Progress last, so that a WaitUntilReconciled that returns sees the
 	// round's figures published.
-	r.rep.progress.update(r.progressRev(lows), lows.Retry)
+	r.rep.progress.Update(r.progressRev(lows), lows.Retry)
 }
 
 // reportPrune is the report of a prune: health, with the prune's outcome,
@@ -101,20 +102,20 @@ func (r *reconciler[Obj]) reportPrune(p *pruneSchedule) {
 	if r.breaker != nil {
 		breakerErr = r.breaker.State().Err
 	}
-	state := r.rep.health.update(healthState{
-		gateErr:      p.tables.err,
-		paused:       paused,
-		failing:      f.Retrying,
-		retryVersion: f.Version,
-		pruneErr:     p.lastErr,
-		limiterErr:   r.rep.limiterErr,
-		breakerErr:   breakerErr,
-		pruneHeld:    p.heldErr(),
+	state := r.rep.health.Update(report.HealthState{
+		GateErr:      p.tables.err,
+		Paused:       paused,
+		Failing:      f.Retrying,
+		RetryVersion: f.Version,
+		PruneErr:     p.lastErr,
+		LimiterErr:   r.rep.limiterErr,
+		BreakerErr:   breakerErr,
+		PruneHeld:    p.heldErr(),
 	}, func() int { return r.objects.table.NumObjects(r.db.ReadTxn()) }, lc.Errors)
 	if r.rep.info != nil {
 		row := r.rep.info.last
 		row.State, row.LastPrune, row.LastPruneDuration, row.LastPruneError = state, p.last.at, p.last.duration, ""
-		row.DriftRepaired = uint64(r.rep.totals.refreshRepaired + p.repaired)
+		row.DriftRepaired = uint64(r.rep.totals.RefreshRepaired + p.repaired)
 		if p.lastErr != nil {
 			row.LastPruneError = p.lastErr.Error()
 		}
@@ -132,7 +133,7 @@ func (r *reconciler[Obj]) reportWaiting(txn statedb.ReadTxn, waiting []string, p
 	if paused {
 		msg, state = "Paused", tables.StatePaused // as when running: Paused says all
 	}
-	r.rep.health.health.OK(msg)
+	r.rep.health.OK(msg)
 	if r.rep.info != nil {
 		lc := r.keys.lifecycles
 		r.rep.info.write(r.infoRow(p, state, r.objects.table.NumObjects(txn), lc.Figures().Retrying, 0, 0, lc.Lows().Since), lc.TakeOutdated())
@@ -179,11 +180,11 @@ func (r *reconciler[Obj]) infoRow(p *pruneSchedule, state tables.State, objects,
 		Name:                 r.opts.name,
 		State:                state,
 		Objects:              objects,
-		Succeeded:            t.succeeded,
-		Failed:               t.failed,
-		FailuresSinceSuccess: t.sinceSuccess,
-		LastError:            t.lastErr,
-		LastErrorAt:          t.lastErrAt,
+		Succeeded:            t.Succeeded,
+		Failed:               t.Failed,
+		FailuresSinceSuccess: t.SinceSuccess,
+		LastError:            t.LastErr,
+		LastErrorAt:          t.LastErrAt,
 		Retrying:             failing,
 		InFlight:             inFlight,
 		Workers:              r.opts.concurrency,
@@ -191,7 +192,7 @@ func (r *reconciler[Obj]) infoRow(p *pruneSchedule, state tables.State, objects,
 		OldestPending:        oldest,
 		LastPrune:            p.last.at,
 		LastPruneDuration:    p.last.duration,
-		DriftRepaired:        uint64(t.refreshRepaired + p.repaired),
+		DriftRepaired:        uint64(t.RefreshRepaired + p.repaired),
 		BreakerOpenings:      r.breaker.State().Openings,
 	}
 	if r.target.drift != nil {

@@ -90,11 +90,11 @@ func (l *loop[Obj]) reportSetup(paused bool) {
 	switch {
 	case paused:
 		state = tables.StatePaused
-		r.rep.health.health.OK("Paused")
+		r.rep.health.OK("Paused")
 	case s.err != nil:
-		r.rep.health.health.Degraded(fmt.Sprintf("setup failing: %d attempt(s)", s.attempts), fmt.Errorf("setup failing: %w", s.err))
+		r.rep.health.Degraded(fmt.Sprintf("setup failing: %d attempt(s)", s.attempts), fmt.Errorf("setup failing: %w", s.err))
 	default:
-		r.rep.health.health.OK("Setting up")
+		r.rep.health.OK("Setting up")
 	}
 	if r.rep.info != nil {
 		txn := r.db.ReadTxn()

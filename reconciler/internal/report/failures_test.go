@@ -1,4 +1,4 @@
-package reconciler
+package report
 
 import (
 	"context"
@@ -45,16 +45,16 @@ func recordAttrs(r slog.Record) map[string]any {
 }
 
 // The rate limiter of failure logs, driven with its own clock: a storm of
-// first failures logs failLogBurst lines per failLogInterval, the lines
+// first failures logs FailLogBurst lines per FailLogInterval, the lines
 // suppressed are counted on the next line logged, even when that is a later
 // failure of an object already failing, and later failures are at Debug.
 func TestFailureLogRateLimit(t *testing.T) {
 	h := &recordHandler{}
-	var f failLog
+	var f FailLog
 	log := slog.New(h)
 	t0 := time.Unix(1000, 0)
 	fail := func(key string, attempts int, at time.Time) {
-		f.record(log, false, key, attempts+1, fmt.Errorf("boom %s", key), at)
+		f.Record(log, false, key, attempts+1, fmt.Errorf("boom %s", key), false, at)
 	}
 
 	// A storm: 100 objects fail for the first time within the window.
@@ -62,7 +62,7 @@ func TestFailureLogRateLimit(t *testing.T) {
 		fail(fmt.Sprintf("k%03d", i), 0, t0.Add(time.Duration(i)*time.Millisecond))
 	}
 	recs := h.take()
-	require.Len(t, recs, failLogBurst, "a storm of 100 first failures logs at most %d lines", failLogBurst)
+	require.Len(t, recs, FailLogBurst, "a storm of 100 first failures logs at most %d lines", FailLogBurst)
 	for i, r := range recs {
 		a := recordAttrs(r)
 		assert.Equal(t, slog.LevelWarn, r.Level)
@@ -81,8 +81,8 @@ func TestFailureLogRateLimit(t *testing.T) {
 
 	// After the window, the next failure, even a retry, reports the 90
 	// lines suppressed, once.
-	fail("k000", 2, t0.Add(failLogInterval+time.Second))
-	fail("k001", 2, t0.Add(failLogInterval+2*time.Second))
+	fail("k000", 2, t0.Add(FailLogInterval+time.Second))
+	fail("k001", 2, t0.Add(FailLogInterval+2*time.Second))
 	var suppressed []any
 	for _, r := range h.take() {
 		if v, ok := recordAttrs(r)["suppressed"]; ok {
@@ -93,7 +93,7 @@ func TestFailureLogRateLimit(t *testing.T) {
 	assert.Equal(t, []any{int64(90)}, suppressed, "the suppressed lines are counted once, on the first line after the window")
 
 	// A new first failure in the new window is logged again, at Warn.
-	fail("new", 0, t0.Add(failLogInterval+3*time.Second))
+	fail("new", 0, t0.Add(FailLogInterval+3*time.Second))
 	recs = h.take()
 	require.Len(t, recs, 1)
 	assert.Equal(t, slog.LevelWarn, recs[0].Level)
@@ -101,7 +101,7 @@ func TestFailureLogRateLimit(t *testing.T) {
 	assert.NotContains(t, recordAttrs(recs[0]), "suppressed")
 
 	// A terminal failure says it is not retried.
-	f.record(log, false, "term", 1, TerminalError(errors.New("bad")), t0.Add(failLogInterval+4*time.Second))
+	f.Record(log, false, "term", 1, errors.New("bad"), true, t0.Add(FailLogInterval+4*time.Second))
 	recs = h.take()
 	require.Len(t, recs, 1)
 	assert.Contains(t, recs[0].Message, "terminally")

@@ -1,4 +1,4 @@
-package reconciler
+package report
 
 import (
 	"context"
@@ -6,35 +6,36 @@ import (
 	"time"
 )
 
-// Failure logs are rate limited per reconciler: at most failLogBurst first
-// failures per failLogInterval are logged at Warn, the rest counted and
+// Failure logs are rate limited per reconciler: at most FailLogBurst first
+// failures per FailLogInterval are logged at Warn, the rest counted and
 // the count ("suppressed") added to the next Warn line. Later failures of
 // an object that keeps failing are logged at Debug.
 const (
-	failLogBurst    = 10
-	failLogInterval = 10 * time.Second
+	FailLogBurst    = 10
+	FailLogInterval = 10 * time.Second
 )
 
-// failLog is the state of the rate limiter of failure logs. The reporter
-// holds it for commit, which logs the failures.
-type failLog struct {
+// FailLog is the state of the rate limiter of failure logs. The zero value
+// has logged nothing; it is not safe for concurrent use.
+type FailLog struct {
 	windowStart time.Time
 	inWindow    int
 	suppressed  int
 }
 
-// record logs to log, as the rules above allow, the attempt-th failure at
-// now of an update (or a delete) of key, with err.
-func (f *failLog) record(log *slog.Logger, isDelete bool, key string, attempt int, err error, now time.Time) {
+// Record logs to log, as the rules above allow, the attempt-th failure at
+// now of an update (or a delete) of key, with err; terminal says the error
+// is terminal (see reconciler.IsTerminal).
+func (f *FailLog) Record(log *slog.Logger, isDelete bool, key string, attempt int, err error, terminal bool, now time.Time) {
 	what := "update"
 	if isDelete {
 		what = "delete"
 	}
-	if now.Sub(f.windowStart) >= failLogInterval {
+	if now.Sub(f.windowStart) >= FailLogInterval {
 		f.windowStart, f.inWindow = now, 0
 	}
 	if attempt > 1 {
-		if f.suppressed > 0 && f.inWindow < failLogBurst {
+		if f.suppressed > 0 && f.inWindow < FailLogBurst {
 			// A storm's objects may only fail again, never for the first
 			// time: report what was suppressed with this failure.
 			f.inWindow++
@@ -48,13 +49,13 @@ func (f *failLog) record(log *slog.Logger, isDelete bool, key string, attempt in
 		}
 		return
 	}
-	if f.inWindow >= failLogBurst {
+	if f.inWindow >= FailLogBurst {
 		f.suppressed++
 		return
 	}
 	f.inWindow++
 	msg := "Reconciler operation failed; retrying with backoff"
-	if IsTerminal(err) && !isDelete {
+	if terminal && !isDelete {
 		msg = "Reconciler operation failed terminally; not retrying until the object changes"
 	}
 	args := []any{"operation", what, "key", key, "attempt", attempt, "error", err}

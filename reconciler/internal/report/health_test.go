@@ -1,4 +1,4 @@
-package reconciler
+package report
 
 import (
 	"errors"
@@ -28,18 +28,18 @@ func TestHealthCountsFailingObjects(t *testing.T) {
 		}
 	}
 	for _, tc := range []struct {
-		state healthState
+		state HealthState
 		want  string
 	}{
-		{healthState{failing: 3}, "3 error(s): 3 object(s) failing"},
-		{healthState{failing: 3, breakerErr: errTarget}, "3 error(s): target failing, 3 object(s) failing"},
-		{healthState{failing: 3, breakerErr: errTarget, pruneErr: errPrune}, "4 error(s): target failing, 3 object(s) failing, prune failed"},
-		{healthState{breakerErr: errTarget}, "1 error(s): target failing"},
-		{healthState{pruneErr: errPrune}, "1 error(s): prune failed"},
+		{HealthState{Failing: 3}, "3 error(s): 3 object(s) failing"},
+		{HealthState{Failing: 3, BreakerErr: errTarget}, "3 error(s): target failing, 3 object(s) failing"},
+		{HealthState{Failing: 3, BreakerErr: errTarget, PruneErr: errPrune}, "4 error(s): target failing, 3 object(s) failing, prune failed"},
+		{HealthState{BreakerErr: errTarget}, "1 error(s): target failing"},
+		{HealthState{PruneErr: errPrune}, "1 error(s): prune failed"},
 	} {
 		health, simple := cell.NewSimpleHealth()
-		h := &healthReporter{health: health}
-		assert.Equal(t, tables.StateDegraded, h.update(tc.state, func() int { return 10 }, retryErrors(tc.state.failing)))
+		h := NewHealth(health)
+		assert.Equal(t, tables.StateDegraded, h.Update(tc.state, func() int { return 10 }, retryErrors(tc.state.Failing)))
 		require.Equal(t, cell.StatusDegraded, simple.Level)
 		assert.Equal(t, tc.want, simple.Status, "%+v", tc.state)
 	}
