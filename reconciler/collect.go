@@ -197,14 +197,18 @@ func (r *reconciler[Obj]) start(s *keyqueue.State[Obj]) {
 func (r *reconciler[Obj]) collectChanges(txn statedb.ReadTxn, changes iter.Seq2[statedb.Change[Obj], statedb.Revision], budget int, now time.Time) {
 	added, from := 0, min(r.feed.lastRev, r.feed.changes.drained)+1
 	r.feed.figures = r.keys.lifecycles.Figures()
+	r.skipQuiet()
 	for change, rev := range changes {
 		r.feed.lastRev = rev
-		if r.collectChange(txn, change, rev, min(from, change.Revision), now) {
+		ok := r.collectChange(txn, change, rev, min(from, change.Revision), now)
+		r.skipQuiet()
+		if ok {
 			if added++; added >= budget {
 				break
 			}
 		}
 	}
+	r.feed.changes.statusOf = nil
 }
 
 // queueChanges reads changes into the queue (see keyqueue.Queued) until
@@ -212,13 +216,16 @@ func (r *reconciler[Obj]) collectChanges(txn statedb.ReadTxn, changes iter.Seq2[
 func (r *reconciler[Obj]) queueChanges(txn statedb.ReadTxn, changes iter.Seq2[statedb.Change[Obj], statedb.Revision], ahead int, now time.Time) {
 	from := min(r.feed.lastRev, r.feed.changes.drained) + 1
 	r.feed.figures = r.keys.lifecycles.Figures()
+	r.skipQuiet()
 	for change, rev := range changes {
 		r.feed.lastRev = rev
 		r.collectChange(txn, change, rev, min(from, change.Revision), now)
+		r.skipQuiet()
 		if r.feed.figures.Queued >= ahead {
 			break
 		}
 	}
+	r.feed.changes.statusOf = nil
 }
 
 // collectChange acts on one change, read as of txn and asked for by the
@@ -232,7 +239,11 @@ func (r *reconciler[Obj]) collectChange(txn statedb.ReadTxn, change statedb.Chan
 	// A delete recovered when the feed opened comes beside a revision
 	// below its own (see changeFeed). Its key may have been put back since.
 	recovered := change.Deleted && rev < change.Revision
-	if change.Deleted || (f.Rechecks > 0 && r.objects.getStatus(change.Object).IsPendingOrRefreshing()) {
+	var st status.Status // an upsert's, read once
+	if !change.Deleted {
+		st = r.objects.getStatus(change.Object)
+	}
+	if change.Deleted || (f.Rechecks > 0 && st.IsPendingOrRefreshing()) {
 		if key, ok := r.objects.primary.ObjectToKey(change.Object); ok {
 			lc.Seen(key, change.Deleted, ident.Last()) // a re-check is replaced by this change
 			*f = lc.Figures()
@@ -247,9 +258,9 @@ func (r *reconciler[Obj]) collectChange(txn statedb.ReadTxn, change statedb.Chan
 				return false
 			}
 		}
-	} else if st := r.objects.getStatus(change.Object); !st.IsPendingOrRefreshing() {
+	} else if !st.IsPendingOrRefreshing() {
 		switch {
-		case st.Kind != status.KindError && !f.Tracked && !f.Stale && !r.keys.stales.any():
+		case r.skipsQuiet() && quiet(st):
 			return false // a Done, most often this reconciler's own: nothing to ask
 		case r.feed.own.has(rev):
 			return false
@@ -306,6 +317,32 @@ func (r *reconciler[Obj]) collectChange(txn statedb.ReadTxn, change statedb.Chan
 		return true
 	}
 	return false
+}
+
+// skipsQuiet reports whether a change whose status asks for nothing (see
+// quiet) is dropped without a look at its key: no key is tracked, no
+// version held for one and no prune's cut remembered (see stale). It
+// reads the queue's figures from r.feed.figures (see collectChange).
+func (r *reconciler[Obj]) skipsQuiet() bool {
+	f := &r.feed.figures
+	return !f.Tracked && !f.Stale && !r.keys.stales.any()
+}
+
+// skipQuiet has the feed pass over the changes collectChange would drop
+// for being quiet, while skipsQuiet holds, and hand out the others: called
+// before a read of changes and after each change handed out, as that may
+// change the queue's figures. The read clears it when it ends.
+func (r *reconciler[Obj]) skipQuiet() {
+	r.feed.changes.statusOf = nil
+	if r.skipsQuiet() {
+		r.feed.changes.statusOf = r.objects.getStatus
+	}
+}
+
+// quiet reports whether st asks for nothing: neither Pending, Refreshing
+// nor Error (Done, or unset).
+func quiet(st status.Status) bool {
+	return st.Kind != status.KindPending && st.Kind != status.KindRefreshing && st.Kind != status.KindError
 }
 
 // stale reports whether st, a status of obj that asks for no work, is
