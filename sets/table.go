@@ -68,6 +68,15 @@ func Of[Obj any](db *statedb.DB, table statedb.RWTable[Obj], clone func(Obj) Obj
 // Name returns the name of the StateDB table.
 func (t *Table[Obj]) Name() string { return t.table.Name() }
 
+// Statuses returns obj's status.Set, as the get given to Of reads it; a
+// panic of get is returned as an error wrapping [ErrFuncPanicked].
+func (t *Table[Obj]) Statuses(obj Obj) (status.Set, error) {
+	if t == nil || t.get == nil {
+		return status.Set{}, fmt.Errorf("sets: Statuses: the Table was not made with sets.Of: %w", reconciler.ErrInvalidConfig)
+	}
+	return t.statuses(obj)
+}
+
 // checkName refuses what reconciler.WithName refuses, and the empty name,
 // which no reconciler of a status.Set has.
 func checkName(what, name string) error {
