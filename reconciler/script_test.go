@@ -100,6 +100,7 @@ type scriptFlags struct {
 	driftReport bool
 	guardMax    int
 	guardShare  float64
+	join        string
 }
 
 func parseScriptFlags(args []string) (scriptFlags, error) {
@@ -133,6 +134,7 @@ func parseScriptFlags(args []string) (scriptFlags, error) {
 	fs.BoolVar(&f.driftReport, "drift-report-only", false, "WithDriftReportOnly; implies -drift-check")
 	fs.IntVar(&f.guardMax, "guard-max", 0, "WithPruneGuard maxRemove, with the Target's PlanPrune (guard on if this or -guard-share is set)")
 	fs.Float64Var(&f.guardShare, "guard-share", 0, "WithPruneGuard maxShare")
+	fs.StringVar(&f.join, "join", "", "comma-separated names of reconcilers sharing Statuses that 'items/join NAME' registers while the hive runs (a name that joins)")
 	fs.IntVar(&f.held, "held", 0, "N Done items held000... in the table at Register, and in the target, as after an earlier run")
 	if err := fs.Parse(args); err != nil {
 		return f, err
@@ -290,7 +292,11 @@ func registerScriptReconcilers(p reconciler.Params, flags scriptFlags, m metrics
 	if flags.reconcilers != "" {
 		names = strings.Split(flags.reconcilers, ",")
 	}
-	for _, name := range names {
+	itemSets, err := newItemSets(p.DB, table)
+	if err != nil {
+		return out, err
+	}
+	add := func(name string) error {
 		opts := []reconciler.Option{
 			reconciler.WithMetrics(m),
 			reconciler.WithRetry(flags.retryMin, flags.retryMax),
@@ -326,13 +332,22 @@ func registerScriptReconcilers(p reconciler.Params, flags scriptFlags, m metrics
 		}
 		r, err := reconciler.Register(p, table, (*item).clone, set, get, ops, batch, opts...)
 		if err != nil {
-			return out, err
+			return err
 		}
 		sub := base
 		sub.Name, sub.DB, sub.Table, sub.Reconciler, sub.GetStatus = name, p.DB, table, r, get
-		if err := reconcilertest.Add(reg, sub); err != nil {
+		if name != "" {
+			sub.Sets = itemSets
+		}
+		return reconcilertest.Add(reg, sub)
+	}
+	for _, name := range names {
+		if err := add(name); err != nil {
 			return out, err
 		}
+	}
+	if flags.join != "" {
+		cmds["items/join"] = joinCmd(strings.Split(flags.join, ","), add)
 	}
 	return hive.NewScriptCmds(cmds), nil
 }

@@ -3,6 +3,7 @@ package reconcilertest
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"time"
 
 	"github.com/cilium/hive/script"
@@ -55,6 +56,7 @@ func ScriptCommands(reg *Registry) map[string]script.Cmd {
 		"reconciler/configure":    configureCmd(reg),
 	}
 	cmds["reconciler/prune-confirm"] = pruneConfirmCmd(reg)
+	maps.Insert(cmds, maps.All(setsCmds(reg)))
 	return cmds
 }
 

@@ -78,9 +78,14 @@
 //	reconciler/put-back KEY...           insert them again exactly as saved
 //	reconciler/setup-fault [MODE]        make the setup step (WithSetup, Subject.Setup) fail, clear it, or print its calls
 //	reconciler/configure                 change settings with Reconciler.Configure (--concurrency, --round-size, --refresh, --prune, --retry=MIN,MAX)
+//	sets/wait NAME...                    wait until named reconcilers of a status.Set settled the table (sets.Table.Wait; --error-ok, --table)
+//	sets/refresh NAME                    mark objects for one name and wait until each was attempted (sets.Table.Refresh; --key, --table)
+//	sets/retire NAME...                  remove names from every object's status.Set (sets.Table.Retire; --table)
+//	sets/status KEY                      print each name's status in an object's status.Set (--table)
 //
 // The commands find reconcilers in a [Registry] that the code registering
-// them fills with [Add]. They look them up when they run, so the registry
+// them fills with [Add]; the sets/* commands use the sets.Table of the
+// Subjects that have one (Subject.Sets). They look them up when they run, so the registry
 // can be filled when the hive is populated and refilled after a restart.
 //
 // # Faults and the target

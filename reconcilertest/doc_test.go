@@ -71,7 +71,7 @@ func TestDocumentedExample(t *testing.T) {
 	script := read("testdata/routes/retry.txtar")
 	commands := slices.Sorted(maps.Keys(reconcilertest.ScriptCommands(reconcilertest.NewRegistry())))
 	listed := func(text string) []string {
-		names := regexp.MustCompile(`(?m)^\s*(reconciler/[a-z/-]+)\s`).FindAllStringSubmatch(text, -1)
+		names := regexp.MustCompile(`(?m)^\s*((?:reconciler|sets)/[a-z/-]+)\s`).FindAllStringSubmatch(text, -1)
 		var out []string
 		for _, n := range names {
 			out = append(out, n[1])

@@ -13,6 +13,7 @@ import (
 
 	"github.com/converge-go/converge/metrics"
 	"github.com/converge-go/converge/reconciler"
+	"github.com/converge-go/converge/sets"
 	"github.com/converge-go/converge/status"
 )
 
@@ -98,6 +99,11 @@ type Subject[Obj any] struct {
 	// reconciler's rows; without it, it uses the one reconciler of the
 	// reconcilers table with the Subject's name.
 	ModuleID cell.FullModuleID
+
+	// Sets is the table's sets.Table, for reconcilers that share a
+	// status.Set, for the sets/* commands. Give it to every Subject of the
+	// table (they may share one).
+	Sets *sets.Table[Obj]
 }
 
 // Add adds s to reg, replacing any subject with the same name. It returns
