@@ -199,7 +199,7 @@ func (r *chaosRun) until(timeout time.Duration, cond func() string) string {
 	defer tick.Stop()
 	for {
 		var changed [2]<-chan struct{}
-		for i, rec := range r.recs {
+		for i, rec := range r.recs[:min(len(r.recs), len(changed))] { // the others: the tick
 			rec.target.with(func() { changed[i] = rec.target.changed })
 		}
 		_, tableWatch := r.gen.table.AllWatch(r.gen.db.ReadTxn())
@@ -364,6 +364,7 @@ func (r *chaosRun) healAndCheck(settings string) {
 	for i, rec := range r.recs {
 		require.NoError(r.t, reconciler.WaitForReconciliation(ctx, g.db, g.table, g.indexes[i]), "seed %d: %sWaitForReconciliation", r.seed, rec.label())
 	}
+	r.setsWait(ctx)
 	r.waitFor("retry queues to drain", chaosHealTimeout, func() string {
 		for i, rec := range r.recs {
 			if reached, low, err := g.recs[i].WaitUntilReconciled(ctx, rev); err != nil || reached < rev || low != 0 {
@@ -390,6 +391,7 @@ func (r *chaosRun) converged() string {
 		problems = append(problems, problem)
 	}
 	problems = append(problems, r.driftProblems()...)
+	problems = append(problems, r.setsProblems()...)
 	for i, rec := range r.recs {
 		rec.target.mu.Lock()
 		data, depSeen, prunedOK := maps.Clone(rec.target.data), maps.Clone(rec.target.depSeen), g.ops[i].lastPruneOK

@@ -165,6 +165,9 @@ func (r *chaosRun) step() {
 		r.outage()
 	case r.restart(): // in place, or a new generation
 		r.setupFailsMove()
+		if r.namesRestart() { // chaos_sets_test.go
+			return
+		}
 		if r.checkTable(); r.rng.IntN(2) == 0 {
 			r.restartInPlace(r.someMoves)
 			return
@@ -253,6 +256,7 @@ func (r *chaosRun) reinsertAsIs(key string) (*item, bool) {
 	_, _, err := r.gen.table.Insert(wtxn, obj.clone())
 	require.NoError(r.t, err)
 	r.reinserted(obj)
+	r.setsWrote(wtxn, []chaosChange{{key: key}})
 	r.logf("@%d re-insert %s=%s as it is (%s)", r.gen.table.Revision(wtxn), key, obj.Value, r.statuses(obj))
 	wtxn.Commit()
 	return obj, true

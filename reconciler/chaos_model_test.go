@@ -765,6 +765,7 @@ func (r *chaosRun) write(changes ...chaosChange) statedb.Revision {
 		}
 		require.NoError(r.t, err)
 	}
+	r.setsWrote(wtxn, changes)
 	rev := g.table.Revision(wtxn)
 	wtxn.Commit()
 	for _, ch := range changes {
@@ -799,6 +800,7 @@ func (r *chaosRun) startGen(desired map[string]string) {
 		g.indexes = append(g.indexes, convergeindex.NewNamedStatusIndex("status-"+rec.name, rec.getStatus))
 		indexers = append(indexers, g.indexes[len(g.indexes)-1])
 	}
+	indexers = append(indexers, r.setsIndexers()...)
 	g.hive = hive.New(statedb.Cell, job.Cell, cell.Provide(cell.NewSimpleHealth), tables.Cell,
 		cell.Module("test", "Chaos test module",
 			cell.Provide(job.Registry.NewGroup),
@@ -860,6 +862,7 @@ func (r *chaosRun) startGen(desired map[string]string) {
 	)
 	require.NoError(r.t, g.hive.Start(r.log, context.Background()))
 	r.gen = g
+	r.setsStarted()
 	for keys := slices.Sorted(maps.Keys(desired)); len(keys) > 0; {
 		n := min(len(keys), 1+r.rng.IntN(chaosKeys))
 		changes := make([]chaosChange, n)

@@ -56,13 +56,14 @@ type chaosConfig struct {
 	workers int
 	batch   bool
 	set     bool // two reconcilers, "a" and "b", share the objects through a status.Set
+	sets    bool // with set: 2 to 4 of five names, leaving and joining (chaos_sets_test.go)
 	process bool // the batch operations implement BatchProcessor (with batch)
 	alone   bool // no Operations: the batch operations serve alone and prune (with batch)
 }
 
 func (c chaosConfig) String() string {
-	return fmt.Sprintf("workers=%d-%s%s%s%s", c.workers, map[bool]string{false: "single", true: "batch"}[c.batch],
-		map[bool]string{true: "-process"}[c.process], map[bool]string{true: "-alone"}[c.alone], map[bool]string{true: "-set"}[c.set])
+	return fmt.Sprintf("workers=%d-%s%s%s%s%s", c.workers, map[bool]string{false: "single", true: "batch"}[c.batch],
+		map[bool]string{true: "-process"}[c.process], map[bool]string{true: "-alone"}[c.alone], map[bool]string{true: "-set"}[c.set], map[bool]string{true: "s"}[c.sets])
 }
 
 func envInt(t *testing.T, name string, def uint64) uint64 {
@@ -100,6 +101,7 @@ func TestChaos(t *testing.T) {
 		{workers: 1}, {workers: 1, batch: true}, {workers: 4}, {workers: 4, batch: true},
 		{workers: 1, set: true}, {workers: 4, set: true}, {workers: 4, batch: true, set: true},
 		{workers: 1, batch: true, process: true}, {workers: 4, batch: true, process: true}, {workers: 4, batch: true, alone: true},
+		{workers: 4, set: true, sets: true},
 	}
 	var share time.Duration
 	if s := os.Getenv("CONVERGE_CHAOS_FOR"); s != "" && os.Getenv("CONVERGE_CHAOS_SEED") == "" {
@@ -164,6 +166,8 @@ type chaosRun struct {
 	// WithDriftCheck, and the drifts driftThenRefresh made (chaos_drift_test.go).
 	driftMode chaosDriftMode
 	drifts    map[string]chaosDrift
+
+	sets *chaosSets // the names of a "-sets" run, or nil (chaos_sets_test.go)
 }
 
 func runChaos(t *testing.T, cfg chaosConfig, seed uint64) {
@@ -231,6 +235,7 @@ func runChaos(t *testing.T, cfg chaosConfig, seed uint64) {
 			rec.target.recheckProb = p
 		}
 	}
+	r.drawNames()
 	settings := fmt.Sprintf("fail=%.2f slow=%.2f round=%d retry-max=%s prune=%s manual-prune=%v timeout=%s refresh=%v breaker=%s rechecks=%.2f priority=%s drift=%s",
 		failProb, slowProb, r.roundSize, retryMax, pruneInterval, r.manualPrune, timeout, r.refresh, breaker, r.recs[0].target.recheckProb, priority, r.driftMode)
 
