@@ -36,6 +36,7 @@ import (
 
 	convergeindex "github.com/converge-go/converge/index"
 	"github.com/converge-go/converge/reconciler"
+	"github.com/converge-go/converge/sets"
 	"github.com/converge-go/converge/status"
 )
 
@@ -45,7 +46,6 @@ var chaosSetNames = []string{"a", "b", "c", "d", "e"}
 const (
 	chaosSetsMin, chaosSetsMax = 2, 4
 	chaosNamesRestarts         = 3 // restarts that change names, besides chaosMaxRestarts
-	retireBatch                = 1000
 )
 
 // chaosSets is what a "-sets" run knows of its names. The books (mu) are
@@ -147,47 +147,16 @@ func setKind(it *item) status.Status {
 	return status.Status{Kind: k}
 }
 
-func hasEntry(s status.Set, name string) bool {
-	for n := range s.All() {
-		if n == name {
-			return true
-		}
-	}
-	return false
-}
-
-// retireName removes name's entry from every object of table, in write
-// transactions of at most retireBatch objects, and returns how many it
-// changed. It stands for sets.Of(db, table, clone, get, set).Retire(ctx,
-// name), written at the same time in package sets: swap it in at merge.
+// retireName removes name's entry from every object of table with
+// sets.Table.Retire, and returns how many it changed.
 func retireName(ctx context.Context, db *statedb.DB, table statedb.RWTable[*item], name string) (int, error) {
-	n := 0
-	for {
-		if err := ctx.Err(); err != nil {
-			return n, err
-		}
-		wtxn := db.WriteTxn(table)
-		var objs []*item
-		for obj := range table.All(wtxn) {
-			if hasEntry(obj.Statuses, name) {
-				if objs = append(objs, obj); len(objs) == retireBatch {
-					break
-				}
-			}
-		}
-		for _, obj := range objs {
-			o := obj.clone()
-			o.Statuses = o.Statuses.Delete(name)
-			if _, _, err := table.Insert(wtxn, o); err != nil {
-				wtxn.Abort()
-				return n, err
-			}
-		}
-		wtxn.Commit()
-		if n += len(objs); len(objs) < retireBatch {
-			return n, nil
-		}
+	t, err := sets.Of(db, table, (*item).clone,
+		func(o *item) status.Set { return o.Statuses },
+		func(o *item, s status.Set) *item { o.Statuses = s; return o })
+	if err != nil {
+		return 0, err
 	}
+	return t.Retire(ctx, name)
 }
 
 // setsIndexers is the index over the whole set, in a "-sets" run.
