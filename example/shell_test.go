@@ -13,6 +13,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -127,6 +128,12 @@ func TestTheShellServesTheTablesOnAnOwnerOnlySocket(t *testing.T) {
 	require.NoError(t, os.Remove(a.dir))
 	a.put("after", "claimed anew")
 	a.waitNewToken()
+	// The token is written before the shell moves (ownership.go, claim):
+	// wait for the socket in the directory claimed anew.
+	require.Eventually(t, func() bool {
+		info, err := os.Lstat(filepath.Join(a.dir, shellSocket))
+		return err == nil && info.Mode()&fs.ModeSocket != 0
+	}, waitFor, 5*time.Millisecond, "no socket in the directory claimed anew")
 	code, stdout, stderr = shell("db/show", "reconcilers")
 	require.Equal(t, 0, code, "after the directory was claimed anew:\nstdout:\n%s\nstderr:\n%s", stdout, stderr)
 	require.Regexp(t, `(?m)^files `, stdout)
