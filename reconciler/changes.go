@@ -245,3 +245,9 @@ func (w *ownWrites) forget(rev statedb.Revision) {
 		w.ranges = append(w.ranges[:0], w.ranges[i:]...)
 	}
 }
+
+// quiet reports whether st asks for nothing: neither Pending, Refreshing
+// nor Error (Done, or unset).
+func quiet(st status.Status) bool {
+	return st.Kind != status.KindPending && st.Kind != status.KindRefreshing && st.Kind != status.KindError
+}

@@ -339,12 +339,6 @@ func (r *reconciler[Obj]) skipQuiet() {
 	}
 }
 
-// quiet reports whether st asks for nothing: neither Pending, Refreshing
-// nor Error (Done, or unset).
-func quiet(st status.Status) bool {
-	return st.Kind != status.KindPending && st.Kind != status.KindRefreshing && st.Kind != status.KindError
-}
-
 // stale reports whether st, a status of obj that asks for no work, is
 // older than what is known of obj's key: older than a version held for it
 // (see keyqueue.Queue.Stale), or remembered as stale (see staleness). A
