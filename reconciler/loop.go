@@ -287,3 +287,16 @@ func (r *reconciler[Obj]) startGate(ctx context.Context, p *pruneSchedule) bool 
 		}
 	}
 }
+
+// reconfigure applies the options accepted since the last round, at the top
+// of a round: the executor is resized and the prune schedule restarted if
+// their settings changed.
+func (l *loop[Obj]) reconfigure() {
+	old, ok := l.r.applySettings()
+	if !ok {
+		return
+	}
+	o := &l.r.opts
+	l.exec.resize(o.concurrency, o.roundSize)
+	l.prune.reconfigure(old.pruneInterval != o.pruneInterval, o)
+}

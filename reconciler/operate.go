@@ -5,6 +5,7 @@ import (
 	"errors"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -727,4 +728,168 @@ func (c *opContext) Value(key any) any {
 func (c *opContext) close() (drift int64, recheck time.Duration) {
 	c.reports.closed.Store(true)
 	return c.reports.drift.Load(), time.Duration(c.reports.recheck.Load())
+}
+
+// resized is what an executor keeps across a change of its size (see
+// executor.resize): the run's context, the signal its pools share, the
+// pools retired with operations still under way, and what they left. The
+// loop's goroutine owns it.
+type resized[Obj any] struct {
+	ctx     context.Context
+	signal  chan struct{} // every pool's: one finished op of any wakes the loop
+	retired []*workerPool[Obj]
+	left    []op[Obj] // inline: queued for the old workers, never started; run first
+	done    []op[Obj] // finished in a retired pool, not yet returned by operate
+	buf     []op[Obj] // what operate returns while any of the above is not empty
+}
+
+// busy reports whether anything of an old executor is left.
+func (z *resized[Obj]) busy() bool {
+	return len(z.retired) > 0 || len(z.left) > 0 || len(z.done) > 0
+}
+
+// resize makes e run n operations at once (inline if n == 1) in rounds of
+// at most size, at a round boundary, losing and repeating nothing: an
+// inline executor has nothing under way then; a pool changing its
+// number of workers is retired: its workers finish the operations they
+// run, whose outcomes operate returns as they come, and exit, and the work
+// queued for them keeps its place, at the head of the new pool's queue
+// or run first by the inline executor in this round.
+func (e *executor[Obj]) resize(n, size int) {
+	r, z := e.r(), &e.resized
+	switch {
+	case e.pool == nil && n == 1:
+		e.size = size
+		return
+	case e.pool != nil && n == len(e.pool.running):
+		e.pool.mu.Lock()
+		e.pool.roundSize = size
+		e.pool.mu.Unlock()
+		e.pool.limit = max(size, 2*n)
+		return
+	}
+	var queued []op[Obj]
+	if old := e.pool; old != nil {
+		var done []op[Obj]
+		queued, done = old.retire()
+		z.done = append(z.done, done...)
+		if old.held > 0 {
+			z.retired = append(z.retired, old)
+		} else {
+			old.wg.Wait() // nothing under way: its workers are exiting
+		}
+		e.pool = nil
+	}
+	if n == 1 {
+		r.gate.setWake(nil)
+		e.inline, e.size = newRunner(z.ctx, r), size
+		z.left = append(z.left, queued...)
+	} else {
+		e.inline = nil
+		e.pool = newWorkerPool(z.ctx, r, z.signal)
+		if len(queued) > 0 {
+			e.pool.held += len(queued)
+			e.pool.mu.Lock()
+			e.pool.queue = append(e.pool.queue, queued...)
+			e.pool.mu.Unlock()
+			e.pool.cond.Broadcast()
+		}
+	}
+	clear(queued)
+	e.finished = nil
+	if e.pool != nil || z.busy() {
+		e.finished = z.signal
+	}
+}
+
+// r returns the reconciler e runs the operations of.
+func (e *executor[Obj]) r() *reconciler[Obj] {
+	if e.pool != nil {
+		return e.pool.r
+	}
+	return e.inline.r
+}
+
+// operateResized is operate while something of an old executor is left:
+// the inline executor runs the ops the old workers never started before
+// work, and what the retired pools finished is returned with the rest.
+func (e *executor[Obj]) operateResized(txn statedb.ReadTxn, work []op[Obj]) []op[Obj] {
+	z := &e.resized
+	out := z.buf[:0]
+	if e.pool != nil {
+		out = append(out, e.pool.operate(work)...)
+	} else {
+		out = append(append(out, z.left...), work...)
+		clear(z.left)
+		z.left = z.left[:0]
+		e.inline.run(txn, out)
+	}
+	out = z.collect(out)
+	if e.pool == nil && !z.busy() {
+		e.finished = nil
+	}
+	z.buf = out
+	return out
+}
+
+// load adds to w what the retired pools hold.
+func (z *resized[Obj]) load(w execLoad, now time.Time) execLoad {
+	for _, p := range z.retired {
+		l := p.load(now)
+		w.waiting += l.waiting
+		w.busy += l.busy
+		w.unfinished += l.unfinished
+		w.longest = max(w.longest, l.longest)
+	}
+	return w
+}
+
+// stop waits for the retired pools' operations to return and gives back
+// everything operate has not.
+func (z *resized[Obj]) stop() (left []op[Obj]) {
+	left = append(append(left, z.left...), z.done...)
+	for _, p := range z.retired {
+		p.wg.Wait()
+		left = append(left, p.done...)
+		p.done, p.held = nil, 0
+	}
+	z.left, z.done, z.retired, z.buf = nil, nil, nil, nil
+	return left
+}
+
+// retire stops p's workers from taking work: each finishes the operations
+// it runs, puts them on done and exits. It returns the ops queued (never
+// started) and those finished that operate has not returned; p.held then
+// counts only the ops under way.
+func (p *workerPool[Obj]) retire() (queued, done []op[Obj]) {
+	p.mu.Lock()
+	p.stopped = true
+	queued, done = p.queue, p.done
+	p.queue, p.done, p.spare = nil, nil, nil
+	p.cond.Broadcast()
+	p.mu.Unlock()
+	p.held -= len(queued) + len(done)
+	return queued, done
+}
+
+// collect appends to out what the retired pools finished since the last
+// call, and forgets each pool once nothing of it is under way.
+func (z *resized[Obj]) collect(out []op[Obj]) []op[Obj] {
+	out = append(out, z.done...)
+	clear(z.done)
+	z.done = z.done[:0]
+	z.retired = slices.DeleteFunc(z.retired, func(p *workerPool[Obj]) bool {
+		p.mu.Lock()
+		done := p.done
+		p.done = nil
+		p.mu.Unlock()
+		p.held -= len(done)
+		out = append(out, done...)
+		if p.held > 0 {
+			return false
+		}
+		p.wg.Wait() // every op returned: its workers are exiting
+		return true
+	})
+	return out
 }

@@ -276,3 +276,22 @@ func (r *reconciler[Obj]) prune(ctx context.Context, txn statedb.ReadTxn) pruneR
 	}
 	return res
 }
+
+// reconfigure takes the retry backoff of o for prunes that fail from now
+// on (a retry already timed keeps its time) and, if restart, restarts the
+// periodic prunes: the next comes one new interval from now, or none with
+// an interval of zero. A prune already requested or due still runs.
+func (s *pruneSchedule) reconfigure(restart bool, o *options) {
+	s.retryMin, s.retryMax, s.retryJitter = o.retryMin, o.retryMax, o.retryJitter
+	if !restart {
+		return
+	}
+	if s.ticker != nil {
+		s.ticker.Stop()
+	}
+	s.ticker, s.tickC = nil, nil
+	if o.pruneInterval > 0 {
+		s.ticker = time.NewTicker(o.pruneInterval)
+		s.tickC = s.ticker.C
+	}
+}
