@@ -49,7 +49,7 @@ func (r *reconciler[Obj]) run(ctx context.Context, health cell.Health) error {
 	r.gate.setStopping(false)
 	l.exec = newExecutor(ctx, r)
 	defer l.stopped()
-	if !r.startGate(ctx, &l.prune) || !l.setUp(ctx) {
+	if !r.startGate(ctx, &l.prune) || !r.setUp(ctx, &l.setup, &l.prune) {
 		return nil
 	}
 	for {

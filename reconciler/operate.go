@@ -260,49 +260,6 @@ func (p *workerPool[Obj]) work(running *atomic.Int64) {
 	}
 }
 
-// target is the user's operations, as Register was given them and sorted
-// them: ops alone, or batchOps for updates and deletes (through processor,
-// if batchOps implements BatchProcessor), and what prunes. Register sets it
-// once; it is read-only after and called from the loop and the workers, as
-// safe for concurrent use as the user's operations are. The zero value has
-// no operations.
-type target[Obj any] struct {
-	ops       Operations[Obj] // nil if batchOps serves alone
-	batchOps  BatchOperations[Obj]
-	processor BatchProcessor[Obj] // batchOps, if it implements it; else nil
-	pruner    pruner[Obj]         // ops, or batchOps serving alone; nil if it cannot prune
-	drift     *driftCheck[Obj]    // WithDriftCheck; nil without
-	guard     *pruneGuard[Obj]    // WithPruneGuard's, or nil
-}
-
-// newTarget sorts the operations given to Register, one of which is not
-// nil: without ops, batchOps prune if they have Operations.Prune's method.
-func newTarget[Obj any](ops Operations[Obj], batchOps BatchOperations[Obj]) target[Obj] {
-	t := target[Obj]{ops: ops, batchOps: batchOps}
-	t.processor, _ = batchOps.(BatchProcessor[Obj])
-	if ops != nil {
-		t.pruner = ops
-	} else {
-		t.pruner, _ = batchOps.(pruner[Obj])
-	}
-	return t
-}
-
-// batch makes the batch call call: DeleteBatch with deleted, UpdateBatch
-// with upserted, or ProcessBatch with both. Only ProcessBatch returns an
-// error; the others report in the entries.
-func (t *target[Obj]) batch(ctx context.Context, txn statedb.ReadTxn, call batchCall, deleted, upserted []BatchEntry[Obj]) error {
-	switch call {
-	case deleteBatch:
-		t.batchOps.DeleteBatch(ctx, txn, deleted)
-	case updateBatch:
-		t.batchOps.UpdateBatch(ctx, txn, upserted)
-	default:
-		return t.processor.ProcessBatch(ctx, txn, deleted, upserted)
-	}
-	return nil
-}
-
 // runner calls the operations, with the context of the loop's run, and
 // records in each op what its call reported (ReportRepaired,
 // RecheckAfter). The loop has one and so does every worker;
@@ -446,15 +403,6 @@ func (e *runner[Obj]) runBatches(ctx context.Context, txn statedb.ReadTxn, ops [
 	clear(e.updates)
 	e.deletes, e.updates = e.deletes[:0], e.updates[:0]
 }
-
-// batchCall is the batch operation a batch call makes.
-type batchCall uint8
-
-const (
-	deleteBatch  batchCall = iota // BatchOperations.DeleteBatch
-	updateBatch                   // BatchOperations.UpdateBatch
-	processBatch                  // BatchProcessor.ProcessBatch
-)
 
 // batch makes one batch call with the entries of deleted and upserted
 // (DeleteBatch takes only the former, UpdateBatch only the latter) and

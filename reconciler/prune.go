@@ -295,3 +295,15 @@ func (s *pruneSchedule) reconfigure(restart bool, o *options) {
 		s.tickC = s.ticker.C
 	}
 }
+
+// Prune implements Reconciler. Without anything to prune with (see
+// Register) it does nothing.
+func (r *reconciler[Obj]) Prune() {
+	if r.target.pruner == nil {
+		return
+	}
+	select {
+	case r.pruneRequests <- struct{}{}:
+	default:
+	}
+}

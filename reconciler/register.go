@@ -174,18 +174,6 @@ func checkArgs[Obj any](
 	return fmt.Errorf("reconciler.Register: %w: %w", ErrInvalidConfig, errors.Join(errs...))
 }
 
-// Prune implements Reconciler. Without anything to prune with (see
-// Register) it does nothing.
-func (r *reconciler[Obj]) Prune() {
-	if r.target.pruner == nil {
-		return
-	}
-	select {
-	case r.pruneRequests <- struct{}{}:
-	default:
-	}
-}
-
 // WaitUntilReconciled implements Reconciler.
 func (r *reconciler[Obj]) WaitUntilReconciled(ctx context.Context, untilRevision statedb.Revision) (statedb.Revision, statedb.Revision, error) {
 	return r.rep.progress.Wait(ctx, untilRevision)

@@ -25,19 +25,17 @@ type setupStep struct {
 // read by the first round. A failed attempt is tried again after the retry
 // backoff (or the delay of RetryAfter); Pause holds the next attempt until
 // Resume, as it holds operations. It returns false if ctx ended first.
-func (l *loop[Obj]) setUp(ctx context.Context) bool {
-	r := l.r
+func (r *reconciler[Obj]) setUp(ctx context.Context, s *setupStep, p *pruneSchedule) bool {
 	if r.opts.setup == nil {
 		return true
 	}
-	s := &l.setup
 	retry := time.NewTimer(time.Hour)
 	retry.Stop()
 	defer retry.Stop()
 	var due <-chan time.Time // nil: an attempt now
 	for {
 		paused, changed := r.gate.state()
-		l.reportSetup(paused)
+		r.reportSetup(s, p, paused)
 		if !paused && due == nil {
 			if !r.gate.enter() { // paused meanwhile: look again
 				continue
@@ -68,7 +66,7 @@ func (l *loop[Obj]) setUp(ctx context.Context) bool {
 			}
 			retry.Reset(delay)
 			due = retry.C
-			l.reportSetup(paused)
+			r.reportSetup(s, p, paused)
 		}
 		select {
 		case <-ctx.Done():
@@ -84,8 +82,7 @@ func (l *loop[Obj]) setUp(ctx context.Context) bool {
 // reconciler is setting up, or that setup fails (Degraded, with its
 // error), or that it is paused, in health and the reconcilers table. The
 // first round reports anew.
-func (l *loop[Obj]) reportSetup(paused bool) {
-	r, s := l.r, &l.setup
+func (r *reconciler[Obj]) reportSetup(s *setupStep, p *pruneSchedule, paused bool) {
 	state := tables.StateSettingUp
 	switch {
 	case paused:
@@ -99,7 +96,7 @@ func (l *loop[Obj]) reportSetup(paused bool) {
 	if r.rep.info != nil {
 		txn := r.db.ReadTxn()
 		lc := r.keys.lifecycles
-		row := r.infoRow(&l.prune, state, r.objects.table.NumObjects(txn), lc.Figures().Retrying, 0, 0, lc.Lows().Since)
+		row := r.infoRow(p, state, r.objects.table.NumObjects(txn), lc.Figures().Retrying, 0, 0, lc.Lows().Since)
 		row.SetupAttempts = s.attempts
 		if s.err != nil {
 			row.SetupError = s.err.Error()
