@@ -841,3 +841,70 @@ func (z *resized[Obj]) collect(out []op[Obj]) []op[Obj] {
 	})
 	return out
 }
+
+// checkOne runs the drift check for o (which applies) with ctx, the
+// context of its call, as r.call runs an operation, once the caller has
+// passed the gate (the check ends the start: gate.entered), and records
+// its verdict in o. It reports whether Update must follow (the object
+// drifted and is to be repaired) and the check's error.
+func (r *reconciler[Obj]) checkOne(ctx context.Context, txn statedb.ReadTxn, o *op[Obj]) (update bool, err error) {
+	d := r.target.drift
+	var ok bool
+	err = r.call(ctx, "drift check", func(ctx context.Context) (err error) {
+		r.gate.entered()
+		ok, err = d.check(ctx, txn, o.Rev, o.Obj)
+		return err
+	})
+	switch {
+	case err != nil:
+		return false, err
+	case ok:
+		o.checked = inSync
+		return false, nil
+	}
+	o.checked = drifted
+	return !d.reportOnly || o.unapplied, nil
+}
+
+// checkFirst runs the drift check for o, an op of the inline loop or a
+// worker that passed the gate, if it applies, and reports whether Update
+// follows: always without the check.
+func (r *reconciler[Obj]) checkFirst(ctx context.Context, txn statedb.ReadTxn, o *op[Obj]) (update bool, err error) {
+	if !r.target.drift.applies(o) {
+		return true, nil
+	}
+	return r.checkOne(ctx, txn, o)
+}
+
+// checkEntry runs the drift check for o, an update of a batch being built
+// (which applies), as one start of its own at the gate, and reports
+// whether o goes into the batch: it drifted and is to be repaired. One
+// that does not has its outcome, or never ran (the gate closed) and goes
+// back to the queue.
+func (e *runner[Obj]) checkEntry(ctx context.Context, txn statedb.ReadTxn, o *op[Obj]) bool {
+	r := e.r
+	if ctx.Err() != nil {
+		return false
+	}
+	ok, probe := r.gate.enter(), false
+	if !ok && r.breaker != nil {
+		ok = r.gate.enterProbe() // the circuit breaker's probe
+		probe = ok
+	}
+	if !ok {
+		return false
+	}
+	o.started = time.Now().UnixNano()
+	call := e.callContext()
+	update, err := r.checkOne(call, txn, o)
+	call.close()
+	o.err, o.ran = err, true
+	if r.breaker != nil {
+		r.recordOutcome(ctx, o, probe) // may put it back: held
+	}
+	if update && o.ran {
+		o.ran = false // the batch's to run
+		return true
+	}
+	return false
+}

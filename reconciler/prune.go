@@ -10,6 +10,7 @@ import (
 
 	"github.com/converge-go/converge/internal/ident"
 	"github.com/converge-go/converge/metrics"
+	"github.com/converge-go/converge/tables"
 	"github.com/converge-go/converge/tracing"
 )
 
@@ -305,5 +306,58 @@ func (r *reconciler[Obj]) Prune() {
 	select {
 	case r.pruneRequests <- struct{}{}:
 	default:
+	}
+}
+
+// ConfirmPrune implements Reconciler.
+func (r *reconciler[Obj]) ConfirmPrune() {
+	g := r.target.guard
+	if g == nil {
+		return
+	}
+	if id := g.hold.Load(); id != 0 {
+		g.confirmed.Store(id)
+		r.Prune() // the held prune, as soon as possible
+	}
+}
+
+// holding records the outcome of a prune's plan, h (nil: Prune was called,
+// or the plan failed), and reports whether the prune was held. A hold
+// whose figures did not change keeps its error, so that health is not
+// made again.
+func (s *pruneSchedule) holding(h *pruneHold) bool {
+	switch {
+	case h == nil:
+		s.held = nil
+		return false
+	case s.held == nil || s.held.remove != h.remove || s.held.of != h.of:
+		s.held = h
+	}
+	return true
+}
+
+// roundRead is told, after each round, how many objects it handed to the
+// operations: a held prune is planned again after a round that did, as
+// the desired set may have grown back.
+func (s *pruneSchedule) roundRead(n int) {
+	if s.held != nil && n > 0 {
+		s.request()
+	}
+}
+
+// heldErr is the error health reports for a held prune, or nil.
+func (s *pruneSchedule) heldErr() error {
+	if s.held == nil {
+		return nil
+	}
+	return s.held.err
+}
+
+// heldInfo fills in the reconcilers table's row what a held prune would
+// remove, or clears it.
+func (s *pruneSchedule) heldInfo(info *tables.Info) {
+	info.PruneHeld, info.PruneHeldRemove, info.PruneHeldOf = false, 0, 0
+	if s.held != nil {
+		info.PruneHeld, info.PruneHeldRemove, info.PruneHeldOf = true, s.held.remove, s.held.of
 	}
 }

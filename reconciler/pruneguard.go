@@ -5,11 +5,8 @@ import (
 	"fmt"
 	"iter"
 	"math"
-	"sync/atomic"
 
 	"github.com/cilium/statedb"
-
-	"github.com/converge-go/converge/tables"
 )
 
 // WithPruneGuard holds a prune that would remove a large part of the
@@ -71,25 +68,6 @@ func (r *reconciler[Obj]) applyPruneGuard() error {
 	return r.opts.pruneGuard(r)
 }
 
-// pruneGuard is the guard of WithPruneGuard, part of the target: its plan
-// and bounds, read-only after Register, and the hold in effect. The loop's
-// goroutine plans and holds; ConfirmPrune, from any goroutine, confirms:
-// the atomics make it safe for concurrent use. A nil *pruneGuard guards
-// nothing.
-type pruneGuard[Obj any] struct {
-	plan      func(ctx context.Context, txn statedb.ReadTxn, objects iter.Seq2[Obj, statedb.Revision]) (remove, held int, err error)
-	maxRemove int
-	maxShare  float64
-
-	// hold identifies the hold in effect, 0 if none: a prune was held and
-	// Prune not called since. Each hold has an identity of its own (from
-	// holds), so that a confirmation of an earlier hold, stored as a later
-	// one began, confirms nothing. It lasts across stops of the hive.
-	hold      atomic.Uint64
-	confirmed atomic.Uint64 // the hold ConfirmPrune last confirmed
-	holds     atomic.Uint64 // holds so far
-}
-
 // pruneHold is a held prune: what its plan said and why it is held.
 type pruneHold struct {
 	remove, of int
@@ -145,18 +123,6 @@ func (g *pruneGuard[Obj]) check(ctx context.Context, txn statedb.ReadTxn, object
 		err: fmt.Errorf("prune held: would remove %d of %d (bound: %s); Reconciler.ConfirmPrune runs it", remove, held, g.bound())}, false, nil
 }
 
-// ConfirmPrune implements Reconciler.
-func (r *reconciler[Obj]) ConfirmPrune() {
-	g := r.target.guard
-	if g == nil {
-		return
-	}
-	if id := g.hold.Load(); id != 0 {
-		g.confirmed.Store(id)
-		r.Prune() // the held prune, as soon as possible
-	}
-}
-
 // guardPrune plans the prune about to be made with the desired set of txn
 // (see pruneGuard.check) and logs a hold that begins and a confirmed
 // prune. It runs on the loop's goroutine, within the prune's call.
@@ -177,45 +143,4 @@ func (r *reconciler[Obj]) guardPrune(ctx context.Context, txn statedb.ReadTxn) (
 		r.log.Info("Reconciler releases a held prune: its plan is within the bounds now")
 	}
 	return hold, err
-}
-
-// holding records the outcome of a prune's plan, h (nil: Prune was called,
-// or the plan failed), and reports whether the prune was held. A hold
-// whose figures did not change keeps its error, so that health is not
-// made again.
-func (s *pruneSchedule) holding(h *pruneHold) bool {
-	switch {
-	case h == nil:
-		s.held = nil
-		return false
-	case s.held == nil || s.held.remove != h.remove || s.held.of != h.of:
-		s.held = h
-	}
-	return true
-}
-
-// roundRead is told, after each round, how many objects it handed to the
-// operations: a held prune is planned again after a round that did, as
-// the desired set may have grown back.
-func (s *pruneSchedule) roundRead(n int) {
-	if s.held != nil && n > 0 {
-		s.request()
-	}
-}
-
-// heldErr is the error health reports for a held prune, or nil.
-func (s *pruneSchedule) heldErr() error {
-	if s.held == nil {
-		return nil
-	}
-	return s.held.err
-}
-
-// heldInfo fills in the reconcilers table's row what a held prune would
-// remove, or clears it.
-func (s *pruneSchedule) heldInfo(info *tables.Info) {
-	info.PruneHeld, info.PruneHeldRemove, info.PruneHeldOf = false, 0, 0
-	if s.held != nil {
-		info.PruneHeld, info.PruneHeldRemove, info.PruneHeldOf = true, s.held.remove, s.held.of
-	}
 }

@@ -309,3 +309,14 @@ type op[Obj any] struct {
 	// unapplied: the key's last update failed; report-only repairs drift (see driftPrepare)
 	unapplied bool
 }
+
+// driftVerdict is what the drift check said of an op: nothing (not
+// checked), in sync, or drifted (repaired by the Update that followed, or
+// only reported).
+type driftVerdict uint8
+
+const (
+	notChecked driftVerdict = iota
+	inSync
+	drifted
+)
