@@ -66,9 +66,9 @@ func (g *gate) enterProbe() bool {
 	return false
 }
 
-// mayStart reports whether an operation could start now, as itself or as
+// MayStart reports whether an operation could start now, as itself or as
 // a probe, without starting anything.
-func (g *gate) mayStart() bool {
+func (g *gate) MayStart() bool {
 	return g.open.Load() || (g.probing.Load() && g.probe.Load())
 }
 
@@ -78,8 +78,8 @@ func (g *gate) ProbeLeft() bool { return g.probe.Load() }
 // entered ends a start begun with enter, enterProbe or enterPrune.
 func (g *gate) entered() { g.starting.Add(-1) }
 
-// isOpen reports whether the gate is open, without starting anything.
-func (g *gate) isOpen() bool { return g.open.Load() }
+// IsOpen reports whether the gate is open, without starting anything.
+func (g *gate) IsOpen() bool { return g.open.Load() }
 
 func newGate() *gate {
 	g := &gate{changed: make(chan struct{})}
@@ -117,8 +117,8 @@ func (g *gate) state() (paused bool, changed <-chan struct{}) {
 	return g.paused, g.changed
 }
 
-// setWake sets the function called on every change (nil: none).
-func (g *gate) setWake(wake func()) {
+// SetWake sets the function called on every change (nil: none).
+func (g *gate) SetWake(wake func()) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.wake = wake

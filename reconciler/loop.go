@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cilium/hive/cell"
+	"github.com/converge-go/converge/reconciler/internal/executor"
 	"github.com/converge-go/converge/tables"
 	"github.com/converge-go/converge/tracing"
 )
@@ -18,7 +19,7 @@ import (
 // (collect, operate, commit, prune, report) it runs in order.
 type loop[Obj any] struct {
 	r      *reconciler[Obj]
-	exec   *executor[Obj]
+	exec   *executor.Executor[op[Obj]]
 	prune  pruneSchedule
 	retry  *time.Timer // fires when the earliest retry is due (see armRetry)
 	probes int         // probe rounds so far: whose turn the next probe is (see collectProbe)
@@ -55,7 +56,7 @@ func (r *reconciler[Obj]) run(ctx context.Context, health cell.Health) error {
 	for {
 		paused, pauseChanged := r.gate.state()
 		watch, retryC := r.feed.watch, l.retry.C
-		if l.exec.room() <= 0 || paused {
+		if l.exec.Room() <= 0 || paused {
 			watch, retryC = nil, nil // read nothing new; commit what finishes
 		} else if r.breaker != nil {
 			if room, limited := r.breaker.Limit(r.clock.now()); limited && room == 0 {
@@ -75,7 +76,7 @@ func (r *reconciler[Obj]) run(ctx context.Context, health cell.Health) error {
 		case <-pauseChanged:
 		case <-watch:
 		case <-retryC:
-		case <-l.exec.finished:
+		case <-l.exec.Finished():
 		case <-r.gate.settings.postedC(): // round reconfigures
 		case <-l.prune.tables.watch:
 			l.prune.tables.watch = nil // check sets it again if need be
@@ -124,7 +125,7 @@ func (l *loop[Obj]) round(ctx context.Context, paused bool) {
 		began = time.Now()
 	}
 	now, txn := r.clock.now(), r.db.ReadTxn()
-	room := l.exec.room()
+	room := l.exec.Room()
 	probe, broken := 0, false
 	if r.breaker != nil {
 		probe, broken = r.breaker.Limit(now)
@@ -146,14 +147,14 @@ func (l *loop[Obj]) round(ctx context.Context, paused bool) {
 		work = r.collect(txn, now, room) // 1. queued, fresh, retries, deferred
 	}
 	r.driftPrepare(work)
-	finished := l.exec.operate(txn, work)                          // 2. started at the gate; what finished
+	finished := l.exec.Operate(txn, work)                          // 2. started at the gate; what finished
 	outcome := r.commit(finished, ctx.Err() != nil, r.clock.now()) // 3. statuses written, keys settled
 	r.feed.wrote(outcome.wrote)
 	if l.prune.tables.err != nil {
 		l.prune.tables.check(txn)
 	}
 	end := r.clock.now()
-	r.report(txn, work, outcome, l.exec.load(end), &l.prune, end, paused) // 4. progress, metrics, tables, health
+	r.report(txn, work, outcome, l.exec.Load(end), &l.prune, end, paused) // 4. progress, metrics, tables, health
 	l.reported = true
 	l.prune.roundRead(len(work)) // a held prune is planned again
 	if r.opts.tracer != nil && (len(work) > 0 || outcome.committed > 0 || outcome.failed > 0) {
@@ -177,7 +178,7 @@ func (l *loop[Obj]) stopped() {
 		r.Prune() // the request waits in r.pruneRequests for the next start
 	}
 	r.gate.setStopping(true)
-	left := l.exec.stop() // waits for the operations under way to return
+	left := l.exec.Stop() // waits for the operations under way to return
 	out := r.commit(left, true, r.clock.now())
 	r.feed.wrote(out.wrote)
 	r.rep.committed(r.moduleID, r.opts.name, out.figures)
@@ -219,7 +220,7 @@ func (l *loop[Obj]) armRetry() {
 	if f.RecheckDue && (!ok || f.NextRecheck < due) {
 		due, ok = f.NextRecheck, true
 	}
-	if !ok || l.exec.room() <= 0 {
+	if !ok || l.exec.Room() <= 0 {
 		return
 	}
 	l.retry.Reset(durationOf(float64(due) - float64(r.clock.now().UnixNano())))
@@ -297,6 +298,6 @@ func (l *loop[Obj]) reconfigure() {
 		return
 	}
 	o := &l.r.opts
-	l.exec.resize(o.concurrency, o.roundSize)
+	l.exec.Resize(o.concurrency, o.roundSize)
 	l.prune.reconfigure(old.pruneInterval != o.pruneInterval, o)
 }

@@ -3,10 +3,7 @@ package reconciler
 import (
 	"context"
 	"errors"
-	"runtime"
 	"runtime/debug"
-	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -14,251 +11,9 @@ import (
 
 	"github.com/converge-go/converge/metrics"
 	"github.com/converge-go/converge/reconciler/internal/breaker"
+	"github.com/converge-go/converge/reconciler/internal/executor"
 	"github.com/converge-go/converge/tracing"
 )
-
-// executor is the operate stage of a round: it runs the round's ops, inline
-// on the loop's goroutine (WithConcurrency(1)) or on a workerPool, and
-// returns those finished. An op starts only when gate.enter allows; one
-// never started comes back with ran == false. The loop's goroutine owns it.
-type executor[Obj any] struct {
-	inline *runner[Obj]     // inline mode
-	size   int              // inline mode: the round size
-	pool   *workerPool[Obj] // nil in inline mode
-
-	resized resized[Obj] // what a change of size left (see resize)
-
-	// finished is signalled when ops finish outside operate; nil inline.
-	finished <-chan struct{}
-}
-
-func newExecutor[Obj any](ctx context.Context, r *reconciler[Obj]) *executor[Obj] {
-	e := &executor[Obj]{resized: resized[Obj]{ctx: ctx, signal: make(chan struct{}, 1)}}
-	if r.opts.concurrency > 1 {
-		e.pool = newWorkerPool(ctx, r, e.resized.signal)
-		e.finished = e.pool.signal
-		return e
-	}
-	e.inline, e.size = newRunner(ctx, r), r.opts.roundSize
-	return e
-}
-
-// operate runs work, or hands it to the workers, and returns the ops
-// finished: inline, all of work; with workers, what finished since the
-// last call.
-func (e *executor[Obj]) operate(txn statedb.ReadTxn, work []op[Obj]) (finished []op[Obj]) {
-	if e.resized.busy() {
-		return e.operateResized(txn, work)
-	}
-	if e.pool != nil {
-		return e.pool.operate(work)
-	}
-	e.inline.run(txn, work)
-	return work
-}
-
-// room is how many more ops it takes now.
-func (e *executor[Obj]) room() int {
-	if e.pool != nil {
-		return e.pool.limit - e.pool.held
-	}
-	return max(e.size-len(e.resized.left), 0)
-}
-
-// load describes the ops it holds, as of now.
-func (e *executor[Obj]) load(now time.Time) execLoad {
-	if e.pool != nil {
-		return e.resized.load(e.pool.load(now), now)
-	}
-	return e.resized.load(execLoad{}, now)
-}
-
-// stop waits for the operations under way to return and gives back every
-// op not yet returned by operate.
-func (e *executor[Obj]) stop() (left []op[Obj]) {
-	left = e.resized.stop()
-	if e.pool != nil {
-		return append(left, e.pool.stop()...)
-	}
-	return left
-}
-
-// execLoad describes what an executor holds.
-type execLoad struct {
-	waiting int // not started: queued for a worker, or held by the gate
-	busy    int // workers running an operation
-	// unfinished is the total, and longest the longest, time the
-	// operations under way have run.
-	unfinished, longest time.Duration
-}
-
-// workerPool runs ops on n goroutines. The lifecycle keeps one op per key
-// in it; workers take ops from queue when the gate is open and put them,
-// finished, on done. They never touch the table or the key queue.
-type workerPool[Obj any] struct {
-	r     *reconciler[Obj]
-	ctx   context.Context
-	limit int // most ops held at once
-
-	workers   int // goroutines, fixed for the pool's life
-	roundSize int // most ops a batch takes; under mu, as resize changes it
-
-	held int // ops handed over and not yet returned; loop goroutine only
-
-	mu      sync.Mutex
-	cond    *sync.Cond
-	queue   []op[Obj] // waiting for a worker and the gate
-	done    []op[Obj] // finished, for the loop
-	spare   []op[Obj] // the other half of done's double buffer
-	stopped bool
-	signal  chan struct{} // signalled when done gains ops
-	wg      sync.WaitGroup
-
-	// running holds, per worker, when its current operations started
-	// (Unix ns), or 0 while it waits.
-	running []atomic.Int64
-}
-
-func newWorkerPool[Obj any](ctx context.Context, r *reconciler[Obj], signal chan struct{}) *workerPool[Obj] {
-	p := &workerPool[Obj]{
-		r:         r,
-		ctx:       ctx,
-		limit:     max(r.opts.roundSize, 2*r.opts.concurrency), // concurrency is bounded by validate
-		workers:   r.opts.concurrency,
-		roundSize: r.opts.roundSize,
-		signal:    signal,
-		running:   make([]atomic.Int64, r.opts.concurrency),
-	}
-	p.cond = sync.NewCond(&p.mu)
-	r.gate.setWake(p.broadcast)
-	p.wg.Add(r.opts.concurrency)
-	for i := range r.opts.concurrency {
-		go p.work(&p.running[i])
-	}
-	return p
-}
-
-func (p *workerPool[Obj]) broadcast() {
-	p.mu.Lock()
-	p.cond.Broadcast()
-	p.mu.Unlock()
-}
-
-// operate queues work and returns the ops finished so far.
-func (p *workerPool[Obj]) operate(work []op[Obj]) []op[Obj] {
-	if len(work) > 0 {
-		p.held += len(work)
-		p.mu.Lock()
-		p.queue = append(p.queue, work...)
-		p.mu.Unlock()
-		if len(work) == 1 {
-			p.cond.Signal()
-		} else {
-			p.cond.Broadcast()
-		}
-	}
-	// Let workers that are about to finish do so first, so that one write
-	// transaction commits several results rather than one each. A few
-	// yields cost under a microsecond when nothing else is runnable; with 64
-	// busy workers they raised throughput by a third (go run ./benchmarks
-	// -workloads slow).
-	for range gatherYields {
-		runtime.Gosched()
-	}
-	p.mu.Lock()
-	done := p.done
-	p.done = p.spare[:0]
-	p.mu.Unlock()
-	p.spare = done
-	p.held -= len(done)
-	return done
-}
-
-// gatherYields is how many times a round yields before taking the finished
-// operations.
-const gatherYields = 3
-
-// load counts, under the lock that take holds while a worker takes ops
-// and marks itself running, so that an op is either queued or its worker
-// running: busy is the workers running, and with the gate open also the
-// idle ones woken to take what is queued.
-func (p *workerPool[Obj]) load(now time.Time) execLoad {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	w := execLoad{waiting: len(p.queue)}
-	for i := range p.running {
-		if started := p.running[i].Load(); started != 0 {
-			w.busy++
-			d := time.Duration(max(now.UnixNano()-started, 0)) // started after now was read
-			w.unfinished += d
-			w.longest = max(w.longest, d)
-		}
-	}
-	if p.r.gate.isOpen() {
-		w.busy = min(len(p.running), w.busy+len(p.queue))
-	}
-	return w
-}
-
-// stop makes the workers exit once their current operations return, waits
-// for them, and returns what operate has not: finished, and never started.
-func (p *workerPool[Obj]) stop() []op[Obj] {
-	p.mu.Lock()
-	p.stopped = true
-	p.cond.Broadcast()
-	p.mu.Unlock()
-	p.wg.Wait()
-	p.r.gate.setWake(nil)
-	left := append(p.done, p.queue...)
-	p.done, p.queue, p.held = nil, nil, 0
-	return left
-}
-
-// take waits until there is work and the gate is open, and returns up to a
-// fair share of the queue: one op, or with BatchOperations an equal share
-// per worker up to the round size.
-func (p *workerPool[Obj]) take(buf []op[Obj], running *atomic.Int64) ([]op[Obj], bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for !p.stopped && (len(p.queue) == 0 || !p.r.gate.mayStart()) {
-		p.cond.Wait()
-	}
-	if p.stopped {
-		return buf, false
-	}
-	n := 1
-	if p.r.target.batchOps != nil && p.r.gate.isOpen() { // a probe is one op
-		n = min(len(p.queue)/p.workers+1, len(p.queue), p.roundSize)
-	}
-	buf = append(buf[:0], p.queue[:n]...)
-	clear(p.queue[:n])
-	p.queue = p.queue[n:]
-	running.Store(time.Now().UnixNano())
-	return buf, true
-}
-
-func (p *workerPool[Obj]) work(running *atomic.Int64) {
-	defer p.wg.Done()
-	run := newRunner(p.ctx, p.r)
-	var chunk []op[Obj]
-	for {
-		var ok bool
-		chunk, ok = p.take(chunk, running) // marks it running
-		if !ok {
-			return
-		}
-		run.run(p.r.db.ReadTxn(), chunk)
-		p.mu.Lock()
-		p.done = append(p.done, chunk...)
-		running.Store(0)
-		p.mu.Unlock()
-		clear(chunk)
-		select {
-		case p.signal <- struct{}{}:
-		default:
-		}
-	}
-}
 
 // runner calls the operations, with the context of the loop's run, and
 // records in each op what its call reported (ReportRepaired,
@@ -678,170 +433,6 @@ func (c *opContext) close() (drift int64, recheck time.Duration) {
 	return c.reports.drift.Load(), time.Duration(c.reports.recheck.Load())
 }
 
-// resized is what an executor keeps across a change of its size (see
-// executor.resize): the run's context, the signal its pools share, the
-// pools retired with operations still under way, and what they left. The
-// loop's goroutine owns it.
-type resized[Obj any] struct {
-	ctx     context.Context
-	signal  chan struct{} // every pool's: one finished op of any wakes the loop
-	retired []*workerPool[Obj]
-	left    []op[Obj] // inline: queued for the old workers, never started; run first
-	done    []op[Obj] // finished in a retired pool, not yet returned by operate
-	buf     []op[Obj] // what operate returns while any of the above is not empty
-}
-
-// busy reports whether anything of an old executor is left.
-func (z *resized[Obj]) busy() bool {
-	return len(z.retired) > 0 || len(z.left) > 0 || len(z.done) > 0
-}
-
-// resize makes e run n operations at once (inline if n == 1) in rounds of
-// at most size, at a round boundary, losing and repeating nothing: an
-// inline executor has nothing under way then; a pool changing its
-// number of workers is retired: its workers finish the operations they
-// run, whose outcomes operate returns as they come, and exit, and the work
-// queued for them keeps its place, at the head of the new pool's queue
-// or run first by the inline executor in this round.
-func (e *executor[Obj]) resize(n, size int) {
-	r, z := e.r(), &e.resized
-	switch {
-	case e.pool == nil && n == 1:
-		e.size = size
-		return
-	case e.pool != nil && n == len(e.pool.running):
-		e.pool.mu.Lock()
-		e.pool.roundSize = size
-		e.pool.mu.Unlock()
-		e.pool.limit = max(size, 2*n)
-		return
-	}
-	var queued []op[Obj]
-	if old := e.pool; old != nil {
-		var done []op[Obj]
-		queued, done = old.retire()
-		z.done = append(z.done, done...)
-		if old.held > 0 {
-			z.retired = append(z.retired, old)
-		} else {
-			old.wg.Wait() // nothing under way: its workers are exiting
-		}
-		e.pool = nil
-	}
-	if n == 1 {
-		r.gate.setWake(nil)
-		e.inline, e.size = newRunner(z.ctx, r), size
-		z.left = append(z.left, queued...)
-	} else {
-		e.inline = nil
-		e.pool = newWorkerPool(z.ctx, r, z.signal)
-		if len(queued) > 0 {
-			e.pool.held += len(queued)
-			e.pool.mu.Lock()
-			e.pool.queue = append(e.pool.queue, queued...)
-			e.pool.mu.Unlock()
-			e.pool.cond.Broadcast()
-		}
-	}
-	clear(queued)
-	e.finished = nil
-	if e.pool != nil || z.busy() {
-		e.finished = z.signal
-	}
-}
-
-// r returns the reconciler e runs the operations of.
-func (e *executor[Obj]) r() *reconciler[Obj] {
-	if e.pool != nil {
-		return e.pool.r
-	}
-	return e.inline.r
-}
-
-// operateResized is operate while something of an old executor is left:
-// the inline executor runs the ops the old workers never started before
-// work, and what the retired pools finished is returned with the rest.
-func (e *executor[Obj]) operateResized(txn statedb.ReadTxn, work []op[Obj]) []op[Obj] {
-	z := &e.resized
-	out := z.buf[:0]
-	if e.pool != nil {
-		out = append(out, e.pool.operate(work)...)
-	} else {
-		out = append(append(out, z.left...), work...)
-		clear(z.left)
-		z.left = z.left[:0]
-		e.inline.run(txn, out)
-	}
-	out = z.collect(out)
-	if e.pool == nil && !z.busy() {
-		e.finished = nil
-	}
-	z.buf = out
-	return out
-}
-
-// load adds to w what the retired pools hold.
-func (z *resized[Obj]) load(w execLoad, now time.Time) execLoad {
-	for _, p := range z.retired {
-		l := p.load(now)
-		w.waiting += l.waiting
-		w.busy += l.busy
-		w.unfinished += l.unfinished
-		w.longest = max(w.longest, l.longest)
-	}
-	return w
-}
-
-// stop waits for the retired pools' operations to return and gives back
-// everything operate has not.
-func (z *resized[Obj]) stop() (left []op[Obj]) {
-	left = append(append(left, z.left...), z.done...)
-	for _, p := range z.retired {
-		p.wg.Wait()
-		left = append(left, p.done...)
-		p.done, p.held = nil, 0
-	}
-	z.left, z.done, z.retired, z.buf = nil, nil, nil, nil
-	return left
-}
-
-// retire stops p's workers from taking work: each finishes the operations
-// it runs, puts them on done and exits. It returns the ops queued (never
-// started) and those finished that operate has not returned; p.held then
-// counts only the ops under way.
-func (p *workerPool[Obj]) retire() (queued, done []op[Obj]) {
-	p.mu.Lock()
-	p.stopped = true
-	queued, done = p.queue, p.done
-	p.queue, p.done, p.spare = nil, nil, nil
-	p.cond.Broadcast()
-	p.mu.Unlock()
-	p.held -= len(queued) + len(done)
-	return queued, done
-}
-
-// collect appends to out what the retired pools finished since the last
-// call, and forgets each pool once nothing of it is under way.
-func (z *resized[Obj]) collect(out []op[Obj]) []op[Obj] {
-	out = append(out, z.done...)
-	clear(z.done)
-	z.done = z.done[:0]
-	z.retired = slices.DeleteFunc(z.retired, func(p *workerPool[Obj]) bool {
-		p.mu.Lock()
-		done := p.done
-		p.done = nil
-		p.mu.Unlock()
-		p.held -= len(done)
-		out = append(out, done...)
-		if p.held > 0 {
-			return false
-		}
-		p.wg.Wait() // every op returned: its workers are exiting
-		return true
-	})
-	return out
-}
-
 // checkOne runs the drift check for o (which applies) with ctx, the
 // context of its call, as r.call runs an operation, once the caller has
 // passed the gate (the check ends the start: gate.entered), and records
@@ -907,4 +498,21 @@ func (e *runner[Obj]) checkEntry(ctx context.Context, txn statedb.ReadTxn, o *op
 		return true
 	}
 	return false
+}
+
+// newExecutor returns the operate stage of one run of the loop (see
+// package executor): r's ops, run by runners with ctx, the run's context,
+// each starting when r's gate allows.
+func newExecutor[Obj any](ctx context.Context, r *reconciler[Obj]) *executor.Executor[op[Obj]] {
+	return executor.New(executor.Config[op[Obj]]{
+		Concurrency: r.opts.concurrency, // bounded by validate
+		RoundSize:   r.opts.roundSize,
+		Batch:       r.target.batchOps != nil,
+		Gate:        r.gate,
+		Inline:      func() func(statedb.ReadTxn, []op[Obj]) { return newRunner(ctx, r).run },
+		Worker: func() func([]op[Obj]) {
+			run := newRunner(ctx, r)
+			return func(ops []op[Obj]) { run.run(r.db.ReadTxn(), ops) }
+		},
+	})
 }

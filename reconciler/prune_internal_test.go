@@ -90,7 +90,7 @@ func TestPruneSeesWhatTheCommitBeforeItWrote(t *testing.T) {
 	r.resetRun(health)
 	l := &loop[*benchObj]{r: r, exec: newExecutor(ctx, r), prune: newPruneSchedule(r)}
 	defer l.prune.stop()
-	defer l.exec.stop()
+	defer l.exec.Stop()
 	l.prune.initialized(nil, nil)
 	// No prune until the test asks for one: the first round would close
 	// the gate for it, and a worker taking object 1's update meanwhile
@@ -126,11 +126,11 @@ func TestPruneSeesWhatTheCommitBeforeItWrote(t *testing.T) {
 
 	// The update finishes.
 	select {
-	case <-l.exec.finished:
+	case <-l.exec.Finished():
 	default:
 	}
 	close(g.gate)
-	within(l.exec.finished, "the update of object 1 to finish")
+	within(l.exec.Finished(), "the update of object 1 to finish")
 
 	// The next round's snapshot has no object 1. While it commits the
 	// update, object 1 is written back as it was, status included; the
@@ -160,7 +160,7 @@ func TestPruneSeesWhatTheCommitBeforeItWrote(t *testing.T) {
 			continue
 		}
 		select {
-		case <-l.exec.finished:
+		case <-l.exec.Finished():
 		case <-r.feed.watch:
 		case <-deadline:
 			t.Fatalf("object 1 not Done: %+v", obj.st)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/converge-go/converge/metrics"
 	"github.com/converge-go/converge/reconciler/internal/breaker"
+	"github.com/converge-go/converge/reconciler/internal/executor"
 	"github.com/converge-go/converge/reconciler/internal/keyqueue"
 	"github.com/converge-go/converge/reconciler/internal/report"
 	"github.com/converge-go/converge/tables"
@@ -16,7 +17,7 @@ import (
 // report is the last stage of a round: it counts the figures of the
 // commit c, and publishes progress for WaitUntilReconciled, metrics, the
 // reconciler's rows in the tables of Params.Tables, and health.
-func (r *reconciler[Obj]) report(txn statedb.ReadTxn, work []op[Obj], c commitOutcome, load execLoad, p *pruneSchedule, now time.Time, paused bool) {
+func (r *reconciler[Obj]) report(txn statedb.ReadTxn, work []op[Obj], c commitOutcome, load executor.Load, p *pruneSchedule, now time.Time, paused bool) {
 	r.rep.committed(r.moduleID, r.opts.name, c.figures)
 	lc := r.keys.lifecycles
 	f, lows := lc.Figures(), lc.Lows() // read once: the round is over
@@ -52,14 +53,14 @@ func (r *reconciler[Obj]) report(txn statedb.ReadTxn, work []op[Obj], c commitOu
 		r.rep.metrics.round.Round(r.moduleID, r.opts.name, metrics.RoundStats{
 			Adds:           len(work),
 			Retries:        retries,
-			Depth:          load.waiting + f.Queued + f.Parked,
+			Depth:          load.Waiting + f.Queued + f.Parked,
 			Retrying:       failing,
 			InFlight:       inFlight,
 			OldestPending:  age,
-			UnfinishedWork: load.unfinished,
-			LongestRunning: load.longest,
+			UnfinishedWork: load.Unfinished,
+			LongestRunning: load.Longest,
 			Workers:        r.opts.concurrency,
-			BusyWorkers:    load.busy,
+			BusyWorkers:    load.Busy,
 			BreakerOpen:    brk.Open,
 			BreakerOpened:  brk.Openings,
 		})
@@ -77,7 +78,7 @@ func (r *reconciler[Obj]) report(txn statedb.ReadTxn, work []op[Obj], c commitOu
 	}, func() int { return r.objects.table.NumObjects(txn) }, lc.Errors)
 
 	if r.rep.info != nil {
-		info := r.infoRow(p, state, r.objects.table.NumObjects(txn), failing, inFlight, load.busy, oldest)
+		info := r.infoRow(p, state, r.objects.table.NumObjects(txn), failing, inFlight, load.Busy, oldest)
 		if brk.Open {
 			info.TargetFailingSince, info.TargetError = brk.Since, brk.Err.Error()
 		}
