@@ -2,7 +2,7 @@ package reconciler
 
 // Configure implements Reconciler.
 func (r *reconciler[Obj]) Configure(opts ...Option) error {
-	return r.gate.settings.configure(r.target.pruner != nil, opts)
+	return r.settings.configure(r.target.pruner != nil, opts)
 }
 
 // applySettings takes the options Configure accepted since the last call,
@@ -12,7 +12,7 @@ func (r *reconciler[Obj]) Configure(opts ...Option) error {
 // between rounds: workers read none of these fields, and the refresh job
 // reads its own (settings.refreshing).
 func (r *reconciler[Obj]) applySettings() (old options, ok bool) {
-	o, ok := r.gate.settings.take()
+	o, ok := r.settings.take()
 	if !ok {
 		return options{}, false
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/converge-go/converge/reconciler/internal/breaker"
+	"github.com/converge-go/converge/reconciler/internal/gate"
 )
 
 // errDown is a failure about the target.
@@ -28,12 +29,11 @@ func TestConfigureRetryBoundsTheBreakersProbes(t *testing.T) {
 	o := defaultOptions()
 	o.retryMin, o.retryMax = time.Millisecond, time.Hour
 	o.breakerFailures, o.breakerBackoff = 1, time.Millisecond
-	g := newGate()
-	g.settings = newSettings(o)
+	g := gate.New()
 	now := time.Unix(1000, 0)
 	b := breaker.New(breaker.Config{Threshold: 1, AboutTarget: func(err error) bool { return errors.Is(err, errDown) },
 		RetryAfter: retryAfter, ProbeMin: o.breakerBackoff, ProbeMax: o.retryMax, Gate: g})
-	r := &reconciler[int]{opts: o, gate: g, breaker: b, clock: clock{now: func() time.Time { return now }, rand: func() float64 { return 0.5 }}}
+	r := &reconciler[int]{opts: o, gate: g, settings: newSettings(o), breaker: b, clock: clock{now: func() time.Time { return now }, rand: func() float64 { return 0.5 }}}
 
 	b.Record(key("a"), breaker.Outcome{Err: errDown}, now)
 	require.True(t, b.State().Open)
@@ -47,8 +47,8 @@ func TestConfigureRetryBoundsTheBreakersProbes(t *testing.T) {
 		room, limited := b.Limit(now)
 		require.True(t, limited)
 		require.Equal(t, 1, room, "a probe is granted when due")
-		require.True(t, g.enterProbe())
-		g.entered()
+		require.True(t, g.EnterProbe())
+		g.Entered()
 		require.Equal(t, breaker.Held, b.Record(key("a"), breaker.Outcome{Err: errDown, Probe: true}, now))
 		next, _ := b.NextProbe()
 		return next
@@ -58,7 +58,7 @@ func TestConfigureRetryBoundsTheBreakersProbes(t *testing.T) {
 	due, _ := b.NextProbe()
 	require.Greater(t, due.Sub(now), time.Minute, "the probes back off towards the hour")
 
-	require.NoError(t, g.settings.configure(true, []Option{WithRetry(time.Millisecond, 5*time.Millisecond)}))
+	require.NoError(t, r.settings.configure(true, []Option{WithRetry(time.Millisecond, 5*time.Millisecond)}))
 	_, ok := r.applySettings()
 	require.True(t, ok)
 	assert.Equal(t, 5*time.Millisecond, r.opts.retryMax)
@@ -70,7 +70,7 @@ func TestConfigureRetryBoundsTheBreakersProbes(t *testing.T) {
 	}
 
 	// A maximum below the probes' minimum leaves them their minimum.
-	require.NoError(t, g.settings.configure(true, []Option{WithRetry(time.Microsecond, time.Microsecond)}))
+	require.NoError(t, r.settings.configure(true, []Option{WithRetry(time.Microsecond, time.Microsecond)}))
 	r.applySettings()
 	next := failProbe()
 	assert.Equal(t, time.Millisecond, next.Sub(now))

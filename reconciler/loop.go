@@ -47,14 +47,14 @@ func (r *reconciler[Obj]) run(ctx context.Context, health cell.Health) error {
 	r.applySettings() // Configure's, while stopped
 	l := &loop[Obj]{r: r, prune: newPruneSchedule(r), retry: time.NewTimer(time.Hour)}
 	l.retry.Stop()
-	r.gate.setStopping(false)
+	r.gate.SetStopping(false)
 	l.exec = newExecutor(ctx, r)
 	defer l.stopped()
 	if !r.startGate(ctx, &l.prune) || !r.setUp(ctx, &l.setup, &l.prune) {
 		return nil
 	}
 	for {
-		paused, pauseChanged := r.gate.state()
+		paused, pauseChanged := r.gate.State()
 		watch, retryC := r.feed.watch, l.retry.C
 		if l.exec.Room() <= 0 || paused {
 			watch, retryC = nil, nil // read nothing new; commit what finishes
@@ -77,7 +77,7 @@ func (r *reconciler[Obj]) run(ctx context.Context, health cell.Health) error {
 		case <-watch:
 		case <-retryC:
 		case <-l.exec.Finished():
-		case <-r.gate.settings.postedC(): // round reconfigures
+		case <-r.settings.postedC(): // round reconfigures
 		case <-l.prune.tables.watch:
 			l.prune.tables.watch = nil // check sets it again if need be
 		case <-pruneC:
@@ -100,7 +100,7 @@ func (r *reconciler[Obj]) run(ctx context.Context, health cell.Health) error {
 			l.prune.request()
 			continue
 		}
-		if paused, _ = r.gate.state(); !paused && r.opts.roundLimiter != nil {
+		if paused, _ = r.gate.State(); !paused && r.opts.roundLimiter != nil {
 			r.waitForLimiter(ctx)
 		}
 		if ctx.Err() != nil {
@@ -177,7 +177,7 @@ func (l *loop[Obj]) stopped() {
 	if l.prune.owed() {
 		r.Prune() // the request waits in r.pruneRequests for the next start
 	}
-	r.gate.setStopping(true)
+	r.gate.SetStopping(true)
 	left := l.exec.Stop() // waits for the operations under way to return
 	out := r.commit(left, true, r.clock.now())
 	r.feed.wrote(out.wrote)
@@ -273,7 +273,7 @@ func (r *reconciler[Obj]) startGate(ctx context.Context, p *pruneSchedule) bool 
 		if len(waiting) == 0 {
 			return true
 		}
-		paused, pauseChanged := r.gate.state()
+		paused, pauseChanged := r.gate.State()
 		r.reportWaiting(txn, waiting, paused, p)
 		select {
 		case <-ctx.Done():

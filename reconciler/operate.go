@@ -73,9 +73,9 @@ func (e *runner[Obj]) run(txn statedb.ReadTxn, ops []op[Obj]) {
 		if ctx.Err() != nil {
 			return
 		}
-		ok, probe := r.gate.enter(), false
+		ok, probe := r.gate.Enter(), false
 		if !ok && r.breaker != nil {
-			ok = r.gate.enterProbe() // the circuit breaker's probe
+			ok = r.gate.EnterProbe() // the circuit breaker's probe
 			probe = ok
 		}
 		if !ok {
@@ -93,7 +93,7 @@ func (e *runner[Obj]) run(txn statedb.ReadTxn, ops []op[Obj]) {
 		}
 		if o.Delete {
 			o.err = r.call(opCtx, name, func(ctx context.Context) error {
-				r.gate.entered()
+				r.gate.Entered()
 				return r.target.ops.Delete(ctx, txn, o.Rev, o.Obj)
 			})
 		} else if repair, err := r.checkFirst(opCtx, txn, o); !repair {
@@ -101,7 +101,7 @@ func (e *runner[Obj]) run(txn statedb.ReadTxn, ops []op[Obj]) {
 		} else {
 			o.err = r.call(opCtx, name, func(ctx context.Context) error {
 				if o.checked == notChecked {
-					r.gate.entered()
+					r.gate.Entered()
 				}
 				return r.target.ops.Update(ctx, txn, o.Rev, o.updated)
 			})
@@ -183,9 +183,9 @@ func (e *runner[Obj]) batch(ctx context.Context, txn statedb.ReadTxn, call batch
 		upserted[i].original.started = started
 	}
 	defer func() { clear(ops); e.ops = ops[:0] }()
-	ok, probe := r.gate.enter(), false
+	ok, probe := r.gate.Enter(), false
 	if !ok && r.breaker != nil {
-		ok = r.gate.enterProbe() // the circuit breaker's probe
+		ok = r.gate.EnterProbe() // the circuit breaker's probe
 		probe = ok
 	}
 	if !ok {
@@ -212,7 +212,7 @@ func (e *runner[Obj]) batch(ctx context.Context, txn statedb.ReadTxn, call batch
 		ctx, span = r.startSpan(ctx, s)
 	}
 	err := r.call(ctx, what, func(ctx context.Context) error {
-		r.gate.entered()
+		r.gate.Entered()
 		if err := r.target.batch(ctx, txn, call, deleted, upserted); err != nil {
 			return err
 		}
@@ -442,7 +442,7 @@ func (r *reconciler[Obj]) checkOne(ctx context.Context, txn statedb.ReadTxn, o *
 	d := r.target.drift
 	var ok bool
 	err = r.call(ctx, "drift check", func(ctx context.Context) (err error) {
-		r.gate.entered()
+		r.gate.Entered()
 		ok, err = d.check(ctx, txn, o.Rev, o.Obj)
 		return err
 	})
@@ -477,9 +477,9 @@ func (e *runner[Obj]) checkEntry(ctx context.Context, txn statedb.ReadTxn, o *op
 	if ctx.Err() != nil {
 		return false
 	}
-	ok, probe := r.gate.enter(), false
+	ok, probe := r.gate.Enter(), false
 	if !ok && r.breaker != nil {
-		ok = r.gate.enterProbe() // the circuit breaker's probe
+		ok = r.gate.EnterProbe() // the circuit breaker's probe
 		probe = ok
 	}
 	if !ok {

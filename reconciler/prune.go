@@ -97,16 +97,16 @@ func (s *pruneSchedule) request() {
 // span is the child of a round's, as a prune is the loop's round of its
 // own.
 func (r *reconciler[Obj]) pruneNow(ctx context.Context, p *pruneSchedule) {
-	if !r.gate.beginPrune() {
+	if !r.gate.BeginPrune() {
 		return // paused since the round began: the prune stays due
 	}
-	defer r.gate.endPrune()
-	if !r.gate.enterPrune() {
+	defer r.gate.EndPrune()
+	if !r.gate.EnterPrune() {
 		return // paused since beginPrune: the prune stays due
 	}
 	txn := r.db.ReadTxn()
 	if waiting, watch := p.tables.uninitialized(txn); len(waiting) > 0 {
-		r.gate.entered() // no prune: a table was made uninitialized again
+		r.gate.Entered() // no prune: a table was made uninitialized again
 		p.initialized(waiting, watch)
 		p.tables.wait(waiting, watch)
 		return
@@ -243,7 +243,7 @@ func (r *reconciler[Obj]) prune(ctx context.Context, txn statedb.ReadTxn) pruneR
 	var hold *pruneHold
 	planning := false
 	err := r.call(ctx, "prune", func(ctx context.Context) error {
-		r.gate.entered() // begun with enterPrune
+		r.gate.Entered() // begun with enterPrune
 		planning = true
 		h, err := r.guardPrune(ctx, txn)
 		if planning, hold = false, h; hold != nil || err != nil {

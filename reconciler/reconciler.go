@@ -9,6 +9,7 @@ import (
 	"github.com/cilium/hive/cell"
 	"github.com/cilium/statedb"
 	"github.com/converge-go/converge/reconciler/internal/breaker"
+	"github.com/converge-go/converge/reconciler/internal/gate"
 	"github.com/converge-go/converge/status"
 	"github.com/converge-go/converge/tracing"
 )
@@ -16,8 +17,9 @@ import (
 // reconciler implements Reconciler: what Register was given and the state
 // its jobs work on, declared here for the stages (loop.go runs collect.go,
 // operate.go, commit.go, prune.go, report.go in order) and built of types
-// that each own a file below them (package keyqueue, keys.go, stale.go,
-// changes.go, gate.go, ...). No two files refer to each other both ways.
+// that each own a file or a package below them (keys.go, stale.go,
+// changes.go; packages keyqueue, executor, gate, breaker and report under
+// internal/). No two files refer to each other both ways.
 // Fields from feed on are owned by the reconcile job's goroutine.
 type reconciler[Obj any] struct {
 	opts     options
@@ -30,8 +32,9 @@ type reconciler[Obj any] struct {
 
 	rep reporter[Obj] // health, metrics, progress and the tables' rows
 
-	pruneRequests chan struct{} // a prune asked for: by Prune, from any goroutine, or owed by the last run (see loop.stopped)
-	gate          *gate
+	pruneRequests chan struct{}    // a prune asked for: by Prune, from any goroutine, or owed by the last run (see loop.stopped)
+	gate          *gate.Gate       // may an operation start now (Pause, a prune, a stop, the circuit breaker)
+	settings      *settings        // what Configure posts to the jobs, as Pause posts to the gate
 	breaker       *breaker.Breaker // nil without WithCircuitBreaker
 	clock         clock            // time.Now and rand.Float64, or a test's
 

@@ -24,7 +24,7 @@ func (r *reconciler[Obj]) refreshLoop(ctx context.Context, health cell.Health) e
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
-		set, changed := r.gate.settings.refreshing()
+		set, changed := r.settings.refreshing()
 		if set.interval <= 0 {
 			// The job runs anyway, so that the health tree has the same
 			// children as the StateDB reconciler's, whose refresh is on by
@@ -78,7 +78,7 @@ func (r *reconciler[Obj]) refreshLoop(ctx context.Context, health cell.Health) e
 // ended (false).
 func (r *reconciler[Obj]) waitWhilePaused(ctx context.Context, health cell.Health) bool {
 	for {
-		paused, changed := r.gate.state()
+		paused, changed := r.gate.State()
 		if !paused {
 			return true
 		}

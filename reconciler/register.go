@@ -13,6 +13,7 @@ import (
 
 	"github.com/converge-go/converge/metrics"
 	"github.com/converge-go/converge/reconciler/internal/breaker"
+	"github.com/converge-go/converge/reconciler/internal/gate"
 	"github.com/converge-go/converge/reconciler/internal/keyqueue"
 	"github.com/converge-go/converge/reconciler/internal/report"
 	"github.com/converge-go/converge/status"
@@ -91,7 +92,7 @@ func Register[Obj any](
 		target:        target,
 		rep:           reporter[Obj]{metrics: newObservers(o.metrics), progress: report.NewProgress()},
 		pruneRequests: make(chan struct{}, 1),
-		gate:          newGate(),
+		gate:          gate.New(),
 		keys:          keys[Obj]{lifecycles: keyqueue.New[Obj](displayKey)},
 		clock:         clock{now: time.Now, rand: rand.Float64},
 		objects: objects[Obj]{
@@ -103,7 +104,7 @@ func Register[Obj any](
 		},
 	}
 
-	r.gate.settings = newSettings(o)
+	r.settings = newSettings(o)
 	if o.breakerFailures > 0 {
 		r.breaker = breaker.New(breaker.Config{
 			Threshold: o.breakerFailures, AboutTarget: r.classifier(), RetryAfter: retryAfter,
@@ -180,10 +181,10 @@ func (r *reconciler[Obj]) WaitUntilReconciled(ctx context.Context, untilRevision
 }
 
 // Pause implements Reconciler.
-func (r *reconciler[Obj]) Pause() { r.gate.setPaused(true) }
+func (r *reconciler[Obj]) Pause() { r.gate.SetPaused(true) }
 
 // Resume implements Reconciler.
-func (r *reconciler[Obj]) Resume() { r.gate.setPaused(false) }
+func (r *reconciler[Obj]) Resume() { r.gate.SetPaused(false) }
 
 // classifier returns what tells the circuit breaker a failure is about the
 // target: not terminal, and WithCircuitBreaker's isTargetError if given,

@@ -98,7 +98,7 @@ func (r *reconciler[Obj]) report(txn statedb.ReadTxn, work []op[Obj], c commitOu
 func (r *reconciler[Obj]) reportPrune(p *pruneSchedule) {
 	lc := r.keys.lifecycles
 	f := lc.Figures()
-	paused, _ := r.gate.state()
+	paused, _ := r.gate.State()
 	var breakerErr error
 	if r.breaker != nil {
 		breakerErr = r.breaker.State().Err

@@ -34,15 +34,15 @@ func (r *reconciler[Obj]) setUp(ctx context.Context, s *setupStep, p *pruneSched
 	defer retry.Stop()
 	var due <-chan time.Time // nil: an attempt now
 	for {
-		paused, changed := r.gate.state()
+		paused, changed := r.gate.State()
 		r.reportSetup(s, p, paused)
 		if !paused && due == nil {
-			if !r.gate.enter() { // paused meanwhile: look again
+			if !r.gate.Enter() { // paused meanwhile: look again
 				continue
 			}
 			txn := r.db.ReadTxn()
 			err := r.call(ctx, "setup", func(ctx context.Context) error {
-				r.gate.entered()
+				r.gate.Entered()
 				return r.opts.setup(ctx, txn)
 			})
 			s.attempts++

@@ -1,4 +1,6 @@
-package reconciler
+// Package gate holds the question every operation of a reconciler asks
+// before it starts: may one start now? See [Gate].
+package gate
 
 import (
 	"runtime"
@@ -6,13 +8,14 @@ import (
 	"sync/atomic"
 )
 
-// gate answers the question asked before every operation starts: may one
+// Gate answers the question asked before every operation starts: may one
 // start now? Not while paused, pruning or stopping, nor while the circuit
-// breaker is open (broken) but for the one probe it grants. A start is enter, then
-// the operation's call, which first calls entered; closing the gate waits for
-// the starts between enter and entered, so that once it is closed only
-// those already past entered begin. Safe for concurrent use; see newGate.
-type gate struct {
+// breaker is open (broken) but for the one probe it grants. A start is
+// Enter, then the operation's call, which first calls Entered; closing the
+// gate waits for the starts between Enter and Entered, so that once it is
+// closed only those already past Entered begin. Make one with New (open);
+// the zero value is not usable. A Gate is safe for concurrent use.
+type Gate struct {
 	mu       sync.Mutex
 	paused   bool
 	pruning  bool
@@ -23,15 +26,13 @@ type gate struct {
 	probing  atomic.Bool   // broken is all that closes it: a probe may start
 	probe    atomic.Bool   // a probe granted and not yet started
 	held     atomic.Bool   // paused || stopping: what holds off a prune begun
-	starting atomic.Int64  // starts between enter (or enterPrune) and entered
+	starting atomic.Int64  // starts between Enter (or EnterPrune) and Entered
 	wake     func()        // called on every change, with mu held (workers' broadcast)
-
-	settings *settings // what Configure posts to the jobs, as Pause posts here (see configure.go); set by Register
 }
 
-// enter reports whether an operation may start now; if so the caller calls
-// entered just before calling the operation.
-func (g *gate) enter() bool {
+// Enter reports whether an operation may start now; if so the caller calls
+// Entered just before calling the operation.
+func (g *Gate) Enter() bool {
 	g.starting.Add(1)
 	if g.open.Load() {
 		return true
@@ -40,11 +41,11 @@ func (g *gate) enter() bool {
 	return false
 }
 
-// enterPrune reports whether the prune begun with beginPrune may call
-// Operations.Prune now: a Pause or a stop since beginPrune holds it off, as
-// enter holds off an operation. If so the caller calls entered just before
+// EnterPrune reports whether the prune begun with BeginPrune may call
+// Operations.Prune now: a Pause or a stop since BeginPrune holds it off, as
+// Enter holds off an operation. If so the caller calls Entered just before
 // calling Prune.
-func (g *gate) enterPrune() bool {
+func (g *Gate) EnterPrune() bool {
 	g.starting.Add(1)
 	if !g.held.Load() {
 		return true
@@ -53,11 +54,11 @@ func (g *gate) enterPrune() bool {
 	return false
 }
 
-// enterProbe reports whether an operation may start now as the circuit
+// EnterProbe reports whether an operation may start now as the circuit
 // breaker's probe, taking the probe granted; if so the caller calls
-// entered just before calling the operation, and records its outcome as
+// Entered just before calling the operation, and records its outcome as
 // the probe's.
-func (g *gate) enterProbe() bool {
+func (g *Gate) EnterProbe() bool {
 	g.starting.Add(1)
 	if g.probing.Load() && g.probe.CompareAndSwap(true, false) {
 		return true
@@ -68,28 +69,29 @@ func (g *gate) enterProbe() bool {
 
 // MayStart reports whether an operation could start now, as itself or as
 // a probe, without starting anything.
-func (g *gate) MayStart() bool {
+func (g *Gate) MayStart() bool {
 	return g.open.Load() || (g.probing.Load() && g.probe.Load())
 }
 
 // ProbeLeft reports whether a probe granted has not started yet.
-func (g *gate) ProbeLeft() bool { return g.probe.Load() }
+func (g *Gate) ProbeLeft() bool { return g.probe.Load() }
 
-// entered ends a start begun with enter, enterProbe or enterPrune.
-func (g *gate) entered() { g.starting.Add(-1) }
+// Entered ends a start begun with Enter, EnterProbe or EnterPrune.
+func (g *Gate) Entered() { g.starting.Add(-1) }
 
 // IsOpen reports whether the gate is open, without starting anything.
-func (g *gate) IsOpen() bool { return g.open.Load() }
+func (g *Gate) IsOpen() bool { return g.open.Load() }
 
-func newGate() *gate {
-	g := &gate{changed: make(chan struct{})}
+// New returns an open gate.
+func New() *Gate {
+	g := &Gate{changed: make(chan struct{})}
 	g.open.Store(true)
 	return g
 }
 
 // update applies f, which reports whether it changed anything, and if so
 // tells whoever waits.
-func (g *gate) update(f func() bool) {
+func (g *Gate) update(f func() bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if !f() {
@@ -109,30 +111,31 @@ func (g *gate) update(f func() bool) {
 	}
 }
 
-// state returns whether the reconciler is paused and a channel closed on
+// State returns whether the reconciler is paused and a channel closed on
 // the next change.
-func (g *gate) state() (paused bool, changed <-chan struct{}) {
+func (g *Gate) State() (paused bool, changed <-chan struct{}) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.paused, g.changed
 }
 
 // SetWake sets the function called on every change (nil: none).
-func (g *gate) SetWake(wake func()) {
+func (g *Gate) SetWake(wake func()) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.wake = wake
 }
 
-func (g *gate) setPaused(v bool) {
+// SetPaused closes the gate while paused (Pause), and opens it (Resume).
+func (g *Gate) SetPaused(v bool) {
 	g.update(func() bool { old := g.paused; g.paused = v; return old != v })
 }
 
-// beginPrune closes the gate for a prune and reports true, unless the
+// BeginPrune closes the gate for a prune and reports true, unless the
 // reconciler is paused or stopping: Pause holds off prunes as it holds off
 // operations, so a prune due as Pause returns waits for Resume. The caller
-// ends the prune with endPrune.
-func (g *gate) beginPrune() bool {
+// ends the prune with EndPrune.
+func (g *Gate) BeginPrune() bool {
 	began := false
 	g.update(func() bool {
 		if g.paused || g.stopping || g.pruning {
@@ -144,18 +147,20 @@ func (g *gate) beginPrune() bool {
 	return began
 }
 
-// endPrune opens the gate closed by beginPrune.
-func (g *gate) endPrune() {
+// EndPrune opens the gate closed by BeginPrune.
+func (g *Gate) EndPrune() {
 	g.update(func() bool { old := g.pruning; g.pruning = false; return old })
 }
 
-func (g *gate) setStopping(v bool) {
+// SetStopping closes the gate while the reconciler stops, and opens it
+// for the next start.
+func (g *Gate) SetStopping(v bool) {
 	g.update(func() bool { old := g.stopping; g.stopping = v; return old != v })
 }
 
 // SetBroken closes the gate while the circuit breaker is open; a probe
 // granted and not started is withdrawn when it closes.
-func (g *gate) SetBroken(v bool) {
+func (g *Gate) SetBroken(v bool) {
 	g.update(func() bool {
 		old := g.broken
 		g.broken = v
@@ -167,7 +172,7 @@ func (g *gate) SetBroken(v bool) {
 }
 
 // GrantProbe lets one operation start while the breaker is open (see
-// enterProbe), and wakes the workers to take it.
-func (g *gate) GrantProbe() {
+// EnterProbe), and wakes the workers to take it.
+func (g *Gate) GrantProbe() {
 	g.update(func() bool { g.probe.Store(true); return true })
 }
