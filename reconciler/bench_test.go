@@ -11,11 +11,12 @@ package reconciler
 import (
 	"context"
 	"fmt"
-	"github.com/cilium/hive/cell"
 	"iter"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/cilium/hive/cell"
 
 	"github.com/cilium/hive/job"
 	"github.com/cilium/statedb"
@@ -175,10 +176,10 @@ func (benchNoMetrics) PruneDuration(cell.FullModuleID, string, time.Duration)   
 // untimed before each, and reports the time per object.
 func benchRounds(b *testing.B, batch bool, opts ...Option) {
 	r := newBenchReconciler(b, batch, opts...)
-	if _, err := r.feed.changes.open(); err != nil {
+	if _, err := r.feed.changes.Open(); err != nil {
 		b.Fatal(err)
 	}
-	defer r.feed.changes.close()
+	defer r.feed.changes.Close()
 	ctx := context.Background()
 	health, _ := cell.NewSimpleHealth()
 	r.resetRun(health)

@@ -11,6 +11,7 @@ import (
 	"github.com/converge-go/converge/internal/ident"
 	"github.com/converge-go/converge/status"
 
+	"github.com/converge-go/converge/reconciler/internal/changes"
 	"github.com/converge-go/converge/reconciler/internal/keyqueue"
 )
 
@@ -110,13 +111,13 @@ func (r *reconciler[Obj]) readAhead(room int) int {
 // watch channel; readDone follows the read.
 func (r *reconciler[Obj]) nextChanges(txn statedb.ReadTxn) iter.Seq2[statedb.Change[Obj], statedb.Revision] {
 	var seq iter.Seq2[statedb.Change[Obj], statedb.Revision]
-	seq, r.feed.watch = r.feed.changes.next(txn)
+	seq, r.feed.watch = r.feed.changes.Next(txn)
 	return seq
 }
 
 // readDone notes how far a read of changes got.
 func (r *reconciler[Obj]) readDone(txn statedb.ReadTxn) {
-	r.feed.lastRev = max(r.feed.lastRev, r.feed.changes.read)
+	r.feed.lastRev = max(r.feed.lastRev, r.feed.changes.Read())
 	if len(r.keys.stales.pruned) > 0 {
 		r.keys.stales.readUpTo(r.feed.lastRev, r.objects.table.Revision(txn))
 	}
@@ -195,7 +196,7 @@ func (r *reconciler[Obj]) start(s *keyqueue.State[Obj]) {
 // every write of its key since the last full read (changeFeed.drained), so
 // that is where its request begins (task.asked), for progress.
 func (r *reconciler[Obj]) collectChanges(txn statedb.ReadTxn, changes iter.Seq2[statedb.Change[Obj], statedb.Revision], budget int, now time.Time) {
-	added, from := 0, min(r.feed.lastRev, r.feed.changes.drained)+1
+	added, from := 0, min(r.feed.lastRev, r.feed.changes.Drained())+1
 	r.feed.figures = r.keys.lifecycles.Figures()
 	r.skipQuiet()
 	for change, rev := range changes {
@@ -208,13 +209,13 @@ func (r *reconciler[Obj]) collectChanges(txn statedb.ReadTxn, changes iter.Seq2[
 			}
 		}
 	}
-	r.feed.changes.statusOf = nil
+	r.feed.changes.PassOverQuiet(nil)
 }
 
 // queueChanges reads changes into the queue (see keyqueue.Queued) until
 // it holds ahead keys or the changes run out.
 func (r *reconciler[Obj]) queueChanges(txn statedb.ReadTxn, changes iter.Seq2[statedb.Change[Obj], statedb.Revision], ahead int, now time.Time) {
-	from := min(r.feed.lastRev, r.feed.changes.drained) + 1
+	from := min(r.feed.lastRev, r.feed.changes.Drained()) + 1
 	r.feed.figures = r.keys.lifecycles.Figures()
 	r.skipQuiet()
 	for change, rev := range changes {
@@ -225,7 +226,7 @@ func (r *reconciler[Obj]) queueChanges(txn statedb.ReadTxn, changes iter.Seq2[st
 			break
 		}
 	}
-	r.feed.changes.statusOf = nil
+	r.feed.changes.PassOverQuiet(nil)
 }
 
 // collectChange acts on one change, read as of txn and asked for by the
@@ -237,7 +238,7 @@ func (r *reconciler[Obj]) collectChange(txn statedb.ReadTxn, change statedb.Chan
 	lc, f := r.keys.lifecycles, &r.feed.figures
 	t := task[Obj]{Obj: change.Object, Rev: change.Revision, Asked: asked, Delete: change.Deleted, Since: now, Ready: now.UnixNano()}
 	// A delete recovered when the feed opened comes beside a revision
-	// below its own (see changeFeed). Its key may have been put back since.
+	// below its own (see changes.Feed). Its key may have been put back since.
 	recovered := change.Deleted && rev < change.Revision
 	var st status.Status // an upsert's, read once
 	if !change.Deleted {
@@ -260,7 +261,7 @@ func (r *reconciler[Obj]) collectChange(txn statedb.ReadTxn, change statedb.Chan
 		}
 	} else if !st.IsPendingOrRefreshing() {
 		switch {
-		case r.skipsQuiet() && quiet(st):
+		case r.skipsQuiet() && changes.Quiet(st):
 			return false // a Done, most often this reconciler's own: nothing to ask
 		case r.feed.own.has(rev):
 			return false
@@ -333,9 +334,9 @@ func (r *reconciler[Obj]) skipsQuiet() bool {
 // before a read of changes and after each change handed out, as that may
 // change the queue's figures. The read clears it when it ends.
 func (r *reconciler[Obj]) skipQuiet() {
-	r.feed.changes.statusOf = nil
+	r.feed.changes.PassOverQuiet(nil)
 	if r.skipsQuiet() {
-		r.feed.changes.statusOf = r.objects.getStatus
+		r.feed.changes.PassOverQuiet(r.objects.getStatus)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"github.com/cilium/hive/job"
 	"github.com/cilium/statedb"
 
+	"github.com/converge-go/converge/reconciler/internal/changes"
 	"github.com/converge-go/converge/status"
 )
 
@@ -81,7 +82,7 @@ func (d *dependency[Obj, Dep]) register(r *reconciler[Obj]) (job.Job, error) {
 	case d.table.Name() == r.objects.table.Name():
 		return nil, fmt.Errorf("reconciler.Register: table %q cannot be a dependency of itself: %w", d.table.Name(), ErrInvalidConfig)
 	}
-	t := &dependencyTracker[Obj, Dep]{r: r, d: d, changes: newChangeFeed(r.db, d.table)}
+	t := &dependencyTracker[Obj, Dep]{r: r, d: d, changes: changes.New(r.db, d.table)}
 	return job.OneShot(r.jobName("dependency-"+d.table.Name()), t.run), nil
 }
 
@@ -89,18 +90,18 @@ func (d *dependency[Obj, Dep]) register(r *reconciler[Obj]) (job.Job, error) {
 type dependencyTracker[Obj, Dep any] struct {
 	r       *reconciler[Obj]
 	d       *dependency[Obj, Dep]
-	changes *changeFeed[Dep] // across stops
+	changes *changes.Feed[Dep] // across stops
 }
 
 func (t *dependencyTracker[Obj, Dep]) run(ctx context.Context, health cell.Health) error {
-	if _, err := t.changes.open(); err != nil {
+	if _, err := t.changes.Open(); err != nil {
 		return fmt.Errorf("reading the changes of dependency %q: %w", t.d.table.Name(), err)
 	}
-	defer t.changes.close()
+	defer t.changes.Close()
 	var queries []statedb.Query[Obj]
 	reported := false
 	for {
-		seq, watch := t.changes.next(t.r.db.ReadTxn())
+		seq, watch := t.changes.Next(t.r.db.ReadTxn())
 		var mapErr, markErr error
 		seen := 0
 		for change := range seq {

@@ -185,7 +185,7 @@ func (l *loop[Obj]) stopped() {
 	r.breaker.Reset(r.clock.now())
 	lows := r.keys.lifecycles.Lows()
 	r.rep.progress.Update(r.progressRev(lows), lows.Retry)
-	r.feed.changes.close()
+	r.feed.changes.Close()
 	r.reportStopped()
 	if r.rep.info != nil {
 		txn := r.db.ReadTxn()

@@ -84,9 +84,9 @@ func TestPruneSeesWhatTheCommitBeforeItWrote(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	health, _ := cell.NewSimpleHealth()
-	_, err = r.feed.changes.open()
+	_, err = r.feed.changes.Open()
 	require.NoError(t, err)
-	defer r.feed.changes.close()
+	defer r.feed.changes.Close()
 	r.resetRun(health)
 	l := &loop[*benchObj]{r: r, exec: newExecutor(ctx, r), prune: newPruneSchedule(r)}
 	defer l.prune.stop()

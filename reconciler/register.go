@@ -13,6 +13,7 @@ import (
 
 	"github.com/converge-go/converge/metrics"
 	"github.com/converge-go/converge/reconciler/internal/breaker"
+	"github.com/converge-go/converge/reconciler/internal/changes"
 	"github.com/converge-go/converge/reconciler/internal/gate"
 	"github.com/converge-go/converge/reconciler/internal/keyqueue"
 	"github.com/converge-go/converge/reconciler/internal/report"
@@ -114,7 +115,7 @@ func Register[Obj any](
 
 	// The feed begins now, not when the job first runs, so that no delete
 	// between registration and start is missed.
-	r.feed.changes = newChangeFeed(params.DB, statedb.Table[Obj](table))
+	r.feed.changes = changes.New(params.DB, statedb.Table[Obj](table))
 	writer, id := params.Tables, metrics.Key(r.moduleID, o.name)
 	if t, ok := writer.(*tables.Tables); ok && t == nil {
 		writer = nil // a caller's optional *tables.Tables, not provided

@@ -160,9 +160,9 @@ func (r *reconciler[Obj]) reportStopped() {
 // that stopped short on its budget has not been followed to the end, it is
 // no further than the end of the last read that went through: an object
 // written below where the short read stopped may come later, with a newer
-// write (see changeFeed.drained).
+// write (see changes.Feed.Drained).
 func (r *reconciler[Obj]) progressRev(lows keyqueue.Lows) statedb.Revision {
-	rev := min(r.feed.lastRev, r.feed.changes.drained)
+	rev := min(r.feed.lastRev, r.feed.changes.Drained())
 	lower := func(low statedb.Revision) {
 		if low != 0 && low-1 < rev {
 			rev = low - 1

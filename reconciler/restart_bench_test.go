@@ -7,6 +7,7 @@ import (
 	"github.com/cilium/hive/cell"
 	"github.com/cilium/statedb"
 
+	"github.com/converge-go/converge/reconciler/internal/changes"
 	"github.com/converge-go/converge/status"
 )
 
@@ -40,7 +41,7 @@ func BenchmarkRestartDone(b *testing.B) {
 		ctx := context.Background()
 		health, _ := cell.NewSimpleHealth()
 		for b.Loop() {
-			r.feed.changes, r.feed.started = newChangeFeed(r.db, statedb.Table[*benchObj](r.objects.table)), false
+			r.feed.changes, r.feed.started = changes.New(r.db, statedb.Table[*benchObj](r.objects.table)), false
 			if err := r.feed.open(); err != nil {
 				b.Fatal(err)
 			}
@@ -50,7 +51,7 @@ func BenchmarkRestartDone(b *testing.B) {
 			if got, want := r.feed.lastRev, r.objects.table.Revision(r.db.ReadTxn()); got != want {
 				b.Fatalf("read up to %d, want %d", got, want)
 			}
-			r.feed.changes.close()
+			r.feed.changes.Close()
 		}
 		reportPerObject(b, restartObjects)
 	})
