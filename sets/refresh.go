@@ -109,8 +109,14 @@ type Marked[Obj any] struct {
 	result    Result
 }
 
-// Len returns how many objects were marked.
-func (m *Marked[Obj]) Len() int { return m.marked }
+// Len returns how many objects were marked: zero for a Marked not made by
+// [Table.Refresh].
+func (m *Marked[Obj]) Len() int {
+	if m == nil {
+		return 0
+	}
+	return m.marked
+}
 
 // Result is what the attempts of a refresh gave: how many objects were
 // Done, which failed, how many were deleted before an attempt was seen.
