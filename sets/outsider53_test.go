@@ -5,9 +5,14 @@ package sets_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"iter"
 	"log/slog"
+	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -186,6 +191,447 @@ func (w *fworld) reconciled(t testing.TB, name string) {
 	require.NoError(t, err)
 }
 
+// TestRetireUnderConcurrentWritesRemovesTheNameAndKeepsEveryOtherWrite runs
+// Retire while a writer changes, deletes and inserts objects: afterwards no
+// object has the name, every write of the writer is there as it made it, no
+// deleted object came back, the other names' statuses keep their identity,
+// and no transaction wrote more than MaxObjectsPerTxn objects.
+func TestRetireUnderConcurrentWritesRemovesTheNameAndKeepsEveryOtherWrite(t *testing.T) {
+	db, tbl, st, sizes := bareTable(t, nil, nil, nil)
+	const n = 4500
+	type want struct {
+		value string
+		a     uint64
+	}
+	orig := map[string]want{}
+	origC := map[string]uint64{}
+	nodes := make([]*node, n)
+	for i := range nodes {
+		s := status.NewSet().Set("a", status.Done()).Set("b", status.Pending()).Set("c", status.Error(errors.New("x")))
+		nodes[i] = &node{Name: fmt.Sprintf("n%04d", i), Value: "1", Statuses: s}
+		orig[nodes[i].Name] = want{"1", s.Get("a").ID()}
+		origC[nodes[i].Name] = s.Get("c").ID()
+	}
+	insert(t, db, tbl, nodes...)
+	fill := tbl.Revision(db.ReadTxn())
+
+	// The writer: one object per transaction, until told to stop.
+	expected := map[string]want{} // written by the writer, as last written
+	deleted := map[string]bool{}
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	var writes atomic.Int64
+	go func() {
+		defer close(stopped)
+		rng := rand.New(rand.NewPCG(1, 2))
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			wtxn := db.WriteTxn(tbl)
+			switch op := rng.IntN(4); op {
+			case 0, 1, 2:
+				key := fmt.Sprintf("n%04d", rng.IntN(n))
+				if old, _, found := tbl.Get(wtxn, nodeName.Query(key)); found {
+					c := old.clone()
+					c.Value = fmt.Sprint("w", i)
+					if op == 2 {
+						if _, _, err := tbl.Delete(wtxn, old); err != nil {
+							panic(err)
+						}
+						deleted[key] = true
+						delete(expected, key)
+						break
+					}
+					c.Statuses = c.Statuses.Set("a", status.Done())
+					expected[key] = want{c.Value, c.Statuses.Get("a").ID()}
+					if _, _, err := tbl.Insert(wtxn, c); err != nil {
+						panic(err)
+					}
+				}
+			case 3:
+				key := fmt.Sprintf("w%05d", i)
+				s := status.NewSet().Set("a", status.Done())
+				expected[key] = want{"w", s.Get("a").ID()}
+				if _, _, err := tbl.Insert(wtxn, &node{Name: key, Value: "w", Statuses: s}); err != nil {
+					panic(err)
+				}
+			}
+			wtxn.Commit()
+			writes.Add(1)
+		}
+	}()
+	before, start := writes.Load(), time.Now()
+	changed, err := st.Retire(ctx(t), "b")
+	during, took := writes.Load()-before, time.Since(start)
+	close(stop)
+	<-stopped
+	require.NoError(t, err)
+	t.Logf("Retire changed %d objects in %v; the writer committed %d transactions meanwhile", changed, took, during)
+
+	objs := byKey(db, tbl)
+	surviving := 0
+	for key, o := range objs {
+		require.NotContains(t, names(o.Statuses), "b", "object %s keeps the retired name", key)
+		if w, ok := expected[key]; ok {
+			require.Equal(t, w.value, o.Value, "object %s lost the writer's value", key)
+			require.Equal(t, w.a, o.Statuses.Get("a").ID(), "object %s lost the writer's status of a", key)
+		} else {
+			_, isOrig := orig[key]
+			require.True(t, isOrig, "object %s was never written", key)
+			require.Equal(t, orig[key].value, o.Value, "object %s", key)
+			require.Equal(t, orig[key].a, o.Statuses.Get("a").ID(), "object %s: a's identity changed", key)
+		}
+		if _, isOrig := orig[key]; isOrig {
+			surviving++
+			require.Equal(t, origC[key], o.Statuses.Get("c").ID(), "object %s: c's identity changed", key)
+		}
+	}
+	for key := range deleted {
+		_, back := objs[key]
+		require.False(t, back, "the deleted object %s came back", key)
+	}
+	require.GreaterOrEqual(t, changed, surviving)
+	require.LessOrEqual(t, changed, n)
+	require.LessOrEqual(t, sizes.largest(fill), sets.MaxObjectsPerTxn)
+}
+
+// TestRetireOfANameStillRunningIsReconciledAgainByItAlone pins what Retire
+// says of a name whose reconciler still runs: it reads the missing entry as
+// Pending and reconciles every object again, while the other name's
+// reconciler, whose statuses kept their identity, does no work.
+func TestRetireOfANameStillRunningIsReconciledAgainByItAlone(t *testing.T) {
+	w := startFWorld(t, []string{"a", "b"})
+	fill(t, w.db, w.nodes, 50, func() status.Set { return status.NewSet().Pending("a", "b") })
+	require.NoError(t, w.set.Wait(ctx(t), []string{"a", "b"}))
+	require.Equal(t, 50, w.updates("a", ""))
+	require.Equal(t, 50, w.updates("b", ""))
+
+	changed, err := w.set.Retire(ctx(t), "b")
+	require.NoError(t, err)
+	require.Equal(t, 50, changed)
+	require.NoError(t, w.set.Wait(ctx(t), []string{"b"}), "the running b must reconcile the objects again")
+	w.reconciled(t, "a")
+	w.reconciled(t, "b")
+	require.Equal(t, 100, w.updates("b", ""))
+	require.Equal(t, 50, w.updates("a", ""), "a redid work after b's entries were removed")
+}
+
+// TestRetiredRemovesTheNameFromALargeLaterInsertInBoundedTransactions
+// inserts, once the job of Retired runs, more than two transactions' worth
+// of objects that still name the retired reconciler in one transaction: the
+// job removes the entry from every one, in transactions of at most
+// MaxObjectsPerTxn, keeping the other name's identity.
+func TestRetiredRemovesTheNameFromALargeLaterInsertInBoundedTransactions(t *testing.T) {
+	w := startFWorld(t, nil, sets.Retired[*node]("gone"))
+	const n = 2*sets.MaxObjectsPerTxn + 500
+	ids := map[string]uint64{}
+	nodes := make([]*node, n)
+	for i := range nodes {
+		s := status.NewSet().Set("a", status.Done()).Pending("gone")
+		nodes[i] = &node{Name: fmt.Sprintf("n%04d", i), Value: "1", Statuses: s}
+		ids[nodes[i].Name] = s.Get("a").ID()
+	}
+	wtxn := w.db.WriteTxn(w.nodes)
+	for _, nd := range nodes {
+		_, _, err := w.nodes.Insert(wtxn, nd)
+		require.NoError(t, err)
+	}
+	own := w.nodes.Revision(wtxn.Commit())
+	eventually(t, w.db, w.nodes, "every object free of gone", func(objs iter.Seq2[*node, statedb.Revision]) bool {
+		count := 0
+		for o := range objs {
+			if slices.Contains(names(o.Statuses), "gone") {
+				return false
+			}
+			count++
+		}
+		return count == n
+	})
+	for key, o := range byKey(w.db, w.nodes) {
+		require.Equal(t, ids[key], o.Statuses.Get("a").ID(), "object %s: a's identity changed", key)
+	}
+	require.LessOrEqual(t, w.sizes.largest(own), sets.MaxObjectsPerTxn)
+}
+
+// TestCtxEndingMidwayLeavesEveryObjectWhole cancels the context of Retire
+// and of Refresh while they are in their second transaction: each returns
+// ctx's error, the count (or Marked.Len) is exactly the objects that
+// changed, and each object is either as it was or changed only in the
+// name's entry.
+func TestCtxEndingMidwayLeavesEveryObjectWhole(t *testing.T) {
+	for _, op := range []string{"retire", "refresh"} {
+		t.Run(op, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			var clones atomic.Int64
+			db, tbl, st, _ := bareTable(t, func() {
+				if clones.Add(1) == sets.MaxObjectsPerTxn+500 {
+					cancel()
+				}
+			}, nil, nil)
+			const n = 3 * sets.MaxObjectsPerTxn
+			fill(t, db, tbl, n, func() status.Set {
+				return status.NewSet().Set("a", status.Done()).Set("b", status.Done())
+			})
+			before := byKey(db, tbl)
+
+			var count int
+			var err error
+			if op == "retire" {
+				count, err = st.Retire(ctx, "b")
+			} else {
+				var m *sets.Marked[*node]
+				m, err = st.Refresh(ctx, "b")
+				require.NotNil(t, m, "Refresh returns what it marked when ctx ends")
+				count = m.Len()
+			}
+			require.ErrorIs(t, err, context.Canceled)
+			require.Positive(t, count, "the first transaction committed before ctx ended")
+			require.Less(t, count, n)
+
+			changed := 0
+			after := byKey(db, tbl)
+			require.Len(t, after, n)
+			for key, o := range after {
+				old := before[key]
+				require.Equal(t, old.Value, o.Value)
+				require.Equal(t, old.Statuses.Get("a").ID(), o.Statuses.Get("a").ID(), "object %s: a changed", key)
+				if o.Statuses.Get("b").ID() == old.Statuses.Get("b").ID() && slices.Contains(names(o.Statuses), "b") {
+					continue
+				}
+				changed++
+				if op == "retire" {
+					require.Equal(t, []string{"a"}, names(o.Statuses), "object %s", key)
+				} else {
+					require.Equal(t, status.KindRefreshing, o.Statuses.Get("b").Kind, "object %s", key)
+				}
+			}
+			require.Equal(t, count, changed, "the count is not what changed")
+		})
+	}
+}
+
+// TestRefreshOfNothingOrOfDeletedObjectsMarksNoneAndWaitReturnsAtOnce
+// gives Refresh queries that select nothing, and one for a deleted object,
+// with nobody serving the name: nothing is marked and Wait returns at once
+// (its ctx already ended).
+func TestRefreshOfNothingOrOfDeletedObjectsMarksNoneAndWaitReturnsAtOnce(t *testing.T) {
+	db, tbl, st, _ := bareTable(t, nil, nil, nil)
+	fill(t, db, tbl, 10, func() status.Set { return status.NewSet().Set("b", status.Done()) })
+	gone := get(t, db, tbl, "n0003")
+	wtxn := db.WriteTxn(tbl)
+	_, _, err := tbl.Delete(wtxn, gone)
+	require.NoError(t, err)
+	wtxn.Commit()
+	rev := tbl.Revision(db.ReadTxn())
+
+	for name, queries := range map[string][]statedb.Query[*node]{
+		"no match":       {nodeValue.Query("nothing has this value")},
+		"deleted object": {nodeName.Query("n0003")},
+		"both, twice":    {nodeName.Query("n0003"), nodeValue.Query("2"), nodeName.Query("n0003")},
+	} {
+		t.Run(name, func(t *testing.T) {
+			m, err := st.Refresh(ctx(t), "b", queries...)
+			require.NoError(t, err)
+			require.Zero(t, m.Len())
+			ended, cancel := context.WithCancel(context.Background())
+			cancel()
+			res, err := m.Wait(ended)
+			require.NoError(t, err)
+			require.Equal(t, sets.Result{}, res)
+		})
+	}
+	require.Equal(t, rev, tbl.Revision(db.ReadTxn()), "a Refresh of nothing wrote")
+}
+
+// TestRefreshWritesInBoundedTransactions refreshes more than two
+// transactions' worth of objects, all of them and through overlapping
+// queries: no transaction writes more than MaxObjectsPerTxn objects, and
+// each object is marked once.
+func TestRefreshWritesInBoundedTransactions(t *testing.T) {
+	db, tbl, st, sizes := bareTable(t, nil, nil, nil)
+	const n = 2*sets.MaxObjectsPerTxn + 500
+	fill(t, db, tbl, n, func() status.Set { return status.NewSet().Set("b", status.Done()) })
+	fillRev := tbl.Revision(db.ReadTxn())
+	m, err := st.Refresh(ctx(t), "b")
+	require.NoError(t, err)
+	require.Equal(t, n, m.Len())
+	m, err = st.Refresh(ctx(t), "b", nodeName.Query("n0001"), nodeValue.Query("1"), nodeName.Query("n2000"))
+	require.NoError(t, err)
+	require.Equal(t, n, m.Len())
+	require.Equal(t, fillRev+2*n, tbl.Revision(db.ReadTxn()), "an object was marked twice")
+	require.LessOrEqual(t, sizes.largest(fillRev), sets.MaxObjectsPerTxn)
+}
+
+// TestMarkedWaitFollowsObjectsChangedOrDeletedAfterTheMark refreshes b
+// while its reconciler is paused, then deletes one marked object, gives
+// another a new version, takes b's entry out of a third: Wait counts the
+// deleted one as Deleted, and waits for the others until b attempted them
+// in their latest version.
+func TestMarkedWaitFollowsObjectsChangedOrDeletedAfterTheMark(t *testing.T) {
+	w := startFWorld(t, []string{"a", "b"})
+	fill(t, w.db, w.nodes, 4, func() status.Set { return status.NewSet().Pending("a", "b") })
+	require.NoError(t, w.set.Wait(ctx(t), []string{"a", "b"}))
+	w.recs["b"].Pause()
+	m, err := w.set.Refresh(ctx(t), "b")
+	require.NoError(t, err)
+	require.Equal(t, 4, m.Len())
+
+	wtxn := w.db.WriteTxn(w.nodes)
+	o0, _, _ := w.nodes.Get(wtxn, nodeName.Query("n0000"))
+	_, _, err = w.nodes.Delete(wtxn, o0)
+	require.NoError(t, err)
+	o1, _, _ := w.nodes.Get(wtxn, nodeName.Query("n0001"))
+	o1 = o1.clone()
+	o1.Value = "2"
+	o1.Statuses = o1.Statuses.Set("b", status.Pending())
+	_, _, err = w.nodes.Insert(wtxn, o1)
+	require.NoError(t, err)
+	o2, _, _ := w.nodes.Get(wtxn, nodeName.Query("n0002"))
+	o2 = o2.clone()
+	o2.Statuses = o2.Statuses.Delete("b")
+	_, _, err = w.nodes.Insert(wtxn, o2)
+	require.NoError(t, err)
+	wtxn.Commit()
+
+	short, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	res, err := m.Wait(short)
+	require.ErrorIs(t, err, sets.ErrNotSettled)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.Equal(t, sets.Result{Deleted: 1}, res, "b is paused: nothing was attempted")
+	for _, key := range []string{"n0001", "n0002", "n0003"} {
+		require.Contains(t, err.Error(), key)
+	}
+
+	w.recs["b"].Resume()
+	res, err = m.Wait(ctx(t))
+	require.NoError(t, err)
+	require.Equal(t, sets.Result{Done: 3, Deleted: 1}, res)
+	v, found, err := w.targets["b"].Get("n0001")
+	require.NoError(t, err)
+	require.True(t, found)
+	require.Equal(t, "2", v, "the attempt counted was not of the latest version")
+}
+
+// TestMarkedWaitDoesNotCountAnAttemptUnderWayAtTheMark blocks b's Update of
+// an object, refreshes it while the Update is in flight, and releases it:
+// Wait returns only after an Update that began after the mark.
+func TestMarkedWaitDoesNotCountAnAttemptUnderWayAtTheMark(t *testing.T) {
+	w := startFWorld(t, []string{"b"})
+	f := w.faults["b"]
+	require.NoError(t, f.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeDelay, Key: "x", Op: reconcilertest.OpUpdate, Next: 1}))
+	insert(t, w.db, w.nodes, &node{Name: "x", Value: "1", Statuses: status.NewSet().Pending("b")})
+	deadline := time.After(timeout)
+	for {
+		inflight, changed := f.InFlightWatch()
+		if len(inflight) == 1 {
+			break
+		}
+		select {
+		case <-changed:
+		case <-deadline:
+			t.Fatal("the Update of x never started")
+		}
+	}
+	m, err := w.set.Refresh(ctx(t), "b")
+	require.NoError(t, err)
+	require.Equal(t, 1, m.Len())
+	f.Clear("")
+	res, err := m.Wait(ctx(t))
+	require.NoError(t, err)
+	require.Equal(t, sets.Result{Done: 1}, res)
+	require.GreaterOrEqual(t, w.updates("b", "x"), 2, "Wait counted the attempt under way at the mark")
+}
+
+// TestWaitAcrossNamesDoneOnlyAndDoneOrError pins how the two waits treat
+// retryable and terminal errors: DoneOrError returns the failed objects at
+// once; Done-only waits out a retryable error (ctx ends, listing it) but
+// not a terminal one, which it returns once the retryable one is Done.
+func TestWaitAcrossNamesDoneOnlyAndDoneOrError(t *testing.T) {
+	w := startFWorld(t, []string{"a", "b"})
+	f := w.faults["b"]
+	require.NoError(t, f.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeError, Key: "x"}))
+	require.NoError(t, f.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeTerminal, Key: "y"}))
+	for _, key := range []string{"x", "y", "z"} {
+		insert(t, w.db, w.nodes, &node{Name: key, Value: "1", Statuses: status.NewSet().Pending("a", "b")})
+	}
+
+	err := w.set.Wait(ctx(t), []string{"a", "b"}, sets.DoneOrError())
+	require.ErrorIs(t, err, reconciler.ErrObjectFailed)
+	require.Contains(t, err.Error(), "x (b: Error")
+	require.Contains(t, err.Error(), "y (b: Error")
+	require.NotContains(t, err.Error(), "z (")
+
+	require.NoError(t, w.set.Wait(ctx(t), []string{"a"}))
+
+	short, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	err = w.set.Wait(short, []string{"b", "a"})
+	require.ErrorIs(t, err, sets.ErrNotSettled)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.Contains(t, err.Error(), "x (b:")
+	require.NotContains(t, err.Error(), "y (", "a terminal error is settled")
+
+	f.Clear("x")
+	err = w.set.Wait(ctx(t), []string{"a", "b"})
+	require.ErrorIs(t, err, reconciler.ErrObjectFailed)
+	require.NotErrorIs(t, err, sets.ErrNotSettled)
+	require.Contains(t, err.Error(), "y (b: Error")
+	require.NotContains(t, err.Error(), "x (")
+	require.Equal(t, status.KindDone, get(t, w.db, w.nodes, "x").Statuses.Get("b").Kind)
+}
+
+// TestWaitWithASnapshotWaitsForItsObjectsOnly waits with Snapshot: for an
+// empty snapshot it returns at once even for a name nobody serves; for a
+// snapshot without an object stuck in b's Update it returns although the
+// table at the call has it; an object of the snapshot deleted since counts
+// as settled.
+func TestWaitWithASnapshotWaitsForItsObjectsOnly(t *testing.T) {
+	w := startFWorld(t, []string{"b"})
+	empty := w.db.ReadTxn()
+	f := w.faults["b"]
+	require.NoError(t, f.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeDelay, Key: "late", Op: reconcilertest.OpUpdate}))
+	wtxn := w.db.WriteTxn(w.nodes)
+	_, _, err := w.nodes.Insert(wtxn, &node{Name: "early", Value: "1", Statuses: status.NewSet().Pending("b")})
+	require.NoError(t, err)
+	first := wtxn.Commit()
+	w.reconciled(t, "b") // early's round is over before late is in the table
+	wtxn = w.db.WriteTxn(w.nodes)
+	_, _, err = w.nodes.Insert(wtxn, &node{Name: "late", Value: "1", Statuses: status.NewSet().Pending("b")})
+	require.NoError(t, err)
+	second := wtxn.Commit()
+	deadline := time.After(timeout)
+	for {
+		inflight, changed := f.InFlightWatch()
+		if len(inflight) == 1 {
+			break
+		}
+		select {
+		case <-changed:
+		case <-deadline:
+			t.Fatal("the Update of late never started")
+		}
+	}
+
+	require.NoError(t, w.set.Wait(ctx(t), []string{"ghost"}, sets.Snapshot(empty)))
+	require.NoError(t, w.set.Wait(ctx(t), []string{"b"}, sets.Snapshot(first)))
+	short, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	err = w.set.Wait(short, []string{"b"})
+	require.ErrorIs(t, err, sets.ErrNotSettled)
+	require.Contains(t, err.Error(), "late (b: Pending)")
+	require.NotContains(t, err.Error(), "early")
+
+	wtxn = w.db.WriteTxn(w.nodes)
+	_, _, err = w.nodes.Delete(wtxn, &node{Name: "late"})
+	require.NoError(t, err)
+	wtxn.Commit()
+	require.NoError(t, w.set.Wait(ctx(t), []string{"b"}, sets.Snapshot(second)), "an object of the snapshot deleted since is settled")
+}
+
 // TestWaitGivenAnOpenWriteTxnAsSnapshotDoesNotHang passes the write
 // transaction the caller holds as the snapshot: Wait must answer (an error
 // or the wait) and not block on the table lock the caller itself holds. It
@@ -265,4 +711,105 @@ func TestBadArgumentsAreRefusedWithErrInvalidConfigNeverAPanic(t *testing.T) {
 		require.NoError(t, err)
 		require.Zero(t, m.Len())
 	})
+}
+
+// TestAPanicOfAFunctionIsReturnedAndReleasesTheTable makes each function
+// given to Of panic in each method that calls it, at the first object and
+// in the second transaction: the method returns ErrFuncPanicked, the
+// table's lock is free afterwards, and no object was half changed.
+func TestAPanicOfAFunctionIsReturnedAndReleasesTheTable(t *testing.T) {
+	type fn int
+	const (
+		cloneFn fn = iota
+		getFn
+		setFn
+	)
+	cases := []struct {
+		name string
+		fn   fn
+		call func(context.Context, *sets.Table[*node]) error
+	}{
+		{"Retire/clone", cloneFn, func(c context.Context, st *sets.Table[*node]) error { _, err := st.Retire(c, "b"); return err }},
+		{"Retire/get", getFn, func(c context.Context, st *sets.Table[*node]) error { _, err := st.Retire(c, "b"); return err }},
+		{"Retire/set", setFn, func(c context.Context, st *sets.Table[*node]) error { _, err := st.Retire(c, "b"); return err }},
+		{"Refresh/clone", cloneFn, func(c context.Context, st *sets.Table[*node]) error { _, err := st.Refresh(c, "b"); return err }},
+		{"Refresh/get", getFn, func(c context.Context, st *sets.Table[*node]) error { _, err := st.Refresh(c, "b"); return err }},
+		{"Refresh/set", setFn, func(c context.Context, st *sets.Table[*node]) error { _, err := st.Refresh(c, "b"); return err }},
+		{"Wait/get", getFn, func(c context.Context, st *sets.Table[*node]) error { return st.Wait(c, []string{"b"}) }},
+	}
+	for _, tc := range cases {
+		for _, at := range []int64{1, sets.MaxObjectsPerTxn + 10} {
+			t.Run(fmt.Sprintf("%s/call=%d", tc.name, at), func(t *testing.T) {
+				var calls atomic.Int64
+				hook := func(which fn) func() {
+					if which != tc.fn {
+						return nil
+					}
+					return func() {
+						if calls.Add(1) == at {
+							panic("user function broke")
+						}
+					}
+				}
+				db, tbl, st, _ := bareTable(t, hook(cloneFn), hook(getFn), hook(setFn))
+				fill(t, db, tbl, 2*sets.MaxObjectsPerTxn, func() status.Set {
+					return status.NewSet().Set("a", status.Done()).Set("b", status.Pending())
+				})
+				before := byKey(db, tbl)
+				var err error
+				noPanic(t, tc.name, func() { err = tc.call(ctx(t), st) })
+				if tc.name == "Wait/get" && at > 2*sets.MaxObjectsPerTxn {
+					return
+				}
+				require.ErrorIs(t, err, sets.ErrFuncPanicked)
+
+				locked := make(chan struct{})
+				go func() { db.WriteTxn(tbl).Abort(); close(locked) }()
+				select {
+				case <-locked:
+				case <-time.After(timeout):
+					t.Fatal("the table stays locked after the panic")
+				}
+				for key, o := range byKey(db, tbl) {
+					old := before[key]
+					require.Equal(t, old.Statuses.Get("a").ID(), o.Statuses.Get("a").ID(), "object %s", key)
+					if at == 1 {
+						require.Equal(t, old.Statuses.Get("b").ID(), o.Statuses.Get("b").ID(), "object %s changed though the first call panicked", key)
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestConcurrentMarkedWaitsReturnTheSameResult waits on one Marked from
+// several goroutines and again afterwards: each gets the same counts, and
+// the counts add up to what was marked.
+func TestConcurrentMarkedWaitsReturnTheSameResult(t *testing.T) {
+	w := startFWorld(t, []string{"b"})
+	fill(t, w.db, w.nodes, 20, func() status.Set { return status.NewSet().Pending("b") })
+	require.NoError(t, w.set.Wait(ctx(t), []string{"b"}))
+	require.NoError(t, w.faults["b"].Inject(reconcilertest.Fault{Mode: reconcilertest.ModeTerminal, Key: "n0002"}))
+	m, err := w.set.Refresh(ctx(t), "b")
+	require.NoError(t, err)
+	results := make([]sets.Result, 4)
+	var wg sync.WaitGroup
+	for i := range results {
+		wg.Go(func() {
+			res, err := m.Wait(ctx(t))
+			if err == nil {
+				results[i] = res
+			}
+		})
+	}
+	wg.Wait()
+	again, err := m.Wait(ctx(t))
+	require.NoError(t, err)
+	require.Equal(t, 19, again.Done)
+	require.Len(t, again.Failed, 1)
+	require.Equal(t, "n0002", again.Failed[0].Key)
+	require.ErrorIs(t, again.Err(), reconciler.ErrObjectFailed)
+	for _, res := range results {
+		require.Equal(t, again, res)
+	}
 }
