@@ -123,6 +123,13 @@ func nodeKey(n *node) string { return n.Name }
 
 func startFWorld(t testing.TB, names []string, cells ...cell.Cell) *fworld {
 	t.Helper()
+	return startFWorldWith(t, names, nil, cells...)
+}
+
+// startFWorldWith is startFWorld with options for the reconciler of each
+// name, given the world (its targets are made before the options are asked).
+func startFWorldWith(t testing.TB, names []string, opts func(w *fworld, name string) []reconciler.Option, cells ...cell.Cell) *fworld {
+	t.Helper()
 	w := &fworld{
 		sizes:   newTxnSizes(),
 		faults:  map[string]*reconcilertest.FaultyOps[*node]{},
@@ -147,14 +154,19 @@ func startFWorld(t testing.TB, names []string, cells ...cell.Cell) *fworld {
 				for _, name := range names {
 					target := reconcilertest.NewTarget(nodeKey, func(n *node) string { return n.Value })
 					faults := reconcilertest.NewFaultyOps(nodeKey, reconciler.Operations[*node](target), nil)
+					w.faults[name], w.targets[name] = faults, target
+					options := []reconciler.Option{reconciler.WithName(name), reconciler.WithRetry(time.Millisecond, 5*time.Millisecond), reconciler.WithPruning(0)}
+					if opts != nil {
+						options = append(options, opts(w, name)...)
+					}
 					r, err := reconciler.Register(p, tbl, (*node).clone,
 						func(n *node, s status.Status) *node { n.Statuses = n.Statuses.Set(name, s); return n },
 						func(n *node) status.Status { return n.Statuses.Get(name) },
-						faults, nil, reconciler.WithName(name), reconciler.WithRetry(time.Millisecond, 5*time.Millisecond), reconciler.WithPruning(0))
+						faults, nil, options...)
 					if err != nil {
 						return err
 					}
-					w.faults[name], w.targets[name], w.recs[name] = faults, target, r
+					w.recs[name] = r
 				}
 				return nil
 			}),
@@ -463,6 +475,36 @@ func TestRefreshWritesInBoundedTransactions(t *testing.T) {
 	require.Equal(t, n, m.Len())
 	require.Equal(t, fillRev+2*n, tbl.Revision(db.ReadTxn()), "an object was marked twice")
 	require.LessOrEqual(t, sizes.largest(fillRev), sets.MaxObjectsPerTxn)
+}
+
+// TestRefreshOfAnObjectInErrorAppliesItUnderAReportOnlyDriftCheck
+// refreshes an object whose status for b is an Error its reconciler did not
+// write in this process (restored from a dump, or carried over a restart):
+// its version is not known to be in the target, so the refresh must have it
+// applied, not drift-checked: a report-only check finding it drifted would
+// write it Done with nothing applied.
+func TestRefreshOfAnObjectInErrorAppliesItUnderAReportOnlyDriftCheck(t *testing.T) {
+	w := startFWorldWith(t, []string{"b"}, func(w *fworld, name string) []reconciler.Option {
+		target := w.targets[name]
+		return []reconciler.Option{
+			reconciler.WithDriftCheck(func(_ context.Context, _ statedb.ReadTxn, _ statedb.Revision, n *node) (bool, error) {
+				v, found, err := target.Get(n.Name)
+				return found && v == n.Value, err
+			}),
+			reconciler.WithDriftReportOnly(),
+		}
+	})
+	for _, st := range []status.Status{status.TerminalError(errors.New("restored")), status.Error(errors.New("restored"))} {
+		insert(t, w.db, w.nodes, &node{Name: "x", Value: fmt.Sprint(st.Terminal), Statuses: status.NewSet().Set("b", st)})
+		m, err := w.set.Refresh(ctx(t), "b")
+		require.NoError(t, err)
+		res, err := m.Wait(ctx(t))
+		require.NoError(t, err)
+		require.Equal(t, sets.Result{Done: 1}, res, "after %s", st)
+		v, found, err := w.targets["b"].Get("x")
+		require.NoError(t, err)
+		require.True(t, found && v == fmt.Sprint(st.Terminal), "x, refreshed from %s, is Done but the target holds %q (found: %v)", st, v, found)
+	}
 }
 
 // TestMarkedWaitFollowsObjectsChangedOrDeletedAfterTheMark refreshes b
