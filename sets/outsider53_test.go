@@ -21,6 +21,7 @@ import (
 	"github.com/cilium/hive/hivetest"
 	"github.com/cilium/hive/job"
 	"github.com/cilium/statedb"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/converge-go/converge/reconciler"
@@ -854,4 +855,70 @@ func TestConcurrentMarkedWaitsReturnTheSameResult(t *testing.T) {
 	for _, res := range results {
 		require.Equal(t, again, res)
 	}
+}
+
+// TestRetiredReportsAPanicDegradedAndRetries makes get panic under the job
+// of Retired: its health turns Degraded with ErrFuncPanicked's text, the
+// hive keeps running, and once get stops panicking the job, retried,
+// retires the name and reports OK.
+func TestRetiredReportsAPanicDegradedAndRetries(t *testing.T) {
+	var broken atomic.Bool
+	broken.Store(true)
+	var (
+		db  *statedb.DB
+		tbl statedb.RWTable[*node]
+		hp  *cell.SimpleHealth
+	)
+	h := hive.New(statedb.Cell, job.Cell, cell.Provide(cell.NewSimpleHealth),
+		cell.Invoke(func(s *cell.SimpleHealth) { hp = s }),
+		cell.Module("nodes", "Nodes",
+			cell.Provide(job.Registry.NewGroup),
+			cell.Provide(func(db_ *statedb.DB) (*sets.Table[*node], error) {
+				var err error
+				db = db_
+				if tbl, err = statedb.NewTable(db, "nodes", nodeName); err != nil {
+					return nil, err
+				}
+				wtxn := db.WriteTxn(tbl)
+				for _, name := range []string{"x", "y"} {
+					if _, _, err = tbl.Insert(wtxn, &node{Name: name, Statuses: status.NewSet().Set("a", status.Done()).Pending("gone")}); err != nil {
+						return nil, err
+					}
+				}
+				wtxn.Commit()
+				return sets.Of(db, tbl, (*node).clone, func(n *node) status.Set {
+					if broken.Load() {
+						panic("get broke")
+					}
+					return n.Statuses
+				}, setSet)
+			}),
+			sets.Retired[*node]("gone"),
+		))
+	log := hivetest.Logger(t, hivetest.LogLevel(slog.LevelError+1))
+	require.NoError(t, h.Start(log, ctx(t)))
+	t.Cleanup(func() { require.NoError(t, h.Stop(log, context.Background())) })
+
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		jh := hp.GetChild("job-retire-sets")
+		if !assert.NotNil(c, jh, "the job's health") {
+			return
+		}
+		jh.Lock()
+		defer jh.Unlock()
+		assert.Equal(c, cell.StatusDegraded, jh.Level)
+		assert.ErrorContains(c, jh.Error, sets.ErrFuncPanicked.Error())
+	}, timeout, tick)
+	require.Equal(t, status.KindPending, get(t, db, tbl, "x").Statuses.Get("gone").Kind, "nothing retired while get panics")
+
+	broken.Store(false)
+	eventually(t, db, tbl, "gone retired once get works", func(objs iter.Seq2[*node, statedb.Revision]) bool {
+		for o := range objs {
+			if !slices.Equal(names(o.Statuses), []string{"a"}) {
+				return false
+			}
+		}
+		return true
+	})
+	waitHealth(t, hp, "Retired gone: 2 object(s) changed")
 }
