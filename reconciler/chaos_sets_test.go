@@ -20,7 +20,9 @@ package reconciler_test
 // (statusProblems): a status another name wrote, or one for an older
 // version, is caught; a Done is of the version that name's target last
 // applied; and WaitForReconciliation over an index of the whole set
-// returns (setsWait).
+// returns (setsWait). Between steps, refreshes of one name and waits across
+// names (sets.Table.Refresh and Wait) are checked as they return
+// (chaos_sets_wait_test.go).
 
 import (
 	"context"
@@ -55,6 +57,7 @@ type chaosSets struct {
 	left     map[string]bool // names retired and not back
 	restarts int
 	index    statedb.Index[*item, status.Kind] // over every entry of the set (setKind)
+	rng      *rand.Rand                        // the refresh and wait moves (chaos_sets_wait_test.go)
 
 	// What the next generation starts with (namesRestart).
 	carry      []*item
@@ -66,6 +69,9 @@ type chaosSets struct {
 	// identities the name's status had on the objects it was given (a
 	// task's status is set again on each newer object of its version).
 	from map[string]map[uint64][]uint64
+	// wroteAs: each status identity a setStatus or a refresh wrote, as
+	// written.
+	wroteAs map[uint64]status.Status
 	// wrote: per name and key, the identities the test wrote in this
 	// generation; last: the one of its last write.
 	wrote map[string]map[string]map[uint64]bool
@@ -82,7 +88,7 @@ func (r *chaosRun) drawNames() {
 	}
 	rng := rand.New(rand.NewPCG(r.seed, 0x5e75))
 	s := &chaosSets{left: map[string]bool{}, from: map[string]map[uint64][]uint64{}, carryStale: map[string]bool{},
-		index: convergeindex.NewNamedStatusIndex("status-set", setKind)}
+		index: convergeindex.NewNamedStatusIndex("status-set", setKind), rng: newSetsRNG(r.seed), wroteAs: map[uint64]status.Status{}}
 	r.sets = s
 	first := r.recs[0].target
 	for i, name := range chaosSetNames {
@@ -124,6 +130,7 @@ func (s *chaosSets) recording(name string) func(*item, status.Status) *item {
 			if !slices.Contains(s.from[name][id], old) {
 				s.from[name][id] = append(s.from[name][id], old)
 			}
+			s.wroteAs[id] = st
 			s.mu.Unlock()
 		}
 		return set(it, st)
@@ -381,13 +388,16 @@ func (r *chaosRun) statusProblems() (problems []string) {
 				problems = append(problems, fmt.Sprintf("%s%s=%s: the test wrote no status of it in this generation", rec.label(), obj.ID, obj.Value))
 				continue
 			}
-			// The statuses st descends from, back to the test's writes.
+			// The statuses st descends from, back to the test's writes, and
+			// past one the name's setStatus wrote again over later statuses:
+			// a retry of a drift check that failed writes the Refreshing it
+			// checked back, identity and all, and a refresh's mark (booked
+			// as the test's) is such a Refreshing (chaos_sets_wait_test.go).
 			seen, roots, todo := map[uint64]bool{st.ID(): true}, []uint64{}, []uint64{st.ID()}
 			for len(todo) > 0 {
 				id := todo[0]
 				if todo = todo[1:]; s.wrote[rec.name][obj.ID][id] {
 					roots = append(roots, id)
-					continue
 				}
 				for _, prev := range s.from[rec.name][id] {
 					if !seen[prev] {

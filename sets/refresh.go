@@ -20,11 +20,14 @@ import (
 // what Cilium's node Writer.Refresh does by hand for IPsec.
 //
 // Each marked object's status for name gets a fresh identity that asks for
-// work: Refreshing if it was Done or Error (terminal or not), a fresh
-// Pending if it was Pending (a new version not yet applied stays one: a
-// drift check, reconciler.WithDriftCheck, looks only at Refreshing
-// objects, and its report-only mode must not skip a new version), a fresh
-// Refreshing if it was Refreshing. So an operation already under way when
+// work: Refreshing if it was Done, a fresh Refreshing if it was
+// Refreshing, and a fresh Pending if it was Pending or Error (terminal or
+// not): a version not yet applied, or whose last attempt failed, stays one
+// to apply, as a drift check (reconciler.WithDriftCheck) looks only at
+// Refreshing objects, and its report-only mode, finding the target without
+// it, would write it Done with nothing applied (the reconciler knows an
+// Error it wrote itself, not one restored from a dump or carried over a
+// restart). So an operation already under way when
 // Refresh marks its object does not count: the reconciler finds its own
 // status changed and applies the object again, and every attempt
 // [Marked.Wait] counts began after the mark. The other names' statuses are
@@ -51,10 +54,10 @@ func (t *Table[Obj]) Refresh(ctx context.Context, name string, queries ...stated
 		needs: func(key string, _ status.Set) bool { _, done := m.remaining[key]; return !done },
 		change: func(s status.Set) status.Set {
 			switch st := s.Get(name); st.Kind {
-			case status.KindPending:
-				return s.Set(name, status.PendingAt(now))
-			default:
+			case status.KindDone, status.KindRefreshing:
 				return s.Set(name, status.RefreshingAt(now))
+			default: // Pending or Error: a version not known to be applied
+				return s.Set(name, status.PendingAt(now))
 			}
 		},
 		written: func(key string, obj Obj) { m.remaining[key] = obj },
@@ -109,8 +112,14 @@ type Marked[Obj any] struct {
 	result    Result
 }
 
-// Len returns how many objects were marked.
-func (m *Marked[Obj]) Len() int { return m.marked }
+// Len returns how many objects were marked: zero for a Marked not made by
+// [Table.Refresh].
+func (m *Marked[Obj]) Len() int {
+	if m == nil {
+		return 0
+	}
+	return m.marked
+}
 
 // Result is what the attempts of a refresh gave: how many objects were
 // Done, which failed, how many were deleted before an attempt was seen.

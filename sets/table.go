@@ -65,8 +65,14 @@ func Of[Obj any](db *statedb.DB, table statedb.RWTable[Obj], clone func(Obj) Obj
 	return &Table[Obj]{db: db, table: table, clone: clone, get: get, set: set}, nil
 }
 
-// Name returns the name of the StateDB table.
-func (t *Table[Obj]) Name() string { return t.table.Name() }
+// Name returns the name of the StateDB table, or "" for a Table not made
+// with [Of].
+func (t *Table[Obj]) Name() string {
+	if t == nil || t.table == nil {
+		return ""
+	}
+	return t.table.Name()
+}
 
 // Statuses returns obj's status.Set, as the get given to Of reads it; a
 // panic of get is returned as an error wrapping [ErrFuncPanicked].

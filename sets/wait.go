@@ -23,7 +23,10 @@ type waitOptions struct {
 
 // Snapshot makes [Table.Wait] wait for the objects of the table as of txn
 // (for example the transaction a write's Commit returned) instead of those
-// of the table at the call. A nil txn is ignored.
+// of the table at the call. A nil txn is ignored; a write transaction
+// (statedb.WriteTxn, even committed) makes Wait fail with an error wrapping
+// reconciler.ErrInvalidConfig, as Wait takes the table's lock, which the
+// transaction may hold.
 func Snapshot(txn statedb.ReadTxn) WaitOption {
 	return func(o *waitOptions) { o.snapshot = txn }
 }
@@ -57,7 +60,8 @@ func DoneOrError() WaitOption {
 // When ctx ends first, it returns an error wrapping ctx's error and
 // [ErrNotSettled] that lists the first ten objects not settled (in key
 // order) with the status of each name that holds them up, and counts the
-// rest. No name, an empty one or a repeated one is an error wrapping
+// rest. No name, an empty one or a repeated one, a nil WaitOption and a
+// write transaction given to [Snapshot] are errors wrapping
 // reconciler.ErrInvalidConfig.
 //
 // Like reconciler.WaitForReconciliation, it does not need the reconcilers
@@ -82,9 +86,16 @@ func (t *Table[Obj]) Wait(ctx context.Context, names []string, opts ...WaitOptio
 	}
 	var o waitOptions
 	for _, opt := range opts {
-		if opt != nil {
-			opt(&o)
+		if opt == nil {
+			return fmt.Errorf("sets: Wait: nil WaitOption: %w", reconciler.ErrInvalidConfig)
 		}
+		opt(&o)
+	}
+	if _, open := o.snapshot.(statedb.WriteTxn); open {
+		// Wait takes the table's lock to register its change iterator: a
+		// caller holding it in this write transaction would wait forever,
+		// whatever ctx says.
+		return fmt.Errorf("sets: Wait: Snapshot was given a write transaction; give it the ReadTxn its Commit returned: %w", reconciler.ErrInvalidConfig)
 	}
 	failed := map[string][]ObjectStatus{} // by key: the names in Error of its last version
 	settled := func(s status.Set) (bool, []ObjectStatus) {
