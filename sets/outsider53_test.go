@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -921,4 +922,30 @@ func TestRetiredReportsAPanicDegradedAndRetries(t *testing.T) {
 		return true
 	})
 	waitHealth(t, hp, "Retired gone: 2 object(s) changed")
+}
+
+// TestAWaitThatFindsAnotherUnderWayReturnsTheResultSoFar: while one Wait
+// follows a refresh (an object's Update held), another whose ctx ends
+// returns what the attempts gave so far, as Marked.Wait says, not a zero
+// Result. Workers, so that the held Update holds no other object's status.
+func TestAWaitThatFindsAnotherUnderWayReturnsTheResultSoFar(t *testing.T) {
+	w := startFWorldWith(t, []string{"b"}, func(*fworld, string) []reconciler.Option {
+		return []reconciler.Option{reconciler.WithConcurrency(4)}
+	})
+	fill(t, w.db, w.nodes, 20, func() status.Set { return status.NewSet().Pending("b") })
+	require.NoError(t, w.set.Wait(ctx(t), []string{"b"}))
+	require.NoError(t, w.faults["b"].Inject(reconcilertest.Fault{Mode: reconcilertest.ModeDelay, Key: "n0005"}))
+	m, err := w.set.Refresh(ctx(t), "b")
+	require.NoError(t, err)
+	first := make(chan error, 1)
+	go func() { _, err := m.Wait(ctx(t)); first <- err }()
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	require.Eventually(t, func() bool {
+		res, err := m.Wait(cancelled)
+		require.ErrorIs(t, err, sets.ErrNotSettled)
+		return strings.Contains(err.Error(), "another Wait under way") && res.Done == 19
+	}, timeout, tick, "a Wait beside the one under way never returned the 19 objects attempted")
+	w.faults["b"].Clear("")
+	require.NoError(t, <-first)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cilium/statedb"
@@ -106,10 +107,12 @@ type Marked[Obj any] struct {
 
 	sem chan struct{} // held by the Wait under way
 
-	// Under sem: the keys not yet attempted, with the version last seen,
-	// and what the attempts seen so far gave.
+	// Under sem: the keys not yet attempted, with the version last seen.
 	remaining map[string]Obj
-	result    Result
+	// What the attempts seen so far gave: written under sem and mu, read
+	// under mu (a Wait that finds another under way returns it).
+	mu     sync.Mutex
+	result Result
 }
 
 // Len returns how many objects were marked: zero for a Marked not made by
@@ -173,7 +176,7 @@ func (m *Marked[Obj]) Wait(ctx context.Context) (Result, error) {
 		select {
 		case m.sem <- struct{}{}:
 		case <-ctx.Done():
-			return Result{}, fmt.Errorf("sets: Marked.Wait: %w: %w: another Wait under way", ctx.Err(), ErrNotSettled)
+			return m.copyResult(), fmt.Errorf("sets: Marked.Wait: %w: %w: another Wait under way", ctx.Err(), ErrNotSettled)
 		}
 	}
 	defer func() { <-m.sem }()
@@ -193,6 +196,8 @@ func (m *Marked[Obj]) Wait(ctx context.Context) (Result, error) {
 
 // settle is the follower's settle of Wait.
 func (m *Marked[Obj]) settle(key string, obj Obj, deleted bool) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if deleted {
 		m.result.Deleted++
 		return true, nil
@@ -215,6 +220,8 @@ func (m *Marked[Obj]) settle(key string, obj Obj, deleted bool) (bool, error) {
 
 // copyResult returns the result so far, not shared with later Waits.
 func (m *Marked[Obj]) copyResult() Result {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	r := m.result
 	r.Failed = slices.Clone(r.Failed)
 	return r
