@@ -211,14 +211,14 @@ func TestConfigureResizePool(t *testing.T) {
 
 // A new round size bounds the batches of the next rounds.
 func TestConfigureRoundSize(t *testing.T) {
-	o := newKitOps()
+	o := newTarget()
 	f := startFixture(t, o, &with{batch: o, tables: true})
 	require.NoError(t, f.rec.Configure(reconciler.WithRoundLimits(3, nil)))
 	f.rec.Pause()
 	f.waitHealth(func(_ cell.Level, msg string) bool { return msg == "Paused" })
 	f.upsert(items("a", 20, "1")...)
 	f.rec.Resume()
-	f.converged(o.tg)
+	f.converged(o)
 	assert.Equal(t, int64(3), o.maxBatch.Load(), "batches of the new round size")
 
 	o.maxBatch.Store(0)
@@ -227,7 +227,7 @@ func TestConfigureRoundSize(t *testing.T) {
 	f.waitHealth(func(_ cell.Level, msg string) bool { return msg == "Paused" })
 	f.upsert(items("b", 20, "1")...)
 	f.rec.Resume()
-	f.converged(o.tg)
+	f.converged(o)
 	assert.Equal(t, int64(20), o.maxBatch.Load(), "one batch again")
 }
 
@@ -355,7 +355,7 @@ func TestConfigureNoPruner(t *testing.T) {
 func TestConfigureRace(t *testing.T) {
 	for _, batch := range []bool{false, true} {
 		t.Run(fmt.Sprint("batch=", batch), func(t *testing.T) {
-			o := newKitOps()
+			o := newTarget()
 			var w with
 			if batch {
 				w.batch = o
@@ -409,7 +409,7 @@ func TestConfigureRace(t *testing.T) {
 			cancel()
 			wg.Wait()
 			require.NoError(t, f.rec.Configure(reconciler.WithRefreshing(0, nil), reconciler.WithPruning(0)))
-			f.converged(o.tg)
+			f.converged(o)
 			f.waitTable("no object Error", func(txn statedb.ReadTxn) bool { return f.countKind(txn, status.KindError) == 0 })
 		})
 	}

@@ -49,7 +49,7 @@ func o46Hive(t *testing.T, fail map[string]map[string]bool, names ...string) (*s
 					return err
 				}
 				for _, name := range names {
-					ops := newKitOps().failIDs(slices.Collect(maps.Keys(fail[name]))...)
+					ops := newTarget().failIDs(slices.Collect(maps.Keys(fail[name]))...)
 					_, err := reconciler.Register(p, tbl, (*item).clone,
 						func(it *item, s status.Status) *item { it.Statuses = it.Statuses.Set(name, s); return it },
 						func(it *item) status.Status { return it.Statuses.Get(name) },
@@ -86,7 +86,7 @@ func TestOutsider46NameWithSpaceIsRefused(t *testing.T) {
 					if err != nil {
 						return err
 					}
-					_, regErr = reconciler.Register(p, tbl, (*item).clone, (*item).setStatus, (*item).getStatus, newKitOps(), nil,
+					_, regErr = reconciler.Register(p, tbl, (*item).clone, (*item).setStatus, (*item).getStatus, newTarget(), nil,
 						reconciler.WithName(name), reconciler.WithMetrics(newKitMetrics()))
 					return nil
 				})))
@@ -150,7 +150,7 @@ func o46Module(name string) cell.Cell {
 				return err
 			}
 			for _, rn := range []string{"", "n"} {
-				ops := newKitOps()
+				ops := newTarget()
 				ops.failIDs("bad")
 				get, set := (*item).getStatus, (*item).setStatus
 				opts := []reconciler.Option{reconciler.WithPruning(0), reconciler.WithRetry(time.Hour, time.Hour), reconciler.WithMetrics(newKitMetrics())}
@@ -293,7 +293,7 @@ func TestOutsider46NilTablesPointerMeansNoTables(t *testing.T) {
 		cell.In
 		Tables *tables.Tables `optional:"true"`
 	}
-	ops := newKitOps()
+	ops := newTarget()
 	var (
 		db  *statedb.DB
 		tbl statedb.RWTable[*item]
@@ -347,11 +347,11 @@ func TestOutsider46TwoUnnamedReconcilersInOneModule(t *testing.T) {
 					return err
 				}
 				opts := []reconciler.Option{reconciler.WithPruning(0), reconciler.WithRetry(time.Hour, time.Hour), reconciler.WithMetrics(newKitMetrics())}
-				if _, err := reconciler.Register(p, t1, (*item).clone, (*item).setStatus, (*item).getStatus, newKitOps().failIDs("k1"), nil, opts...); err != nil {
+				if _, err := reconciler.Register(p, t1, (*item).clone, (*item).setStatus, (*item).getStatus, newTarget().failIDs("k1"), nil, opts...); err != nil {
 					return err
 				}
 				opts = []reconciler.Option{reconciler.WithPruning(0), reconciler.WithRetry(time.Hour, time.Hour), reconciler.WithMetrics(newKitMetrics())}
-				_, regErr = reconciler.Register(p, t2, (*item).clone, (*item).setStatus, (*item).getStatus, newKitOps().failIDs("k2"), nil, opts...)
+				_, regErr = reconciler.Register(p, t2, (*item).clone, (*item).setStatus, (*item).getStatus, newTarget().failIDs("k2"), nil, opts...)
 				return nil
 			})))
 	startO46(t, h)

@@ -119,13 +119,13 @@ func withWriter(wr tables.Writer) *with {
 	return &with{first: []cell.Cell{cell.Provide(func() tables.Writer { return wr })}}
 }
 
-func o46Fixture(t *testing.T, wr tables.Writer, km *kitmetrics, ops *kitops, opts ...reconciler.Option) *fixture {
+func o46Fixture(t *testing.T, wr tables.Writer, km *kitmetrics, ops *target, opts ...reconciler.Option) *fixture {
 	return startFixture(t, ops, withWriter(wr),
 		append([]reconciler.Option{reconciler.WithMetrics(km), reconciler.WithPruning(0), reconciler.WithRetry(5*time.Millisecond, 20*time.Millisecond)}, opts...)...)
 }
 
 // runO46Workload makes objects succeed, fail, recover, change and go.
-func runO46Workload(t *testing.T, f *fixture, ops *kitops, wr *o46Writer) {
+func runO46Workload(t *testing.T, f *fixture, ops *target, wr *o46Writer) {
 	ops.failIDs("bad", "worse")
 	f.upsert(kititems("1", "a", "b", "bad", "worse")...)
 	wr.waitLast(t, "two objects retrying", func(i tables.Info) bool { return i.Retrying == 2 && i.Objects == 4 })
@@ -144,7 +144,7 @@ func runO46Workload(t *testing.T, f *fixture, ops *kitops, wr *o46Writer) {
 func TestOutsider46WriterKeepsAndModifiesInfo(t *testing.T) {
 	for _, scribble := range []bool{false, true} {
 		t.Run(map[bool]string{false: "keep", true: "scribble"}[scribble], func(t *testing.T) {
-			wr, km, ops := newO46Writer(scribble), newKitMetrics(), newKitOps()
+			wr, km, ops := newO46Writer(scribble), newKitMetrics(), newTarget()
 			f := o46Fixture(t, wr, km, ops, reconciler.WithRefreshing(10*time.Millisecond, nil))
 			runO46Workload(t, f, ops, wr)
 			// Wait for refreshes to run, so Refreshed modified kept rows.
@@ -208,7 +208,7 @@ func TestOutsider46WritesPerRound(t *testing.T) {
 }
 
 func testO46WritesPerRound(t *testing.T, v variant) {
-	wr, km, ops := newO46Writer(false), newKitMetrics(), newKitOps()
+	wr, km, ops := newO46Writer(false), newKitMetrics(), newTarget()
 	ops.failIDs("bad")
 	f := v.start(t, ops, withWriter(wr),
 		reconciler.WithMetrics(km), reconciler.WithRetry(time.Hour, time.Hour))
@@ -280,7 +280,7 @@ func assertO46Idle(t *testing.T, wr *o46Writer, what string) {
 // while objects fail, recover, change and go, with one worker or four.
 func TestOutsider46RowAndRetriesAgreeInEverySnapshot(t *testing.T) {
 	forVariants(t, variants, func(t *testing.T, v variant) {
-		ops := newKitOps()
+		ops := newTarget()
 		ops.failWhen(errKitObject, func(op reconcilertest.Op, it *item) bool {
 			return op == reconcilertest.OpUpdate && strings.HasPrefix(it.Value, "bad") || op == reconcilertest.OpDelete && it.ID == "o2"
 		})
@@ -358,7 +358,7 @@ func TestOutsider46RowAndRetriesAgreeInEverySnapshot(t *testing.T) {
 // retries (every few milliseconds) fall due while it is paused.
 func TestOutsider46PausedWritesNothing(t *testing.T) {
 	forVariants(t, variants, func(t *testing.T, v variant) {
-		wr, km, ops := newO46Writer(false), newKitMetrics(), newKitOps()
+		wr, km, ops := newO46Writer(false), newKitMetrics(), newTarget()
 		ops.failIDs("bad")
 		f := v.start(t, ops, withWriter(wr),
 			reconciler.WithMetrics(km), reconciler.WithRetry(2*time.Millisecond, 5*time.Millisecond), reconciler.WithRetryJitter(0))
@@ -386,7 +386,7 @@ func TestOutsider46RowGoesWhenChangedDuringItsRetry(t *testing.T) {
 	for _, v := range variants {
 		for _, how := range []string{"delete", "change"} {
 			t.Run(v.String()+","+how, func(t *testing.T) {
-				ops := newKitOps()
+				ops := newTarget()
 				ops.failWhen(errKitObject, func(op reconcilertest.Op, it *item) bool {
 					return op == reconcilertest.OpUpdate && it.ID == "c" && it.Value == "1"
 				})
@@ -419,7 +419,7 @@ func TestOutsider46RowGoesWhenChangedDuringItsRetry(t *testing.T) {
 // counts it in flight.
 func TestOutsider46RetryRowRunning(t *testing.T) {
 	forVariants(t, []variant{{4, false}, {4, true}}, func(t *testing.T, v variant) {
-		ops := newKitOps()
+		ops := newTarget()
 		ops.failWhen(errKitObject, func(op reconcilertest.Op, it *item) bool { return op == reconcilertest.OpUpdate && it.ID == "c" })
 		f := v.start(t, ops, &with{tables: true}, reconciler.WithRetry(20*time.Millisecond, 20*time.Millisecond))
 		f.upsert(kititems("1", "a", "c")...)
@@ -444,7 +444,7 @@ func TestOutsider46RetryRowRunning(t *testing.T) {
 // stopped, and nothing is written once Stop has returned.
 func TestOutsider46StoppedIsTheLastWrite(t *testing.T) {
 	forVariants(t, variants, func(t *testing.T, v variant) {
-		wr, km, ops := newO46Writer(false), newKitMetrics(), newKitOps()
+		wr, km, ops := newO46Writer(false), newKitMetrics(), newTarget()
 		entered, _ := ops.holdUpdates(func(it *item) bool { return it.ID == "held" }) // until the stop cancels it
 		f := v.start(t, ops, withWriter(wr),
 			reconciler.WithMetrics(km), reconciler.WithRefreshing(10*time.Millisecond, nil))
@@ -498,7 +498,7 @@ func (w *o46SerialWriter) Refreshed(string, time.Time) {}
 
 func TestOutsider46WritesComeOneAtATime(t *testing.T) {
 	forVariants(t, variants, func(t *testing.T, v variant) {
-		wr, ops := &o46SerialWriter{reached: make(chan struct{})}, newKitOps()
+		wr, ops := &o46SerialWriter{reached: make(chan struct{})}, newTarget()
 		ops.failWhen(errKitObject, func(op reconcilertest.Op, it *item) bool { return strings.HasPrefix(it.ID, "bad") })
 		f := v.start(t, ops, withWriter(wr),
 			reconciler.WithRetry(time.Millisecond, 2*time.Millisecond), reconciler.WithRefreshing(5*time.Millisecond, nil))

@@ -304,7 +304,7 @@ func TestPromisePriorityNoStarvation(t *testing.T) {
 			worst := math.Ceil(float64(s.backlog+c.lows+1)/room) + 2
 			s.cap = int(worst)*3 + 50
 
-			o := newKitOps()
+			o := newTarget()
 			o.setAfter(func(_ context.Context, it *item) {
 				if it.ID == "low" {
 					s.mu.Lock()
@@ -348,7 +348,7 @@ func TestPromisePriorityNoStarvation(t *testing.T) {
 				most := int(math.Ceil(float64(lowN+1)/share)) + 2*per
 				assert.LessOrEqual(t, taken, most, "%d objects were taken before low, with %d changes ahead; bound about %d", taken, lowN, most)
 			}
-			f.converged(o.tg)
+			f.converged(o)
 		})
 	}
 }
@@ -379,7 +379,7 @@ func TestPromisePriorityLosesNothing(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(33, uint64(len(c.name))))
-			o := newKitOps()
+			o := newTarget()
 			var down atomic.Bool
 			var fmu sync.Mutex
 			failedOnce := map[string]bool{}
@@ -457,7 +457,7 @@ func TestPromisePriorityLosesNothing(t *testing.T) {
 				f.rec.Resume()
 			}
 			down.Store(false)
-			f.converged(o.tg)
+			f.converged(o)
 			for obj := range f.table.All(f.db.ReadTxn()) {
 				assert.False(t, obj.Status.Terminal, "%s gave up: %s", obj.ID, obj.Status.Error)
 			}
@@ -495,7 +495,7 @@ func TestPromisePriorityHostileFunction(t *testing.T) {
 				return ppPrio(it)
 			}
 		}
-		o := newKitOps()
+		o := newTarget()
 		f := v.start(t, o, nil, reconciler.WithRoundLimits(8, nil), reconciler.WithPriority(prio, 0.01))
 		// Past the backlog (what the table holds at the first run),
 		// which priorities do not order.
@@ -514,13 +514,13 @@ func TestPromisePriorityHostileFunction(t *testing.T) {
 				f.remove(fmt.Sprintf("k%02d", rng.IntN(40)))
 			}
 		}
-		f.converged(o.tg)
+		f.converged(o)
 		require.NotZero(t, calls.Load(), "priority never called")
 		require.NotZero(t, panics.Load(), "no priority panicked")
 
 		seen := map[string]bool{}
 		last := map[string]string{}
-		for _, c := range o.tg.Calls() {
+		for _, c := range o.Calls() {
 			if c.Op != reconcilertest.OpUpdate || c.Err != nil {
 				continue
 			}
@@ -567,15 +567,16 @@ func TestPromisePriorityReadAheadBounded(t *testing.T) {
 	}
 	const R = 100
 	m := &ppReadAhead{kitmetrics: newKitMetrics()}
-	o := newKitOps()
+	o := newTarget()
 	o.mu.Lock()
-	o.gate = func(ctx context.Context, it *item) {
+	o.update = func(ctx context.Context, it *item) error {
 		m.started.Add(1)
 		// A slow target.
 		select {
 		case <-ctx.Done():
 		case <-time.After(200 * time.Microsecond):
 		}
+		return nil
 	}
 	o.mu.Unlock()
 	prio := func(it *item) int {
@@ -670,7 +671,7 @@ func TestPromisePriorityNoStarvationWritesFromUpdate(t *testing.T) {
 			room := share * float64(c.R)
 			s := &ppStream{done: make(chan struct{})}
 			backlog := 2 * c.R
-			o := newKitOps()
+			o := newTarget()
 			var f *fixture
 			var fmu sync.Mutex
 			var next atomic.Int64
@@ -717,7 +718,7 @@ func TestPromisePriorityNoStarvationWritesFromUpdate(t *testing.T) {
 			fx.start()
 			fx.upsert(items("w", backlog, "100")...)
 			waitUntil(t, "low applied", func() (bool, <-chan struct{}) {
-				_, ch := o.tg.CallsWatch()
+				_, ch := o.CallsWatch()
 				return s.lowDone.Load() || stop.Load(), ch
 			})
 			require.True(t, s.lowDone.Load(), "low never applied")
@@ -725,7 +726,7 @@ func TestPromisePriorityNoStarvationWritesFromUpdate(t *testing.T) {
 			waited := lowRound.Load() - lowAt.Load()
 			t.Logf("low waited %d rounds with %d ahead (bound %d)", waited, lowN.Load(), bound)
 			assert.LessOrEqual(t, waited, bound, "low waited %d rounds with %d changes ahead, bound about %d", waited, lowN.Load(), bound)
-			fx.converged(o.tg)
+			fx.converged(o)
 		})
 	}
 }
@@ -1014,7 +1015,7 @@ func TestPriorityReadOncePerVersion(t *testing.T) {
 		f.start()
 		o.waitCalls(t, o.calls.Load()+5)
 		o.recover()
-		f.converged(o.tg)
+		f.converged(o)
 		mu.Lock()
 		defer mu.Unlock()
 		for version, n := range reads {

@@ -137,7 +137,7 @@ func TestPruneGuardHolds(t *testing.T) {
 				return l == cell.StatusDegraded && strings.Contains(msg, "prune held") && strings.Contains(msg, c.bound)
 			})
 			tg.mu.Lock()
-			assert.Zero(t, tg.prunes, "Prune was not called")
+			assert.Zero(t, tg.returned, "Prune was not called")
 			tg.mu.Unlock()
 			assert.Len(t, tg.State(), 4, "nothing removed")
 		})
@@ -166,7 +166,7 @@ func TestPruneGuardConfirm(t *testing.T) {
 	f.rec.Prune()
 	f.waitInfo("the next prune held", func(i *tables.Info) bool { return i.PruneHeld && i.PruneHeldRemove == 2 })
 	tg.mu.Lock()
-	assert.Equal(t, 1, tg.prunes, "the confirmation approved nothing to come")
+	assert.Equal(t, 1, tg.returned, "the confirmation approved nothing to come")
 	tg.mu.Unlock()
 
 	// The desired set grows back: the round that applies it plans again.
@@ -220,7 +220,7 @@ func TestPruneGuardPlanError(t *testing.T) {
 		return l == cell.StatusDegraded && strings.Contains(msg, "prune failed")
 	})
 	tg.mu.Lock()
-	assert.Zero(t, tg.prunes)
+	assert.Zero(t, tg.returned)
 	tg.mu.Unlock()
 	assert.Equal(t, map[string]string{"stray": "1"}, tg.State(), "nothing removed")
 }

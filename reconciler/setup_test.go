@@ -97,7 +97,7 @@ func (p *setupProbe) waitCalls(t testing.TB, n int64) {
 
 // gate makes ops count in early the calls that start before the setup
 // step succeeded.
-func (p *setupProbe) gate(ops *kitops) {
+func (p *setupProbe) gate(ops *target) {
 	ops.setFail(func(reconcilertest.Op, *item) error {
 		if !p.ready.Load() {
 			p.early.Add(1)
@@ -118,7 +118,7 @@ func setupOptions(p *setupProbe) []reconciler.Option {
 // succeeds, and no operation, nor the requested prune, starts before.
 func TestSetupGatesOperations(t *testing.T) {
 	forVariants(t, variants, func(t *testing.T, v variant) {
-		ops, p := newKitOps(), newSetupProbe(3)
+		ops, p := newTarget(), newSetupProbe(3)
 		p.gate(ops)
 		p.hold = make(chan struct{})
 		f := v.fixture(t, ops, nil, append(setupOptions(p), reconciler.WithPruning(time.Hour))...)
@@ -145,9 +145,9 @@ func TestSetupGatesOperations(t *testing.T) {
 		f.waitReconciled()
 		assert.Equal(t, int64(4), p.calls.Load(), "3 failures, then success")
 		assert.Zero(t, p.early.Load(), "operations started before setup succeeded")
-		assert.NotContains(t, ops.tg.State(), "a-00001")
-		f.waitApplied(ops.tg, "a-00002", "2")
-		f.waitApplied(ops.tg, "b-00004", "1")
+		assert.NotContains(t, ops.State(), "a-00001")
+		f.waitApplied(ops, "a-00002", "2")
+		f.waitApplied(ops, "b-00004", "1")
 		waitUntil(t, "the prune asked for", func() (bool, <-chan struct{}) {
 			ch := ops.startedWatch() // before the look: a prune's start closes it
 			return ops.prunes.Load() > 0, ch
@@ -159,7 +159,7 @@ func TestSetupGatesOperations(t *testing.T) {
 // error and the reconcilers row is setting-up with the error and attempts;
 // both clear once it succeeds.
 func TestSetupHealthAndInfo(t *testing.T) {
-	ops, p := newKitOps(), newSetupProbe(1<<30)
+	ops, p := newTarget(), newSetupProbe(1<<30)
 	p.gate(ops)
 	f := startFixture(t, ops, &with{tables: true}, setupOptions(p)...)
 	f.upsert(items("a", 3, "1")...)
@@ -187,7 +187,7 @@ func TestSetupHealthAndInfo(t *testing.T) {
 // TestSetupRetryAfter: RetryAfter sets the delay before the next attempt,
 // instead of the backoff (an hour here).
 func TestSetupRetryAfter(t *testing.T) {
-	ops, p := newKitOps(), newSetupProbe(2)
+	ops, p := newTarget(), newSetupProbe(2)
 	p.fail = func(context.Context) error { return reconciler.RetryAfter(time.Millisecond, errSetup) }
 	p.gate(ops)
 	f := startFixture(t, ops, nil, reconciler.WithSetup(p.setup), reconciler.WithRetry(time.Hour, time.Hour))
@@ -201,7 +201,7 @@ func TestSetupRetryAfter(t *testing.T) {
 // and tried again; one that outlives (the second) the operation timeout sees its ctx
 // end and is tried again.
 func TestSetupPanicAndTimeout(t *testing.T) {
-	ops, p := newKitOps(), newSetupProbe(2)
+	ops, p := newTarget(), newSetupProbe(2)
 	p.fail = func(ctx context.Context) error {
 		p.mu.Lock()
 		left := p.fails
@@ -230,7 +230,7 @@ func TestSetupPanicAndTimeout(t *testing.T) {
 // TestSetupPanicRecorded: the recovered panic is the setup's error, as
 // health shows it.
 func TestSetupPanicRecorded(t *testing.T) {
-	ops, p := newKitOps(), newSetupProbe(1<<30)
+	ops, p := newTarget(), newSetupProbe(1<<30)
 	p.fail = func(context.Context) error { panic("setup exploded") }
 	f := startFixture(t, ops, nil, setupOptions(p)...)
 	f.waitHealth(func(level cell.Level, msg string) bool {
@@ -241,7 +241,7 @@ func TestSetupPanicRecorded(t *testing.T) {
 // TestSetupPaused: a reconciler paused before its start does not call
 // setup until Resume.
 func TestSetupPaused(t *testing.T) {
-	ops, p := newKitOps(), newSetupProbe(0)
+	ops, p := newTarget(), newSetupProbe(0)
 	p.gate(ops)
 	f := v1fixture(t, ops, setupOptions(p)...)
 	f.rec.Pause()
@@ -256,14 +256,14 @@ func TestSetupPaused(t *testing.T) {
 	assert.Zero(t, p.early.Load())
 }
 
-func v1fixture(t testing.TB, ops *kitops, opts ...reconciler.Option) *fixture {
+func v1fixture(t testing.TB, ops *target, opts ...reconciler.Option) *fixture {
 	return variant{1, false}.fixture(t, ops, nil, opts...)
 }
 
 // TestSetupEachStart: every start of the hive runs setup again before any
 // operation; what changed while stopped converges after it.
 func TestSetupEachStart(t *testing.T) {
-	ops, p := newKitOps(), newSetupProbe(1)
+	ops, p := newTarget(), newSetupProbe(1)
 	p.gate(ops)
 	f := v1fixture(t, ops, setupOptions(p)...)
 	f.start()
@@ -282,14 +282,14 @@ func TestSetupEachStart(t *testing.T) {
 	f.caughtUp()
 	assert.Equal(t, int64(5), p.calls.Load(), "setup ran again: 2 failures, then success")
 	assert.Zero(t, p.early.Load())
-	f.waitApplied(ops.tg, "a-00000", "2")
-	assert.NotContains(t, ops.tg.State(), "a-00001")
+	f.waitApplied(ops, "a-00000", "2")
+	assert.NotContains(t, ops.State(), "a-00001")
 }
 
 // TestSetupStopWhileFailing: a stop ends a failing setup, and one that
 // holds on its ctx, promptly.
 func TestSetupStopWhileFailing(t *testing.T) {
-	ops, p := newKitOps(), newSetupProbe(0)
+	ops, p := newTarget(), newSetupProbe(0)
 	p.hold = make(chan struct{}) // never closed: the stop ends it
 	f := v1fixture(t, ops, setupOptions(p)...)
 	f.start()
@@ -311,7 +311,7 @@ func BenchmarkSetupBacklog(b *testing.B) {
 		b.Run(map[bool]string{false: "paused", true: "setup-held"}[withSetup], func(b *testing.B) {
 			for range b.N {
 				b.StopTimer()
-				ops, p := newKitOps(), newSetupProbe(0)
+				ops, p := newTarget(), newSetupProbe(0)
 				var opts []reconciler.Option
 				if withSetup {
 					p.hold = make(chan struct{})

@@ -593,7 +593,7 @@ func TestPauseHoldsOffAPruneDueInTheRound(t *testing.T) {
 	const rounds = 12
 	for i := range rounds {
 		tg.mu.Lock()
-		prunes := tg.prunes
+		prunes := tg.returned
 		tg.mu.Unlock()
 		a, b := fmt.Sprintf("a%d", i), fmt.Sprintf("b%d", i)
 		held := tg.hold(a)
