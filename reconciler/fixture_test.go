@@ -1008,3 +1008,38 @@ func (f *fixture) converged(tg interface {
 		f.t.Fatalf("the target differs from the table:\n%s", d)
 	}
 }
+
+// eventually waits until cond holds, checking it whenever the table
+// changes and every millisecond (for conditions on a target, a callback's
+// calls or health), and fails the test at the timeout.
+func (f *fixture) eventually(what string, cond func() bool) {
+	f.t.Helper()
+	deadline := time.After(timeout)
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for {
+		_, watch := f.table.AllWatch(f.db.ReadTxn())
+		if cond() {
+			return
+		}
+		select {
+		case <-watch:
+		case <-tick.C:
+		case <-deadline:
+			f.t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+// info returns the fixture reconciler's row of the reconcilers table
+// (with.tables), or nil.
+func (f *fixture) info() *tables.Info {
+	info, _, _ := f.tables.Reconcilers().Get(f.db.ReadTxn(), tables.InfoByID.Query("test"))
+	return info
+}
+
+// put writes id=value with a fresh Pending status and returns the
+// revision.
+func (f *fixture) put(id, value string) statedb.Revision {
+	return f.upsert(&item{ID: id, Value: value})
+}
