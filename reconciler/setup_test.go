@@ -228,13 +228,16 @@ func TestSetupPanicAndTimeout(t *testing.T) {
 }
 
 // TestSetupPanicRecorded: the recovered panic is the setup's error, as
-// health shows it.
+// health and the reconcilers row show it.
 func TestSetupPanicRecorded(t *testing.T) {
 	ops, p := newTarget(), newSetupProbe(1<<30)
 	p.fail = func(context.Context) error { panic("setup exploded") }
-	f := startFixture(t, ops, nil, setupOptions(p)...)
+	f := startFixture(t, ops, &with{tables: true}, setupOptions(p)...)
 	f.waitHealth(func(level cell.Level, msg string) bool {
 		return level == cell.StatusDegraded && strings.Contains(msg, reconciler.ErrPanic.Error()) && strings.Contains(msg, "setup exploded")
+	})
+	f.waitInfo("the panic in the row", func(i *tables.Info) bool {
+		return strings.Contains(i.SetupError, "setup exploded") && strings.Contains(i.SetupError, reconciler.ErrPanic.Error())
 	})
 }
 
@@ -337,4 +340,135 @@ func BenchmarkSetupBacklog(b *testing.B) {
 			}
 		})
 	}
+}
+
+// A setup's TerminalError is retried as any other: the setup step has no
+// object to give up on.
+func TestSetupTerminalErrorIsRetried(t *testing.T) {
+	ops, p := newTarget(), newSetupProbe(2)
+	p.fail = func(context.Context) error { return reconciler.TerminalError(errSetup) }
+	p.gate(ops)
+	f := startFixture(t, ops, nil, setupOptions(p)...)
+	f.upsert(items("a", 2, "1")...)
+	f.caughtUp()
+	assert.Equal(t, int64(3), p.calls.Load())
+	assert.Zero(t, p.early.Load())
+}
+
+// Pause holds setup: a failing setup is not tried again while paused, and
+// one under way at the Pause ends but applies nothing until Resume. Health
+// says "Setting up" at OK before setup first fails.
+func TestSetupPausedWhileSettingUp(t *testing.T) {
+	t.Run("failing", func(t *testing.T) {
+		ops, p := newTarget(), newSetupProbe(1<<30)
+		p.gate(ops)
+		f := startFixture(t, ops, nil, setupOptions(p)...)
+		p.waitCalls(t, 2)
+		f.rec.Pause()
+		f.waitHealth(func(_ cell.Level, msg string) bool { return msg == "Paused" })
+		n := p.calls.Load()
+		f.upsert(items("a", 1, "1")...)
+		// A call under way at the Pause may still end; no other starts.
+		require.Never(t, func() bool { return p.calls.Load() > n+1 }, 50*time.Millisecond, time.Millisecond, "setup called while paused")
+		p.mu.Lock()
+		p.fails = 0
+		p.mu.Unlock()
+		f.rec.Resume()
+		f.caughtUp()
+		assert.Zero(t, p.early.Load())
+	})
+	t.Run("under way", func(t *testing.T) {
+		ops, p := newTarget(), newSetupProbe(0)
+		p.gate(ops)
+		p.hold = make(chan struct{})
+		f := startFixture(t, ops, &with{tables: true}, setupOptions(p)...)
+		f.waitHealth(func(l cell.Level, msg string) bool { return l == cell.StatusOK && msg == "Setting up" })
+		f.waitInfo("setting up", func(i *tables.Info) bool { return i.State == tables.StateSettingUp })
+		f.upsert(items("a", 1, "1")...)
+		f.rec.Pause()
+		p.mu.Lock()
+		close(p.hold)
+		p.hold = nil
+		p.mu.Unlock()
+		f.waitHealth(func(_ cell.Level, msg string) bool { return msg == "Paused" })
+		f.rec.Resume()
+		f.caughtUp()
+		f.waitInfo("running", func(i *tables.Info) bool { return i.State == tables.StateRunning && i.SetupAttempts == 0 })
+		assert.Zero(t, p.early.Load())
+	})
+}
+
+// The attempts the reconcilers row shows are those of this run: a setup
+// that succeeded in the last run and fails in this one counts afresh.
+func TestSetupAttemptsCountThisRunOnly(t *testing.T) {
+	ops, p := newTarget(), newSetupProbe(0)
+	f := startFixture(t, ops, &with{tables: true}, setupOptions(p)...)
+	f.upsert(items("a", 1, "1")...)
+	f.caughtUp()
+	f.stop()
+	p.mu.Lock()
+	p.fails = 1 << 30
+	p.mu.Unlock()
+	base := p.calls.Load()
+	f.start()
+	info := f.waitInfo("setting up again", func(i *tables.Info) bool { return i.State == tables.StateSettingUp && i.SetupAttempts >= 2 })
+	assert.LessOrEqual(t, int64(info.SetupAttempts), p.calls.Load()-base, "attempts of this run only")
+	p.mu.Lock()
+	p.fails = 0
+	p.mu.Unlock()
+	f.upsert(items("b", 1, "1")...)
+	f.caughtUp()
+}
+
+// After a restart whose setup fails, what changed while stopped waits:
+// WaitUntilReconciled counts nothing done and nothing is applied, until
+// setup succeeds.
+func TestSetupFailingAfterARestartHoldsWhatChanged(t *testing.T) {
+	ops, p := newTarget(), newSetupProbe(0)
+	f := startFixture(t, ops, &with{tables: true}, setupOptions(p)...)
+	f.put("a", "1")
+	f.caughtUp()
+	f.stop()
+	p.mu.Lock()
+	p.fails = 1 << 30
+	p.mu.Unlock()
+	rev := f.put("a", "2")
+	f.start()
+	f.waitInfo("setting up", func(i *tables.Info) bool { return i.State == tables.StateSettingUp && i.SetupAttempts >= 2 })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	_, _, err := f.rec.WaitUntilReconciled(ctx, rev)
+	cancel()
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Equal(t, []string{"1"}, ops.updates("a"))
+	p.mu.Lock()
+	p.fails = 0
+	p.mu.Unlock()
+	f.reconciledTo(rev)
+	f.waitApplied(ops, "a", "2")
+}
+
+// Setup waits for WithStartAfter's tables: it is not called before they
+// are initialized.
+func TestSetupWaitsForStartAfterTables(t *testing.T) {
+	ops, p := newTarget(), newSetupProbe(0)
+	var src statedb.RWTable[*item]
+	var done func(statedb.WriteTxn)
+	w := &with{tables: true, setup: func(f *fixture) []reconciler.Option {
+		var err error
+		src, err = statedb.NewTable(f.db, "src", itemID)
+		require.NoError(t, err)
+		wtxn := f.db.WriteTxn(src)
+		done = src.RegisterInitializer(wtxn, "test")
+		wtxn.Commit()
+		return []reconciler.Option{reconciler.WithStartAfter(0, src)}
+	}}
+	f := startFixture(t, ops, w, setupOptions(p)...)
+	f.put("a", "1")
+	f.waitInfo("waiting", func(i *tables.Info) bool { return i.State == tables.StateWaiting })
+	assert.Zero(t, p.calls.Load(), "setup before WithStartAfter's tables are initialized")
+	wtxn := f.db.WriteTxn(src)
+	done(wtxn)
+	wtxn.Commit()
+	f.waitApplied(ops, "a", "1")
+	assert.Equal(t, int64(1), p.calls.Load())
 }
