@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"iter"
+	"math"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -276,11 +277,14 @@ func TestConfigurePruning(t *testing.T) {
 	require.NoError(t, f.rec.Configure(reconciler.WithPruning(time.Hour)))
 }
 
-// Settings changed while the hive is stopped apply when it starts.
+// Settings changed while the hive is stopped, before its first start
+// too, apply when it starts.
 func TestConfigureStopped(t *testing.T) {
 	o := newConfOps()
-	f := startFixture(t, o, &with{tables: true})
-	f.workersShown(1)
+	f := newFixture(t, o, &with{tables: true})
+	require.NoError(t, f.rec.Configure(reconciler.WithConcurrency(2)), "before the first start")
+	f.start()
+	f.workersShown(2)
 	f.stop()
 	require.NoError(t, f.rec.Configure(reconciler.WithConcurrency(3)))
 	f.start()
@@ -304,7 +308,11 @@ func TestConfigureRefused(t *testing.T) {
 		"WithOperationTimeout": reconciler.WithOperationTimeout(time.Second),
 		"WithoutPanicRecovery": reconciler.WithoutPanicRecovery(),
 		"WithStartAfter":       reconciler.WithStartAfter(0),
-		"nil Option":           nil,
+		"WithSetup":            reconciler.WithSetup(func(context.Context, statedb.ReadTxn) error { return nil }),
+		"WithDriftCheck": reconciler.WithDriftCheck(func(context.Context, statedb.ReadTxn, statedb.Revision, *item) (bool, error) {
+			return true, nil
+		}),
+		"nil Option": nil,
 	}
 	for name, opt := range refused {
 		err := f.rec.Configure(reconciler.WithConcurrency(5), opt)
@@ -321,6 +329,8 @@ func TestConfigureRefused(t *testing.T) {
 		reconciler.WithRetry(2*time.Second, time.Second),
 		reconciler.WithRetry(0, time.Second),
 		reconciler.WithRetryJitter(1),
+		reconciler.WithRetryJitter(-0.1),
+		reconciler.WithRetryJitter(math.NaN()),
 		reconciler.WithPruning(-1),
 		reconciler.WithRefreshing(-1, nil),
 		reconciler.WithRefreshing(time.Second, rate.NewLimiter(1, 0)),
@@ -338,6 +348,8 @@ func TestConfigureRefused(t *testing.T) {
 	// is refused, one above it accepted.
 	require.NoError(t, f.rec.Configure(reconciler.WithRetry(time.Second, 2*time.Second)))
 	require.ErrorIs(t, f.rec.Configure(reconciler.WithRetry(time.Second, time.Millisecond)), reconciler.ErrInvalidConfig)
+	// Edges that are valid: an unlimited limiter without burst, 1ns retries.
+	require.NoError(t, f.rec.Configure(reconciler.WithRoundLimits(10, rate.NewLimiter(rate.Inf, 0)), reconciler.WithRetry(1, 1)))
 }
 
 // A batch-only reconciler without a Prune method cannot have pruning
@@ -445,4 +457,81 @@ func TestConfigureRoundOfOneProbesFreshChanges(t *testing.T) {
 	})
 	f.upsert(kititems("1", "fresh")...)
 	o.wait(t, "a probe to take the fresh change, and succeed", func(o *confops) bool { return o.applied["fresh=1"] > 0 })
+}
+
+// Configure while paused, growing the workers: nothing starts until
+// Resume, then everything converges.
+func TestConfigureWhilePausedStartsNothing(t *testing.T) {
+	tg := newTarget()
+	f := startFixture(t, tg, nil, reconciler.WithPruning(0))
+	f.rec.Pause()
+	f.waitHealth(func(_ cell.Level, msg string) bool { return msg == "Paused" })
+	rev := f.upsert(items("a", 10, "1")...)
+	require.NoError(t, f.rec.Configure(reconciler.WithConcurrency(4), reconciler.WithRoundLimits(2, nil)))
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	_, _, err := f.rec.WaitUntilReconciled(ctx, rev)
+	cancel()
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Zero(t, tg.calls.Load(), "an operation while paused")
+	f.rec.Resume()
+	f.converged(tg)
+}
+
+// Huge intervals, concurrency and round sizes saturate: the reconciler
+// goes on converging, and back to one worker.
+func TestConfigureSaturatesHugeValues(t *testing.T) {
+	tg := newTarget()
+	f := startFixture(t, tg, nil, reconciler.WithPruning(0))
+	huge := time.Duration(1 << 62)
+	require.NoError(t, f.rec.Configure(reconciler.WithConcurrency(65536), reconciler.WithRetry(huge, huge),
+		reconciler.WithRefreshing(huge, nil), reconciler.WithPruning(huge), reconciler.WithRoundLimits(1<<40, nil)))
+	f.upsert(items("a", 20, "1")...)
+	f.converged(tg)
+	require.NoError(t, f.rec.Configure(reconciler.WithConcurrency(1)))
+	f.upsert(items("b", 1, "1")...)
+	f.converged(tg)
+}
+
+// Configure, Pause and Resume, Prune and ConfirmPrune racing stops and
+// starts of the hive: nothing deadlocks, and everything converges.
+func TestConfigureRacesStopsAndStarts(t *testing.T) {
+	tg := newTarget()
+	f := startFixture(t, tg, nil, reconciler.WithPruning(0), reconciler.WithRetry(time.Millisecond, 5*time.Millisecond),
+		reconciler.WithPruneGuard(5, 0, tg.PlanPrune))
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if err := f.rec.Configure(reconciler.WithConcurrency(1+i%4), reconciler.WithPruning(time.Duration(i%2)*time.Millisecond)); err != nil {
+				t.Error(err)
+				return
+			}
+			f.rec.ConfirmPrune()
+			f.rec.Prune()
+			if i%3 == 0 {
+				f.rec.Pause()
+				f.rec.Resume()
+			}
+		}
+	})
+	for round := range 5 {
+		for i := range 20 {
+			if i >= 5 || round == 0 {
+				f.put(fmt.Sprint("k", i), fmt.Sprint(round))
+			}
+		}
+		f.remove(fmt.Sprint("k", round))
+		f.stop()
+		f.put("s", fmt.Sprint(round))
+		f.start()
+	}
+	close(stop)
+	wg.Wait()
+	f.rec.Resume()
+	f.converged(tg)
 }

@@ -325,6 +325,7 @@ func TestRegisterRejectsBadInput(t *testing.T) {
 		{"negative refresh", with(reconciler.WithRefreshing(-time.Second, nil)), "refresh interval must not be negative"},
 		{"jitter one", with(reconciler.WithRetryJitter(1)), "retry jitter must be in [0, 1)"},
 		{"jitter negative", with(reconciler.WithRetryJitter(-0.1)), "retry jitter"},
+		{"jitter NaN", with(reconciler.WithRetryJitter(math.NaN())), "retry jitter"},
 		{"negative max attempts", with(reconciler.WithMaxAttempts(-1)), "maximum attempts must not be negative"},
 		{"negative breaker failures", with(reconciler.WithCircuitBreaker(-1, time.Second, nil)), "circuit breaker failures must not be negative"},
 		{"zero breaker backoff", with(reconciler.WithCircuitBreaker(3, 0, nil)), "circuit breaker probe backoff must be positive"},
