@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -534,4 +535,47 @@ func TestConfigureRacesStopsAndStarts(t *testing.T) {
 	wg.Wait()
 	f.rec.Resume()
 	f.converged(tg)
+}
+
+// The Reconciler's methods may be called from inside its callbacks: setup,
+// a drift check, a prune plan and Update call Configure, Prune and
+// ConfirmPrune (and Update Pause and Resume), and nothing deadlocks.
+func TestControlFromInsideCallbacks(t *testing.T) {
+	tg := newTarget()
+	var rec atomic.Pointer[reconciler.Reconciler[*item]]
+	var n atomic.Int32
+	call := func(where string) {
+		i, r := int(n.Add(1)), *rec.Load()
+		if err := r.Configure(reconciler.WithConcurrency(1+i%3), reconciler.WithRetry(time.Millisecond, time.Duration(1+i%2)*time.Millisecond)); err != nil {
+			t.Errorf("%s: %v", where, err)
+		}
+		r.Prune()
+		r.ConfirmPrune()
+	}
+	setup := func(context.Context, statedb.ReadTxn) error { call("setup"); return nil }
+	check := func(_ context.Context, _ statedb.ReadTxn, _ statedb.Revision, it *item) (bool, error) {
+		call("check")
+		return tg.has(it.ID, it.Value), nil
+	}
+	plan := func(context.Context, statedb.ReadTxn, iter.Seq2[*item, statedb.Revision]) (int, int, error) {
+		call("plan")
+		return 10, 10, nil
+	}
+	tg.setAfter(func(context.Context, *item) { call("update") })
+	f := newFixture(t, tg, nil, reconciler.WithSetup(setup), reconciler.WithDriftCheck(check), reconciler.WithPruneGuard(5, 0, plan),
+		reconciler.WithPruning(0), reconciler.WithRetry(time.Millisecond, 5*time.Millisecond))
+	rec.Store(&f.rec)
+	f.start()
+	objs := items("k", 10, "1")
+	f.upsert(objs...)
+	f.caughtUp()
+	f.markRefreshing(ids(objs)...)
+	f.eventually("a prune confirmed from inside ran", func() bool { return tg.prunes.Load() >= 1 })
+	tg.setAfter(func(context.Context, *item) {
+		r := *rec.Load()
+		r.Pause()
+		r.Resume()
+	})
+	f.put("p", "1")
+	f.waitKind("p", status.KindDone)
 }
