@@ -326,6 +326,11 @@ func TestRegisterRejectsBadInput(t *testing.T) {
 		{"jitter one", with(reconciler.WithRetryJitter(1)), "retry jitter must be in [0, 1)"},
 		{"jitter negative", with(reconciler.WithRetryJitter(-0.1)), "retry jitter"},
 		{"jitter NaN", with(reconciler.WithRetryJitter(math.NaN())), "retry jitter"},
+		// A space would let two reconcilers' retry rows be one: RetryKey joins with one.
+		{"name with a space", with(reconciler.WithName("x y")), "white space or a control character"},
+		{"name with a tab", with(reconciler.WithName("x\ty")), "white space or a control character"},
+		{"name with a newline", with(reconciler.WithName("x\ny")), "white space or a control character"},
+		{"name with a NUL", with(reconciler.WithName("x\x00")), "white space or a control character"},
 		{"negative max attempts", with(reconciler.WithMaxAttempts(-1)), "maximum attempts must not be negative"},
 		{"negative breaker failures", with(reconciler.WithCircuitBreaker(-1, time.Second, nil)), "circuit breaker failures must not be negative"},
 		{"zero breaker backoff", with(reconciler.WithCircuitBreaker(3, 0, nil)), "circuit breaker probe backoff must be positive"},
