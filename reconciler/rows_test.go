@@ -520,11 +520,11 @@ func TestWriterOwnsTheInfoItIsGiven(t *testing.T) {
 // nothing.
 func TestWritesOncePerRoundOnlyWhatChanged(t *testing.T) {
 	for _, v := range variants {
-		t.Run(v.String(), func(t *testing.T) { testO46WritesPerRound(t, v) })
+		t.Run(v.String(), func(t *testing.T) { testWritesPerRound(t, v) })
 	}
 }
 
-func testO46WritesPerRound(t *testing.T, v variant) {
+func testWritesPerRound(t *testing.T, v variant) {
 	wr, km, ops := newUserWriter(false), newKitMetrics(), newTarget()
 	ops.failIDs("bad")
 	f := v.start(t, ops, withWriter(wr),
@@ -532,7 +532,7 @@ func testO46WritesPerRound(t *testing.T, v variant) {
 	f.upsert(kititems("1", "a", "bad")...)
 	wr.waitLast(t, "bad retrying", func(i tables.Info) bool { return i.Retrying == 1 && i.InFlight == 0 && i.BusyWorkers == 0 })
 	f.caughtUp()
-	assertO46Idle(t, wr, "with an object waiting an hour for its retry")
+	assertIdle(t, wr, "with an object waiting an hour for its retry")
 	ws, _, _ := wr.get()
 	first := len(ws)
 	for i, id := range []string{"c", "d", "e", "f", "g"} {
@@ -573,13 +573,13 @@ func testO46WritesPerRound(t *testing.T, v variant) {
 	}
 	assert.True(t, removed, "bad's success removes its row with a zero-Attempts entry")
 
-	assertO46Idle(t, wr, "with nothing failing")
+	assertIdle(t, wr, "with nothing failing")
 }
 
-// assertO46Idle checks that nothing is written for a while. (An
+// assertIdle checks that nothing is written for a while. (An
 // observation window, not a synchronisation: nothing is expected to
 // happen.)
-func assertO46Idle(t *testing.T, wr *userWriter, what string) {
+func assertIdle(t *testing.T, wr *userWriter, what string) {
 	t.Helper()
 	before, _, ch := wr.get()
 	select {
@@ -688,7 +688,7 @@ func TestPausedReconcilerWritesNothing(t *testing.T) {
 			return i.State == tables.StatePaused && i.BusyWorkers == 0
 		})
 		calls := ops.calls.Load()
-		assertO46Idle(t, wr, "paused")
+		assertIdle(t, wr, "paused")
 		assert.Equal(t, calls, ops.calls.Load(), "a paused reconciler started operations")
 		f.rec.Resume()
 		last := wr.waitLast(t, "running again", func(i tables.Info) bool { return i.State != tables.StatePaused })
