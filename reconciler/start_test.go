@@ -343,7 +343,11 @@ func TestRegisterRejectsBadInput(t *testing.T) {
 		{"priority share negative", with(reconciler.WithPriority(priorityByPrefix, -0.1)), "priority share must be in [0, 1], got -0.1"},
 		{"priority share above one", with(reconciler.WithPriority(priorityByPrefix, 1.5)), "priority share must be in [0, 1]"},
 		{"priority share NaN", with(reconciler.WithPriority(priorityByPrefix, math.NaN())), "priority share must be in [0, 1], got NaN"},
+		{"priority share +Inf", with(reconciler.WithPriority(priorityByPrefix, math.Inf(1))), "priority share must be in [0, 1]"},
+		{"priority share -Inf", with(reconciler.WithPriority(priorityByPrefix, math.Inf(-1))), "priority share must be in [0, 1]"},
 		{"priority of another type", with(reconciler.WithPriority(func(string) int { return 0 }, 0)), "not of the reconciled table's object type"},
+		{"priority of the value type", with(reconciler.WithPriority(func(item) int { return 0 }, 0)), "not of the reconciled table's object type"},
+		{"priority of any", with(reconciler.WithPriority(func(any) int { return 0 }, 0)), "not of the reconciled table's object type"},
 		// A limiter whose Wait can never succeed would stop the loop for good.
 		{"round burst 0", with(reconciler.WithRoundLimits(10, rate.NewLimiter(100, 0))), "limiter"},
 		{"round limit 0", with(reconciler.WithRoundLimits(10, rate.NewLimiter(0, 5))), "limiter"},
@@ -386,7 +390,7 @@ func TestRegisterRejectsBadInput(t *testing.T) {
 	})
 
 	t.Run("priority shares at the edges", func(t *testing.T) {
-		for _, share := range []float64{0, 1} {
+		for _, share := range []float64{0, math.Copysign(0, -1), 1, math.SmallestNonzeroFloat64} {
 			a := good()
 			r, err := reconciler.Register(a.params, a.table, a.clone, a.setStatus, a.getStatus, a.ops, nil,
 				reconciler.WithPriority(priorityByPrefix, share))
