@@ -23,129 +23,6 @@ import (
 	"github.com/converge-go/converge/tables"
 )
 
-// confops is a target whose updates can be held while they run, counting
-// those in flight (the most at once too), every version applied, and the
-// failed attempts of the objects made to fail.
-type confops struct {
-	tg *reconcilertest.Target[*item]
-
-	mu       sync.Mutex
-	held     bool          // updates started from now on wait for release
-	release  chan struct{} // closed by let
-	changed  chan struct{} // closed and replaced on every start and end
-	inflight int
-	most     int            // the most updates in flight at once since reset
-	applied  map[string]int // "id=value": how often that version was applied
-	fail     map[string]bool
-	attempts map[string]int // failed attempts per id
-	prunes   int
-}
-
-func newConfOps() *confops {
-	return &confops{
-		tg:      reconcilertest.NewTarget(itemKey, itemValue),
-		release: make(chan struct{}), changed: make(chan struct{}),
-		applied: map[string]int{}, fail: map[string]bool{}, attempts: map[string]int{},
-	}
-}
-
-func (o *confops) notify() {
-	close(o.changed)
-	o.changed = make(chan struct{})
-}
-
-// hold makes updates started from now on wait, until let.
-func (o *confops) hold() {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.held, o.release = true, make(chan struct{})
-}
-
-// let releases the updates held, and holds no more.
-func (o *confops) let() {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.held {
-		o.held = false
-		close(o.release)
-	}
-}
-
-func (o *confops) resetMost() {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.most = o.inflight
-}
-
-// wait waits until cond, called with o locked, holds.
-func (o *confops) wait(t testing.TB, what string, cond func(o *confops) bool) {
-	t.Helper()
-	waitUntil(t, what, func() (bool, <-chan struct{}) {
-		o.mu.Lock()
-		defer o.mu.Unlock()
-		return cond(o), o.changed
-	})
-}
-
-func (o *confops) Update(ctx context.Context, txn statedb.ReadTxn, rev statedb.Revision, it *item) error {
-	o.mu.Lock()
-	if o.fail[it.ID] {
-		o.attempts[it.ID]++
-		o.notify()
-		o.mu.Unlock()
-		return errKitObject
-	}
-	o.inflight++
-	o.most = max(o.most, o.inflight)
-	o.notify()
-	held, release := o.held, o.release
-	o.mu.Unlock()
-	var err error
-	if held {
-		select {
-		case <-release:
-		case <-ctx.Done():
-			err = ctx.Err()
-		}
-	}
-	if err == nil {
-		err = o.tg.Update(ctx, txn, rev, it)
-	}
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.inflight--
-	if err == nil {
-		o.applied[it.ID+"="+it.Value]++
-	}
-	o.notify()
-	return err
-}
-
-func (o *confops) Delete(ctx context.Context, txn statedb.ReadTxn, rev statedb.Revision, it *item) error {
-	return o.tg.Delete(ctx, txn, rev, it)
-}
-
-func (o *confops) Prune(ctx context.Context, txn statedb.ReadTxn, objs iter.Seq2[*item, statedb.Revision]) error {
-	o.mu.Lock()
-	o.prunes++
-	o.notify()
-	o.mu.Unlock()
-	return o.tg.Prune(ctx, txn, objs)
-}
-
-// appliedTwice returns the versions applied more than once.
-func (o *confops) appliedTwice() []string {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	var twice []string
-	for v, n := range o.applied {
-		if n > 1 {
-			twice = append(twice, fmt.Sprintf("%s (%d times)", v, n))
-		}
-	}
-	return twice
-}
-
 // workersShown waits until the reconcilers table says n workers.
 func (f *fixture) workersShown(n int) {
 	f.t.Helper()
@@ -157,16 +34,16 @@ func (f *fixture) workersShown(n int) {
 // their end and the queued ones inline, nothing is lost or applied twice,
 // and the reconcilers table follows.
 func TestConfigureConcurrency(t *testing.T) {
-	o := newConfOps()
+	o := newTarget()
 	f := startFixture(t, o, &with{tables: true}, reconciler.WithConcurrency(1))
 	f.upsert(kititems("0", "warm")...)
-	f.converged(o.tg)
+	f.converged(o)
 	f.workersShown(1)
 
 	require.NoError(t, f.rec.Configure(reconciler.WithConcurrency(4)))
-	o.hold()
+	let := o.holdAll()
 	f.upsert(items("a", 8, "1")...)
-	o.wait(t, "4 updates in flight", func(o *confops) bool { return o.inflight == 4 })
+	o.waitStarts(t, "4 updates in flight", func() bool { return o.inflight.Load() == 4 })
 	f.workersShown(4)
 
 	// Four in flight, four queued for the workers: back to inline.
@@ -174,40 +51,38 @@ func TestConfigureConcurrency(t *testing.T) {
 	f.upsert(items("b", 3, "1")...)
 	// Inline, the loop runs the first queued one itself: it reports once
 	// that returns.
-	o.wait(t, "the first queued one started inline", func(o *confops) bool { return o.inflight == 5 })
-	o.let()
-	f.converged(o.tg)
+	o.waitStarts(t, "the first queued one started inline", func() bool { return o.inflight.Load() == 5 })
+	let()
+	f.converged(o)
 	f.workersShown(1)
 	assert.Empty(t, o.appliedTwice())
 
-	o.resetMost()
-	o.hold()
+	o.maxInflight.Store(o.inflight.Load())
+	let = o.holdAll()
 	f.upsert(items("c", 4, "1")...)
-	o.wait(t, "an update in flight", func(o *confops) bool { return o.inflight == 1 })
-	o.let()
-	f.converged(o.tg)
-	o.mu.Lock()
-	assert.Equal(t, 1, o.most, "inline again: one operation at a time")
-	o.mu.Unlock()
+	o.waitStarts(t, "an update in flight", func() bool { return o.inflight.Load() == 1 })
+	let()
+	f.converged(o)
+	assert.Equal(t, int64(1), o.maxInflight.Load(), "inline again: one operation at a time")
 	assert.Empty(t, o.appliedTwice())
 }
 
 // A pool changing its number of workers (4 -> 2 -> 8) with work in flight
 // and queued loses and repeats nothing.
 func TestConfigureResizePool(t *testing.T) {
-	o := newConfOps()
+	o := newTarget()
 	f := startFixture(t, o, &with{tables: true}, reconciler.WithConcurrency(4))
-	o.hold()
+	let := o.holdAll()
 	f.upsert(items("a", 10, "1")...)
-	o.wait(t, "4 in flight", func(o *confops) bool { return o.inflight == 4 })
+	o.waitStarts(t, "4 in flight", func() bool { return o.inflight.Load() == 4 })
 	require.NoError(t, f.rec.Configure(reconciler.WithConcurrency(2)))
 	f.workersShown(2)
 	require.NoError(t, f.rec.Configure(reconciler.WithConcurrency(8)))
 	f.upsert(items("b", 10, "1")...)
 	f.workersShown(8)
-	o.wait(t, "8 new workers busy", func(o *confops) bool { return o.inflight >= 8 })
-	o.let()
-	f.converged(o.tg)
+	o.waitStarts(t, "8 new workers busy", func() bool { return o.inflight.Load() >= 8 })
+	let()
+	f.converged(o)
 	assert.Empty(t, o.appliedTwice())
 }
 
@@ -236,52 +111,47 @@ func TestConfigureRoundSize(t *testing.T) {
 // A new backoff applies to failures from then on; a retry already timed
 // keeps its time.
 func TestConfigureRetry(t *testing.T) {
-	o := newConfOps()
-	o.fail["early"], o.fail["late"] = true, true
+	o := newTarget().failIDs("early", "late")
 	f := startFixture(t, o, &with{tables: true}, reconciler.WithRetry(time.Hour, time.Hour))
 	f.upsert(kititems("1", "early")...)
-	o.wait(t, "early failed", func(o *confops) bool { return o.attempts["early"] == 1 })
+	o.waitStarts(t, "early failed", func() bool { return o.attempts(reconcilertest.OpUpdate, "early") == 1 })
 	require.NoError(t, f.rec.Configure(reconciler.WithRetry(time.Millisecond, 2*time.Millisecond), reconciler.WithRetryJitter(0)))
 	f.upsert(kititems("1", "late")...)
-	o.wait(t, "late retried on the new backoff", func(o *confops) bool { return o.attempts["late"] >= 4 })
-	o.mu.Lock()
-	assert.Equal(t, 1, o.attempts["early"], "the retry timed before keeps its hour")
-	o.mu.Unlock()
+	o.waitStarts(t, "late retried on the new backoff", func() bool { return o.attempts(reconcilertest.OpUpdate, "late") >= 4 })
+	assert.Equal(t, 1, o.attempts(reconcilertest.OpUpdate, "early"), "the retry timed before keeps its hour")
 }
 
 // Refreshing turned on while running marks Done objects again; turned off,
 // the refresh job says so.
 func TestConfigureRefresh(t *testing.T) {
-	o := newConfOps()
+	o := newTarget()
 	f := startFixture(t, o, &with{tables: true})
 	f.upsert(kititems("1", "a", "b")...)
-	f.converged(o.tg)
+	f.converged(o)
 	f.waitHealth(func(_ cell.Level, msg string) bool { return msg == "Refreshing is off" }, "job-refresh")
 
 	require.NoError(t, f.rec.Configure(reconciler.WithRefreshing(time.Millisecond, nil)))
-	o.wait(t, "a refreshed twice", func(o *confops) bool { return o.applied["a=1"] >= 3 })
+	o.waitUpdates(t, "a", 3) // refreshed twice
 	require.NoError(t, f.rec.Configure(reconciler.WithRefreshing(0, nil)))
 	f.waitHealth(func(_ cell.Level, msg string) bool { return msg == "Refreshing is off" }, "job-refresh")
 }
 
 // Pruning turned on while running prunes every new interval.
 func TestConfigurePruning(t *testing.T) {
-	o := newConfOps()
+	o := newTarget()
 	f := startFixture(t, o, &with{tables: true}, reconciler.WithPruning(0))
 	f.upsert(kititems("1", "a")...)
-	f.converged(o.tg)
-	o.mu.Lock()
-	assert.Zero(t, o.prunes)
-	o.mu.Unlock()
+	f.converged(o)
+	assert.Zero(t, o.prunes.Load())
 	require.NoError(t, f.rec.Configure(reconciler.WithPruning(time.Millisecond)))
-	o.wait(t, "3 prunes", func(o *confops) bool { return o.prunes >= 3 })
+	o.waitStarts(t, "3 prunes", func() bool { return o.prunes.Load() >= 3 })
 	require.NoError(t, f.rec.Configure(reconciler.WithPruning(time.Hour)))
 }
 
 // Settings changed while the hive is stopped, before its first start
 // too, apply when it starts.
 func TestConfigureStopped(t *testing.T) {
-	o := newConfOps()
+	o := newTarget()
 	f := newFixture(t, o, &with{tables: true})
 	require.NoError(t, f.rec.Configure(reconciler.WithConcurrency(2)), "before the first start")
 	f.start()
@@ -290,7 +160,7 @@ func TestConfigureStopped(t *testing.T) {
 	require.NoError(t, f.rec.Configure(reconciler.WithConcurrency(3)))
 	f.start()
 	f.upsert(kititems("1", "a")...)
-	f.converged(o.tg)
+	f.converged(o)
 	f.workersShown(3)
 }
 
@@ -298,7 +168,7 @@ func TestConfigureStopped(t *testing.T) {
 // refused with ErrInvalidConfig, naming the option, and change nothing, the
 // valid options given with them included.
 func TestConfigureRefused(t *testing.T) {
-	o := newConfOps()
+	o := newTarget()
 	f := startFixture(t, o, &with{tables: true}, reconciler.WithConcurrency(2))
 	refused := map[string]reconciler.Option{
 		"WithName":             reconciler.WithName("other"),
@@ -341,7 +211,7 @@ func TestConfigureRefused(t *testing.T) {
 		require.ErrorIs(t, err, reconciler.ErrInvalidConfig, "invalid %d", i)
 	}
 	f.upsert(kititems("1", "a")...)
-	f.converged(o.tg)
+	f.converged(o)
 	f.workersShown(2)
 	f.waitHealth(func(_ cell.Level, msg string) bool { return msg == "Refreshing is off" }, "job-refresh")
 
@@ -436,11 +306,8 @@ func TestConfigureRace(t *testing.T) {
 // the probes came (chaos: configure round=1, "the breaker's probes never
 // got to it"). The turn of fresh changes reads one more.
 func TestConfigureRoundOfOneProbesFreshChanges(t *testing.T) {
-	o := newConfOps()
 	down := []string{"a", "b", "c", "d"}
-	for _, k := range down {
-		o.fail[k] = true
-	}
+	o := newTarget().failIDs(down...)
 	f := startFixture(t, o, &with{tables: true},
 		reconciler.WithRoundLimits(3, nil),
 		reconciler.WithRetry(time.Millisecond, 2*time.Millisecond),
@@ -448,16 +315,16 @@ func TestConfigureRoundOfOneProbesFreshChanges(t *testing.T) {
 		reconciler.WithPriority(func(*item) int { return 1 }, 1))
 	require.NoError(t, f.rec.Configure(reconciler.WithRoundLimits(1, nil)))
 	f.upsert(kititems("1", down...)...)
-	o.wait(t, "each object failing as if the target were down probed", func(o *confops) bool {
+	o.waitStarts(t, "each object failing as if the target were down probed", func() bool {
 		for _, k := range down {
-			if o.attempts[k] == 0 {
+			if o.attempts(reconcilertest.OpUpdate, k) == 0 {
 				return false
 			}
 		}
 		return true
 	})
 	f.upsert(kititems("1", "fresh")...)
-	o.wait(t, "a probe to take the fresh change, and succeed", func(o *confops) bool { return o.applied["fresh=1"] > 0 })
+	o.waitUpdates(t, "fresh", 1) // a probe took the fresh change, and it succeeded
 }
 
 // Configure while paused, growing the workers: nothing starts until

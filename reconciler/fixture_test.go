@@ -486,6 +486,7 @@ type target struct {
 	changed  chan struct{}    // closed and replaced when a prune returns
 	times    []kitcall        // every call's start, with its op
 	started  chan struct{}    // closed and replaced whenever a call starts
+	held     chan struct{}    // non-nil: updates that start wait for it (holdAll)
 
 	// calls and prunes count the calls started; inflight those under way
 	// (maxInflight the most at once); maxBatch is the longest batch.
@@ -633,6 +634,64 @@ func (tg *target) attempts(op reconcilertest.Op, key string) (n int) {
 	return n
 }
 
+// holdAll holds every update that starts from now on, counted in flight,
+// until let is called (it may be called again) or its context ends.
+func (tg *target) holdAll() (let func()) {
+	ch := make(chan struct{})
+	tg.mu.Lock()
+	tg.held = ch
+	tg.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			tg.mu.Lock()
+			if tg.held == ch {
+				tg.held = nil
+			}
+			tg.mu.Unlock()
+			close(ch)
+		})
+	}
+}
+
+func (tg *target) waitHeld(ctx context.Context) error {
+	tg.mu.Lock()
+	ch := tg.held
+	tg.mu.Unlock()
+	if ch == nil {
+		return nil
+	}
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// waitStarts waits until cond holds, checking it whenever a call starts.
+func (tg *target) waitStarts(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	waitUntil(t, what, func() (bool, <-chan struct{}) {
+		ch := tg.startedWatch()
+		return cond(), ch
+	})
+}
+
+// appliedTwice returns the versions ("key=value") applied more than once.
+func (tg *target) appliedTwice() []string {
+	n := map[string]int{}
+	var twice []string
+	for _, c := range tg.Calls() {
+		if c.Op == reconcilertest.OpUpdate && c.Err == nil {
+			if n[c.Key+"="+c.Value]++; n[c.Key+"="+c.Value] == 2 {
+				twice = append(twice, c.Key+"="+c.Value)
+			}
+		}
+	}
+	return twice
+}
+
 // hold is an operation held by a target until let go: see target.hold.
 type hold struct {
 	afterApply    bool
@@ -714,6 +773,9 @@ func (tg *target) Update(ctx context.Context, txn statedb.ReadTxn, rev statedb.R
 	defer tg.end()
 	h, err := tg.begin(reconcilertest.OpUpdate, it)
 	if err != nil {
+		return err
+	}
+	if err := tg.waitHeld(ctx); err != nil {
 		return err
 	}
 	if err := tg.block(ctx, it.ID, it, false); err != nil {
