@@ -33,41 +33,6 @@ import (
 	"github.com/converge-go/converge/tables"
 )
 
-// rowsHive starts a hive with tables.Cell and one reconciler per name on one
-// items table whose objects carry a status.Set; every Update of an object
-// named in fail[name] fails. It returns the DB, the table and the tables.
-func rowsHive(t *testing.T, fail map[string]map[string]bool, names ...string) (*statedb.DB, statedb.RWTable[*item], *tables.Tables) {
-	t.Helper()
-	var (
-		db  *statedb.DB
-		tbl statedb.RWTable[*item]
-		tbs *tables.Tables
-	)
-	h := hive.New(statedb.Cell, job.Cell, tables.Cell, cell.Provide(cell.NewSimpleHealth),
-		cell.Module("test", "Test module",
-			cell.Provide(job.Registry.NewGroup),
-			cell.Invoke(func(p reconciler.Params, tt *tables.Tables) error {
-				db, tbs = p.DB, tt
-				var err error
-				if tbl, err = statedb.NewTable(p.DB, "items", itemID); err != nil {
-					return err
-				}
-				for _, name := range names {
-					ops := newTarget().failIDs(slices.Collect(maps.Keys(fail[name]))...)
-					_, err := reconciler.Register(p, tbl, (*item).clone,
-						func(it *item, s status.Status) *item { it.Statuses = it.Statuses.Set(name, s); return it },
-						func(it *item) status.Status { return it.Statuses.Get(name) },
-						ops, nil, reconciler.WithName(name), reconciler.WithPruning(0), reconciler.WithRetry(time.Hour, time.Hour))
-					if err != nil {
-						return err
-					}
-				}
-				return nil
-			})))
-	startRowsHive(t, h)
-	return db, tbl, tbs
-}
-
 // startRowsHive starts h, to be stopped when the test ends.
 func startRowsHive(t *testing.T, h *hive.Hive) {
 	t.Helper()
@@ -81,22 +46,12 @@ func startRowsHive(t *testing.T, h *hive.Hive) {
 // failing objects and must have two rows of their own.
 func TestRetryRowsOfHexAndPrintableKeysAreDistinct(t *testing.T) {
 	bin := "\x01"
-	fail := map[string]map[string]bool{"x": {bin: true, "0x01": true}}
-	db, tbl, tbs := rowsHive(t, fail, "x")
-	wtxn := db.WriteTxn(tbl)
-	for _, id := range []string{bin, "0x01"} {
-		_, _, err := tbl.Insert(wtxn, &item{ID: id, Value: "1", Statuses: status.NewSet()})
-		require.NoError(t, err)
-	}
-	wtxn.Commit()
-	waitUntil(t, "two failing objects", func() (bool, <-chan struct{}) {
-		txn := db.ReadTxn()
-		_, watch := tbs.Reconcilers().AllWatch(txn)
-		a, _, ok := tbs.Reconcilers().Get(txn, tables.InfoByID.Query("test/x"))
-		return ok && a.Retrying == 2, watch
-	})
+	tg := newTarget().failIDs(bin, "0x01")
+	f := startFixture(t, tg, &with{tables: true}, reconciler.WithPruning(0), reconciler.WithRetry(time.Hour, time.Hour))
+	f.upsert(kititems("1", bin, "0x01")...)
+	f.waitInfo("two failing objects", func(i *tables.Info) bool { return i.Retrying == 2 })
 	var keys []string
-	for r := range tbs.Retries().List(db.ReadTxn(), tables.RetryByReconciler.Query("test/x")) {
+	for r := range f.tables.Retries().List(f.db.ReadTxn(), tables.RetryByReconciler.Query("test")) {
 		keys = append(keys, r.Key)
 	}
 	assert.Len(t, keys, 2, "one row per failing object; got keys %q", keys)
