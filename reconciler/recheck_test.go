@@ -3,7 +3,6 @@ package reconciler_test
 import (
 	"context"
 	"fmt"
-	"iter"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -11,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -152,39 +152,20 @@ func TestRecheckAsksThatDoNothing(t *testing.T) {
 // A failing Update's ask is ignored: its retry decides.
 func TestRecheckFailingUpdateAskIgnored(t *testing.T) {
 	o := newTarget()
-	var mu sync.Mutex
-	attempts := 0
-	// Wrap: ask for a re-check, then fail the first attempt.
-	f := variant{1, false}.start(t, &kitfailAfterAsk{target: o, mu: &mu, attempts: &attempts}, nil,
-		reconciler.WithRetry(time.Millisecond, time.Millisecond))
+	var attempts atomic.Int64
+	// Ask for a re-check, then fail a's first attempt.
+	o.update = func(ctx context.Context, it *item) error {
+		if it.ID == "a" && attempts.Add(1) == 1 {
+			reconciler.RecheckAfter(ctx, 10*time.Millisecond)
+			return errKitObject
+		}
+		return nil
+	}
+	f := variant{1, false}.start(t, o, nil, reconciler.WithRetry(time.Millisecond, time.Millisecond))
 	kitasks(o, map[string][]time.Duration{clock: {300 * time.Millisecond}})
 	f.upsert(kititems("1", "a")...)
 	f.pastClock(o)
-	mu.Lock()
-	defer mu.Unlock()
-	assert.Equal(t, 2, attempts, "a failed once, then succeeded once; its failed attempt's ask must not re-check it")
-}
-
-// kitfailAfterAsk fails a's first update after asking for a re-check.
-type kitfailAfterAsk struct {
-	*target
-	mu       *sync.Mutex
-	attempts *int
-}
-
-func (o *kitfailAfterAsk) Update(ctx context.Context, txn statedb.ReadTxn, rev statedb.Revision, it *item) error {
-	if it.ID != "a" {
-		return o.target.Update(ctx, txn, rev, it)
-	}
-	o.mu.Lock()
-	*o.attempts++
-	n := *o.attempts
-	o.mu.Unlock()
-	if n == 1 {
-		reconciler.RecheckAfter(ctx, 10*time.Millisecond)
-		return errKitObject
-	}
-	return o.target.Update(ctx, txn, rev, it)
+	assert.Equal(t, int64(2), attempts.Load(), "a failed once, then succeeded once; its failed attempt's ask must not re-check it")
 }
 
 // The last ask of an operation counts: a long ask then a short one
@@ -566,7 +547,9 @@ func TestRecheckAskAfterReturnIsIgnored(t *testing.T) {
 // read, not when the re-check would have fallen due.
 func TestRecheckDeleteReleasesMemory(t *testing.T) {
 	const n, size = 800, 64 << 10
-	o := &recheckHourOps{}
+	o := newTarget()
+	o.Target = nil // keeps nothing: the heap is the reconciler's
+	o.setAfter(func(ctx context.Context, _ *item) { reconciler.RecheckAfter(ctx, time.Hour) })
 	f := startFixture(t, o, nil)
 	heap := func() uint64 {
 		runtime.GC()
@@ -599,21 +582,6 @@ func TestRecheckDeleteReleasesMemory(t *testing.T) {
 		return held < base+n*size/8, tick(50 * time.Millisecond)
 	})
 	assert.Less(t, held, base+n*size/8)
-}
-
-// recheckHourOps asks every Update for a re-check in an hour and keeps
-// nothing of what it is given.
-type recheckHourOps struct{}
-
-func (recheckHourOps) Update(ctx context.Context, _ statedb.ReadTxn, _ statedb.Revision, _ *item) error {
-	reconciler.RecheckAfter(ctx, time.Hour)
-	return nil
-}
-func (recheckHourOps) Delete(context.Context, statedb.ReadTxn, statedb.Revision, *item) error {
-	return nil
-}
-func (recheckHourOps) Prune(context.Context, statedb.ReadTxn, iter.Seq2[*item, statedb.Revision]) error {
-	return nil
 }
 
 // tick returns a channel closed after d: a poll's next look.
