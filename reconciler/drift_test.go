@@ -409,12 +409,14 @@ func TestDriftCheckErrorsAreFailures(t *testing.T) {
 		assert.Contains(t, obj.Status.Error, "gave up after 3 attempts")
 		assert.Equal(t, []string{"1"}, tg.updates("a"))
 	})
-	t.Run("breaker", func(t *testing.T) {
+	// In a batch, the checks after the breaker opened find the gate
+	// closed: their objects go back to the queue.
+	forVariants(t, []variant{{1, false}, {1, true}, {4, true}}, func(t *testing.T, v variant) {
 		tg := newTarget()
 		d := newDriftChecker(tg)
-		f := variant{1, false}.start(t, tg, nil, reconciler.WithDriftCheck(d.check), reconciler.WithRetry(time.Millisecond, 5*time.Millisecond),
+		f := v.start(t, tg, nil, reconciler.WithDriftCheck(d.check), reconciler.WithRetry(time.Millisecond, 5*time.Millisecond),
 			reconciler.WithCircuitBreaker(3, time.Millisecond, nil))
-		objs := items("k", 5, "1")
+		objs := items("k", 20, "1")
 		f.upsert(objs...)
 		f.caughtUp()
 		for _, id := range ids(objs) {
