@@ -221,7 +221,7 @@ func TestBatchOnlyWithoutPruneIgnoresPrune(t *testing.T) {
 	f.remove(ids(items("a", 1, "1"))...)
 	f.caughtUp()
 	tg.mu.Lock()
-	assert.Zero(t, tg.prunes, "no prune ran")
+	assert.Zero(t, tg.returned, "no prune ran")
 	tg.mu.Unlock()
 	assert.True(t, tg.has("stray", "1"), "nothing pruned")
 	assert.True(t, tg.has("a-00001", "1"))

@@ -29,7 +29,7 @@ import (
 
 // kitbreaker starts a fixture over o with the breaker and the given extra
 // options; the reconcilers tables are in the hive.
-func kitbreaker(t *testing.T, o *kitops, v variant, m *kitmetrics, opts ...reconciler.Option) *fixture {
+func kitbreaker(t *testing.T, o *target, v variant, m *kitmetrics, opts ...reconciler.Option) *fixture {
 	w := &with{tables: true}
 	f := v.start(t, o, w, append([]reconciler.Option{reconciler.WithMetrics(m)}, opts...)...)
 	return f
@@ -37,8 +37,8 @@ func kitbreaker(t *testing.T, o *kitops, v variant, m *kitmetrics, opts ...recon
 
 // startBreaker is kitbreaker over new kitops and kitmetrics with
 // WithCircuitBreaker(threshold, probe, nil) and WithRetry(1ms, maxRetry).
-func startBreaker(t *testing.T, v variant, threshold int, probe, maxRetry time.Duration, opts ...reconciler.Option) (*kitops, *kitmetrics, *fixture) {
-	o, m := newKitOps(), newKitMetrics()
+func startBreaker(t *testing.T, v variant, threshold int, probe, maxRetry time.Duration, opts ...reconciler.Option) (*target, *kitmetrics, *fixture) {
+	o, m := newTarget(), newKitMetrics()
 	return o, m, kitbreaker(t, o, v, m, append([]reconciler.Option{reconciler.WithCircuitBreaker(threshold, probe, nil),
 		reconciler.WithRetry(time.Millisecond, maxRetry)}, opts...)...)
 }
@@ -94,7 +94,7 @@ func TestBreakerHoldsEverythingAndLosesNothing(t *testing.T) {
 		f.rec.Resume()
 		f.insertAs(f.mustGet("k-00003").clone()) // identical re-insert
 		f.rec.Prune()
-		o.tg.Set("stray", "x") // for the prune to remove
+		o.Set("stray", "x") // for the prune to remove
 		o.waitCalls(t, o.calls.Load()+5)
 		s, _ := m.get()
 		assert.True(t, s.BreakerOpen, "closed with the target still down")
@@ -104,11 +104,11 @@ func TestBreakerHoldsEverythingAndLosesNothing(t *testing.T) {
 		m.waitClosed(t)
 		f.rec.Prune()
 		waitUntil(t, "the prune asked for while open", func() (bool, <-chan struct{}) {
-			state, changed := o.tg.StateWatch()
+			state, changed := o.StateWatch()
 			_, stray := state["stray"]
 			return !stray, changed
 		})
-		f.converged(o.tg)
+		f.converged(o)
 		for obj := range f.table.All(f.db.ReadTxn()) {
 			assert.False(t, obj.Status.Terminal, "%s: %s", obj.ID, obj.Status.Error)
 		}
@@ -140,7 +140,7 @@ func TestBreakerTinyProbeBackoffDoesNotSpin(t *testing.T) {
 			// one per 50ms: well under 100 in 400ms. Spinning is thousands.
 			assert.Less(t, n, int64(100), "%d calls in 400ms while open", n)
 			o.recover()
-			f.converged(o.tg)
+			f.converged(o)
 		})
 	}
 }
@@ -157,7 +157,7 @@ func TestBreakerHugeProbeBackoffStopStart(t *testing.T) {
 	f.upsert(kititems("2", "h-00000")...)
 	f.remove("h-00001")
 	f.start()
-	f.converged(o.tg)
+	f.converged(o)
 	info := f.waitInfo("closed", func(i *tables.Info) bool { return i.TargetError == "" })
 	assert.True(t, info.TargetFailingSince.IsZero())
 }
@@ -177,7 +177,7 @@ func TestBreakerStopClosesAndReopens(t *testing.T) {
 	info := f.waitInfo("second opening", func(i *tables.Info) bool { return i.BreakerOpenings >= 2 })
 	assert.Equal(t, uint64(2), info.BreakerOpenings)
 	o.recover()
-	f.converged(o.tg)
+	f.converged(o)
 }
 
 // The target recovers while a probe is in flight: the probe succeeds and
@@ -201,7 +201,7 @@ func TestBreakerRecoversDuringProbe(t *testing.T) {
 	recv(t, entered, "a probe")
 	close(release)
 	m.waitClosed(t)
-	f.converged(o.tg)
+	f.converged(o)
 	s, _ := m.get()
 	assert.Equal(t, uint64(1), s.BreakerOpened)
 }
@@ -210,7 +210,7 @@ func TestBreakerRecoversDuringProbe(t *testing.T) {
 // process, so a crash is this test's failure, not the suite's.
 func TestBreakerClassifierPanics(t *testing.T) {
 	if os.Getenv("Kit_CHILD") == "1" {
-		o, m := newKitOps(), newKitMetrics()
+		o, m := newTarget(), newKitMetrics()
 		f := kitbreaker(t, o, variant{1, false}, m,
 			reconciler.WithCircuitBreaker(2, 5*time.Millisecond, func(error) bool { panic("kit classifier bug") }),
 			reconciler.WithRetry(time.Millisecond, 10*time.Millisecond))
@@ -218,7 +218,7 @@ func TestBreakerClassifierPanics(t *testing.T) {
 		f.upsert(items("c", 4, "1")...)
 		o.waitCalls(t, 10)
 		o.recover()
-		f.converged(o.tg)
+		f.converged(o)
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*timeout)
@@ -242,7 +242,7 @@ func TestBreakerClassifierPanics(t *testing.T) {
 // A probe that fails with an error the classifier rejects closes the
 // breaker; the objects then fail on their own, with their attempts growing.
 func TestBreakerObjectErrorProbeCloses(t *testing.T) {
-	o, m := newKitOps(), newKitMetrics()
+	o, m := newTarget(), newKitMetrics()
 	f := kitbreaker(t, o, variant{1, false}, m,
 		reconciler.WithCircuitBreaker(2, 5*time.Millisecond, func(err error) bool { return errors.Is(err, errKitDown) }),
 		reconciler.WithRetry(time.Millisecond, 10*time.Millisecond))
@@ -261,7 +261,7 @@ func TestBreakerObjectErrorProbeCloses(t *testing.T) {
 		return false, ch
 	})
 	o.recover()
-	f.converged(o.tg)
+	f.converged(o)
 }
 
 // An operation in flight when the breaker opens that then succeeds closes
@@ -285,7 +285,7 @@ func TestBreakerInFlightSuccessCloses(t *testing.T) {
 	m.waitRound(t, "closed by slow's success", func(s metrics.RoundStats) bool { return !s.BreakerOpen || s.BreakerOpened >= 2 })
 	f.waitKind("slow", status.KindDone)
 	o.recover()
-	f.converged(o.tg)
+	f.converged(o)
 }
 
 // A stop closes the breaker: the reconcilers table and the metrics must not
@@ -303,7 +303,7 @@ func TestBreakerStopReportsClosed(t *testing.T) {
 	assert.False(t, s.BreakerOpen, "stopped, yet the last round says the breaker is open")
 	o.recover()
 	f.start()
-	f.converged(o.tg)
+	f.converged(o)
 }
 
 // Once Pause has returned no operation starts: probes included.
@@ -320,12 +320,12 @@ func TestBreakerPauseStopsProbes(t *testing.T) {
 	assert.LessOrEqual(t, o.calls.Load(), before+1, "probes went on while paused")
 	f.rec.Resume()
 	o.recover()
-	f.converged(o.tg)
+	f.converged(o)
 }
 
 // The expvar figures breaker_open and breaker_openings.
 func TestBreakerExpVar(t *testing.T) {
-	o := newKitOps()
+	o := newTarget()
 	ev := metrics.NewUnpublishedExpVar()
 	f := newFixture(t, o, &with{tables: true}, reconciler.WithMetrics(ev), reconciler.WithPruning(0),
 		reconciler.WithCircuitBreaker(2, 5*time.Millisecond, nil), reconciler.WithRetry(time.Millisecond, 10*time.Millisecond))
@@ -347,7 +347,7 @@ func TestBreakerExpVar(t *testing.T) {
 		assert.Equal(c, "1", read("breaker_openings"))
 	}, timeout, time.Millisecond)
 	o.recover()
-	f.converged(o.tg)
+	f.converged(o)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		assert.Equal(c, "0", read("breaker_open"))
 		assert.Equal(c, "1", read("breaker_openings"))
@@ -459,7 +459,7 @@ func TestBreakerFlappingChurnConverges(t *testing.T) {
 				f.upsert(kititems(obj.Value, obj.ID)...)
 			}
 		}
-		f.converged(o.tg)
+		f.converged(o)
 	})
 }
 
@@ -502,7 +502,7 @@ func TestBreakerProbeFailureIsNoOutcome(t *testing.T) {
 			assert.False(t, hasRow, "%s: a failed probe made it a failing object", id)
 		}
 		o.recover()
-		f.converged(o.tg)
+		f.converged(o)
 	})
 }
 
@@ -539,8 +539,8 @@ func TestBreakerFailingDeletes(t *testing.T) {
 		f.upsert(kititems("2", "after")...)
 		o.waitCalls(t, o.calls.Load()+10)
 		o.recover()
-		f.converged(o.tg)
-		keys, err := o.tg.Keys()
+		f.converged(o)
+		keys, err := o.Keys()
 		require.NoError(t, err)
 		assert.Equal(t, []string{"after"}, keys)
 	})
@@ -578,7 +578,7 @@ func TestBreakerHoldsTargetRetryAfter(t *testing.T) {
 		}
 		require.Empty(t, given, "given up while the target was down")
 		o.recover()
-		f.converged(o.tg)
+		f.converged(o)
 	})
 }
 
@@ -586,7 +586,7 @@ func TestBreakerHoldsTargetRetryAfter(t *testing.T) {
 // that says nothing of the target, so the breaker neither opens nor logs.
 func TestBreakerStopIsNoOutage(t *testing.T) {
 	forVariants(t, []variant{{4, false}, {4, true}}, func(t *testing.T, v variant) {
-		o, m := newKitOps(), newKitMetrics()
+		o, m := newTarget(), newKitMetrics()
 		logs := &captureHandler{}
 		w := &with{tables: true, log: slog.New(logs)}
 		f := v.fixture(t, o, w, reconciler.WithMetrics(m),
@@ -595,10 +595,11 @@ func TestBreakerStopIsNoOutage(t *testing.T) {
 		var blocked atomic.Int64
 		more := make(chan struct{}, 64)
 		o.mu.Lock()
-		o.gate = func(ctx context.Context, _ *item) {
+		o.update = func(ctx context.Context, _ *item) error {
 			blocked.Add(1)
 			more <- struct{}{}
 			<-ctx.Done()
+			return nil
 		}
 		o.mu.Unlock()
 		o.setFail(func(reconcilertest.Op, *item) error { return context.Canceled })
@@ -625,7 +626,7 @@ func TestBreakerStopIsNoOutage(t *testing.T) {
 // started"), and the first probe after the target is up closes it. An
 // outage after the target answered is logged at Error.
 func TestBreakerTargetComingUpAtStart(t *testing.T) {
-	o, m := newKitOps(), newKitMetrics()
+	o, m := newTarget(), newKitMetrics()
 	logs := &captureHandler{}
 	f := variant{1, false}.fixture(t, o, &with{tables: true, log: slog.New(logs)}, reconciler.WithMetrics(m),
 		reconciler.WithCircuitBreaker(3, 10*time.Millisecond, nil),
@@ -636,14 +637,14 @@ func TestBreakerTargetComingUpAtStart(t *testing.T) {
 	m.waitOpen(t, 1)
 	o.recover()
 	m.waitClosed(t)
-	f.converged(o.tg)
+	f.converged(o)
 	assert.Equal(t, []slog.Level{slog.LevelWarn, slog.LevelInfo}, logs.levels("Target "), "the opening at start, and the closing")
 
 	o.down()
 	f.upsert(items("s", 30, "2")...)
 	m.waitOpen(t, 2)
 	o.recover()
-	f.converged(o.tg)
+	f.converged(o)
 	assert.Equal(t, []slog.Level{slog.LevelWarn, slog.LevelInfo, slog.LevelError, slog.LevelInfo}, logs.levels("Target "))
 }
 
@@ -674,11 +675,11 @@ func TestBreakerDeleteAndRecreateWhileOpen(t *testing.T) {
 		}
 		o.waitCalls(t, o.calls.Load()+3)
 		o.recover()
-		f.converged(o.tg)
+		f.converged(o)
 		f.stop()
 		f.start()
 		f.upsert(kititems("3", "d-00000")...)
-		f.converged(o.tg)
+		f.converged(o)
 	})
 }
 

@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"iter"
+	"math"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,129 +23,6 @@ import (
 	"github.com/converge-go/converge/tables"
 )
 
-// confops is a target whose updates can be held while they run, counting
-// those in flight (the most at once too), every version applied, and the
-// failed attempts of the objects made to fail.
-type confops struct {
-	tg *reconcilertest.Target[*item]
-
-	mu       sync.Mutex
-	held     bool          // updates started from now on wait for release
-	release  chan struct{} // closed by let
-	changed  chan struct{} // closed and replaced on every start and end
-	inflight int
-	most     int            // the most updates in flight at once since reset
-	applied  map[string]int // "id=value": how often that version was applied
-	fail     map[string]bool
-	attempts map[string]int // failed attempts per id
-	prunes   int
-}
-
-func newConfOps() *confops {
-	return &confops{
-		tg:      reconcilertest.NewTarget(itemKey, itemValue),
-		release: make(chan struct{}), changed: make(chan struct{}),
-		applied: map[string]int{}, fail: map[string]bool{}, attempts: map[string]int{},
-	}
-}
-
-func (o *confops) notify() {
-	close(o.changed)
-	o.changed = make(chan struct{})
-}
-
-// hold makes updates started from now on wait, until let.
-func (o *confops) hold() {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.held, o.release = true, make(chan struct{})
-}
-
-// let releases the updates held, and holds no more.
-func (o *confops) let() {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.held {
-		o.held = false
-		close(o.release)
-	}
-}
-
-func (o *confops) resetMost() {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.most = o.inflight
-}
-
-// wait waits until cond, called with o locked, holds.
-func (o *confops) wait(t testing.TB, what string, cond func(o *confops) bool) {
-	t.Helper()
-	waitUntil(t, what, func() (bool, <-chan struct{}) {
-		o.mu.Lock()
-		defer o.mu.Unlock()
-		return cond(o), o.changed
-	})
-}
-
-func (o *confops) Update(ctx context.Context, txn statedb.ReadTxn, rev statedb.Revision, it *item) error {
-	o.mu.Lock()
-	if o.fail[it.ID] {
-		o.attempts[it.ID]++
-		o.notify()
-		o.mu.Unlock()
-		return errKitObject
-	}
-	o.inflight++
-	o.most = max(o.most, o.inflight)
-	o.notify()
-	held, release := o.held, o.release
-	o.mu.Unlock()
-	var err error
-	if held {
-		select {
-		case <-release:
-		case <-ctx.Done():
-			err = ctx.Err()
-		}
-	}
-	if err == nil {
-		err = o.tg.Update(ctx, txn, rev, it)
-	}
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.inflight--
-	if err == nil {
-		o.applied[it.ID+"="+it.Value]++
-	}
-	o.notify()
-	return err
-}
-
-func (o *confops) Delete(ctx context.Context, txn statedb.ReadTxn, rev statedb.Revision, it *item) error {
-	return o.tg.Delete(ctx, txn, rev, it)
-}
-
-func (o *confops) Prune(ctx context.Context, txn statedb.ReadTxn, objs iter.Seq2[*item, statedb.Revision]) error {
-	o.mu.Lock()
-	o.prunes++
-	o.notify()
-	o.mu.Unlock()
-	return o.tg.Prune(ctx, txn, objs)
-}
-
-// appliedTwice returns the versions applied more than once.
-func (o *confops) appliedTwice() []string {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	var twice []string
-	for v, n := range o.applied {
-		if n > 1 {
-			twice = append(twice, fmt.Sprintf("%s (%d times)", v, n))
-		}
-	}
-	return twice
-}
-
 // workersShown waits until the reconcilers table says n workers.
 func (f *fixture) workersShown(n int) {
 	f.t.Helper()
@@ -155,16 +34,16 @@ func (f *fixture) workersShown(n int) {
 // their end and the queued ones inline, nothing is lost or applied twice,
 // and the reconcilers table follows.
 func TestConfigureConcurrency(t *testing.T) {
-	o := newConfOps()
+	o := newTarget()
 	f := startFixture(t, o, &with{tables: true}, reconciler.WithConcurrency(1))
 	f.upsert(kititems("0", "warm")...)
-	f.converged(o.tg)
+	f.converged(o)
 	f.workersShown(1)
 
 	require.NoError(t, f.rec.Configure(reconciler.WithConcurrency(4)))
-	o.hold()
+	let := o.holdAll()
 	f.upsert(items("a", 8, "1")...)
-	o.wait(t, "4 updates in flight", func(o *confops) bool { return o.inflight == 4 })
+	o.waitStarts(t, "4 updates in flight", func() bool { return o.inflight.Load() == 4 })
 	f.workersShown(4)
 
 	// Four in flight, four queued for the workers: back to inline.
@@ -172,53 +51,51 @@ func TestConfigureConcurrency(t *testing.T) {
 	f.upsert(items("b", 3, "1")...)
 	// Inline, the loop runs the first queued one itself: it reports once
 	// that returns.
-	o.wait(t, "the first queued one started inline", func(o *confops) bool { return o.inflight == 5 })
-	o.let()
-	f.converged(o.tg)
+	o.waitStarts(t, "the first queued one started inline", func() bool { return o.inflight.Load() == 5 })
+	let()
+	f.converged(o)
 	f.workersShown(1)
 	assert.Empty(t, o.appliedTwice())
 
-	o.resetMost()
-	o.hold()
+	o.maxInflight.Store(o.inflight.Load())
+	let = o.holdAll()
 	f.upsert(items("c", 4, "1")...)
-	o.wait(t, "an update in flight", func(o *confops) bool { return o.inflight == 1 })
-	o.let()
-	f.converged(o.tg)
-	o.mu.Lock()
-	assert.Equal(t, 1, o.most, "inline again: one operation at a time")
-	o.mu.Unlock()
+	o.waitStarts(t, "an update in flight", func() bool { return o.inflight.Load() == 1 })
+	let()
+	f.converged(o)
+	assert.Equal(t, int64(1), o.maxInflight.Load(), "inline again: one operation at a time")
 	assert.Empty(t, o.appliedTwice())
 }
 
 // A pool changing its number of workers (4 -> 2 -> 8) with work in flight
 // and queued loses and repeats nothing.
 func TestConfigureResizePool(t *testing.T) {
-	o := newConfOps()
+	o := newTarget()
 	f := startFixture(t, o, &with{tables: true}, reconciler.WithConcurrency(4))
-	o.hold()
+	let := o.holdAll()
 	f.upsert(items("a", 10, "1")...)
-	o.wait(t, "4 in flight", func(o *confops) bool { return o.inflight == 4 })
+	o.waitStarts(t, "4 in flight", func() bool { return o.inflight.Load() == 4 })
 	require.NoError(t, f.rec.Configure(reconciler.WithConcurrency(2)))
 	f.workersShown(2)
 	require.NoError(t, f.rec.Configure(reconciler.WithConcurrency(8)))
 	f.upsert(items("b", 10, "1")...)
 	f.workersShown(8)
-	o.wait(t, "8 new workers busy", func(o *confops) bool { return o.inflight >= 8 })
-	o.let()
-	f.converged(o.tg)
+	o.waitStarts(t, "8 new workers busy", func() bool { return o.inflight.Load() >= 8 })
+	let()
+	f.converged(o)
 	assert.Empty(t, o.appliedTwice())
 }
 
 // A new round size bounds the batches of the next rounds.
 func TestConfigureRoundSize(t *testing.T) {
-	o := newKitOps()
+	o := newTarget()
 	f := startFixture(t, o, &with{batch: o, tables: true})
 	require.NoError(t, f.rec.Configure(reconciler.WithRoundLimits(3, nil)))
 	f.rec.Pause()
 	f.waitHealth(func(_ cell.Level, msg string) bool { return msg == "Paused" })
 	f.upsert(items("a", 20, "1")...)
 	f.rec.Resume()
-	f.converged(o.tg)
+	f.converged(o)
 	assert.Equal(t, int64(3), o.maxBatch.Load(), "batches of the new round size")
 
 	o.maxBatch.Store(0)
@@ -227,65 +104,63 @@ func TestConfigureRoundSize(t *testing.T) {
 	f.waitHealth(func(_ cell.Level, msg string) bool { return msg == "Paused" })
 	f.upsert(items("b", 20, "1")...)
 	f.rec.Resume()
-	f.converged(o.tg)
+	f.converged(o)
 	assert.Equal(t, int64(20), o.maxBatch.Load(), "one batch again")
 }
 
 // A new backoff applies to failures from then on; a retry already timed
 // keeps its time.
 func TestConfigureRetry(t *testing.T) {
-	o := newConfOps()
-	o.fail["early"], o.fail["late"] = true, true
+	o := newTarget().failIDs("early", "late")
 	f := startFixture(t, o, &with{tables: true}, reconciler.WithRetry(time.Hour, time.Hour))
 	f.upsert(kititems("1", "early")...)
-	o.wait(t, "early failed", func(o *confops) bool { return o.attempts["early"] == 1 })
+	o.waitStarts(t, "early failed", func() bool { return o.attempts(reconcilertest.OpUpdate, "early") == 1 })
 	require.NoError(t, f.rec.Configure(reconciler.WithRetry(time.Millisecond, 2*time.Millisecond), reconciler.WithRetryJitter(0)))
 	f.upsert(kititems("1", "late")...)
-	o.wait(t, "late retried on the new backoff", func(o *confops) bool { return o.attempts["late"] >= 4 })
-	o.mu.Lock()
-	assert.Equal(t, 1, o.attempts["early"], "the retry timed before keeps its hour")
-	o.mu.Unlock()
+	o.waitStarts(t, "late retried on the new backoff", func() bool { return o.attempts(reconcilertest.OpUpdate, "late") >= 4 })
+	assert.Equal(t, 1, o.attempts(reconcilertest.OpUpdate, "early"), "the retry timed before keeps its hour")
 }
 
 // Refreshing turned on while running marks Done objects again; turned off,
 // the refresh job says so.
 func TestConfigureRefresh(t *testing.T) {
-	o := newConfOps()
+	o := newTarget()
 	f := startFixture(t, o, &with{tables: true})
 	f.upsert(kititems("1", "a", "b")...)
-	f.converged(o.tg)
+	f.converged(o)
 	f.waitHealth(func(_ cell.Level, msg string) bool { return msg == "Refreshing is off" }, "job-refresh")
 
 	require.NoError(t, f.rec.Configure(reconciler.WithRefreshing(time.Millisecond, nil)))
-	o.wait(t, "a refreshed twice", func(o *confops) bool { return o.applied["a=1"] >= 3 })
+	o.waitUpdates(t, "a", 3) // refreshed twice
 	require.NoError(t, f.rec.Configure(reconciler.WithRefreshing(0, nil)))
 	f.waitHealth(func(_ cell.Level, msg string) bool { return msg == "Refreshing is off" }, "job-refresh")
 }
 
 // Pruning turned on while running prunes every new interval.
 func TestConfigurePruning(t *testing.T) {
-	o := newConfOps()
+	o := newTarget()
 	f := startFixture(t, o, &with{tables: true}, reconciler.WithPruning(0))
 	f.upsert(kititems("1", "a")...)
-	f.converged(o.tg)
-	o.mu.Lock()
-	assert.Zero(t, o.prunes)
-	o.mu.Unlock()
+	f.converged(o)
+	assert.Zero(t, o.prunes.Load())
 	require.NoError(t, f.rec.Configure(reconciler.WithPruning(time.Millisecond)))
-	o.wait(t, "3 prunes", func(o *confops) bool { return o.prunes >= 3 })
+	o.waitStarts(t, "3 prunes", func() bool { return o.prunes.Load() >= 3 })
 	require.NoError(t, f.rec.Configure(reconciler.WithPruning(time.Hour)))
 }
 
-// Settings changed while the hive is stopped apply when it starts.
+// Settings changed while the hive is stopped, before its first start
+// too, apply when it starts.
 func TestConfigureStopped(t *testing.T) {
-	o := newConfOps()
-	f := startFixture(t, o, &with{tables: true})
-	f.workersShown(1)
+	o := newTarget()
+	f := newFixture(t, o, &with{tables: true})
+	require.NoError(t, f.rec.Configure(reconciler.WithConcurrency(2)), "before the first start")
+	f.start()
+	f.workersShown(2)
 	f.stop()
 	require.NoError(t, f.rec.Configure(reconciler.WithConcurrency(3)))
 	f.start()
 	f.upsert(kititems("1", "a")...)
-	f.converged(o.tg)
+	f.converged(o)
 	f.workersShown(3)
 }
 
@@ -293,7 +168,7 @@ func TestConfigureStopped(t *testing.T) {
 // refused with ErrInvalidConfig, naming the option, and change nothing, the
 // valid options given with them included.
 func TestConfigureRefused(t *testing.T) {
-	o := newConfOps()
+	o := newTarget()
 	f := startFixture(t, o, &with{tables: true}, reconciler.WithConcurrency(2))
 	refused := map[string]reconciler.Option{
 		"WithName":             reconciler.WithName("other"),
@@ -304,7 +179,11 @@ func TestConfigureRefused(t *testing.T) {
 		"WithOperationTimeout": reconciler.WithOperationTimeout(time.Second),
 		"WithoutPanicRecovery": reconciler.WithoutPanicRecovery(),
 		"WithStartAfter":       reconciler.WithStartAfter(0),
-		"nil Option":           nil,
+		"WithSetup":            reconciler.WithSetup(func(context.Context, statedb.ReadTxn) error { return nil }),
+		"WithDriftCheck": reconciler.WithDriftCheck(func(context.Context, statedb.ReadTxn, statedb.Revision, *item) (bool, error) {
+			return true, nil
+		}),
+		"nil Option": nil,
 	}
 	for name, opt := range refused {
 		err := f.rec.Configure(reconciler.WithConcurrency(5), opt)
@@ -321,6 +200,8 @@ func TestConfigureRefused(t *testing.T) {
 		reconciler.WithRetry(2*time.Second, time.Second),
 		reconciler.WithRetry(0, time.Second),
 		reconciler.WithRetryJitter(1),
+		reconciler.WithRetryJitter(-0.1),
+		reconciler.WithRetryJitter(math.NaN()),
 		reconciler.WithPruning(-1),
 		reconciler.WithRefreshing(-1, nil),
 		reconciler.WithRefreshing(time.Second, rate.NewLimiter(1, 0)),
@@ -330,7 +211,7 @@ func TestConfigureRefused(t *testing.T) {
 		require.ErrorIs(t, err, reconciler.ErrInvalidConfig, "invalid %d", i)
 	}
 	f.upsert(kititems("1", "a")...)
-	f.converged(o.tg)
+	f.converged(o)
 	f.workersShown(2)
 	f.waitHealth(func(_ cell.Level, msg string) bool { return msg == "Refreshing is off" }, "job-refresh")
 
@@ -338,6 +219,8 @@ func TestConfigureRefused(t *testing.T) {
 	// is refused, one above it accepted.
 	require.NoError(t, f.rec.Configure(reconciler.WithRetry(time.Second, 2*time.Second)))
 	require.ErrorIs(t, f.rec.Configure(reconciler.WithRetry(time.Second, time.Millisecond)), reconciler.ErrInvalidConfig)
+	// Edges that are valid: an unlimited limiter without burst, 1ns retries.
+	require.NoError(t, f.rec.Configure(reconciler.WithRoundLimits(10, rate.NewLimiter(rate.Inf, 0)), reconciler.WithRetry(1, 1)))
 }
 
 // A batch-only reconciler without a Prune method cannot have pruning
@@ -355,7 +238,7 @@ func TestConfigureNoPruner(t *testing.T) {
 func TestConfigureRace(t *testing.T) {
 	for _, batch := range []bool{false, true} {
 		t.Run(fmt.Sprint("batch=", batch), func(t *testing.T) {
-			o := newKitOps()
+			o := newTarget()
 			var w with
 			if batch {
 				w.batch = o
@@ -409,7 +292,7 @@ func TestConfigureRace(t *testing.T) {
 			cancel()
 			wg.Wait()
 			require.NoError(t, f.rec.Configure(reconciler.WithRefreshing(0, nil), reconciler.WithPruning(0)))
-			f.converged(o.tg)
+			f.converged(o)
 			f.waitTable("no object Error", func(txn statedb.ReadTxn) bool { return f.countKind(txn, status.KindError) == 0 })
 		})
 	}
@@ -423,11 +306,8 @@ func TestConfigureRace(t *testing.T) {
 // the probes came (chaos: configure round=1, "the breaker's probes never
 // got to it"). The turn of fresh changes reads one more.
 func TestConfigureRoundOfOneProbesFreshChanges(t *testing.T) {
-	o := newConfOps()
 	down := []string{"a", "b", "c", "d"}
-	for _, k := range down {
-		o.fail[k] = true
-	}
+	o := newTarget().failIDs(down...)
 	f := startFixture(t, o, &with{tables: true},
 		reconciler.WithRoundLimits(3, nil),
 		reconciler.WithRetry(time.Millisecond, 2*time.Millisecond),
@@ -435,14 +315,134 @@ func TestConfigureRoundOfOneProbesFreshChanges(t *testing.T) {
 		reconciler.WithPriority(func(*item) int { return 1 }, 1))
 	require.NoError(t, f.rec.Configure(reconciler.WithRoundLimits(1, nil)))
 	f.upsert(kititems("1", down...)...)
-	o.wait(t, "each object failing as if the target were down probed", func(o *confops) bool {
+	o.waitStarts(t, "each object failing as if the target were down probed", func() bool {
 		for _, k := range down {
-			if o.attempts[k] == 0 {
+			if o.attempts(reconcilertest.OpUpdate, k) == 0 {
 				return false
 			}
 		}
 		return true
 	})
 	f.upsert(kititems("1", "fresh")...)
-	o.wait(t, "a probe to take the fresh change, and succeed", func(o *confops) bool { return o.applied["fresh=1"] > 0 })
+	o.waitUpdates(t, "fresh", 1) // a probe took the fresh change, and it succeeded
+}
+
+// Configure while paused, growing the workers: nothing starts until
+// Resume, then everything converges.
+func TestConfigureWhilePausedStartsNothing(t *testing.T) {
+	tg := newTarget()
+	f := startFixture(t, tg, nil, reconciler.WithPruning(0))
+	f.rec.Pause()
+	f.waitHealth(func(_ cell.Level, msg string) bool { return msg == "Paused" })
+	rev := f.upsert(items("a", 10, "1")...)
+	require.NoError(t, f.rec.Configure(reconciler.WithConcurrency(4), reconciler.WithRoundLimits(2, nil)))
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	_, _, err := f.rec.WaitUntilReconciled(ctx, rev)
+	cancel()
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Zero(t, tg.calls.Load(), "an operation while paused")
+	f.rec.Resume()
+	f.converged(tg)
+}
+
+// Huge intervals, concurrency and round sizes saturate: the reconciler
+// goes on converging, and back to one worker.
+func TestConfigureSaturatesHugeValues(t *testing.T) {
+	tg := newTarget()
+	f := startFixture(t, tg, nil, reconciler.WithPruning(0))
+	huge := time.Duration(1 << 62)
+	require.NoError(t, f.rec.Configure(reconciler.WithConcurrency(65536), reconciler.WithRetry(huge, huge),
+		reconciler.WithRefreshing(huge, nil), reconciler.WithPruning(huge), reconciler.WithRoundLimits(1<<40, nil)))
+	f.upsert(items("a", 20, "1")...)
+	f.converged(tg)
+	require.NoError(t, f.rec.Configure(reconciler.WithConcurrency(1)))
+	f.upsert(items("b", 1, "1")...)
+	f.converged(tg)
+}
+
+// Configure, Pause and Resume, Prune and ConfirmPrune racing stops and
+// starts of the hive: nothing deadlocks, and everything converges.
+func TestConfigureRacesStopsAndStarts(t *testing.T) {
+	tg := newTarget()
+	f := startFixture(t, tg, nil, reconciler.WithPruning(0), reconciler.WithRetry(time.Millisecond, 5*time.Millisecond),
+		reconciler.WithPruneGuard(5, 0, tg.PlanPrune))
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if err := f.rec.Configure(reconciler.WithConcurrency(1+i%4), reconciler.WithPruning(time.Duration(i%2)*time.Millisecond)); err != nil {
+				t.Error(err)
+				return
+			}
+			f.rec.ConfirmPrune()
+			f.rec.Prune()
+			if i%3 == 0 {
+				f.rec.Pause()
+				f.rec.Resume()
+			}
+		}
+	})
+	for round := range 5 {
+		for i := range 20 {
+			if i >= 5 || round == 0 {
+				f.put(fmt.Sprint("k", i), fmt.Sprint(round))
+			}
+		}
+		f.remove(fmt.Sprint("k", round))
+		f.stop()
+		f.put("s", fmt.Sprint(round))
+		f.start()
+	}
+	close(stop)
+	wg.Wait()
+	f.rec.Resume()
+	f.converged(tg)
+}
+
+// The Reconciler's methods may be called from inside its callbacks: setup,
+// a drift check, a prune plan and Update call Configure, Prune and
+// ConfirmPrune (and Update Pause and Resume), and nothing deadlocks.
+func TestControlFromInsideCallbacks(t *testing.T) {
+	tg := newTarget()
+	var rec atomic.Pointer[reconciler.Reconciler[*item]]
+	var n atomic.Int32
+	call := func(where string) {
+		i, r := int(n.Add(1)), *rec.Load()
+		if err := r.Configure(reconciler.WithConcurrency(1+i%3), reconciler.WithRetry(time.Millisecond, time.Duration(1+i%2)*time.Millisecond)); err != nil {
+			t.Errorf("%s: %v", where, err)
+		}
+		r.Prune()
+		r.ConfirmPrune()
+	}
+	setup := func(context.Context, statedb.ReadTxn) error { call("setup"); return nil }
+	check := func(_ context.Context, _ statedb.ReadTxn, _ statedb.Revision, it *item) (bool, error) {
+		call("check")
+		return tg.has(it.ID, it.Value), nil
+	}
+	plan := func(context.Context, statedb.ReadTxn, iter.Seq2[*item, statedb.Revision]) (int, int, error) {
+		call("plan")
+		return 10, 10, nil
+	}
+	tg.setAfter(func(context.Context, *item) { call("update") })
+	f := newFixture(t, tg, nil, reconciler.WithSetup(setup), reconciler.WithDriftCheck(check), reconciler.WithPruneGuard(5, 0, plan),
+		reconciler.WithPruning(0), reconciler.WithRetry(time.Millisecond, 5*time.Millisecond))
+	rec.Store(&f.rec)
+	f.start()
+	objs := items("k", 10, "1")
+	f.upsert(objs...)
+	f.caughtUp()
+	f.markRefreshing(ids(objs)...)
+	f.eventually("a prune confirmed from inside ran", func() bool { return tg.prunes.Load() >= 1 })
+	tg.setAfter(func(context.Context, *item) {
+		r := *rec.Load()
+		r.Pause()
+		r.Resume()
+	})
+	f.put("p", "1")
+	f.waitKind("p", status.KindDone)
 }

@@ -3,10 +3,15 @@ package reconciler_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"maps"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/cilium/hive/cell"
 	"github.com/cilium/statedb"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -67,6 +72,13 @@ func (d *driftChecker) count(key string) int {
 // reconciled.
 func (f *fixture) markRefreshing(ids ...string) {
 	f.t.Helper()
+	f.refreshing(ids...)
+	f.caughtUp()
+}
+
+// refreshing is markRefreshing without the wait.
+func (f *fixture) refreshing(ids ...string) {
+	f.t.Helper()
 	objs := make([]*item, len(ids))
 	for i, id := range ids {
 		obj, found := f.get(id)
@@ -75,7 +87,6 @@ func (f *fixture) markRefreshing(ids ...string) {
 		objs[i].Status = status.Refreshing()
 	}
 	f.insertAs(objs...)
-	f.caughtUp()
 }
 
 // retryRow returns the row of key in the retries table, if any.
@@ -262,6 +273,235 @@ func TestDriftCheckInvalid(t *testing.T) {
 			f := newFixture(t, newTarget(), &with{register: byTheTest}, opts...)
 			err := f.register()
 			require.ErrorIs(t, err, reconciler.ErrInvalidConfig)
+		})
+	}
+}
+
+// Report-only: an Error object marked Refreshing, put back so or by a
+// dependency, is repaired all the same: its version never reached the
+// target, so the check finds it drifted.
+func TestDriftReportOnlyRepairsAnErrorObject(t *testing.T) {
+	for _, terminal := range []bool{false, true} {
+		for _, byDep := range []bool{false, true} {
+			t.Run(fmt.Sprintf("terminal=%v,dependency=%v", terminal, byDep), func(t *testing.T) {
+				tg := newTarget()
+				var errUpdate error = errKitObject
+				if terminal {
+					errUpdate = reconciler.TerminalError(errKitObject)
+				}
+				tg.failWhen(errUpdate, func(op reconcilertest.Op, _ *item) bool { return op == reconcilertest.OpUpdate })
+				var deps statedb.RWTable[*item]
+				w := withDeps(t, &deps, sameID)
+				f := startFixture(t, tg, w, reconciler.WithDriftCheck(newDriftChecker(tg).check), reconciler.WithDriftReportOnly(),
+					reconciler.WithRetry(time.Hour, time.Hour), reconciler.WithPruning(0))
+				f.put("a", "1")
+				f.waitKind("a", status.KindError)
+				tg.recover()
+				if byDep {
+					writeDeps(t, f, deps, false, &item{ID: "a"})
+				} else {
+					f.refreshing("a")
+				}
+				f.waitKind("a", status.KindDone)
+				assert.True(t, tg.has("a", "1"), "an Error object marked Refreshing is repaired")
+			})
+		}
+	}
+}
+
+// A check in flight while its object changes or is deleted: its verdict
+// is not recorded over the newer version, and the newer version, or the
+// delete, is applied.
+func TestDriftCheckInFlightWhileTheObjectChanges(t *testing.T) {
+	for _, workers := range []int{1, 3} {
+		for _, act := range []string{"update", "delete", "delete-reinsert"} {
+			t.Run(fmt.Sprintf("%s,workers=%d", act, workers), func(t *testing.T) {
+				tg := newTarget()
+				entered, release := make(chan struct{}, 1), make(chan struct{})
+				var block atomic.Bool
+				check := func(ctx context.Context, _ statedb.ReadTxn, _ statedb.Revision, it *item) (bool, error) {
+					if block.Load() {
+						entered <- struct{}{}
+						select {
+						case <-release:
+						case <-ctx.Done():
+							return false, ctx.Err()
+						}
+					}
+					return true, nil
+				}
+				f := variant{workers, false}.start(t, tg, nil, reconciler.WithDriftCheck(check), reconciler.WithRetry(minBackoff, minBackoff))
+				f.put("a", "1")
+				f.waitKind("a", status.KindDone)
+				block.Store(true)
+				f.refreshing("a")
+				recv(t, entered, "the check")
+				block.Store(false)
+				want := map[string]string{}
+				switch act {
+				case "update":
+					f.put("a", "2")
+					want["a"] = "2"
+				case "delete":
+					f.remove("a")
+				case "delete-reinsert":
+					f.remove("a")
+					f.put("a", "3")
+					want["a"] = "3"
+				}
+				close(release)
+				f.caughtUp()
+				f.eventually("the target as the table", func() bool { return maps.Equal(want, tg.State()) })
+			})
+		}
+	}
+}
+
+// A check held on its ctx when the hive stops is ended by the stop; after
+// the next start the Refreshing object is checked again, not rewritten.
+func TestDriftCheckInFlightAtAStopIsCheckedAgain(t *testing.T) {
+	tg := newTarget()
+	entered := make(chan struct{}, 1)
+	var block atomic.Bool
+	var calls atomic.Int32
+	check := func(ctx context.Context, _ statedb.ReadTxn, _ statedb.Revision, it *item) (bool, error) {
+		calls.Add(1)
+		if block.Load() {
+			entered <- struct{}{}
+			<-ctx.Done()
+			return false, ctx.Err()
+		}
+		return true, nil
+	}
+	f := variant{1, false}.start(t, tg, nil, reconciler.WithDriftCheck(check), reconciler.WithRetry(minBackoff, minBackoff))
+	f.put("a", "1")
+	f.waitKind("a", status.KindDone)
+	block.Store(true)
+	f.refreshing("a")
+	recv(t, entered, "the check")
+	f.stop()
+	block.Store(false)
+	f.start()
+	f.caughtUp()
+	f.waitKind("a", status.KindDone)
+	assert.Equal(t, []string{"1"}, tg.updates("a"))
+	assert.GreaterOrEqual(t, calls.Load(), int32(2))
+}
+
+// Check errors are failures as Update's are: they count towards
+// WithMaxAttempts and open the circuit breaker.
+func TestDriftCheckErrorsAreFailures(t *testing.T) {
+	t.Run("max attempts", func(t *testing.T) {
+		tg := newTarget()
+		d := newDriftChecker(tg)
+		f := variant{1, false}.start(t, tg, nil, reconciler.WithDriftCheck(d.check), reconciler.WithRetry(time.Millisecond, time.Millisecond),
+			reconciler.WithMaxAttempts(3))
+		f.put("a", "1")
+		f.waitKind("a", status.KindDone)
+		d.setFail("a", errors.New("check broke"))
+		f.refreshing("a")
+		f.waitTable("a terminal", func(txn statedb.ReadTxn) bool {
+			obj, _, _ := f.table.Get(txn, itemID.Query("a"))
+			return obj.Status.Kind == status.KindError && obj.Status.Terminal
+		})
+		assert.Equal(t, 3, d.count("a"))
+		obj, _ := f.get("a")
+		assert.Contains(t, obj.Status.Error, "gave up after 3 attempts")
+		assert.Equal(t, []string{"1"}, tg.updates("a"))
+	})
+	// In a batch, the checks after the breaker opened find the gate
+	// closed: their objects go back to the queue.
+	forVariants(t, []variant{{1, false}, {1, true}, {4, true}}, func(t *testing.T, v variant) {
+		tg := newTarget()
+		d := newDriftChecker(tg)
+		f := v.start(t, tg, nil, reconciler.WithDriftCheck(d.check), reconciler.WithRetry(time.Millisecond, 5*time.Millisecond),
+			reconciler.WithCircuitBreaker(3, time.Millisecond, nil))
+		objs := items("k", 20, "1")
+		f.upsert(objs...)
+		f.caughtUp()
+		for _, id := range ids(objs) {
+			d.setFail(id, errKitDown)
+		}
+		f.refreshing(ids(objs)...)
+		f.waitHealth(func(_ cell.Level, msg string) bool { return strings.Contains(msg, "target failing") })
+		for _, id := range ids(objs) {
+			d.setFail(id, nil)
+		}
+		f.caughtUp()
+	})
+}
+
+// An Update asking for a re-check, with a drift check: the re-check is
+// checked, not rewritten while in sync.
+func TestDriftCheckOfARecheck(t *testing.T) {
+	tg := newTarget()
+	tg.setAfter(func(ctx context.Context, _ *item) { reconciler.RecheckAfter(ctx, time.Millisecond) })
+	d := newDriftChecker(tg)
+	f := variant{1, false}.start(t, tg, nil, reconciler.WithDriftCheck(d.check), reconciler.WithRetry(minBackoff, minBackoff))
+	f.put("a", "1")
+	f.eventually("re-checked", func() bool { return d.count("a") >= 1 })
+	f.waitKind("a", status.KindDone)
+	assert.Equal(t, []string{"1"}, tg.updates("a"))
+}
+
+// Report-only: an object put back Refreshing after its delete is reported
+// drifted, not applied again.
+func TestDriftReportOnlyPutBackAfterDeleteIsReported(t *testing.T) {
+	tg := newTarget()
+	f := variant{1, false}.start(t, tg, &with{tables: true}, reconciler.WithDriftCheck(newDriftChecker(tg).check), reconciler.WithDriftReportOnly())
+	f.put("a", "1")
+	saved := f.waitKind("a", status.KindDone)
+	f.remove("a")
+	f.caughtUp()
+	assert.Empty(t, tg.State())
+	saved = saved.clone()
+	saved.Status = status.Refreshing()
+	f.insertAs(saved)
+	f.caughtUp()
+	f.waitKind("a", status.KindDone)
+	f.waitRetryRow("a", func(r *tables.RetryInfo) bool { return r.Drifted })
+	assert.Equal(t, []string{"1"}, tg.updates("a"))
+	assert.Empty(t, tg.State())
+}
+
+// Refresh sweeps with a drift check, workers and batches, while objects
+// change and are deleted and the target drifts: once quiet, the sweeps
+// repair every drift and the target holds every object of the table.
+func TestDriftSweepsRepairUnderChurn(t *testing.T) {
+	for _, batch := range []bool{false, true} {
+		t.Run(fmt.Sprint("batch=", batch), func(t *testing.T) {
+			tg := newTarget()
+			d := newDriftChecker(tg)
+			f := variant{4, batch}.start(t, tg, nil, reconciler.WithDriftCheck(d.check), reconciler.WithRetry(time.Millisecond, 5*time.Millisecond),
+				reconciler.WithRefreshing(2*time.Millisecond, nil), reconciler.WithRoundLimits(7, nil))
+			for round := range 30 {
+				for i := range 30 {
+					k := fmt.Sprint("k", i)
+					switch (i + round) % 5 {
+					case 0:
+						f.remove(k)
+					case 1:
+						tg.Set(k, "drift")
+					default:
+						f.put(k, fmt.Sprint(round))
+					}
+				}
+			}
+			f.reconciledTo(f.table.Revision(f.db.ReadTxn()))
+			f.eventually("the sweeps repaired every drift", func() bool {
+				for obj := range f.table.All(f.db.ReadTxn()) {
+					if !tg.has(obj.ID, obj.Value) {
+						return false
+					}
+				}
+				return true
+			})
+			for i := range 30 {
+				k := fmt.Sprint("k", i)
+				if _, found := f.get(k); !found {
+					assert.False(t, tg.has(k, "29"), "%s deleted, yet applied", k)
+				}
+			}
 		})
 	}
 }

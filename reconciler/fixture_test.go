@@ -2,6 +2,7 @@ package reconciler_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"iter"
 	"log/slog"
@@ -9,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,6 +24,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	convergeindex "github.com/converge-go/converge/index"
+	"github.com/converge-go/converge/metrics"
 	"github.com/converge-go/converge/reconciler"
 	"github.com/converge-go/converge/reconcilertest"
 	"github.com/converge-go/converge/status"
@@ -465,36 +468,230 @@ func statusOf(name string) (func(*item) status.Status, func(*item, status.Status
 		func(it *item, s status.Status) *item { it.Statuses = it.Statuses.Set(name, s); return it }
 }
 
-// target is the tests' target: a reconcilertest.Target, which keeps what
-// is applied and records every call, whose operations a test can hold at
-// a precise point (hold, holdAfterApply) and hook. Faults come from
-// wrapping it in a reconcilertest.FaultyOps. Set the hooks before the hive
-// starts, or later holding mu. It is BatchOperations too, entry by entry.
+// target is the tests' one target: a reconcilertest.Target, which keeps
+// what is applied and records every call, with hooks around it. A test can
+// hold an operation at a precise point (hold, holdAfterApply, holdUpdates),
+// fail calls (fail, failIDs, failWhen, down) and read figures of what it
+// was given (calls, prunes, inflight, maxInflight, maxBatch, callTimes).
+// Faults can also come from wrapping it in a reconcilertest.FaultyOps. Set
+// the hooks before the hive starts, or later holding mu (setFail, setAfter
+// do). It is BatchOperations too, entry by entry.
 type target struct {
-	*reconcilertest.Target[*item] // nil in TestScale: nothing is kept
+	*reconcilertest.Target[*item] // nil: nothing is kept, not even times (TestScale)
 
 	mu sync.Mutex
 	hooks
-	holds   map[string]*hold // by key; pruneKey for the next prune
-	prunes  int              // prunes that returned
-	changed chan struct{}    // closed and replaced when a prune returns
+	holds    map[string]*hold // by key; pruneKey for the next prune
+	returned int              // prunes that returned
+	changed  chan struct{}    // closed and replaced when a prune returns
+	times    []kitcall        // every call's start, with its op
+	started  chan struct{}    // closed and replaced whenever a call starts
+	held     chan struct{}    // non-nil: updates that start wait for it (holdAll)
+
+	// calls and prunes count the calls started; inflight those under way
+	// (maxInflight the most at once); maxBatch is the longest batch.
+	calls, prunes, inflight, maxInflight, maxBatch atomic.Int64
 }
 
 // hooks run in a target's operations. update and prune run first: an
-// error they return is the operation's, with nothing applied. updated runs
-// once the object is applied, and may fail it then; pruned runs once a
-// prune has removed what the table lacks.
+// error they return is the operation's, with nothing applied nor counted.
+// fail then decides a started call's failure, before anything is applied.
+// updated runs once the object is applied, and may fail it then; deleted
+// and pruned run after a successful Delete or Prune; ask gives a batch
+// entry's RecheckAfter.
 type hooks struct {
 	update, updated func(ctx context.Context, it *item) error
+	deleted         func(ctx context.Context, it *item)
 	prune           func(ctx context.Context) error
-	pruned          func()
+	pruned          func(ctx context.Context)
+	fail            func(op reconcilertest.Op, it *item) error
+	ask             func(it *item) time.Duration
+}
+
+// kitcall is a call's start.
+type kitcall struct {
+	op  reconcilertest.Op
+	key string
+	at  time.Time
 }
 
 // pruneKey is the key of a hold on the next prune.
 const pruneKey = "(prune)"
 
 func newTarget() *target {
-	return &target{Target: reconcilertest.NewTarget(itemKey, itemValue), holds: map[string]*hold{}, changed: make(chan struct{})}
+	return &target{Target: reconcilertest.NewTarget(itemKey, itemValue), holds: map[string]*hold{},
+		changed: make(chan struct{}), started: make(chan struct{})}
+}
+
+func (tg *target) setFail(f func(op reconcilertest.Op, it *item) error) {
+	tg.mu.Lock()
+	tg.fail = f
+	tg.mu.Unlock()
+}
+
+// setAfter runs f after every successful Update (nil: nothing).
+func (tg *target) setAfter(f func(ctx context.Context, it *item)) {
+	tg.mu.Lock()
+	defer tg.mu.Unlock()
+	tg.updated = nil
+	if f != nil {
+		tg.updated = func(ctx context.Context, it *item) error { f(ctx, it); return nil }
+	}
+}
+
+// failIDs makes every call on an object with one of ids fail with
+// errKitObject, and returns tg.
+func (tg *target) failIDs(ids ...string) *target {
+	return tg.failWhen(errKitObject, func(_ reconcilertest.Op, it *item) bool { return it != nil && slices.Contains(ids, it.ID) })
+}
+
+// failWhen makes every call for which when holds fail with err, and
+// returns tg.
+func (tg *target) failWhen(err error, when func(op reconcilertest.Op, it *item) bool) *target {
+	tg.setFail(func(op reconcilertest.Op, it *item) error {
+		if when(op, it) {
+			return err
+		}
+		return nil
+	})
+	return tg
+}
+
+func (tg *target) down()    { tg.setFail(func(reconcilertest.Op, *item) error { return errKitDown }) }
+func (tg *target) recover() { tg.setFail(nil) }
+
+// holdUpdates holds the updates of the objects match takes at their start
+// (before they count as started), until release is closed or their context
+// ends; entered receives (if nothing waits in it already) as one is held.
+func (tg *target) holdUpdates(match func(*item) bool) (entered <-chan struct{}, release chan struct{}) {
+	in, release := make(chan struct{}, 1), make(chan struct{})
+	tg.mu.Lock()
+	defer tg.mu.Unlock()
+	tg.update = func(ctx context.Context, it *item) error {
+		if !match(it) {
+			return nil
+		}
+		select {
+		case in <- struct{}{}:
+		default:
+		}
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil
+	}
+	return in, release
+}
+
+// begin records a call's start and returns the hooks and its fault; end
+// must follow.
+func (tg *target) begin(op reconcilertest.Op, it *item) (hooks, error) {
+	n := tg.inflight.Add(1)
+	for m := tg.maxInflight.Load(); n > m && !tg.maxInflight.CompareAndSwap(m, n); m = tg.maxInflight.Load() {
+	}
+	tg.calls.Add(1)
+	if op == reconcilertest.OpPrune {
+		tg.prunes.Add(1)
+	}
+	tg.mu.Lock()
+	defer tg.mu.Unlock()
+	close(tg.started)
+	tg.started = make(chan struct{})
+	key := ""
+	if it != nil {
+		key = it.ID
+	}
+	if tg.Target != nil {
+		tg.times = append(tg.times, kitcall{op: op, key: key, at: time.Now()})
+	}
+	var err error
+	if tg.fail != nil {
+		err = tg.fail(op, it)
+	}
+	return tg.hooks, err
+}
+
+func (tg *target) end() { tg.inflight.Add(-1) }
+
+func (tg *target) startedWatch() <-chan struct{} {
+	tg.mu.Lock()
+	defer tg.mu.Unlock()
+	return tg.started
+}
+
+func (tg *target) callTimes() []kitcall {
+	tg.mu.Lock()
+	defer tg.mu.Unlock()
+	return slices.Clone(tg.times)
+}
+
+// attempts returns how many calls of op on key have started.
+func (tg *target) attempts(op reconcilertest.Op, key string) (n int) {
+	for _, c := range tg.callTimes() {
+		if c.op == op && c.key == key {
+			n++
+		}
+	}
+	return n
+}
+
+// holdAll holds every update that starts from now on, counted in flight,
+// until let is called (it may be called again) or its context ends.
+func (tg *target) holdAll() (let func()) {
+	ch := make(chan struct{})
+	tg.mu.Lock()
+	tg.held = ch
+	tg.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			tg.mu.Lock()
+			if tg.held == ch {
+				tg.held = nil
+			}
+			tg.mu.Unlock()
+			close(ch)
+		})
+	}
+}
+
+func (tg *target) waitHeld(ctx context.Context) error {
+	tg.mu.Lock()
+	ch := tg.held
+	tg.mu.Unlock()
+	if ch == nil {
+		return nil
+	}
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// waitStarts waits until cond holds, checking it whenever a call starts.
+func (tg *target) waitStarts(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	waitUntil(t, what, func() (bool, <-chan struct{}) {
+		ch := tg.startedWatch()
+		return cond(), ch
+	})
+}
+
+// appliedTwice returns the versions ("key=value") applied more than once.
+func (tg *target) appliedTwice() []string {
+	n := map[string]int{}
+	var twice []string
+	for _, c := range tg.Calls() {
+		if c.Op == reconcilertest.OpUpdate && c.Err == nil {
+			if n[c.Key+"="+c.Value]++; n[c.Key+"="+c.Value] == 2 {
+				twice = append(twice, c.Key+"="+c.Value)
+			}
+		}
+	}
+	return twice
 }
 
 // hold is an operation held by a target until let go: see target.hold.
@@ -506,8 +703,9 @@ type hold struct {
 	once          sync.Once
 }
 
-// hold holds the next operation on key (pruneKey: the next prune) before
-// it applies anything, until let go or its context ends.
+// hold holds the next operation on key (pruneKey: the next prune) once it
+// has started and before it applies anything, until let go or its context
+// ends.
 func (tg *target) hold(key string) *hold { return tg.setHold(key, false, false) }
 
 // holdAfterApply holds the next update of key once it has applied its
@@ -571,8 +769,15 @@ func call(h func(context.Context, *item) error, ctx context.Context, it *item) e
 }
 
 func (tg *target) Update(ctx context.Context, txn statedb.ReadTxn, rev statedb.Revision, it *item) error {
-	h := tg.hooked()
-	if err := call(h.update, ctx, it); err != nil {
+	if err := call(tg.hooked().update, ctx, it); err != nil {
+		return err
+	}
+	defer tg.end()
+	h, err := tg.begin(reconcilertest.OpUpdate, it)
+	if err != nil {
+		return err
+	}
+	if err := tg.waitHeld(ctx); err != nil {
 		return err
 	}
 	if err := tg.block(ctx, it.ID, it, false); err != nil {
@@ -590,25 +795,40 @@ func (tg *target) Update(ctx context.Context, txn statedb.ReadTxn, rev statedb.R
 }
 
 func (tg *target) Delete(ctx context.Context, txn statedb.ReadTxn, rev statedb.Revision, it *item) error {
+	defer tg.end()
+	h, err := tg.begin(reconcilertest.OpDelete, it)
+	if err != nil {
+		return err
+	}
 	if err := tg.block(ctx, it.ID, it, false); err != nil || tg.Target == nil {
 		return err
 	}
-	return tg.Target.Delete(ctx, txn, rev, it)
+	if err := tg.Target.Delete(ctx, txn, rev, it); err != nil {
+		return err
+	}
+	if h.deleted != nil {
+		h.deleted(ctx, it)
+	}
+	return nil
 }
 
 func (tg *target) Prune(ctx context.Context, txn statedb.ReadTxn, objs iter.Seq2[*item, statedb.Revision]) error {
-	h := tg.hooked()
 	defer func() {
 		tg.mu.Lock()
-		tg.prunes++
+		tg.returned++
 		close(tg.changed)
 		tg.changed = make(chan struct{})
 		tg.mu.Unlock()
 	}()
-	if h.prune != nil {
+	if h := tg.hooked(); h.prune != nil {
 		if err := h.prune(ctx); err != nil {
 			return err
 		}
+	}
+	defer tg.end()
+	h, err := tg.begin(reconcilertest.OpPrune, nil)
+	if err != nil {
+		return err
 	}
 	if err := tg.block(ctx, pruneKey, nil, false); err != nil {
 		return err
@@ -619,18 +839,28 @@ func (tg *target) Prune(ctx context.Context, txn statedb.ReadTxn, objs iter.Seq2
 		}
 	}
 	if h.pruned != nil {
-		h.pruned()
+		h.pruned(ctx)
 	}
 	return nil
 }
 
+func (tg *target) batchSize(n int) {
+	for m := tg.maxBatch.Load(); int64(n) > m && !tg.maxBatch.CompareAndSwap(m, int64(n)); m = tg.maxBatch.Load() {
+	}
+}
+
 func (tg *target) UpdateBatch(ctx context.Context, txn statedb.ReadTxn, batch []reconciler.BatchEntry[*item]) {
+	tg.batchSize(len(batch))
 	for i := range batch {
 		batch[i].Result = tg.Update(ctx, txn, batch[i].Revision, batch[i].Object)
+		if ask := tg.hooked().ask; batch[i].Result == nil && ask != nil {
+			batch[i].RecheckAfter = ask(batch[i].Object)
+		}
 	}
 }
 
 func (tg *target) DeleteBatch(ctx context.Context, txn statedb.ReadTxn, batch []reconciler.BatchEntry[*item]) {
+	tg.batchSize(len(batch))
 	for i := range batch {
 		batch[i].Result = tg.Delete(ctx, txn, batch[i].Revision, batch[i].Object)
 	}
@@ -641,7 +871,7 @@ func (tg *target) DeleteBatch(ctx context.Context, txn statedb.ReadTxn, batch []
 func (tg *target) pruneNow(f *fixture) {
 	f.t.Helper()
 	tg.mu.Lock()
-	before := tg.prunes
+	before := tg.returned
 	tg.mu.Unlock()
 	f.rec.Prune()
 	tg.waitPrunes(f.t, before+1)
@@ -653,7 +883,7 @@ func (tg *target) waitPrunes(t testing.TB, n int) {
 	waitUntil(t, fmt.Sprint("prune ", n), func() (bool, <-chan struct{}) {
 		tg.mu.Lock()
 		defer tg.mu.Unlock()
-		return tg.prunes >= n, tg.changed
+		return tg.returned >= n, tg.changed
 	})
 }
 
@@ -661,6 +891,35 @@ func (tg *target) waitPrunes(t testing.TB, n int) {
 func (tg *target) has(key, value string) bool {
 	v, ok, _ := tg.Get(key)
 	return ok && v == value
+}
+
+// updates returns the values of the successful updates of key, in order.
+func (tg *target) updates(key string) []string {
+	var vals []string
+	for _, c := range tg.Calls() {
+		if c.Op == reconcilertest.OpUpdate && c.Key == key && c.Err == nil {
+			vals = append(vals, c.Value)
+		}
+	}
+	return vals
+}
+
+// waitUpdates waits until key has had n successful updates.
+func (tg *target) waitUpdates(t testing.TB, key string, n int) {
+	t.Helper()
+	waitUntil(t, key+" updated", func() (bool, <-chan struct{}) {
+		_, ch := tg.CallsWatch()
+		return len(tg.updates(key)) >= n, ch
+	})
+}
+
+// waitCalls waits until the target has seen at least n calls start.
+func (tg *target) waitCalls(t testing.TB, n int64) {
+	t.Helper()
+	waitUntil(t, "calls", func() (bool, <-chan struct{}) {
+		ch := tg.startedWatch()
+		return tg.calls.Load() >= n, ch
+	})
 }
 
 // count returns how many calls of op on key (on any key if "") tr
@@ -701,4 +960,150 @@ func waitCalls(t testing.TB, tr reconcilertest.CallRecorder, op reconcilertest.O
 		_, ok := count(tr, op, key)
 		return ok >= n, changed
 	})
+}
+
+// errKitDown is the error of a target that is down as a whole.
+var errKitDown = errors.New("kit: target down")
+
+// errKitObject is an error about one object, not the target.
+var errKitObject = errors.New("kit: bad object")
+
+// kitmetrics records the round figures.
+type kitmetrics struct {
+	mu      sync.Mutex
+	last    metrics.RoundStats
+	rounds  int
+	changed chan struct{}
+}
+
+func newKitMetrics() *kitmetrics { return &kitmetrics{changed: make(chan struct{})} }
+
+func (m *kitmetrics) ReconciliationDuration(cell.FullModuleID, string, string, time.Duration) {}
+func (m *kitmetrics) ReconciliationErrors(cell.FullModuleID, string, int, int)                {}
+func (m *kitmetrics) PruneError(cell.FullModuleID, string, error)                             {}
+func (m *kitmetrics) PruneDuration(cell.FullModuleID, string, time.Duration)                  {}
+func (m *kitmetrics) Round(_ cell.FullModuleID, _ string, s metrics.RoundStats) {
+	m.mu.Lock()
+	m.last = s
+	m.rounds++
+	close(m.changed)
+	m.changed = make(chan struct{})
+	m.mu.Unlock()
+}
+
+func (m *kitmetrics) get() (metrics.RoundStats, <-chan struct{}) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.last, m.changed
+}
+
+// waitRound waits until the last round's figures satisfy cond.
+func (m *kitmetrics) waitRound(t testing.TB, what string, cond func(metrics.RoundStats) bool) metrics.RoundStats {
+	t.Helper()
+	var s metrics.RoundStats
+	waitUntil(t, what, func() (bool, <-chan struct{}) {
+		var ch <-chan struct{}
+		s, ch = m.get()
+		return cond(s), ch
+	})
+	return s
+}
+
+// waitOpen waits until the breaker has been seen open with at least n
+// openings.
+func (m *kitmetrics) waitOpen(t testing.TB, n uint64) {
+	t.Helper()
+	m.waitRound(t, "breaker open", func(s metrics.RoundStats) bool { return s.BreakerOpen && s.BreakerOpened >= n })
+}
+
+func (m *kitmetrics) waitClosed(t testing.TB) {
+	t.Helper()
+	m.waitRound(t, "breaker closed", func(s metrics.RoundStats) bool { return !s.BreakerOpen })
+}
+
+// kititems returns objects with the given ids and value.
+func kititems(value string, ids ...string) []*item {
+	objs := make([]*item, len(ids))
+	for i, id := range ids {
+		objs[i] = &item{ID: id, Value: value}
+	}
+	return objs
+}
+
+// converged waits until every object is Done, every change so far handled
+// with no retry left, and the target (a *target, a kitops' tg) holds
+// exactly the table. On failure it logs what is not settled.
+func (f *fixture) converged(tg interface {
+	Diff(statedb.ReadTxn, statedb.Table[*item]) string
+}) {
+	f.t.Helper()
+	rev := f.table.Revision(f.db.ReadTxn())
+	f.t.Cleanup(func() {
+		if !f.t.Failed() {
+			return
+		}
+		txn := f.db.ReadTxn()
+		for obj := range f.table.All(txn) {
+			if obj.Status.Kind != status.KindDone {
+				f.t.Logf("not Done: %s=%s %+v", obj.ID, obj.Value, obj.Status)
+			}
+		}
+		if f.tables != nil {
+			for r := range f.tables.Retries().All(txn) {
+				f.t.Logf("retry row: %+v", *r)
+			}
+			for i := range f.tables.Reconcilers().All(txn) {
+				f.t.Logf("info: %+v", *i)
+			}
+		}
+	})
+	f.waitTable("every object Done", func(txn statedb.ReadTxn) bool {
+		return f.countKind(txn, status.KindDone) == f.table.NumObjects(txn)
+	})
+	waitUntil(f.t, "no retry left", func() (bool, <-chan struct{}) {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		defer cancel()
+		_, low, err := f.rec.WaitUntilReconciled(ctx, rev)
+		ch := make(chan struct{})
+		close(ch)
+		return err == nil && low == 0, ch
+	})
+	if d := tg.Diff(f.db.ReadTxn(), f.table); d != "" {
+		f.t.Fatalf("the target differs from the table:\n%s", d)
+	}
+}
+
+// eventually waits until cond holds, checking it whenever the table
+// changes and every millisecond (for conditions on a target, a callback's
+// calls or health), and fails the test at the timeout.
+func (f *fixture) eventually(what string, cond func() bool) {
+	f.t.Helper()
+	deadline := time.After(timeout)
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for {
+		_, watch := f.table.AllWatch(f.db.ReadTxn())
+		if cond() {
+			return
+		}
+		select {
+		case <-watch:
+		case <-tick.C:
+		case <-deadline:
+			f.t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+// info returns the fixture reconciler's row of the reconcilers table
+// (with.tables), or nil.
+func (f *fixture) info() *tables.Info {
+	info, _, _ := f.tables.Reconcilers().Get(f.db.ReadTxn(), tables.InfoByID.Query("test"))
+	return info
+}
+
+// put writes id=value with a fresh Pending status and returns the
+// revision.
+func (f *fixture) put(id, value string) statedb.Revision {
+	return f.upsert(&item{ID: id, Value: value})
 }

@@ -18,6 +18,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/converge-go/converge/reconciler"
+	"github.com/converge-go/converge/reconcilertest"
+	"github.com/converge-go/converge/status"
 	"github.com/converge-go/converge/tables"
 )
 
@@ -52,6 +54,7 @@ func TestPruneGuardConfig(t *testing.T) {
 		"nil plan":         {reconciler.WithPruneGuard[*item](3, 0, nil), "plan must not be nil"},
 		"plan of strings":  {reconciler.WithPruneGuard(3, 0, otherPlan), "plan is for objects of type string"},
 		"share infinite":   {reconciler.WithPruneGuard(0, math.Inf(1), plan), "maxShare must be in [0, 1]"},
+		"share NaN alone":  {reconciler.WithPruneGuard(0, math.NaN(), plan), "maxShare must be in [0, 1]"},
 		"negative, shared": {reconciler.WithPruneGuard(-5, 0, plan), "maxRemove must not be negative"},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -137,7 +140,7 @@ func TestPruneGuardHolds(t *testing.T) {
 				return l == cell.StatusDegraded && strings.Contains(msg, "prune held") && strings.Contains(msg, c.bound)
 			})
 			tg.mu.Lock()
-			assert.Zero(t, tg.prunes, "Prune was not called")
+			assert.Zero(t, tg.returned, "Prune was not called")
 			tg.mu.Unlock()
 			assert.Len(t, tg.State(), 4, "nothing removed")
 		})
@@ -166,7 +169,7 @@ func TestPruneGuardConfirm(t *testing.T) {
 	f.rec.Prune()
 	f.waitInfo("the next prune held", func(i *tables.Info) bool { return i.PruneHeld && i.PruneHeldRemove == 2 })
 	tg.mu.Lock()
-	assert.Equal(t, 1, tg.prunes, "the confirmation approved nothing to come")
+	assert.Equal(t, 1, tg.returned, "the confirmation approved nothing to come")
 	tg.mu.Unlock()
 
 	// The desired set grows back: the round that applies it plans again.
@@ -220,7 +223,7 @@ func TestPruneGuardPlanError(t *testing.T) {
 		return l == cell.StatusDegraded && strings.Contains(msg, "prune failed")
 	})
 	tg.mu.Lock()
-	assert.Zero(t, tg.prunes)
+	assert.Zero(t, tg.returned)
 	tg.mu.Unlock()
 	assert.Equal(t, map[string]string{"stray": "1"}, tg.State(), "nothing removed")
 }
@@ -257,4 +260,153 @@ func TestPruneGuardConfirmConcurrent(t *testing.T) {
 	}
 	close(stop)
 	wg.Wait()
+}
+
+// stubPlan is a prune plan that answers what it is set to, and counts its
+// calls.
+type stubPlan struct {
+	mu           sync.Mutex
+	remove, held int
+	calls        int
+}
+
+func newStubPlan(remove, held int) *stubPlan { return &stubPlan{remove: remove, held: held} }
+
+func (p *stubPlan) set(remove, held int) {
+	p.mu.Lock()
+	p.remove, p.held = remove, held
+	p.mu.Unlock()
+}
+
+func (p *stubPlan) plan(context.Context, statedb.ReadTxn, iter.Seq2[*item, statedb.Revision]) (int, int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.calls++
+	return p.remove, p.held, nil
+}
+
+func (p *stubPlan) nCalls() int { p.mu.Lock(); defer p.mu.Unlock(); return p.calls }
+
+// A plan that lies is not trusted at the edges: negative counts fail the
+// prune with nothing removed; a removal from an empty target is over any
+// share.
+func TestPruneGuardPlanThatLies(t *testing.T) {
+	for _, c := range []struct {
+		name         string
+		remove, held int
+		hold         bool
+	}{
+		{"negative remove", -5, 10, false},
+		{"negative held", 3, -10, false},
+		{"remove from nothing", 1, 0, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := newStubPlan(c.remove, c.held)
+			f, tg := guardFixture(t, 0, 0.5, p.plan, "x")
+			f.rec.Prune()
+			if c.hold {
+				f.waitInfo("held", func(i *tables.Info) bool { return i.PruneHeld })
+			} else {
+				f.waitInfo("a failed prune", func(i *tables.Info) bool { return strings.Contains(i.LastPruneError, "plan returned") })
+				f.eventually("planned again", func() bool { return p.nCalls() >= 2 })
+			}
+			assert.Zero(t, tg.prunes.Load())
+			assert.True(t, tg.has("x", "1"), "nothing removed")
+		})
+	}
+}
+
+// A panicking plan fails the prune as the plan's error.
+func TestPruneGuardPlanPanicIsThePlansError(t *testing.T) {
+	plan := func(context.Context, statedb.ReadTxn, iter.Seq2[*item, statedb.Revision]) (int, int, error) {
+		panic("plan panics")
+	}
+	f, tg := guardFixture(t, 5, 0, plan)
+	f.rec.Prune()
+	info := f.waitInfo("a failed prune", func(i *tables.Info) bool { return i.LastPruneError != "" })
+	assert.Contains(t, info.LastPruneError, "prune: plan: ", "a panicking plan's error is labelled as the plan's")
+	assert.Zero(t, tg.prunes.Load())
+}
+
+// A plan that outlives the operation timeout sees its ctx end: the prune
+// fails with nothing removed, and is planned again.
+func TestPruneGuardPlanTimesOut(t *testing.T) {
+	var block atomic.Bool
+	block.Store(true)
+	tg := newTarget()
+	plan := func(ctx context.Context, txn statedb.ReadTxn, objs iter.Seq2[*item, statedb.Revision]) (int, int, error) {
+		if block.Load() {
+			<-ctx.Done()
+			return 0, 0, ctx.Err()
+		}
+		return tg.PlanPrune(ctx, txn, objs)
+	}
+	f := startFixture(t, tg, &with{tables: true}, reconciler.WithPruning(0), reconciler.WithRetry(time.Millisecond, 5*time.Millisecond),
+		reconciler.WithPruneGuard(5, 0, plan), reconciler.WithOperationTimeout(10*time.Millisecond))
+	f.rec.Prune()
+	f.waitInfo("the prune failed", func(i *tables.Info) bool { return strings.Contains(i.LastPruneError, "plan") })
+	assert.Zero(t, tg.prunes.Load())
+	block.Store(false)
+	tg.waitPrunes(t, 1)
+}
+
+// A hold lasts across a stop of the hive; the next run plans again.
+func TestPruneGuardHoldAcrossAStop(t *testing.T) {
+	p := newStubPlan(10, 10)
+	f, tg := guardFixture(t, 5, 0, p.plan)
+	f.rec.Prune()
+	f.waitInfo("held", func(i *tables.Info) bool { return i.PruneHeld })
+	f.stop()
+	n := p.nCalls()
+	p.set(0, 10)
+	f.start()
+	f.eventually("planned again and pruned", func() bool { return p.nCalls() > n && tg.prunes.Load() == 1 })
+}
+
+// A confirmed prune that fails is retried guarded again: the confirmation
+// was for one prune.
+func TestPruneGuardConfirmedPruneFailingIsGuardedAgain(t *testing.T) {
+	p := newStubPlan(10, 10)
+	f, tg := guardFixture(t, 5, 0, p.plan)
+	tg.failWhen(errKitDown, func(op reconcilertest.Op, _ *item) bool { return op == reconcilertest.OpPrune })
+	f.rec.Prune()
+	f.waitInfo("held", func(i *tables.Info) bool { return i.PruneHeld })
+	f.rec.ConfirmPrune()
+	f.eventually("the confirmed prune ran", func() bool { return tg.prunes.Load() == 1 })
+	tg.recover()
+	f.eventually("the retry planned and held", func() bool { i := f.info(); return p.nCalls() >= 3 && i != nil && i.PruneHeld })
+	assert.EqualValues(t, 1, tg.prunes.Load(), "the retry after a failed confirmed prune is guarded again")
+}
+
+// A held prune holds neither updates nor deletes; ConfirmPrune while
+// paused runs on Resume, and many at once run one prune; the next prune
+// plans again and is held. Periodic prunes re-plan and stay held.
+func TestPruneGuardHeldPruneHoldsNothingElse(t *testing.T) {
+	p := newStubPlan(10, 10)
+	f, tg := guardFixture(t, 5, 0, p.plan)
+	f.rec.Prune()
+	f.waitInfo("held", func(i *tables.Info) bool { return i.PruneHeld })
+	f.upsert(kititems("1", "a", "b")...)
+	f.waitKind("a", status.KindDone)
+	f.remove("b")
+	f.caughtUp()
+	assert.Equal(t, map[string]string{"a": "1"}, tg.State())
+	f.waitInfo("held still", func(i *tables.Info) bool { return i.PruneHeld })
+
+	f.rec.Pause()
+	f.waitHealth(func(_ cell.Level, msg string) bool { return strings.Contains(msg, "Paused") })
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(f.rec.ConfirmPrune)
+	}
+	wg.Wait()
+	assert.Zero(t, tg.prunes.Load(), "no prune while paused")
+	f.rec.Resume()
+	f.eventually("the confirmed prune ran", func() bool { return tg.prunes.Load() == 1 })
+	// Requests made while one waits are one: count the plans from here.
+	planned := p.nCalls()
+	require.NoError(t, f.rec.Configure(reconciler.WithPruning(time.Millisecond)))
+	f.eventually("held again over periodic plans", func() bool { i := f.info(); return i != nil && i.PruneHeld && p.nCalls() > planned+10 })
+	assert.EqualValues(t, 1, tg.prunes.Load())
+	f.waitHealth(func(l cell.Level, _ string) bool { return l == cell.StatusDegraded })
 }

@@ -47,14 +47,14 @@ func TestPutBackAfterAPruneRemovedItIsAppliedAgain(t *testing.T) {
 					return nil
 				}
 				early := false // the prune came before the update of x
-				tg.pruned = func() {
+				tg.pruned = func(context.Context) {
 					if _, early = f.get("a"); early {
 						return
 					}
 					f.upsert(&item{ID: "z", Value: "z"})
 					f.insertAs(saved)
 				}
-				prunes := tg.prunes
+				prunes := tg.returned
 				tg.mu.Unlock()
 				f.upsert(&item{ID: "x", Value: "x"})
 				f.rec.Prune()

@@ -3,7 +3,6 @@ package reconciler_test
 import (
 	"context"
 	"fmt"
-	"iter"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -11,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -25,7 +25,7 @@ import (
 
 // kitasks makes Update ask, for the n-th successful update of a key
 // (from 1), the re-check that plan gives (none if absent).
-func kitasks(o *kitops, plan map[string][]time.Duration) {
+func kitasks(o *target, plan map[string][]time.Duration) {
 	var mu sync.Mutex
 	seen := map[string]int{}
 	o.setAfter(func(ctx context.Context, it *item) {
@@ -47,7 +47,7 @@ const clock = "~clock"
 // pastClock writes the clock and waits until its re-check has run and
 // everything up to it is reconciled: re-checks asked for a shorter time
 // before it have run by then.
-func (f *fixture) pastClock(o *kitops) {
+func (f *fixture) pastClock(o *target) {
 	f.t.Helper()
 	f.upsert(kititems("0", clock)...)
 	o.waitUpdates(f.t, clock, 2)
@@ -56,7 +56,7 @@ func (f *fixture) pastClock(o *kitops) {
 
 // kitbatchAsks makes a batch entry's first success ask for the re-check
 // plan gives its key (none if absent).
-func kitbatchAsks(o *kitops, plan map[string]time.Duration) {
+func kitbatchAsks(o *target, plan map[string]time.Duration) {
 	var mu sync.Mutex
 	asked := map[string]bool{}
 	o.mu.Lock()
@@ -75,7 +75,7 @@ func kitbatchAsks(o *kitops, plan map[string]time.Duration) {
 // A delete drops the re-check: a deleted object is never resurrected in
 // the target or the table, and a re-insert is new work without the old ask.
 func TestRecheckDeleteDrops(t *testing.T) {
-	o := newKitOps()
+	o := newTarget()
 	kitasks(o, map[string][]time.Duration{"a": {50 * time.Millisecond}, "b": {50 * time.Millisecond}, clock: {300 * time.Millisecond}})
 	f := variant{1, false}.start(t, o, nil)
 	f.upsert(kititems("1", "a", "b")...)
@@ -88,7 +88,7 @@ func TestRecheckDeleteDrops(t *testing.T) {
 	f.pastClock(o)
 	_, found := f.get("a")
 	assert.False(t, found, "a resurrected in the table")
-	_, inTarget, _ := o.tg.Get("a")
+	_, inTarget, _ := o.Get("a")
 	assert.False(t, inTarget, "a resurrected in the target")
 	assert.Equal(t, []string{"1"}, o.updates("a"))
 	// b: first version, then the re-insert (which asks for a re-check of
@@ -100,7 +100,7 @@ func TestRecheckDeleteDrops(t *testing.T) {
 // a failing Update's ask, an ask overridden by a later longer one, and an
 // ask made from a goroutine after Update returned.
 func TestRecheckAsksThatDoNothing(t *testing.T) {
-	o := newKitOps()
+	o := newTarget()
 	var wg sync.WaitGroup
 	t.Cleanup(wg.Wait)
 	late := make(chan context.Context, 1)
@@ -151,46 +151,27 @@ func TestRecheckAsksThatDoNothing(t *testing.T) {
 
 // A failing Update's ask is ignored: its retry decides.
 func TestRecheckFailingUpdateAskIgnored(t *testing.T) {
-	o := newKitOps()
-	var mu sync.Mutex
-	attempts := 0
-	// Wrap: ask for a re-check, then fail the first attempt.
-	f := variant{1, false}.start(t, &kitfailAfterAsk{kitops: o, mu: &mu, attempts: &attempts}, nil,
-		reconciler.WithRetry(time.Millisecond, time.Millisecond))
+	o := newTarget()
+	var attempts atomic.Int64
+	// Ask for a re-check, then fail a's first attempt.
+	o.update = func(ctx context.Context, it *item) error {
+		if it.ID == "a" && attempts.Add(1) == 1 {
+			reconciler.RecheckAfter(ctx, 10*time.Millisecond)
+			return errKitObject
+		}
+		return nil
+	}
+	f := variant{1, false}.start(t, o, nil, reconciler.WithRetry(time.Millisecond, time.Millisecond))
 	kitasks(o, map[string][]time.Duration{clock: {300 * time.Millisecond}})
 	f.upsert(kititems("1", "a")...)
 	f.pastClock(o)
-	mu.Lock()
-	defer mu.Unlock()
-	assert.Equal(t, 2, attempts, "a failed once, then succeeded once; its failed attempt's ask must not re-check it")
-}
-
-// kitfailAfterAsk fails a's first update after asking for a re-check.
-type kitfailAfterAsk struct {
-	*kitops
-	mu       *sync.Mutex
-	attempts *int
-}
-
-func (o *kitfailAfterAsk) Update(ctx context.Context, txn statedb.ReadTxn, rev statedb.Revision, it *item) error {
-	if it.ID != "a" {
-		return o.kitops.Update(ctx, txn, rev, it)
-	}
-	o.mu.Lock()
-	*o.attempts++
-	n := *o.attempts
-	o.mu.Unlock()
-	if n == 1 {
-		reconciler.RecheckAfter(ctx, 10*time.Millisecond)
-		return errKitObject
-	}
-	return o.kitops.Update(ctx, txn, rev, it)
+	assert.Equal(t, int64(2), attempts.Load(), "a failed once, then succeeded once; its failed attempt's ask must not re-check it")
 }
 
 // The last ask of an operation counts: a long ask then a short one
 // re-checks after the short one.
 func TestRecheckLastAskCounts(t *testing.T) {
-	o := newKitOps()
+	o := newTarget()
 	first := true
 	var mu sync.Mutex
 	o.setAfter(func(ctx context.Context, it *item) {
@@ -210,7 +191,7 @@ func TestRecheckLastAskCounts(t *testing.T) {
 
 // BatchEntry.RecheckAfter re-checks the entries that set it, and only them.
 func TestRecheckBatchEntry(t *testing.T) {
-	o := newKitOps()
+	o := newTarget()
 	kitbatchAsks(o, map[string]time.Duration{"a": 30 * time.Millisecond, "b": 30 * time.Millisecond, clock: 300 * time.Millisecond})
 	f := variant{4, true}.start(t, o, nil)
 	f.upsert(kititems("1", "a", "b", "c", clock)...)
@@ -234,7 +215,7 @@ func TestRecheckDueWhileHeld(t *testing.T) {
 		{"stopped", variant{4, false}, (*fixture).stop, (*fixture).start, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			o := newKitOps()
+			o := newTarget()
 			kitasks(o, map[string][]time.Duration{"a": {30 * time.Millisecond}})
 			f := c.v.start(t, o, nil)
 			f.upsert(kititems("1", "a")...)
@@ -257,7 +238,7 @@ func TestRecheckDueWhileHeld(t *testing.T) {
 // Many objects asking: all are re-checked once and all end Done.
 func TestRecheckMany(t *testing.T) {
 	const n = 2000 // each wait scans every call: more is slow under -race
-	o := newKitOps()
+	o := newTarget()
 	var mu sync.Mutex
 	seen := map[string]bool{}
 	o.setAfter(func(ctx context.Context, it *item) {
@@ -273,7 +254,7 @@ func TestRecheckMany(t *testing.T) {
 	objs := items("m", n, "1")
 	f.upsert(objs...)
 	waitUntil(t, "every object updated twice", func() (bool, <-chan struct{}) {
-		calls, ch := o.tg.CallsWatch()
+		calls, ch := o.CallsWatch()
 		ok := 0
 		for _, c := range calls {
 			if c.Op == reconcilertest.OpUpdate && c.Err == nil {
@@ -285,7 +266,7 @@ func TestRecheckMany(t *testing.T) {
 	f.caughtUp()
 	txn := f.db.ReadTxn()
 	require.Equal(t, n, f.countKind(txn, status.KindDone))
-	calls := o.tg.Calls()
+	calls := o.Calls()
 	per := map[string]int{}
 	for _, c := range calls {
 		if c.Op == reconcilertest.OpUpdate {
@@ -302,7 +283,7 @@ func TestRecheckMany(t *testing.T) {
 // A huge d saturates: it must not wrap into a re-check now (or spin).
 func TestRecheckHugeDurationSaturates(t *testing.T) {
 	forVariants(t, []variant{{1, false}, {1, true}}, func(t *testing.T, v variant) {
-		o := newKitOps()
+		o := newTarget()
 		huge := time.Duration(math.MaxInt64)
 		kitasks(o, map[string][]time.Duration{"a": {huge}, "b": {huge - time.Nanosecond}, clock: {300 * time.Millisecond}})
 		kitbatchAsks(o, map[string]time.Duration{"a": huge, "b": huge, clock: 300 * time.Millisecond})
@@ -319,7 +300,7 @@ func TestRecheckHugeDurationSaturates(t *testing.T) {
 // Re-check only "if it still carries that Done status": an object written
 // back by a user with a Done status of its own is not re-checked.
 func TestRecheckUserDoneReplaces(t *testing.T) {
-	o := newKitOps()
+	o := newTarget()
 	kitasks(o, map[string][]time.Duration{"a": {50 * time.Millisecond}, clock: {300 * time.Millisecond}})
 	f := variant{1, false}.start(t, o, nil)
 	f.upsert(kititems("1", "a")...)
@@ -334,11 +315,11 @@ func TestRecheckUserDoneReplaces(t *testing.T) {
 // RecheckAfter called from Delete or Prune with their contexts: it is for
 // Update; it must not resurrect the deleted object nor crash.
 func TestRecheckFromDeleteAndPrune(t *testing.T) {
-	o := newKitOps()
+	o := newTarget()
 	kitasks(o, map[string][]time.Duration{clock: {300 * time.Millisecond}})
 	o.mu.Lock()
-	o.afterDelete = func(ctx context.Context, _ *item) { reconciler.RecheckAfter(ctx, time.Millisecond) }
-	o.afterPrune = func(ctx context.Context) { reconciler.RecheckAfter(ctx, time.Millisecond) }
+	o.deleted = func(ctx context.Context, _ *item) { reconciler.RecheckAfter(ctx, time.Millisecond) }
+	o.pruned = func(ctx context.Context) { reconciler.RecheckAfter(ctx, time.Millisecond) }
 	o.mu.Unlock()
 	f := variant{1, false}.start(t, o, &with{tables: true})
 	f.upsert(kititems("1", "a", "b")...)
@@ -353,7 +334,7 @@ func TestRecheckFromDeleteAndPrune(t *testing.T) {
 	f.pastClock(o)
 	_, found := f.get("a")
 	assert.False(t, found)
-	_, inTarget, _ := o.tg.Get("a")
+	_, inTarget, _ := o.Get("a")
 	assert.False(t, inTarget, "a resurrected in the target")
 	assert.Len(t, o.updates("a"), 1)
 	assert.Len(t, o.updates("b"), 1)
@@ -362,7 +343,7 @@ func TestRecheckFromDeleteAndPrune(t *testing.T) {
 // RecheckAfter is safe for concurrent use: goroutines asking while Update
 // runs, the last ask during the operation counting.
 func TestRecheckConcurrentAsks(t *testing.T) {
-	o := newKitOps()
+	o := newTarget()
 	var mu sync.Mutex
 	first := map[string]bool{}
 	o.setAfter(func(ctx context.Context, it *item) {
@@ -401,7 +382,7 @@ func TestRecheckConcurrentAsks(t *testing.T) {
 // once the asks stop, the target holds the table.
 func TestRecheckChurnNeverGoesBack(t *testing.T) {
 	forVariants(t, []variant{{1, false}, {8, false}, {1, true}, {8, true}}, func(t *testing.T, v variant) {
-		o := newKitOps()
+		o := newTarget()
 		rng := rand.New(rand.NewPCG(kitrecheckSeed(), 7))
 		var rmu sync.Mutex
 		pick := func() time.Duration {
@@ -447,12 +428,11 @@ func TestRecheckChurnNeverGoesBack(t *testing.T) {
 		// Re-checks already asked for fire once more: a marker
 		// asked after them shows they have.
 		o.mu.Lock()
-		o.after = func(ctx context.Context, it *item) {
-			if it.ID == clock {
-				if len(o.updates(clock)) == 1 {
-					reconciler.RecheckAfter(ctx, 100*time.Millisecond)
-				}
+		o.updated = func(ctx context.Context, it *item) error {
+			if it.ID == clock && len(o.updates(clock)) == 1 {
+				reconciler.RecheckAfter(ctx, 100*time.Millisecond)
 			}
+			return nil
 		}
 		o.ask = func(it *item) time.Duration {
 			if it.ID == clock && len(o.updates(clock)) == 1 {
@@ -463,11 +443,11 @@ func TestRecheckChurnNeverGoesBack(t *testing.T) {
 		o.mu.Unlock()
 		f.upsert(kititems("0", clock)...)
 		o.waitUpdates(t, clock, 2)
-		f.converged(o.tg)
+		f.converged(o)
 
 		last := map[string]statedb.Revision{}
 		deleted := map[string]statedb.Revision{}
-		for _, c := range o.tg.Calls() {
+		for _, c := range o.Calls() {
 			if c.Err != nil {
 				continue
 			}
@@ -501,7 +481,7 @@ type kitctxKey struct{}
 // A re-check that falls due while the circuit breaker is open is not lost:
 // once the target is back, the object is updated again and ends Done.
 func TestRecheckDueWhileBreakerOpen(t *testing.T) {
-	o, m := newKitOps(), newKitMetrics()
+	o, m := newTarget(), newKitMetrics()
 	kitasks(o, map[string][]time.Duration{"a": {100 * time.Millisecond}})
 	f := variant{1, false}.start(t, o, &with{tables: true}, reconciler.WithMetrics(m),
 		reconciler.WithCircuitBreaker(2, 5*time.Millisecond, nil), reconciler.WithRetry(time.Millisecond, 10*time.Millisecond))
@@ -514,14 +494,14 @@ func TestRecheckDueWhileBreakerOpen(t *testing.T) {
 	<-tm.C
 	o.recover()
 	o.waitUpdates(t, "a", 2)
-	f.converged(o.tg)
+	f.converged(o)
 }
 
 // RecheckAfter called after Update returned (from a goroutine it
 // started) asks for nothing: least of all a re-check of the object
 // updated next.
 func TestRecheckAskAfterReturnIsIgnored(t *testing.T) {
-	o := newKitOps()
+	o := newTarget()
 	var (
 		late  context.Context
 		once  sync.Once
@@ -542,13 +522,14 @@ func TestRecheckAskAfterReturnIsIgnored(t *testing.T) {
 		}
 	})
 	o.mu.Lock()
-	o.gate = func(ctx context.Context, it *item) {
+	o.update = func(ctx context.Context, it *item) error {
 		if it.ID == "b" {
 			once.Do(func() {
 				close(bRuns)
 				recv(t, asked, "the late ask")
 			})
 		}
+		return nil
 	}
 	o.mu.Unlock()
 	f := variant{1, false}.start(t, o, nil)
@@ -566,7 +547,9 @@ func TestRecheckAskAfterReturnIsIgnored(t *testing.T) {
 // read, not when the re-check would have fallen due.
 func TestRecheckDeleteReleasesMemory(t *testing.T) {
 	const n, size = 800, 64 << 10
-	o := &recheckHourOps{}
+	o := newTarget()
+	o.Target = nil // keeps nothing: the heap is the reconciler's
+	o.setAfter(func(ctx context.Context, _ *item) { reconciler.RecheckAfter(ctx, time.Hour) })
 	f := startFixture(t, o, nil)
 	heap := func() uint64 {
 		runtime.GC()
@@ -599,21 +582,6 @@ func TestRecheckDeleteReleasesMemory(t *testing.T) {
 		return held < base+n*size/8, tick(50 * time.Millisecond)
 	})
 	assert.Less(t, held, base+n*size/8)
-}
-
-// recheckHourOps asks every Update for a re-check in an hour and keeps
-// nothing of what it is given.
-type recheckHourOps struct{}
-
-func (recheckHourOps) Update(ctx context.Context, _ statedb.ReadTxn, _ statedb.Revision, _ *item) error {
-	reconciler.RecheckAfter(ctx, time.Hour)
-	return nil
-}
-func (recheckHourOps) Delete(context.Context, statedb.ReadTxn, statedb.Revision, *item) error {
-	return nil
-}
-func (recheckHourOps) Prune(context.Context, statedb.ReadTxn, iter.Seq2[*item, statedb.Revision]) error {
-	return nil
 }
 
 // tick returns a channel closed after d: a poll's next look.

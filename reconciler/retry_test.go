@@ -2,7 +2,7 @@ package reconciler_test
 
 // Failures and their retries: what a retry is handed, a conflicting status
 // write, objects that lose their primary key, and a dependency mapper that
-// panics. (Terminal errors,
+// panics, and the history an Error status found starts. (Terminal errors,
 // RetryAfter and panics: testdata/policy.txtar and testdata/panics.txtar;
 // values at the edges: testdata/edges.txtar; retries against fresh writes
 // and refreshes: testdata/fresh_*.txtar; an Error written back:
@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/cilium/hive/cell"
 	"github.com/cilium/statedb"
@@ -24,7 +25,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/converge-go/converge/reconciler"
+	"github.com/converge-go/converge/reconcilertest"
 	"github.com/converge-go/converge/status"
+	"github.com/converge-go/converge/tables"
 )
 
 // A retried update is handed the object with the status that asked for the
@@ -228,4 +231,36 @@ func TestDependencyMapperPanicIsRecovered(t *testing.T) {
 	f.waitHealth(func(level cell.Level, msg string) bool {
 		return level == cell.StatusDegraded && strings.Contains(msg, "mapper bug")
 	}, "job-dependency-deps")
+}
+
+// An Error status found in the table, at the start or written while
+// running, starts the object's error history: one record at the time that
+// status was written, then the retry's failure. The row's last error is
+// the whole text; the history's record of it is bounded.
+func TestRetryHistoryStartsWithAnErrorStatusFound(t *testing.T) {
+	for _, running := range []bool{false, true} {
+		t.Run(fmt.Sprint("running=", running), func(t *testing.T) {
+			long := strings.Repeat("é", 300)
+			tg := newTarget()
+			f := newFixture(t, tg, &with{tables: true}, reconciler.WithRetry(time.Hour, time.Hour), reconciler.WithPruning(0))
+			if running {
+				f.start()
+				f.put("a", "1")
+				f.caughtUp()
+			}
+			tg.failWhen(errors.New(long), func(reconcilertest.Op, *item) bool { return true })
+			written := time.Now().Add(-time.Hour).Truncate(time.Second)
+			f.insertAs(&item{ID: "a", Value: "1", Status: status.Status{Kind: status.KindError, Error: "old error", UpdatedAt: written}})
+			if !running {
+				f.start()
+			}
+			f.waitRetryRow("a", func(r *tables.RetryInfo) bool { return r.LastError == long })
+			row, _ := f.retryRow("a")
+			require.Len(t, row.Errors, 2, "%+v", row.Errors)
+			assert.Equal(t, "old error", row.Errors[0].Error)
+			assert.True(t, row.Errors[0].At.Equal(written), "at %v, want %v", row.Errors[0].At, written)
+			assert.True(t, strings.HasSuffix(row.Errors[1].Error, "…"), "the history's text is bounded")
+			assert.True(t, utf8.ValidString(row.Errors[1].Error))
+		})
+	}
 }

@@ -97,7 +97,7 @@ func (p *setupProbe) waitCalls(t testing.TB, n int64) {
 
 // gate makes ops count in early the calls that start before the setup
 // step succeeded.
-func (p *setupProbe) gate(ops *kitops) {
+func (p *setupProbe) gate(ops *target) {
 	ops.setFail(func(reconcilertest.Op, *item) error {
 		if !p.ready.Load() {
 			p.early.Add(1)
@@ -118,7 +118,7 @@ func setupOptions(p *setupProbe) []reconciler.Option {
 // succeeds, and no operation, nor the requested prune, starts before.
 func TestSetupGatesOperations(t *testing.T) {
 	forVariants(t, variants, func(t *testing.T, v variant) {
-		ops, p := newKitOps(), newSetupProbe(3)
+		ops, p := newTarget(), newSetupProbe(3)
 		p.gate(ops)
 		p.hold = make(chan struct{})
 		f := v.fixture(t, ops, nil, append(setupOptions(p), reconciler.WithPruning(time.Hour))...)
@@ -145,9 +145,9 @@ func TestSetupGatesOperations(t *testing.T) {
 		f.waitReconciled()
 		assert.Equal(t, int64(4), p.calls.Load(), "3 failures, then success")
 		assert.Zero(t, p.early.Load(), "operations started before setup succeeded")
-		assert.NotContains(t, ops.tg.State(), "a-00001")
-		f.waitApplied(ops.tg, "a-00002", "2")
-		f.waitApplied(ops.tg, "b-00004", "1")
+		assert.NotContains(t, ops.State(), "a-00001")
+		f.waitApplied(ops, "a-00002", "2")
+		f.waitApplied(ops, "b-00004", "1")
 		waitUntil(t, "the prune asked for", func() (bool, <-chan struct{}) {
 			ch := ops.startedWatch() // before the look: a prune's start closes it
 			return ops.prunes.Load() > 0, ch
@@ -159,7 +159,7 @@ func TestSetupGatesOperations(t *testing.T) {
 // error and the reconcilers row is setting-up with the error and attempts;
 // both clear once it succeeds.
 func TestSetupHealthAndInfo(t *testing.T) {
-	ops, p := newKitOps(), newSetupProbe(1<<30)
+	ops, p := newTarget(), newSetupProbe(1<<30)
 	p.gate(ops)
 	f := startFixture(t, ops, &with{tables: true}, setupOptions(p)...)
 	f.upsert(items("a", 3, "1")...)
@@ -187,7 +187,7 @@ func TestSetupHealthAndInfo(t *testing.T) {
 // TestSetupRetryAfter: RetryAfter sets the delay before the next attempt,
 // instead of the backoff (an hour here).
 func TestSetupRetryAfter(t *testing.T) {
-	ops, p := newKitOps(), newSetupProbe(2)
+	ops, p := newTarget(), newSetupProbe(2)
 	p.fail = func(context.Context) error { return reconciler.RetryAfter(time.Millisecond, errSetup) }
 	p.gate(ops)
 	f := startFixture(t, ops, nil, reconciler.WithSetup(p.setup), reconciler.WithRetry(time.Hour, time.Hour))
@@ -201,7 +201,7 @@ func TestSetupRetryAfter(t *testing.T) {
 // and tried again; one that outlives (the second) the operation timeout sees its ctx
 // end and is tried again.
 func TestSetupPanicAndTimeout(t *testing.T) {
-	ops, p := newKitOps(), newSetupProbe(2)
+	ops, p := newTarget(), newSetupProbe(2)
 	p.fail = func(ctx context.Context) error {
 		p.mu.Lock()
 		left := p.fails
@@ -228,20 +228,23 @@ func TestSetupPanicAndTimeout(t *testing.T) {
 }
 
 // TestSetupPanicRecorded: the recovered panic is the setup's error, as
-// health shows it.
+// health and the reconcilers row show it.
 func TestSetupPanicRecorded(t *testing.T) {
-	ops, p := newKitOps(), newSetupProbe(1<<30)
+	ops, p := newTarget(), newSetupProbe(1<<30)
 	p.fail = func(context.Context) error { panic("setup exploded") }
-	f := startFixture(t, ops, nil, setupOptions(p)...)
+	f := startFixture(t, ops, &with{tables: true}, setupOptions(p)...)
 	f.waitHealth(func(level cell.Level, msg string) bool {
 		return level == cell.StatusDegraded && strings.Contains(msg, reconciler.ErrPanic.Error()) && strings.Contains(msg, "setup exploded")
+	})
+	f.waitInfo("the panic in the row", func(i *tables.Info) bool {
+		return strings.Contains(i.SetupError, "setup exploded") && strings.Contains(i.SetupError, reconciler.ErrPanic.Error())
 	})
 }
 
 // TestSetupPaused: a reconciler paused before its start does not call
 // setup until Resume.
 func TestSetupPaused(t *testing.T) {
-	ops, p := newKitOps(), newSetupProbe(0)
+	ops, p := newTarget(), newSetupProbe(0)
 	p.gate(ops)
 	f := v1fixture(t, ops, setupOptions(p)...)
 	f.rec.Pause()
@@ -256,14 +259,14 @@ func TestSetupPaused(t *testing.T) {
 	assert.Zero(t, p.early.Load())
 }
 
-func v1fixture(t testing.TB, ops *kitops, opts ...reconciler.Option) *fixture {
+func v1fixture(t testing.TB, ops *target, opts ...reconciler.Option) *fixture {
 	return variant{1, false}.fixture(t, ops, nil, opts...)
 }
 
 // TestSetupEachStart: every start of the hive runs setup again before any
 // operation; what changed while stopped converges after it.
 func TestSetupEachStart(t *testing.T) {
-	ops, p := newKitOps(), newSetupProbe(1)
+	ops, p := newTarget(), newSetupProbe(1)
 	p.gate(ops)
 	f := v1fixture(t, ops, setupOptions(p)...)
 	f.start()
@@ -282,14 +285,14 @@ func TestSetupEachStart(t *testing.T) {
 	f.caughtUp()
 	assert.Equal(t, int64(5), p.calls.Load(), "setup ran again: 2 failures, then success")
 	assert.Zero(t, p.early.Load())
-	f.waitApplied(ops.tg, "a-00000", "2")
-	assert.NotContains(t, ops.tg.State(), "a-00001")
+	f.waitApplied(ops, "a-00000", "2")
+	assert.NotContains(t, ops.State(), "a-00001")
 }
 
 // TestSetupStopWhileFailing: a stop ends a failing setup, and one that
 // holds on its ctx, promptly.
 func TestSetupStopWhileFailing(t *testing.T) {
-	ops, p := newKitOps(), newSetupProbe(0)
+	ops, p := newTarget(), newSetupProbe(0)
 	p.hold = make(chan struct{}) // never closed: the stop ends it
 	f := v1fixture(t, ops, setupOptions(p)...)
 	f.start()
@@ -311,7 +314,7 @@ func BenchmarkSetupBacklog(b *testing.B) {
 		b.Run(map[bool]string{false: "paused", true: "setup-held"}[withSetup], func(b *testing.B) {
 			for range b.N {
 				b.StopTimer()
-				ops, p := newKitOps(), newSetupProbe(0)
+				ops, p := newTarget(), newSetupProbe(0)
 				var opts []reconciler.Option
 				if withSetup {
 					p.hold = make(chan struct{})
@@ -337,4 +340,135 @@ func BenchmarkSetupBacklog(b *testing.B) {
 			}
 		})
 	}
+}
+
+// A setup's TerminalError is retried as any other: the setup step has no
+// object to give up on.
+func TestSetupTerminalErrorIsRetried(t *testing.T) {
+	ops, p := newTarget(), newSetupProbe(2)
+	p.fail = func(context.Context) error { return reconciler.TerminalError(errSetup) }
+	p.gate(ops)
+	f := startFixture(t, ops, nil, setupOptions(p)...)
+	f.upsert(items("a", 2, "1")...)
+	f.caughtUp()
+	assert.Equal(t, int64(3), p.calls.Load())
+	assert.Zero(t, p.early.Load())
+}
+
+// Pause holds setup: a failing setup is not tried again while paused, and
+// one under way at the Pause ends but applies nothing until Resume. Health
+// says "Setting up" at OK before setup first fails.
+func TestSetupPausedWhileSettingUp(t *testing.T) {
+	t.Run("failing", func(t *testing.T) {
+		ops, p := newTarget(), newSetupProbe(1<<30)
+		p.gate(ops)
+		f := startFixture(t, ops, nil, setupOptions(p)...)
+		p.waitCalls(t, 2)
+		f.rec.Pause()
+		f.waitHealth(func(_ cell.Level, msg string) bool { return msg == "Paused" })
+		n := p.calls.Load()
+		f.upsert(items("a", 1, "1")...)
+		// A call under way at the Pause may still end; no other starts.
+		require.Never(t, func() bool { return p.calls.Load() > n+1 }, 50*time.Millisecond, time.Millisecond, "setup called while paused")
+		p.mu.Lock()
+		p.fails = 0
+		p.mu.Unlock()
+		f.rec.Resume()
+		f.caughtUp()
+		assert.Zero(t, p.early.Load())
+	})
+	t.Run("under way", func(t *testing.T) {
+		ops, p := newTarget(), newSetupProbe(0)
+		p.gate(ops)
+		p.hold = make(chan struct{})
+		f := startFixture(t, ops, &with{tables: true}, setupOptions(p)...)
+		f.waitHealth(func(l cell.Level, msg string) bool { return l == cell.StatusOK && msg == "Setting up" })
+		f.waitInfo("setting up", func(i *tables.Info) bool { return i.State == tables.StateSettingUp })
+		f.upsert(items("a", 1, "1")...)
+		f.rec.Pause()
+		p.mu.Lock()
+		close(p.hold)
+		p.hold = nil
+		p.mu.Unlock()
+		f.waitHealth(func(_ cell.Level, msg string) bool { return msg == "Paused" })
+		f.rec.Resume()
+		f.caughtUp()
+		f.waitInfo("running", func(i *tables.Info) bool { return i.State == tables.StateRunning && i.SetupAttempts == 0 })
+		assert.Zero(t, p.early.Load())
+	})
+}
+
+// The attempts the reconcilers row shows are those of this run: a setup
+// that succeeded in the last run and fails in this one counts afresh.
+func TestSetupAttemptsCountThisRunOnly(t *testing.T) {
+	ops, p := newTarget(), newSetupProbe(0)
+	f := startFixture(t, ops, &with{tables: true}, setupOptions(p)...)
+	f.upsert(items("a", 1, "1")...)
+	f.caughtUp()
+	f.stop()
+	p.mu.Lock()
+	p.fails = 1 << 30
+	p.mu.Unlock()
+	base := p.calls.Load()
+	f.start()
+	info := f.waitInfo("setting up again", func(i *tables.Info) bool { return i.State == tables.StateSettingUp && i.SetupAttempts >= 2 })
+	assert.LessOrEqual(t, int64(info.SetupAttempts), p.calls.Load()-base, "attempts of this run only")
+	p.mu.Lock()
+	p.fails = 0
+	p.mu.Unlock()
+	f.upsert(items("b", 1, "1")...)
+	f.caughtUp()
+}
+
+// After a restart whose setup fails, what changed while stopped waits:
+// WaitUntilReconciled counts nothing done and nothing is applied, until
+// setup succeeds.
+func TestSetupFailingAfterARestartHoldsWhatChanged(t *testing.T) {
+	ops, p := newTarget(), newSetupProbe(0)
+	f := startFixture(t, ops, &with{tables: true}, setupOptions(p)...)
+	f.put("a", "1")
+	f.caughtUp()
+	f.stop()
+	p.mu.Lock()
+	p.fails = 1 << 30
+	p.mu.Unlock()
+	rev := f.put("a", "2")
+	f.start()
+	f.waitInfo("setting up", func(i *tables.Info) bool { return i.State == tables.StateSettingUp && i.SetupAttempts >= 2 })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	_, _, err := f.rec.WaitUntilReconciled(ctx, rev)
+	cancel()
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Equal(t, []string{"1"}, ops.updates("a"))
+	p.mu.Lock()
+	p.fails = 0
+	p.mu.Unlock()
+	f.reconciledTo(rev)
+	f.waitApplied(ops, "a", "2")
+}
+
+// Setup waits for WithStartAfter's tables: it is not called before they
+// are initialized.
+func TestSetupWaitsForStartAfterTables(t *testing.T) {
+	ops, p := newTarget(), newSetupProbe(0)
+	var src statedb.RWTable[*item]
+	var done func(statedb.WriteTxn)
+	w := &with{tables: true, setup: func(f *fixture) []reconciler.Option {
+		var err error
+		src, err = statedb.NewTable(f.db, "src", itemID)
+		require.NoError(t, err)
+		wtxn := f.db.WriteTxn(src)
+		done = src.RegisterInitializer(wtxn, "test")
+		wtxn.Commit()
+		return []reconciler.Option{reconciler.WithStartAfter(0, src)}
+	}}
+	f := startFixture(t, ops, w, setupOptions(p)...)
+	f.put("a", "1")
+	f.waitInfo("waiting", func(i *tables.Info) bool { return i.State == tables.StateWaiting })
+	assert.Zero(t, p.calls.Load(), "setup before WithStartAfter's tables are initialized")
+	wtxn := f.db.WriteTxn(src)
+	done(wtxn)
+	wtxn.Commit()
+	f.waitApplied(ops, "a", "1")
+	assert.Equal(t, int64(1), p.calls.Load())
 }

@@ -325,6 +325,12 @@ func TestRegisterRejectsBadInput(t *testing.T) {
 		{"negative refresh", with(reconciler.WithRefreshing(-time.Second, nil)), "refresh interval must not be negative"},
 		{"jitter one", with(reconciler.WithRetryJitter(1)), "retry jitter must be in [0, 1)"},
 		{"jitter negative", with(reconciler.WithRetryJitter(-0.1)), "retry jitter"},
+		{"jitter NaN", with(reconciler.WithRetryJitter(math.NaN())), "retry jitter"},
+		// A space would let two reconcilers' retry rows be one: RetryKey joins with one.
+		{"name with a space", with(reconciler.WithName("x y")), "white space or a control character"},
+		{"name with a tab", with(reconciler.WithName("x\ty")), "white space or a control character"},
+		{"name with a newline", with(reconciler.WithName("x\ny")), "white space or a control character"},
+		{"name with a NUL", with(reconciler.WithName("x\x00")), "white space or a control character"},
 		{"negative max attempts", with(reconciler.WithMaxAttempts(-1)), "maximum attempts must not be negative"},
 		{"negative breaker failures", with(reconciler.WithCircuitBreaker(-1, time.Second, nil)), "circuit breaker failures must not be negative"},
 		{"zero breaker backoff", with(reconciler.WithCircuitBreaker(3, 0, nil)), "circuit breaker probe backoff must be positive"},
@@ -337,7 +343,11 @@ func TestRegisterRejectsBadInput(t *testing.T) {
 		{"priority share negative", with(reconciler.WithPriority(priorityByPrefix, -0.1)), "priority share must be in [0, 1], got -0.1"},
 		{"priority share above one", with(reconciler.WithPriority(priorityByPrefix, 1.5)), "priority share must be in [0, 1]"},
 		{"priority share NaN", with(reconciler.WithPriority(priorityByPrefix, math.NaN())), "priority share must be in [0, 1], got NaN"},
+		{"priority share +Inf", with(reconciler.WithPriority(priorityByPrefix, math.Inf(1))), "priority share must be in [0, 1]"},
+		{"priority share -Inf", with(reconciler.WithPriority(priorityByPrefix, math.Inf(-1))), "priority share must be in [0, 1]"},
 		{"priority of another type", with(reconciler.WithPriority(func(string) int { return 0 }, 0)), "not of the reconciled table's object type"},
+		{"priority of the value type", with(reconciler.WithPriority(func(item) int { return 0 }, 0)), "not of the reconciled table's object type"},
+		{"priority of any", with(reconciler.WithPriority(func(any) int { return 0 }, 0)), "not of the reconciled table's object type"},
 		// A limiter whose Wait can never succeed would stop the loop for good.
 		{"round burst 0", with(reconciler.WithRoundLimits(10, rate.NewLimiter(100, 0))), "limiter"},
 		{"round limit 0", with(reconciler.WithRoundLimits(10, rate.NewLimiter(0, 5))), "limiter"},
@@ -380,7 +390,7 @@ func TestRegisterRejectsBadInput(t *testing.T) {
 	})
 
 	t.Run("priority shares at the edges", func(t *testing.T) {
-		for _, share := range []float64{0, 1} {
+		for _, share := range []float64{0, math.Copysign(0, -1), 1, math.SmallestNonzeroFloat64} {
 			a := good()
 			r, err := reconciler.Register(a.params, a.table, a.clone, a.setStatus, a.getStatus, a.ops, nil,
 				reconciler.WithPriority(priorityByPrefix, share))
@@ -593,7 +603,7 @@ func TestPauseHoldsOffAPruneDueInTheRound(t *testing.T) {
 	const rounds = 12
 	for i := range rounds {
 		tg.mu.Lock()
-		prunes := tg.prunes
+		prunes := tg.returned
 		tg.mu.Unlock()
 		a, b := fmt.Sprintf("a%d", i), fmt.Sprintf("b%d", i)
 		held := tg.hold(a)

@@ -1,8 +1,8 @@
 package reconciler_test
 
-// An outside review of WithPriority, written from its documentation only:
-// each test asserts one of the promises of WithPriority's doc comment and
-// of docs/control.md, and tries to break it as a user would.
+// WithPriority end to end: each test pins one promise of its doc comment
+// and of docs/control.md (the queue's own ordering: keyqueue's
+// TestTakeQueuedByPriority; Register's refusals: TestRegisterRejectsBadInput).
 
 import (
 	"context"
@@ -38,45 +38,10 @@ func ppPrio(it *item) int {
 	return p
 }
 
-// Register refuses every invalid WithPriority with an error wrapping
-// ErrInvalidConfig, and never panics.
-func TestPromisePriorityBadInput(t *testing.T) {
-	cases := []struct {
-		name string
-		opt  reconciler.Option
-	}{
-		{"nil priority", reconciler.WithPriority[*item](nil, 0.5)},
-		{"share below 0", reconciler.WithPriority(ppPrio, -0.01)},
-		{"share above 1", reconciler.WithPriority(ppPrio, 1.0001)},
-		{"share NaN", reconciler.WithPriority(ppPrio, math.NaN())},
-		{"share +Inf", reconciler.WithPriority(ppPrio, math.Inf(1))},
-		{"share -Inf", reconciler.WithPriority(ppPrio, math.Inf(-1))},
-		{"wrong object type", reconciler.WithPriority(func(string) int { return 0 }, 0.5)},
-		{"wrong object type, value not pointer", reconciler.WithPriority(func(item) int { return 0 }, 0.5)},
-		{"wrong object type, any", reconciler.WithPriority(func(any) int { return 0 }, 0.5)},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			f := newFixture(t, newTarget(), &with{register: byTheTest}, c.opt)
-			var err error
-			require.NotPanics(t, func() { err = f.register() })
-			require.Error(t, err)
-			assert.ErrorIs(t, err, reconciler.ErrInvalidConfig)
-		})
-	}
-	// The valid edges are accepted.
-	for _, share := range []float64{0, math.Copysign(0, -1), 1, math.SmallestNonzeroFloat64} {
-		t.Run(fmt.Sprint("valid share ", share), func(t *testing.T) {
-			f := newFixture(t, newTarget(), &with{register: byTheTest}, reconciler.WithPriority(ppPrio, share))
-			require.NoError(t, f.register())
-		})
-	}
-}
-
 // Higher priority first, FIFO within a priority, a delete ranks as the
 // deleted object, a newer version is ranked anew, and each version's
 // priority is read once.
-func TestPromisePriorityOrder(t *testing.T) {
+func TestPriorityOrder(t *testing.T) {
 	tg := newTarget()
 	var mu sync.Mutex
 	reads := map[string]int{} // "key=value" of Pending versions -> priority calls
@@ -265,7 +230,7 @@ func (s *ppStream) Round(_ cell.FullModuleID, _ string, st metrics.RoundStats) {
 // No starvation: with a steady stream of urgent writes, a low-priority
 // change with n changes before it still waiting is applied within about
 // (n+1)/(share·R) rounds. Rounds are counted with RoundMetrics.
-func TestPromisePriorityNoStarvation(t *testing.T) {
+func TestPriorityNoStarvationInEveryVariant(t *testing.T) {
 	cases := []struct {
 		name    string
 		R       int
@@ -304,7 +269,7 @@ func TestPromisePriorityNoStarvation(t *testing.T) {
 			worst := math.Ceil(float64(s.backlog+c.lows+1)/room) + 2
 			s.cap = int(worst)*3 + 50
 
-			o := newKitOps()
+			o := newTarget()
 			o.setAfter(func(_ context.Context, it *item) {
 				if it.ID == "low" {
 					s.mu.Lock()
@@ -348,7 +313,7 @@ func TestPromisePriorityNoStarvation(t *testing.T) {
 				most := int(math.Ceil(float64(lowN+1)/share)) + 2*per
 				assert.LessOrEqual(t, taken, most, "%d objects were taken before low, with %d changes ahead; bound about %d", taken, lowN, most)
 			}
-			f.converged(o.tg)
+			f.converged(o)
 		})
 	}
 }
@@ -357,7 +322,7 @@ func TestPromisePriorityNoStarvation(t *testing.T) {
 // random, with the reconciler paused and resumed, the hive stopped and
 // started and the target down at times, and checks at the end that the
 // target holds exactly the table.
-func TestPromisePriorityLosesNothing(t *testing.T) {
+func TestPriorityLosesNothing(t *testing.T) {
 	type opt struct {
 		name    string
 		v       variant
@@ -379,7 +344,7 @@ func TestPromisePriorityLosesNothing(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(33, uint64(len(c.name))))
-			o := newKitOps()
+			o := newTarget()
 			var down atomic.Bool
 			var fmu sync.Mutex
 			failedOnce := map[string]bool{}
@@ -457,7 +422,7 @@ func TestPromisePriorityLosesNothing(t *testing.T) {
 				f.rec.Resume()
 			}
 			down.Store(false)
-			f.converged(o.tg)
+			f.converged(o)
 			for obj := range f.table.All(f.db.ReadTxn()) {
 				assert.False(t, obj.Status.Terminal, "%s gave up: %s", obj.ID, obj.Status.Error)
 			}
@@ -476,7 +441,7 @@ func ppHash(s string) uint32 {
 // answer every call loses and duplicates nothing: every version written is
 // applied at most once, versions of a key in the order written, and the
 // target ends up holding the table.
-func TestPromisePriorityHostileFunction(t *testing.T) {
+func TestPriorityHostileFunctionLosesNothing(t *testing.T) {
 	forVariants(t, []variant{{1, false}, {8, false}, {1, true}, {4, true}}, func(t *testing.T, v variant) {
 		var calls, panics atomic.Int64
 		prio := func(it *item) int {
@@ -495,7 +460,7 @@ func TestPromisePriorityHostileFunction(t *testing.T) {
 				return ppPrio(it)
 			}
 		}
-		o := newKitOps()
+		o := newTarget()
 		f := v.start(t, o, nil, reconciler.WithRoundLimits(8, nil), reconciler.WithPriority(prio, 0.01))
 		// Past the backlog (what the table holds at the first run),
 		// which priorities do not order.
@@ -514,13 +479,13 @@ func TestPromisePriorityHostileFunction(t *testing.T) {
 				f.remove(fmt.Sprintf("k%02d", rng.IntN(40)))
 			}
 		}
-		f.converged(o.tg)
+		f.converged(o)
 		require.NotZero(t, calls.Load(), "priority never called")
 		require.NotZero(t, panics.Load(), "no priority panicked")
 
 		seen := map[string]bool{}
 		last := map[string]string{}
-		for _, c := range o.tg.Calls() {
+		for _, c := range o.Calls() {
 			if c.Op != reconcilertest.OpUpdate || c.Err != nil {
 				continue
 			}
@@ -561,21 +526,22 @@ func (m *ppReadAhead) Round(id cell.FullModuleID, name string, s metrics.RoundSt
 // shows the size of what is queued (Depth counts collected operations, not
 // the read-ahead), but the priority is read once per version as its change
 // is read, so the priority calls tell how far it has read.
-func TestPromisePriorityReadAheadBounded(t *testing.T) {
+func TestPriorityReadAheadBounded(t *testing.T) {
 	if testing.Short() {
 		t.Skip("200k objects")
 	}
 	const R = 100
 	m := &ppReadAhead{kitmetrics: newKitMetrics()}
-	o := newKitOps()
+	o := newTarget()
 	o.mu.Lock()
-	o.gate = func(ctx context.Context, it *item) {
+	o.update = func(ctx context.Context, it *item) error {
 		m.started.Add(1)
 		// A slow target.
 		select {
 		case <-ctx.Done():
 		case <-time.After(200 * time.Microsecond):
 		}
+		return nil
 	}
 	o.mu.Unlock()
 	prio := func(it *item) int {
@@ -607,7 +573,7 @@ func TestPromisePriorityReadAheadBounded(t *testing.T) {
 // with rounds of 4 and 300 changes waiting, each priority's changes are
 // applied in the order written, whatever the share. WithPriority's doc:
 // "those of higher priority, and among equal priorities the first read".
-func TestPromisePriorityFIFOAcrossRounds(t *testing.T) {
+func TestPriorityFIFOAcrossRounds(t *testing.T) {
 	for _, share := range []float64{0.001, 0, 0.5, 1} {
 		// One worker: with more, operations on different objects overlap
 		// and the target's order of calls says nothing.
@@ -656,7 +622,7 @@ func TestPromisePriorityFIFOAcrossRounds(t *testing.T) {
 // No starvation when the stream of urgent writes comes from inside Update:
 // each urgent object applied writes another, and a low-priority object
 // written once the stream runs is applied within the bound.
-func TestPromisePriorityNoStarvationWritesFromUpdate(t *testing.T) {
+func TestPriorityNoStarvationWhenUpdateWritesTheStream(t *testing.T) {
 	for _, c := range []struct {
 		R       int
 		share   float64
@@ -670,7 +636,7 @@ func TestPromisePriorityNoStarvationWritesFromUpdate(t *testing.T) {
 			room := share * float64(c.R)
 			s := &ppStream{done: make(chan struct{})}
 			backlog := 2 * c.R
-			o := newKitOps()
+			o := newTarget()
 			var f *fixture
 			var fmu sync.Mutex
 			var next atomic.Int64
@@ -717,7 +683,7 @@ func TestPromisePriorityNoStarvationWritesFromUpdate(t *testing.T) {
 			fx.start()
 			fx.upsert(items("w", backlog, "100")...)
 			waitUntil(t, "low applied", func() (bool, <-chan struct{}) {
-				_, ch := o.tg.CallsWatch()
+				_, ch := o.CallsWatch()
 				return s.lowDone.Load() || stop.Load(), ch
 			})
 			require.True(t, s.lowDone.Load(), "low never applied")
@@ -725,7 +691,7 @@ func TestPromisePriorityNoStarvationWritesFromUpdate(t *testing.T) {
 			waited := lowRound.Load() - lowAt.Load()
 			t.Logf("low waited %d rounds with %d ahead (bound %d)", waited, lowN.Load(), bound)
 			assert.LessOrEqual(t, waited, bound, "low waited %d rounds with %d changes ahead, bound about %d", waited, lowN.Load(), bound)
-			fx.converged(o.tg)
+			fx.converged(o)
 		})
 	}
 }
@@ -736,7 +702,7 @@ func TestPromisePriorityNoStarvationWritesFromUpdate(t *testing.T) {
 // The reconciler is held by an operation on s (one worker, so it reads
 // nothing meanwhile), or paused (pause: true), while everything is written
 // in one transaction.
-func TestPromisePriorityWaitUntilReconciledCountsReordered(t *testing.T) {
+func TestPriorityWaitUntilReconciledCountsReordered(t *testing.T) {
 	for _, c := range []struct {
 		v     variant
 		pause bool
@@ -751,7 +717,7 @@ func TestPromisePriorityWaitUntilReconciledCountsReordered(t *testing.T) {
 // like any others: on Resume, with one worker, they are applied by
 // priority, first written first within a priority. The misordering seen
 // is intermittent (about one run in five), so each variant runs 25 times.
-func TestPromisePriorityOrderAfterPause(t *testing.T) {
+func TestPriorityOrderAfterPause(t *testing.T) {
 	for _, v := range []variant{{1, false}, {1, true}} {
 		for i := range 25 {
 			t.Run(fmt.Sprint(v, "#", i), func(t *testing.T) {
@@ -853,7 +819,7 @@ func ppWaitReordered(t *testing.T, v variant, pause, exactOrder bool) {
 
 // Changes read ahead and queued by priority when the hive stops are carried
 // over: after a start, WaitUntilReconciled counts them and they converge.
-func TestPromisePriorityStopWithReadAhead(t *testing.T) {
+func TestPriorityStopWithReadAheadCarriesItOver(t *testing.T) {
 	forVariants(t, []variant{{1, false}, {4, false}, {1, true}}, func(t *testing.T, v variant) {
 		tg := newTarget()
 		f := v.start(t, tg, nil, reconciler.WithRoundLimits(4, nil), reconciler.WithPriority(ppPrio, 0.25))
@@ -883,9 +849,6 @@ func TestPromisePriorityStopWithReadAhead(t *testing.T) {
 		f.caughtUp()
 	})
 }
-
-// The tests below are the package's own tests of WithPriority, kept with
-// the outside review's.
 
 // priorityByPrefix is a priority function: objects whose ID starts with
 // "high" come first.
@@ -1014,7 +977,7 @@ func TestPriorityReadOncePerVersion(t *testing.T) {
 		f.start()
 		o.waitCalls(t, o.calls.Load()+5)
 		o.recover()
-		f.converged(o.tg)
+		f.converged(o)
 		mu.Lock()
 		defer mu.Unlock()
 		for version, n := range reads {
