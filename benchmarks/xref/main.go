@@ -1,11 +1,12 @@
 // Command xref lists the pairs of files of one Go package that refer to
 // each other: each uses a name the other declares (a top-level name, a
 // method or a struct field), resolved with go/types. It is the measure of
-// issue 46's "no two files refer to each other both ways". It is a module
-// of its own, so that golang.org/x/tools stays out of converge's graph.
+// issue 46's "no two files refer to each other both ways". It lives in
+// the benchmarks module, so that golang.org/x/tools stays out of
+// converge's graph.
 //
-//	cd tools/xref && GOWORK=off go run . ../../reconciler
-//	XREF_V=1 GOWORK=off go run . ../../reconciler   # and the names each way
+//	go run ./benchmarks/xref ./reconciler
+//	XREF_V=1 go run ./benchmarks/xref ./reconciler   # and the names each way
 //
 // It reads only the package's files and writes nothing.
 package main
