@@ -33,7 +33,10 @@ func (r *reconciler[Obj]) commit(ops []op[Obj], cut bool, now time.Time) (out co
 		}
 	}
 	var wrote revRange
-	if r.prepare(ops, now) > 0 {
+	switch {
+	case r.shares():
+		r.writeShared(ops, now) // with the table's other reconcilers
+	case r.prepare(ops, now) > 0:
 		wrote = r.write(ops, now)
 	}
 	out = r.settle(ops, now)
@@ -56,19 +59,23 @@ func (r *reconciler[Obj]) prepare(ops []op[Obj], now time.Time) (writes int) {
 		if !o.ran || o.Delete {
 			continue
 		}
-		var st status.Status
-		switch {
-		case o.err == nil:
-			st = status.DoneAt(now)
-		case IsTerminal(o.err):
-			st = status.TerminalErrorAt(now, o.err)
-		default:
-			st = status.ErrorAt(now, o.err)
-		}
-		o.updated = r.objects.setStatus(o.updated, st)
+		o.updated = r.objects.setStatus(o.updated, outcomeStatus(o, now))
 		writes++
 	}
 	return writes
+}
+
+// outcomeStatus is the status the outcome of o, an update that ran, calls
+// for.
+func outcomeStatus[Obj any](o *op[Obj], now time.Time) status.Status {
+	switch {
+	case o.err == nil:
+		return status.DoneAt(now)
+	case IsTerminal(o.err):
+		return status.TerminalErrorAt(now, o.err)
+	default:
+		return status.ErrorAt(now, o.err)
+	}
 }
 
 // write stores the prepared statuses in one write transaction, sets each
@@ -80,15 +87,7 @@ func (r *reconciler[Obj]) write(ops []op[Obj], now time.Time) (wrote revRange) {
 	lo := r.objects.table.Revision(wtxn) // the table's revision before the writes
 	for i := range ops {
 		if o := &ops[i]; o.ran && !o.Delete {
-			o.written, o.over = r.writeStatus(wtxn, o)
-			if !o.written && o.noKey {
-				// Update changed the fields the primary index reads: its
-				// changes cannot be stored. Record that on the object as
-				// it was.
-				o.err = fmt.Errorf("%w: Update left the object without one", ErrNoPrimaryKey)
-				o.updated = r.objects.withStatus(o.Obj, status.ErrorAt(now, o.err))
-				o.written, o.over = r.writeStatus(wtxn, o)
-			}
+			r.writeOp(wtxn, o, now)
 		}
 	}
 	if hi := r.objects.table.Revision(wtxn); hi > lo {
@@ -96,6 +95,20 @@ func (r *reconciler[Obj]) write(ops []op[Obj], now time.Time) (wrote revRange) {
 	}
 	wtxn.Commit()
 	return wrote
+}
+
+// writeOp writes the status of o, an update that ran, and sets its written
+// and over.
+func (r *reconciler[Obj]) writeOp(wtxn statedb.WriteTxn, o *op[Obj], now time.Time) {
+	o.written, o.over = r.writeStatus(wtxn, o)
+	if !o.written && o.noKey {
+		// Update changed the fields the primary index reads: its
+		// changes cannot be stored. Record that on the object as
+		// it was.
+		o.err = fmt.Errorf("%w: Update left the object without one", ErrNoPrimaryKey)
+		o.updated = r.objects.withStatus(o.Obj, status.ErrorAt(now, o.err))
+		o.written, o.over = r.writeStatus(wtxn, o)
+	}
 }
 
 // writeStatus stores o.updated with a compare-and-swap on the revision o

@@ -43,6 +43,7 @@ func (r *reconciler[Obj]) run(ctx context.Context, health cell.Health) error {
 	if err := r.feed.open(); err != nil {
 		return fmt.Errorf("reading the changes of table %q: %w", r.objects.table.Name(), err)
 	}
+	r.join() // the table's other reconcilers, to write with (see shared)
 	r.resetRun(health)
 	r.applySettings() // Configure's, while stopped
 	l := &loop[Obj]{r: r, prune: newPruneSchedule(r), retry: time.NewTimer(time.Hour)}
@@ -66,6 +67,7 @@ func (r *reconciler[Obj]) run(ctx context.Context, health cell.Health) error {
 		if paused != l.wasPaused || (watch != nil && r.keys.lifecycles.Figures().Queued > 0) {
 			pauseChanged = closedChan // a round now
 		}
+		r.idle(watch) // a leader of the table's other reconcilers holds for it no longer
 		var pruneC <-chan struct{}
 		if l.prune.due && l.reported && !paused && (r.breaker == nil || !r.breaker.State().Open) {
 			pruneC = closedChan // a prune now
@@ -146,6 +148,9 @@ func (l *loop[Obj]) round(ctx context.Context, paused bool) {
 	} else {
 		work = r.collect(txn, now, room) // 1. queued, fresh, retries, deferred
 	}
+	if len(work) > 0 {
+		r.beginRound() // the table's other reconcilers may hold their write for this round's
+	}
 	r.driftPrepare(work)
 	finished := l.exec.Operate(txn, work)                          // 2. started at the gate; what finished
 	outcome := r.commit(finished, ctx.Err() != nil, r.clock.now()) // 3. statuses written, keys settled
@@ -178,6 +183,7 @@ func (l *loop[Obj]) stopped() {
 		r.Prune() // the request waits in r.pruneRequests for the next start
 	}
 	r.gate.SetStopping(true)
+	r.leave()             // no one holds for it, and what is left it writes alone
 	left := l.exec.Stop() // waits for the operations under way to return
 	out := r.commit(left, true, r.clock.now())
 	r.feed.wrote(out.wrote)

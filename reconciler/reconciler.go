@@ -38,8 +38,9 @@ type reconciler[Obj any] struct {
 	breaker       *breaker.Breaker // nil without WithCircuitBreaker
 	clock         clock            // time.Now and rand.Float64, or a test's
 
-	feed feed[Obj] // the table's changes, and what reading them keeps
-	keys keys[Obj] // what is known about each key
+	feed  feed[Obj]   // the table's changes, and what reading them keeps
+	keys  keys[Obj]   // what is known about each key
+	group shared[Obj] // the other reconcilers of the table, while the job runs (see shared)
 }
 
 // clock is where the reconciler reads the time and draws retry jitter:

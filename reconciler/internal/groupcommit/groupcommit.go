@@ -1,0 +1,441 @@
+// Package groupcommit lets the reconcilers of one StateDB table write
+// their statuses together: the statuses that several of them settle close
+// together go into one write transaction, and those of one object version
+// into one object write.
+//
+// Members of a table meet in a [Group], found by the DB and the table's
+// name ([Join]). A member that has statuses to write hands them over with
+// [Member.Commit], which returns once they are written. The first member
+// to commit leads: it holds, at most [Hold], for the members that are in a
+// round (between [Member.Begin] and their own Commit, or [Member.End]),
+// then takes every submission waiting, merges per object version, and
+// writes them in one transaction; the others wait for that write, as they
+// would wait for the table's lock. A member that was still in its round
+// when a hold ran out is late: no leader waits for it again until it
+// commits, so a member blocked in a slow operation costs the others one
+// hold, not one per round. Submissions that arrive while a write is under
+// way are led by the first of them once it ends.
+//
+// A member blocked in Commit is quiescent: the leader calls its [Batch]
+// methods on its own goroutine. The package knows nothing of the
+// reconciler; it is fed through Batch.
+package groupcommit
+
+import (
+	"cmp"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cilium/statedb"
+)
+
+// Hold is the longest a leader waits for members in a round before it
+// writes: small against a round of a thousand objects, large against the
+// time members woken by the same change take to finish their rounds.
+const Hold = 10 * time.Millisecond
+
+// Batch is one member's statuses for one commit, entries 0 to Len()-1.
+// Its methods are called by the leader while the member waits in Commit.
+type Batch[Obj any] interface {
+	Len() int
+	// Entry returns the revision entry i applied and the member's object
+	// to write, not in the table, its status not set yet; ok is false for
+	// an entry with nothing to write.
+	Entry(i int) (rev statedb.Revision, obj Obj, ok bool)
+	// Merge sets entry i's status on into, in place, and returns it: the
+	// object of an entry of the same revision (entry i's own, or another
+	// member's).
+	Merge(i int, into Obj) Obj
+	// Merged records that entry i was written by a shared object write,
+	// written: the object was as applied, and written carries entry i's
+	// status.
+	Merged(i int, written Obj)
+	// WriteAlone writes entry i in wtxn as the member writes by itself.
+	WriteAlone(wtxn statedb.WriteTxn, i int)
+	// Wrote records that the member's statuses took the revisions lo to
+	// hi, both included; calls come in increasing order.
+	Wrote(lo, hi statedb.Revision)
+}
+
+// Group is the members of one table. Make one with Join.
+type Group[Obj any] struct {
+	key   groupKey
+	db    *statedb.DB
+	table statedb.RWTable[Obj]
+	size  atomic.Int32 // members
+
+	mu      sync.Mutex
+	members []*Member[Obj]
+	leading bool // a leader holds or writes
+	pending []*submission[Obj]
+	changed chan struct{} // closed when a member begins, ends or commits while a leader holds; nil otherwise
+
+	// The leader's, reused.
+	taken   []*submission[Obj]
+	subs    []*submission[Obj] // of the write under way
+	refs    []ref
+	runs    []run[Obj]
+	merging sync.WaitGroup // helpers merging
+	timer   *time.Timer
+}
+
+// Member is one member of a group. Its methods are called by one goroutine.
+type Member[Obj any] struct {
+	g    *Group[Obj]
+	busy bool // in a round: a leader may hold for it (under g.mu)
+	late bool // was busy when a hold ran out: not held for until it commits (under g.mu)
+	sub  submission[Obj]
+}
+
+type submission[Obj any] struct {
+	m     *Member[Obj]
+	batch Batch[Obj]
+	done  chan message // what the leader asks of a waiting member
+	// the revisions of the current write, merged before Wrote
+	lo, hi statedb.Revision
+}
+
+type ref struct {
+	rev  statedb.Revision
+	sub  int32
+	item int32
+}
+
+type groupKey struct {
+	db    *statedb.DB
+	table string
+}
+
+var (
+	registryMu sync.Mutex
+	registry   = map[groupKey]any{}
+)
+
+// Join adds a member to the group of table in db, making the group if it
+// has none. It returns nil if the table's group holds objects of another
+// type (a table wrapped under its name): that member then writes alone.
+func Join[Obj any](db *statedb.DB, table statedb.RWTable[Obj]) *Member[Obj] {
+	key := groupKey{db, table.Name()}
+	registryMu.Lock()
+	defer registryMu.Unlock()
+	var g *Group[Obj]
+	if found, ok := registry[key]; ok {
+		if g, ok = found.(*Group[Obj]); !ok {
+			return nil
+		}
+	} else {
+		g = &Group[Obj]{key: key, db: db, table: table}
+		registry[key] = g
+	}
+	m := &Member[Obj]{g: g, sub: submission[Obj]{done: make(chan message, 1)}}
+	m.sub.m = m
+	g.mu.Lock()
+	g.members = append(g.members, m)
+	g.size.Store(int32(len(g.members)))
+	g.mu.Unlock()
+	return m
+}
+
+// Leave removes m from its group; the group goes when its last member
+// does. m must not be used after.
+func (m *Member[Obj]) Leave() {
+	g := m.g
+	registryMu.Lock()
+	defer registryMu.Unlock()
+	g.mu.Lock()
+	g.members = slices.DeleteFunc(g.members, func(x *Member[Obj]) bool { return x == m })
+	g.size.Store(int32(len(g.members)))
+	g.notify()
+	empty := len(g.members) == 0
+	g.mu.Unlock()
+	if empty && registry[g.key] == any(g) {
+		delete(registry, g.key)
+	}
+}
+
+// Shared reports whether m has company: with none, Commit gains nothing
+// and the member writes by itself.
+func (m *Member[Obj]) Shared() bool { return m.g.size.Load() > 1 }
+
+// Begin says that m is in a round that will commit or end soon: a leader
+// holds for it, up to Hold.
+func (m *Member[Obj]) Begin() {
+	g := m.g
+	g.mu.Lock()
+	m.busy = true
+	g.notify()
+	g.mu.Unlock()
+}
+
+// End says that m's round is over: no leader holds for it.
+func (m *Member[Obj]) End() {
+	g := m.g
+	g.mu.Lock()
+	if m.busy {
+		m.busy = false
+		g.notify()
+	}
+	g.mu.Unlock()
+}
+
+// notify wakes a holding leader. g.mu must be held.
+func (g *Group[Obj]) notify() {
+	if g.changed != nil {
+		close(g.changed)
+		g.changed = nil
+	}
+}
+
+// message is what a leader tells a member waiting in Commit.
+type message struct {
+	kind   int // written, lead or merge
+	lo, hi int // merge: the groups of g.runs to merge
+}
+
+const (
+	written = iota // its entries are written: return
+	lead           // lead what is pending
+	merge          // merge the objects of groups lo to hi, then wait on
+)
+
+// Commit writes b's entries, with those of the other members waiting, and
+// returns once they are written. It ends m's round (see End).
+func (m *Member[Obj]) Commit(b Batch[Obj]) {
+	g, s := m.g, &m.sub
+	s.batch = b
+	g.mu.Lock()
+	m.busy, m.late = false, false
+	g.pending = append(g.pending, s)
+	g.notify()
+	if g.leading {
+		g.mu.Unlock()
+		for {
+			msg := <-s.done
+			switch msg.kind {
+			case written:
+				return
+			case merge:
+				g.mergeRuns(msg.lo, msg.hi)
+				g.merging.Done()
+				continue
+			}
+			break // lead
+		}
+		g.mu.Lock()
+	}
+	g.leading = true
+	g.hold()
+	g.taken, g.pending = g.pending, g.taken[:0]
+	g.mu.Unlock()
+
+	g.write(s, g.taken)
+
+	g.mu.Lock()
+	for _, t := range g.taken {
+		t.m.busy = true // its next round follows at once, unless it ends (see End)
+		t.batch = nil
+		if t != s {
+			t.done <- message{kind: written} // t may submit again at once
+		}
+	}
+	clear(g.taken)
+	g.taken = g.taken[:0]
+	if len(g.pending) > 0 {
+		g.pending[0].done <- message{kind: lead} // it leads what came meanwhile
+	} else {
+		g.leading = false
+	}
+	g.mu.Unlock()
+}
+
+// hold waits, up to Hold, until no member that is not late is in a round.
+// Those still in one when it runs out are late. g.mu must be held; it is
+// released while waiting.
+func (g *Group[Obj]) hold() {
+	var deadline time.Time
+	for g.holdFor() {
+		now := time.Now()
+		if deadline.IsZero() {
+			deadline = now.Add(Hold)
+		}
+		left := deadline.Sub(now)
+		if left <= 0 {
+			for _, m := range g.members {
+				if m.busy {
+					m.late = true
+				}
+			}
+			return
+		}
+		ch := make(chan struct{})
+		g.changed = ch
+		g.mu.Unlock()
+		if g.timer == nil {
+			g.timer = time.NewTimer(left)
+		} else {
+			g.timer.Reset(left)
+		}
+		select {
+		case <-ch:
+		case <-g.timer.C:
+		}
+		g.timer.Stop()
+		g.mu.Lock()
+		if g.changed == ch {
+			g.changed = nil
+		}
+	}
+}
+
+// holdFor reports whether a member the leader holds for is in a round.
+func (g *Group[Obj]) holdFor() bool {
+	for _, m := range g.members {
+		if m.busy && !m.late {
+			return true
+		}
+	}
+	return false
+}
+
+// write writes the submissions in one write transaction: the entries of
+// one revision, of several members (a run), in one compare-and-swap of
+// the first one's object carrying every member's status; if that finds
+// the object changed, or an entry is alone, each is written as its member
+// writes. The runs' objects are merged before the transaction, in parallel
+// by the leader (self) and the members waiting, each on objects of its
+// own.
+func (g *Group[Obj]) write(self *submission[Obj], subs []*submission[Obj]) {
+	refs := g.refs[:0]
+	for si, s := range subs {
+		s.lo, s.hi = 0, 0
+		for i := range s.batch.Len() {
+			if rev, _, ok := s.batch.Entry(i); ok {
+				refs = append(refs, ref{rev: rev, sub: int32(si), item: int32(i)})
+			}
+		}
+	}
+	slices.SortFunc(refs, func(a, b ref) int {
+		if c := cmp.Compare(a.rev, b.rev); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(a.sub, b.sub); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.item, b.item)
+	})
+	g.refs, g.subs = refs, subs
+	runs := g.runs[:0]
+	for lo := 0; lo < len(refs); {
+		hi := lo + 1
+		for hi < len(refs) && refs[hi].rev == refs[lo].rev {
+			hi++
+		}
+		runs = append(runs, run[Obj]{lo: int32(lo), hi: int32(hi)})
+		lo = hi
+	}
+	g.runs = runs
+
+	// Merge: a share of the runs to each helper, the leader's last.
+	helpers := min(len(subs), runtime.GOMAXPROCS(0), max(1, len(refs)/minMergeShare))
+	from := 0
+	if helpers > 1 {
+		share := (len(runs) + helpers - 1) / helpers
+		g.merging.Add(helpers - 1)
+		n := 0
+		for _, t := range subs {
+			if t == self || n == helpers-1 {
+				continue
+			}
+			t.done <- message{kind: merge, lo: from, hi: min(from+share, len(runs))}
+			from = min(from+share, len(runs))
+			n++
+		}
+	}
+	g.mergeRuns(from, len(runs))
+	if helpers > 1 {
+		g.merging.Wait()
+	}
+
+	wtxn := g.db.WriteTxn(g.table)
+	for j := range runs {
+		g.writeRun(wtxn, &runs[j])
+	}
+	for _, s := range subs {
+		if s.hi > 0 {
+			s.batch.Wrote(s.lo, s.hi)
+		}
+	}
+	wtxn.Commit()
+	clear(refs)
+	clear(runs)
+	g.refs, g.runs, g.subs = refs[:0], runs[:0], nil
+}
+
+// minMergeShare is the fewest entries worth handing a helper to merge.
+const minMergeShare = 256
+
+// run is the entries of one revision: refs[lo:hi] of a write, and their
+// object merged (for more than one).
+type run[Obj any] struct {
+	lo, hi int32
+	obj    Obj
+}
+
+// mergeRuns merges the objects of runs lo to hi (see write): they are
+// distinct objects, so helpers may merge runs of their own at once.
+func (g *Group[Obj]) mergeRuns(lo, hi int) {
+	for j := lo; j < hi; j++ {
+		rn := &g.runs[j]
+		refs := g.refs[rn.lo:rn.hi]
+		if len(refs) < 2 {
+			continue
+		}
+		_, obj, _ := g.subs[refs[0].sub].batch.Entry(int(refs[0].item))
+		for _, r := range refs {
+			obj = g.subs[r.sub].batch.Merge(int(r.item), obj)
+		}
+		rn.obj = obj
+	}
+}
+
+// writeRun writes the entries of one run (see write).
+func (g *Group[Obj]) writeRun(wtxn statedb.WriteTxn, rn *run[Obj]) {
+	refs, subs := g.refs[rn.lo:rn.hi], g.subs
+	if len(refs) > 1 {
+		if _, found, err := g.table.CompareAndSwap(wtxn, refs[0].rev, rn.obj); err == nil && found {
+			at := g.table.Revision(wtxn)
+			for _, r := range refs {
+				s := subs[r.sub]
+				s.batch.Merged(int(r.item), rn.obj)
+				s.took(at, at)
+			}
+			return
+		}
+		// The object changed since, or lost its key: each member decides.
+	}
+	for _, r := range refs {
+		s := subs[r.sub]
+		before := g.table.Revision(wtxn)
+		s.batch.WriteAlone(wtxn, int(r.item))
+		if after := g.table.Revision(wtxn); after > before {
+			s.took(before+1, after)
+		}
+	}
+}
+
+// took records that s's statuses took the revisions lo to hi, handing the
+// range gathered so far to its batch when lo does not follow it.
+func (s *submission[Obj]) took(lo, hi statedb.Revision) {
+	switch {
+	case s.hi == 0:
+		s.lo, s.hi = lo, hi
+	case s.hi+1 == lo:
+		s.hi = hi
+	default:
+		s.batch.Wrote(s.lo, s.hi)
+		s.lo, s.hi = lo, hi
+	}
+}
