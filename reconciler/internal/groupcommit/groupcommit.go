@@ -37,6 +37,9 @@ import (
 // time members woken by the same change take to finish their rounds.
 const Hold = 10 * time.Millisecond
 
+// hold is Hold, but for tests.
+var hold = Hold
+
 // Batch is one member's statuses for one commit, entries 0 to Len()-1.
 // Its methods are called by the leader while the member waits in Commit.
 type Batch[Obj any] interface {
@@ -227,7 +230,7 @@ func (m *Member[Obj]) Commit(b Batch[Obj]) {
 		g.mu.Lock()
 	}
 	g.leading = true
-	g.hold()
+	g.holdForMembers()
 	g.taken, g.pending = g.pending, g.taken[:0]
 	g.mu.Unlock()
 
@@ -251,15 +254,15 @@ func (m *Member[Obj]) Commit(b Batch[Obj]) {
 	g.mu.Unlock()
 }
 
-// hold waits, up to Hold, until no member that is not late is in a round.
+// holdForMembers waits, up to Hold, until no member that is not late is in a round.
 // Those still in one when it runs out are late. g.mu must be held; it is
 // released while waiting.
-func (g *Group[Obj]) hold() {
+func (g *Group[Obj]) holdForMembers() {
 	var deadline time.Time
 	for g.holdFor() {
 		now := time.Now()
 		if deadline.IsZero() {
-			deadline = now.Add(Hold)
+			deadline = now.Add(hold)
 		}
 		left := deadline.Sub(now)
 		if left <= 0 {
