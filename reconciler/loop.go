@@ -89,6 +89,9 @@ func (r *reconciler[Obj]) run(ctx context.Context, health cell.Health) error {
 			r.pruneNow(ctx, &l.prune) // 1. no operation starts meanwhile
 			r.reportPrune(&l.prune)   // 2. health, the reconcilers table
 			continue
+		case <-r.owedC():
+			r.publishOwed() // the statuses written with the table's other reconcilers are in
+			continue
 		case <-l.prune.initC:
 			l.prune.initialized(l.prune.tables.uninitialized(r.db.ReadTxn()))
 			continue
@@ -125,6 +128,9 @@ func (l *loop[Obj]) round(ctx context.Context, paused bool) {
 	var began time.Time
 	if r.opts.tracer != nil {
 		began = time.Now()
+	}
+	if r.group.landed != nil {
+		r.landFirst() // the table's other reconcilers' write of this one's statuses, if the round may read them
 	}
 	now, txn := r.clock.now(), r.db.ReadTxn()
 	room := l.exec.Room()
@@ -187,6 +193,7 @@ func (l *loop[Obj]) stopped() {
 	left := l.exec.Stop() // waits for the operations under way to return
 	out := r.commit(left, true, r.clock.now())
 	r.feed.wrote(out.wrote)
+	r.awaitLanded() // before the progress below
 	r.rep.committed(r.moduleID, r.opts.name, out.figures)
 	r.breaker.Reset(r.clock.now())
 	lows := r.keys.lifecycles.Lows()

@@ -104,6 +104,7 @@ func (r *reconciler[Obj]) pruneNow(ctx context.Context, p *pruneSchedule) {
 	if !r.gate.EnterPrune() {
 		return // paused since beginPrune: the prune stays due
 	}
+	r.awaitLanded() // the statuses of the rounds before, written with the table's other reconcilers
 	txn := r.db.ReadTxn()
 	if waiting, watch := p.tables.uninitialized(txn); len(waiting) > 0 {
 		r.gate.Entered() // no prune: a table was made uninitialized again

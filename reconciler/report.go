@@ -86,7 +86,11 @@ func (r *reconciler[Obj]) report(txn statedb.ReadTxn, work []op[Obj], c commitOu
 	}
 
 	// Progress last, so that a WaitUntilReconciled that returns sees the
-	// round's figures published.
+	// round's figures published; and only once the statuses are in the
+	// table (see shared.landed).
+	if r.group.landed != nil && r.progressOwed() {
+		return
+	}
 	r.rep.progress.Update(r.progressRev(lows), lows.Retry)
 }
 

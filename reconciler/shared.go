@@ -21,6 +21,14 @@ type shared[Obj any] struct {
 	member *groupcommit.Member[Obj] // nil while the job does not run
 	busy   bool                     // the round said Begin
 	batch  sharedBatch[Obj]
+	// landed is closed once the statuses of the last commit with the
+	// group are in the table: the group's write tells its members their
+	// outcome once nothing can change it, and commits after (see
+	// groupcommit.Member.Landed). Until then the round's progress is owed:
+	// WaitUntilReconciled must not return before the statuses can be read.
+	// nil if the reconciler never wrote with the group.
+	landed <-chan struct{}
+	owed   bool // progress not published: landed was open at the round's report
 }
 
 // join makes the reconciler a member of its table's group, for a run of
@@ -87,7 +95,7 @@ func (r *reconciler[Obj]) writeShared(ops []op[Obj], now time.Time) {
 	}
 	if writes > 0 {
 		r.group.member.Commit(b)
-		r.group.busy = true
+		r.group.busy, r.group.landed = true, r.group.member.Landed()
 	}
 	clear(b.sts)
 	b.ops = nil
@@ -129,4 +137,56 @@ func (b *sharedBatch[Obj]) WriteAlone(wtxn statedb.WriteTxn, i int) {
 
 func (b *sharedBatch[Obj]) Wrote(lo, hi statedb.Revision) {
 	b.r.feed.wrote(revRange{lo, hi})
+}
+
+// progressOwed reports whether the statuses of the last commit with the
+// group are still to land, and if so owes the round's progress.
+func (r *reconciler[Obj]) progressOwed() bool {
+	select {
+	case <-r.group.landed:
+		r.group.owed = false
+		return false
+	default:
+		r.group.owed = true
+		return true
+	}
+}
+
+// owedC is the loop's wake-up for progress owed: landed while owed, else
+// nil.
+func (r *reconciler[Obj]) owedC() <-chan struct{} {
+	if r.group.owed {
+		return r.group.landed
+	}
+	return nil
+}
+
+// publishOwed publishes the progress owed, the statuses having landed.
+func (r *reconciler[Obj]) publishOwed() {
+	r.group.owed = false
+	lows := r.keys.lifecycles.Lows()
+	r.rep.progress.Update(r.progressRev(lows), lows.Retry)
+}
+
+// awaitLanded waits until the statuses of the last commit with the group
+// are in the table: a short wait, as the group's write has nothing left
+// to do but its compare-and-swaps, which cannot fail, and its commit.
+func (r *reconciler[Obj]) awaitLanded() {
+	if r.group.landed != nil {
+		<-r.group.landed
+		r.group.owed = false
+	}
+}
+
+// landFirst waits for the statuses of the last commit with the group to
+// land if the round may read any of them: a round that reads only fresh
+// changes does not (those statuses come as changes of their own, later),
+// but one that takes a tracked key (a retry, queued work, a re-check),
+// deferred changes or a stale status looks objects up in the table, and
+// must find its own writes there.
+func (r *reconciler[Obj]) landFirst() {
+	f := r.keys.lifecycles.Figures()
+	if f.Tracked || f.Deferred > 0 || f.Rechecks > 0 || f.Stale || r.keys.stales.any() {
+		r.awaitLanded()
+	}
 }

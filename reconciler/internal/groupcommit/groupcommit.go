@@ -87,7 +87,8 @@ type Group[Obj any] struct {
 
 // Member is one member of a group. Its methods are called by one goroutine.
 type Member[Obj any] struct {
-	g    *Group[Obj]
+	g      *Group[Obj]
+	landed <-chan struct{} // closed once the last write of m's entries committed (see Landed)
 	busy bool // in a round: a leader may hold for it (under g.mu)
 	late bool // was busy when a hold ran out: not held for until it commits (under g.mu)
 	sub  submission[Obj]
@@ -234,16 +235,9 @@ func (m *Member[Obj]) Commit(b Batch[Obj]) {
 	g.taken, g.pending = g.pending, g.taken[:0]
 	g.mu.Unlock()
 
-	g.write(s, g.taken)
+	g.write(s, g.taken) // releases every member taken
 
 	g.mu.Lock()
-	for _, t := range g.taken {
-		t.m.busy = true // its next round follows at once, unless it ends (see End)
-		t.batch = nil
-		if t != s {
-			t.done <- message{kind: written} // t may submit again at once
-		}
-	}
 	clear(g.taken)
 	g.taken = g.taken[:0]
 	if len(g.pending) > 0 {
@@ -253,6 +247,38 @@ func (m *Member[Obj]) Commit(b Batch[Obj]) {
 	}
 	g.mu.Unlock()
 }
+
+// release tells the members of subs but self that their entries are
+// written, and will have committed once landed is closed. g.mu must be
+// held. A member released may submit again at once, reusing its
+// submission: the write must not look at subs after.
+func (g *Group[Obj]) release(self *submission[Obj], subs []*submission[Obj], landed <-chan struct{}) {
+	for _, t := range subs {
+		t.m.busy = true // its next round follows at once, unless it ends (see End)
+		t.m.landed = landed
+		t.batch = nil
+		if t != self {
+			t.done <- message{kind: written}
+		}
+	}
+}
+
+// Landed returns a channel closed once the statuses of m's last Commit are
+// committed: Commit may return before, once nothing can change what is
+// written (see write). Call it after Commit, on m's goroutine.
+func (m *Member[Obj]) Landed() <-chan struct{} {
+	if m.landed == nil {
+		return closedChan
+	}
+	return m.landed
+}
+
+// closedChan is a closed channel.
+var closedChan = func() chan struct{} {
+	ch := make(chan struct{})
+	close(ch)
+	return ch
+}()
 
 // holdForMembers waits, up to Hold, until no member that is not late is in a round.
 // Those still in one when it runs out are late. g.mu must be held; it is
@@ -363,15 +389,63 @@ func (g *Group[Obj]) write(self *submission[Obj], subs []*submission[Obj]) {
 	}
 
 	wtxn := g.db.WriteTxn(g.table)
+	// The entries alone first: they may write over an object of another
+	// run. Then, if every merged run's object is as its entries applied
+	// (the transaction holds the table: nothing else can change it), their
+	// compare-and-swaps cannot fail and each takes the next revision, so
+	// the members learn their outcome, and go on, before they are done.
+	merged := 0
 	for j := range runs {
-		g.writeRun(wtxn, &runs[j])
+		if runs[j].hi-runs[j].lo == 1 {
+			g.writeRun(wtxn, &runs[j])
+		} else {
+			merged++
+		}
+	}
+	early := merged > 0 && g.unchanged(wtxn)
+	if early {
+		at := g.table.Revision(wtxn)
+		for j := range runs {
+			if rn := &runs[j]; rn.hi-rn.lo > 1 {
+				at++
+				for _, r := range refs[rn.lo:rn.hi] {
+					s := subs[r.sub]
+					s.batch.Merged(int(r.item), rn.obj)
+					s.took(at, at)
+				}
+			}
+		}
 	}
 	for _, s := range subs {
 		if s.hi > 0 {
 			s.batch.Wrote(s.lo, s.hi)
 		}
 	}
+	landed := closedChan
+	if early {
+		landed = make(chan struct{})
+		g.mu.Lock()
+		g.release(self, subs, landed)
+		g.mu.Unlock()
+	}
+	for j := range runs {
+		if rn := &runs[j]; rn.hi-rn.lo > 1 {
+			if early {
+				// Checked by unchanged: it cannot fail.
+				_, _, _ = g.table.CompareAndSwap(wtxn, refs[rn.lo].rev, rn.obj)
+			} else {
+				g.writeRun(wtxn, rn)
+			}
+		}
+	}
 	wtxn.Commit()
+	if early {
+		close(landed)
+	} else {
+		g.mu.Lock()
+		g.release(self, subs, closedChan)
+		g.mu.Unlock()
+	}
 	clear(refs)
 	clear(runs)
 	g.refs, g.runs, g.subs = refs[:0], runs[:0], nil
@@ -402,6 +476,26 @@ func (g *Group[Obj]) mergeRuns(lo, hi int) {
 		}
 		rn.obj = obj
 	}
+}
+
+// unchanged reports whether the object of every merged run is in wtxn at
+// the revision its entries applied, and has a primary key.
+func (g *Group[Obj]) unchanged(wtxn statedb.WriteTxn) bool {
+	primary := g.table.PrimaryIndexer()
+	for j := range g.runs {
+		rn := &g.runs[j]
+		if rn.hi-rn.lo < 2 {
+			continue
+		}
+		q, ok := primary.QueryFromObject(rn.obj)
+		if !ok {
+			return false
+		}
+		if _, rev, found := g.table.Get(wtxn, q); !found || rev != g.refs[rn.lo].rev {
+			return false
+		}
+	}
+	return true
 }
 
 // writeRun writes the entries of one run (see write).

@@ -170,6 +170,7 @@ func TestEntriesOfOneRevisionAreWrittenInOneObjectWrite(t *testing.T) {
 	aDone := commitAsync(a, ba) // a leads and holds for b
 	waitHolding(t, a)
 	b.Commit(bb)
+	wait(t, b.Landed(), "b's statuses to commit") // b may return before
 	wait(t, aDone, "a's commit")
 
 	now := db.ReadTxn()
@@ -185,8 +186,12 @@ func TestEntriesOfOneRevisionAreWrittenInOneObjectWrite(t *testing.T) {
 	assert.Equal(t, []bool{true, true}, bb.merged)
 	assert.Equal(t, []bool{false, false}, bb.alone)
 	assert.Same(t, ba.written[0], bb.written[0], "both were told the object written")
+	// Entries alone first, then the merged ones.
 	assert.Equal(t, [][2]statedb.Revision{{before + 1, before + 3}}, ba.ranges)
-	assert.Equal(t, [][2]statedb.Revision{{before + 1, before + 2}}, bb.ranges)
+	assert.Equal(t, [][2]statedb.Revision{{before + 2, before + 3}}, bb.ranges)
+	x, revX, _ := tbl.Get(now, tobjID.Query("x"))
+	assert.Equal(t, before+2, revX)
+	assert.Same(t, x, ba.written[0])
 }
 
 // A member still in its round when the hold runs out is late: the leader
