@@ -89,9 +89,9 @@ type Group[Obj any] struct {
 type Member[Obj any] struct {
 	g      *Group[Obj]
 	landed <-chan struct{} // closed once the last write of m's entries committed (see Landed)
-	busy bool // in a round: a leader may hold for it (under g.mu)
-	late bool // was busy when a hold ran out: not held for until it commits (under g.mu)
-	sub  submission[Obj]
+	busy   bool            // in a round: a leader may hold for it (under g.mu)
+	late   bool            // was busy when a hold ran out: not held for until it commits (under g.mu)
+	sub    submission[Obj]
 }
 
 type submission[Obj any] struct {
