@@ -94,6 +94,12 @@ func (r *reconciler[Obj]) writeShared(ops []op[Obj], now time.Time) {
 		}
 	}
 	if writes > 0 {
+		if r.group.landed == nil {
+			// Writing with others, half its changes are its own writes:
+			// the feed passes over them unread (see skipQuiet). A lone
+			// reconciler reads as before.
+			r.feed.changes.PassOverOwn(r.feed.own.has)
+		}
 		r.group.member.Commit(b)
 		r.group.busy, r.group.landed = true, r.group.member.Landed()
 	}

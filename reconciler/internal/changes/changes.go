@@ -38,6 +38,10 @@ type Feed[Obj any] struct {
 	// those whose status asks for nothing (see Quiet), as read, without
 	// handing them out (see PassOverQuiet).
 	statusOf func(Obj) status.Status
+	// own, while statusOf is set, tells the revisions the reader wrote
+	// itself: Next passes over those too, without reading their status
+	// (see PassOverOwn).
+	own func(statedb.Revision) bool
 }
 
 // New begins a feed of table's changes: every object then in the table,
@@ -116,7 +120,7 @@ func (f *Feed[Obj]) Next(txn statedb.ReadTxn) (iter.Seq2[statedb.Change[Obj], st
 				if rev <= f.floor {
 					continue // read by an earlier iterator
 				}
-				if f.statusOf != nil && Quiet(f.statusOf(change.Object)) {
+				if f.statusOf != nil && ((f.own != nil && f.own(rev)) || Quiet(f.statusOf(change.Object))) {
 					f.read = rev
 					continue
 				}
@@ -173,6 +177,13 @@ func (f *Feed[Obj]) Drained() statedb.Revision { return f.drained }
 // Done, nearly every change, which then costs what a bare StateDB change
 // iterator's does.
 func (f *Feed[Obj]) PassOverQuiet(statusOf func(Obj) status.Status) { f.statusOf = statusOf }
+
+// PassOverOwn makes Next, while it passes over quiet upserts, pass over
+// those at the revisions own reports too, without reading their status:
+// a reader's own status writes, whose status is the one it wrote and asks
+// for nothing of it. own is called in increasing order of revision; nil
+// reads every status.
+func (f *Feed[Obj]) PassOverOwn(own func(statedb.Revision) bool) { f.own = own }
 
 // PassingOverQuiet reports whether Next passes over quiet upserts (see
 // PassOverQuiet).
