@@ -103,6 +103,26 @@
 // applies it again. To put an object back without doubt, write it with a
 // Pending status, or use CompareAndSwap.
 //
+// # Several reconcilers of one table
+//
+// Reconcilers of one table (the names of a [status.Set], or each with a
+// status field of its own) write the statuses they settle close together
+// in one write transaction, and the statuses of one object version in one
+// object write: the object is written once for all of them, not once per
+// reconciler. The first to commit writes for the others waiting; it waits
+// for those in a round (reading changes or calling operations) at most
+// 10 ms, and never again for one still in its round when that ran out
+// (an Update that blocks) until that one commits: a slow operation of one
+// costs the others one wait of 10 ms at most. Each object is
+// compare-and-swapped as it would be alone, with each reconciler's own
+// setStatus on one clone of the version they applied; if it changed
+// since, each reconciler writes its status as it does alone. With several
+// reconcilers, Update's changes to its object are stored only for the
+// first in the write, as when the reconcilers wrote in turn only the first
+// write's were. Each reconciler's metrics, health and waits are its own,
+// as before; WaitUntilReconciled returns only once the statuses are in
+// the table. A reconciler alone on its table writes by itself.
+//
 // # Objects without a primary key
 //
 // StateDB v0.9 lets a primary indexer say an object has no key, and then

@@ -33,8 +33,12 @@ import (
 )
 
 // Hold is the longest a leader waits for members in a round before it
-// writes: small against a round of a thousand objects, large against the
-// time members woken by the same change take to finish their rounds.
+// writes. Members woken by the same changes finish their rounds within
+// a few milliseconds of each other, but four of them sharing two busy
+// CPUs can be kept from running longer: with 2 ms a quarter of the
+// holds ran out (the benchmarks' multi workload, busy machine), each
+// costing about a round of objects written twice; with 10 ms one in
+// twenty. A member late once is not held for again until it commits.
 const Hold = 10 * time.Millisecond
 
 // hold is Hold, but for tests.
