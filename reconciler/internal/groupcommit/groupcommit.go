@@ -5,19 +5,22 @@
 //
 // Members of a table meet in a [Group], found by the DB and the table's
 // name ([Join]). A member that has statuses to write hands them over with
-// [Member.Commit], which returns once they are written. The first member
-// to commit leads: it holds, at most [Hold], for the members that are in a
-// round (between [Member.Begin] and their own Commit, or [Member.End]),
-// then takes every submission waiting, merges per object version, and
-// writes them in one transaction; the others wait for that write, as they
-// would wait for the table's lock. A member that was still in its round
+// [Member.Commit], which returns once their outcome is known. The first
+// member to commit leads: it holds, at most [Hold], for the members that
+// are in a round (between [Member.Begin] and their own Commit, or
+// [Member.End]; a commit leaves its members in a round, as their next
+// follows), then takes every submission waiting, merges per object version
+// (the members waiting merge a share each), and writes them in one
+// transaction; the others wait for that write as they would for the
+// table's lock, but only until nothing can change its outcome: they may
+// go on before it committed ([Member.Landed]). A member that was still in its round
 // when a hold ran out is late: no leader waits for it again until it
 // commits, so a member blocked in a slow operation costs the others one
 // hold, not one per round. Submissions that arrive while a write is under
 // way are led by the first of them once it ends.
 //
-// A member blocked in Commit is quiescent: the leader calls its [Batch]
-// methods on its own goroutine. The package knows nothing of the
+// A member blocked in Commit is quiescent: the leader (and the members
+// helping it merge) call its [Batch] methods on their own goroutines. The package knows nothing of the
 // reconciler; it is fed through Batch.
 package groupcommit
 
