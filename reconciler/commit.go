@@ -3,6 +3,7 @@ package reconciler
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/cilium/statedb"
@@ -223,4 +224,70 @@ func (r *reconciler[Obj]) requeue(o *op[Obj]) {
 		}
 	}
 	r.keys.lifecycles.Done(o.s, key, o.task, keyqueue.Outcome[Obj]{}, time.Time{})
+}
+
+// writeShared is prepare and write with the group: it hands each
+// update's clone and the status its outcome calls for to the group's
+// write, which sets the statuses of several reconcilers on one clone (see
+// sharedBatch), and records the revisions they took as the loop's own (see
+// ownWrites).
+func (r *reconciler[Obj]) writeShared(ops []op[Obj], now time.Time) {
+	r.group.sts = slices.Grow(r.group.sts[:0], len(ops))[:len(ops)]
+	b := &sharedBatch[Obj]{r: r, ops: ops, sts: r.group.sts, now: now}
+	writes := 0
+	for i := range ops {
+		if o := &ops[i]; o.ran && !o.Delete {
+			b.sts[i] = outcomeStatus(o, now)
+			writes++
+		}
+	}
+	if writes > 0 {
+		if r.group.landed == nil {
+			// Writing with others, half its changes are its own writes:
+			// the feed passes over them unread (see skipQuiet). A lone
+			// reconciler reads as before.
+			r.feed.changes.PassOverOwn(r.feed.own.has)
+		}
+		r.group.member.Commit(b)
+		r.group.busy, r.group.landed = true, r.group.member.Landed()
+	}
+	clear(r.group.sts)
+}
+
+// sharedBatch is a commit's ops as the group's write sees them
+// (groupcommit.Batch). An update's clone gets its status when it is
+// written: the first of a revision's entries carries those of the others
+// too, each set once. The leader calls it while the reconciler waits in
+// Commit.
+type sharedBatch[Obj any] struct {
+	r   *reconciler[Obj]
+	ops []op[Obj]
+	sts []status.Status // the status of each update, not set on its clone yet
+	now time.Time
+}
+
+func (b *sharedBatch[Obj]) Len() int { return len(b.ops) }
+
+func (b *sharedBatch[Obj]) Entry(i int) (statedb.Revision, Obj, bool) {
+	o := &b.ops[i]
+	return o.Rev, o.updated, o.ran && !o.Delete
+}
+
+func (b *sharedBatch[Obj]) Merge(i int, into Obj) Obj {
+	return b.r.objects.setStatus(into, b.sts[i])
+}
+
+func (b *sharedBatch[Obj]) Merged(i int, written Obj) {
+	o := &b.ops[i]
+	o.updated, o.written, o.over = written, true, false
+}
+
+func (b *sharedBatch[Obj]) WriteAlone(wtxn statedb.WriteTxn, i int) {
+	o := &b.ops[i]
+	o.updated = b.r.objects.setStatus(o.updated, b.sts[i])
+	b.r.writeOp(wtxn, o, b.now)
+}
+
+func (b *sharedBatch[Obj]) Wrote(lo, hi statedb.Revision) {
+	b.r.feed.wrote(revRange{lo, hi})
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/cilium/statedb"
 	"github.com/converge-go/converge/reconciler/internal/breaker"
 	"github.com/converge-go/converge/reconciler/internal/gate"
+	"github.com/converge-go/converge/reconciler/internal/groupcommit"
 	"github.com/converge-go/converge/status"
 	"github.com/converge-go/converge/tracing"
 )
@@ -27,7 +28,6 @@ type reconciler[Obj any] struct {
 	db       *statedb.DB
 	objects  objects[Obj] // the table, and how to copy its objects and set their status
 	moduleID cell.FullModuleID
-	module   string      // moduleID as text, for spans
 	target   target[Obj] // the user's operations
 
 	rep reporter[Obj] // health, metrics, progress and the tables' rows
@@ -129,7 +129,7 @@ func (r *reconciler[Obj]) noKey(where string, obj Obj) {
 
 // startSpan starts a span of the reconciler's tracer, which must be set.
 func (r *reconciler[Obj]) startSpan(ctx context.Context, s tracing.Start) (context.Context, tracing.Span) {
-	s.Module, s.Name = r.module, r.opts.name
+	s.Module, s.Name = r.moduleID.String(), r.opts.name
 	return r.opts.tracer.Start(ctx, s)
 }
 
@@ -151,4 +151,25 @@ func (r *reconciler[Obj]) logBreaker(open, startup bool, err error) {
 	default:
 		r.log.Info("Target answered: reconciler resumes")
 	}
+}
+
+// shared is the reconciler's membership of its table's group commit (see
+// package groupcommit) while the reconcile job runs: several reconcilers
+// of one table (the names of a status.Set) write the statuses they settle
+// close together in one write transaction, and those of one object version
+// in one object write, instead of once each. A reconciler alone on its
+// table writes by itself, as if there were no group. The reconcile job's
+// goroutine owns it.
+type shared[Obj any] struct {
+	member *groupcommit.Member[Obj] // nil while the job does not run
+	busy   bool                     // the round said Begin
+	sts    []status.Status          // writeShared's buffer: the status of each update
+	// landed is closed once the statuses of the last commit with the
+	// group are in the table: the group's write tells its members their
+	// outcome once nothing can change it, and commits after (see
+	// groupcommit.Member.Landed). Until then the round's progress is owed:
+	// WaitUntilReconciled must not return before the statuses can be read.
+	// nil if the reconciler never wrote with the group.
+	landed <-chan struct{}
+	owed   bool // progress not published: landed was open at the round's report
 }

@@ -89,7 +89,6 @@ func Register[Obj any](
 		log:           log,
 		db:            params.DB,
 		moduleID:      params.ModuleID,
-		module:        params.ModuleID.String(),
 		target:        target,
 		rep:           reporter[Obj]{metrics: newObservers(o.metrics), progress: report.NewProgress()},
 		pruneRequests: make(chan struct{}, 1),

@@ -209,3 +209,32 @@ func (r *reconciler[Obj]) infoRow(p *pruneSchedule, state tables.State, objects,
 	p.heldInfo(&info)
 	return info
 }
+
+// progressOwed reports whether the statuses of the last commit with the
+// group are still to land, and if so owes the round's progress.
+func (r *reconciler[Obj]) progressOwed() bool {
+	select {
+	case <-r.group.landed:
+		r.group.owed = false
+		return false
+	default:
+		r.group.owed = true
+		return true
+	}
+}
+
+// owedC is the loop's wake-up for progress owed: landed while owed, else
+// nil.
+func (r *reconciler[Obj]) owedC() <-chan struct{} {
+	if r.group.owed {
+		return r.group.landed
+	}
+	return nil
+}
+
+// publishOwed publishes the progress owed, the statuses having landed.
+func (r *reconciler[Obj]) publishOwed() {
+	r.group.owed = false
+	lows := r.keys.lifecycles.Lows()
+	r.rep.progress.Update(r.progressRev(lows), lows.Retry)
+}
