@@ -9,9 +9,11 @@ package reconciler_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"iter"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -40,6 +42,9 @@ type o53Obj struct {
 	Value string
 	Tag   string // written by Update, in the Update test
 	Set   status.Set
+	// Fields are the reconcilers' statuses when each has a field of its
+	// own (o53Ops.fields) instead of a Set entry.
+	Fields [4]status.Status
 }
 
 func (o *o53Obj) clone() *o53Obj { c := *o; return &c }
@@ -65,6 +70,11 @@ type o53Ops struct {
 	refuse func(key string) bool
 	// tag makes Update write its name into the object's Tag.
 	tag bool
+	// fields gives each reconciler a status field of its own, by its
+	// place in the fixture, instead of a Set entry. All or none have it.
+	fields bool
+	// opts are this reconciler's own options.
+	opts []reconciler.Option
 
 	mu      sync.Mutex
 	gates   map[string]chan struct{} // value → closed to let its Update go on
@@ -123,9 +133,10 @@ type o53Rec struct {
 	ops    *o53Ops
 	faults *reconcilertest.FaultyOps[*o53Obj]
 	rec    reconciler.Reconciler[*o53Obj]
+	get    func(*o53Obj) status.Status
 }
 
-func (r *o53Rec) status(o *o53Obj) status.Status { return o.Set.Get(r.name) }
+func (r *o53Rec) status(o *o53Obj) status.Status { return r.get(o) }
 
 type o53Fixture struct {
 	t       *testing.T
@@ -157,16 +168,20 @@ func newO53(t *testing.T, ops []*o53Ops, opts ...reconciler.Option) *o53Fixture 
 				if f.table, err = statedb.NewTable(p.DB, "o53", o53ID); err != nil {
 					return err
 				}
-				for _, o := range ops {
+				for i, o := range ops {
 					r := &o53Rec{name: o.name, ops: o}
 					r.faults = reconcilertest.NewFaultyOps(func(x *o53Obj) string { return x.ID }, reconciler.Operations[*o53Obj](o), nil)
 					name := o.name
-					r.rec, err = reconciler.Register(p, f.table, (*o53Obj).clone,
-						func(x *o53Obj, st status.Status) *o53Obj { x.Set = x.Set.Set(name, st); return x },
-						func(x *o53Obj) status.Status { return x.Set.Get(name) },
+					set := func(x *o53Obj, st status.Status) *o53Obj { x.Set = x.Set.Set(name, st); return x }
+					r.get = func(x *o53Obj) status.Status { return x.Set.Get(name) }
+					if o.fields {
+						set = func(x *o53Obj, st status.Status) *o53Obj { x.Fields[i] = st; return x }
+						r.get = func(x *o53Obj) status.Status { return x.Fields[i] }
+					}
+					r.rec, err = reconciler.Register(p, f.table, (*o53Obj).clone, set, r.get,
 						r.faults, nil,
 						append([]reconciler.Option{reconciler.WithName(name), reconciler.WithMetrics(f.metrics),
-							reconciler.WithRetry(time.Millisecond, 20*time.Millisecond)}, opts...)...)
+							reconciler.WithRetry(time.Millisecond, 20*time.Millisecond)}, append(slices.Clip(opts), o.opts...)...)...)
 					if err != nil {
 						return err
 					}
@@ -222,6 +237,9 @@ func (f *o53Fixture) upsert(kv ...string) statedb.Revision {
 		o := &o53Obj{ID: kv[i], Value: kv[i+1], Set: status.NewSet().Pending(f.names...)}
 		if old, _, ok := f.table.Get(txn, o53ID.Query(kv[i])); ok {
 			o.Set = old.Set.Pending(f.names...)
+		}
+		for j := range f.names {
+			o.Fields[j] = status.Pending()
 		}
 		_, _, err := f.table.Insert(txn, o)
 		require.NoError(f.t, err)
@@ -363,7 +381,16 @@ func TestOutsider53SlowPeerNeverHoldsTheOthersWrites(t *testing.T) {
 // them failing at random and one refusing some keys for good: at the end
 // each name's status is its own and matches its own target.
 func TestOutsider53ConcurrentWritesKeepEachNamesStatus(t *testing.T) {
+	for _, fields := range []bool{false, true} {
+		t.Run(fmt.Sprintf("fields=%v", fields), func(t *testing.T) { testO53ConcurrentWrites(t, fields) })
+	}
+}
+
+func testO53ConcurrentWrites(t *testing.T, fields bool) {
 	ops := newOps("a", "b", "c", "d")
+	for _, o := range ops {
+		o.fields = fields
+	}
 	ops[2].refuse = func(k string) bool { return k == "k3" || k == "k7" }
 	ops[3].refuse = func(k string) bool { return k == "k5" }
 	f := newO53(t, ops, reconciler.WithConcurrency(2))
@@ -569,7 +596,15 @@ func TestOutsider53StopStartAndPauseLoseNothing(t *testing.T) {
 	f.waitAll()
 	for _, r := range f.recs {
 		assert.Empty(t, r.ops.target.Diff(f.db.ReadTxn(), f.table), r.name)
+		failed := 0
+		for _, c := range r.faults.Calls() {
+			if c.Err != nil {
+				failed++
+			}
+		}
+		t.Logf("%s: %d calls, %d failed", r.name, len(r.faults.Calls()), failed)
 	}
+	t.Logf("table revision %d", f.table.Revision(f.db.ReadTxn()))
 }
 
 // Update may modify its object; with several reconcilers the doc says the
@@ -639,7 +674,6 @@ func TestOutsider53NoStatusForAnOlderVersion(t *testing.T) {
 	assert.Equal(t, status.KindDone, b.status(f.get("x")).Kind)
 	assert.Empty(t, b.ops.target.Diff(f.db.ReadTxn(), f.table))
 }
-
 
 // Both reconcilers hold their Update of v1 and are released together, so
 // that their results go into one write: a user's v2 written meanwhile gets
@@ -720,5 +754,134 @@ func TestOutsider53StatusWriteNeverResurrectsADeletedObject(t *testing.T) {
 				assert.Empty(t, f.unsettledUpTo(r, f.table.Revision(f.db.ReadTxn())), r.name)
 			}
 		})
+	}
+}
+
+// Writers keep writing while the hive is stopped and started again and one
+// reconciler is paused and resumed, with random failures and one reconciler
+// refreshing: every name converges on its own target.
+func TestOutsider53ChurnAcrossStopsPausesAndRefreshes(t *testing.T) {
+	ops := newOps("a", "b", "c")
+	ops[2].opts = []reconciler.Option{reconciler.WithRefreshing(20*time.Millisecond, nil)}
+	f := newO53(t, ops, reconciler.WithConcurrency(2))
+	for i, r := range f.recs[:2] {
+		require.NoError(t, r.faults.Inject(reconcilertest.Fault{
+			Mode: reconcilertest.ModeError, Probability: 0.2, Seed: uint64(i + 7), Op: reconcilertest.OpUpdate}))
+	}
+	require.NoError(t, f.recs[1].faults.Inject(reconcilertest.Fault{
+		Mode: reconcilertest.ModeDelay, Duration: 2 * time.Millisecond, Probability: 0.5, Seed: 3}))
+
+	writersDone := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 2 {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(w), 49))
+			for i := range 400 {
+				k := "k" + strconv.Itoa(rng.IntN(10))
+				if rng.IntN(4) == 0 {
+					f.remove(k)
+				} else {
+					f.upsert(k, fmt.Sprintf("w%d-%d", w, i))
+				}
+				if i%10 == 0 {
+					// Let the reconcilers take some of it.
+					ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+					_, _, _ = f.recs[0].rec.WaitUntilReconciled(ctx, f.table.Revision(f.db.ReadTxn()))
+					cancel()
+				}
+			}
+		})
+	}
+	go func() { wg.Wait(); close(writersDone) }()
+	cycles := 0
+	for done := false; !done || cycles < 3; cycles++ {
+		select {
+		case <-writersDone:
+			done = true
+		default:
+		}
+		f.recs[1].rec.Pause()
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		_, _, err := f.recs[0].rec.WaitUntilReconciled(ctx, f.table.Revision(f.db.ReadTxn()))
+		cancel()
+		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			require.NoError(t, err)
+		}
+		f.recs[1].rec.Resume()
+		ctx, cancel = context.WithTimeout(context.Background(), 50*time.Millisecond)
+		_, _, err = f.recs[1].rec.WaitUntilReconciled(ctx, f.table.Revision(f.db.ReadTxn()))
+		cancel()
+		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			require.NoError(t, err)
+		}
+		f.stop()
+		f.upsert("stopped", strconv.Itoa(cycles))
+		f.start()
+	}
+	<-writersDone
+	t.Logf("%d stop/start cycles", cycles)
+	for _, r := range f.recs {
+		r.faults.Clear("")
+	}
+	f.waitAll()
+	o53Wait(t, "every status Done", func() (bool, <-chan struct{}) {
+		objs, watch := f.table.AllWatch(f.db.ReadTxn())
+		for o := range objs {
+			for _, r := range f.recs {
+				if st := r.status(o); st.Kind != status.KindDone && st.Kind != status.KindRefreshing {
+					return false, watch
+				}
+			}
+		}
+		return true, watch
+	})
+	for _, r := range f.recs {
+		assert.Empty(t, r.ops.target.Diff(f.db.ReadTxn(), f.table), r.name)
+		failed := 0
+		for _, c := range r.faults.Calls() {
+			if c.Err != nil {
+				failed++
+			}
+		}
+		t.Logf("%s: %d calls, %d failed", r.name, len(r.faults.Calls()), failed)
+	}
+	t.Logf("table revision %d", f.table.Revision(f.db.ReadTxn()))
+}
+
+// Two reconcilers release results for different versions at once: a's for
+// the current version is written, b's for the older one is not, and b goes
+// on to the current one.
+func TestOutsider53ResultsForDifferentVersionsAtOnce(t *testing.T) {
+	f := newO53(t, newOps("a", "b"))
+	a, b := f.recs[0], f.recs[1]
+	relB1, entB1 := b.ops.gate("v1")
+	defer relB1()
+	f.upsert("x", "v1")
+	o53Recv(t, entB1, "b's Update of v1")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	_, _, err := a.rec.WaitUntilReconciled(ctx, f.table.Revision(f.db.ReadTxn()))
+	cancel()
+	require.NoError(t, err)
+	relA2, entA2 := a.ops.gate("v2")
+	relB2, entB2 := b.ops.gate("v2")
+	defer relA2()
+	defer relB2()
+	rev := f.upsert("x", "v2")
+	o53Recv(t, entA2, "a's Update of v2")
+	relA2()
+	relB1()
+	ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
+	_, _, err = a.rec.WaitUntilReconciled(ctx, rev)
+	cancel()
+	require.NoError(t, err)
+	o53Recv(t, entB2, "b's Update of v2")
+	o := f.get("x")
+	assert.Equal(t, status.KindDone, a.status(o).Kind, "a's status of v2")
+	assert.Equal(t, status.KindPending, b.status(o).Kind, "b's status of v2 while it applies it")
+	relB2()
+	f.waitAll()
+	for _, r := range f.recs {
+		assert.Equal(t, status.KindDone, r.status(f.get("x")).Kind, r.name)
+		assert.Empty(t, r.ops.target.Diff(f.db.ReadTxn(), f.table), r.name)
 	}
 }
