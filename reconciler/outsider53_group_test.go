@@ -548,6 +548,14 @@ func TestOutsider53HealthAndMetricsArePerReconciler(t *testing.T) {
 	assert.Positive(t, errs("b"))
 	assert.Zero(t, errs("a"))
 	assert.Zero(t, errs("c"))
+	for _, n := range []string{"a", "c"} {
+		v := f.metrics.ConvergenceCountVar.Get(key(n))
+		require.NotNil(t, v, "convergence count of %s", n)
+		assert.Equal(t, "3", v.String(), "objects %s brought to Done: its own, not the table's", n)
+	}
+	if v := f.metrics.ConvergenceCountVar.Get(key("b")); v != nil {
+		assert.Equal(t, "2", v.String(), "objects b brought to Done")
+	}
 
 	b.faults.Clear("")
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
