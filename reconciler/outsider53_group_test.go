@@ -983,3 +983,64 @@ func TestOutsider53LateReconcilerJoinsTheTable(t *testing.T) {
 		assert.Empty(t, f.unsettledUpTo(r, f.table.Revision(f.db.ReadTxn())), r.name)
 	}
 }
+
+// Large rounds, so that the group's write is merged by several goroutines,
+// with a user rewriting objects meanwhile, some failures and Update
+// tagging its object: every name ends Done on the latest version, its
+// target equal to the table.
+func TestOutsider53LargeRoundsWithUserWritesMeanwhile(t *testing.T) {
+	ops := newOps("a", "b", "c", "d")
+	ops[1].tag = true
+	f := newO53(t, ops)
+	require.NoError(t, f.recs[2].faults.Inject(reconcilertest.Fault{
+		Mode: reconcilertest.ModeError, Probability: 0.05, Seed: 5, Op: reconcilertest.OpUpdate}))
+	const n = 3000
+	for round := range 4 {
+		var kv []string
+		for i := range n {
+			kv = append(kv, "k"+strconv.Itoa(i), strconv.Itoa(round))
+		}
+		f.upsert(kv...)
+		// Rewrite a few while the round's write is under way.
+		for i := 0; i < n; i += 97 {
+			f.upsert("k"+strconv.Itoa(i), fmt.Sprintf("%d-again", round))
+		}
+		if round == 2 {
+			var del []string
+			for i := 0; i < n; i += 13 {
+				del = append(del, "k"+strconv.Itoa(i))
+			}
+			f.remove(del...)
+		}
+	}
+	f.recs[2].faults.Clear("")
+	f.waitAll()
+	o53Wait(t, "every status Done", func() (bool, <-chan struct{}) {
+		objs, watch := f.table.AllWatch(f.db.ReadTxn())
+		for o := range objs {
+			for _, r := range f.recs {
+				if r.status(o).Kind != status.KindDone {
+					return false, watch
+				}
+			}
+		}
+		return true, watch
+	})
+	txn := f.db.ReadTxn()
+	for _, r := range f.recs {
+		assert.Empty(t, r.ops.target.Diff(txn, f.table), r.name)
+	}
+	// Only b tags: as documented, its changes are stored only when it is
+	// the first in the write (as upstream, where a later writer's status
+	// goes on the object as the first wrote it), so some are lost for good.
+	tagged, objs := 0, 0
+	for o := range f.table.All(txn) {
+		objs++
+		if o.Tag == "b" {
+			tagged++
+		} else {
+			assert.Empty(t, o.Tag, o.ID)
+		}
+	}
+	t.Logf("b's Tag stored on %d of %d objects", tagged, objs)
+}
