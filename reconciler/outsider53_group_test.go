@@ -1073,3 +1073,43 @@ func TestOutsider53WaitAfterLargeRoundsFindsTheStatuses(t *testing.T) {
 		}
 	}
 }
+
+// A group write that finds one merged object changed by a user (so that it
+// writes every object with its own compare-and-swap) must still leave each
+// reconciler's Error as its own: b's failure on x keeps its backoff rather
+// than being read back as an Error written by someone else and retried at
+// once.
+func TestOutsider53ErrorInAWriteWithAChangedObjectKeepsItsBackoff(t *testing.T) {
+	ops := newOps("a", "b")
+	ops[1].opts = []reconciler.Option{reconciler.WithRetry(time.Hour, time.Hour)}
+	f := newO53(t, ops)
+	a, b := f.recs[0], f.recs[1]
+	require.NoError(t, b.faults.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeError, Key: "x"}))
+	relA, entA := a.ops.gate("y1")
+	relB, entB := b.ops.gate("y1")
+	defer relA()
+	defer relB()
+	f.upsert("x", "x1", "y", "y1")
+	o53Recv(t, entA, "a's Update of y1")
+	o53Recv(t, entB, "b's Update of y1")
+	f.upsert("y", "y2")
+	relA()
+	relB()
+	f.waitAll()
+	// Something else for b to read past x's write.
+	rev := f.upsert("z", "z1")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	_, _, err := b.rec.WaitUntilReconciled(ctx, rev)
+	cancel()
+	require.NoError(t, err)
+	var xs []string
+	for _, c := range b.faults.Calls() {
+		if c.Key == "x" {
+			xs = append(xs, c.String())
+		}
+	}
+	assert.Len(t, xs, 1, "b's attempts on x with an hour's backoff: %v", xs)
+	st := b.status(f.get("x"))
+	assert.Equal(t, status.KindError, st.Kind)
+	assert.Equal(t, status.KindDone, a.status(f.get("x")).Kind)
+}
