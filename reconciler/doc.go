@@ -117,11 +117,15 @@
 // compare-and-swapped as it would be alone, with each reconciler's own
 // setStatus on one clone of the version they applied; if it changed
 // since, each reconciler writes its status as it does alone. With several
-// reconcilers, Update's changes to its object are stored only for the
-// first in the write, as when the reconcilers wrote in turn only the first
-// write's were. Each reconciler's metrics, health and waits are its own,
-// as before; WaitUntilReconciled returns only once the statuses are in
-// the table. A reconciler alone on its table writes by itself.
+// reconcilers, the changes an Update makes to its object are stored only
+// for the first reconciler in the write, as when the reconcilers wrote in
+// turn only the first write's were: another's are lost, its status Done
+// all the same, and nothing applies the object again for them. Keep what
+// an Update must store in the target, or in a table of its own, when a
+// table has several reconcilers. Each reconciler's metrics, health and
+// waits are its own, as before; WaitUntilReconciled returns only once the
+// statuses are in the table. A reconciler alone on its table writes by
+// itself.
 //
 // # Objects without a primary key
 //
