@@ -423,11 +423,7 @@ func (g *Group[Obj]) write(self *submission[Obj], subs []*submission[Obj]) {
 			}
 		}
 	}
-	for _, s := range subs {
-		if s.hi > 0 {
-			s.batch.Wrote(s.lo, s.hi)
-		}
-	}
+	g.flushWrote(subs) // before a member goes on early
 	landed := closedChan
 	if early {
 		landed = make(chan struct{})
@@ -445,6 +441,7 @@ func (g *Group[Obj]) write(self *submission[Obj], subs []*submission[Obj]) {
 			}
 		}
 	}
+	g.flushWrote(subs) // the merged runs written one by one, if not early
 	wtxn.Commit()
 	if early {
 		close(landed)
@@ -456,6 +453,17 @@ func (g *Group[Obj]) write(self *submission[Obj], subs []*submission[Obj]) {
 	clear(refs)
 	clear(runs)
 	g.refs, g.runs, g.subs = refs[:0], runs[:0], nil
+}
+
+// flushWrote hands each submission's revisions gathered so far (see took)
+// to its batch, once.
+func (g *Group[Obj]) flushWrote(subs []*submission[Obj]) {
+	for _, s := range subs {
+		if s.hi > 0 {
+			s.batch.Wrote(s.lo, s.hi)
+			s.lo, s.hi = 0, 0
+		}
+	}
 }
 
 // minMergeShare is the fewest entries worth handing a helper to merge.

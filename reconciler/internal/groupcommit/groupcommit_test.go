@@ -262,8 +262,11 @@ func TestAChangedObjectIsWrittenByEachMember(t *testing.T) {
 	assert.Equal(t, []bool{false}, ba.merged)
 	assert.Equal(t, []bool{true}, ba.alone)
 	assert.Equal(t, []bool{true}, bb.alone)
-	o, _, _ := tbl.Get(db.ReadTxn(), tobjID.Query("x"))
+	o, rev, _ := tbl.Get(db.ReadTxn(), tobjID.Query("x"))
 	assert.Equal(t, []string{"a", "b"}, o.Marks, "written over by each")
+	// Each member's write is its own, once: a, then b over it.
+	assert.Equal(t, [][2]statedb.Revision{{rev - 1, rev - 1}}, ba.ranges, "a's own writes")
+	assert.Equal(t, [][2]statedb.Revision{{rev, rev}}, bb.ranges, "b's own writes")
 }
 
 // Many members committing at once, over and over: every entry is written
