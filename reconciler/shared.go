@@ -52,11 +52,15 @@ func (r *reconciler[Obj]) idle(watch <-chan struct{}) {
 
 // awaitLanded waits until the statuses of the last commit with the group
 // are in the table: a short wait, as the group's write has nothing left
-// to do but its compare-and-swaps, which cannot fail, and its commit.
+// to do but its compare-and-swaps, which cannot fail, and its commit. It
+// publishes the progress owed, if any: the loop's wake-up for it (owedC)
+// is gone once it returns, and a prune, which calls it, publishes none.
 func (r *reconciler[Obj]) awaitLanded() {
 	if r.group.landed != nil {
 		<-r.group.landed
-		r.group.owed = false
+		if r.group.owed {
+			r.publishOwed()
+		}
 	}
 }
 

@@ -1,0 +1,41 @@
+package reconciler
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// TestAwaitLandedPublishesTheProgressOwed: a round whose statuses were
+// written with the table's other reconcilers owes its progress until the
+// write lands, and the loop waits for that (owedC). A prune that waits
+// for the write first (awaitLanded) takes that wake-up away and publishes
+// no progress itself: before, a late reconciler whose first prune came
+// right after its first round stayed at revision 0 for good
+// (TestOutsider53LateReconcilerJoinsTheTable, about once in a few hundred
+// runs beside other tests).
+func TestAwaitLandedPublishesTheProgressOwed(t *testing.T) {
+	r := newBenchReconciler(t, false)
+	insertDone(r.db, r.objects.table, 3)
+	if err := r.feed.open(); err != nil {
+		t.Fatal(err)
+	}
+	defer r.feed.changes.Close()
+	r.collect(r.db.ReadTxn(), time.Now(), benchRound) // read up to the table's revision
+	landed := make(chan struct{})
+	r.group.landed = landed
+	if !r.progressOwed() {
+		t.Fatal("progress not owed while the write has not landed")
+	}
+	close(landed)
+	r.awaitLanded()
+	if r.owedC() != nil {
+		t.Error("progress still owed once landed")
+	}
+	want := r.objects.table.Revision(r.db.ReadTxn())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if got, _, err := r.rep.progress.Wait(ctx, want); err != nil || got < want {
+		t.Fatalf("progress after awaitLanded: %d, %v; want %d published", got, err, want)
+	}
+}
