@@ -246,7 +246,7 @@ func (r *reconciler[Obj]) collectChange(txn statedb.ReadTxn, change statedb.Chan
 	}
 	if change.Deleted || (f.Rechecks > 0 && st.IsPendingOrRefreshing()) {
 		if key, ok := r.objects.primary.ObjectToKey(change.Object); ok {
-			lc.Seen(key, change.Deleted, ident.Last()) // a re-check is replaced by this change
+			lc.Add(keyqueue.Change[Obj]{RawKey: key, Task: t, As: keyqueue.Seen, Cut: ident.Last()}) // a re-check is replaced by this change
 			*f = lc.Figures()
 		}
 	}
@@ -435,11 +435,13 @@ func (r *reconciler[Obj]) current(txn statedb.ReadTxn, s *keyqueue.State[Obj]) b
 // newer change are one request, held from the deferred revision on.
 func (r *reconciler[Obj]) collectDeferred(txn statedb.ReadTxn, now time.Time, budget int) {
 	lc := r.keys.lifecycles
+	var buf [1]task[Obj]
 	for added := 0; added < budget; {
-		d, ok := lc.Undefer()
-		if !ok {
+		taken := lc.Take(keyqueue.Backlog, 1, 0, buf[:0])
+		if len(taken) == 0 {
 			return
 		}
+		d := taken[0]
 		obj, rev, found := r.objects.lookup(txn, d.Obj)
 		changed := rev != d.Rev
 		if !found {

@@ -17,23 +17,58 @@ type infoWriter[Obj any] struct {
 	last    tables.Info        // as last written
 	retries []tables.RetryInfo // write's buffer
 	drift   *driftRows         // WithDriftCheck's drifted objects; nil without
+	// outdated holds the keys whose row of the retries table is out of
+	// date, as the key queue tells them (see failureChanged): their
+	// failure changed since the last write, with their State, or nil once
+	// it ended.
+	outdated map[string]*keyqueue.State[Obj]
 }
 
 func newInfoWriter[Obj any](w tables.Writer, id string, lc *keyqueue.Queue[Obj]) *infoWriter[Obj] {
 	if w == nil {
 		return nil
 	}
-	lc.Configure(keyqueue.Settings[Obj]{TrackOutdated: true})
-	return &infoWriter[Obj]{tables: w, id: id}
+	iw := &infoWriter[Obj]{tables: w, id: id, outdated: map[string]*keyqueue.State[Obj]{}}
+	lc.Configure(keyqueue.Settings[Obj]{FailureChanged: iw.failureChanged})
+	return iw
+}
+
+// outdatedShrinkAbove is the size above which infoWriter.outdated,
+// written, is made anew, so that a burst of failures leaves no memory held
+// at rest.
+const outdatedShrinkAbove = 1024
+
+// failureChanged records that the failure of key changed (s its State),
+// or ended (s nil): its row is written with the next write.
+func (w *infoWriter[Obj]) failureChanged(key string, s *keyqueue.State[Obj]) {
+	w.outdated[key] = s
 }
 
 // write stores info as the reconciler's row if it differs from the last
-// one written, and the rows of the failing objects in outdated (as
-// keyqueue.Queue.TakeOutdated returns them: nil or no attempts removes a row).
-func (w *infoWriter[Obj]) write(info tables.Info, outdated map[string]*keyqueue.State[Obj]) {
+// one written, and the rows of the keys whose failures changed since the
+// last write (a failure that ended, or no attempts, removes a row).
+func (w *infoWriter[Obj]) write(info tables.Info) {
 	if w == nil {
 		return
 	}
+	w.flush(info, w.outdated)
+	if len(w.outdated) > outdatedShrinkAbove {
+		w.outdated = map[string]*keyqueue.State[Obj]{} // give back what a burst took
+	} else {
+		clear(w.outdated)
+	}
+}
+
+// writeRow is write but for the rows of the failing keys, which wait for
+// the next write.
+func (w *infoWriter[Obj]) writeRow(info tables.Info) {
+	if w != nil {
+		w.flush(info, nil)
+	}
+}
+
+// flush is write with the rows of the failing keys in outdated.
+func (w *infoWriter[Obj]) flush(info tables.Info, outdated map[string]*keyqueue.State[Obj]) {
 	info.ID = w.id
 	var row *tables.Info
 	if info != w.last {
@@ -49,7 +84,7 @@ func (w *infoWriter[Obj]) write(info tables.Info, outdated map[string]*keyqueue.
 		}
 		if v := s.View(); v.Attempts > 0 {
 			retry.Delete, retry.Attempts, retry.FirstFailed, retry.LastError = v.Task.Delete, v.Attempts, v.FirstFailed, v.Err.Error()
-			retry.Errors = errorRecords(s)
+			retry.Errors = errorRecords(v)
 			if v.Waiting {
 				retry.NextAttempt = time.Unix(0, v.Due)
 			}
@@ -64,11 +99,11 @@ func (w *infoWriter[Obj]) write(info tables.Info, outdated map[string]*keyqueue.
 	w.retries = w.retries[:0]
 }
 
-// errorRecords returns the recent errors of s for its row: a slice of its
+// errorRecords returns the recent errors of v for its row: a slice of its
 // own, which the table keeps.
-func errorRecords[Obj any](s *keyqueue.State[Obj]) []tables.ErrorRecord {
+func errorRecords[Obj any](v keyqueue.View[Obj]) []tables.ErrorRecord {
 	var buf [keyqueue.HistoryLen]keyqueue.ErrorRecord
-	hist := s.History(buf[:0])
+	hist := v.History(buf[:0])
 	if len(hist) == 0 {
 		return nil
 	}
@@ -111,8 +146,8 @@ func (d *driftRows) mark(key string, isDrifted bool) {
 	d.changed[key] = isDrifted
 }
 
-// appendDriftRows appends to retries, the rows infoWriter.write made of
-// outdated (see keyqueue.Queue.TakeOutdated), the rows of the keys whose
+// appendDriftRows appends to retries, the rows infoWriter.flush made of
+// outdated (see infoWriter.failureChanged), the rows of the keys whose
 // drift changed since the last call, for the reconciler id, and forgets
 // those changes. A key outdated holds keeps its failure row: a drift that
 // ends removes no failure, and a drift found replaces the removal of the

@@ -10,6 +10,7 @@ import (
 
 	"github.com/converge-go/converge/internal/ident"
 	"github.com/converge-go/converge/metrics"
+	"github.com/converge-go/converge/reconciler/internal/keyqueue"
 	"github.com/converge-go/converge/tables"
 	"github.com/converge-go/converge/tracing"
 )
@@ -124,10 +125,10 @@ func (r *reconciler[Obj]) pruneNow(ctx context.Context, p *pruneSchedule) {
 	}
 	// Marked once Prune returned, as before it: no operation's outcome is
 	// committed meanwhile (the loop's goroutine commits).
-	r.keys.lifecycles.MarkPruned(func(obj Obj) bool {
+	r.keys.lifecycles.Add(keyqueue.Change[Obj]{As: keyqueue.Pruned, Absent: func(obj Obj) bool {
 		_, _, found := r.objects.lookup(txn, obj)
 		return !found
-	})
+	}})
 	if rev := r.objects.table.Revision(txn); rev > r.feed.lastRev {
 		r.keys.stales.sawPrune(txn, rev, cut)
 	}

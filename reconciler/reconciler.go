@@ -11,6 +11,7 @@ import (
 	"github.com/converge-go/converge/reconciler/internal/breaker"
 	"github.com/converge-go/converge/reconciler/internal/gate"
 	"github.com/converge-go/converge/reconciler/internal/groupcommit"
+	"github.com/converge-go/converge/reconciler/internal/keyqueue"
 	"github.com/converge-go/converge/status"
 	"github.com/converge-go/converge/tracing"
 )
@@ -115,7 +116,8 @@ func (r *reconciler[Obj]) writtenBack(cur Obj, statusID uint64) {
 		return
 	}
 	if key, ok := r.objects.primary.ObjectToKey(cur); ok {
-		r.keys.lifecycles.SawOlder(key, max(statusID, st.ID()+1))
+		// Every status before statusID is stale, and st with them.
+		r.keys.lifecycles.Add(keyqueue.Change[Obj]{RawKey: key, As: keyqueue.WrittenBack, Cut: max(statusID, st.ID()+1) - 1})
 	}
 }
 

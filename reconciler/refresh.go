@@ -3,11 +3,13 @@ package reconciler
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/cilium/hive/cell"
 	"github.com/cilium/statedb"
 
+	"github.com/converge-go/converge/reconciler/internal/keyqueue"
 	"github.com/converge-go/converge/status"
 	"github.com/converge-go/converge/tracing"
 )
@@ -97,19 +99,19 @@ type refreshCandidate[Obj any] struct {
 }
 
 // dueRechecks takes the re-checks due at now (Unix ns, see
-// keyqueue.Queue.TakeRechecks) and returns those whose object still carries the Done
+// keyqueue.Rechecks) and returns those whose object still carries the Done
 // status they were asked with, as txn holds it, for markRefreshing. A
 // changed or deleted object has had, or has, its own turn.
 func (r *reconciler[Obj]) dueRechecks(txn statedb.ReadTxn, now int64) (due []refreshCandidate[Obj]) {
-	r.keys.lifecycles.TakeRechecks(now, func(obj Obj, statusID uint64) {
-		cur, rev, found := r.objects.lookup(txn, obj)
+	for _, c := range r.keys.lifecycles.Take(keyqueue.Rechecks, math.MaxInt, now, nil) {
+		cur, rev, found := r.objects.lookup(txn, c.Obj)
 		if !found {
-			return
+			continue
 		}
-		if st := r.objects.getStatus(cur); st.Kind == status.KindDone && st.ID() == statusID {
+		if st := r.objects.getStatus(cur); st.Kind == status.KindDone && st.ID() == c.StatusID {
 			due = append(due, refreshCandidate[Obj]{cur, rev})
 		}
-	})
+	}
 	return due
 }
 

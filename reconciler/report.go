@@ -82,7 +82,7 @@ func (r *reconciler[Obj]) report(txn statedb.ReadTxn, work []op[Obj], c commitOu
 		if brk.Open {
 			info.TargetFailingSince, info.TargetError = brk.Since, brk.Err.Error()
 		}
-		r.rep.info.write(info, lc.TakeOutdated())
+		r.rep.info.write(info)
 	}
 
 	// Progress last, so that a WaitUntilReconciled that returns sees the
@@ -125,7 +125,7 @@ func (r *reconciler[Obj]) reportPrune(p *pruneSchedule) {
 			row.LastPruneError = p.lastErr.Error()
 		}
 		p.heldInfo(&row)
-		r.rep.info.write(row, nil)
+		r.rep.info.writeRow(row) // the failures' rows wait for the next round's report
 	}
 }
 
@@ -141,7 +141,7 @@ func (r *reconciler[Obj]) reportWaiting(txn statedb.ReadTxn, waiting []string, p
 	r.rep.health.OK(msg)
 	if r.rep.info != nil {
 		lc := r.keys.lifecycles
-		r.rep.info.write(r.infoRow(p, state, r.objects.table.NumObjects(txn), lc.Figures().Retrying, 0, 0, lc.Lows().Since), lc.TakeOutdated())
+		r.rep.info.write(r.infoRow(p, state, r.objects.table.NumObjects(txn), lc.Figures().Retrying, 0, 0, lc.Lows().Since))
 	}
 }
 

@@ -101,7 +101,7 @@ func (r *reconciler[Obj]) reportSetup(s *setupStep, p *pruneSchedule, paused boo
 		if s.err != nil {
 			row.SetupError = s.err.Error()
 		}
-		r.rep.info.write(row, lc.TakeOutdated())
+		r.rep.info.write(row)
 	}
 }
 

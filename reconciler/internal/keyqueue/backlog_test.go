@@ -19,14 +19,14 @@ func TestBacklogIsFIFOAndGivesBackItsMemory(t *testing.T) {
 		}
 		assert.Equal(t, n, q.Figures().Deferred)
 		assert.Equal(t, uint64(1), q.Lows().Deferred, "the oldest's first revision")
+		buf := make([]Task[string], 0, 1)
 		for i := range n {
-			d, ok := q.Undefer()
-			require.True(t, ok)
-			require.Equal(t, uint64(i+1), d.Asked, "oldest first")
-			require.Equal(t, uint64(i+101), d.Rev)
+			d := q.Take(Backlog, 1, 0, buf[:0])
+			require.Len(t, d, 1)
+			require.Equal(t, uint64(i+1), d[0].Asked, "oldest first")
+			require.Equal(t, uint64(i+101), d[0].Rev)
 		}
-		_, ok := q.Undefer()
-		assert.False(t, ok, "drained")
+		assert.Empty(t, q.Take(Backlog, 1, 0, nil), "drained")
 		assert.Zero(t, q.Lows().Deferred)
 		if n > shrinkAbove {
 			assert.Nil(t, q.deferred.ring, "a drained big backlog gives its memory back")

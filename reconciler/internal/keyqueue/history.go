@@ -88,14 +88,16 @@ func boundText(text string) string {
 	return text[:cut] + "…"
 }
 
-// History appends to dst the recent errors of s, oldest first (none if the
-// key does not fail), and returns the extended slice. The texts are shared,
-// not copied: strings are immutable.
-func (s *State[Obj]) History(dst []ErrorRecord) []ErrorRecord {
-	if s.hist == nil {
+// History appends to dst the recent errors of the record v is a copy of,
+// oldest first (none if the key does not fail), and returns the extended
+// slice. Unlike the other fields of v, the errors are read when History is
+// called: call it before the next verb. The texts are shared, not copied:
+// strings are immutable.
+func (v View[Obj]) History(dst []ErrorRecord) []ErrorRecord {
+	if v.hist == nil {
 		return dst
 	}
-	for _, r := range s.hist.recs[:s.hist.n] {
+	for _, r := range v.hist.recs[:v.hist.n] {
 		dst = append(dst, ErrorRecord{Error: r.text, At: time.Unix(0, r.at), Attempt: int(r.attempt)})
 	}
 	return dst

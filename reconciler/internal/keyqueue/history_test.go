@@ -33,7 +33,7 @@ func failAgain(t *testing.T, q *Queue[string], err error, now time.Time) *State[
 // texts returns the texts and attempts of s's history, "text#attempt".
 func texts(s *State[string]) []string {
 	var out []string
-	for _, r := range s.History(nil) {
+	for _, r := range s.View().History(nil) {
 		out = append(out, fmt.Sprintf("%s#%d", r.Error, r.Attempt))
 	}
 	return out
@@ -42,14 +42,14 @@ func texts(s *State[string]) []string {
 func TestHistoryKeepsTheLastDistinctErrors(t *testing.T) {
 	q := New[string](nil)
 	s := q.Add(Change[string]{Key: "k", Task: version(1, 10)})
-	assert.Empty(t, s.History(nil), "no failure, no history")
+	assert.Empty(t, s.View().History(nil), "no failure, no history")
 	q.Done(s, "", Task[string]{}, failWith(errors.New("a"), t0.UnixNano(), 11), t0)
 	assert.Equal(t, []string{"a#1"}, texts(s))
 
 	// The same text again updates the newest record: its time and attempt.
 	t1 := t0.Add(time.Second)
 	failAgain(t, q, errors.New("a"), t1)
-	hist := s.History(nil)
+	hist := s.View().History(nil)
 	require.Len(t, hist, 1)
 	assert.Equal(t, ErrorRecord{Error: "a", At: time.Unix(0, t1.UnixNano()), Attempt: 2}, hist[0])
 
@@ -61,7 +61,7 @@ func TestHistoryKeepsTheLastDistinctErrors(t *testing.T) {
 		failAgain(t, q, errors.New(text), at)
 	}
 	assert.Equal(t, []string{"c#5", "a#6", "d#7", "e#8"}, texts(s))
-	hist = s.History(nil)
+	hist = s.View().History(nil)
 	for i := 1; i < len(hist); i++ {
 		assert.True(t, hist[i-1].At.Before(hist[i].At), "oldest first")
 	}
@@ -88,7 +88,7 @@ func TestHistoryTextsAreBounded(t *testing.T) {
 	s := q.Add(Change[string]{Key: "k", Task: version(1, 10)})
 	long := strings.Repeat("x", MaxErrorText-1) + "é" + strings.Repeat("y", 1000) // é straddles the bound
 	q.Done(s, "", Task[string]{}, failWith(errors.New(long), t0.UnixNano(), 11), t0)
-	hist := s.History(nil)
+	hist := s.View().History(nil)
 	require.Len(t, hist, 1)
 	assert.Equal(t, strings.Repeat("x", MaxErrorText-1)+"…", hist[0].Error, "cut before the rune that passes the bound")
 	assert.True(t, utf8.ValidString(hist[0].Error))
@@ -96,38 +96,41 @@ func TestHistoryTextsAreBounded(t *testing.T) {
 
 	exact := strings.Repeat("z", MaxErrorText)
 	failAgain(t, q, errors.New(exact), t0)
-	assert.Equal(t, exact, s.History(nil)[1].Error, "a text of the bound is kept whole")
+	assert.Equal(t, exact, s.View().History(nil)[1].Error, "a text of the bound is kept whole")
 
 	// A long text failing again is the same record: compared once cut.
 	failAgain(t, q, errors.New(long), t0)
 	failAgain(t, q, errors.New(long+"tail past the bound"), t0)
-	assert.Len(t, s.History(nil), 3)
+	assert.Len(t, s.View().History(nil), 3)
 
 	failAgain(t, q, nil, t0)
-	assert.Equal(t, "", s.History(nil)[3].Error, "a nil error has an empty text")
+	assert.Equal(t, "", s.View().History(nil)[3].Error, "a nil error has an empty text")
 }
 
 // The history goes exactly when the key's failure does: on a success, a
 // terminal error, a newer version, a delete, or a commit that found the
 // object changed; not while the key is retried.
 func TestHistoryClearedWhenTheFailureEnds(t *testing.T) {
+	rows := map[*Queue[string]]failures{} // the failures told of each queue
 	fail := func(t *testing.T) (*Queue[string], *State[string]) {
 		q := New[string](nil)
-		q.Configure(Settings[string]{TrackOutdated: true})
+		told := failures{}
+		rows[q] = told
+		q.Configure(Settings[string]{FailureChanged: told.changed})
 		s := q.Add(Change[string]{Key: "k", Task: version(1, 10)})
 		q.Done(s, "", Task[string]{}, failWith(errors.New("a"), t0.UnixNano(), 11), t0)
 		failAgain(t, q, errors.New("b"), t0)
-		require.Len(t, s.History(nil), 2)
-		q.TakeOutdated()
+		require.Len(t, s.View().History(nil), 2)
+		told.take()
 		return q, s
 	}
 	// rowGone checks that the retries row of k goes with the history.
 	rowGone := func(t *testing.T, q *Queue[string]) {
-		outdated := q.TakeOutdated()
+		outdated := rows[q].take()
 		require.Contains(t, outdated, "k")
 		if s := outdated["k"]; s != nil {
 			assert.Zero(t, s.View().Attempts, "the row is removed")
-			assert.Empty(t, s.History(nil), "and the history with it")
+			assert.Empty(t, s.View().History(nil), "and the history with it")
 		}
 	}
 	t.Run("done", func(t *testing.T) {
@@ -135,21 +138,21 @@ func TestHistoryClearedWhenTheFailureEnds(t *testing.T) {
 		taken := takeRetries(q, 1, t0.UnixNano())
 		require.Len(t, taken, 1)
 		q.Done(taken[0], "", Task[string]{}, succeeded(), t0)
-		assert.Empty(t, s.History(nil))
+		assert.Empty(t, s.View().History(nil))
 		rowGone(t, q)
 	})
 	t.Run("terminal", func(t *testing.T) {
 		q, s := fail(t)
 		taken := takeRetries(q, 1, t0.UnixNano())
 		q.Done(taken[0], "", Task[string]{}, Outcome[string]{Ran: true, Err: errTarget, Settled: true, Written: true}, t0)
-		assert.Empty(t, s.History(nil))
+		assert.Empty(t, s.View().History(nil))
 		rowGone(t, q)
 	})
 	t.Run("newer version while waiting", func(t *testing.T) {
 		q, s := fail(t)
 		started := q.Add(Change[string]{Key: "k", Task: version(2, 20)})
 		require.Same(t, s, started, "the same record, a new version")
-		assert.Empty(t, s.History(nil), "a newer version keeps no history of the old one")
+		assert.Empty(t, s.View().History(nil), "a newer version keeps no history of the old one")
 		q.Done(s, "", Task[string]{}, failWith(errors.New("c"), t0.UnixNano(), 21), t0)
 		assert.Equal(t, []string{"c#1"}, texts(s))
 	})
@@ -158,14 +161,14 @@ func TestHistoryClearedWhenTheFailureEnds(t *testing.T) {
 		taken := takeRetries(q, 1, t0.UnixNano())
 		assert.Nil(t, q.Add(Change[string]{Key: "k", Task: version(2, 20)}), "parked")
 		q.Done(taken[0], "", Task[string]{}, failWith(errors.New("c"), t0.UnixNano(), 0), t0)
-		assert.Empty(t, s.History(nil), "the successor replaces the failing version")
+		assert.Empty(t, s.View().History(nil), "the successor replaces the failing version")
 		rowGone(t, q)
 	})
 	t.Run("delete", func(t *testing.T) {
 		q, s := fail(t)
 		started := q.Add(Change[string]{Key: "k", Task: Task[string]{Rev: 3, Asked: 3, Delete: true, Since: t0}})
 		require.Same(t, s, started)
-		assert.Empty(t, s.History(nil))
+		assert.Empty(t, s.View().History(nil))
 		rowGone(t, q)
 		q.Done(s, "", Task[string]{}, failWith(errors.New("delete failed"), t0.UnixNano(), 0), t0)
 		assert.Equal(t, []string{"delete failed#1"}, texts(s), "a failing delete has its own history")
@@ -173,29 +176,29 @@ func TestHistoryClearedWhenTheFailureEnds(t *testing.T) {
 	t.Run("backlogged newer version", func(t *testing.T) {
 		q, s := fail(t)
 		q.Add(Change[string]{Key: "k", Task: version(4, 40), As: Backlogged, Keyed: true})
-		assert.Empty(t, s.History(nil))
+		assert.Empty(t, s.View().History(nil))
 		rowGone(t, q)
 	})
 	t.Run("object changed at commit", func(t *testing.T) {
 		q, s := fail(t)
 		taken := takeRetries(q, 1, t0.UnixNano())
 		q.Done(taken[0], "", Task[string]{}, Outcome[string]{Ran: true, Err: errTarget}, t0) // not written
-		assert.Empty(t, s.History(nil))
+		assert.Empty(t, s.View().History(nil))
 		rowGone(t, q)
 	})
 	t.Run("forgotten", func(t *testing.T) {
 		q, s := fail(t)
 		taken := takeRetries(q, 1, t0.UnixNano())
 		q.Done(taken[0], "", Task[string]{}, Outcome[string]{Forget: true}, t0)
-		assert.Empty(t, s.History(nil))
+		assert.Empty(t, s.View().History(nil))
 		rowGone(t, q)
 	})
 	t.Run("kept while retried", func(t *testing.T) {
 		q, s := fail(t)
 		taken := takeRetries(q, 1, t0.UnixNano())
-		assert.Len(t, s.History(nil), 2, "running again")
+		assert.Len(t, s.View().History(nil), 2, "running again")
 		q.Done(taken[0], "", Task[string]{}, Outcome[string]{}, t0) // never started: requeued
-		assert.Len(t, s.History(nil), 2, "requeued")
+		assert.Len(t, s.View().History(nil), 2, "requeued")
 	})
 }
 
@@ -209,7 +212,7 @@ func TestHistoryOfAnAdoptedError(t *testing.T) {
 	q.Add(Change[string]{Key: "k", Task: task, As: Failed, ErrID: 10, Err: errors.New("found"), Now: t0})
 	taken := takeRetries(q, 1, t0.UnixNano())
 	require.Len(t, taken, 1)
-	assert.Equal(t, []ErrorRecord{{Error: "found", At: time.Unix(0, since.UnixNano()), Attempt: 1}}, taken[0].History(nil))
+	assert.Equal(t, []ErrorRecord{{Error: "found", At: time.Unix(0, since.UnixNano()), Attempt: 1}}, taken[0].View().History(nil))
 }
 
 // BenchmarkHistoryMemory measures the heap a failing key's history takes:
@@ -254,8 +257,8 @@ func BenchmarkHistoryMemory(b *testing.B) {
 				runtime.ReadMemStats(&after)
 				withHistory := float64(after.HeapAlloc) - float64(before.HeapAlloc)
 				for _, s := range states {
-					if len(s.History(nil)) != HistoryLen {
-						b.Fatalf("history of %d, want %d", len(s.History(nil)), HistoryLen)
+					if len(s.View().History(nil)) != HistoryLen {
+						b.Fatalf("history of %d, want %d", len(s.View().History(nil)), HistoryLen)
 					}
 					s.hist = nil
 				}

@@ -9,6 +9,7 @@ import (
 
 // What the rest of the reconciler reads of the queue: copies of figures
 // and of a key's record. A record is changed only by the verbs of Queue.
+// Of the queries only Stale remembers anything: see there.
 
 // View is a copy of what one key's record holds, as its owner may read it.
 type View[Obj any] struct {
@@ -24,6 +25,8 @@ type View[Obj any] struct {
 	// with its object absent, while this version ran: its status is
 	// written only over the exact revision applied.
 	Superseded bool
+
+	hist *errorHistory // see History
 }
 
 // View returns a copy of the record of s.
@@ -31,6 +34,7 @@ func (s *State[Obj]) View() View[Obj] {
 	return View[Obj]{
 		Key: s.key, Task: s.task, Attempts: s.attempts, Err: s.err, FirstFailed: s.first,
 		Due: s.due, Waiting: s.phase == phaseWaiting, Superseded: s.deleteSeen || s.pruned,
+		hist: s.hist,
 	}
 }
 
@@ -107,8 +111,11 @@ func (q *Queue[Obj]) Lows() Lows {
 // Stale reports whether statusID, a status found on an object of key
 // that asks for no work, is older than what the queue knows of key: a
 // newer version it holds or ran (see holdsNewer), or a cut remembered
-// (a delete read, a status found written back over a newer one: see
-// Seen).
+// (a delete read, a status found written back over a newer one: Add, As
+// Seen and WrittenBack). A status without identity (statusID 0) has no
+// age: a cut takes it for stale once, the first time it is asked, and
+// Stale remembers that it was (see staleCuts.cut), as rate.Limiter's
+// Allow takes its token: ask only when the answer is acted on.
 func (q *Queue[Obj]) Stale(key []byte, statusID uint64) bool {
 	return q.holdsNewer(key, statusID) || q.cuts.cut(key, statusID)
 }

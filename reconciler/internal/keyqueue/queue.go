@@ -10,31 +10,37 @@
 //
 // # Verbs and queries
 //
-// What the rest of the reconciler calls, by what it does (all of Queue,
-// but View):
+// What the rest of the reconciler calls, five verbs and five queries, by
+// what each does:
 //
-//	changes in    Add: a change read, with a Change saying how it joins
-//	              (Fresh: start now, or park behind the version running;
-//	              Queued: queue, with priorities; Failed: an Error status
-//	              found; Backlogged: deferred behind fresh changes; Same:
-//	              the version held, found at a newer revision)
-//	work out      Get: what is queued (by priority, or the oldest or the
-//	              newest, the breaker's probes) or due for a retry, returned
-//	              started; Undefer: the oldest change deferred
-//	outcomes in   Done: what became of a task handed out (run, never
-//	              started, or no longer current: Outcome.Forget), and the
-//	              re-check a success asked for
-//	memory        Seen (a change of a key read: its re-check is dropped, a
-//	              delete cuts its statuses), SawOlder (a status written back
-//	              over a newer one), MarkPruned (a prune ran),
-//	              TakeRechecks (those due), TakeOutdated (the failures
-//	              changed, for the retries table)
-//	settings      Configure (priorities, tracking of outdated failures)
-//	queries       Figures (counts and next due times, O(1)), Lows (the low
-//	              watermarks, once a round), Stale (a status older than
-//	              what is known of its key), Errors, View (a copy of a
-//	              State's record) and History (its recent errors, see
-//	              history.go)
+//	Add        what was observed of a key, a Change of one Kind: a change
+//	           read and how it joins (Fresh: start now, or park behind the
+//	           version running; Queued: queue, with priorities; Failed: an
+//	           Error status found; Backlogged: deferred behind fresh
+//	           changes; Same: the version held, found at a newer
+//	           revision); what else a change read tells (Seen: its
+//	           re-check is replaced, a delete cuts its statuses); a status
+//	           found written back over a newer one (WrittenBack); a prune
+//	           that ran (Pruned)
+//	Get        work handed out started, to be ended by Done: what is
+//	           queued (FromQueue, by priority with Configure; Oldest or
+//	           Newest, the breaker's probes) or due for a retry (Due)
+//	Take       what waits to be looked up in the table, handed out with
+//	           no Done owed: the changes deferred (Backlog), the re-checks
+//	           due (Rechecks)
+//	Done       what became of a task handed out (run, never started, or
+//	           no longer current: Outcome.Forget), and the re-check a
+//	           success asked for
+//	Configure  priorities, and who is told of the failures that change
+//	           (the retries table)
+//
+//	Figures    counts and next due times, O(1)
+//	Lows       the low watermarks, once a round
+//	Stale      whether a status is older than what is known of its key
+//	           (it remembers one thing: see there)
+//	Errors     the errors of failing keys, for health
+//	View       a copy of one State's record, its recent errors with it
+//	           (View.History, see history.go)
 //
 // Beside each key's State, the queue holds the other memory about keys
 // the loop needs: the backlog of changes deferred behind fresh ones, the
@@ -79,8 +85,8 @@
 //	queued  → gone     Done, Forget: the task is no longer what the table
 //	                   asks
 //	running → running  Add: the successor recorded (follow);
-//	                   Done with Over drops it (dropNext); MarkPruned: a
-//	                   prune ran with the object absent
+//	                   Done with Over drops it (dropNext); Add, Pruned: a
+//	                   prune ran with the object absent (markPruned)
 //	running → queued   Done with a successor (settle), or never started
 //	                   (requeue)
 //	running → waiting  Done: failed, due after its backoff (settle)
@@ -219,16 +225,16 @@ type Queue[Obj any] struct {
 	byPriority keyHeap[Obj]
 	credit     float64
 
-	// outdated holds the keys whose row of the retries table is out of
-	// date: their failure changed since the last takeOutdated (nil: not
-	// tracking); spare is its double buffer.
-	outdated, spare map[string]*State[Obj]
+	// failureChanged is told of each change of a key's failure (see
+	// Settings.FailureChanged); nil: nobody asked.
+	failureChanged func(key string, s *State[Obj])
 
 	display func(key string) string // for Errors; nil: as is
 
 	// The other memory about keys: the changes deferred behind fresh ones
-	// (Add, Backlogged), the re-checks asked for (Done, Outcome.RecheckAt)
-	// and the cuts behind the stale-status rule (see Stale).
+	// (Add, Backlogged; Take, Backlog), the re-checks asked for (Done,
+	// Outcome.RecheckAt; Take, Rechecks) and the cuts behind the
+	// stale-status rule (Add, Seen and WrittenBack; see Stale).
 	deferred backlogRing[Obj]
 	rechecks recheckHeap[Obj]
 	cuts     staleCuts
@@ -555,8 +561,8 @@ func (q *Queue[Obj]) forget(s *State[Obj]) {
 	if s.attempts > 0 {
 		q.retrying--
 		q.version++
-		if q.outdated != nil {
-			q.outdated[s.key] = nil
+		if q.failureChanged != nil {
+			q.failureChanged(s.key, nil)
 		}
 	}
 	s.phase, s.hist = 0, nil
@@ -745,10 +751,10 @@ func (q *Queue[Obj]) holdsNewer(key []byte, statusID uint64) bool {
 	return statusID < s.task.StatusID
 }
 
-// MarkPruned records that a prune runs: every running update whose
-// object absent says is missing from the prune's snapshot may see what it
+// markPruned records that a prune ran: every running update whose object
+// absent says is missing from the prune's snapshot may see what it
 // applies undone (see the invariants).
-func (q *Queue[Obj]) MarkPruned(absent func(obj Obj) bool) {
+func (q *Queue[Obj]) markPruned(absent func(obj Obj) bool) {
 	for _, s := range q.active {
 		if s.phase == phaseRunning && !s.task.Delete && absent(s.task.Obj) {
 			s.pruned = true
@@ -776,8 +782,8 @@ func (q *Queue[Obj]) resetFailure(s *State[Obj]) {
 	if s.attempts > 0 {
 		q.retrying--
 		q.version++
-		if q.outdated != nil {
-			q.outdated[s.key] = nil
+		if q.failureChanged != nil {
+			q.failureChanged(s.key, nil)
 		}
 	}
 	s.attempts, s.err, s.first, s.errID, s.hist = 0, nil, time.Time{}, 0, nil
@@ -858,33 +864,9 @@ func (q *Queue[Obj]) changed(s *State[Obj]) {
 		return
 	}
 	q.version++
-	if q.outdated != nil {
-		q.outdated[s.key] = s
+	if q.failureChanged != nil {
+		q.failureChanged(s.key, s)
 	}
-}
-
-// trackOutdated makes TakeOutdated report which keys' failures changed,
-// for the retries table.
-func (q *Queue[Obj]) trackOutdated() {
-	q.outdated, q.spare = map[string]*State[Obj]{}, map[string]*State[Obj]{}
-}
-
-// TakeOutdated returns the keys whose failure changed since the last call, with
-// their State, or nil if the key no longer fails. The map is valid until
-// the next call.
-func (q *Queue[Obj]) TakeOutdated() map[string]*State[Obj] {
-	d := q.outdated
-	if len(d) > 0 {
-		q.outdated, q.spare = q.spare, d
-	}
-	if len(q.outdated) > shrinkAbove {
-		q.outdated = map[string]*State[Obj]{}
-	}
-	clear(q.outdated)
-	if len(d) == 0 && len(q.spare) > shrinkAbove {
-		q.spare = map[string]*State[Obj]{} // no longer used by the caller
-	}
-	return d
 }
 
 // oldestSince returns the earliest time at which an object still to be

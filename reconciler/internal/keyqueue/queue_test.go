@@ -40,7 +40,7 @@ func TestLifecycleSuccessorRules(t *testing.T) {
 	assert.Equal(t, phaseQueued, s.phase, "the successor is queued")
 	assert.Equal(t, []*State[int]{s}, lc.Get(FromQueue, 10, 0))
 	assert.False(t, s.deleteSeen, "a new version starts afresh")
-	lc.MarkPruned(func(int) bool { return true })
+	lc.Add(Change[int]{As: Pruned, Absent: func(int) bool { return true }})
 	assert.Nil(t, lc.Add(Change[int]{Key: "a", Task: testTask(6, 100)}))
 	assert.True(t, s.hasNext, "after a prune the same identity is new work")
 	lc.Done(s, "", Task[int]{}, Outcome[int]{Ran: true, Settled: true, Written: true}, time.Now())
@@ -78,7 +78,8 @@ func TestLifecycleMatchesAModel(t *testing.T) {
 func testLifecycleModel(t *testing.T, priorities bool) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	lc := New[int](nil)
-	lc.Configure(Settings[int]{TrackOutdated: true})
+	told := map[string]*State[int]{} // as the retries table's writer keeps it
+	lc.Configure(Settings[int]{FailureChanged: func(key string, s *State[int]) { told[key] = s }})
 	if priorities {
 		lc.Configure(Settings[int]{Priority: func(obj int) int { return obj % 5 }, Share: 0.25})
 	}
@@ -107,6 +108,13 @@ func testLifecycleModel(t *testing.T, priorities bool) {
 			}
 			if s.attempts > 0 {
 				retrying++
+				require.Same(t, s, told[key], "a failing key's row is told with its State")
+			}
+		}
+		for key, s := range told {
+			if s != nil {
+				require.Same(t, s, lc.byKey[key], "a row told is of the key's State")
+				require.Positive(t, s.attempts, "a row told fails")
 			}
 		}
 		require.Equal(t, active, len(lc.active))
@@ -296,20 +304,22 @@ func TestTakeQueuedByPriority(t *testing.T) {
 // sized for it: the heaps are freed and the maps made anew.
 func TestABurstOfFailuresLeavesNoMemoryHeld(t *testing.T) {
 	lc := New[*int](nil)
-	lc.Configure(Settings[*int]{TrackOutdated: true})
+	told := 0
+	lc.Configure(Settings[*int]{FailureChanged: func(_ string, s *State[*int]) {
+		if s == nil {
+			told++
+		}
+	}})
 	benchWaiting(lc, 20*shrinkAbove)
-	lc.TakeOutdated()
 	end := time.Unix(3_000_000, 0)
 	for taken := lc.Get(Due, 1, end.UnixNano()); len(taken) > 0; taken = lc.Get(Due, 1, end.UnixNano()) {
 		lc.Done(taken[0], "", Task[*int]{}, Outcome[*int]{Ran: true, Settled: true, Written: true}, end)
 	}
-	require.Equal(t, 20*shrinkAbove, len(lc.TakeOutdated()), "rows to remove")
-	require.Equal(t, 0, len(lc.TakeOutdated()))
+	require.Equal(t, 20*shrinkAbove, told, "rows to remove")
 	assert.Nil(t, lc.heap.entries)
 	assert.Nil(t, lc.lows)
 	assert.Nil(t, lc.sinces)
 	assert.LessOrEqual(t, lc.peak, shrinkAbove, "byKey made anew")
-	assert.Equal(t, 0, len(lc.spare), "the map the last call returned is dropped")
 }
 
 func TestUnixNanoSaturates(t *testing.T) {

@@ -64,19 +64,21 @@ func (q *recheckHeap[Obj]) next() (int64, bool) {
 // count returns how many re-checks are asked for.
 func (q *recheckHeap[Obj]) count() int { return len(q.byKey) }
 
-// takeDue removes the re-checks due at now (Unix ns) and hands each to
-// due, with the object and the identity of the Done status it was asked
-// with: the caller marks the object Refreshing if it still carries that
-// status (a changed or deleted object has had, or has, its own turn).
-func (q *recheckHeap[Obj]) takeDue(now int64, due func(obj Obj, statusID uint64)) {
-	for len(q.heap) > 0 && q.heap[0].due <= now {
+// takeDue removes up to n re-checks due at now (Unix ns), earliest first,
+// and appends each to dst as a task with the object and the identity of
+// the Done status it was asked with: the caller marks the object
+// Refreshing if it still carries that status (a changed or deleted object
+// has had, or has, its own turn).
+func (q *recheckHeap[Obj]) takeDue(now int64, n int, dst []Task[Obj]) []Task[Obj] {
+	for ; n > 0 && len(q.heap) > 0 && q.heap[0].due <= now; n-- {
 		c := q.heap[0]
 		q.remove(0)
-		due(c.obj, c.statusID)
+		dst = append(dst, Task[Obj]{Obj: c.obj, StatusID: c.statusID})
 	}
 	if len(q.heap) == 0 && len(q.byKey) > 0 {
 		q.heap, q.byKey = nil, nil // give back what a burst took
 	}
+	return dst
 }
 
 func (q *recheckHeap[Obj]) remove(i int) {

@@ -1,15 +1,18 @@
 package keyqueue
 
 import (
+	"math"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 )
 
 // takeDue returns the keys of the re-checks due at now, in the order
-// TakeDue hands them out.
+// takeDue hands them out.
 func takeDue(q *recheckHeap[string], now int64) (keys []string) {
-	q.takeDue(now, func(obj string, _ uint64) { keys = append(keys, obj) })
+	for _, c := range q.takeDue(now, math.MaxInt, nil) {
+		keys = append(keys, c.Obj)
+	}
 	return keys
 }
 
@@ -41,10 +44,5 @@ func TestRechecksKeepTheStatusAskedWith(t *testing.T) {
 	var q recheckHeap[string]
 	q.ask("a", "a", 7, 1)
 	q.ask("a", "a2", 8, 1)
-	var got []uint64
-	q.takeDue(1, func(obj string, id uint64) {
-		assert.Equal(t, "a2", obj)
-		got = append(got, id)
-	})
-	assert.Equal(t, []uint64{8}, got)
+	assert.Equal(t, []Task[string]{{Obj: "a2", StatusID: 8}}, q.takeDue(1, math.MaxInt, nil))
 }

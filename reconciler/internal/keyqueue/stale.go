@@ -22,16 +22,11 @@ const supersededGeneration = 1 << 13
 // any reports whether a cut is remembered.
 func (m *staleCuts) any() bool { return m.cur != nil }
 
-// sawDelete records that a delete of key was read: every status handed
-// out so far, up to the identity last, is stale for the key.
-func (m *staleCuts) sawDelete(key []byte, last uint64) { m.supersede(key, last) }
-
-// sawOlder records that a commit found the object of key written back with
-// a status older than statusID, the identity of the status that asked for
-// the version it applied: the target holds a newer version.
-func (m *staleCuts) sawOlder(key []byte, statusID uint64) { m.supersede(key, statusID-1) }
-
-// supersede raises the cut of key to cut.
+// supersede raises the cut of key to cut: every status up to the
+// identity cut is stale for the key. A delete read cuts at the last
+// identity handed out; a status found written back over the version a
+// commit applied, just below the identity of the status that asked for
+// that version.
 func (m *staleCuts) supersede(key []byte, cut uint64) {
 	if m.cur == nil {
 		m.seed = maphash.MakeSeed()

@@ -19,7 +19,7 @@ func TestStaleAfterDelete(t *testing.T) {
 	before := status.Done()
 	assert.False(t, lc.cut([]byte("a"), before.ID()), "nothing recorded yet")
 
-	lc.sawDelete([]byte("a"), ident.Last())
+	lc.supersede([]byte("a"), ident.Last())
 	after := status.Done()
 	assert.True(t, lc.cut([]byte("a"), before.ID()), "created before the delete was read")
 	assert.False(t, lc.cut([]byte("a"), after.ID()), "created after")
@@ -30,25 +30,25 @@ func TestStaleAfterDelete(t *testing.T) {
 	assert.False(t, lc.cut([]byte("b"), 0), "no identity, another key")
 
 	applied := status.Pending()
-	lc.sawOlder([]byte("c"), applied.ID())
+	lc.supersede([]byte("c"), applied.ID()-1)
 	assert.True(t, lc.cut([]byte("c"), after.ID()), "older than the version applied")
 	assert.False(t, lc.cut([]byte("c"), applied.ID()), "the version applied itself")
-	lc.sawOlder([]byte("a"), after.ID())
+	lc.supersede([]byte("a"), after.ID()-1)
 	assert.False(t, lc.cut([]byte("a"), after.ID()), "a later cut never lowers")
 
-	lc.sawDelete([]byte("a"), ident.Last())
+	lc.supersede([]byte("a"), ident.Last())
 	assert.True(t, lc.cut([]byte("a"), 0), "no identity: stale again after another delete")
 
 	for i := range supersededGeneration - 2 {
-		lc.sawDelete(fmt.Appendf(nil, "k%d", i), ident.Last())
+		lc.supersede(fmt.Appendf(nil, "k%d", i), ident.Last())
 	}
 	assert.True(t, lc.cut([]byte("a"), before.ID()), "one generation is kept whole")
 	for i := range supersededGeneration {
-		lc.sawDelete(fmt.Appendf(nil, "m%d", i), ident.Last())
+		lc.supersede(fmt.Appendf(nil, "m%d", i), ident.Last())
 	}
 	assert.True(t, lc.cut([]byte("k0"), before.ID()), "the previous generation is kept")
 	for i := range supersededGeneration {
-		lc.sawDelete(fmt.Appendf(nil, "n%d", i), ident.Last())
+		lc.supersede(fmt.Appendf(nil, "n%d", i), ident.Last())
 	}
 	assert.False(t, lc.cut([]byte("k0"), before.ID()), "two generations back are dropped")
 	assert.LessOrEqual(t, len(lc.cur)+len(lc.old), 2*supersededGeneration)

@@ -5,11 +5,17 @@ import "time"
 // The verbs: what the queue's owner calls to change it, as workqueue's
 // Add, Get and Done (see the package doc).
 
-// Change is a change of a key read from the table, for Add.
+// Change is what the caller observed of a key, for Add: a change read
+// from the table, or what a commit or a prune found there. As says which;
+// the other fields count only for the kinds their comments name.
 type Change[Obj any] struct {
-	Key  string // the key; with As Backlogged, only if Keyed
-	Task Task[Obj]
-	As   Arrival
+	// Key is the key, for every kind but Pruned: with As Backlogged only
+	// if Keyed; with As Seen and WrittenBack as RawKey, the bytes the
+	// primary index gives, so that no string is made for them.
+	Key    string
+	RawKey []byte
+	Task   Task[Obj]
+	As     Kind
 	// With As Backlogged: whether Key is set. While no key is tracked the
 	// caller need not work it out: no retry of it can wait.
 	Keyed bool
@@ -18,16 +24,22 @@ type Change[Obj any] struct {
 	ErrID uint64
 	Err   error
 	Now   time.Time
+	// With As Seen of a delete (Task.Delete), and As WrittenBack: every
+	// status of the key up to the identity Cut is stale (see Stale).
+	Cut uint64
+	// With As Pruned: whether obj is missing from the prune's snapshot.
+	Absent func(obj Obj) bool
 }
 
-// Arrival is how a change read joins the queue.
-type Arrival uint8
+// Kind is what a Change reports: how a change read joins the queue (the
+// first five), or what else was found of a key.
+type Kind uint8
 
 const (
 	// Fresh starts the change now, or parks it behind the version of its
 	// key running (or in its place in the queue): Add returns the State
 	// started, if any.
-	Fresh Arrival = iota
+	Fresh Kind = iota
 	// Queued leaves the change in the queue, for Get to take by priority
 	// (with Configure): a key gone or waiting joins the back of the
 	// queue, one queued keeps its place with the newer change's priority.
@@ -38,22 +50,41 @@ const (
 	// knows that status already. While a version of the key runs, it is
 	// a change like any other.
 	Failed
-	// Backlogged defers the change behind fresh ones (see Undefer): only
-	// the task's Obj, Rev and Asked are kept. A retry of the key, known
-	// if Keyed, is dropped: a newer version waits in the backlog.
+	// Backlogged defers the change behind fresh ones (see Take, Backlog):
+	// only the task's Obj, Rev and Asked are kept. A retry of the key,
+	// known if Keyed, is dropped: a newer version waits in the backlog.
 	Backlogged
 	// Same is the version the key's State holds (queued, or just taken
 	// by Get), found by the caller at a newer revision: only another
 	// reconciler's status, or this one's Error status, changed since. The
 	// task follows it to the task's Obj and Rev; nothing else changes.
 	Same
+	// Seen is a change of RawKey read that asks for work (a new version,
+	// a Refreshing mark) or a delete, told before the caller acts on it,
+	// whatever it does next: the re-check asked for the key, if any, is
+	// dropped (the change replaces it), and after a delete every status
+	// up to Cut, the last identity handed out, is stale for the key. A
+	// change that is no delete need not be told while no re-check is
+	// asked for (Figures.Rechecks).
+	Seen
+	// WrittenBack is the object of RawKey found by a commit written back
+	// with a status older than the version it applied: every status up
+	// to Cut, just below the identity of the status that asked for that
+	// version, is stale for the key.
+	WrittenBack
+	// Pruned is a prune that ran: every running update whose object
+	// Absent says is missing from the prune's snapshot may see what it
+	// applies undone (see the invariants). Key is not read.
+	Pruned
 )
 
-// Add records c, a change read from the table, as workqueue's Add adds an
-// item: a new version of its key (with a Pending or Refreshing status, or
-// an Error one: As Failed), its delete, or the version held found again
-// (As Same). It returns the State of the key started (running), to hand to
-// the executor now, or nil.
+// Add records c, what the caller observed of a key, as workqueue's Add
+// adds an item: a new version of it (with a Pending or Refreshing status,
+// or an Error one: As Failed), its delete, or the version held found
+// again (As Same); or what a change, a commit or a prune tells of the
+// statuses of a key and of the versions running (As Seen, WrittenBack,
+// Pruned). It returns the State of the key started (running), to hand to
+// the executor now, or nil: only a Fresh change starts one.
 func (q *Queue[Obj]) Add(c Change[Obj]) *State[Obj] {
 	switch c.As {
 	case Queued:
@@ -69,6 +100,15 @@ func (q *Queue[Obj]) Add(c Change[Obj]) *State[Obj] {
 		if c.Keyed {
 			q.dropRetry(c.Key)
 		}
+	case Seen:
+		q.rechecks.drop(c.RawKey)
+		if c.Task.Delete {
+			q.cuts.supersede(c.RawKey, c.Cut)
+		}
+	case WrittenBack:
+		q.cuts.supersede(c.RawKey, c.Cut)
+	case Pruned:
+		q.markPruned(c.Absent)
 	default:
 		return q.observe(c.Key, c.Task)
 	}
@@ -119,6 +159,38 @@ func (q *Queue[Obj]) Get(from From, n int, now int64) []*State[Obj] {
 	return q.takeQueued(n)
 }
 
+// Kept says which of what the queue keeps beside the keys' States Take
+// hands out.
+type Kept uint8
+
+const (
+	// Backlog takes up to n changes deferred (As Backlogged), oldest
+	// first: each task holds the Obj, Rev and Asked it was deferred with.
+	Backlog Kept = iota
+	// Rechecks takes up to n re-checks due at now (Unix ns, see
+	// Outcome.RecheckAt), earliest first: each task holds the object as
+	// written (Obj) and the identity of the Done status written with it
+	// (StatusID).
+	Rechecks
+)
+
+// Take removes up to n entries of what kept names and appends them to dst
+// as tasks, for the caller to look up in the table: a deferred change is
+// applied as its object now is, if that still asks for work, and a
+// re-check marks its object Refreshing if it still carries the status it
+// was asked with. Unlike what Get hands out, nothing is started, and no
+// Done is owed.
+func (q *Queue[Obj]) Take(kept Kept, n int, now int64, dst []Task[Obj]) []Task[Obj] {
+	if kept == Rechecks {
+		return q.rechecks.takeDue(now, n, dst)
+	}
+	for ; n > 0 && q.deferred.size > 0; n-- {
+		d := q.deferred.pop()
+		dst = append(dst, Task[Obj]{Obj: d.obj, Rev: d.rev, Asked: d.asked})
+	}
+	return dst
+}
+
 // Outcome is what became of a task handed out: whether its operation ran,
 // and what the commit that followed did.
 type Outcome[Obj any] struct {
@@ -153,7 +225,7 @@ type Outcome[Obj any] struct {
 	ErrID   uint64
 	// RecheckAt (Unix ns), if not 0, asks for a re-check of a successful
 	// update (RecheckAfter): Updated is the object as written, with the
-	// Done status UpdatedID. A later one replaces it (see TakeRechecks).
+	// Done status UpdatedID. A later one replaces it (see Take, Rechecks).
 	RecheckAt int64
 	Updated   Obj
 	UpdatedID uint64
@@ -205,9 +277,13 @@ type Settings[Obj any] struct {
 	// any key is queued.
 	Priority func(Obj) int
 	Share    float64
-	// TrackOutdated makes TakeOutdated report which keys' failures
-	// changed, for the retries table.
-	TrackOutdated bool
+	// FailureChanged, if not nil, is told of each change of a key's
+	// failure, for the retries table: a failure recorded, its retry taken,
+	// requeued or waiting again, with the key's State; or its end (a
+	// success, a terminal error, a newer version, the key dropped), with
+	// nil. It is called from within the verbs, and must not call the
+	// queue.
+	FailureChanged func(key string, s *State[Obj])
 }
 
 // Configure applies the settings s sets; those it leaves zero are kept.
@@ -215,7 +291,7 @@ func (q *Queue[Obj]) Configure(s Settings[Obj]) {
 	if s.Priority != nil {
 		q.setPriority(s.Priority, s.Share)
 	}
-	if s.TrackOutdated {
-		q.trackOutdated()
+	if s.FailureChanged != nil {
+		q.failureChanged = s.FailureChanged
 	}
 }

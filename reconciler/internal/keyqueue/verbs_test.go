@@ -27,6 +27,23 @@ func failed(retryAt int64, errID uint64) Outcome[string] {
 	return Outcome[string]{Ran: true, Err: errTarget, Written: true, RetryAt: retryAt, ErrID: errID}
 }
 
+// failures records what Settings.FailureChanged tells, as the retries
+// table's writer does: the keys whose failure changed since the last take,
+// with their State, or nil once the failure ended.
+type failures map[string]*State[string]
+
+func (f failures) changed(key string, s *State[string]) { f[key] = s }
+
+// take returns what was told since the last take, and forgets it.
+func (f failures) take() map[string]*State[string] {
+	told := make(map[string]*State[string], len(f))
+	for k, s := range f {
+		told[k] = s
+		delete(f, k)
+	}
+	return told
+}
+
 // takeRetries takes up to n retries due at now, in a slice of its own.
 func takeRetries(q *Queue[string], n int, now int64) []*State[string] {
 	return append([]*State[string](nil), q.Get(Due, n, now)...)
@@ -222,9 +239,9 @@ func TestSupersededAfterDeleteOrPrune(t *testing.T) {
 	d := q.Get(FromQueue, 1, 0)[0]
 	q.Done(d, "", Task[string]{}, succeeded(), t0)
 	s = q.Add(Change[string]{Key: "k", Task: version(3, 30)})
-	q.MarkPruned(func(string) bool { return false })
+	assert.Nil(t, q.Add(Change[string]{As: Pruned, Absent: func(string) bool { return false }}))
 	assert.False(t, s.View().Superseded, "present in the prune's snapshot")
-	q.MarkPruned(func(string) bool { return true })
+	q.Add(Change[string]{As: Pruned, Absent: func(string) bool { return true }})
 	assert.True(t, s.View().Superseded, "absent from it")
 }
 
@@ -279,29 +296,60 @@ func TestMemoryOfKeys(t *testing.T) {
 	assert.Equal(t, 1, f.Deferred)
 	assert.Zero(t, f.Retrying, "the retry is dropped: a newer version waits")
 	assert.Equal(t, uint64(2), q.Lows().Deferred)
-	d, ok := q.Undefer()
-	require.True(t, ok)
-	assert.Equal(t, uint64(2), d.Rev)
-	_, ok = q.Undefer()
-	assert.False(t, ok)
+	d := q.Take(Backlog, 5, 0, nil)
+	require.Len(t, d, 1)
+	assert.Equal(t, Task[string]{Obj: "v", Rev: 2, Asked: 2}, d[0], "the object, revision and request deferred")
+	assert.Empty(t, q.Take(Backlog, 5, 0, nil), "taken")
 
-	ok = false
 	q.Done(nil, "r", version(3, 30), Outcome[string]{Ran: true, Settled: true, Written: true, RecheckAt: 50, Updated: "r", UpdatedID: 31}, t0)
 	f = q.Figures()
 	assert.Equal(t, 1, f.Rechecks)
 	assert.Equal(t, int64(50), f.NextRecheck)
-	q.TakeRechecks(49, func(string, uint64) { ok = true })
-	assert.False(t, ok, "not due yet")
-	q.Seen([]byte("r"), false, 0)
+	assert.Empty(t, q.Take(Rechecks, 5, 49, nil), "not due yet")
+	assert.Nil(t, q.Add(Change[string]{RawKey: []byte("r"), Task: version(4, 40), As: Seen}))
 	assert.Zero(t, q.Figures().Rechecks, "replaced by the change read")
+	assert.False(t, q.Figures().Tracked, "a change seen is not added")
 
 	assert.False(t, q.Figures().Stale)
 	assert.False(t, q.Stale([]byte("d"), 5))
-	q.Seen([]byte("d"), true, 7)
+	q.Add(Change[string]{RawKey: []byte("d"), Task: Task[string]{Rev: 5, Delete: true}, As: Seen, Cut: 7})
 	assert.True(t, q.Figures().Stale)
 	assert.True(t, q.Stale([]byte("d"), 5), "made before the delete was read")
 	assert.False(t, q.Stale([]byte("d"), 8))
-	q.SawOlder([]byte("o"), 9)
+	q.Add(Change[string]{RawKey: []byte("o"), As: WrittenBack, Cut: 8})
 	assert.True(t, q.Stale([]byte("o"), 8), "older than the version applied")
 	assert.False(t, q.Stale([]byte("o"), 9))
+	assert.False(t, q.Figures().Tracked, "no key is tracked for its cuts")
+}
+
+// A change seen that is no delete cuts nothing; one of another key drops
+// no re-check.
+func TestSeenUpdateCutsNothing(t *testing.T) {
+	q := New[string](nil)
+	q.Done(nil, "r", version(1, 10), Outcome[string]{Ran: true, Settled: true, Written: true, RecheckAt: 50, Updated: "r", UpdatedID: 11}, t0)
+	q.Add(Change[string]{RawKey: []byte("other"), Task: version(2, 20), As: Seen, Cut: 30})
+	assert.Equal(t, 1, q.Figures().Rechecks, "another key's change")
+	assert.False(t, q.Figures().Stale, "no delete: no cut")
+	q.Add(Change[string]{RawKey: []byte("r"), Task: version(3, 30), As: Seen, Cut: 30})
+	assert.Zero(t, q.Figures().Rechecks)
+	assert.False(t, q.Stale([]byte("r"), 11), "a version read cuts nothing")
+}
+
+// Re-checks come out due first, at most n of them, each with the object
+// written and the Done status it was asked with; a later ask of a key
+// replaces its re-check.
+func TestTakeRechecksDueFirst(t *testing.T) {
+	q := New[string](nil)
+	ask := func(key string, id uint64, at int64) {
+		q.Done(nil, key, version(1, id), Outcome[string]{Ran: true, Settled: true, Written: true, RecheckAt: at, Updated: key, UpdatedID: id}, t0)
+	}
+	ask("a", 1, 30)
+	ask("b", 2, 10)
+	ask("c", 3, 20)
+	ask("a", 4, 5) // replaces a's: now due first
+	assert.Equal(t, 3, q.Figures().Rechecks)
+	assert.Equal(t, []Task[string]{{Obj: "a", StatusID: 4}}, q.Take(Rechecks, 1, 20, nil), "at most n")
+	assert.Equal(t, []Task[string]{{Obj: "b", StatusID: 2}, {Obj: "c", StatusID: 3}}, q.Take(Rechecks, 5, 20, nil))
+	assert.Zero(t, q.Figures().Rechecks)
+	assert.False(t, q.Figures().RecheckDue)
 }
