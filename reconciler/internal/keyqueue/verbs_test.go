@@ -353,3 +353,21 @@ func TestTakeRechecksDueFirst(t *testing.T) {
 	assert.Zero(t, q.Figures().Rechecks)
 	assert.False(t, q.Figures().RecheckDue)
 }
+
+// A prune marks only the updates running with their object absent: not a
+// delete running, nor a version queued, which starts afresh.
+func TestPrunedMarksOnlyRunningUpdates(t *testing.T) {
+	q := New[string](nil)
+	q.Configure(Settings[string]{Priority: func(string) int { return 0 }, Share: 0.25})
+	del := q.Add(Change[string]{Key: "d", Task: Task[string]{Rev: 1, Asked: 1, Delete: true}, As: Queued})
+	assert.Nil(t, del, "queued with priorities")
+	running := q.Get(FromQueue, 1, 0)
+	require.Len(t, running, 1)
+	q.Add(Change[string]{Key: "u", Task: version(2, 20), As: Queued})
+	q.Add(Change[string]{As: Pruned, Absent: func(string) bool { return true }})
+	assert.False(t, running[0].View().Superseded, "a delete running")
+	queued := q.Get(FromQueue, 1, 0)
+	require.Len(t, queued, 1)
+	assert.Equal(t, "u", queued[0].View().Key)
+	assert.False(t, queued[0].View().Superseded, "queued when the prune ran")
+}
