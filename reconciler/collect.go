@@ -246,7 +246,9 @@ func (r *reconciler[Obj]) collectChange(txn statedb.ReadTxn, change statedb.Chan
 	}
 	if change.Deleted || (f.Rechecks > 0 && st.IsPendingOrRefreshing()) {
 		if key, ok := r.objects.primary.ObjectToKey(change.Object); ok {
-			lc.Add(keyqueue.Change[Obj]{RawKey: key, Task: t, As: keyqueue.Seen, Cut: ident.Last()}) // a re-check is replaced by this change
+			// A re-check is replaced by this change; a delete cuts the
+			// statuses handed out so far.
+			lc.Add(keyqueue.Change[Obj]{As: keyqueue.Seen, RawKey: key, Task: t, Cut: ident.Last()})
 			*f = lc.Figures()
 		}
 	}
