@@ -87,6 +87,8 @@ type Group[Obj any] struct {
 	taken   []*submission[Obj]
 	subs    []*submission[Obj] // of the write under way
 	refs    []ref
+	merged  []ref  // refs' twin, swapped with it by orderedRefs
+	heads   []span // orderedRefs'
 	runs    []run[Obj]
 	merging sync.WaitGroup // helpers merging
 	timer   *time.Timer
@@ -107,6 +109,29 @@ type submission[Obj any] struct {
 	done  chan message // what the leader asks of a waiting member
 	// the revisions of the current write, merged before Wrote
 	lo, hi statedb.Revision
+	// The batch's entries with something to write, listed by the member
+	// before it submits, on its own goroutine; ordered if by revision.
+	entries []entry
+	ordered bool
+}
+
+// entry is a batch's entry item to write, of revision rev.
+type entry struct {
+	rev  statedb.Revision
+	item int32
+}
+
+// list lists b's entries to write in s.entries.
+func (s *submission[Obj]) list(b Batch[Obj]) {
+	s.batch, s.entries, s.ordered = b, s.entries[:0], true
+	for i := range b.Len() {
+		if rev, _, ok := b.Entry(i); ok {
+			if n := len(s.entries); n > 0 && s.entries[n-1].rev > rev {
+				s.ordered = false
+			}
+			s.entries = append(s.entries, entry{rev, int32(i)})
+		}
+	}
 }
 
 type ref struct {
@@ -216,7 +241,7 @@ const (
 // returns once they are written. It ends m's round (see End).
 func (m *Member[Obj]) Commit(b Batch[Obj]) {
 	g, s := m.g, &m.sub
-	s.batch = b
+	s.list(b)
 	g.mu.Lock()
 	m.busy, m.late = false, false
 	g.pending = append(g.pending, s)
@@ -344,24 +369,7 @@ func (g *Group[Obj]) holdFor() bool {
 // by the leader (self) and the members waiting, each on objects of its
 // own.
 func (g *Group[Obj]) write(self *submission[Obj], subs []*submission[Obj]) {
-	refs := g.refs[:0]
-	for si, s := range subs {
-		s.lo, s.hi = 0, 0
-		for i := range s.batch.Len() {
-			if rev, _, ok := s.batch.Entry(i); ok {
-				refs = append(refs, ref{rev: rev, sub: int32(si), item: int32(i)})
-			}
-		}
-	}
-	slices.SortFunc(refs, func(a, b ref) int {
-		if c := cmp.Compare(a.rev, b.rev); c != 0 {
-			return c
-		}
-		if c := cmp.Compare(a.sub, b.sub); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.item, b.item)
-	})
+	refs := g.orderedRefs(subs)
 	g.refs, g.subs = refs, subs
 	runs := g.runs[:0]
 	for lo := 0; lo < len(refs); {
@@ -453,6 +461,65 @@ func (g *Group[Obj]) write(self *submission[Obj], subs []*submission[Obj]) {
 	clear(refs)
 	clear(runs)
 	g.refs, g.runs, g.subs = refs[:0], runs[:0], nil
+}
+
+// orderedRefs returns the entries of subs to write, ordered by revision,
+// then submission, then entry. A member's entries come in the order its
+// round read the changes, by revision but for the few it retried or took
+// from its queue: each submission's ordered entries (see entries) are
+// merged, and only if one is out of order are they sorted.
+func (g *Group[Obj]) orderedRefs(subs []*submission[Obj]) []ref {
+	refs, heads := g.refs[:0], g.heads[:0]
+	ordered := true
+	for si, s := range subs {
+		s.lo, s.hi = 0, 0
+		ordered = ordered && s.ordered
+		start := len(refs)
+		for _, e := range s.entries {
+			refs = append(refs, ref{rev: e.rev, sub: int32(si), item: e.item})
+		}
+		if len(refs) > start {
+			heads = append(heads, span{int32(start), int32(len(refs))})
+		}
+	}
+	g.heads = heads[:0]
+	switch {
+	case !ordered:
+		slices.SortFunc(refs, compareRefs)
+		return refs
+	case len(heads) <= 1:
+		return refs
+	}
+	// Merge the submissions' spans into merged, then swap the buffers.
+	merged := slices.Grow(g.merged[:0], len(refs))
+	for len(heads) > 0 {
+		least := 0
+		for h := 1; h < len(heads); h++ {
+			if refs[heads[h].lo].rev < refs[heads[least].lo].rev {
+				least = h // ties go to the lower submission, as heads are in its order
+			}
+		}
+		hd := &heads[least]
+		merged = append(merged, refs[hd.lo])
+		if hd.lo++; hd.lo == hd.hi {
+			heads = slices.Delete(heads, least, least+1)
+		}
+	}
+	g.merged = refs[:0]
+	return merged
+}
+
+// span is the entries lo to hi-1 of a write's refs.
+type span struct{ lo, hi int32 }
+
+func compareRefs(a, b ref) int {
+	if c := cmp.Compare(a.rev, b.rev); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.sub, b.sub); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.item, b.item)
 }
 
 // flushWrote hands each submission's revisions gathered so far (see took)

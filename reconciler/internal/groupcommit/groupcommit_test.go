@@ -194,6 +194,37 @@ func TestEntriesOfOneRevisionAreWrittenInOneObjectWrite(t *testing.T) {
 	assert.Same(t, x, ba.written[0])
 }
 
+// The entries of one revision meet in one object write whatever the order
+// of each member's entries: in revision order (merged) or not (sorted).
+func TestEntriesOfOneRevisionMeetInAnyOrder(t *testing.T) {
+	for _, order := range [][2][]string{
+		{{"w", "x", "z"}, {"x", "y", "z"}}, // each in revision order
+		{{"z", "w", "x"}, {"y", "z", "x"}}, // neither
+		{{"w", "x", "z"}, {"z", "y", "x"}}, // one
+	} {
+		setHold(t, time.Hour)
+		db, tbl := newTable(t)
+		insert(t, db, tbl, "w", "x", "y", "z")
+		a, b := Join(db, tbl), Join(db, tbl)
+		txn := db.ReadTxn()
+		before := tbl.Revision(txn)
+		ba, bb := newBatch("a", tbl, txn, order[0]...), newBatch("b", tbl, txn, order[1]...)
+		b.Begin()
+		aDone := commitAsync(a, ba)
+		waitHolding(t, a)
+		b.Commit(bb)
+		wait(t, aDone, "a's commit")
+		now := db.ReadTxn()
+		assert.Equal(t, before+4, tbl.Revision(now), "%v: one write per object", order)
+		for id, marks := range map[string][]string{"w": {"a"}, "x": {"a", "b"}, "y": {"b"}, "z": {"a", "b"}} {
+			o, _, _ := tbl.Get(now, tobjID.Query(id))
+			assert.ElementsMatch(t, marks, o.Marks, "%v: %s", order, id)
+		}
+		a.Leave()
+		b.Leave()
+	}
+}
+
 // A member still in its round when the hold runs out is late: the leader
 // writes without it, and no leader holds for it again until it commits.
 func TestAMemberLateForAHoldIsNotHeldForAgain(t *testing.T) {
