@@ -8,6 +8,7 @@ import (
 
 	"github.com/cilium/hive/cell"
 	"github.com/converge-go/converge/reconciler/internal/executor"
+	"github.com/converge-go/converge/reconciler/internal/refresh"
 	"github.com/converge-go/converge/tables"
 	"github.com/converge-go/converge/tracing"
 )
@@ -29,7 +30,8 @@ type loop[Obj any] struct {
 	// wasPaused is whether the last round ran paused: a round runs when
 	// that changes.
 	wasPaused bool
-	setup     setupStep // WithSetup's step, before the first round (see setUp)
+	setup     setupStep               // WithSetup's step, before the first round (see setUp)
+	refresher *refresh.Refresher[Obj] // marks the re-checks due
 }
 
 // run is the reconcile job: it waits for something to do and runs a round,
@@ -46,7 +48,7 @@ func (r *reconciler[Obj]) run(ctx context.Context, health cell.Health) error {
 	r.join() // the table's other reconcilers, to write with (see shared)
 	r.resetRun(health)
 	r.applySettings() // Configure's, while stopped
-	l := &loop[Obj]{r: r, prune: newPruneSchedule(r), retry: time.NewTimer(time.Hour)}
+	l := &loop[Obj]{r: r, prune: newPruneSchedule(r), retry: time.NewTimer(time.Hour), refresher: r.newRefresher()}
 	l.retry.Stop()
 	r.gate.SetStopping(false)
 	l.exec = newExecutor(ctx, r)
@@ -145,7 +147,7 @@ func (l *loop[Obj]) round(ctx context.Context, paused bool) {
 		room = min(room, probe) // the target fails: one probe at most
 	}
 	if r.keys.lifecycles.Figures().RecheckDue && !paused {
-		r.markRefreshing(r.dueRechecks(txn, now.UnixNano()))
+		l.refresher.Mark(r.dueRechecks(txn, now.UnixNano()))
 	}
 	var work []op[Obj]
 	if broken && room == 1 {
