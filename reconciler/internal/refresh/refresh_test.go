@@ -28,7 +28,7 @@ func (o *object) TableHeader() []string { return []string{"ID", "Status"} }
 func (o *object) TableRow() []string    { return []string{strconv.FormatUint(o.id, 10), o.st.String()} }
 
 var byID = statedb.Index[*object, uint64]{
-	Name:       "id",
+	Name: "id",
 	FromObject: func(o *object) index.KeySet {
 		if o.id == 0 {
 			return index.KeySet{} // no primary key
