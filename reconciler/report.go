@@ -198,7 +198,7 @@ func (r *reconciler[Obj]) infoRow(p *prune.Schedule, state tables.State, objects
 		BreakerOpenings:      r.breaker.State().Openings,
 	}
 	if r.target.drift != nil {
-		info.DriftDetected = r.target.drift.rows.detected
+		info.DriftDetected = r.target.drift.Rows().Detected()
 	}
 	p.Info(&info)
 	return info

@@ -5,6 +5,7 @@ import (
 
 	"github.com/cilium/statedb"
 
+	"github.com/converge-go/converge/reconciler/internal/drift"
 	"github.com/converge-go/converge/reconciler/internal/prune"
 )
 
@@ -19,7 +20,7 @@ type target[Obj any] struct {
 	batchOps  BatchOperations[Obj]
 	processor BatchProcessor[Obj] // batchOps, if it implements it; else nil
 	pruner    pruner[Obj]         // ops, or batchOps serving alone; nil if it cannot prune
-	drift     *driftCheck[Obj]    // WithDriftCheck; nil without
+	drift     *drift.Check[Obj]   // WithDriftCheck; nil without
 	guard     *prune.Guard[Obj]   // WithPruneGuard's, or nil
 }
 
@@ -59,18 +60,3 @@ const (
 	updateBatch                   // BatchOperations.UpdateBatch
 	processBatch                  // BatchProcessor.ProcessBatch
 )
-
-// driftCheck is the state of WithDriftCheck, owned by the target: the
-// check and its mode, read-only after Register and read by the loop and
-// the workers; and rows, the drifted objects, owned by the loop's
-// goroutine.
-type driftCheck[Obj any] struct {
-	check      func(ctx context.Context, txn statedb.ReadTxn, revision statedb.Revision, obj Obj) (bool, error)
-	reportOnly bool
-	rows       driftRows
-}
-
-// applies reports whether the check runs for o.
-func (d *driftCheck[Obj]) applies(o *op[Obj]) bool {
-	return d != nil && o.Refresh && !o.Delete
-}
