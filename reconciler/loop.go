@@ -22,7 +22,7 @@ import (
 type loop[Obj any] struct {
 	r      *reconciler[Obj]
 	exec   *executor.Executor[op[Obj]]
-	prune  *prune.Schedule
+	prune  prune.Schedule
 	retry  *time.Timer // fires when the earliest retry is due (see armRetry)
 	probes int         // probe rounds so far: whose turn the next probe is (see collectProbe)
 	// reported is set once a round reported in this run: a prune's report
@@ -54,7 +54,7 @@ func (r *reconciler[Obj]) run(ctx context.Context, health cell.Health) error {
 	r.gate.SetStopping(false)
 	l.exec = newExecutor(ctx, r)
 	defer l.stopped()
-	if !r.startGate(ctx, l.prune) || !r.setUp(ctx, &l.setup, l.prune) {
+	if !r.startGate(ctx, &l.prune) || !r.setUp(ctx, &l.setup, &l.prune) {
 		return nil
 	}
 	for {
@@ -89,8 +89,8 @@ func (r *reconciler[Obj]) run(ctx context.Context, health cell.Health) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			r.pruneNow(ctx, l.prune) // 1. no operation starts meanwhile
-			r.reportPrune(l.prune)   // 2. health, the reconcilers table
+			r.pruneNow(ctx, &l.prune) // 1. no operation starts meanwhile
+			r.reportPrune(&l.prune)   // 2. health, the reconcilers table
 			continue
 		case <-r.owedC():
 			r.publishOwed() // the statuses written with the table's other reconcilers are in
@@ -166,7 +166,7 @@ func (l *loop[Obj]) round(ctx context.Context, paused bool) {
 	r.feed.wrote(outcome.wrote)
 	l.prune.Tables.Check(txn)
 	end := r.clock.now()
-	r.report(txn, work, outcome, l.exec.Load(end), l.prune, end, paused) // 4. progress, metrics, tables, health
+	r.report(txn, work, outcome, l.exec.Load(end), &l.prune, end, paused) // 4. progress, metrics, tables, health
 	l.reported = true
 	l.prune.RoundRead(len(work)) // a held prune is planned again
 	if r.opts.tracer != nil && (len(work) > 0 || outcome.committed > 0 || outcome.failed > 0) {
@@ -203,7 +203,7 @@ func (l *loop[Obj]) stopped() {
 	r.reportStopped()
 	if r.rep.info != nil {
 		txn := r.db.ReadTxn()
-		r.rep.info.write(r.infoRow(l.prune, tables.StateStopped, r.objects.table.NumObjects(txn), r.keys.lifecycles.Figures().Retrying, 0, 0, lows.Since), r.keys.lifecycles.TakeOutdated())
+		r.rep.info.write(r.infoRow(&l.prune, tables.StateStopped, r.objects.table.NumObjects(txn), r.keys.lifecycles.Figures().Retrying, 0, 0, lows.Since), r.keys.lifecycles.TakeOutdated())
 	}
 }
 

@@ -16,7 +16,7 @@ import (
 // newPruneSchedule returns the prune schedule of one run of the loop (see
 // package prune): prunes wait for the table and those of WithStartAfter,
 // and a failed prune is tried again after the retry backoff in force.
-func newPruneSchedule[Obj any](r *reconciler[Obj]) *prune.Schedule {
+func newPruneSchedule[Obj any](r *reconciler[Obj]) prune.Schedule {
 	return prune.NewSchedule(r.db.ReadTxn(), prune.Config{
 		Tables:   append([]statedb.TableMeta{r.objects.table}, r.opts.startTables...),
 		Interval: r.opts.pruneInterval,

@@ -46,7 +46,9 @@ type Config struct {
 // failed prune again after the retry backoff. The loop waits on its
 // channels, tells it what fired, and prunes while Due, between rounds,
 // with the gate closed. It lives as long as one run of the loop, whose
-// goroutine it belongs to; make one with NewSchedule and Stop it.
+// goroutine it belongs to; make one with NewSchedule and Stop it. Its zero
+// value has no channels, is never due, and reports no prune: a loop's
+// rounds may use it (Tables, RoundRead, Errs, Info), not its run.
 type Schedule struct {
 	cfg    Config
 	Tables TableGate // the tables prunes wait for, and why health says they do
@@ -72,8 +74,8 @@ var closed = func() <-chan struct{} {
 }()
 
 // NewSchedule returns the schedule of cfg, its tables as txn holds them.
-func NewSchedule(txn statedb.ReadTxn, cfg Config) *Schedule {
-	s := &Schedule{
+func NewSchedule(txn statedb.ReadTxn, cfg Config) Schedule {
+	s := Schedule{
 		cfg:    cfg,
 		Tables: TableGate{metas: cfg.Tables},
 		initC:  closed,
