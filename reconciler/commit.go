@@ -156,7 +156,7 @@ func (r *reconciler[Obj]) settle(ops []op[Obj], now time.Time) (out commitOutcom
 	for i := range ops {
 		o := &ops[i]
 		if o.ran {
-			r.driftSettled(o, now) // a repair the drift check asked for counts one
+			r.driftSettled(o) // a repair the drift check asked for counts one
 		}
 		fig.Stats.RefreshRepaired += int(o.drift) // counted whatever the outcome
 		if !o.ran {

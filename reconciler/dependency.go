@@ -1,15 +1,13 @@
 package reconciler
 
 import (
-	"context"
 	"fmt"
+	"time"
 
-	"github.com/cilium/hive/cell"
 	"github.com/cilium/hive/job"
 	"github.com/cilium/statedb"
 
-	"github.com/converge-go/converge/reconciler/internal/changes"
-	"github.com/converge-go/converge/status"
+	"github.com/converge-go/converge/reconciler/internal/dependency"
 )
 
 // WithDependency re-reconciles objects when something they depend on
@@ -45,7 +43,7 @@ import (
 func WithDependency[Obj, Dep any](table statedb.Table[Dep], mapper func(dep Dep, deleted bool) []statedb.Query[Obj]) Option {
 	return func(o *options) {
 		o.by = "WithDependency"
-		d := &dependency[Obj, Dep]{table: table, mapper: mapper}
+		d := &dependencyOpt[Obj, Dep]{table: table, mapper: mapper}
 		o.dependencies = append(o.dependencies, func(r any) (job.Job, error) {
 			rr, ok := r.(*reconciler[Obj])
 			if !ok {
@@ -56,8 +54,8 @@ func WithDependency[Obj, Dep any](table statedb.Table[Dep], mapper func(dep Dep,
 	}
 }
 
-// dependency is one WithDependency option.
-type dependency[Obj, Dep any] struct {
+// dependencyOpt is one WithDependency option.
+type dependencyOpt[Obj, Dep any] struct {
 	table  statedb.Table[Dep]
 	mapper func(Dep, bool) []statedb.Query[Obj]
 }
@@ -75,136 +73,31 @@ func registerDependencies[Obj any](r *reconciler[Obj]) ([]job.Job, error) {
 	return jobs, nil
 }
 
-func (d *dependency[Obj, Dep]) register(r *reconciler[Obj]) (job.Job, error) {
+func (d *dependencyOpt[Obj, Dep]) register(r *reconciler[Obj]) (job.Job, error) {
 	switch {
 	case d.table == nil || d.mapper == nil:
 		return nil, fmt.Errorf("reconciler.Register: WithDependency needs a table and a mapper: %w", ErrInvalidConfig)
 	case d.table.Name() == r.objects.table.Name():
 		return nil, fmt.Errorf("reconciler.Register: table %q cannot be a dependency of itself: %w", d.table.Name(), ErrInvalidConfig)
 	}
-	t := &dependencyTracker[Obj, Dep]{r: r, d: d, changes: changes.New(r.db, d.table)}
-	return job.OneShot(r.jobName("dependency-"+d.table.Name()), t.run), nil
-}
-
-// dependencyTracker is the job of one dependency.
-type dependencyTracker[Obj, Dep any] struct {
-	r       *reconciler[Obj]
-	d       *dependency[Obj, Dep]
-	changes *changes.Feed[Dep] // across stops
-}
-
-func (t *dependencyTracker[Obj, Dep]) run(ctx context.Context, health cell.Health) error {
-	if _, err := t.changes.Open(); err != nil {
-		return fmt.Errorf("reading the changes of dependency %q: %w", t.d.table.Name(), err)
-	}
-	defer t.changes.Close()
-	var queries []statedb.Query[Obj]
-	reported := false
-	for {
-		seq, watch := t.changes.Next(t.r.db.ReadTxn())
-		var mapErr, markErr error
-		seen := 0
-		for change := range seq {
-			seen++
-			mapped, err := t.mapped(change)
-			if err != nil {
-				mapErr = err
-				continue
+	cfg := dependency.Config[Obj, Dep]{
+		DB: r.db, Table: r.objects.table, Dep: d.table, Mapper: d.mapper,
+		Status: r.objects.getStatus, WithStatus: r.objects.withStatus,
+		Now:    func() time.Time { return r.clock.now() },
+		Failed: func(err error) { r.log.Error("Reconciler dependency failed", "error", err) },
+		Keyed: func(obj Obj) bool {
+			_, ok := r.objects.keyOf(obj)
+			if !ok {
+				r.noKey("a dependency mark (setStatus removed it)", obj)
 			}
-			queries = append(queries, mapped...)
-			if len(queries) >= refreshBatch {
-				if err := t.mark(queries); err != nil {
-					markErr = err
-				}
-				clear(queries)
-				queries = queries[:0]
-			}
-		}
-		// Health changes with the outcome of the changes seen; a pass
-		// that saw none leaves it as it is.
-		if err := t.mark(queries); err != nil {
-			markErr = err
-		}
-		switch {
-		case markErr != nil:
-			health.Degraded("Failed to mark objects that depend on "+t.d.table.Name(), markErr)
-		case mapErr != nil:
-			health.Degraded("Failed to map a change of "+t.d.table.Name(), mapErr)
-		case seen > 0 || !reported:
-			health.OK("Watching " + t.d.table.Name())
-		}
-		reported = true
-		clear(queries)
-		queries = queries[:0]
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-watch:
-		}
+			return ok
+		},
 	}
-}
-
-// mapped calls the mapper, turning a panic into an error unless
-// WithoutPanicRecovery was given: a bug in the mapper must not stop the
-// program, nor the objects of other changes from being marked.
-func (t *dependencyTracker[Obj, Dep]) mapped(change statedb.Change[Dep]) (qs []statedb.Query[Obj], err error) {
-	if t.r.opts.recoverPanics {
-		defer func() {
-			if v := recover(); v != nil {
-				err = t.r.recovered("WithDependency mapper of "+t.d.table.Name(), v)
-			}
-		}()
+	if r.opts.recoverPanics {
+		cfg.Recover = r.recovered
 	}
-	return t.d.mapper(change.Object, change.Deleted), nil
-}
-
-// mark gives the objects that the queries find a new status, as
-// WithDependency describes. A query that StateDB rejects (one on
-// an index the table does not have panics in Get) is a bug in the mapper:
-// nothing is marked and the error is returned.
-func (t *dependencyTracker[Obj, Dep]) mark(queries []statedb.Query[Obj]) (err error) {
-	if len(queries) == 0 {
-		return nil
+	if m := r.rep.metrics.refresh; m != nil {
+		cfg.Marked = func(n int) { m.RefreshMarked(r.moduleID, r.opts.name, n) }
 	}
-	r := t.r
-	now := r.clock.now()
-	marked := 0
-	wtxn := r.db.WriteTxn(r.objects.table)
-	defer func() {
-		if v := recover(); v != nil {
-			wtxn.Abort()
-			err = fmt.Errorf("WithDependency mapper for %q returned a bad query: %v", t.d.table.Name(), v)
-			r.log.Error("Reconciler dependency failed", "error", err)
-		}
-	}()
-	for _, q := range queries {
-		obj, _, found := r.objects.table.Get(wtxn, q)
-		if !found {
-			continue
-		}
-		var st status.Status
-		switch old := r.objects.getStatus(obj); old.Kind {
-		case status.KindUnset:
-			continue // never reconciled: a mark must not change that
-		case status.KindPending:
-			st = status.PendingAt(old.UpdatedAt)
-		case status.KindRefreshing:
-			st = status.RefreshingAt(old.UpdatedAt)
-		default:
-			st = status.RefreshingAt(now)
-		}
-		marked1 := r.objects.withStatus(obj, st)
-		if _, ok := r.objects.keyOf(marked1); !ok {
-			r.noKey("a dependency mark (setStatus removed it)", marked1)
-			continue
-		}
-		if _, _, err := r.objects.table.Insert(wtxn, marked1); err == nil {
-			marked++
-		}
-	}
-	wtxn.Commit()
-	if marked > 0 && r.rep.metrics.refresh != nil {
-		r.rep.metrics.refresh.RefreshMarked(r.moduleID, r.opts.name, marked)
-	}
-	return nil
+	return job.OneShot(r.jobName("dependency-"+d.table.Name()), dependency.New(cfg).Run), nil
 }

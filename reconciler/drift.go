@@ -3,9 +3,10 @@ package reconciler
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/cilium/statedb"
+
+	"github.com/converge-go/converge/reconciler/internal/drift"
 )
 
 // WithDriftCheck has every object the reconciler takes with a Refreshing
@@ -53,7 +54,7 @@ func WithDriftCheck[Obj any](check func(ctx context.Context, txn statedb.ReadTxn
 			case check == nil:
 				return fmt.Errorf("reconciler.Register: WithDriftCheck needs a check function: %w", ErrInvalidConfig)
 			}
-			rr.target.drift = &driftCheck[Obj]{check: check, reportOnly: o.driftReportOnly}
+			rr.target.drift = drift.New(check, o.driftReportOnly)
 			return nil
 		}
 	}
@@ -82,9 +83,9 @@ func (r *reconciler[Obj]) applyDriftCheck() error {
 	if err := r.opts.driftCheck(r); err != nil {
 		return err
 	}
-	r.target.drift.reportOnly = r.opts.driftReportOnly // whatever the order of the options
+	r.target.drift.SetReportOnly(r.opts.driftReportOnly) // whatever the order of the options
 	if r.rep.info != nil {
-		r.rep.info.drift = &r.target.drift.rows
+		r.rep.info.drift = r.target.drift.Rows()
 	}
 	return nil
 }
@@ -95,38 +96,32 @@ func (r *reconciler[Obj]) applyDriftCheck() error {
 // check finds (a dependency marks an Error object Refreshing).
 func (r *reconciler[Obj]) driftPrepare(work []op[Obj]) {
 	d := r.target.drift
-	if d == nil || !d.reportOnly || len(d.rows.failed) == 0 {
+	if !d.Failing() {
 		return
 	}
 	for i := range work {
-		if o := &work[i]; d.applies(o) {
+		if o := &work[i]; d.Applies(o.Refresh, o.Delete) {
 			key, ok := o.key, true
 			if o.s == nil {
 				key, ok = r.objects.keyOf(o.Obj)
 			}
-			_, o.unapplied = d.rows.failed[key]
-			o.unapplied = o.unapplied && ok
+			o.unapplied = ok && d.Unapplied(key)
 		}
 	}
 }
 
-// driftSettled records the drift check's outcome of o, which ran, in the
-// figures and the drifted rows: a repair counts one unless Update reported
-// its own, a drift left is counted and shown, and any other outcome for a
-// drifted object's key (a change, a delete, in sync, a failure) ends its
-// row.
-func (r *reconciler[Obj]) driftSettled(o *op[Obj], now time.Time) {
+// driftSettled records the drift check's outcome of o, which ran (see
+// drift.Check.Settled): the drift repaired, for commit to count, and the
+// rows of its key.
+func (r *reconciler[Obj]) driftSettled(o *op[Obj]) {
 	d := r.target.drift
 	if d == nil {
 		return
 	}
-	left := d.reportOnly && o.checked == drifted && o.err == nil && !o.unapplied
-	if o.checked == drifted && !left && o.err == nil && o.drift == 0 {
-		o.drift = 1 // the repair the check asked for
-	}
-	// An Update that failed; a check that failed leaves what was known.
-	failed := d.reportOnly && o.err != nil && !o.Delete && !(d.applies(o) && o.checked == notChecked)
-	if !left && !failed && len(d.rows.set) == 0 && len(d.rows.failed) == 0 {
+	var row drift.Row
+	o.drift, row = d.Settled(drift.Outcome{Verdict: o.checked, Err: o.err, Delete: o.Delete,
+		Applies: d.Applies(o.Refresh, o.Delete), Unapplied: o.unapplied, Repaired: o.drift})
+	if !row.Due() {
 		return
 	}
 	key := o.key
@@ -136,19 +131,5 @@ func (r *reconciler[Obj]) driftSettled(o *op[Obj], now time.Time) {
 			return
 		}
 	}
-	switch {
-	case failed:
-		if d.rows.failed == nil {
-			d.rows.failed = map[string]struct{}{}
-		}
-		d.rows.failed[key] = struct{}{}
-	case o.err == nil:
-		delete(d.rows.failed, key) // applied, or deleted
-	}
-	if left {
-		d.rows.detected++
-		d.rows.mark(key, true)
-	} else if _, ok := d.rows.set[key]; ok {
-		d.rows.mark(key, false)
-	}
+	d.Record(key, row, o.err)
 }

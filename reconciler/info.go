@@ -1,9 +1,9 @@
 package reconciler
 
 import (
-	"slices"
 	"time"
 
+	"github.com/converge-go/converge/reconciler/internal/drift"
 	"github.com/converge-go/converge/reconciler/internal/keyqueue"
 	"github.com/converge-go/converge/tables"
 )
@@ -16,7 +16,7 @@ type infoWriter[Obj any] struct {
 	id      string
 	last    tables.Info        // as last written
 	retries []tables.RetryInfo // write's buffer
-	drift   *driftRows         // WithDriftCheck's drifted objects; nil without
+	drift   *drift.Rows        // WithDriftCheck's drifted objects; nil without
 	// outdated holds the keys whose row of the retries table is out of
 	// date, as the key queue tells them (see failureChanged): their
 	// failure changed since the last write, with their State, or nil once
@@ -91,7 +91,7 @@ func (w *infoWriter[Obj]) flush(info tables.Info, outdated map[string]*keyqueue.
 		}
 		w.retries = append(w.retries, retry)
 	}
-	w.retries = appendDriftRows(w.drift, w.id, w.retries, outdated)
+	w.retries = drift.AppendRows(w.drift, w.id, w.retries, outdated, displayKey)
 	if row != nil || len(w.retries) > 0 {
 		w.tables.Write(row, w.retries)
 	}
@@ -119,55 +119,4 @@ func (w *infoWriter[Obj]) refreshed(at time.Time) {
 	if w != nil {
 		w.tables.Refreshed(w.id, at)
 	}
-}
-
-// driftRows are the objects a report-only drift check found drifted and
-// left, for the retries table, and how many drifts it found. Owned by the
-// loop's goroutine; the zero value is empty.
-type driftRows struct {
-	detected uint64              // drifts found and left since Register
-	set      map[string]struct{} // the keys drifted now
-	changed  map[string]bool     // keys whose row changed since the last take: drifted or not
-	// failed holds, in report-only mode, the keys whose last update
-	// failed: as many as fail, as the key queue holds.
-	failed map[string]struct{}
-}
-
-// mark records key as drifted or no longer.
-func (d *driftRows) mark(key string, isDrifted bool) {
-	if d.set == nil {
-		d.set, d.changed = map[string]struct{}{}, map[string]bool{}
-	}
-	if isDrifted {
-		d.set[key] = struct{}{}
-	} else {
-		delete(d.set, key)
-	}
-	d.changed[key] = isDrifted
-}
-
-// appendDriftRows appends to retries, the rows infoWriter.flush made of
-// outdated (see infoWriter.failureChanged), the rows of the keys whose
-// drift changed since the last call, for the reconciler id, and forgets
-// those changes. A key outdated holds keeps its failure row: a drift that
-// ends removes no failure, and a drift found replaces the removal of the
-// failure before it.
-func appendDriftRows[Obj any](d *driftRows, id string, retries []tables.RetryInfo, outdated map[string]*keyqueue.State[Obj]) []tables.RetryInfo {
-	if d == nil || len(d.changed) == 0 {
-		return retries
-	}
-	for key, isDrifted := range d.changed {
-		row := tables.RetryInfo{Reconciler: id, Key: displayKey(key), Drifted: isDrifted}
-		if _, ok := outdated[key]; ok {
-			if isDrifted {
-				if i := slices.IndexFunc(retries, func(r tables.RetryInfo) bool { return r.Key == row.Key }); i >= 0 && retries[i].Attempts == 0 {
-					retries[i] = row
-				}
-			}
-			continue
-		}
-		retries = append(retries, row)
-	}
-	clear(d.changed)
-	return retries
 }

@@ -8,6 +8,8 @@ import (
 
 	"github.com/cilium/hive/cell"
 	"github.com/converge-go/converge/reconciler/internal/executor"
+	"github.com/converge-go/converge/reconciler/internal/prune"
+	"github.com/converge-go/converge/reconciler/internal/refresh"
 	"github.com/converge-go/converge/tables"
 	"github.com/converge-go/converge/tracing"
 )
@@ -20,7 +22,7 @@ import (
 type loop[Obj any] struct {
 	r      *reconciler[Obj]
 	exec   *executor.Executor[op[Obj]]
-	prune  pruneSchedule
+	prune  prune.Schedule
 	retry  *time.Timer // fires when the earliest retry is due (see armRetry)
 	probes int         // probe rounds so far: whose turn the next probe is (see collectProbe)
 	// reported is set once a round reported in this run: a prune's report
@@ -29,7 +31,8 @@ type loop[Obj any] struct {
 	// wasPaused is whether the last round ran paused: a round runs when
 	// that changes.
 	wasPaused bool
-	setup     setupStep // WithSetup's step, before the first round (see setUp)
+	setup     setupStep               // WithSetup's step, before the first round (see setUp)
+	refresher *refresh.Refresher[Obj] // marks the re-checks due
 }
 
 // run is the reconcile job: it waits for something to do and runs a round,
@@ -46,7 +49,7 @@ func (r *reconciler[Obj]) run(ctx context.Context, health cell.Health) error {
 	r.join() // the table's other reconcilers, to write with (see shared)
 	r.resetRun(health)
 	r.applySettings() // Configure's, while stopped
-	l := &loop[Obj]{r: r, prune: newPruneSchedule(r), retry: time.NewTimer(time.Hour)}
+	l := &loop[Obj]{r: r, prune: newPruneSchedule(r), retry: time.NewTimer(time.Hour), refresher: r.newRefresher()}
 	l.retry.Stop()
 	r.gate.SetStopping(false)
 	l.exec = newExecutor(ctx, r)
@@ -69,7 +72,7 @@ func (r *reconciler[Obj]) run(ctx context.Context, health cell.Health) error {
 		}
 		r.idle(watch) // a leader of the table's other reconcilers holds for it no longer
 		var pruneC <-chan struct{}
-		if l.prune.due && l.reported && !paused && (r.breaker == nil || !r.breaker.State().Open) {
+		if l.prune.Due() && l.reported && !paused && (r.breaker == nil || !r.breaker.State().Open) {
 			pruneC = closedChan // a prune now
 		}
 		select {
@@ -80,8 +83,8 @@ func (r *reconciler[Obj]) run(ctx context.Context, health cell.Health) error {
 		case <-retryC:
 		case <-l.exec.Finished():
 		case <-r.settings.postedC(): // round reconfigures
-		case <-l.prune.tables.watch:
-			l.prune.tables.watch = nil // check sets it again if need be
+		case <-l.prune.Tables.Watch():
+			l.prune.Tables.Woken() // Check sets it again if need be
 		case <-pruneC:
 			if ctx.Err() != nil {
 				return nil
@@ -92,17 +95,17 @@ func (r *reconciler[Obj]) run(ctx context.Context, health cell.Health) error {
 		case <-r.owedC():
 			r.publishOwed() // the statuses written with the table's other reconcilers are in
 			continue
-		case <-l.prune.initC:
-			l.prune.initialized(l.prune.tables.uninitialized(r.db.ReadTxn()))
+		case <-l.prune.InitC():
+			l.prune.Initialized(l.prune.Tables.Uninitialized(r.db.ReadTxn()))
 			continue
-		case <-l.prune.tickC:
-			l.prune.request()
+		case <-l.prune.TickC():
+			l.prune.Request()
 			continue
-		case <-l.prune.retry.C:
-			l.prune.request()
+		case <-l.prune.RetryC():
+			l.prune.Request()
 			continue
 		case <-r.pruneRequests:
-			l.prune.request()
+			l.prune.Request()
 			continue
 		}
 		if paused, _ = r.gate.State(); !paused && r.opts.roundLimiter != nil {
@@ -145,7 +148,7 @@ func (l *loop[Obj]) round(ctx context.Context, paused bool) {
 		room = min(room, probe) // the target fails: one probe at most
 	}
 	if r.keys.lifecycles.Figures().RecheckDue && !paused {
-		r.markRefreshing(r.dueRechecks(txn, now.UnixNano()))
+		l.refresher.Mark(r.dueRechecks(txn, now.UnixNano()))
 	}
 	var work []op[Obj]
 	if broken && room == 1 {
@@ -161,13 +164,11 @@ func (l *loop[Obj]) round(ctx context.Context, paused bool) {
 	finished := l.exec.Operate(txn, work)                          // 2. started at the gate; what finished
 	outcome := r.commit(finished, ctx.Err() != nil, r.clock.now()) // 3. statuses written, keys settled
 	r.feed.wrote(outcome.wrote)
-	if l.prune.tables.err != nil {
-		l.prune.tables.check(txn)
-	}
+	l.prune.Tables.Check(txn)
 	end := r.clock.now()
 	r.report(txn, work, outcome, l.exec.Load(end), &l.prune, end, paused) // 4. progress, metrics, tables, health
 	l.reported = true
-	l.prune.roundRead(len(work)) // a held prune is planned again
+	l.prune.RoundRead(len(work)) // a held prune is planned again
 	if r.opts.tracer != nil && (len(work) > 0 || outcome.committed > 0 || outcome.failed > 0) {
 		_, span := r.startSpan(ctx, tracing.Start{Kind: tracing.Round, Time: began})
 		span.End(tracing.End{Collected: len(work), Committed: outcome.committed, Failed: outcome.failed})
@@ -184,8 +185,8 @@ func (l *loop[Obj]) round(ctx context.Context, paused bool) {
 func (l *loop[Obj]) stopped() {
 	r := l.r
 	l.retry.Stop()
-	l.prune.stop()
-	if l.prune.owed() {
+	l.prune.Stop()
+	if l.prune.Owed() {
 		r.Prune() // the request waits in r.pruneRequests for the next start
 	}
 	r.gate.SetStopping(true)
@@ -269,8 +270,8 @@ var errRoundLimiter = errors.New("round limiter")
 // WithStartAfter to be initialized, saying so in health and the
 // reconcilers table, or that it is paused. It returns false if ctx ended.
 // If the timeout passed first, prunes wait for the tables, and health
-// says so (see tableGate).
-func (r *reconciler[Obj]) startGate(ctx context.Context, p *pruneSchedule) bool {
+// says so (see prune.TableGate).
+func (r *reconciler[Obj]) startGate(ctx context.Context, p *prune.Schedule) bool {
 	if !r.opts.startAfter {
 		return true
 	}
@@ -282,7 +283,7 @@ func (r *reconciler[Obj]) startGate(ctx context.Context, p *pruneSchedule) bool 
 	}
 	for {
 		txn := r.db.ReadTxn()
-		waiting, watch := p.tables.uninitialized(txn)
+		waiting, watch := p.Tables.Uninitialized(txn)
 		if len(waiting) == 0 {
 			return true
 		}
@@ -294,8 +295,7 @@ func (r *reconciler[Obj]) startGate(ctx context.Context, p *pruneSchedule) bool 
 		case <-watch:
 		case <-pauseChanged:
 		case <-timeout:
-			p.tables.after = r.opts.startTimeout
-			p.tables.wait(waiting, watch)
+			p.Tables.TimedOut(r.opts.startTimeout, waiting, watch)
 			r.log.Warn("Reconciler started before its tables were initialized", "tables", waiting, "waited", r.opts.startTimeout)
 			return true
 		}
@@ -312,5 +312,7 @@ func (l *loop[Obj]) reconfigure() {
 	}
 	o := &l.r.opts
 	l.exec.Resize(o.concurrency, o.roundSize)
-	l.prune.reconfigure(old.pruneInterval != o.pruneInterval, o)
+	if old.pruneInterval != o.pruneInterval {
+		l.prune.Restart(o.pruneInterval)
+	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/converge-go/converge/metrics"
 	"github.com/converge-go/converge/reconciler/internal/breaker"
+	"github.com/converge-go/converge/reconciler/internal/drift"
 	"github.com/converge-go/converge/reconciler/internal/executor"
 	"github.com/converge-go/converge/tracing"
 )
@@ -100,7 +101,7 @@ func (e *runner[Obj]) run(txn statedb.ReadTxn, ops []op[Obj]) {
 			o.err = err // WithDriftCheck: in sync, drift left, or its error
 		} else {
 			o.err = r.call(opCtx, name, func(ctx context.Context) error {
-				if o.checked == notChecked {
+				if o.checked == drift.NotChecked {
 					r.gate.Entered()
 				}
 				return r.target.ops.Update(ctx, txn, o.Rev, o.updated)
@@ -142,7 +143,7 @@ func (e *runner[Obj]) runBatches(ctx context.Context, txn statedb.ReadTxn, ops [
 			e.deletes = append(e.deletes, BatchEntry[Obj]{Object: o.Obj, Revision: o.Rev, original: o})
 		} else {
 			o.updated = r.objects.clone(o.Obj)
-			if r.target.drift.applies(o) && !e.checkEntry(ctx, txn, o) {
+			if r.target.drift.Applies(o.Refresh, o.Delete) && !e.checkEntry(ctx, txn, o) {
 				continue // WithDriftCheck: it leaves the batch
 			}
 			e.updates = append(e.updates, BatchEntry[Obj]{Object: o.updated, Revision: o.Rev, original: o})
@@ -439,29 +440,24 @@ func (c *opContext) close() (drift int64, recheck time.Duration) {
 // its verdict in o. It reports whether Update must follow (the object
 // drifted and is to be repaired) and the check's error.
 func (r *reconciler[Obj]) checkOne(ctx context.Context, txn statedb.ReadTxn, o *op[Obj]) (update bool, err error) {
-	d := r.target.drift
-	var ok bool
+	var v drift.Verdict
 	err = r.call(ctx, "drift check", func(ctx context.Context) (err error) {
 		r.gate.Entered()
-		ok, err = d.check(ctx, txn, o.Rev, o.Obj)
+		v, update, err = r.target.drift.Run(ctx, txn, o.Rev, o.Obj, o.unapplied)
 		return err
 	})
-	switch {
-	case err != nil:
+	if err != nil {
 		return false, err
-	case ok:
-		o.checked = inSync
-		return false, nil
 	}
-	o.checked = drifted
-	return !d.reportOnly || o.unapplied, nil
+	o.checked = v
+	return update, nil
 }
 
 // checkFirst runs the drift check for o, an op of the inline loop or a
 // worker that passed the gate, if it applies, and reports whether Update
 // follows: always without the check.
 func (r *reconciler[Obj]) checkFirst(ctx context.Context, txn statedb.ReadTxn, o *op[Obj]) (update bool, err error) {
-	if !r.target.drift.applies(o) {
+	if !r.target.drift.Applies(o.Refresh, o.Delete) {
 		return true, nil
 	}
 	return r.checkOne(ctx, txn, o)

@@ -89,13 +89,13 @@ func TestPruneSeesWhatTheCommitBeforeItWrote(t *testing.T) {
 	defer r.feed.changes.Close()
 	r.resetRun(health)
 	l := &loop[*benchObj]{r: r, exec: newExecutor(ctx, r), prune: newPruneSchedule(r)}
-	defer l.prune.stop()
+	defer l.prune.Stop()
 	defer l.exec.Stop()
-	l.prune.initialized(nil, nil)
+	l.prune.Initialized(nil, nil)
 	// No prune until the test asks for one: the first round would close
 	// the gate for it, and a worker taking object 1's update meanwhile
 	// would hand it back unstarted, for a round this test does not run.
-	l.prune.requested, l.prune.due = false, false
+	l.prune.Withdraw()
 	within := func(ch <-chan struct{}, what string) {
 		t.Helper()
 		select {
@@ -142,7 +142,7 @@ func TestPruneSeesWhatTheCommitBeforeItWrote(t *testing.T) {
 		}
 		return benchSetStatus(o, st)
 	}
-	l.prune.request()
+	l.prune.Request()
 	l.round(ctx, false)
 	r.objects.setStatus = benchSetStatus
 

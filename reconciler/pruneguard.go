@@ -7,6 +7,8 @@ import (
 	"math"
 
 	"github.com/cilium/statedb"
+
+	"github.com/converge-go/converge/reconciler/internal/prune"
 )
 
 // WithPruneGuard holds a prune that would remove a large part of the
@@ -54,7 +56,7 @@ func WithPruneGuard[Obj any](maxRemove int, maxShare float64,
 			case rec.target.pruner == nil:
 				return fmt.Errorf("WithPruneGuard: the reconciler cannot prune (no Operations, and BatchOperations without a Prune method): %w", ErrInvalidConfig)
 			}
-			rec.target.guard = &pruneGuard[Obj]{plan: plan, maxRemove: maxRemove, maxShare: maxShare}
+			rec.target.guard = prune.NewGuard(maxRemove, maxShare, plan)
 			return nil
 		}
 	}
@@ -66,81 +68,4 @@ func (r *reconciler[Obj]) applyPruneGuard() error {
 		return nil
 	}
 	return r.opts.pruneGuard(r)
-}
-
-// pruneHold is a held prune: what its plan said and why it is held.
-type pruneHold struct {
-	remove, of int
-	err        error // "prune held: ...", for health
-}
-
-// over reports whether a prune removing remove of held entries exceeds
-// the bounds.
-func (g *pruneGuard[Obj]) over(remove, held int) bool {
-	return (g.maxRemove > 0 && remove > g.maxRemove) || (g.maxShare > 0 && float64(remove) > g.maxShare*float64(held))
-}
-
-// bound describes the bounds, for health.
-func (g *pruneGuard[Obj]) bound() string {
-	switch {
-	case g.maxRemove > 0 && g.maxShare > 0:
-		return fmt.Sprintf("at most %d and %v%% of the target", g.maxRemove, 100*g.maxShare)
-	case g.maxRemove > 0:
-		return fmt.Sprintf("at most %d", g.maxRemove)
-	}
-	return fmt.Sprintf("at most %v%% of the target", 100*g.maxShare)
-}
-
-// check plans the prune about to be made with objects, the desired set of
-// txn, and returns the hold if it must wait, nil if Prune may be called
-// (within the bounds, confirmed, or no guard). A confirmed hold, or one
-// the plan released, ends here: the prune after a confirmed one that
-// failed is planned and held anew. An error is the plan's.
-func (g *pruneGuard[Obj]) check(ctx context.Context, txn statedb.ReadTxn, objects iter.Seq2[Obj, statedb.Revision]) (hold *pruneHold, confirmed bool, err error) {
-	if g == nil {
-		return nil, false, nil
-	}
-	remove, held, err := g.plan(ctx, txn, objects)
-	switch {
-	case err != nil:
-		return nil, false, fmt.Errorf("plan: %w", err)
-	case remove < 0 || held < 0:
-		return nil, false, fmt.Errorf("plan returned remove=%d held=%d, want counts of zero or more", remove, held)
-	}
-	id := g.hold.Load()
-	if !g.over(remove, held) {
-		g.hold.Store(0)
-		return nil, false, nil
-	}
-	if id != 0 && g.confirmed.Load() == id {
-		g.hold.Store(0)
-		return nil, true, nil
-	}
-	if id == 0 {
-		g.hold.Store(g.holds.Add(1))
-	}
-	return &pruneHold{remove: remove, of: held,
-		err: fmt.Errorf("prune held: would remove %d of %d (bound: %s); Reconciler.ConfirmPrune runs it", remove, held, g.bound())}, false, nil
-}
-
-// guardPrune plans the prune about to be made with the desired set of txn
-// (see pruneGuard.check) and logs a hold that begins and a confirmed
-// prune. It runs on the loop's goroutine, within the prune's call.
-func (r *reconciler[Obj]) guardPrune(ctx context.Context, txn statedb.ReadTxn) (*pruneHold, error) {
-	g := r.target.guard
-	if g == nil {
-		return nil, nil
-	}
-	was := g.hold.Load()
-	hold, confirmed, err := g.check(ctx, txn, r.objects.table.All(txn))
-	switch {
-	case confirmed:
-		r.log.Warn("Reconciler runs a held prune, confirmed with ConfirmPrune")
-	case hold != nil && was == 0:
-		r.log.Warn("Reconciler holds a prune that would remove much of the target; ConfirmPrune runs it",
-			"remove", hold.remove, "held", hold.of, "bound", g.bound())
-	case hold == nil && err == nil && was != 0:
-		r.log.Info("Reconciler releases a held prune: its plan is within the bounds now")
-	}
-	return hold, err
 }

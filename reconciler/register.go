@@ -142,7 +142,7 @@ func Register[Obj any](
 	}
 	params.JobGroup.Add(job.OneShot(r.jobName("reconcile"), r.run))
 	params.JobGroup.Add(depJobs...)
-	params.JobGroup.Add(job.OneShot(r.jobName("refresh"), r.refreshLoop))
+	params.JobGroup.Add(job.OneShot(r.jobName("refresh"), r.newRefresher().Run))
 	return r, nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/converge-go/converge/reconciler/internal/breaker"
 	"github.com/converge-go/converge/reconciler/internal/executor"
 	"github.com/converge-go/converge/reconciler/internal/keyqueue"
+	"github.com/converge-go/converge/reconciler/internal/prune"
 	"github.com/converge-go/converge/reconciler/internal/report"
 	"github.com/converge-go/converge/tables"
 )
@@ -17,7 +18,7 @@ import (
 // report is the last stage of a round: it counts the figures of the
 // commit c, and publishes progress for WaitUntilReconciled, metrics, the
 // reconciler's rows in the tables of Params.Tables, and health.
-func (r *reconciler[Obj]) report(txn statedb.ReadTxn, work []op[Obj], c commitOutcome, load executor.Load, p *pruneSchedule, now time.Time, paused bool) {
+func (r *reconciler[Obj]) report(txn statedb.ReadTxn, work []op[Obj], c commitOutcome, load executor.Load, p *prune.Schedule, now time.Time, paused bool) {
 	r.rep.committed(r.moduleID, r.opts.name, c.figures)
 	lc := r.keys.lifecycles
 	f, lows := lc.Figures(), lc.Lows() // read once: the round is over
@@ -66,15 +67,16 @@ func (r *reconciler[Obj]) report(txn statedb.ReadTxn, work []op[Obj], c commitOu
 		})
 	}
 
+	pruneErr, heldErr := p.Errs()
 	state := r.rep.health.Update(report.HealthState{
-		GateErr:      p.tables.err,
+		GateErr:      p.Tables.Err(),
 		Paused:       paused,
 		Failing:      failing,
 		RetryVersion: lc.Figures().Version,
-		PruneErr:     p.lastErr,
+		PruneErr:     pruneErr,
 		LimiterErr:   r.rep.limiterErr,
 		BreakerErr:   brk.Err,
-		PruneHeld:    p.heldErr(),
+		PruneHeld:    heldErr,
 	}, func() int { return r.objects.table.NumObjects(txn) }, lc.Errors)
 
 	if r.rep.info != nil {
@@ -99,7 +101,7 @@ func (r *reconciler[Obj]) report(txn statedb.ReadTxn, work []op[Obj], c commitOu
 // wrote it (see loop.reported) with the prune's figures and the state
 // health reports. The prune reported its metrics; the rest is the next
 // round's to report.
-func (r *reconciler[Obj]) reportPrune(p *pruneSchedule) {
+func (r *reconciler[Obj]) reportPrune(p *prune.Schedule) {
 	lc := r.keys.lifecycles
 	f := lc.Figures()
 	paused, _ := r.gate.State()
@@ -107,24 +109,21 @@ func (r *reconciler[Obj]) reportPrune(p *pruneSchedule) {
 	if r.breaker != nil {
 		breakerErr = r.breaker.State().Err
 	}
+	pruneErr, heldErr := p.Errs()
 	state := r.rep.health.Update(report.HealthState{
-		GateErr:      p.tables.err,
+		GateErr:      p.Tables.Err(),
 		Paused:       paused,
 		Failing:      f.Retrying,
 		RetryVersion: f.Version,
-		PruneErr:     p.lastErr,
+		PruneErr:     pruneErr,
 		LimiterErr:   r.rep.limiterErr,
 		BreakerErr:   breakerErr,
-		PruneHeld:    p.heldErr(),
+		PruneHeld:    heldErr,
 	}, func() int { return r.objects.table.NumObjects(r.db.ReadTxn()) }, lc.Errors)
 	if r.rep.info != nil {
 		row := r.rep.info.last
-		row.State, row.LastPrune, row.LastPruneDuration, row.LastPruneError = state, p.last.at, p.last.duration, ""
-		row.DriftRepaired = uint64(r.rep.totals.RefreshRepaired + p.repaired)
-		if p.lastErr != nil {
-			row.LastPruneError = p.lastErr.Error()
-		}
-		p.heldInfo(&row)
+		row.State, row.DriftRepaired = state, uint64(r.rep.totals.RefreshRepaired+p.Repaired())
+		p.Info(&row)
 		r.rep.info.writeRow(row) // the failures' rows wait for the next round's report
 	}
 }
@@ -133,7 +132,7 @@ func (r *reconciler[Obj]) reportPrune(p *pruneSchedule) {
 // WithStartAfter (waiting) to be initialized, that it does, or that it is
 // paused, in health and the reconcilers table. The first round reports
 // anew.
-func (r *reconciler[Obj]) reportWaiting(txn statedb.ReadTxn, waiting []string, paused bool, p *pruneSchedule) {
+func (r *reconciler[Obj]) reportWaiting(txn statedb.ReadTxn, waiting []string, paused bool, p *prune.Schedule) {
 	msg, state := "Waiting for tables to be initialized: "+strings.Join(waiting, ", "), tables.StateWaiting
 	if paused {
 		msg, state = "Paused", tables.StatePaused // as when running: Paused says all
@@ -178,7 +177,7 @@ func (r *reconciler[Obj]) progressRev(lows keyqueue.Lows) statedb.Revision {
 }
 
 // infoRow returns the reconciler's row of the reconcilers table.
-func (r *reconciler[Obj]) infoRow(p *pruneSchedule, state tables.State, objects, failing, inFlight, busy int, oldest time.Time) tables.Info {
+func (r *reconciler[Obj]) infoRow(p *prune.Schedule, state tables.State, objects, failing, inFlight, busy int, oldest time.Time) tables.Info {
 	t := &r.rep.totals
 	info := tables.Info{
 		Module:               r.moduleID.String(),
@@ -195,18 +194,13 @@ func (r *reconciler[Obj]) infoRow(p *pruneSchedule, state tables.State, objects,
 		Workers:              r.opts.concurrency,
 		BusyWorkers:          busy,
 		OldestPending:        oldest,
-		LastPrune:            p.last.at,
-		LastPruneDuration:    p.last.duration,
-		DriftRepaired:        uint64(t.RefreshRepaired + p.repaired),
+		DriftRepaired:        uint64(t.RefreshRepaired + p.Repaired()),
 		BreakerOpenings:      r.breaker.State().Openings,
 	}
 	if r.target.drift != nil {
-		info.DriftDetected = r.target.drift.rows.detected
+		info.DriftDetected = r.target.drift.Rows().Detected()
 	}
-	if p.lastErr != nil {
-		info.LastPruneError = p.lastErr.Error()
-	}
-	p.heldInfo(&info)
+	p.Info(&info)
 	return info
 }
 

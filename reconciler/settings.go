@@ -5,9 +5,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"time"
 
-	"golang.org/x/time/rate"
+	"github.com/converge-go/converge/reconciler/internal/refresh"
 )
 
 // configurable lists, in the order its errors name them, the options
@@ -28,22 +27,15 @@ type settings struct {
 	pending *options      // accepted and not yet taken; nil if none
 	posted  chan struct{} // signalled when pending is set: wakes the reconcile job
 
-	refresh   refreshSettings
+	refresh   refresh.Settings
 	refreshed chan struct{} // signalled when refresh changes: wakes the refresh job
-}
-
-// refreshSettings is what the refresh job reads of the options.
-type refreshSettings struct {
-	interval time.Duration
-	limiter  *rate.Limiter
-	retryMax time.Duration // a failing limiter's sweep comes again after at most this
 }
 
 func newSettings(o options) *settings {
 	return &settings{
 		latest:    o,
 		posted:    make(chan struct{}, 1),
-		refresh:   refreshSettings{o.refreshInterval, o.refreshLimiter, o.retryMax},
+		refresh:   o.refreshSettings(),
 		refreshed: make(chan struct{}, 1),
 	}
 }
@@ -75,11 +67,16 @@ func (s *settings) configure(canPrune bool, opts []Option) error {
 	p := o
 	s.pending = &p
 	notify(s.posted)
-	if rs := (refreshSettings{o.refreshInterval, o.refreshLimiter, o.retryMax}); rs != s.refresh {
+	if rs := o.refreshSettings(); rs != s.refresh {
 		s.refresh = rs
 		notify(s.refreshed)
 	}
 	return nil
+}
+
+// refreshSettings is what the refresh job reads of o.
+func (o *options) refreshSettings() refresh.Settings {
+	return refresh.Settings{Interval: o.refreshInterval, Limiter: o.refreshLimiter, RetryMax: o.retryMax}
 }
 
 func notify(c chan struct{}) {
@@ -115,7 +112,7 @@ func (s *settings) postedC() <-chan struct{} {
 
 // refreshing returns the refresh job's settings and a channel signalled
 // when they change.
-func (s *settings) refreshing() (refreshSettings, <-chan struct{}) {
+func (s *settings) refreshing() (refresh.Settings, <-chan struct{}) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.refresh, s.refreshed

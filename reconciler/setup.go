@@ -7,6 +7,7 @@ import (
 
 	"github.com/cilium/statedb"
 
+	"github.com/converge-go/converge/reconciler/internal/prune"
 	"github.com/converge-go/converge/tables"
 )
 
@@ -25,7 +26,7 @@ type setupStep struct {
 // read by the first round. A failed attempt is tried again after the retry
 // backoff (or the delay of RetryAfter); Pause holds the next attempt until
 // Resume, as it holds operations. It returns false if ctx ended first.
-func (r *reconciler[Obj]) setUp(ctx context.Context, s *setupStep, p *pruneSchedule) bool {
+func (r *reconciler[Obj]) setUp(ctx context.Context, s *setupStep, p *prune.Schedule) bool {
 	if r.opts.setup == nil {
 		return true
 	}
@@ -82,7 +83,7 @@ func (r *reconciler[Obj]) setUp(ctx context.Context, s *setupStep, p *pruneSched
 // reconciler is setting up, or that setup fails (Degraded, with its
 // error), or that it is paused, in health and the reconcilers table. The
 // first round reports anew.
-func (r *reconciler[Obj]) reportSetup(s *setupStep, p *pruneSchedule, paused bool) {
+func (r *reconciler[Obj]) reportSetup(s *setupStep, p *prune.Schedule, paused bool) {
 	state := tables.StateSettingUp
 	switch {
 	case paused:

@@ -2,10 +2,11 @@ package reconciler
 
 import (
 	"context"
-	"iter"
-	"sync/atomic"
 
 	"github.com/cilium/statedb"
+
+	"github.com/converge-go/converge/reconciler/internal/drift"
+	"github.com/converge-go/converge/reconciler/internal/prune"
 )
 
 // target is the user's operations, as Register was given them and sorted
@@ -19,8 +20,8 @@ type target[Obj any] struct {
 	batchOps  BatchOperations[Obj]
 	processor BatchProcessor[Obj] // batchOps, if it implements it; else nil
 	pruner    pruner[Obj]         // ops, or batchOps serving alone; nil if it cannot prune
-	drift     *driftCheck[Obj]    // WithDriftCheck; nil without
-	guard     *pruneGuard[Obj]    // WithPruneGuard's, or nil
+	drift     *drift.Check[Obj]   // WithDriftCheck; nil without
+	guard     *prune.Guard[Obj]   // WithPruneGuard's, or nil
 }
 
 // newTarget sorts the operations given to Register, one of which is not
@@ -59,37 +60,3 @@ const (
 	updateBatch                   // BatchOperations.UpdateBatch
 	processBatch                  // BatchProcessor.ProcessBatch
 )
-
-// driftCheck is the state of WithDriftCheck, owned by the target: the
-// check and its mode, read-only after Register and read by the loop and
-// the workers; and rows, the drifted objects, owned by the loop's
-// goroutine.
-type driftCheck[Obj any] struct {
-	check      func(ctx context.Context, txn statedb.ReadTxn, revision statedb.Revision, obj Obj) (bool, error)
-	reportOnly bool
-	rows       driftRows
-}
-
-// applies reports whether the check runs for o.
-func (d *driftCheck[Obj]) applies(o *op[Obj]) bool {
-	return d != nil && o.Refresh && !o.Delete
-}
-
-// pruneGuard is the guard of WithPruneGuard, part of the target: its plan
-// and bounds, read-only after Register, and the hold in effect. The loop's
-// goroutine plans and holds; ConfirmPrune, from any goroutine, confirms:
-// the atomics make it safe for concurrent use. A nil *pruneGuard guards
-// nothing.
-type pruneGuard[Obj any] struct {
-	plan      func(ctx context.Context, txn statedb.ReadTxn, objects iter.Seq2[Obj, statedb.Revision]) (remove, held int, err error)
-	maxRemove int
-	maxShare  float64
-
-	// hold identifies the hold in effect, 0 if none: a prune was held and
-	// Prune not called since. Each hold has an identity of its own (from
-	// holds), so that a confirmation of an earlier hold, stored as a later
-	// one began, confirms nothing. It lasts across stops of the hive.
-	hold      atomic.Uint64
-	confirmed atomic.Uint64 // the hold ConfirmPrune last confirmed
-	holds     atomic.Uint64 // holds so far
-}

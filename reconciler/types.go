@@ -13,6 +13,7 @@ import (
 	"github.com/cilium/statedb"
 
 	"github.com/converge-go/converge/metrics"
+	"github.com/converge-go/converge/reconciler/internal/drift"
 	"github.com/converge-go/converge/reconciler/internal/keyqueue"
 	"github.com/converge-go/converge/tables"
 )
@@ -305,18 +306,7 @@ type op[Obj any] struct {
 	spared  bool          // a failure while the breaker was open: it counts no attempt (see verdict)
 	recheck time.Duration // an update that succeeded: re-check after this (RecheckAfter)
 	drift   int64         // drift a refresh reported repaired (ReportRepaired; a batch's on its first refresh), for commit to count
-	checked driftVerdict  // what the drift check said (WithDriftCheck); notChecked if it did not run or failed
+	checked drift.Verdict // what the drift check said (WithDriftCheck); NotChecked if it did not run or failed
 	// unapplied: the key's last update failed; report-only repairs drift (see driftPrepare)
 	unapplied bool
 }
-
-// driftVerdict is what the drift check said of an op: nothing (not
-// checked), in sync, or drifted (repaired by the Update that followed, or
-// only reported).
-type driftVerdict uint8
-
-const (
-	notChecked driftVerdict = iota
-	inSync
-	drifted
-)
