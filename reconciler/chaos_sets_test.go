@@ -22,7 +22,9 @@ package reconciler_test
 // applied; and WaitForReconciliation over an index of the whole set
 // returns (setsWait). Between steps, refreshes of one name and waits across
 // names (sets.Table.Refresh and Wait) are checked as they return
-// (chaos_sets_wait_test.go).
+// (chaos_sets_wait_test.go), and each name's own WaitUntilReconciled must
+// return on a quiet table after a write its statuses shared with the other
+// names' and after every restart (chaos_sets_quiet_test.go).
 
 import (
 	"context"
