@@ -73,7 +73,8 @@ func (r *chaosRun) step() {
 		r.configure(rng) // settings changed mid-run: see chaos_configure_test.go
 		return
 	}
-	r.setsMove() // chaos_sets_wait_test.go: besides the step, which it draws nothing of
+	r.setsMove()  // chaos_sets_wait_test.go: besides the step, which it draws nothing of
+	r.quietMove() // chaos_sets_quiet_test.go: likewise
 	switch p := r.rng.IntN(116); {
 	case p < 28: // insert or update; sometimes the same value, a new Pending
 		k, v := r.key(), r.value()
@@ -171,12 +172,14 @@ func (r *chaosRun) step() {
 		}
 		if r.checkTable(); r.rng.IntN(2) == 0 {
 			r.restartInPlace(r.someMoves)
+			r.quietAfterStart("restart in place") // chaos_sets_quiet_test.go
 			return
 		}
 		desired := maps.Clone(r.model)
 		r.stopGen()
 		r.startGen(desired)
 		r.logf("restart as generation %d with %s", r.gens, describe(desired))
+		r.quietAfterStart("restart as generation " + fmt.Sprint(r.gens))
 	}
 }
 

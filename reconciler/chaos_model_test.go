@@ -801,7 +801,7 @@ func (r *chaosRun) startGen(desired map[string]string) {
 		indexers = append(indexers, g.indexes[len(g.indexes)-1])
 	}
 	indexers = append(indexers, r.setsIndexers()...)
-	g.hive = hive.New(statedb.Cell, job.Cell, cell.Provide(cell.NewSimpleHealth), tables.Cell,
+	g.hive = hive.New(statedb.Cell, job.Cell, cell.Provide(cell.NewSimpleHealth), tables.Cell, r.commitHookCell(),
 		cell.Module("test", "Chaos test module",
 			cell.Provide(job.Registry.NewGroup),
 			cell.Invoke(func(db *statedb.DB, p reconciler.Params, h *cell.SimpleHealth) (err error) {

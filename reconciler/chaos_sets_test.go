@@ -22,7 +22,9 @@ package reconciler_test
 // applied; and WaitForReconciliation over an index of the whole set
 // returns (setsWait). Between steps, refreshes of one name and waits across
 // names (sets.Table.Refresh and Wait) are checked as they return
-// (chaos_sets_wait_test.go).
+// (chaos_sets_wait_test.go), and each name's own WaitUntilReconciled must
+// return on a quiet table after a write its statuses shared with the other
+// names' and after every restart (chaos_sets_quiet_test.go).
 
 import (
 	"context"
@@ -59,6 +61,10 @@ type chaosSets struct {
 	index    statedb.Index[*item, status.Kind] // over every entry of the set (setKind)
 	rng      *rand.Rand                        // the refresh and wait moves (chaos_sets_wait_test.go)
 
+	quiet       *rand.Rand      // the quiet moves (chaos_sets_quiet_test.go)
+	quietValues int             // values they wrote
+	hook        *chaosQuietHook // the hive's commit hook
+
 	// What the next generation starts with (namesRestart).
 	carry      []*item
 	carryDeps  []*chaosDep
@@ -88,7 +94,7 @@ func (r *chaosRun) drawNames() {
 	}
 	rng := rand.New(rand.NewPCG(r.seed, 0x5e75))
 	s := &chaosSets{left: map[string]bool{}, from: map[string]map[uint64][]uint64{}, carryStale: map[string]bool{},
-		index: convergeindex.NewNamedStatusIndex("status-set", setKind), rng: newSetsRNG(r.seed), wroteAs: map[uint64]status.Status{}}
+		index: convergeindex.NewNamedStatusIndex("status-set", setKind), rng: newSetsRNG(r.seed), quiet: newQuietRNG(r.seed), hook: newQuietHook(r.seed), wroteAs: map[uint64]status.Status{}}
 	r.sets = s
 	first := r.recs[0].target
 	for i, name := range chaosSetNames {
@@ -329,6 +335,7 @@ func (r *chaosRun) namesRestart() bool {
 	if joining != nil {
 		r.reconciled(slices.Index(r.recs, joining), time.Duration(5+r.rng.IntN(50))*time.Millisecond)
 	}
+	r.quietAfterStart("restart as generation " + fmt.Sprint(r.gens)) // chaos_sets_quiet_test.go
 	return true
 }
 
