@@ -25,6 +25,7 @@ import (
 	"github.com/converge-go/converge/metrics"
 	"github.com/converge-go/converge/status"
 
+	"github.com/converge-go/converge/reconciler/internal/inforows"
 	"github.com/converge-go/converge/reconciler/internal/keyqueue"
 )
 
@@ -262,7 +263,7 @@ func BenchmarkCommitErrors(b *testing.B) {
 	errFail := fmt.Errorf("bench failure")
 	for b.Loop() {
 		b.StopTimer()
-		r.keys.lifecycles = keyqueue.New[*benchObj](displayKey)
+		r.keys.lifecycles = keyqueue.New[*benchObj](inforows.DisplayKey)
 		ops = ops[:0]
 		for obj, rev := range r.objects.table.All(r.db.ReadTxn()) {
 			ops = append(ops, op[*benchObj]{task: task[*benchObj]{Obj: obj, Rev: rev, StatusID: obj.st.ID()}, updated: obj.clone(), err: errFail, ran: true})

@@ -85,7 +85,7 @@ func (r *reconciler[Obj]) applyDriftCheck() error {
 	}
 	r.target.drift.SetReportOnly(r.opts.driftReportOnly) // whatever the order of the options
 	if r.rep.info != nil {
-		r.rep.info.drift = r.target.drift.Rows()
+		r.rep.info.SetDrift(r.target.drift.Rows())
 	}
 	return nil
 }

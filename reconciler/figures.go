@@ -7,6 +7,8 @@ import (
 	"github.com/cilium/hive/cell"
 
 	"github.com/converge-go/converge/metrics"
+	"github.com/converge-go/converge/reconciler/internal/inforows"
+	"github.com/converge-go/converge/reconciler/internal/keyqueue"
 	"github.com/converge-go/converge/reconciler/internal/report"
 )
 
@@ -24,7 +26,7 @@ import (
 // the workers and the refresh job also report to.
 type reporter[Obj any] struct {
 	metrics  observers
-	info     *infoWriter[Obj] // nil without Params.Tables
+	info     *inforows.Writer[Obj, *keyqueue.State[Obj]] // nil without Params.Tables
 	progress *report.Progress
 
 	// The state of one run of the reconcile job, reset when it starts.

@@ -203,7 +203,7 @@ func (l *loop[Obj]) stopped() {
 	r.reportStopped()
 	if r.rep.info != nil {
 		txn := r.db.ReadTxn()
-		r.rep.info.write(r.infoRow(&l.prune, tables.StateStopped, r.objects.table.NumObjects(txn), r.keys.lifecycles.Figures().Retrying, 0, 0, lows.Since))
+		r.rep.info.Write(r.infoRow(&l.prune, tables.StateStopped, r.objects.table.NumObjects(txn), r.keys.lifecycles.Figures().Retrying, 0, 0, lows.Since))
 	}
 }
 

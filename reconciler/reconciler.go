@@ -11,6 +11,7 @@ import (
 	"github.com/converge-go/converge/reconciler/internal/breaker"
 	"github.com/converge-go/converge/reconciler/internal/gate"
 	"github.com/converge-go/converge/reconciler/internal/groupcommit"
+	"github.com/converge-go/converge/reconciler/internal/inforows"
 	"github.com/converge-go/converge/reconciler/internal/keyqueue"
 	"github.com/converge-go/converge/status"
 	"github.com/converge-go/converge/tracing"
@@ -96,10 +97,10 @@ func (t *objects[Obj]) withStatus(obj Obj, st status.Status) Obj {
 // opKey returns o's primary key for messages.
 func (t *objects[Obj]) opKey(o *op[Obj]) string {
 	if o.key != "" {
-		return displayKey(o.key)
+		return inforows.DisplayKey(o.key)
 	}
 	key, _ := t.keyOf(o.Obj)
-	return displayKey(key)
+	return inforows.DisplayKey(key)
 }
 
 // writtenBack records that cur, found where the version asked for by the

@@ -24,7 +24,7 @@ func (r *reconciler[Obj]) newRefresher() *refresh.Refresher[Obj] {
 		Now:      func() time.Time { return r.clock.now() },
 		Settings: r.settings.refreshing,
 		Paused:   r.gate.State,
-		Swept:    func(at time.Time) { r.rep.info.refreshed(at) },
+		Swept:    func(at time.Time) { r.rep.info.Refreshed(at) },
 		Failed:   func(err error) { r.log.Error("Refresh limiter fails; refresh sweeps stop early", "error", err) },
 		Marked: func(n int) {
 			if m := r.rep.metrics.refresh; m != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/converge-go/converge/reconciler/internal/breaker"
 	"github.com/converge-go/converge/reconciler/internal/changes"
 	"github.com/converge-go/converge/reconciler/internal/gate"
+	"github.com/converge-go/converge/reconciler/internal/inforows"
 	"github.com/converge-go/converge/reconciler/internal/keyqueue"
 	"github.com/converge-go/converge/reconciler/internal/report"
 	"github.com/converge-go/converge/status"
@@ -93,7 +94,7 @@ func Register[Obj any](
 		rep:           reporter[Obj]{metrics: newObservers(o.metrics), progress: report.NewProgress()},
 		pruneRequests: make(chan struct{}, 1),
 		gate:          gate.New(),
-		keys:          keys[Obj]{lifecycles: keyqueue.New[Obj](displayKey)},
+		keys:          keys[Obj]{lifecycles: keyqueue.New[Obj](inforows.DisplayKey)},
 		clock:         clock{now: time.Now, rand: rand.Float64},
 		objects: objects[Obj]{
 			table:     table,
@@ -119,7 +120,9 @@ func Register[Obj any](
 	if t, ok := writer.(*tables.Tables); ok && t == nil {
 		writer = nil // a caller's optional *tables.Tables, not provided
 	}
-	r.rep.info = newInfoWriter(writer, id, r.keys.lifecycles)
+	if r.rep.info = inforows.New[Obj, *keyqueue.State[Obj]](writer, id); r.rep.info != nil {
+		r.keys.lifecycles.Configure(keyqueue.Settings[Obj]{FailureChanged: r.rep.info.Changed})
+	}
 
 	if err := r.applyPriority(); err != nil {
 		return nil, err

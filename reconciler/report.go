@@ -84,7 +84,7 @@ func (r *reconciler[Obj]) report(txn statedb.ReadTxn, work []op[Obj], c commitOu
 		if brk.Open {
 			info.TargetFailingSince, info.TargetError = brk.Since, brk.Err.Error()
 		}
-		r.rep.info.write(info)
+		r.rep.info.Write(info)
 	}
 
 	// Progress last, so that a WaitUntilReconciled that returns sees the
@@ -121,10 +121,10 @@ func (r *reconciler[Obj]) reportPrune(p *prune.Schedule) {
 		PruneHeld:    heldErr,
 	}, func() int { return r.objects.table.NumObjects(r.db.ReadTxn()) }, lc.Errors)
 	if r.rep.info != nil {
-		row := r.rep.info.last
+		row := r.rep.info.Last()
 		row.State, row.DriftRepaired = state, uint64(r.rep.totals.RefreshRepaired+p.Repaired())
 		p.Info(&row)
-		r.rep.info.writeRow(row) // the failures' rows wait for the next round's report
+		r.rep.info.WriteRow(row) // the failures' rows wait for the next round's report
 	}
 }
 
@@ -140,7 +140,7 @@ func (r *reconciler[Obj]) reportWaiting(txn statedb.ReadTxn, waiting []string, p
 	r.rep.health.OK(msg)
 	if r.rep.info != nil {
 		lc := r.keys.lifecycles
-		r.rep.info.write(r.infoRow(p, state, r.objects.table.NumObjects(txn), lc.Figures().Retrying, 0, 0, lc.Lows().Since))
+		r.rep.info.Write(r.infoRow(p, state, r.objects.table.NumObjects(txn), lc.Figures().Retrying, 0, 0, lc.Lows().Since))
 	}
 }
 

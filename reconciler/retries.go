@@ -1,11 +1,8 @@
 package reconciler
 
 import (
-	"encoding/hex"
 	"math"
-	"strings"
 	"time"
-	"unicode"
 )
 
 // backoff returns the wait before the next attempt after the given number
@@ -37,20 +34,4 @@ func addSat(t int64, d time.Duration) int64 {
 		return math.MaxInt64
 	}
 	return t + int64(d)
-}
-
-// displayKey renders a primary key for messages and the retries table: as
-// is when it is printable text, in hex ("0x" followed by the bytes)
-// otherwise. A printable key that itself starts with "0x" is shown in hex
-// too, so that no two keys are shown the same.
-func displayKey(key string) string {
-	if strings.HasPrefix(key, "0x") {
-		return "0x" + hex.EncodeToString([]byte(key))
-	}
-	for _, r := range key {
-		if !unicode.IsPrint(r) {
-			return "0x" + hex.EncodeToString([]byte(key))
-		}
-	}
-	return key
 }

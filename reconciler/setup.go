@@ -102,7 +102,7 @@ func (r *reconciler[Obj]) reportSetup(s *setupStep, p *prune.Schedule, paused bo
 		if s.err != nil {
 			row.SetupError = s.err.Error()
 		}
-		r.rep.info.write(row)
+		r.rep.info.Write(row)
 	}
 }
 
