@@ -10,6 +10,7 @@ import (
 	"github.com/converge-go/converge/reconciler/internal/executor"
 	"github.com/converge-go/converge/reconciler/internal/prune"
 	"github.com/converge-go/converge/reconciler/internal/refresh"
+	"github.com/converge-go/converge/reconciler/internal/setup"
 	"github.com/converge-go/converge/tables"
 	"github.com/converge-go/converge/tracing"
 )
@@ -31,7 +32,7 @@ type loop[Obj any] struct {
 	// wasPaused is whether the last round ran paused: a round runs when
 	// that changes.
 	wasPaused bool
-	setup     setupStep               // WithSetup's step, before the first round (see setUp)
+	setup     setup.Step              // WithSetup's step, before the first round (see setUp)
 	refresher *refresh.Refresher[Obj] // marks the re-checks due
 }
 

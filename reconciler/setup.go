@@ -8,89 +8,48 @@ import (
 	"github.com/cilium/statedb"
 
 	"github.com/converge-go/converge/reconciler/internal/prune"
+	"github.com/converge-go/converge/reconciler/internal/setup"
 	"github.com/converge-go/converge/tables"
 )
 
-// setupStep is one run's setup step (WithSetup): how many times the run
-// called the setup function and the last call's error. The zero value is
-// a step not yet tried. The loop's goroutine owns it; it is not safe for
-// concurrent use.
-type setupStep struct {
-	attempts int
-	err      error // the last attempt's error; nil before the first ends
-}
-
-// setUp runs WithSetup's function before the loop's first round: until it
-// returns nil no operation or prune starts, as the loop has not begun.
+// setUp runs WithSetup's function before the loop's first round (see
+// package setup): until it returns nil no operation or prune starts.
 // Changes to the table wait in the change feed, opened before, and are
-// read by the first round. A failed attempt is tried again after the retry
-// backoff (or the delay of RetryAfter); Pause holds the next attempt until
-// Resume, as it holds operations. It returns false if ctx ended first.
-func (r *reconciler[Obj]) setUp(ctx context.Context, s *setupStep, p *prune.Schedule) bool {
+// read by the first round. It returns false if ctx ended first.
+func (r *reconciler[Obj]) setUp(ctx context.Context, s *setup.Step, p *prune.Schedule) bool {
 	if r.opts.setup == nil {
 		return true
 	}
-	retry := time.NewTimer(time.Hour)
-	retry.Stop()
-	defer retry.Stop()
-	var due <-chan time.Time // nil: an attempt now
-	for {
-		paused, changed := r.gate.State()
-		r.reportSetup(s, p, paused)
-		if !paused && due == nil {
-			if !r.gate.Enter() { // paused meanwhile: look again
-				continue
-			}
+	return s.Run(ctx, setup.Config{
+		Gate: r.gate,
+		Attempt: func(ctx context.Context) error {
 			txn := r.db.ReadTxn()
-			err := r.call(ctx, "setup", func(ctx context.Context) error {
+			return r.call(ctx, "setup", func(ctx context.Context) error {
 				r.gate.Entered()
 				return r.opts.setup(ctx, txn)
 			})
-			s.attempts++
-			if ctx.Err() != nil {
-				return false
-			}
-			if err == nil {
-				if s.err != nil {
-					r.log.Info("Reconciler setup succeeded", "attempts", s.attempts)
-				}
-				s.err = nil
-				return true
-			}
-			if s.err == nil {
-				r.log.Warn("Reconciler setup failed; operations wait until it succeeds", "error", err)
-			}
-			s.err = err
-			delay, ok := retryAfter(err)
-			if !ok {
-				delay = backoff(s.attempts, r.opts.retryMin, r.opts.retryMax, r.opts.retryJitter, r.clock.rand())
-			}
-			retry.Reset(delay)
-			due = retry.C
-			r.reportSetup(s, p, paused)
-		}
-		select {
-		case <-ctx.Done():
-			return false
-		case <-changed:
-		case <-due:
-			due = nil
-		}
-	}
+		},
+		Backoff: func(attempts int) time.Duration {
+			return backoff(attempts, r.opts.retryMin, r.opts.retryMax, r.opts.retryJitter, r.clock.rand())
+		},
+		RetryAfter: retryAfter,
+		Report:     func(s setup.Step, paused bool) { r.reportSetup(s, p, paused) },
+		Log:        r.log,
+	})
 }
 
 // reportSetup says, while the setup step has not succeeded, that the
 // reconciler is setting up, or that setup fails (Degraded, with its
 // error), or that it is paused, in health and the reconcilers table. The
 // first round reports anew.
-func (r *reconciler[Obj]) reportSetup(s *setupStep, p *prune.Schedule, paused bool) {
+func (r *reconciler[Obj]) reportSetup(s setup.Step, p *prune.Schedule, paused bool) {
 	state := tables.StateSettingUp
 	switch {
 	case paused:
 		state = tables.StatePaused
 		r.rep.health.OK("Paused")
-	case s.err != nil:
-		r.rep.health.Degraded(fmt.Sprintf("setup failing: %d attempt(s)", s.attempts), fmt.Errorf("setup failing: %w", s.err))
+	case s.Err != nil:
+		r.rep.health.Degraded(fmt.Sprintf("setup failing: %d attempt(s)", s.Attempts), fmt.Errorf("setup failing: %w", s.Err))
 	default:
 		r.rep.health.OK("Setting up")
 	}
@@ -98,9 +57,9 @@ func (r *reconciler[Obj]) reportSetup(s *setupStep, p *prune.Schedule, paused bo
 		txn := r.db.ReadTxn()
 		lc := r.keys.lifecycles
 		row := r.infoRow(p, state, r.objects.table.NumObjects(txn), lc.Figures().Retrying, 0, 0, lc.Lows().Since)
-		row.SetupAttempts = s.attempts
-		if s.err != nil {
-			row.SetupError = s.err.Error()
+		row.SetupAttempts = s.Attempts
+		if s.Err != nil {
+			row.SetupError = s.Err.Error()
 		}
 		r.rep.info.Write(row)
 	}
