@@ -94,11 +94,13 @@ type o55Ops struct {
 	fail    map[string]error // key ("*": every key) → error
 	gates   map[string]chan struct{}
 	entered map[string]chan struct{}
+	recheck map[string]time.Duration // key → RecheckAfter asked once by its next Update
 }
 
 func newO55Ops(name string) *o55Ops {
 	return &o55Ops{name: name, changed: make(chan struct{}), target: map[string]string{},
-		updates: map[string]int{}, fail: map[string]error{}, gates: map[string]chan struct{}{}, entered: map[string]chan struct{}{}}
+		updates: map[string]int{}, fail: map[string]error{}, gates: map[string]chan struct{}{}, entered: map[string]chan struct{}{},
+		recheck: map[string]time.Duration{}}
 }
 
 func (o *o55Ops) notifyLocked() { close(o.changed); o.changed = make(chan struct{}) }
@@ -149,6 +151,10 @@ func (o *o55Ops) Update(ctx context.Context, _ statedb.ReadTxn, _ statedb.Revisi
 		return err
 	}
 	o.target[obj.ID] = obj.Value
+	if d, ok := o.recheck[obj.ID]; ok {
+		delete(o.recheck, obj.ID)
+		reconciler.RecheckAfter(ctx, d)
+	}
 	return nil
 }
 
@@ -276,6 +282,8 @@ type o55Config struct {
 	tbl statedb.RWTable[*o55Obj]
 	// pending are the names the writer stamps; names if nil.
 	pending []string
+	// before, if set, runs in the Invoke before the reconcilers register.
+	before func(db *statedb.DB) error
 }
 
 func newO55(t *testing.T, names []string, cfg o55Config) *o55World {
@@ -300,6 +308,11 @@ func newO55(t *testing.T, names []string, cfg o55Config) *o55World {
 			} else {
 				var err error
 				if w.tbl, err = o55NewTable(p.DB); err != nil {
+					return err
+				}
+			}
+			if cfg.before != nil {
+				if err := cfg.before(p.DB); err != nil {
 					return err
 				}
 			}
@@ -939,4 +952,82 @@ func TestOutsider55BatchWorkersEachNamesFailuresItsOwn(t *testing.T) {
 	})
 	_, errsC := w.metrics.get("c")
 	assert.Equal(t, 1, errsC, "c: one failed operation in its metrics")
+}
+
+// TestOutsider55RecheckFiresDespiteAnotherNamesWrites: a's Update of x asks
+// for a re-check after 50ms; meanwhile b is asked to apply x again, three
+// times, so x changes under a's Done (b's statuses only). Promise
+// (RecheckAfter): "once d has passed it is marked Refreshing ... if it
+// still carries that Done status, so Update is called for it again"; a's
+// Done identity is untouched by b's writes.
+func TestOutsider55RecheckFiresDespiteAnotherNamesWrites(t *testing.T) {
+	w := newO55(t, []string{"a", "b"}, o55Config{})
+	w.ops["a"].mu.Lock()
+	w.ops["a"].recheck["x"] = 50 * time.Millisecond
+	w.ops["a"].mu.Unlock()
+	w.write("x", "v1")
+	w.reconciledAll()
+	for i := range 3 {
+		txn := w.db.WriteTxn(w.tbl)
+		o, _, _ := w.tbl.Get(txn, o55ID.Query("x"))
+		o = o.clone()
+		o.Set = o.Set.Set("b", status.Pending())
+		_, _, err := w.tbl.Insert(txn, o)
+		require.NoError(t, err)
+		txn.Commit()
+		w.ops["b"].await(t, "b applied x again", func(o *o55Ops) bool { return o.updates["x"] == 2+i })
+	}
+	w.ops["a"].await(t, "a's re-check of x", func(o *o55Ops) bool { return o.updates["x"] == 2 })
+	w.reconciledAll()
+	o, _ := w.get("x")
+	assert.Equal(t, status.KindDone, o.Set.Get("a").Kind)
+	assert.Equal(t, status.KindDone, o.Set.Get("b").Kind)
+}
+
+// TestOutsider55DependencyAndRefreshOfOneNameLeaveTheOthersAlone: a has a
+// dependency and a periodic refresh; b has neither. Promise
+// (WithDependency): "Each object found is given a new status ... so that
+// the table stays the only source of truth and other reconcilers sharing a
+// status.Set are not disturbed"; (doc.go) each reconciler's statuses are
+// its own: b never applies again, its Done identity stays.
+func TestOutsider55DependencyAndRefreshOfOneNameLeaveTheOthersAlone(t *testing.T) {
+	var dep statedb.RWTable[*o55Obj]
+	w := newO55(t, []string{"a", "b"}, o55Config{opts: func(name string) []reconciler.Option {
+		if name != "a" {
+			return nil
+		}
+		return []reconciler.Option{reconciler.WithRefreshing(30*time.Millisecond, nil),
+			reconciler.WithDependency(dep, func(d *o55Obj, _ bool) []statedb.Query[*o55Obj] {
+				return []statedb.Query[*o55Obj]{o55ID.Query(d.ID)}
+			})}
+	}, before: func(db *statedb.DB) error {
+		var err error
+		dep, err = statedb.NewTable(db, "o55dep", o55ID)
+		return err
+	}})
+	w.write(o55Keys(20, "v1")...)
+	w.reconciledAll()
+	bDone := w.statuses("b")
+	txn := w.db.WriteTxn(dep)
+	for i := range 10 {
+		_, _, err := dep.Insert(txn, &o55Obj{ID: fmt.Sprintf("k%03d", i)})
+		require.NoError(t, err)
+	}
+	txn.Commit()
+	w.ops["a"].await(t, "a applied every object again, three times", func(o *o55Ops) bool {
+		for i := range 20 {
+			if o.updates[fmt.Sprintf("k%03d", i)] < 4 {
+				return false
+			}
+		}
+		return true
+	})
+	w.reconciled("b")
+	now := w.statuses("b")
+	for k, st := range bDone {
+		assert.Equal(t, st.ID(), now[k].ID(), "b: %s's status rewritten", k)
+	}
+	for k, c := range w.ops["b"].counts() {
+		assert.Equal(t, 1, c, "b applied %s again for a's refresh or dependency", k)
+	}
 }
