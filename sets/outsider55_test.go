@@ -95,11 +95,13 @@ type o55Ops struct {
 	fail    map[string]error // key ("*": every key) → error
 	gates   map[string]chan struct{}
 	entered map[string]chan struct{}
+	calls   map[string][]string // key → each Update's revision and own status, for messages
 }
 
 func newO55Ops(name string) *o55Ops {
 	return &o55Ops{name: name, changed: make(chan struct{}), target: map[string]string{},
-		updates: map[string]int{}, fail: map[string]error{}, gates: map[string]chan struct{}{}, entered: map[string]chan struct{}{}}
+		updates: map[string]int{}, fail: map[string]error{}, gates: map[string]chan struct{}{}, entered: map[string]chan struct{}{},
+		calls: map[string][]string{}}
 }
 
 func (o *o55Ops) notifyLocked() { close(o.changed); o.changed = make(chan struct{}) }
@@ -125,7 +127,7 @@ func (o *o55Ops) failing(key string, err error) {
 	}
 }
 
-func (o *o55Ops) Update(ctx context.Context, _ statedb.ReadTxn, _ statedb.Revision, obj *o55Obj) error {
+func (o *o55Ops) Update(ctx context.Context, _ statedb.ReadTxn, rev statedb.Revision, obj *o55Obj) error {
 	o.mu.Lock()
 	g, e := o.gates[obj.ID], o.entered[obj.ID]
 	delete(o.gates, obj.ID)
@@ -143,6 +145,8 @@ func (o *o55Ops) Update(ctx context.Context, _ statedb.ReadTxn, _ statedb.Revisi
 	defer o.mu.Unlock()
 	defer o.notifyLocked()
 	o.updates[obj.ID]++
+	own := obj.Set.Get(o.name)
+	o.calls[obj.ID] = append(o.calls[obj.ID], fmt.Sprintf("rev=%d %s id=%d value=%s set=%s", rev, own.Kind, own.ID(), obj.Value, obj.Set))
 	if err := o.fail[obj.ID]; err != nil {
 		return err
 	}
@@ -193,6 +197,12 @@ func (o *o55Ops) count(key string) int {
 	return o.updates[key]
 }
 
+func (o *o55Ops) callsOf(key string) []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return slices.Clone(o.calls[key])
+}
+
 func (o *o55Ops) counts() map[string]int {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -203,26 +213,6 @@ func (o *o55Ops) snapshot() map[string]string {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return maps.Clone(o.target)
-}
-
-// await waits until cond holds of the ops (read under its lock).
-func (o *o55Ops) await(t *testing.T, what string, cond func(o *o55Ops) bool) {
-	t.Helper()
-	deadline := time.NewTimer(o55Timeout)
-	defer deadline.Stop()
-	for {
-		o.mu.Lock()
-		ok, ch := cond(o), o.changed
-		o.mu.Unlock()
-		if ok {
-			return
-		}
-		select {
-		case <-ch:
-		case <-deadline.C:
-			t.Fatalf("%s: timed out waiting for %s", o.name, what)
-		}
-	}
 }
 
 // o55Metrics counts, per name, the failed operations reported.
@@ -245,12 +235,6 @@ func (m *o55Metrics) ReconciliationErrors(_ cell.FullModuleID, name string, n, _
 }
 func (m *o55Metrics) PruneError(cell.FullModuleID, string, error)            {}
 func (m *o55Metrics) PruneDuration(cell.FullModuleID, string, time.Duration) {}
-
-func (m *o55Metrics) get(name string) (ops, errs int) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.ops[name], m.errors[name]
-}
 
 // o55World is a started hive with a table and named reconcilers on it.
 type o55World struct {
@@ -464,32 +448,6 @@ func (w *o55World) waitTable(what string, cond func(txn statedb.ReadTxn) bool) {
 	}
 }
 
-// healthOf waits until the reconcile job of name reports level, and
-// returns its message.
-func (w *o55World) healthOf(name string, level cell.Level) string {
-	w.t.Helper()
-	deadline := time.Now().Add(o55Timeout)
-	for {
-		var lvl cell.Level
-		var msg string
-		if child := w.health.GetChild("job-reconcile-" + name); child != nil {
-			child.Lock()
-			lvl, msg = child.Level, child.Status
-			if child.Error != nil {
-				msg += ": " + child.Error.Error()
-			}
-			child.Unlock()
-		}
-		if lvl == level {
-			return msg
-		}
-		if time.Now().After(deadline) {
-			w.t.Fatalf("%s: health %q %q, want level %q", name, lvl, msg, level)
-		}
-		time.Sleep(5 * time.Millisecond) // health has no watch channel: poll it
-	}
-}
-
 func o55Log(t testing.TB) *slog.Logger { return hivetest.Logger(t, hivetest.LogLevel(slog.LevelError)) }
 
 func o55Recv(t *testing.T, ch <-chan struct{}, what string) {
@@ -528,6 +486,10 @@ func (w *o55World) setsWait(names ...string) error {
 // since Retire began is never overwritten", "The other names' statuses are
 // left as they are, identities included, so their reconcilers do not redo
 // work."
+//
+// It fails now and then (about 1 run in 60 under load): a rewritten object
+// is applied a third time by a with the same status identity as its second
+// Update, after Retire removed gone's entry (see the recorded calls).
 func TestOutsider55RetireKeepsTheOthersIdentitiesAndUnblocksWaits(t *testing.T) {
 	w := newO55(t, []string{"a", "b"}, o55Config{pending: []string{"a", "b", "gone"}})
 	const n = 1200 // more than MaxObjectsPerTxn
@@ -565,7 +527,7 @@ func TestOutsider55RetireKeepsTheOthersIdentitiesAndUnblocksWaits(t *testing.T) 
 			rewritten := rewrote[k]
 			assert.Equal(t, status.KindDone, now[k].Kind, "%s: %s", name, k)
 			if rewritten {
-				assert.Equal(t, 2, counts[k], "%s: %s written twice", name, k)
+				assert.Equal(t, 2, counts[k], "%s: %s written twice, applied more: %q", name, k, w.ops[name].callsOf(k))
 				continue
 			}
 			assert.Equal(t, st.ID(), now[k].ID(), "%s: %s's status identity changed by Retire", name, k)
@@ -708,7 +670,7 @@ func TestOutsider55RefreshInSyncUnderADriftCheckCounts(t *testing.T) {
 
 // TestOutsider55RefreshWaitUnderChurnWithBatchesAndWorkers: a refresh of
 // 300 objects served by batches on workers, a failing one in ten
-// terminally, while a writer changes 50 and deletes 50. Promise
+// terminally, while a writer changes 50 and deletes 50 (before Wait). Promise
 // (Marked.Wait and Result): "An object counts once its status for name is
 // read Done ... or Error ... One deleted before an attempt was seen counts
 // in Result.Deleted. One the user changed since the mark ... is waited for
@@ -730,17 +692,16 @@ func TestOutsider55RefreshWaitUnderChurnWithBatchesAndWorkers(t *testing.T) {
 	m, err := w.st.Refresh(o55Ctx(t, o55Timeout), "a")
 	require.NoError(t, err)
 	require.Equal(t, n, m.Len())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for i := range 50 {
-			w.write(fmt.Sprintf("k%03d", i), "v2")
-			w.remove(fmt.Sprintf("k%03d", 250+i))
-		}
-	}()
+	// The writer changes and deletes while the reconcilers work on the
+	// marks, all before Wait is called: a change made after Wait has
+	// seen its object's refresh attempt is not waited for ("Outcomes
+	// seen are kept"), so only these are checked.
+	for i := range 50 {
+		w.write(fmt.Sprintf("k%03d", i), "v2")
+		w.remove(fmt.Sprintf("k%03d", 250+i))
+	}
 	res, err := m.Wait(o55Ctx(t, o55Timeout))
 	require.NoError(t, err)
-	o55Recv(t, done, "the writer")
 	assert.Equal(t, n, res.Done+len(res.Failed)+res.Deleted, "%+v", res)
 	assert.LessOrEqual(t, res.Deleted, 50)
 	got := map[string]bool{}
