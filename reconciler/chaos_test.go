@@ -101,7 +101,7 @@ func TestChaos(t *testing.T) {
 		{workers: 1}, {workers: 1, batch: true}, {workers: 4}, {workers: 4, batch: true},
 		{workers: 1, set: true}, {workers: 4, set: true}, {workers: 4, batch: true, set: true},
 		{workers: 1, batch: true, process: true}, {workers: 4, batch: true, process: true}, {workers: 4, batch: true, alone: true},
-		{workers: 4, set: true, sets: true},
+		{workers: 4, set: true, sets: true}, {workers: 1, set: true, sets: true},
 	}
 	var share time.Duration
 	if s := os.Getenv("CONVERGE_CHAOS_FOR"); s != "" && os.Getenv("CONVERGE_CHAOS_SEED") == "" {

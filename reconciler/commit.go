@@ -250,6 +250,7 @@ func (r *reconciler[Obj]) writeShared(ops []op[Obj], now time.Time) {
 		}
 		r.group.member.Commit(b)
 		r.group.busy, r.group.landed = true, r.group.member.Landed()
+		r.group.over = slices.ContainsFunc(ops, func(o op[Obj]) bool { return o.over })
 	}
 	clear(r.group.sts)
 }

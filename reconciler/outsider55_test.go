@@ -491,26 +491,23 @@ func (w *o55World) waitTable(what string, cond func(txn statedb.ReadTxn) bool) {
 // returns its message.
 func (w *o55World) healthOf(name string, level cell.Level) string {
 	w.t.Helper()
-	deadline := time.Now().Add(o55Timeout)
-	for {
-		var lvl cell.Level
-		var msg string
-		if child := w.health.GetChild("job-reconcile-" + name); child != nil {
-			child.Lock()
-			lvl, msg = child.Level, child.Status
-			if child.Error != nil {
-				msg += ": " + child.Error.Error()
-			}
-			child.Unlock()
+	var msg string
+	// SimpleHealth offers nothing to wait on: it is polled, as the
+	// fixture's waitHealth does.
+	require.EventuallyWithT(w.t, func(c *assert.CollectT) {
+		child := w.health.GetChild("job-reconcile-" + name)
+		if !assert.NotNil(c, child, "no health of %s", name) {
+			return
 		}
-		if lvl == level {
-			return msg
+		child.Lock()
+		lvl := child.Level
+		if msg = child.Status; child.Error != nil {
+			msg += ": " + child.Error.Error()
 		}
-		if time.Now().After(deadline) {
-			w.t.Fatalf("%s: health %q %q, want level %q", name, lvl, msg, level)
-		}
-		time.Sleep(5 * time.Millisecond) // health has no watch channel: poll it
-	}
+		child.Unlock()
+		assert.Equal(c, level, lvl, "%s: health %q", name, msg)
+	}, o55Timeout, time.Millisecond)
+	return msg
 }
 
 func o55Log(t testing.TB) *slog.Logger { return hivetest.Logger(t, hivetest.LogLevel(slog.LevelError)) }
@@ -937,7 +934,6 @@ func TestOutsider55JoinWhileOthersWrite(t *testing.T) {
 // waits are its own"; statuses "with each reconciler's own setStatus": a
 // failing name never disturbs another's Done, nor makes it apply again.
 func TestOutsider55BatchWorkersEachNamesFailuresItsOwn(t *testing.T) {
-	knownBug55(t, "an object applied again while another name failed it, once in 520 runs")
 	w := newO55(t, []string{"a", "b", "c"}, o55Config{batch: true, opts: func(string) []reconciler.Option {
 		return []reconciler.Option{reconciler.WithConcurrency(3), reconciler.WithRoundLimits(8, nil)}
 	}})
@@ -1064,15 +1060,5 @@ func TestOutsider55DependencyAndRefreshOfOneNameLeaveTheOthersAlone(t *testing.T
 	}
 	for k, c := range w.ops["b"].counts() {
 		assert.Equal(t, 1, c, "b applied %s again for a's refresh or dependency", k)
-	}
-}
-
-// knownBug55 skips a test that shows an open bug of issue 49 (the outsider
-// of session 55 found it; see the issue's note) unless CONVERGE_KNOWN_BUGS
-// is set: CONVERGE_KNOWN_BUGS=1 go test -run Outsider55 ./... runs it.
-func knownBug55(t *testing.T, bug string) {
-	t.Helper()
-	if os.Getenv("CONVERGE_KNOWN_BUGS") == "" {
-		t.Skip("known bug, open (issue 49): " + bug + "; set CONVERGE_KNOWN_BUGS=1 to run")
 	}
 }

@@ -175,4 +175,9 @@ type shared[Obj any] struct {
 	// nil if the reconciler never wrote with the group.
 	landed <-chan struct{}
 	owed   bool // progress not published: landed was open at the round's report
+	// over says that the last commit with the group wrote a status over a
+	// changed object (see writeStatus): until it lands, the change that
+	// object had (another writer's, this reconciler's status kept) reads
+	// as the version just applied, to do again (see landFirst).
+	over bool
 }

@@ -58,6 +58,7 @@ func (r *reconciler[Obj]) idle(watch <-chan struct{}) {
 func (r *reconciler[Obj]) awaitLanded() {
 	if r.group.landed != nil {
 		<-r.group.landed
+		r.group.over = false
 		if r.group.owed {
 			r.publishOwed()
 		}
@@ -69,10 +70,13 @@ func (r *reconciler[Obj]) awaitLanded() {
 // changes does not (those statuses come as changes of their own, later),
 // but one that takes a tracked key (a retry, queued work, a re-check),
 // deferred changes or a stale status looks objects up in the table, and
-// must find its own writes there.
+// must find its own writes there. So does one after a commit that wrote
+// over a changed object: that object's change, read before the write
+// lands, carries this reconciler's status as it was when the version was
+// taken, and would be applied again.
 func (r *reconciler[Obj]) landFirst() {
 	f := r.keys.lifecycles.Figures()
-	if f.Tracked || f.Deferred > 0 || f.Rechecks > 0 || f.Stale || r.keys.stales.any() {
+	if r.group.over || f.Tracked || f.Deferred > 0 || f.Rechecks > 0 || f.Stale || r.keys.stales.any() {
 		r.awaitLanded()
 	}
 }
