@@ -101,7 +101,10 @@ type follower[Obj any] struct {
 func (f *follower[Obj]) run(ctx context.Context) (err error) {
 	defer recovered(&err, "sets: get")
 	t := f.t
-	wtxn := t.db.WriteTxn(t.table)
+	wtxn, err := t.lock(ctx)
+	if err != nil {
+		return err
+	}
 	changes, err := t.table.Changes(wtxn)
 	wtxn.Commit()
 	if err != nil {

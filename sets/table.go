@@ -204,10 +204,10 @@ func (t *Table[Obj]) rewrite(ctx context.Context, what string, objs iter.Seq2[Ob
 
 // commit writes one batch of rewrite in one write transaction.
 func (t *Table[Obj]) commit(ctx context.Context, what string, batch []Obj, e edit[Obj]) (int, error) {
-	if err := ctx.Err(); err != nil {
+	wtxn, err := t.lock(ctx)
+	if err != nil {
 		return 0, err
 	}
-	wtxn := t.db.WriteTxn(t.table)
 	defer wtxn.Abort() // after Commit, does nothing
 	type write struct {
 		key string
@@ -250,6 +250,25 @@ func (t *Table[Obj]) commit(ctx context.Context, what string, batch []Obj, e edi
 		}
 	}
 	return len(writes), nil
+}
+
+// lock returns a write transaction on the table, as DB.WriteTxn does,
+// unless ctx ends first (a writer holding the table for long: a restore,
+// say): it then returns ctx's error, and the transaction is aborted as
+// soon as it is taken, by a goroutine left to wait for the writer.
+func (t *Table[Obj]) lock(ctx context.Context) (statedb.WriteTxn, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	got := make(chan statedb.WriteTxn, 1)
+	go func() { got <- t.db.WriteTxn(t.table) }()
+	select {
+	case wtxn := <-got:
+		return wtxn, nil
+	case <-ctx.Done():
+		go func() { (<-got).Abort() }()
+		return nil, ctx.Err()
+	}
 }
 
 // sortedKeys returns the keys of m in order.
