@@ -42,8 +42,21 @@ func NewSet() Set {
 }
 
 func (s Set) find(name string) (int, bool) {
+	if len(s.entries) <= smallSet {
+		// A set names a few reconcilers: comparing for equality, which
+		// looks at the lengths first, finds the entry faster than ordering
+		// does. The order is needed only to place a new name.
+		for i := range s.entries {
+			if s.entries[i].name == name {
+				return i, true
+			}
+		}
+	}
 	return slices.BinarySearchFunc(s.entries, name, compareName)
 }
+
+// smallSet is the size up to which find looks for a name entry by entry.
+const smallSet = 8
 
 func compareName(e entry, name string) int { return strings.Compare(e.name, name) }
 
@@ -60,13 +73,18 @@ func (s Set) Get(name string) Status {
 // Set returns a copy of s with the named reconciler's status replaced by st.
 func (s Set) Set(name string, st Status) Set {
 	i, ok := s.find(name)
-	entries := make([]entry, len(s.entries), len(s.entries)+1)
-	copy(entries, s.entries)
 	if ok {
+		// No room for another entry: a set is copied on every write of a
+		// status, by every reconciler of the object.
+		entries := slices.Clone(s.entries)
 		entries[i].status = st
-	} else {
-		entries = slices.Insert(entries, i, entry{name, st})
+		s.entries = entries
+		return s
 	}
+	entries := make([]entry, len(s.entries)+1)
+	copy(entries, s.entries[:i])
+	entries[i] = entry{name, st}
+	copy(entries[i+1:], s.entries[i:])
 	s.entries = entries
 	return s
 }
