@@ -276,16 +276,3 @@ func BenchmarkCommitErrors(b *testing.B) {
 	reportPerObject(b, benchRound)
 }
 
-func BenchmarkBackoff(b *testing.B) {
-	u := 0.0
-	var sink time.Duration
-	for b.Loop() {
-		attempts := int(u*16) + 1
-		sink += backoff(attempts, 10*time.Millisecond, 100*time.Millisecond, 0.1, u)
-		u += 0.0001
-		if u >= 1 {
-			u = 0
-		}
-	}
-	_ = sink
-}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/cilium/statedb"
 
+	"github.com/converge-go/converge/reconciler/internal/backoff"
 	"github.com/converge-go/converge/reconciler/internal/keyqueue"
 	"github.com/converge-go/converge/reconciler/internal/report"
 	"github.com/converge-go/converge/status"
@@ -180,7 +181,7 @@ func (r *reconciler[Obj]) settle(ops []op[Obj], now time.Time) (out commitOutcom
 			fig.Done(now.Sub(o.Since), slices)
 			if o.recheck > 0 {
 				// The re-check o's Update asked for (RecheckAfter).
-				done.RecheckAt, done.Updated, done.UpdatedID = addSat(now.UnixNano(), o.recheck), o.updated, r.objects.getStatus(o.updated).ID()
+				done.RecheckAt, done.Updated, done.UpdatedID = backoff.Add(now.UnixNano(), o.recheck), o.updated, r.objects.getStatus(o.updated).ID()
 			}
 		}
 		if o.s == nil && settled && done.RecheckAt == 0 {
@@ -199,9 +200,9 @@ func (r *reconciler[Obj]) settle(ops []op[Obj], now time.Time) (out commitOutcom
 		if !settled {
 			wait, ok := retryAfter(o.err)
 			if !ok {
-				wait = backoff(attempts+1, r.opts.retryMin, r.opts.retryMax, r.opts.retryJitter, r.clock.rand())
+				wait = backoff.Wait(attempts+1, r.opts.retryMin, r.opts.retryMax, r.opts.retryJitter, r.clock.rand())
 			}
-			done.RetryAt = addSat(now.UnixNano(), wait)
+			done.RetryAt = backoff.Add(now.UnixNano(), wait)
 			if !o.Delete {
 				done.ErrID = r.objects.getStatus(o.updated).ID()
 			}

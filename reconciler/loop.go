@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cilium/hive/cell"
+	"github.com/converge-go/converge/reconciler/internal/backoff"
 	"github.com/converge-go/converge/reconciler/internal/executor"
 	"github.com/converge-go/converge/reconciler/internal/prune"
 	"github.com/converge-go/converge/reconciler/internal/refresh"
@@ -220,7 +221,7 @@ func (l *loop[Obj]) armRetry() {
 	f := r.keys.lifecycles.Figures()
 	due, ok := f.NextDue, f.RetryDue
 	if ok {
-		due = addSat(due, durationOf(float64(r.opts.retryMin)*r.opts.retryJitter))
+		due = backoff.Add(due, backoff.Duration(float64(r.opts.retryMin)*r.opts.retryJitter))
 	}
 	if r.breaker != nil {
 		if probe, open := r.breaker.NextProbe(); open {
@@ -238,7 +239,7 @@ func (l *loop[Obj]) armRetry() {
 	if !ok || l.exec.Room() <= 0 {
 		return
 	}
-	l.retry.Reset(durationOf(float64(due) - float64(r.clock.now().UnixNano())))
+	l.retry.Reset(backoff.Duration(float64(due) - float64(r.clock.now().UnixNano())))
 }
 
 // resetRun readies the state of one run of the job.

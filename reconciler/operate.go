@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"runtime/debug"
-	"sync/atomic"
 	"time"
 
 	"github.com/cilium/statedb"
@@ -13,6 +12,7 @@ import (
 	"github.com/converge-go/converge/reconciler/internal/breaker"
 	"github.com/converge-go/converge/reconciler/internal/drift"
 	"github.com/converge-go/converge/reconciler/internal/executor"
+	"github.com/converge-go/converge/reconciler/internal/opreport"
 	"github.com/converge-go/converge/tracing"
 )
 
@@ -23,7 +23,7 @@ import (
 type runner[Obj any] struct {
 	r       *reconciler[Obj]
 	ctx     context.Context
-	calls   []opContext // contexts for the next calls, each used once
+	calls   opreport.Contexts
 	updates []BatchEntry[Obj]
 	deletes []BatchEntry[Obj]
 	ops     []*op[Obj] // the ops of the batch running, in the order given
@@ -34,24 +34,8 @@ func newRunner[Obj any](ctx context.Context, r *reconciler[Obj]) *runner[Obj] {
 }
 
 // callContext returns the context of one operation or batch call: the
-// run's, carrying that call's reports. Each call has its own, never
-// reused, so that a report made with it after the call returned (from a
-// goroutine the operation started) reaches no other call; close then
-// makes it ignored. They are made opContextsPerAlloc at a time.
-func (e *runner[Obj]) callContext() *opContext {
-	if len(e.calls) == 0 {
-		e.calls = make([]opContext, opContextsPerAlloc)
-	}
-	c := &e.calls[0]
-	e.calls = e.calls[1:]
-	c.Context = e.ctx
-	return c
-}
-
-// opContextsPerAlloc is how many call contexts one allocation makes: one
-// allocation in so many calls, and a context that outlives its call keeps
-// so many (40 bytes each) from the garbage collector.
-const opContextsPerAlloc = 128
+// run's, carrying that call's reports (see opreport.Contexts).
+func (e *runner[Obj]) callContext() *opreport.Context { return e.calls.Next(e.ctx) }
 
 // run applies ops, recording each outcome. Each operation starts only if
 // the gate allows it then; the ops it does not start (the gate closed, or
@@ -108,7 +92,7 @@ func (e *runner[Obj]) run(txn statedb.ReadTxn, ops []op[Obj]) {
 			})
 		}
 		o.ran = true
-		drift, recheck := call.close()
+		drift, recheck := call.Reports.Close()
 		if span != nil {
 			span.End(tracing.End{Outcome: outcome(o.err, r.opts.operationTimeout), Err: o.err})
 		}
@@ -220,7 +204,7 @@ func (e *runner[Obj]) batch(ctx context.Context, txn statedb.ReadTxn, call batch
 		return batchTimeout(ctx)
 	})
 	r.rep.metrics.ReconciliationDuration(r.moduleID, r.opts.name, name, time.Since(start))
-	drift, _ := reports.close() // batches ask for re-checks with BatchEntry.RecheckAfter
+	drift, _ := reports.Reports.Close() // batches ask for re-checks with BatchEntry.RecheckAfter
 	if ctx.Err() != nil && err == nil {
 		// Cut short by a stop: an entry it never got to has a nil Result
 		// and did not run. Nothing is known; all are tried again.
@@ -374,8 +358,8 @@ func entryErr(result, batchErr error) error {
 // operation has returned, it does nothing. It is safe for concurrent use
 // and does not allocate.
 func ReportRepaired(ctx context.Context, n int) {
-	if c, ok := ctx.Value(reportsKey{}).(*opReports); ok && n > 0 && !c.closed.Load() {
-		c.drift.Add(int64(n))
+	if r := opreport.From(ctx); r != nil {
+		r.Repaired(n)
 	}
 }
 
@@ -397,41 +381,9 @@ func ReportRepaired(ctx context.Context, n int) {
 // when one falls due marks the object on Resume. d <= 0 asks for nothing.
 // It is safe for concurrent use and does not allocate.
 func RecheckAfter(ctx context.Context, d time.Duration) {
-	if c, ok := ctx.Value(reportsKey{}).(*opReports); ok && d > 0 && !c.closed.Load() {
-		c.recheck.Store(int64(d))
+	if r := opreport.From(ctx); r != nil {
+		r.RecheckAfter(d)
 	}
-}
-
-type reportsKey struct{}
-
-// opReports collects what one operation (or a prune) reports through its
-// context: drift repaired (ReportRepaired) and a re-check asked for
-// (RecheckAfter). Once closed, reports are ignored: they come too late.
-type opReports struct {
-	drift   atomic.Int64
-	recheck atomic.Int64 // a time.Duration; 0 asks for none
-	closed  atomic.Bool
-}
-
-// opContext is the context of one operation or batch call: its parent's,
-// with that call's reports (see runner.callContext).
-type opContext struct {
-	context.Context
-	reports opReports
-}
-
-func (c *opContext) Value(key any) any {
-	if key == (reportsKey{}) {
-		return &c.reports
-	}
-	return c.Context.Value(key)
-}
-
-// close ends the call's reports and returns them: what a call makes after
-// its operation returned is ignored.
-func (c *opContext) close() (drift int64, recheck time.Duration) {
-	c.reports.closed.Store(true)
-	return c.reports.drift.Load(), time.Duration(c.reports.recheck.Load())
 }
 
 // checkOne runs the drift check for o (which applies) with ctx, the
@@ -484,7 +436,7 @@ func (e *runner[Obj]) checkEntry(ctx context.Context, txn statedb.ReadTxn, o *op
 	o.started = time.Now().UnixNano()
 	call := e.callContext()
 	update, err := r.checkOne(call, txn, o)
-	call.close()
+	call.Reports.Close()
 	o.err, o.ran = err, true
 	if r.breaker != nil {
 		r.recordOutcome(ctx, o, probe) // may put it back: held

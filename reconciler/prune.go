@@ -9,7 +9,9 @@ import (
 
 	"github.com/converge-go/converge/internal/ident"
 	"github.com/converge-go/converge/metrics"
+	"github.com/converge-go/converge/reconciler/internal/backoff"
 	"github.com/converge-go/converge/reconciler/internal/keyqueue"
+	"github.com/converge-go/converge/reconciler/internal/opreport"
 	"github.com/converge-go/converge/reconciler/internal/prune"
 	"github.com/converge-go/converge/tracing"
 )
@@ -23,7 +25,7 @@ func newPruneSchedule[Obj any](r *reconciler[Obj]) prune.Schedule {
 		Interval: r.opts.pruneInterval,
 		Prune:    r.prune,
 		Backoff: func(failures int) time.Duration {
-			return backoff(failures, r.opts.retryMin, r.opts.retryMax, r.opts.retryJitter, r.clock.rand())
+			return backoff.Wait(failures, r.opts.retryMin, r.opts.retryMax, r.opts.retryJitter, r.clock.rand())
 		},
 	})
 }
@@ -77,8 +79,8 @@ func (r *reconciler[Obj]) pruneNow(ctx context.Context, p *prune.Schedule) {
 // Register refuses periodic pruning then, and Reconciler.Prune does
 // nothing.
 func (r *reconciler[Obj]) prune(ctx context.Context, txn statedb.ReadTxn) prune.Result {
-	var reports opReports
-	ctx = context.WithValue(ctx, reportsKey{}, &reports)
+	var reports opreport.Reports
+	ctx = opreport.With(ctx, &reports)
 	var span tracing.Span
 	if r.opts.tracer != nil {
 		ctx, span = r.startSpan(ctx, tracing.Start{Kind: tracing.Prune})
@@ -104,7 +106,7 @@ func (r *reconciler[Obj]) prune(ctx context.Context, txn statedb.ReadTxn) prune.
 		}
 		return prune.Result{Held: hold}
 	}
-	res := prune.Result{At: start, Duration: time.Since(start), Repaired: int(reports.drift.Swap(0))}
+	res := prune.Result{At: start, Duration: time.Since(start), Repaired: reports.TakeRepaired()}
 	if span != nil {
 		span.End(tracing.End{Outcome: outcome(err, r.opts.operationTimeout), Err: err, Repaired: res.Repaired})
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/cilium/statedb"
 
+	"github.com/converge-go/converge/reconciler/internal/backoff"
 	"github.com/converge-go/converge/reconciler/internal/prune"
 	"github.com/converge-go/converge/reconciler/internal/setup"
 	"github.com/converge-go/converge/tables"
@@ -30,7 +31,7 @@ func (r *reconciler[Obj]) setUp(ctx context.Context, s *setup.Step, p *prune.Sch
 			})
 		},
 		Backoff: func(attempts int) time.Duration {
-			return backoff(attempts, r.opts.retryMin, r.opts.retryMax, r.opts.retryJitter, r.clock.rand())
+			return backoff.Wait(attempts, r.opts.retryMin, r.opts.retryMax, r.opts.retryJitter, r.clock.rand())
 		},
 		RetryAfter: retryAfter,
 		Report:     func(s setup.Step, paused bool) { r.reportSetup(s, p, paused) },
