@@ -24,13 +24,14 @@ func TestReportsMadeAfterCloseAreIgnored(t *testing.T) {
 
 func TestEachCallHasItsOwnReports(t *testing.T) {
 	var cs Contexts
-	parent := context.WithValue(context.Background(), "k", "v")
+	type testKey struct{}
+	parent := context.WithValue(context.Background(), testKey{}, "v")
 	a, b := cs.Next(parent), cs.Next(parent)
 	From(a).Repaired(1)
 	if From(b).TakeRepaired() != 0 || From(a).TakeRepaired() != 1 {
 		t.Fatal("a report reached another call")
 	}
-	if b.Value("k") != "v" {
+	if b.Value(testKey{}) != "v" {
 		t.Fatal("the parent's values are lost")
 	}
 }
