@@ -566,3 +566,43 @@ func o56Has(s status.Set, name string) (status.Status, bool) {
 	}
 	return status.Status{}, false
 }
+
+// TestOutsider56WaitCalledWhileAWriterHoldsTheTable: Table.Wait is called
+// while a writer holds the table and writes a new version of x, which a's
+// held Update keeps from settling. Promise (Table.Wait): "one changed since
+// is waited for in its latest version"; it returns nil once every name is
+// Done, and not before: not while a's Update of the new version is held.
+func TestOutsider56WaitCalledWhileAWriterHoldsTheTable(t *testing.T) {
+	w := newO55(t, []string{"a", "b"}, o55Config{})
+	w.write("x", "v1", "y", "v1")
+	w.reconciledAll()
+	release, entered := w.ops["a"].hold("x")
+	t.Cleanup(release)
+	held := w.db.WriteTxn(w.tbl)
+	old, _, _ := w.tbl.Get(held, o55ID.Query("x"))
+	nx := old.clone()
+	nx.Value, nx.Set = "v2", old.Set.Pending("a", "b")
+	_, _, err := w.tbl.Insert(held, nx)
+	require.NoError(t, err)
+	got := make(chan error, 1)
+	go func() { got <- w.st.Wait(o55Ctx(t, o55Timeout), []string{"a", "b"}) }()
+	held.Commit()
+	o55Recv(t, entered, "a's Update of x v2")
+	select {
+	case err := <-got:
+		t.Fatalf("Wait returned (%v) while a's Update of x v2 is held", err)
+	default:
+	}
+	release()
+	select {
+	case err := <-got:
+		require.NoError(t, err)
+	case <-time.After(o55Timeout):
+		t.Fatal("Wait hangs")
+	}
+	o, _ := w.get("x")
+	assert.Equal(t, "v2", o.Value)
+	assert.Equal(t, status.KindDone, o.Set.Get("a").Kind, "Wait returned before a settled x v2: %s", o.Set)
+	assert.Equal(t, status.KindDone, o.Set.Get("b").Kind, "Wait returned before b settled x v2: %s", o.Set)
+	assert.Equal(t, 2, w.ops["a"].count("x"))
+}
