@@ -275,4 +275,3 @@ func BenchmarkCommitErrors(b *testing.B) {
 	}
 	reportPerObject(b, benchRound)
 }
-
