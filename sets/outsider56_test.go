@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -22,13 +21,6 @@ import (
 	"github.com/converge-go/converge/sets"
 	"github.com/converge-go/converge/status"
 )
-
-func o56KnownBug(t *testing.T, what string) {
-	t.Helper()
-	if os.Getenv("CONVERGE_KNOWN_BUGS") != "1" {
-		t.Skip("known bug: " + what)
-	}
-}
 
 // o56Rewrite changes key's set with f in a write transaction of its own.
 func (w *o55World) o56Rewrite(key string, f func(status.Set) status.Set) {
