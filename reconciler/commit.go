@@ -153,7 +153,7 @@ func (r *reconciler[Obj]) settle(ops []op[Obj], now time.Time) (out commitOutcom
 	lc := r.keys.lifecycles
 	fig := &r.rep.figures // reused: keep its slices
 	fig.Reset()
-	slices := r.rep.metrics.commit != nil
+	slices := r.rep.metrics.Commit != nil
 	for i := range ops {
 		o := &ops[i]
 		if o.ran {

@@ -96,7 +96,7 @@ func (d *dependencyOpt[Obj, Dep]) register(r *reconciler[Obj]) (job.Job, error) 
 	if r.opts.recoverPanics {
 		cfg.Recover = r.recovered
 	}
-	if m := r.rep.metrics.refresh; m != nil {
+	if m := r.rep.metrics.Refresh; m != nil {
 		cfg.Marked = func(n int) { m.RefreshMarked(r.moduleID, r.opts.name, n) }
 	}
 	return job.OneShot(r.jobName("dependency-"+d.table.Name()), dependency.New(cfg).Run), nil

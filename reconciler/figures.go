@@ -25,7 +25,7 @@ import (
 // progress, which any goroutine may wait on, and metrics and info, which
 // the workers and the refresh job also report to.
 type reporter[Obj any] struct {
-	metrics  observers
+	metrics  report.Observers
 	info     *inforows.Writer[Obj, *keyqueue.State[Obj]] // nil without Params.Tables
 	progress *report.Progress
 
@@ -53,34 +53,12 @@ func (rep *reporter[Obj]) committed(module cell.FullModuleID, name string, fig *
 		return
 	}
 	rep.totals.Add(fig)
-	if rep.metrics.commit != nil {
-		rep.metrics.commit.Committed(module, name, fig.Stats)
+	if rep.metrics.Commit != nil {
+		rep.metrics.Commit.Committed(module, name, fig.Stats)
 	}
-	if fig.Converged > 0 && rep.metrics.queue != nil {
-		rep.metrics.queue.Converged(module, name, fig.Converged, fig.Total, fig.Longest)
+	if fig.Converged > 0 && rep.metrics.Queue != nil {
+		rep.metrics.Queue.Converged(module, name, fig.Converged, fig.Total, fig.Longest)
 	}
-}
-
-// observers holds the metrics a reconciler reports to: the seed's Metrics
-// and whichever optional interfaces it implements (nil otherwise), found
-// once when the reconciler is registered.
-type observers struct {
-	metrics.Metrics
-	queue   metrics.QueueMetrics
-	round   metrics.RoundMetrics
-	commit  metrics.CommitMetrics
-	prune   metrics.PruneMetrics
-	refresh metrics.RefreshMetrics
-}
-
-func newObservers(m metrics.Metrics) observers {
-	o := observers{Metrics: m}
-	o.queue, _ = m.(metrics.QueueMetrics)
-	o.round, _ = m.(metrics.RoundMetrics)
-	o.commit, _ = m.(metrics.CommitMetrics)
-	o.prune, _ = m.(metrics.PruneMetrics)
-	o.refresh, _ = m.(metrics.RefreshMetrics)
-	return o
 }
 
 // outcome classifies how an operation ended, in the order of precedence

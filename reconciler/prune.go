@@ -112,8 +112,8 @@ func (r *reconciler[Obj]) prune(ctx context.Context, txn statedb.ReadTxn) prune.
 	}
 	r.rep.metrics.PruneDuration(r.moduleID, r.opts.name, res.Duration)
 	r.rep.metrics.PruneError(r.moduleID, r.opts.name, err)
-	if r.rep.metrics.prune != nil {
-		r.rep.metrics.prune.Pruned(r.moduleID, r.opts.name, metrics.PruneStats{
+	if r.rep.metrics.Prune != nil {
+		r.rep.metrics.Prune.Pruned(r.moduleID, r.opts.name, metrics.PruneStats{
 			Outcome: outcome(err, r.opts.operationTimeout), Repaired: res.Repaired,
 		})
 	}

@@ -27,7 +27,7 @@ func (r *reconciler[Obj]) newRefresher() *refresh.Refresher[Obj] {
 		Swept:    func(at time.Time) { r.rep.info.Refreshed(at) },
 		Failed:   func(err error) { r.log.Error("Refresh limiter fails; refresh sweeps stop early", "error", err) },
 		Marked: func(n int) {
-			if m := r.rep.metrics.refresh; m != nil {
+			if m := r.rep.metrics.Refresh; m != nil {
 				m.RefreshMarked(r.moduleID, r.opts.name, n)
 			}
 		},

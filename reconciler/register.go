@@ -91,7 +91,7 @@ func Register[Obj any](
 		db:            params.DB,
 		moduleID:      params.ModuleID,
 		target:        target,
-		rep:           reporter[Obj]{metrics: newObservers(o.metrics), progress: report.NewProgress()},
+		rep:           reporter[Obj]{metrics: report.NewObservers(o.metrics), progress: report.NewProgress()},
 		pruneRequests: make(chan struct{}, 1),
 		gate:          gate.New(),
 		keys:          keys[Obj]{lifecycles: keyqueue.New[Obj](inforows.DisplayKey)},

@@ -27,8 +27,8 @@ func (r *reconciler[Obj]) report(txn statedb.ReadTxn, work []op[Obj], c commitOu
 	if c.committed > 0 || failing != r.rep.reported.failing {
 		r.rep.metrics.ReconciliationErrors(r.moduleID, r.opts.name, c.failed, failing)
 	}
-	if r.rep.metrics.queue != nil && (failing != r.rep.reported.failing || inFlight != r.rep.reported.inFlight) {
-		r.rep.metrics.queue.QueueLength(r.moduleID, r.opts.name, failing, inFlight)
+	if r.rep.metrics.Queue != nil && (failing != r.rep.reported.failing || inFlight != r.rep.reported.inFlight) {
+		r.rep.metrics.Queue.QueueLength(r.moduleID, r.opts.name, failing, inFlight)
 	}
 	r.rep.reported.failing, r.rep.reported.inFlight = failing, inFlight
 
@@ -37,10 +37,10 @@ func (r *reconciler[Obj]) report(txn statedb.ReadTxn, work []op[Obj], c commitOu
 		brk = r.breaker.State()
 	}
 	var oldest time.Time
-	if r.rep.metrics.round != nil || r.rep.info != nil {
+	if r.rep.metrics.Round != nil || r.rep.info != nil {
 		oldest = lows.Since
 	}
-	if r.rep.metrics.round != nil {
+	if r.rep.metrics.Round != nil {
 		var age time.Duration
 		if !oldest.IsZero() {
 			age = now.Sub(oldest)
@@ -51,7 +51,7 @@ func (r *reconciler[Obj]) report(txn statedb.ReadTxn, work []op[Obj], c commitOu
 				retries++
 			}
 		}
-		r.rep.metrics.round.Round(r.moduleID, r.opts.name, metrics.RoundStats{
+		r.rep.metrics.Round.Round(r.moduleID, r.opts.name, metrics.RoundStats{
 			Adds:           len(work),
 			Retries:        retries,
 			Depth:          load.Waiting + f.Queued + f.Parked,
@@ -148,11 +148,11 @@ func (r *reconciler[Obj]) reportWaiting(txn statedb.ReadTxn, waiting []string, p
 // more: the loop stopped. Failing objects still count.
 func (r *reconciler[Obj]) reportStopped() {
 	failing := r.keys.lifecycles.Figures().Retrying
-	if r.rep.metrics.queue != nil {
-		r.rep.metrics.queue.QueueLength(r.moduleID, r.opts.name, failing, 0)
+	if r.rep.metrics.Queue != nil {
+		r.rep.metrics.Queue.QueueLength(r.moduleID, r.opts.name, failing, 0)
 	}
-	if r.rep.metrics.round != nil {
-		r.rep.metrics.round.Round(r.moduleID, r.opts.name, metrics.RoundStats{Retrying: failing, Workers: r.opts.concurrency, BreakerOpened: r.breaker.State().Openings})
+	if r.rep.metrics.Round != nil {
+		r.rep.metrics.Round.Round(r.moduleID, r.opts.name, metrics.RoundStats{Retrying: failing, Workers: r.opts.concurrency, BreakerOpened: r.breaker.State().Openings})
 	}
 	r.rep.reported.failing, r.rep.reported.inFlight = failing, 0
 }

@@ -82,3 +82,26 @@ func (t *Totals) Add(f *Figures) {
 		t.LastErr, t.LastErrAt = f.lastErr.Error(), f.lastErrAt
 	}
 }
+
+// Observers are the metrics a reconciler reports to: the seed's Metrics
+// and whichever optional interfaces it implements (nil otherwise), found
+// once, when the reconciler is registered (see NewObservers).
+type Observers struct {
+	metrics.Metrics
+	Queue   metrics.QueueMetrics
+	Round   metrics.RoundMetrics
+	Commit  metrics.CommitMetrics
+	Prune   metrics.PruneMetrics
+	Refresh metrics.RefreshMetrics
+}
+
+// NewObservers returns the Observers of m.
+func NewObservers(m metrics.Metrics) Observers {
+	o := Observers{Metrics: m}
+	o.Queue, _ = m.(metrics.QueueMetrics)
+	o.Round, _ = m.(metrics.RoundMetrics)
+	o.Commit, _ = m.(metrics.CommitMetrics)
+	o.Prune, _ = m.(metrics.PruneMetrics)
+	o.Refresh, _ = m.(metrics.RefreshMetrics)
+	return o
+}
