@@ -58,11 +58,7 @@ func (e *runner[Obj]) run(txn statedb.ReadTxn, ops []op[Obj]) {
 		if ctx.Err() != nil {
 			return
 		}
-		ok, probe := r.gate.Enter(), false
-		if !ok && r.breaker != nil {
-			ok = r.gate.EnterProbe() // the circuit breaker's probe
-			probe = ok
-		}
+		ok, probe := r.enter()
 		if !ok {
 			return
 		}
@@ -109,6 +105,19 @@ func (e *runner[Obj]) run(txn statedb.ReadTxn, ops []op[Obj]) {
 		r.rep.metrics.ReconciliationDuration(r.moduleID, r.opts.name, name, end.Sub(start))
 		start = end
 	}
+}
+
+// enter asks the gate for the start of one operation, batch call or drift
+// check, as it is made; with a circuit breaker, one the gate refuses may
+// start as the breaker's probe.
+func (r *reconciler[Obj]) enter() (ok, probe bool) {
+	if r.gate.Enter() {
+		return true, false
+	}
+	if r.breaker != nil && r.gate.EnterProbe() {
+		return true, true
+	}
+	return false, false
 }
 
 // errBatchEntryLost is the outcome of an op whose batch entry the batch
@@ -168,11 +177,7 @@ func (e *runner[Obj]) batch(ctx context.Context, txn statedb.ReadTxn, call batch
 		upserted[i].original.started = started
 	}
 	defer func() { clear(ops); e.ops = ops[:0] }()
-	ok, probe := r.gate.Enter(), false
-	if !ok && r.breaker != nil {
-		ok = r.gate.EnterProbe() // the circuit breaker's probe
-		probe = ok
-	}
+	ok, probe := r.enter()
 	if !ok {
 		return
 	}
@@ -425,11 +430,7 @@ func (e *runner[Obj]) checkEntry(ctx context.Context, txn statedb.ReadTxn, o *op
 	if ctx.Err() != nil {
 		return false
 	}
-	ok, probe := r.gate.Enter(), false
-	if !ok && r.breaker != nil {
-		ok = r.gate.EnterProbe() // the circuit breaker's probe
-		probe = ok
-	}
+	ok, probe := r.enter()
 	if !ok {
 		return false
 	}
