@@ -92,6 +92,7 @@ func (o *chaosOps) driftCheck(ctx context.Context, txn statedb.ReadTxn, _ stated
 		dep = d.Value
 	}
 	c.with(func() {
+		c.given(it.ID, o.getStatus(it)) // a re-check's marking the check settles must be explained as one Update gets
 		switch {
 		case c.down || c.downKeys[it.ID]:
 			err = fmt.Errorf("check %s: %w", it.ID, errChaosDown)

@@ -95,6 +95,7 @@ type chaosTarget struct {
 	violations         []string
 	changed            chan struct{}         // closed and replaced on every change
 	holds              map[string]*chaosHold // the next operation on a key blocks on it
+	lateOn             map[string]chaosLate  // the next successful update of a key asks late, once another call started (lateAskOnTheNextCall)
 	failNext           map[string]int        // the next operations on a key fail
 	reinserts          map[uint64]int        // per status identity, the test's writes of it again
 	deletes            map[uint64]int        // per status identity, the test's deletes of an object carrying it
@@ -124,7 +125,7 @@ func newChaosTarget(seed uint64, failProb, slowProb float64) *chaosTarget {
 	return &chaosTarget{
 		rng: rand.New(rand.NewPCG(seed, 0xfa017)), failProb: failProb, slowProb: slowProb,
 		data: map[string]string{}, depSeen: map[string]string{}, changed: make(chan struct{}),
-		holds: map[string]*chaosHold{}, failNext: map[string]int{}, reinserts: map[uint64]int{}, deletes: map[uint64]int{}, downAsk: -1,
+		holds: map[string]*chaosHold{}, lateOn: map[string]chaosLate{}, failNext: map[string]int{}, reinserts: map[uint64]int{}, deletes: map[uint64]int{}, downAsk: -1,
 		inCall: map[int64]int{}, gated: map[int64]int{}, rc: newRecheckBook(),
 	}
 }
@@ -433,7 +434,20 @@ func (o *chaosOps) Update(ctx context.Context, txn statedb.ReadTxn, rev statedb.
 	if d > 0 {
 		reconciler.RecheckAfter(ctx, d)
 	}
-	if o.target.lateAsk() {
+	if l, ok := o.lateAsked(it.ID); ok {
+		// Once the next call has started (lateAskOnTheNextCall): an
+		// ask with this context must do nothing.
+		o.late.Add(1)
+		go func() {
+			defer o.late.Done()
+			defer close(l.done)
+			select {
+			case <-l.after:
+			case <-time.After(time.Second):
+			}
+			reconciler.RecheckAfter(ctx, time.Millisecond)
+		}()
+	} else if o.target.lateAsk() {
 		// After Update returned, as a goroutine it started might: by the
 		// time the next call starts (or a little later), an ask with
 		// this context must do nothing.
