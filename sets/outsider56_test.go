@@ -127,35 +127,27 @@ func o56OtherWriters(t *testing.T, names []string, batch bool, workers int) {
 	require.NoError(t, err)
 	assert.Equal(t, sets.Result{Done: 1}, res)
 
-	w.reconciledAll()
-	// x3: another name's entry added, while a's Update is in flight.
-	rel3, ent3 := w.ops["a"].hold("x3")
-	t.Cleanup(rel3)
-	w.write("x3", "v2")
-	o55Recv(t, ent3, "a's Update of x3 v2")
-	w.o56Rewrite("x3", func(s status.Set) status.Set { return s.Set("extra", status.Pending()) })
-	rel3()
-
-	w.reconciledAll()
-	// x4: another served name's entry removed, while a's Update is in flight.
-	rel4, ent4 := w.ops["a"].hold("x4")
-	t.Cleanup(rel4)
-	w.write("x4", "v2")
-	o55Recv(t, ent4, "a's Update of x4 v2")
-	w.o56Rewrite("x4", func(s status.Set) status.Set { return s.Delete("b") })
-	rel4()
-
-	w.reconciledAll()
-	// x6: another served name's entry overwritten with an Error by a user,
-	// while a's Update is in flight: b retries it ("A retryable Error status
-	// that no retry is for, written back into the table by a user ... is
-	// retried at once"), a records its result.
-	rel6, ent6 := w.ops["a"].hold("x6")
-	t.Cleanup(rel6)
-	w.write("x6", "v2")
-	o55Recv(t, ent6, "a's Update of x6 v2")
-	w.o56Rewrite("x6", func(s status.Set) status.Set { return s.Set("b", status.Error(errors.New("user wrote it"))) })
-	rel6()
+	// x3: another name's entry added; x4: another served name's entry
+	// removed; x6: another served name's entry overwritten with an Error
+	// by a user (b retries it: "A retryable Error status that no retry is
+	// for, written back into the table by a user ... is retried at once",
+	// a records its result). Each while a's Update of it is in flight.
+	for _, c := range []struct {
+		key  string
+		edit func(status.Set) status.Set
+	}{
+		{"x3", func(s status.Set) status.Set { return s.Set("extra", status.Pending()) }},
+		{"x4", func(s status.Set) status.Set { return s.Delete("b") }},
+		{"x6", func(s status.Set) status.Set { return s.Set("b", status.Error(errors.New("user wrote it"))) }},
+	} {
+		w.reconciledAll()
+		rel, ent := w.ops["a"].hold(c.key)
+		t.Cleanup(rel)
+		w.write(c.key, "v2")
+		o55Recv(t, ent, "a's Update of "+c.key+" v2")
+		w.o56Rewrite(c.key, c.edit)
+		rel()
+	}
 
 	// x5: a's and b's Updates both held; Refresh of another name, then an
 	// entry added and removed.
