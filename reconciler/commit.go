@@ -251,7 +251,13 @@ func (r *reconciler[Obj]) writeShared(ops []op[Obj], now time.Time) {
 		}
 		r.group.member.Commit(b)
 		r.group.busy, r.group.landed = true, r.group.member.Landed()
-		r.group.over = slices.ContainsFunc(ops, func(o op[Obj]) bool { return o.over })
+		r.group.over = false
+		for i := range ops { // by index: an op is large, and a commit has a thousand
+			if ops[i].over {
+				r.group.over = true
+				break
+			}
+		}
 	}
 	clear(r.group.sts)
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cilium/hive/cell"
+
 	"github.com/converge-go/converge/reconciler/internal/backoff"
 	"github.com/converge-go/converge/reconciler/internal/executor"
 	"github.com/converge-go/converge/reconciler/internal/prune"
