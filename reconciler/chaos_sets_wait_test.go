@@ -49,6 +49,10 @@ func (r *chaosRun) setsMove() {
 	if s == nil || s.rng.IntN(chaosSetsMoveOdds) != 0 {
 		return
 	}
+	if s.over.IntN(4) == 0 {
+		r.setsWhileTheTableIsHeld()
+		return
+	}
 	if s.rng.IntN(3) == 0 {
 		r.waitNames()
 	} else {
@@ -267,3 +271,51 @@ func (r *chaosRun) waitNames() {
 
 // newSetsRNG is the RNG of the refresh and wait moves of seed.
 func newSetsRNG(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, 0x5e7a17)) }
+
+// setsWhileTheTableIsHeld holds the table's write transaction, as a user's
+// long restore may, while a wait across names, a refresh of one name or a
+// retire of a name nobody serves runs with a short ctx: it must return
+// with ctx's error before the writer lets go ("It stops when ctx ends";
+// before 162709d it waited for the writer, and Refresh and Retire then
+// returned nil).
+func (r *chaosRun) setsWhileTheTableIsHeld() {
+	s := r.sets
+	t := r.setsTable(nil)
+	var names []string
+	for _, rec := range r.recs {
+		names = append(names, rec.name)
+	}
+	call := []struct {
+		what string
+		fn   func(context.Context) (int, error) // how many objects it wrote
+	}{
+		{"Wait", func(ctx context.Context) (int, error) { return 0, t.Wait(ctx, names) }},
+		{"Refresh", func(ctx context.Context) (int, error) {
+			m, err := t.Refresh(ctx, r.recs[0].name)
+			return m.Len(), err
+		}},
+		{"Retire", func(ctx context.Context) (int, error) { return t.Retire(ctx, chaosGhost) }},
+	}[s.over.IntN(3)]
+	ctx, cancel := context.WithTimeout(context.Background(), s.deadline())
+	defer cancel()
+	held := r.gen.db.WriteTxn(r.gen.table)
+	type result struct {
+		n   int
+		err error
+	}
+	got := make(chan result, 1)
+	go func() { n, err := call.fn(ctx); got <- result{n, err} }()
+	select {
+	case res := <-got:
+		held.Abort()
+		// Nothing to write (no object names the ghost) needs no lock.
+		if !errors.Is(res.err, context.DeadlineExceeded) && (res.err != nil || res.n > 0) {
+			r.t.Fatalf("seed %d: %s while the table was held: %d written, %v; want ctx's error", r.seed, call.what, res.n, res.err)
+		}
+		r.logf("%s while the table was held: %d, %v", call.what, res.n, res.err)
+	case <-time.After(5 * time.Second):
+		held.Abort()
+		res := <-got
+		r.t.Fatalf("seed %d: %s returned only once the writer let go of the table, its ctx long over (then: %d, %v)", r.seed, call.what, res.n, res.err)
+	}
+}
