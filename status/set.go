@@ -89,6 +89,54 @@ func (s Set) Set(name string, st Status) Set {
 	return s
 }
 
+// Entry is a named reconciler's status, for [Set.SetAll].
+type Entry struct {
+	Name   string
+	Status Status
+}
+
+// SetAll returns a copy of s with the status of each entry's name replaced
+// by the entry's, as successive calls of [Set.Set] would (a name given
+// twice keeps the last), but copying the set once rather than once per
+// name. Use it to write the statuses of several reconcilers at once. The
+// caller's slice is neither kept nor modified; with none, SetAll returns s
+// unchanged.
+func (s Set) SetAll(entries ...Entry) Set {
+	if len(entries) == 0 {
+		return s
+	}
+	// Room for the names not in s yet, each counted once.
+	var seen map[string]bool // for many names; a few are compared
+	add := 0
+	for i, e := range entries {
+		if _, ok := s.find(e.Name); ok {
+			continue
+		}
+		switch {
+		case len(entries) > smallSet && seen[e.Name]:
+		case len(entries) > smallSet:
+			if seen == nil {
+				seen = map[string]bool{}
+			}
+			seen[e.Name] = true
+			add++
+		case !slices.ContainsFunc(entries[:i], func(f Entry) bool { return f.Name == e.Name }):
+			add++
+		}
+	}
+	set := Set{entries: make([]entry, len(s.entries), len(s.entries)+add)}
+	copy(set.entries, s.entries)
+	for _, e := range entries {
+		if i, ok := set.find(e.Name); ok {
+			set.entries[i].status = e.Status
+		} else {
+			set.entries = slices.Insert(set.entries, i, entry{e.Name, e.Status})
+		}
+	}
+	s.entries = set.entries
+	return s
+}
+
 // Pending returns a copy of s in which every status is Pending, with one
 // fresh identity and time. Call it when the object changes. The names
 // already in s are kept, so that the set still shows which reconcilers are

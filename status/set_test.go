@@ -3,6 +3,7 @@ package status_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"maps"
 	"regexp"
 	"slices"
@@ -420,4 +421,87 @@ func TestSetStringAfterDecodeShowsStatusAge(t *testing.T) {
 		require.NoError(t, c.unmarshal([]byte("a: {kind: Done, updated-at: "+at+"}\n"), &s), c.name)
 		assert.Equal(t, "Done: a (3h ago)", s.String(), c.name)
 	}
+}
+
+func TestSetSetAllIsSuccessiveSets(t *testing.T) {
+	base := status.NewSet().Set("b", status.Done()).Set("d", status.Done())
+	before := maps.Collect(base.All())
+	done, failed := status.Done(), status.Error(errors.New("disk full"))
+	type pair struct {
+		name string
+		st   status.Status
+	}
+	for _, given := range [][]pair{
+		{{"b", failed}},
+		{{"d", failed}, {"b", done}},
+		{{"a", failed}, {"c", done}, {"e", failed}},
+		{{"c", failed}, {"c", done}},
+		{{"b", failed}, {"b", done}, {"z", failed}},
+	} {
+		want := base
+		for _, p := range given {
+			want = want.Set(p.name, p.st)
+		}
+		var entries []status.Entry
+		for _, p := range given {
+			entries = append(entries, status.Entry{Name: p.name, Status: p.st})
+		}
+		got := base.SetAll(entries...)
+		assert.Equal(t, maps.Collect(want.All()), maps.Collect(got.All()), "%v", given)
+		names := []string{}
+		for name := range got.All() {
+			names = append(names, name)
+		}
+		assert.True(t, slices.IsSorted(names), "entries stay in name order: %v", names)
+		assert.Equal(t, before, maps.Collect(base.All()), "the receiver is unchanged")
+	}
+	same := base.SetAll()
+	assert.Equal(t, maps.Collect(base.All()), maps.Collect(same.All()))
+	assert.Equal(t, base.Get("a").ID(), same.Get("a").ID(), "the set's identity stays")
+}
+
+func TestSetSetAllCopiesOnce(t *testing.T) {
+	s := status.NewSet().Pending("a", "b", "c", "d")
+	var entries []status.Entry
+	for _, name := range []string{"a", "b", "c", "d"} {
+		entries = append(entries, status.Entry{Name: name, Status: status.Done()})
+	}
+	allocs := testing.AllocsPerRun(100, func() { s.SetAll(entries...) })
+	assert.Equal(t, 1.0, allocs, "one copy of the entries for four names")
+}
+
+func TestSetSetAllAddsNamesWithOneCopy(t *testing.T) {
+	s := status.NewSet()
+	var entries []status.Entry
+	for _, name := range []string{"d", "b", "a", "c"} {
+		entries = append(entries, status.Entry{Name: name, Status: status.Done()})
+	}
+	var got status.Set
+	allocs := testing.AllocsPerRun(100, func() { got = s.SetAll(entries...) })
+	assert.Equal(t, 1.0, allocs, "one copy of the entries for four new names")
+	var gotNames []string
+	for name, st := range got.All() {
+		gotNames = append(gotNames, name)
+		assert.Equal(t, status.KindDone, st.Kind)
+	}
+	assert.Equal(t, []string{"a", "b", "c", "d"}, gotNames)
+}
+
+func TestSetSetAllManyNames(t *testing.T) {
+	s := status.NewSet().Set("n05", status.Done())
+	want := s
+	var names []string
+	for i := range 20 {
+		names = append(names, fmt.Sprintf("n%02d", (i*7)%12)) // repeats
+	}
+	failed := status.Error(errors.New("x"))
+	for _, name := range names {
+		want = want.Set(name, failed)
+	}
+	var entries []status.Entry
+	for _, name := range names {
+		entries = append(entries, status.Entry{Name: name, Status: failed})
+	}
+	got := s.SetAll(entries...)
+	assert.Equal(t, maps.Collect(want.All()), maps.Collect(got.All()))
 }
