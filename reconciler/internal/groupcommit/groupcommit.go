@@ -70,6 +70,27 @@ type Batch[Obj any] interface {
 	Wrote(lo, hi statedb.Revision)
 }
 
+// RunMerger is a Batch that may merge the entries of one revision (a run,
+// of several members) at once, rather than one Merge each. ok false leaves
+// into as it was given, and the run to Merge.
+type RunMerger[Obj any] interface {
+	MergeRun(into Obj, run Run[Obj]) (merged Obj, ok bool)
+}
+
+// Run is the entries of one revision of a write, for a RunMerger, entries
+// 0 to Len()-1, the first the RunMerger's own.
+type Run[Obj any] struct {
+	g    *Group[Obj]
+	refs []ref
+}
+
+func (r Run[Obj]) Len() int { return len(r.refs) }
+
+// Entry returns entry j: its batch and its index there.
+func (r Run[Obj]) Entry(j int) (Batch[Obj], int) {
+	return r.g.subs[r.refs[j].sub].batch, int(r.refs[j].item)
+}
+
 // Group is the members of one table. Make one with Join.
 type Group[Obj any] struct {
 	key   groupKey
@@ -552,7 +573,14 @@ func (g *Group[Obj]) mergeRuns(lo, hi int) {
 		if len(refs) < 2 {
 			continue
 		}
-		_, obj, _ := g.subs[refs[0].sub].batch.Entry(int(refs[0].item))
+		first := g.subs[refs[0].sub].batch
+		_, obj, _ := first.Entry(int(refs[0].item))
+		if m, ok := first.(RunMerger[Obj]); ok {
+			if merged, ok := m.MergeRun(obj, Run[Obj]{g, refs}); ok {
+				rn.obj = merged
+				continue
+			}
+		}
 		for _, r := range refs {
 			obj = g.subs[r.sub].batch.Merge(int(r.item), obj)
 		}

@@ -72,6 +72,7 @@ type batch struct {
 	alone   []bool
 	ranges  [][2]statedb.Revision
 	written []*tobj
+	merges  int // calls of Merge
 }
 
 func newBatch(name string, tbl statedb.RWTable[*tobj], txn statedb.ReadTxn, ids ...string) *batch {
@@ -90,6 +91,7 @@ func (b *batch) Entry(i int) (statedb.Revision, *tobj, bool) {
 	return b.revs[i], b.objs[i], true
 }
 func (b *batch) Merge(_ int, into *tobj) *tobj {
+	b.merges++
 	into.Marks = append(into.Marks, b.name)
 	return into
 }
@@ -360,3 +362,57 @@ type other struct{}
 type otherTable struct{ statedb.RWTable[*other] }
 
 func (otherTable) Name() string { return "objs" }
+
+// runBatch is a batch that merges a run at once, if ok.
+type runBatch struct {
+	*batch
+	ok   bool
+	runs int // calls of MergeRun
+}
+
+func (b *runBatch) MergeRun(into *tobj, run Run[*tobj]) (*tobj, bool) {
+	b.runs++
+	if !b.ok {
+		return into, false
+	}
+	for j := range run.Len() {
+		m, _ := run.Entry(j)
+		into.Marks = append(into.Marks, m.(*runBatch).name)
+	}
+	return into, true
+}
+
+// A batch that merges a run at once (RunMerger) is asked to for each run it
+// leads; one that declines has its run merged entry by entry.
+func TestARunIsMergedAtOnceByABatchThatCan(t *testing.T) {
+	for _, ok := range []bool{true, false} {
+		setHold(t, time.Hour)
+		db, tbl := newTable(t)
+		insert(t, db, tbl, "x", "y")
+		a, b := Join(db, tbl), Join(db, tbl)
+		txn := db.ReadTxn()
+		before := tbl.Revision(txn)
+		ba := &runBatch{batch: newBatch("a", tbl, txn, "x", "y"), ok: ok}
+		bb := &runBatch{batch: newBatch("b", tbl, txn, "x", "y"), ok: ok}
+
+		b.Begin()
+		aDone := commitAsync(a, ba) // a leads: its entries come first in each run
+		waitHolding(t, a)
+		b.Commit(bb)
+		wait(t, b.Landed(), "b's statuses to commit")
+		wait(t, aDone, "a's commit")
+		a.Leave()
+		b.Leave()
+
+		now := db.ReadTxn()
+		assert.Equal(t, before+2, tbl.Revision(now), "one write per object")
+		for _, id := range []string{"x", "y"} {
+			o, _, _ := tbl.Get(now, tobjID.Query(id))
+			assert.Equal(t, []string{"a", "b"}, o.Marks, "%s carries both statuses (ok=%v)", id, ok)
+		}
+		assert.Equal(t, 2, ba.runs+bb.runs, "asked once per run (ok=%v)", ok)
+		merges := map[bool]int{true: 0, false: 2}[ok]
+		assert.Equal(t, merges, ba.merges, "a's entries merged one by one (ok=%v)", ok)
+		assert.Equal(t, merges, bb.merges, "b's entries merged one by one (ok=%v)", ok)
+	}
+}
