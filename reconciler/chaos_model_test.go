@@ -663,6 +663,10 @@ type chaosRec struct {
 	target    *chaosTarget
 	getStatus func(*item) status.Status
 	setStatus func(*item, status.Status) *item
+	// inSet, if not nil, is the set function of WithStatusSet (of
+	// item.Statuses) by which the reconciler is registered instead of
+	// setStatus and getStatus ("-sets" runs; see drawNames).
+	inSet func(*item, status.Set) *item
 
 	setupFails int // failures of the setup step left, at the next start (chaos_setup_test.go); target's mu
 }
@@ -864,7 +868,12 @@ func (r *chaosRun) startGen(desired map[string]string) {
 					if rec.name != "" {
 						opts = append(opts, reconciler.WithName(rec.name))
 					}
-					rc, err := reconciler.Register(p, g.table, (*item).clone, rec.setStatus, rec.getStatus, single, batch, opts...)
+					setStatus, getStatus := rec.setStatus, rec.getStatus
+					if rec.inSet != nil {
+						setStatus, getStatus = nil, nil
+						opts = append(opts, reconciler.WithStatusSet(getSet, rec.inSet))
+					}
+					rc, err := reconciler.Register(p, g.table, (*item).clone, setStatus, getStatus, single, batch, opts...)
 					if err != nil {
 						return err
 					}

@@ -121,15 +121,50 @@ func (r *chaosRun) drawNames() {
 	}
 	n := chaosSetsMin + rng.IntN(chaosSetsMax-chaosSetsMin+1)
 	r.recs = slices.Clone(s.pool[:n])
+	// A third of the seeds register every name with WithStatusSet, a third
+	// some (those whose draw says so), a third none: a write of one
+	// version then merges every name's status with one copy of the set,
+	// falls back to each name's own setStatus, or does only that.
+	inSet := rand.New(rand.NewPCG(r.seed, 0x5e75e7))
+	mode := inSet.IntN(3)
+	for _, rec := range s.pool {
+		if mode == 2 || (mode == 1 && inSet.IntN(2) == 0) {
+			rec.inSet = s.recordingSet()
+		}
+	}
 	r.logf("names %s of %s", s.describe(r.recs), strings.Join(chaosSetNames, ""))
 }
 
 func (s *chaosSets) describe(recs []*chaosRec) string {
 	var words []string
 	for _, rec := range recs {
-		words = append(words, fmt.Sprintf("%s(fail=%.2f slow=%.1f)", rec.name, rec.target.failProb, rec.target.slowProb))
+		words = append(words, fmt.Sprintf("%s(fail=%.2f slow=%.1f%s)", rec.name, rec.target.failProb, rec.target.slowProb,
+			map[bool]string{true: " in set"}[rec.inSet != nil]))
 	}
 	return strings.Join(words, " ")
+}
+
+// recordingSet returns a set function for WithStatusSet, booking each
+// identity it writes, of every name it changes (a write with the group sets
+// several at once).
+func (s *chaosSets) recordingSet() func(*item, status.Set) *item {
+	return func(it *item, set status.Set) *item {
+		for name, st := range set.All() {
+			if old, id := it.Statuses.Get(name).ID(), st.ID(); id != 0 && id != old {
+				s.mu.Lock()
+				if s.from[name] == nil {
+					s.from[name] = map[uint64][]uint64{}
+				}
+				if !slices.Contains(s.from[name][id], old) {
+					s.from[name][id] = append(s.from[name][id], old)
+				}
+				s.wroteAs[id] = st
+				s.mu.Unlock()
+			}
+		}
+		it.Statuses = set
+		return it
+	}
 }
 
 // recording returns name's setStatus, booking each identity it writes.

@@ -9,6 +9,7 @@ import (
 	"github.com/cilium/statedb"
 
 	"github.com/converge-go/converge/reconciler/internal/backoff"
+	"github.com/converge-go/converge/reconciler/internal/groupcommit"
 	"github.com/converge-go/converge/reconciler/internal/keyqueue"
 	"github.com/converge-go/converge/reconciler/internal/report"
 	"github.com/converge-go/converge/status"
@@ -283,6 +284,39 @@ func (b *sharedBatch[Obj]) Entry(i int) (statedb.Revision, Obj, bool) {
 
 func (b *sharedBatch[Obj]) Merge(i int, into Obj) Obj {
 	return b.r.objects.setStatus(into, b.sts[i])
+}
+
+// MergeRun sets the statuses of a run's entries on into with one copy of
+// their set, if the reconciler of each keeps its status in a status.Set
+// (WithStatusSet), and each then finds its own status in the result: those
+// of another set, or two of one name, are left to Merge (into restored).
+func (b *sharedBatch[Obj]) MergeRun(into Obj, run groupcommit.Run[Obj]) (Obj, bool) {
+	own := b.r.objects.set
+	if own == nil {
+		return into, false
+	}
+	for j := range run.Len() {
+		if m, _ := run.Entry(j); m.(*sharedBatch[Obj]).r.objects.set == nil {
+			return into, false // a member of a table has this package's batches, of Obj
+		}
+	}
+	var buf [8]status.Entry
+	entries := buf[:0]
+	for j := range run.Len() {
+		m, i := run.Entry(j)
+		mb := m.(*sharedBatch[Obj])
+		entries = append(entries, status.Entry{Name: mb.r.objects.set.name, Status: mb.sts[i]})
+	}
+	set := own.get(into)
+	obj := own.set(into, set.SetAll(entries...))
+	for j := range run.Len() {
+		m, i := run.Entry(j)
+		mb := m.(*sharedBatch[Obj])
+		if e := mb.r.objects.set; e.get(obj).Get(e.name).ID() != mb.sts[i].ID() {
+			return own.set(obj, set), false
+		}
+	}
+	return obj, true
 }
 
 func (b *sharedBatch[Obj]) Merged(i int, written Obj) {

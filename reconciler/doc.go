@@ -115,8 +115,10 @@
 // (an Update that blocks) until that one commits: a slow operation of one
 // costs the others one wait of 10 ms at most. Each object is
 // compare-and-swapped as it would be alone, with each reconciler's own
-// setStatus on one clone of the version they applied; if it changed
-// since, each reconciler writes its status as it does alone. With several
+// setStatus on one clone of the version they applied (or, for those of one
+// set given by [WithStatusSet], one copy of the set with all their
+// statuses); if it changed since, each reconciler writes its status as it
+// does alone. With several
 // reconcilers, the changes an Update makes to its object are stored only
 // for the first reconciler in the write, as when the reconcilers wrote in
 // turn only the first write's were: another's are lost, its status Done

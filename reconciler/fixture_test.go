@@ -41,6 +41,9 @@ type item struct {
 	Value    string        `json:"value" yaml:"value"`
 	Status   status.Status `json:"status" yaml:"status"`
 	Statuses status.Set    `json:"statuses" yaml:"statuses"`
+	// Other is a second set, for reconcilers of WithStatusSet that keep
+	// their statuses apart from those of Statuses.
+	Other status.Set `json:"-" yaml:"-"`
 	// NoKey gives the object no primary key (the table cannot store it).
 	NoKey bool `json:"-" yaml:"-"`
 }
@@ -101,9 +104,12 @@ type with struct {
 	setup     func(f *fixture) []reconciler.Option
 	getStatus func(*item) status.Status
 	setStatus func(*item, status.Status) *item
-	tables    bool         // tables.Cell in the hive
-	log       *slog.Logger // the hive's logger instead of the test's
-	register  registerAt
+	// inSet, if not nil, is the set function of WithStatusSet (of
+	// item.Statuses) for the fixture's reconciler, which must be named.
+	inSet    func(*item, status.Set) *item
+	tables   bool         // tables.Cell in the hive
+	log      *slog.Logger // the hive's logger instead of the test's
+	register registerAt
 	// first and last are cells put before and after all others.
 	first, last []cell.Cell
 }
@@ -155,6 +161,11 @@ func newFixture(t testing.TB, ops reconciler.Operations[*item], w *with, opts ..
 					opts = append(slices.Clip(opts), w.setup(f)...)
 				}
 				f.register = func() (err error) {
+					if w.inSet != nil {
+						f.rec, err = reconciler.Register(p, f.table, (*item).clone, nil, nil, ops, w.batch,
+							append(slices.Clip(opts), reconciler.WithStatusSet(getSet, w.inSet))...)
+						return err
+					}
 					f.rec, err = reconciler.Register(p, f.table, (*item).clone, set, get, ops, w.batch, opts...)
 					return err
 				}
@@ -463,6 +474,10 @@ func ids(objs []*item) []string {
 
 // statusOf returns the getter and setter of reconciler name's status in
 // item.Statuses.
+// getSet and putSet reach item.Statuses, for WithStatusSet.
+func getSet(it *item) status.Set          { return it.Statuses }
+func putSet(it *item, s status.Set) *item { it.Statuses = s; return it }
+
 func statusOf(name string) (func(*item) status.Status, func(*item, status.Status) *item) {
 	return func(it *item) status.Status { return it.Statuses.Get(name) },
 		func(it *item, s status.Status) *item { it.Statuses = it.Statuses.Set(name, s); return it }

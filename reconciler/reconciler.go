@@ -66,6 +66,22 @@ type objects[Obj any] struct {
 	clone     func(Obj) Obj
 	setStatus func(Obj, status.Status) Obj
 	getStatus func(Obj) status.Status
+	set       *setEntry[Obj] // WithStatusSet's; nil without
+}
+
+// setEntry is where a reconciler of WithStatusSet keeps its status: the
+// entry name of the set that get reads and set stores.
+type setEntry[Obj any] struct {
+	name string
+	get  func(Obj) status.Set
+	set  func(Obj, status.Set) Obj
+}
+
+// useSet keeps the status in the entry name of the set get and set reach.
+func (t *objects[Obj]) useSet(name string, get func(Obj) status.Set, set func(Obj, status.Set) Obj) {
+	t.set = &setEntry[Obj]{name, get, set}
+	t.setStatus = func(obj Obj, st status.Status) Obj { return set(obj, get(obj).Set(name, st)) }
+	t.getStatus = func(obj Obj) status.Status { return get(obj).Get(name) }
 }
 
 // keyOf returns obj's primary key. StateDB does not store an object whose

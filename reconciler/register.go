@@ -30,7 +30,8 @@ import (
 // modify it. setStatus returns the object with the reconciler's status
 // replaced (it is given a clone and may modify it in place); getStatus reads
 // that status. Passing them as functions lets one object carry the statuses
-// of several reconcilers, for example in a [status.Set].
+// of several reconcilers, for example in a [status.Set]; for a set, pass
+// nil for both and give [WithStatusSet] instead.
 //
 // ops applies objects one at a time and prunes. batchOps may be nil; if
 // not, it is used instead of ops for updates and deletes, and if it
@@ -54,15 +55,15 @@ func Register[Obj any](
 	batchOps BatchOperations[Obj],
 	opts ...Option,
 ) (Reconciler[Obj], error) {
-	if err := checkArgs(params, table, clone, setStatus, getStatus, ops != nil || batchOps != nil); err != nil {
-		return nil, err
-	}
 	o := defaultOptions()
 	for _, opt := range opts {
 		if opt == nil {
 			return nil, fmt.Errorf("nil Option: %w", ErrInvalidConfig)
 		}
 		opt(&o)
+	}
+	if err := checkArgs(params, table, clone, setStatus, getStatus, o.statusSet != nil, ops != nil || batchOps != nil); err != nil {
+		return nil, err
 	}
 	if err := o.validate(); err != nil {
 		return nil, err
@@ -124,6 +125,11 @@ func Register[Obj any](
 		r.keys.lifecycles.Configure(keyqueue.Settings[Obj]{FailureChanged: r.rep.info.Changed})
 	}
 
+	if o.statusSet != nil {
+		if err := o.statusSet(r); err != nil {
+			return nil, err
+		}
+	}
 	if err := r.applyPriority(); err != nil {
 		return nil, err
 	}
@@ -155,6 +161,7 @@ func checkArgs[Obj any](
 	clone func(Obj) Obj,
 	setStatus func(Obj, status.Status) Obj,
 	getStatus func(Obj) status.Status,
+	inSet bool, // WithStatusSet
 	haveOps bool,
 ) error {
 	var errs []error
@@ -167,8 +174,14 @@ func checkArgs[Obj any](
 	missing(params.JobGroup != nil, "Params.JobGroup")
 	missing(table != nil, "table")
 	missing(clone != nil, "clone function")
-	missing(setStatus != nil, "setStatus function")
-	missing(getStatus != nil, "getStatus function")
+	if inSet {
+		if setStatus != nil || getStatus != nil {
+			errs = append(errs, errors.New("setStatus and getStatus must be nil with WithStatusSet, which reads and writes the status"))
+		}
+	} else {
+		missing(setStatus != nil, "setStatus function")
+		missing(getStatus != nil, "getStatus function")
+	}
 	if !haveOps {
 		errs = append(errs, errors.New("Operations must not be nil when BatchOperations is nil"))
 	}

@@ -116,7 +116,7 @@ func parseScriptFlags(args []string) (scriptFlags, error) {
 	fs.Float64Var(&f.jitter, "retry-jitter", -1, "WithRetryJitter (default: the reconciler's)")
 	fs.DurationVar(&f.retryMin, "retry-min", 10*time.Millisecond, "minimum backoff")
 	fs.DurationVar(&f.retryMax, "retry-max", 50*time.Millisecond, "maximum backoff")
-	fs.StringVar(&f.reconcilers, "reconcilers", "", "comma-separated names of reconcilers sharing Statuses")
+	fs.StringVar(&f.reconcilers, "reconcilers", "", "comma-separated names of reconcilers sharing Statuses (WithStatusSet)")
 	fs.DurationVar(&f.timeout, "op-timeout", 0, "WithOperationTimeout")
 	fs.BoolVar(&f.newHive, "new-hive", false, "'hive start' after 'hive stop' starts a new hive (reconcilertest.Restarter), not the same one")
 	fs.BoolVar(&f.tables, "tables", false, "include tables.Cell (the reconcilers and reconciler-retries tables)")
@@ -318,9 +318,10 @@ func registerScriptReconcilers(p reconciler.Params, flags scriptFlags, m metrics
 		}
 		get, set := (*item).getStatus, (*item).setStatus
 		if name != "" {
-			opts = append(opts, reconciler.WithName(name))
-			get = func(it *item) status.Status { return it.Statuses.Get(name) }
-			set = func(it *item, s status.Status) *item { it.Statuses = it.Statuses.Set(name, s); return it }
+			// A name's entry of Statuses, which the reconcilers of the
+			// set write together with one copy of it.
+			opts = append(opts, reconciler.WithName(name), reconciler.WithStatusSet(getSet, putSet))
+			get, set = func(it *item) status.Status { return it.Statuses.Get(name) }, nil
 		}
 		var ops reconciler.Operations[*item] = base.Faults
 		batch := base.Faults.Batch()
@@ -330,7 +331,11 @@ func registerScriptReconcilers(p reconciler.Params, flags scriptFlags, m metrics
 		if flags.batchOnly {
 			ops = nil
 		}
-		r, err := reconciler.Register(p, table, (*item).clone, set, get, ops, batch, opts...)
+		regGet := get
+		if set == nil {
+			regGet = nil // WithStatusSet's
+		}
+		r, err := reconciler.Register(p, table, (*item).clone, set, regGet, ops, batch, opts...)
 		if err != nil {
 			return err
 		}

@@ -162,3 +162,110 @@ func TestReconcilersOfATableEachReconcileEveryObject(t *testing.T) {
 	defer mu.Unlock()
 	assert.Len(t, failed, 2*5*20, "each name failed each object ending in 3 once")
 }
+
+// meetAt returns n Update functions that return for object id only once
+// all n are in it: the reconcilers are all in one round for it, and their
+// statuses of it go into one write.
+func meetAt(id string, n int) func(context.Context, *item) error {
+	var all sync.WaitGroup
+	all.Add(n)
+	return func(ctx context.Context, it *item) error {
+		if it.ID != id {
+			return nil
+		}
+		all.Done()
+		done := make(chan struct{})
+		go func() { all.Wait(); close(done) }()
+		select {
+		case <-done:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// countingSet returns a setter of item.Statuses for WithStatusSet that
+// counts its calls per object.
+func countingSet(mu *sync.Mutex, calls map[string]int) func(*item, status.Set) *item {
+	return func(it *item, s status.Set) *item {
+		mu.Lock()
+		calls[it.ID]++
+		mu.Unlock()
+		it.Statuses = s
+		return it
+	}
+}
+
+// Reconcilers that keep their statuses in one set (WithStatusSet) write an
+// object version's statuses with one copy of the set for all of them: the
+// set is stored once, not once per reconciler.
+func TestReconcilersOfOneStatusSetStoreTheSetOnce(t *testing.T) {
+	var mu sync.Mutex
+	calls := map[string]int{}
+	meet := meetAt("x-00000", 3)
+	tgs := []*target{newTarget(), newTarget(), newTarget()}
+	for _, tg := range tgs {
+		tg.update = meet
+	}
+	f := startFixture(t, tgs[0], &with{inSet: countingSet(&mu, calls), setup: func(f *fixture) []reconciler.Option {
+		for i, name := range []string{"b", "c"} {
+			_, err := reconciler.Register(f.params, f.table, (*item).clone, nil, nil, tgs[i+1], nil,
+				reconciler.WithName(name), reconciler.WithStatusSet(getSet, countingSet(&mu, calls)))
+			require.NoError(t, err)
+		}
+		return nil
+	}}, reconciler.WithName("a"))
+
+	x := setItems("x", 1)
+	inserted := f.insertAs(x...)
+	f.waitTable("every status", func(txn statedb.ReadTxn) bool {
+		return allKind(f, txn, "a", status.KindDone, x) && allKind(f, txn, "b", status.KindDone, x) && allKind(f, txn, "c", status.KindDone, x)
+	})
+	assert.Equal(t, inserted+1, f.table.Revision(f.db.ReadTxn()), "one write after the insert")
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, 1, calls["x-00000"], "the set stored once for the three")
+}
+
+// Reconcilers of one table in one write, two keeping their statuses in
+// one set and one in another (WithStatusSet of another field), each find
+// their own status, and only their own, in the set they keep it in.
+func TestReconcilersOfTwoStatusSetsOfATableEachWriteTheirOwn(t *testing.T) {
+	meet := meetAt("x-00000", 3)
+	tgs := []*target{newTarget(), newTarget(), newTarget()}
+	for _, tg := range tgs {
+		tg.update = meet
+	}
+	getOther := func(it *item) status.Set { return it.Other }
+	putOther := func(it *item, s status.Set) *item { it.Other = s; return it }
+	f := startFixture(t, tgs[0], &with{inSet: putSet, setup: func(f *fixture) []reconciler.Option {
+		_, err := reconciler.Register(f.params, f.table, (*item).clone, nil, nil, tgs[1], nil,
+			reconciler.WithName("b"), reconciler.WithStatusSet(getSet, putSet))
+		require.NoError(t, err)
+		_, err = reconciler.Register(f.params, f.table, (*item).clone, nil, nil, tgs[2], nil,
+			reconciler.WithName("o"), reconciler.WithStatusSet(getOther, putOther))
+		require.NoError(t, err)
+		return nil
+	}}, reconciler.WithName("a"))
+
+	x := setItems("x", 1)
+	x[0].Other = status.NewSet()
+	inserted := f.insertAs(x...)
+	f.waitTable("every status", func(txn statedb.ReadTxn) bool {
+		cur, _, _ := f.table.Get(txn, itemID.Query("x-00000"))
+		return cur.Other.Get("o").Kind == status.KindDone &&
+			allKind(f, txn, "a", status.KindDone, x) && allKind(f, txn, "b", status.KindDone, x)
+	})
+	assert.Equal(t, inserted+1, f.table.Revision(f.db.ReadTxn()), "one write after the insert")
+	cur, _ := f.get("x-00000")
+	var names, others []string
+	for name := range cur.Statuses.All() {
+		names = append(names, name)
+	}
+	for name := range cur.Other.All() {
+		others = append(others, name)
+	}
+	assert.Equal(t, []string{"a", "b"}, names)
+	assert.Equal(t, []string{"o"}, others)
+}

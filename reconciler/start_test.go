@@ -303,6 +303,11 @@ func TestRegisterRejectsBadInput(t *testing.T) {
 		}
 	}
 	with := func(o ...reconciler.Option) func(*args) { return func(a *args) { a.opts = o } }
+	inSet := func(o reconciler.Option) func(*args) {
+		return func(a *args) {
+			a.setStatus, a.getStatus, a.opts = nil, nil, []reconciler.Option{reconciler.WithName("a"), o}
+		}
+	}
 	var noTable statedb.Table[*item]
 	cases := []struct {
 		name   string
@@ -348,6 +353,17 @@ func TestRegisterRejectsBadInput(t *testing.T) {
 		{"priority of another type", with(reconciler.WithPriority(func(string) int { return 0 }, 0)), "not of the reconciled table's object type"},
 		{"priority of the value type", with(reconciler.WithPriority(func(item) int { return 0 }, 0)), "not of the reconciled table's object type"},
 		{"priority of any", with(reconciler.WithPriority(func(any) int { return 0 }, 0)), "not of the reconciled table's object type"},
+		{"status set without a name", func(a *args) {
+			a.setStatus, a.getStatus, a.opts = nil, nil, []reconciler.Option{reconciler.WithStatusSet(getSet, putSet)}
+		}, "needs the name of WithName"},
+		{"status set and setStatus", func(a *args) {
+			a.getStatus = nil
+			a.opts = []reconciler.Option{reconciler.WithName("a"), reconciler.WithStatusSet(getSet, putSet)}
+		}, "setStatus and getStatus must be nil with WithStatusSet"},
+		{"status set without get", inSet(reconciler.WithStatusSet(nil, putSet)), "needs both its get and set functions"},
+		{"status set without set", inSet(reconciler.WithStatusSet(getSet, nil)), "needs both its get and set functions"},
+		{"status set of another type", inSet(reconciler.WithStatusSet(func(string) status.Set { return status.Set{} },
+			func(s string, _ status.Set) string { return s })), "not of the reconciled table's object type"},
 		// A limiter whose Wait can never succeed would stop the loop for good.
 		{"round burst 0", with(reconciler.WithRoundLimits(10, rate.NewLimiter(100, 0))), "limiter"},
 		{"round limit 0", with(reconciler.WithRoundLimits(10, rate.NewLimiter(0, 5))), "limiter"},
@@ -387,6 +403,14 @@ func TestRegisterRejectsBadInput(t *testing.T) {
 		require.NoError(t, err)
 		require.NotNil(t, r)
 		assert.Len(t, g.jobs, 2, "reconcile and refresh jobs")
+	})
+
+	t.Run("a status set in place of setStatus and getStatus", func(t *testing.T) {
+		a := good()
+		r, err := reconciler.Register(a.params, a.table, a.clone, nil, nil, a.ops, nil,
+			reconciler.WithStatusSet(getSet, putSet), reconciler.WithName("a"))
+		require.NoError(t, err, "WithName may come after")
+		require.NotNil(t, r)
 	})
 
 	t.Run("priority shares at the edges", func(t *testing.T) {

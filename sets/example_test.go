@@ -111,10 +111,8 @@ func ExampleTable_Refresh() {
 				}
 				for _, name := range []string{"routes", "ipsec"} {
 					ops := &nodeOps{mu: &mu, updates: updates, name: name, failing: map[string]string{"ipsec": "n3"}[name]}
-					_, err = reconciler.Register(p, nodes, (*Node).Clone,
-						func(n *Node, s status.Status) *Node { n.Statuses = n.Statuses.Set(name, s); return n },
-						func(n *Node) status.Status { return n.Statuses.Get(name) },
-						ops, nil, reconciler.WithName(name), reconciler.WithRetry(time.Hour, time.Hour))
+					_, err = reconciler.Register(p, nodes, (*Node).Clone, nil, nil, ops, nil, reconciler.WithName(name),
+						reconciler.WithStatusSet((*Node).GetStatuses, (*Node).SetStatuses), reconciler.WithRetry(time.Hour, time.Hour))
 					if err != nil {
 						return err
 					}
