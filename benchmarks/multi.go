@@ -267,10 +267,10 @@ func (e *multiEnv) register(rec *multiReconciler, p reconciler.Params, up upstre
 	name := rec.name
 	switch e.im {
 	case implConverge:
-		r, err := reconciler.Register(p, e.tbl, (*setObject).clone,
-			func(o *setObject, s status.Status) *setObject { o.conv = o.conv.Set(name, s); return o },
-			func(o *setObject) status.Status { return o.conv.Get(name) },
-			rec.target, nil, reconciler.WithName(name), reconciler.WithPruning(0))
+		r, err := reconciler.Register(p, e.tbl, (*setObject).clone, nil, nil, rec.target, nil,
+			reconciler.WithName(name), reconciler.WithPruning(0),
+			reconciler.WithStatusSet(func(o *setObject) status.Set { return o.conv },
+				func(o *setObject, s status.Set) *setObject { o.conv = s; return o }))
 		if err != nil {
 			return err
 		}
@@ -369,8 +369,8 @@ func (e *multiEnv) floor(ctx context.Context, rec *multiReconciler) error {
 // floorOneCommit is the floor of a design in which the reconcilers of a
 // table share one committer: one loop reads the changes as each floor loop
 // does, puts each object pending for any reconciler in that reconciler's
-// target, and writes it back once, Done for all of them, 1000 objects per
-// write transaction. It is e.floor with the work of every reconciler in
+// target, and writes it back once, Done for all of them (one copy of the
+// set, status.Set.SetAll), 1000 objects per write transaction. It is e.floor with the work of every reconciler in
 // one loop; the inserter writes only new objects, so its compare-and-swaps
 // do not conflict, and if one did, the object's newer change is read next.
 func (e *multiEnv) floorOneCommit(ctx context.Context) error {
@@ -386,6 +386,7 @@ func (e *multiEnv) floorOneCommit(ctx context.Context) error {
 		rev statedb.Revision
 	}
 	batch := make([]item, 0, 1000)
+	dones := make([]status.Entry, 0, len(e.recs))
 	flush := func() {
 		if len(batch) == 0 {
 			return
@@ -404,22 +405,20 @@ func (e *multiEnv) floorOneCommit(ctx context.Context) error {
 			if c.Deleted {
 				continue
 			}
-			var o *setObject
+			done := dones[:0] // one copy of the set for every name (status.Set.SetAll)
 			for _, rec := range e.recs {
 				if c.Object.conv.Get(rec.name).Kind != status.KindPending {
 					continue
 				}
 				_ = rec.target.Update(ctx, nil, rev, c.Object)
-				if o == nil {
-					cp := *c.Object
-					o = &cp
-				}
-				o.conv = o.conv.Set(rec.name, status.Done())
+				done = append(done, status.Entry{Name: rec.name, Status: status.Done()})
 			}
-			if o == nil {
+			if len(done) == 0 {
 				continue
 			}
-			batch = append(batch, item{o, rev})
+			o := *c.Object
+			o.conv = o.conv.SetAll(done...)
+			batch = append(batch, item{&o, rev})
 			if len(batch) == cap(batch) {
 				flush()
 			}
