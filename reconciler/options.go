@@ -206,7 +206,8 @@ func WithName(name string) Option {
 // reconciler (see "Several reconcilers of one table"): with four, that is
 // three of every four copies saved, and the garbage they make. Obj must be
 // the reconciled table's object type; Register refuses the option with
-// [ErrInvalidConfig] otherwise, if get or set is nil, or without a name.
+// [ErrInvalidConfig] otherwise, if get or set is nil, without a name, or
+// with a setStatus or getStatus of its own.
 func WithStatusSet[Obj any](get func(Obj) status.Set, set func(Obj, status.Set) Obj) Option {
 	return func(o *options) {
 		o.by = "WithStatusSet"
