@@ -286,37 +286,81 @@ func (b *sharedBatch[Obj]) Merge(i int, into Obj) Obj {
 	return b.r.objects.setStatus(into, b.sts[i])
 }
 
-// MergeRun sets the statuses of a run's entries on into with one copy of
-// their set, if the reconciler of each keeps its status in a status.Set
-// (WithStatusSet), and each then finds its own status in the result: those
-// of another set, or two of one name, are left to Merge (into restored).
+// MergeRun sets the statuses of a run's entries on into: those whose
+// reconcilers keep their status in one status.Set (WithStatusSet, the
+// same set found by each) with one copy of it, the others by their own
+// Merge. A set whose reconcilers do not each find their own status in the
+// copy (two fields holding one set value, a name given twice) is put back
+// and its entries merged one by one. ok is false, into untouched, for a
+// run with no reconciler of WithStatusSet: the group merges it itself.
 func (b *sharedBatch[Obj]) MergeRun(into Obj, run groupcommit.Run[Obj]) (Obj, bool) {
-	own := b.r.objects.set
-	if own == nil {
+	n := run.Len()
+	if n > maxRun {
 		return into, false
 	}
-	for j := range run.Len() {
-		if m, _ := run.Entry(j); m.(*sharedBatch[Obj]).r.objects.set == nil {
-			return into, false // a member of a table has this package's batches, of Obj
+	inSet := false
+	for j := range n {
+		if m, _ := run.Entry(j); m.(*sharedBatch[Obj]).r.objects.set != nil {
+			inSet = true // a member of a table has this package's batches, of Obj
+			break
 		}
 	}
-	var buf [8]status.Entry
-	entries := buf[:0]
-	for j := range run.Len() {
-		m, i := run.Entry(j)
-		mb := m.(*sharedBatch[Obj])
-		entries = append(entries, status.Entry{Name: mb.r.objects.set.name, Status: mb.sts[i]})
+	if !inSet {
+		return into, false
 	}
-	set := own.get(into)
-	obj := own.set(into, set.SetAll(entries...))
-	for j := range run.Len() {
+	obj := into
+	var done uint64 // of the entries, by bit
+	var buf [8]status.Entry
+	var group [8]int
+	for j := range n {
+		if done&(1<<j) != 0 {
+			continue
+		}
 		m, i := run.Entry(j)
 		mb := m.(*sharedBatch[Obj])
-		if e := mb.r.objects.set; e.get(obj).Get(e.name).ID() != mb.sts[i].ID() {
-			return own.set(obj, set), false
+		e := mb.r.objects.set
+		if e == nil {
+			obj, done = mb.Merge(i, obj), done|1<<j
+			continue
+		}
+		set := e.get(obj)
+		entries, members := buf[:0], group[:0]
+		for k := j; k < n; k++ {
+			mk, ik := run.Entry(k)
+			bk := mk.(*sharedBatch[Obj])
+			if ek := bk.r.objects.set; done&(1<<k) == 0 && ek != nil && (k == j || ek.get(obj).Same(set)) {
+				entries = append(entries, status.Entry{Name: ek.name, Status: bk.sts[ik]})
+				members, done = append(members, k), done|1<<k
+			}
+		}
+		obj = e.set(obj, set.SetAll(entries...))
+		if !ownFound(obj, run, members) {
+			obj = e.set(obj, set)
+			for _, k := range members {
+				mk, ik := run.Entry(k)
+				obj = mk.Merge(ik, obj)
+			}
 		}
 	}
 	return obj, true
+}
+
+// maxRun is the longest run MergeRun takes (one bit per entry): the
+// reconcilers of one table that settle one version together; a longer one
+// is merged entry by entry.
+const maxRun = 64
+
+// ownFound reports whether each of the run's members finds its own status
+// in obj.
+func ownFound[Obj any](obj Obj, run groupcommit.Run[Obj], members []int) bool {
+	for _, k := range members {
+		m, i := run.Entry(k)
+		mb := m.(*sharedBatch[Obj])
+		if e := mb.r.objects.set; e.get(obj).Get(e.name).ID() != mb.sts[i].ID() {
+			return false
+		}
+	}
+	return true
 }
 
 func (b *sharedBatch[Obj]) Merged(i int, written Obj) {

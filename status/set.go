@@ -137,6 +137,17 @@ func (s Set) SetAll(entries ...Entry) Set {
 	return s
 }
 
+// Same reports whether s and t are one set value: one a copy of the other,
+// neither changed since (a method returning a changed set returns one
+// that is not the same). It tells cheaply whether two objects, or two
+// versions of one, hold the very same set: two sets made apart with equal
+// entries are not the same, but two zero Sets, or two empty sets of one
+// NewSet, are.
+func (s Set) Same(t Set) bool {
+	return s.id == t.id && s.createdAt.Equal(t.createdAt) && len(s.entries) == len(t.entries) &&
+		(len(s.entries) == 0 || &s.entries[0] == &t.entries[0])
+}
+
 // Pending returns a copy of s in which every status is Pending, with one
 // fresh identity and time. Call it when the object changes. The names
 // already in s are kept, so that the set still shows which reconcilers are

@@ -505,3 +505,17 @@ func TestSetSetAllManyNames(t *testing.T) {
 	got := s.SetAll(entries...)
 	assert.Equal(t, maps.Collect(want.All()), maps.Collect(got.All()))
 }
+
+func TestSetSameIsOneSetValue(t *testing.T) {
+	s := status.NewSet().Set("a", status.Done())
+	c := s
+	assert.True(t, s.Same(c), "a copy")
+	assert.False(t, s.Same(s.Set("a", status.Done())), "a changed set")
+	assert.False(t, s.Same(s.SetAll(status.Entry{Name: "b", Status: status.Done()})), "a changed set")
+	assert.False(t, s.Same(s.Pending()), "a changed set")
+	assert.True(t, s.Same(s.Delete("x")), "Delete of a name not in it changes nothing")
+	assert.True(t, s.Same(s.SetAll()), "SetAll of nothing changes nothing")
+	assert.False(t, status.NewSet().Set("a", status.Done()).Same(s), "a set made apart")
+	assert.False(t, status.NewSet().Same(status.NewSet()), "two empty sets made apart")
+	assert.True(t, status.Set{}.Same(status.Set{}), "two zero sets")
+}
