@@ -21,6 +21,9 @@ type feed[Obj any] struct {
 	own   ownWrites       // revisions of the statuses commits wrote
 	watch <-chan struct{} // closed when the table has changes not read
 	work  []op[Obj]       // collect's buffer
+	// reserve is collect's share of rounds for retries and deferred
+	// changes, carried from round to round.
+	reserve reserve
 	// figures is collect's copy of the key queue's figures while it reads
 	// changes, read again whenever a change alters the queue (see
 	// collectChange).

@@ -60,7 +60,7 @@ func (r *reconciler[Obj]) collectFresh(txn statedb.ReadTxn, now time.Time, room 
 	left := room - len(r.feed.work)
 	reserve := 0
 	if retriesDue || lc.Figures().Deferred > 0 {
-		reserve = left / 8
+		reserve = r.feed.reserve.take(left)
 	}
 	if budget := left - reserve; budget > 0 {
 		r.collectChanges(txn, r.nextChanges(txn), budget, now)
@@ -68,6 +68,20 @@ func (r *reconciler[Obj]) collectFresh(txn statedb.ReadTxn, now time.Time, room 
 	} else {
 		r.feed.watch = closedChan // changes wait for room
 	}
+}
+
+// reserve is the room of rounds kept for retries and deferred changes
+// while there are any: an eighth, counted over successive rounds, so that
+// rounds of fewer than eight objects keep it too (one round of one object
+// in eight).
+type reserve struct{ owed float64 }
+
+// take returns the reserve of a round with room left.
+func (v *reserve) take(left int) int {
+	v.owed += float64(left) / 8
+	n := min(int(v.owed), left)
+	v.owed -= float64(n)
+	return n
 }
 
 // collectByPriority reads fresh changes into the queue, until it holds
@@ -85,7 +99,7 @@ func (r *reconciler[Obj]) collectByPriority(txn statedb.ReadTxn, now time.Time, 
 	}
 	budget := room
 	if retriesDue || lc.Figures().Deferred > 0 {
-		budget -= room / 8
+		budget -= r.feed.reserve.take(room)
 	}
 	for len(r.feed.work) < budget && lc.Figures().Queued > 0 {
 		r.takeQueued(txn, budget-len(r.feed.work))

@@ -264,3 +264,39 @@ func TestRetryHistoryStartsWithAnErrorStatusFound(t *testing.T) {
 		})
 	}
 }
+
+// A due retry keeps its share of rounds against a flood of fresh changes
+// however small the rounds: with rounds of one object, one in eight goes to
+// retries (counted over successive rounds), not none.
+func TestRetriesKeepTheirShareOfRoundsOfOne(t *testing.T) {
+	for _, priority := range []bool{false, true} {
+		t.Run(fmt.Sprint("priority=", priority), func(t *testing.T) {
+			var failed atomic.Bool
+			tg := newTarget().failWhen(errors.New("once"), func(op reconcilertest.Op, it *item) bool {
+				return it.ID == "x" && failed.CompareAndSwap(false, true)
+			})
+			opts := []reconciler.Option{reconciler.WithRoundLimits(1, nil), reconciler.WithRetry(time.Millisecond, time.Millisecond)}
+			if priority {
+				opts = append(opts, reconciler.WithPriority(func(*item) int { return 0 }, 0))
+			}
+			f := startFixture(t, tg, nil, opts...)
+			flood := items("y", 3000, "1")
+			f.upsert(append([]*item{{ID: "x", Value: "1"}}, flood...)...) // x first, the flood behind it
+			f.waitKind("x", status.KindDone)
+
+			fresh, xs := 0, 0 // the flood's updates before x's retry, x's updates
+			for _, c := range tg.callTimes() {
+				switch {
+				case c.op != reconcilertest.OpUpdate:
+				case c.key == "x":
+					xs++
+				case xs < 2:
+					fresh++
+				}
+			}
+			t.Logf("fresh before the retry: %d", fresh)
+			require.GreaterOrEqual(t, xs, 2, "x failed once, then was retried")
+			assert.Less(t, fresh, len(flood)/2, "x's retry waited for %d of the %d fresh changes", fresh, len(flood))
+		})
+	}
+}
