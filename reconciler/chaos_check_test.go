@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"os"
 	"runtime"
 	"slices"
 	"strconv"
@@ -221,6 +222,17 @@ func (r *chaosRun) until(timeout time.Duration, cond func() string) string {
 // waitFor fails the test unless cond comes to return "" within timeout.
 func (r *chaosRun) waitFor(what string, timeout time.Duration, cond func() string) {
 	if problem := r.until(timeout, cond); problem != "" {
+		if os.Getenv("CONVERGE_CHAOS_STACKS") == "1" {
+			// What each loop was doing: the goroutines, the calls and prunes.
+			buf := make([]byte, 1<<22)
+			var b strings.Builder
+			fmt.Fprintf(&b, "rev %d", r.gen.table.Revision(r.gen.db.ReadTxn()))
+			for i, rec := range r.recs {
+				ops := r.gen.ops[i]
+				rec.target.with(func() { fmt.Fprintf(&b, "; %s calls %d prunes %d", rec.name, rec.target.calls, ops.prunes) })
+			}
+			r.t.Logf("at the failure: %s; goroutines:\n%s", b.String(), buf[:runtime.Stack(buf, true)])
+		}
 		r.t.Fatalf("seed %d: %s: not reached within %s: %s\n%s", r.seed, what, timeout, problem, r.violations())
 	}
 }

@@ -22,6 +22,8 @@ package reconciler_test
 //	CONVERGE_CHAOS_LOG=1       log the hive and reconciler at debug level
 //	CONVERGE_CHAOS_ALLSTEPS=1  on a failure print every step, not the last 60
 //	CONVERGE_CHAOS_PRINT=1     print every seed's steps, also when it passes (-v)
+//	CONVERGE_CHAOS_STACKS=1    on a wait that fails, print every goroutine and each
+//	                           reconciler's calls and prunes
 
 import (
 	"context"
