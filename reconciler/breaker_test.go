@@ -729,3 +729,21 @@ func TestBreakerLostBatchEntriesAreNotTheTarget(t *testing.T) {
 	s, _ := m.get()
 	assert.Zero(t, s.BreakerOpened, "lost entries opened the breaker")
 }
+
+// Work queued for the workers behind an open breaker, more of it than a
+// smaller pool holds (Configure shrank it), still gets its probe when due:
+// the loop, with no room, must wake for the probe's turn, or nothing is
+// ever let through again.
+func TestBreakerProbesWorkQueuedPastASmallerPool(t *testing.T) {
+	o, m, f := startBreaker(t, variant{4, false}, 1, 5*time.Millisecond, 20*time.Millisecond,
+		reconciler.WithRoundLimits(64, nil))
+	o.down()
+	f.upsert(items("k", 64, "1")...)
+	m.waitOpen(t, 1)
+	o.waitCalls(t, o.calls.Load()+2) // probes failing: the rest is queued behind the gate
+	require.NoError(t, f.rec.Configure(reconciler.WithConcurrency(2), reconciler.WithRoundLimits(1, nil)))
+	o.waitCalls(t, o.calls.Load()+2) // probes still, with the pool resized
+	o.recover()
+	m.waitClosed(t)
+	f.converged(o)
+}

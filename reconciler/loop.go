@@ -28,6 +28,9 @@ type loop[Obj any] struct {
 	prune  prune.Schedule
 	retry  *time.Timer // fires when the earliest retry is due (see armRetry)
 	probes int         // probe rounds so far: whose turn the next probe is (see collectProbe)
+	// probeTurn is set while the retry timer waits for the circuit
+	// breaker's next probe: it must fire even with no room (see armRetry).
+	probeTurn bool
 	// reported is set once a round reported in this run: a prune's report
 	// amends what the last round reported.
 	reported bool
@@ -65,6 +68,9 @@ func (r *reconciler[Obj]) run(ctx context.Context, health cell.Health) error {
 		watch, retryC := r.feed.watch, l.retry.C
 		if l.exec.Room() <= 0 || paused {
 			watch, retryC = nil, nil // read nothing new; commit what finishes
+			if !paused && l.probeTurn {
+				retryC = l.retry.C // but grant the probe (a round does) to the work held
+			}
 		} else if r.breaker != nil {
 			if room, limited := r.breaker.Limit(r.clock.now()); limited && room == 0 {
 				watch = nil // the target fails: wait for the probe's turn (retryC)
@@ -213,7 +219,9 @@ func (l *loop[Obj]) stopped() {
 // armRetry sets the retry timer for the earliest retry, probe of the
 // circuit breaker or re-check, if one can be taken: while the executor has
 // no room none could start, so the timer is left off and the next finished
-// operation wakes the loop instead. It fires a jitter window past the
+// operation wakes the loop instead; but not for the probe, which a round
+// grants to the work the executor holds (queued behind the open breaker,
+// nothing of it finishes until then). It fires a jitter window past the
 // earliest retry, so that retries spread by jitter are taken in few
 // rounds, not one each.
 func (l *loop[Obj]) armRetry() {
@@ -224,11 +232,13 @@ func (l *loop[Obj]) armRetry() {
 	if ok {
 		due = backoff.Add(due, backoff.Duration(float64(r.opts.retryMin)*r.opts.retryJitter))
 	}
+	l.probeTurn = false
 	if r.breaker != nil {
 		if probe, open := r.breaker.NextProbe(); open {
 			switch {
 			case !probe.IsZero():
 				due, ok = probe.UnixNano(), true // no retry while the target fails: the probe's turn
+				l.probeTurn = true
 			case !r.gate.ProbeLeft():
 				ok = false // the probe runs: its end wakes the loop
 			} // else the probe granted waits for work: a retry falling due may take it
@@ -237,7 +247,7 @@ func (l *loop[Obj]) armRetry() {
 	if f.RecheckDue && (!ok || f.NextRecheck < due) {
 		due, ok = f.NextRecheck, true
 	}
-	if !ok || l.exec.Room() <= 0 {
+	if !ok || (l.exec.Room() <= 0 && !l.probeTurn) {
 		return
 	}
 	l.retry.Reset(backoff.Duration(float64(due) - float64(r.clock.now().UnixNano())))
