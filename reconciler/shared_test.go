@@ -216,6 +216,11 @@ func TestReconcilersOfOneStatusSetStoreTheSetOnce(t *testing.T) {
 		}
 		return nil
 	}}, reconciler.WithName("a"))
+	warm := setItems("w", 1) // all three run
+	f.insertAs(warm...)
+	f.waitTable("the first object's statuses", func(txn statedb.ReadTxn) bool {
+		return allKind(f, txn, "a", status.KindDone, warm) && allKind(f, txn, "b", status.KindDone, warm) && allKind(f, txn, "c", status.KindDone, warm)
+	})
 
 	x := setItems("x", 1)
 	inserted := f.insertAs(x...)
@@ -248,6 +253,14 @@ func TestReconcilersOfTwoStatusSetsOfATableEachWriteTheirOwn(t *testing.T) {
 		require.NoError(t, err)
 		return nil
 	}}, reconciler.WithName("a"))
+
+	warm := setItems("w", 1) // all three run
+	warm[0].Other = status.NewSet()
+	f.insertAs(warm...)
+	f.waitTable("the first object's statuses", func(txn statedb.ReadTxn) bool {
+		cur, _, _ := f.table.Get(txn, itemID.Query("w-00000"))
+		return cur.Other.Get("o").Kind == status.KindDone && allKind(f, txn, "a", status.KindDone, warm) && allKind(f, txn, "b", status.KindDone, warm)
+	})
 
 	x := setItems("x", 1)
 	x[0].Other = status.NewSet()
