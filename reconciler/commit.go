@@ -292,20 +292,10 @@ func (b *sharedBatch[Obj]) Merge(i int, into Obj) Obj {
 // Merge. A set whose reconcilers do not each find their own status in the
 // copy (two fields holding one set value, a name given twice) is put back
 // and its entries merged one by one. ok is false, into untouched, for a
-// run with no reconciler of WithStatusSet: the group merges it itself.
+// run too long for it: the group merges that one itself.
 func (b *sharedBatch[Obj]) MergeRun(into Obj, run groupcommit.Run[Obj]) (Obj, bool) {
 	n := run.Len()
 	if n > maxRun {
-		return into, false
-	}
-	inSet := false
-	for j := range n {
-		if m, _ := run.Entry(j); m.(*sharedBatch[Obj]).r.objects.set != nil {
-			inSet = true // a member of a table has this package's batches, of Obj
-			break
-		}
-	}
-	if !inSet {
 		return into, false
 	}
 	obj := into
@@ -317,7 +307,7 @@ func (b *sharedBatch[Obj]) MergeRun(into Obj, run groupcommit.Run[Obj]) (Obj, bo
 			continue
 		}
 		m, i := run.Entry(j)
-		mb := m.(*sharedBatch[Obj])
+		mb := m.(*sharedBatch[Obj]) // a member of a table has this package's batches, of Obj
 		e := mb.r.objects.set
 		if e == nil {
 			obj, done = mb.Merge(i, obj), done|1<<j
