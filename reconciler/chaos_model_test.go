@@ -436,7 +436,13 @@ func (o *chaosOps) Update(ctx context.Context, txn statedb.ReadTxn, rev statedb.
 	}
 	if l, ok := o.lateAsked(it.ID); ok {
 		// Once the next call has started (lateAskOnTheNextCall): an
-		// ask with this context must do nothing.
+		// ask with this context must do nothing. The held call may
+		// have started before this one (and been cut by its timeout):
+		// then the ask comes at once, and may race this call's end,
+		// as the random late asks below may.
+		g := goid()
+		var began int
+		o.target.with(func() { began = o.target.gated[g] })
 		o.late.Add(1)
 		go func() {
 			defer o.late.Done()
@@ -445,6 +451,11 @@ func (o *chaosOps) Update(ctx context.Context, txn statedb.ReadTxn, rev statedb.
 			case <-l.after:
 			case <-time.After(time.Second):
 			}
+			o.target.with(func() {
+				if o.target.gated[g] == began {
+					o.target.rc.raced[it.ID]++
+				}
+			})
 			reconciler.RecheckAfter(ctx, time.Millisecond)
 		}()
 	} else if o.target.lateAsk() {
