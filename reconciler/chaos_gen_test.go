@@ -78,6 +78,7 @@ func (r *chaosRun) step() {
 	r.quietMove()            // chaos_sets_quiet_test.go: likewise
 	r.overMove()             // chaos_sets_over_test.go: likewise
 	r.lateAskOnTheNextCall() // chaos_recheck_test.go: likewise
+	r.retryAmidAStream()     // chaos_stream_test.go: likewise
 	switch p := r.rng.IntN(116); {
 	case p < 28: // insert or update; sometimes the same value, a new Pending
 		k, v := r.key(), r.value()
