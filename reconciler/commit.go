@@ -157,7 +157,7 @@ func (r *reconciler[Obj]) settle(ops []op[Obj], now time.Time) (out commitOutcom
 	slices := r.rep.metrics.Commit != nil
 	for i := range ops {
 		o := &ops[i]
-		if o.ran {
+		if o.ran && r.target.drift != nil {
 			r.driftSettled(o) // a repair the drift check asked for counts one
 		}
 		fig.Stats.RefreshRepaired += int(o.drift) // counted whatever the outcome

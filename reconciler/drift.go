@@ -93,7 +93,8 @@ func (r *reconciler[Obj]) applyDriftCheck() error {
 // driftPrepare marks, before they are handed to the executor, the ops of
 // work whose key's last update failed: the target does not hold their
 // version, so report-only mode repairs rather than leaves what their
-// check finds (a dependency marks an Error object Refreshing).
+// check finds (a dependency marks an Error object Refreshing). Only with
+// a drift check (WithDriftCheck).
 func (r *reconciler[Obj]) driftPrepare(work []op[Obj]) {
 	d := r.target.drift
 	if !d.Failing() {
@@ -112,12 +113,9 @@ func (r *reconciler[Obj]) driftPrepare(work []op[Obj]) {
 
 // driftSettled records the drift check's outcome of o, which ran (see
 // drift.Check.Settled): the drift repaired, for commit to count, and the
-// rows of its key.
+// rows of its key. Only with a drift check (WithDriftCheck).
 func (r *reconciler[Obj]) driftSettled(o *op[Obj]) {
 	d := r.target.drift
-	if d == nil {
-		return
-	}
 	var row drift.Row
 	o.drift, row = d.Settled(drift.Outcome{Verdict: o.checked, Err: o.err, Delete: o.Delete,
 		Applies: d.Applies(o.Refresh, o.Delete), Unapplied: o.unapplied, Repaired: o.drift})

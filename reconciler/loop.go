@@ -79,7 +79,9 @@ func (r *reconciler[Obj]) run(ctx context.Context, health cell.Health) error {
 		if paused != l.wasPaused || (watch != nil && r.keys.lifecycles.Figures().Queued > 0) {
 			pauseChanged = closedChan // a round now
 		}
-		r.idle(watch) // a leader of the table's other reconcilers holds for it no longer
+		if r.group.busy {
+			r.idle(watch) // a leader of the table's other reconcilers holds for it no longer
+		}
 		var pruneC <-chan struct{}
 		if l.prune.Due() && l.reported && !paused && (r.breaker == nil || !r.breaker.State().Open) {
 			pruneC = closedChan // a prune now
@@ -132,8 +134,10 @@ func (r *reconciler[Obj]) run(ctx context.Context, health cell.Health) error {
 // round runs the stages once, in order. While paused it collects nothing:
 // it commits what finished and reports.
 func (l *loop[Obj]) round(ctx context.Context, paused bool) {
-	l.reconfigure() // Configure's settings, before anything reads them
 	r := l.r
+	if s := r.settings; s != nil && s.hasPending.Load() {
+		l.reconfigure() // Configure's settings, before anything reads them
+	}
 	// The round's span is made only if the round did something (collected
 	// or committed), dated from the round's start: most rounds wake for the
 	// reconciler's own status writes, or a worker's result, and do nothing.
@@ -169,7 +173,9 @@ func (l *loop[Obj]) round(ctx context.Context, paused bool) {
 	if len(work) > 0 {
 		r.beginRound() // the table's other reconcilers may hold their write for this round's
 	}
-	r.driftPrepare(work)
+	if r.target.drift != nil {
+		r.driftPrepare(work) // report-only: repair the keys whose last update failed
+	}
 	finished := l.exec.Operate(txn, work)                          // 2. started at the gate; what finished
 	outcome := r.commit(finished, ctx.Err() != nil, r.clock.now()) // 3. statuses written, keys settled
 	r.feed.wrote(outcome.wrote)
@@ -316,8 +322,8 @@ func (r *reconciler[Obj]) startGate(ctx context.Context, p *prune.Schedule) bool
 }
 
 // reconfigure applies the options accepted since the last round, at the top
-// of a round: the executor is resized and the prune schedule restarted if
-// their settings changed.
+// of a round that finds some posted: the executor is resized and the prune
+// schedule restarted if their settings changed.
 func (l *loop[Obj]) reconfigure() {
 	old, ok := l.r.applySettings()
 	if !ok {

@@ -72,14 +72,15 @@ func (e *runner[Obj]) run(txn statedb.ReadTxn, ops []op[Obj]) {
 		if r.opts.tracer != nil {
 			opCtx, span = r.startSpan(call, tracing.Start{Kind: kind, Key: r.objects.opKey(o), Revision: o.Rev, Attempt: max(o.attempt, 1)})
 		}
-		if o.Delete {
+		switch {
+		case o.Delete:
 			o.err = r.call(opCtx, name, func(ctx context.Context) error {
 				r.gate.Entered()
 				return r.target.ops.Delete(ctx, txn, o.Rev, o.Obj)
 			})
-		} else if repair, err := r.checkFirst(opCtx, txn, o); !repair {
-			o.err = err // WithDriftCheck: in sync, drift left, or its error
-		} else {
+		case r.target.drift != nil && !r.checkFirst(opCtx, txn, o):
+			// WithDriftCheck: in sync or drift left; o.err is the check's error
+		default:
 			o.err = r.call(opCtx, name, func(ctx context.Context) error {
 				if o.checked == drift.NotChecked {
 					r.gate.Entered()
@@ -410,14 +411,15 @@ func (r *reconciler[Obj]) checkOne(ctx context.Context, txn statedb.ReadTxn, o *
 	return update, nil
 }
 
-// checkFirst runs the drift check for o, an op of the inline loop or a
-// worker that passed the gate, if it applies, and reports whether Update
-// follows: always without the check.
-func (r *reconciler[Obj]) checkFirst(ctx context.Context, txn statedb.ReadTxn, o *op[Obj]) (update bool, err error) {
+// checkFirst runs the drift check (WithDriftCheck) for o, an op of the
+// inline loop or a worker that passed the gate, if it applies, and reports
+// whether Update follows; if not, o.err is the check's error, if any.
+func (r *reconciler[Obj]) checkFirst(ctx context.Context, txn statedb.ReadTxn, o *op[Obj]) (update bool) {
 	if !r.target.drift.Applies(o.Refresh, o.Delete) {
-		return true, nil
+		return true
 	}
-	return r.checkOne(ctx, txn, o)
+	update, o.err = r.checkOne(ctx, txn, o)
+	return update
 }
 
 // checkEntry runs the drift check for o, an update of a batch being built

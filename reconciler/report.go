@@ -195,7 +195,9 @@ func (r *reconciler[Obj]) infoRow(p *prune.Schedule, state tables.State, objects
 		BusyWorkers:          busy,
 		OldestPending:        oldest,
 		DriftRepaired:        uint64(t.RefreshRepaired + p.Repaired()),
-		BreakerOpenings:      r.breaker.State().Openings,
+	}
+	if r.breaker != nil {
+		info.BreakerOpenings = r.breaker.State().Openings
 	}
 	if r.target.drift != nil {
 		info.DriftDetected = r.target.drift.Rows().Detected()

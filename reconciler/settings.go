@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/converge-go/converge/reconciler/internal/refresh"
 )
@@ -18,7 +19,8 @@ var configurable = []string{"WithConcurrency", "WithRoundLimits", "WithRefreshin
 // with every accepted Configure applied (latest), those the reconcile job
 // has yet to take (pending), and what the refresh job reads. Configure
 // writes it from any goroutine; the reconcile job takes pending at its
-// start and at the top of each round, the refresh job reads refresh. Safe
+// start and at the top of a round once it was posted (see hasPending),
+// the refresh job reads refresh. Safe
 // for concurrent use; the zero value is not usable (see newSettings), and
 // a nil *settings accepts nothing and has nothing pending.
 type settings struct {
@@ -26,6 +28,9 @@ type settings struct {
 	latest  options
 	pending *options      // accepted and not yet taken; nil if none
 	posted  chan struct{} // signalled when pending is set: wakes the reconcile job
+	// hasPending is whether pending is set: a round reads it without the
+	// lock, and takes pending only then.
+	hasPending atomic.Bool
 
 	refresh   refresh.Settings
 	refreshed chan struct{} // signalled when refresh changes: wakes the refresh job
@@ -66,6 +71,7 @@ func (s *settings) configure(canPrune bool, opts []Option) error {
 	s.latest = o
 	p := o
 	s.pending = &p
+	s.hasPending.Store(true)
 	notify(s.posted)
 	if rs := o.refreshSettings(); rs != s.refresh {
 		s.refresh = rs
@@ -95,6 +101,7 @@ func (s *settings) take() (options, bool) {
 	defer s.mu.Unlock()
 	p := s.pending
 	s.pending = nil
+	s.hasPending.Store(false)
 	if p == nil {
 		return options{}, false
 	}

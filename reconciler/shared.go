@@ -34,13 +34,10 @@ func (r *reconciler[Obj]) beginRound() {
 	}
 }
 
-// idle tells the group that the loop is about to wait, unless the changes
-// it watches are ready (watch is closed-only, so looking consumes nothing):
-// no leader holds for it then.
+// idle tells the group that the loop, busy with it (group.busy), is about
+// to wait, unless the changes it watches are ready (watch is closed-only,
+// so looking consumes nothing): no leader holds for it then.
 func (r *reconciler[Obj]) idle(watch <-chan struct{}) {
-	if !r.group.busy {
-		return
-	}
 	select {
 	case <-watch:
 		return

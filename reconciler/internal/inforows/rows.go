@@ -115,7 +115,9 @@ func (w *Writer[Obj, V]) flush(info tables.Info, outdated map[string]V) {
 		}
 		w.retries = append(w.retries, retry)
 	}
-	w.retries = drift.AppendRows(w.drift, w.id, w.retries, outdated, DisplayKey)
+	if w.drift != nil {
+		w.retries = drift.AppendRows(w.drift, w.id, w.retries, outdated, DisplayKey)
+	}
 	if row != nil || len(w.retries) > 0 {
 		w.tables.Write(row, w.retries)
 	}
