@@ -103,3 +103,17 @@ func (w *ownWrites) forget(rev statedb.Revision) {
 		w.ranges = append(w.ranges[:0], w.ranges[i:]...)
 	}
 }
+
+// reserve is the room of rounds kept for retries and deferred changes
+// while there are any: an eighth, counted over successive rounds, so that
+// rounds of fewer than eight objects keep it too (one round of one object
+// in eight).
+type reserve struct{ owed float64 }
+
+// take returns the reserve of a round with room left.
+func (v *reserve) take(left int) int {
+	v.owed += float64(left) / 8
+	n := min(int(v.owed), left)
+	v.owed -= float64(n)
+	return n
+}
