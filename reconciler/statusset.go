@@ -11,7 +11,10 @@ import (
 // given): get returns the object's set, and set returns the object with the
 // set replaced (it is given a clone and may modify it in place; it must
 // change nothing else). Register's setStatus and getStatus must then be nil:
-// the reconciler reads and writes its entry of the set itself.
+// the reconciler reads and writes its entry of the set itself. The
+// reconcilers of one set need names of their own: two of one name would
+// share its entry, each taking the other's status for its own. Register
+// cannot refuse that, as two sets of one table may use the same names.
 //
 // Reconcilers of one table that keep their statuses in one set this way
 // write them with one copy of the set per object version, not one copy per
