@@ -44,7 +44,9 @@ func (r *reconciler[Obj]) pruneNow(ctx context.Context, p *prune.Schedule) {
 	if !r.gate.EnterPrune() {
 		return // paused since beginPrune: the prune stays due
 	}
-	r.awaitLanded() // the statuses of the rounds before, written with the table's other reconcilers
+	if r.group.landed != nil {
+		r.awaitLanded() // the statuses of the rounds before, written with the table's other reconcilers
+	}
 	txn := r.db.ReadTxn()
 	if waiting, watch := p.Tables.Uninitialized(txn); len(waiting) > 0 {
 		r.gate.Entered() // no prune: a table was made uninitialized again
@@ -90,10 +92,13 @@ func (r *reconciler[Obj]) prune(ctx context.Context, txn statedb.ReadTxn) prune.
 	planning := false
 	err := r.call(ctx, "prune", func(ctx context.Context) error {
 		r.gate.Entered() // begun with enterPrune
-		planning = true
-		h, err := r.target.guard.Check(ctx, txn, r.objects.table.All(txn), r.log)
-		if planning, hold = false, h; hold != nil || err != nil {
-			return err
+		if g := r.target.guard; g != nil {
+			// WithPruneGuard: the plan first, which may hold the prune.
+			planning = true
+			h, err := g.Check(ctx, txn, r.objects.table.All(txn), r.log)
+			if planning, hold = false, h; hold != nil || err != nil {
+				return err
+			}
 		}
 		return r.target.pruner.Prune(ctx, txn, r.objects.table.All(txn))
 	})
