@@ -815,7 +815,11 @@ func (r *chaosRun) checkProbes(rec *chaosRec) {
 		defer h.Unlock()
 		return strings.Contains(h.Status, "target failing") || (h.Error != nil && strings.Contains(h.Error.Error(), "target failing"))
 	}
-	r.setMany(r.keys(6), ", for the breaker to open on")
+	n := 6
+	if r.cfg.workers >= 2 && (r.outages/2)%2 == 0 { // shrinkWhileOpen's outage
+		n = 24 // more than the workers take before it opens: the rest waits in the pool, behind the gate
+	}
+	r.setMany(r.keys(n), ", for the breaker to open on")
 	deadline := time.Now().Add(300 * time.Millisecond)
 	for !open() {
 		if time.Now().After(deadline) {
@@ -823,7 +827,9 @@ func (r *chaosRun) checkProbes(rec *chaosRec) {
 		}
 		r.waitCalls(rec.target, 1, time.Millisecond)
 	}
-	r.shrinkWhileOpen()
+	if r.shrinkWhileOpen() {
+		defer r.wakesForTheProbe()
+	}
 	// Work for the probes to take: with it held, each must wait its step.
 	r.setMany(r.keys(8), ", the breaker open")
 	c := rec.target
@@ -856,18 +862,17 @@ func (r *chaosRun) checkProbes(rec *chaosRec) {
 }
 
 // shrinkWhileOpen, in every other outage checked with several workers,
-// makes the reconcilers run inline in rounds of one as soon as the breaker
-// opened: what the workers had not started then moves to the inline
-// executor, with no room, and the loops must still wake for each probe
-// (a5f0ffa). Most often the workers have taken everything by then, and the
-// move failed none of 20 runs with that fix reverted; seed 9 of
-// workers=1-single-sets under load is what found the stall. It draws
-// nothing from the random stream.
-func (r *chaosRun) shrinkWhileOpen() {
+// gives the reconcilers two workers and rounds of one as soon as the
+// breaker opened: what the workers had not started then (checkProbes
+// writes more keys than they take before it opens) moves to the new pool,
+// more than it holds, and waits behind the gate; the loops must still wake
+// for each probe (a5f0ffa; wakesForTheProbe checks it). It draws nothing
+// from the random stream, and reports whether it acted.
+func (r *chaosRun) shrinkWhileOpen() bool {
 	if r.cfg.workers < 2 || (r.outages/2)%2 != 0 { // outages alternate down and up
-		return
+		return false
 	}
-	n := 1
+	n := 2
 	opts := []reconciler.Option{reconciler.WithConcurrency(n), reconciler.WithRoundLimits(1, nil)}
 	for i, rc := range r.gen.recs {
 		require.NoError(r.t, rc.Configure(opts...), "%sConfigure", r.recs[i].label())
@@ -875,6 +880,36 @@ func (r *chaosRun) shrinkWhileOpen() {
 	r.cfg.workers, r.roundSize = n, 1
 	r.opts = append(r.opts, opts...)
 	r.logf("configure workers=%d round=1 with the breaker open", n)
+	return true
+}
+
+// wakesForTheProbe, after shrinkWhileOpen, brings the target back and
+// writes a fresh key with nothing else going on: a loop whose pool holds
+// more than its room behind the open breaker is woken by nothing but the
+// probe's timer (a pause, a prune or a Configure would run a round, which
+// grants a probe, whose end wakes it again), and must still get to the key
+// (a5f0ffa: it never did). Nothing fails meanwhile (calm). Held operations
+// would keep the loop for their own reasons: then it checks nothing.
+func (r *chaosRun) wakesForTheProbe() {
+	for _, rec := range r.recs {
+		held := false
+		rec.target.with(func() { held = len(rec.target.holds) > 0 || rec.target.downKeys != nil })
+		if held {
+			return
+		}
+	}
+	for _, rec := range r.recs {
+		rec.target.with(func() { rec.target.down = false })
+	}
+	r.logf("target up, the breaker still open")
+	defer r.calm()()
+	for i, rec := range r.recs {
+		if !r.settle(i, "", 5*time.Second) {
+			rec.target.with(func() {
+				rec.target.violate("a fresh key not applied within 5s of the target coming back, the breaker open and the pool shrunk: the loop waits for no probe")
+			})
+		}
+	}
 }
 
 // partialOutage makes four keys fail as if the target were down, which
