@@ -12,6 +12,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/converge-go/converge/reconciler"
+	"github.com/converge-go/converge/status"
 )
 
 // configureDraw decides, from a random source of its own (so that the
@@ -78,4 +79,78 @@ func (r *chaosRun) configure(rng *rand.Rand) {
 	}
 	r.opts = append(r.opts, later...) // a new generation starts with them
 	r.logf("configure %s", strings.Join(words, " "))
+}
+
+// chaosRaiseOdds: one step in chaosRaiseOdds makes raiseBackoffWhileRetrying.
+const chaosRaiseOdds = 30
+
+// raiseBackoffWhileRetrying: an update fails once, its retry is timed,
+// and a Configure then raises the backoff to a minute (the jitter left as
+// it is): "a retry already timed keeps its time", so the update must be
+// Done within a second, not a minute's jitter window later (the retry
+// timer fired the new minimum times the jitter past the earliest retry).
+// Nothing fails meanwhile (calm, and x spared), so no retry is timed with the minute;
+// the backoff is then put back as the run had it. It draws from a stream
+// of its own, and leaves alone the "-set" runs, whose writes draw from the
+// schedule, and the batch runs, whose batches may lose an entry whatever
+// the odds: another object's failure then would wait the minute.
+func (r *chaosRun) raiseBackoffWhileRetrying() {
+	if r.cfg.set || r.cfg.batch || r.raiseRNG.IntN(chaosRaiseOdds) != 0 {
+		return
+	}
+	if why := r.unquiet(); why != "" {
+		return
+	}
+	defer r.calm()()
+	x := fmt.Sprintf("k%02d", r.raiseRNG.IntN(chaosKeys))
+	for _, rec := range r.recs {
+		rec.target.failNextN(x, 1)
+	}
+	r.values++
+	vx := fmt.Sprintf("v%d.%d", r.gens, r.values)
+	rev := r.write(chaosChange{key: x, value: vx})
+	kind := func(k status.Kind) string {
+		obj, found := r.get(x)
+		if !found || obj.Value != vx {
+			return "gone"
+		}
+		for _, rec := range r.recs {
+			if rec.getStatus(obj).Kind != k {
+				return "not " + k.String()
+			}
+		}
+		return ""
+	}
+	if problem := r.until(time.Second, func() string { return kind(status.KindError) }); problem != "" {
+		r.logf("@%d set %s=%s, failing once: %s within 1s; left", rev, x, vx, problem)
+		return
+	}
+	// From now on x's calls, and the batches holding it, do not fail (a
+	// batch may panic or lose an entry whatever the odds): a failure now
+	// would be timed with the minute.
+	for _, rec := range r.recs {
+		rec.target.with(func() { rec.target.rc.spare = x })
+	}
+	defer func() {
+		for _, rec := range r.recs {
+			rec.target.with(func() { rec.target.rc.spare = "" })
+		}
+	}()
+	raise := reconciler.WithRetry(time.Minute, time.Minute)
+	for i, rc := range r.gen.recs {
+		require.NoError(r.t, rc.Configure(raise), "%sConfigure", r.recs[i].label())
+	}
+	problem := r.until(time.Second, func() string { return kind(status.KindDone) })
+	back := reconciler.WithRetry(time.Millisecond, min(10*time.Millisecond, r.retryMax))
+	for i, rc := range r.gen.recs {
+		require.NoError(r.t, rc.Configure(back), "%sConfigure", r.recs[i].label())
+	}
+	if problem != "" {
+		for _, rec := range r.recs {
+			rec.target.with(func() {
+				rec.target.violate("%s=%s (@%d), its retry timed, then the backoff raised to a minute: %s within 1s; a retry already timed keeps its time", x, vx, rev, problem)
+			})
+		}
+	}
+	r.logf("@%d set %s=%s, failing once; with its retry timed, the backoff raised to a minute and put back: %s", rev, x, vx, map[bool]string{true: "retried in time", false: problem}[problem == ""])
 }

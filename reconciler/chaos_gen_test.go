@@ -74,11 +74,12 @@ func (r *chaosRun) step() {
 		r.configure(rng) // settings changed mid-run: see chaos_configure_test.go
 		return
 	}
-	r.setsMove()             // chaos_sets_wait_test.go: besides the step, which it draws nothing of
-	r.quietMove()            // chaos_sets_quiet_test.go: likewise
-	r.overMove()             // chaos_sets_over_test.go: likewise
-	r.lateAskOnTheNextCall() // chaos_recheck_test.go: likewise
-	r.retryAmidAStream()     // chaos_stream_test.go: likewise
+	r.setsMove()                  // chaos_sets_wait_test.go: besides the step, which it draws nothing of
+	r.quietMove()                 // chaos_sets_quiet_test.go: likewise
+	r.overMove()                  // chaos_sets_over_test.go: likewise
+	r.lateAskOnTheNextCall()      // chaos_recheck_test.go: likewise
+	r.retryAmidAStream()          // chaos_stream_test.go: likewise
+	r.raiseBackoffWhileRetrying() // chaos_configure_test.go: likewise
 	switch p := r.rng.IntN(116); {
 	case p < 28: // insert or update; sometimes the same value, a new Pending
 		k, v := r.key(), r.value()

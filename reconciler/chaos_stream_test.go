@@ -23,7 +23,7 @@ const chaosStreamFor = 2 * time.Second
 // however small they are; with none, it waits behind every fresh change,
 // and the stream holds it off for as long as it lasts. Nothing else fails
 // meanwhile (calm). It draws from its own stream, not the schedule's, and
-// leaves the "-sets" runs alone, whose writes draw from the schedule.
+// leaves the "-set" runs alone, whose writes draw from the schedule.
 func (r *chaosRun) retryAmidAStream() {
 	slots := r.roundSize // the room of a round
 	if r.cfg.workers > 1 {

@@ -140,6 +140,7 @@ type chaosRun struct {
 	rng         *rand.Rand // the schedule
 	lateRNG     *rand.Rand // lateAskOnTheNextCall's draws, apart from the schedule (chaos_recheck_test.go)
 	streamRNG   *rand.Rand // retryAmidAStream's, likewise (chaos_stream_test.go)
+	raiseRNG    *rand.Rand // raiseBackoffWhileRetrying's, likewise (chaos_configure_test.go)
 	recs        []*chaosRec
 	opts        []reconciler.Option
 	refresh     bool
@@ -176,7 +177,7 @@ type chaosRun struct {
 
 func runChaos(t *testing.T, cfg chaosConfig, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, 0x5c4ed))
-	r := &chaosRun{t: t, cfg: cfg, seed: seed, rng: rng, lateRNG: rand.New(rand.NewPCG(seed, 0x1a7e)), streamRNG: rand.New(rand.NewPCG(seed, 0x57ea)), model: map[string]string{}, written: map[string][]*item{}, read: map[string]*item{},
+	r := &chaosRun{t: t, cfg: cfg, seed: seed, rng: rng, lateRNG: rand.New(rand.NewPCG(seed, 0x1a7e)), streamRNG: rand.New(rand.NewPCG(seed, 0x57ea)), raiseRNG: rand.New(rand.NewPCG(seed, 0x2a15e)), model: map[string]string{}, written: map[string][]*item{}, read: map[string]*item{},
 		writtenAt: map[*item]int{}, depChangedAt: map[string]int{}, depStale: map[string]bool{}, lastWrite: map[string]statedb.Revision{}}
 
 	failProb, slowProb := 0.05+0.45*rng.Float64(), 0.3*rng.Float64()

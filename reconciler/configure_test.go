@@ -446,3 +446,49 @@ func TestControlFromInsideCallbacks(t *testing.T) {
 	f.put("p", "1")
 	f.waitKind("p", status.KindDone)
 }
+
+// A retry timed before a Configure raising the backoff keeps its time,
+// whatever the jitter: the retry timer's jitter window was the new minimum
+// times the jitter (six minutes for an hour and the default 0.1), which
+// held the retry timed 300ms out for that long. The failure of that retry
+// is then timed with the new backoff (found by an outside review).
+func TestConfigureRaisingTheBackoffKeepsTheTimeOfARetryTimedBefore(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		opts   []reconciler.Option
+		jitter float64
+	}{
+		{"default jitter", nil, 0.1},
+		{"jitter=0", []reconciler.Option{reconciler.WithRetryJitter(0)}, 0},
+		{"jitter=0.5", []reconciler.Option{reconciler.WithRetryJitter(0.5)}, 0.5},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			o := newTarget().failIDs("bad")
+			const before = 300 * time.Millisecond
+			f := startFixture(t, o, &with{tables: true}, reconciler.WithRetry(before, before))
+			f.put("bad", "1")
+			f.waitRetryRow("bad", func(r *tables.RetryInfo) bool { return r.Attempts >= 1 && !r.NextAttempt.IsZero() })
+			row, _ := f.retryRow("bad")
+			require.NoError(t, f.rec.Configure(append([]reconciler.Option{reconciler.WithRetry(time.Hour, time.Hour)}, c.opts...)...))
+			deadline := time.After(3 * time.Second)
+			for o.attempts(reconcilertest.OpUpdate, "bad") <= row.Attempts {
+				select {
+				case <-o.startedWatch():
+				case <-deadline:
+					t.Fatalf("the retry timed %v after attempt %d did not come within 3s of Configure", before, row.Attempts)
+				}
+			}
+			var gap time.Duration
+			f.waitRetryRow("bad", func(r *tables.RetryInfo) bool {
+				if r.Attempts <= row.Attempts || r.NextAttempt.IsZero() || len(r.Errors) == 0 {
+					return false
+				}
+				gap = r.NextAttempt.Sub(r.Errors[len(r.Errors)-1].At)
+				return gap > time.Second // the first failure under the new backoff
+			})
+			lo := time.Duration(float64(time.Hour)*(1-c.jitter)) - time.Second
+			hi := time.Duration(float64(time.Hour)*(1+c.jitter)) + time.Second
+			assert.True(t, gap >= lo && gap <= hi, "next attempt %v after the failure, not within [%v, %v]", gap, lo, hi)
+		})
+	}
+}

@@ -39,6 +39,11 @@ type loop[Obj any] struct {
 	wasPaused bool
 	setup     setup.Step              // WithSetup's step, before the first round (see setUp)
 	refresher *refresh.Refresher[Obj] // marks the re-checks due
+	// window is how far past the earliest retry the retry timer fires
+	// (see armRetry): the retry minimum times the jitter, the smallest
+	// of those in force since the retries waiting were timed, so that a
+	// Configure raising them does not delay a retry timed before it.
+	window time.Duration
 }
 
 // run is the reconcile job: it waits for something to do and runs a round,
@@ -54,8 +59,9 @@ func (r *reconciler[Obj]) run(ctx context.Context, health cell.Health) error {
 	}
 	r.join() // the table's other reconcilers, to write with (see shared)
 	r.resetRun(health)
-	r.applySettings() // Configure's, while stopped
-	l := &loop[Obj]{r: r, prune: newPruneSchedule(r), retry: time.NewTimer(time.Hour), refresher: r.newRefresher()}
+	window := retryWindow(r.opts) // of the retries carried over the stop
+	r.applySettings()             // Configure's, while stopped
+	l := &loop[Obj]{r: r, prune: newPruneSchedule(r), retry: time.NewTimer(time.Hour), refresher: r.newRefresher(), window: min(window, retryWindow(r.opts))}
 	l.retry.Stop()
 	r.gate.SetStopping(false)
 	l.exec = newExecutor(ctx, r)
@@ -227,16 +233,19 @@ func (l *loop[Obj]) stopped() {
 // no room none could start, so the timer is left off and the next finished
 // operation wakes the loop instead; but not for the probe, which a round
 // grants to the work the executor holds (queued behind the open breaker,
-// nothing of it finishes until then). It fires a jitter window past the
-// earliest retry, so that retries spread by jitter are taken in few
-// rounds, not one each.
+// nothing of it finishes until then). It fires a jitter window
+// (loop.window) past the earliest retry, so that retries spread by jitter
+// are taken in few rounds, not one each.
 func (l *loop[Obj]) armRetry() {
 	l.retry.Stop()
 	r := l.r
 	f := r.keys.lifecycles.Figures()
 	due, ok := f.NextDue, f.RetryDue
-	if ok {
-		due = backoff.Add(due, backoff.Duration(float64(r.opts.retryMin)*r.opts.retryJitter))
+	if w := retryWindow(r.opts); ok {
+		l.window = min(l.window, w)
+		due = backoff.Add(due, l.window)
+	} else {
+		l.window = w // no retry waits: the next are timed with the settings in force
 	}
 	l.probeTurn = false
 	if r.breaker != nil {
@@ -257,6 +266,13 @@ func (l *loop[Obj]) armRetry() {
 		return
 	}
 	l.retry.Reset(backoff.Duration(float64(due) - float64(r.clock.now().UnixNano())))
+}
+
+// retryWindow is the jitter window of retries timed with o: the retry
+// minimum times the jitter, within which the backoff's jitter spreads them
+// (see armRetry).
+func retryWindow(o options) time.Duration {
+	return backoff.Duration(float64(o.retryMin) * o.retryJitter)
 }
 
 // resetRun readies the state of one run of the job.
@@ -331,6 +347,7 @@ func (l *loop[Obj]) reconfigure() {
 	}
 	o := &l.r.opts
 	l.exec.Resize(o.concurrency, o.roundSize)
+
 	if old.pruneInterval != o.pruneInterval {
 		l.prune.Restart(o.pruneInterval)
 	}
