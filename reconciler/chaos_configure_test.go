@@ -154,3 +154,69 @@ func (r *chaosRun) raiseBackoffWhileRetrying() {
 	}
 	r.logf("@%d set %s=%s, failing once; with its retry timed, the backoff raised to a minute and put back: %s", rev, x, vx, map[bool]string{true: "retried in time", false: problem}[problem == ""])
 }
+
+// dropFailingLimiter: Configure gives the reconcilers a round limiter,
+// which then fails (a burst of zero), and health says so; a Configure
+// dropping it must end that: health is no longer about the limiter once a
+// round ran (it stayed Degraded for good). It draws from raiseRNG.
+func (r *chaosRun) dropFailingLimiter() {
+	if r.cfg.set || r.raiseRNG.IntN(chaosRaiseOdds) != 0 {
+		return // the "-set" runs' writes draw from the schedule
+	}
+	if why := r.unquiet(); why != "" {
+		return
+	}
+	write := func(why string) {
+		r.values++
+		r.set(fmt.Sprintf("k%02d", r.raiseRNG.IntN(chaosKeys)), fmt.Sprintf("v%d.%d", r.gens, r.values), why)
+	}
+	lim := rate.NewLimiter(rate.Inf, 1)
+	configure := func(l *rate.Limiter) {
+		for i, rc := range r.gen.recs {
+			require.NoError(r.t, rc.Configure(reconciler.WithRoundLimits(r.roundSize, l)), "%sConfigure", r.recs[i].label())
+		}
+	}
+	limiterSaid := func(rec *chaosRec) bool {
+		h := r.gen.health.GetChild(rec.healthName())
+		if h == nil {
+			return false
+		}
+		h.Lock()
+		defer h.Unlock()
+		return strings.Contains(h.Status, "limiter") || (h.Error != nil && strings.Contains(h.Error.Error(), "limiter"))
+	}
+	configure(lim)
+	lim.SetLimit(100)
+	lim.SetBurst(0) // Wait fails from now on
+	write(", the round limiter failing")
+	if problem := r.until(time.Second, func() string {
+		for _, rec := range r.recs {
+			if !limiterSaid(rec) {
+				return rec.label() + "health says nothing of the failing limiter"
+			}
+		}
+		return ""
+	}); problem != "" {
+		configure(nil)
+		r.logf("round limiter failing: %s within 1s; dropped", problem)
+		return
+	}
+	configure(nil)
+	write(", the failing round limiter dropped")
+	if problem := r.until(2*time.Second, func() string {
+		for _, rec := range r.recs {
+			if limiterSaid(rec) {
+				return rec.label() + "health still says the limiter fails"
+			}
+		}
+		return ""
+	}); problem != "" {
+		for _, rec := range r.recs {
+			rec.target.with(func() {
+				rec.target.violate("a failing round limiter dropped by Configure: %s 2s on", problem)
+			})
+		}
+		return
+	}
+	r.logf("the failing round limiter dropped: health recovered")
+}

@@ -6,6 +6,7 @@ import (
 	"iter"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -489,6 +490,41 @@ func TestConfigureRaisingTheBackoffKeepsTheTimeOfARetryTimedBefore(t *testing.T)
 			lo := time.Duration(float64(time.Hour)*(1-c.jitter)) - time.Second
 			hi := time.Duration(float64(time.Hour)*(1+c.jitter)) + time.Second
 			assert.True(t, gap >= lo && gap <= hi, "next attempt %v after the failure, not within [%v, %v]", gap, lo, hi)
+		})
+	}
+}
+
+// A round limiter that fails, dropped by Configure, no longer fails: health
+// and the reconcilers table recover, as they do when it is replaced or
+// mended (found by an outside review: dropped, health stayed Degraded).
+func TestConfigureDroppingAFailingLimiterClearsHealth(t *testing.T) {
+	for _, name := range []string{"dropped", "replaced", "mended"} {
+		t.Run(name, func(t *testing.T) {
+			lim := rate.NewLimiter(rate.Inf, 1)
+			f := startFixture(t, newTarget(), &with{tables: true}, reconciler.WithPruning(0))
+			require.NoError(t, f.rec.Configure(reconciler.WithRoundLimits(10, lim)))
+			f.put("a", "1")
+			f.waitKind("a", status.KindDone)
+			lim.SetLimit(100)
+			lim.SetBurst(0) // Wait fails from now on
+			f.put("b", "1")
+			f.waitKind("b", status.KindDone)
+			f.waitHealth(func(level cell.Level, msg string) bool {
+				return level == cell.StatusDegraded && strings.Contains(msg, "limiter")
+			})
+			switch name {
+			case "dropped":
+				require.NoError(t, f.rec.Configure(reconciler.WithRoundLimits(10, nil)))
+			case "replaced":
+				require.NoError(t, f.rec.Configure(reconciler.WithRoundLimits(10, rate.NewLimiter(rate.Inf, 1))))
+			case "mended":
+				lim.SetBurst(1)
+			}
+			f.put("c", "1")
+			f.waitKind("c", status.KindDone)
+			f.caughtUp()
+			f.waitHealth(func(level cell.Level, _ string) bool { return level == cell.StatusOK })
+			f.waitInfo("State=running", func(i *tables.Info) bool { return i.State == tables.StateRunning })
 		})
 	}
 }

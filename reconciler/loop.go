@@ -347,7 +347,9 @@ func (l *loop[Obj]) reconfigure() {
 	}
 	o := &l.r.opts
 	l.exec.Resize(o.concurrency, o.roundSize)
-
+	if o.roundLimiter == nil {
+		l.r.rep.limiterErr = nil // a failing limiter dropped: health recovers
+	}
 	if old.pruneInterval != o.pruneInterval {
 		l.prune.Restart(o.pruneInterval)
 	}
