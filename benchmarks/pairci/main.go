@@ -18,13 +18,14 @@
 // is within ±-target (exp(half-width) - 1 <= target), or when -max pairs
 // ran, and then says the interval was not reached.
 //
-// It prints one row per sub-benchmark: the pairs, head's speed against
-// base's (base ns/op / head ns/op, the geometric mean over the pairs, > 1
-// when head is faster) with its 95 % interval, the median ns/object (a
-// custom metric of the benchmark) of each, the allocs/op of each and
-// whether every run of both reported the same, and the verdict against
-// -bar (0.97): met when the interval's low end is at or above it, not met
-// when its high end is below it, open otherwise.
+// It prints one row per sub-benchmark: the pairs, the pairs in which head
+// was the faster, head's speed against base's (base ns/op / head ns/op,
+// the geometric mean over the pairs, > 1 when head is faster) with its
+// 95 % interval, the median ns/object (a custom metric of the benchmark) of
+// each, the allocs/op of each and whether every run of both reported the
+// same, and the verdict against -bar (0.97): met when the interval's low
+// end is at or above it, not met when its high end is below it, open
+// otherwise. Each pair's speed goes to standard error as it comes.
 //
 // From anywhere in the repository (go.work holds the benchmarks module):
 //
@@ -520,6 +521,7 @@ type summary struct {
 	name   string
 	pairs  int
 	iv     interval // of log(head ns/op / base ns/op)
+	faster int      // pairs in which head's ns/op was below base's
 	base   []result
 	head   []result
 	within bool // iv.rel() <= target, set by stopRule
@@ -532,6 +534,9 @@ func summarize(pairs []pair, names []string) []summary {
 		logs := make([]float64, len(pairs))
 		for i, p := range pairs {
 			logs[i] = math.Log(p[1][n].nsOp / p[0][n].nsOp)
+			if p[1][n].nsOp < p[0][n].nsOp {
+				s.faster++
+			}
 			s.base = append(s.base, p[0][n])
 			s.head = append(s.head, p[1][n])
 		}
@@ -772,21 +777,22 @@ func report(out io.Writer, sums []summary, n int, reached bool, cfg config) {
 		}
 	}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "sub-benchmark\tpairs\tspeed head/base\t95 %% interval\t±\t%s base\thead\tallocs/op base\thead\tallocs\tverdict (>= %g)\n", unit, cfg.bar)
+	fmt.Fprintf(tw, "sub-benchmark\tpairs\thead faster\tspeed head/base\t95 %% interval\t±\t%s base\thead\tallocs/op base\thead\tallocs\tverdict (>= %g)\n", unit, cfg.bar)
 	for _, s := range sums {
 		est, lo, hi := s.iv.speed()
 		within := ""
 		if !s.within {
 			within = " (wide)"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%.3f\t%.3f–%.3f\t%.1f%%%s\t%.0f\t%.0f\t%s\t%s\t%s\t%s\n",
-			s.name, s.pairs, est, lo, hi, 100*s.iv.rel(), within,
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.3f\t%.3f–%.3f\t%.1f%%%s\t%.0f\t%.0f\t%s\t%s\t%s\t%s\n",
+			s.name, s.pairs, s.faster, est, lo, hi, 100*s.iv.rel(), within,
 			median(s.base, per), median(s.head, per),
 			fmtRange(allocRange(s.base)), fmtRange(allocRange(s.head)), allocsSame(s), verdict(s.iv, cfg.bar))
 	}
 	tw.Flush()
 	fmt.Fprintf(out, "\nspeed head/base = base ns/op / head ns/op, the geometric mean over the pairs (> 1: head faster);\n"+
-		"the interval is exp of the 95 %% t interval of the mean log-ratio; %s are medians over the runs.\n", unit)
+		"the interval is exp of the 95 %% t interval of the mean log-ratio; head faster counts the pairs\n"+
+		"in which head's ns/op was the lower; %s are medians over the runs.\n", unit)
 }
 
 func loadavg() string {

@@ -43,7 +43,7 @@ func TestMeanIntervalOfTenPairs(t *testing.T) {
 		}
 	}
 	sums := summarize(pairs, []string{"RoundInline/single"})
-	if len(sums) != 1 || sums[0].pairs != 10 || sums[0].iv.n != 10 {
+	if len(sums) != 1 || sums[0].pairs != 10 || sums[0].iv.n != 10 || sums[0].faster != 3 {
 		t.Fatalf("summaries %+v", sums)
 	}
 	iv := sums[0].iv
