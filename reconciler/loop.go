@@ -42,7 +42,8 @@ type loop[Obj any] struct {
 	// window is how far past the earliest retry the retry timer fires
 	// (see armRetry): the retry minimum times the jitter, the smallest
 	// of those in force since the retries waiting were timed, so that a
-	// Configure raising them does not delay a retry timed before it.
+	// Configure raising them does not delay a retry timed before it; -1
+	// while no retry waits.
 	window time.Duration
 }
 
@@ -241,11 +242,13 @@ func (l *loop[Obj]) armRetry() {
 	r := l.r
 	f := r.keys.lifecycles.Figures()
 	due, ok := f.NextDue, f.RetryDue
-	if w := retryWindow(r.opts); ok {
-		l.window = min(l.window, w)
+	if ok {
+		if w := retryWindow(r.opts); l.window < 0 || w < l.window {
+			l.window = w
+		}
 		due = backoff.Add(due, l.window)
 	} else {
-		l.window = w // no retry waits: the next are timed with the settings in force
+		l.window = -1 // no retry waits: the next are timed with the settings in force
 	}
 	l.probeTurn = false
 	if r.breaker != nil {
