@@ -61,6 +61,7 @@ type chaosDrift struct {
 	i     int
 	value string
 	rev   statedb.Revision
+	step  int // len(r.steps) when it was made
 }
 
 // driftOptions returns the options of the run's drift mode for ops.
@@ -184,16 +185,21 @@ func (r *chaosRun) driftThenRefresh() {
 		rc.target.with(func() { rc.target.rc.testMarked[rc.getStatus(obj).ID()] = true })
 	}
 	rev := r.write(chaosChange{key: k, obj: obj})
-	r.drifts[k] = chaosDrift{i: i, value: drift, rev: rev}
+	r.drifts[k] = chaosDrift{i: i, value: drift, rev: rev, step: len(r.steps)}
 	r.logf("@%d %sdrift %s: the target holds %s; marked Refreshing (%s)", rev, rec.label(), k, drift, r.driftMode)
 }
 
 // driftStands returns the drift left in reconciler i's target for key, if
 // it stands: the run only reports drift, and the test has not written the
-// key since.
+// key since, nor its dependency: a check that failed leaves the object in
+// Error, which a dependency marks Pending, to be applied again (the
+// reconciler cannot tell that Error from one of an update that failed).
 func (r *chaosRun) driftStands(i int, key string) (string, bool) {
 	d, ok := r.drifts[key]
 	if !ok || r.driftMode != driftReport || d.i != i || r.lastWrite[key] != d.rev {
+		return "", false
+	}
+	if at, ok := r.depChangedAt[depOf(key)]; ok && at >= d.step {
 		return "", false
 	}
 	return d.value, true

@@ -19,10 +19,11 @@ import (
 // object only. Each object
 // found is given a new status, in write transactions of up to a thousand
 // objects, so that the table stays the only source of truth and other
-// reconcilers sharing a status.Set are not disturbed: a Done or Error object
-// is marked Refreshing, a Pending or Refreshing one gets a new status of
-// the same kind and time, and one whose status is Unset (never to be
-// reconciled) is left alone. The new status identity matters when the object's
+// reconcilers sharing a status.Set are not disturbed: a Done object is
+// marked Refreshing, an Error one Pending (a version whose last attempt
+// failed is applied again, never only checked: see [WithDriftCheck]), a
+// Pending or Refreshing one gets a new status of the same kind and time,
+// and one whose status is Unset (never to be reconciled) is left alone. The new status identity matters when the object's
 // operation is already running with the dependency as it was: its outcome is
 // then not recorded and the object is reconciled again, so no change of a
 // dependency is missed. A mark is a write like any other: a writer that

@@ -24,8 +24,11 @@ import (
 //     as detected (tables.Info.DriftDetected) and the object shown as
 //     drifted in the retries table (tables.RetryInfo.Drifted) until it
 //     changes, is found in sync again, or is deleted. An object whose last
-//     update failed (a dependency marks an Error object Refreshing) is
-//     repaired all the same: its version never reached the target.
+//     update failed, marked Refreshing (by the application), is repaired
+//     all the same: its version never reached the target. A dependency
+//     ([WithDependency]) marks an Error object Pending, applied again
+//     unchecked, as the reconciler knows only the failures it wrote (not
+//     one put back, restored or carried over a restart).
 //   - an error is the object's failure, as one of Update would be: it is
 //     marked Error, retried with backoff, and the retry checks again.
 //
@@ -93,7 +96,7 @@ func (r *reconciler[Obj]) applyDriftCheck() error {
 // driftPrepare marks, before they are handed to the executor, the ops of
 // work whose key's last update failed: the target does not hold their
 // version, so report-only mode repairs rather than leaves what their
-// check finds (a dependency marks an Error object Refreshing). Only with
+// check finds (an application marks an Error object Refreshing). Only with
 // a drift check (WithDriftCheck).
 func (r *reconciler[Obj]) driftPrepare(work []op[Obj]) {
 	d := r.target.drift

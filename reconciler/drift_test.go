@@ -309,6 +309,33 @@ func TestDriftReportOnlyRepairsAnErrorObject(t *testing.T) {
 	}
 }
 
+// Report-only: an object that failed, deleted, then put back with that
+// Error and marked by a dependency before the reconciler reads the
+// put-back (it was paused): its version never reached the target, so it is
+// repaired, not left Done. The mark was Refreshing, which the check found
+// drifted and left (chaos: 1-batch seed 1 under load, a poison value
+// Done); it is Pending, as sets.Table.Refresh marks an Error object.
+func TestDriftReportOnlyRepairsAFailedObjectPutBackAndMarked(t *testing.T) {
+	tg := newTarget()
+	tg.failWhen(errKitObject, func(op reconcilertest.Op, _ *item) bool { return op == reconcilertest.OpUpdate })
+	var deps statedb.RWTable[*item]
+	w := withDeps(t, &deps, sameID)
+	f := startFixture(t, tg, w, reconciler.WithDriftCheck(newDriftChecker(tg).check), reconciler.WithDriftReportOnly(),
+		reconciler.WithRetry(time.Hour, time.Hour), reconciler.WithPruning(0))
+	f.put("a", "1")
+	saved := f.waitKind("a", status.KindError).clone()
+	tg.recover()
+	f.remove("a")
+	f.caughtUp()
+	f.rec.Pause()
+	f.insertAs(saved)
+	writeDeps(t, f, deps, false, &item{ID: "a"})
+	f.waitKind("a", status.KindPending) // the mark, before the reconciler reads the put-back
+	f.rec.Resume()
+	f.waitKind("a", status.KindDone)
+	assert.True(t, tg.has("a", "1"), "a failed object put back and marked Refreshing is repaired")
+}
+
 // A check in flight while its object changes or is deleted: its verdict
 // is not recorded over the newer version, and the newer version, or the
 // delete, is applied.

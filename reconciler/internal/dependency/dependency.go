@@ -139,11 +139,15 @@ func (t *Tracker[Obj, Dep]) mapped(change statedb.Change[Dep]) (qs []statedb.Que
 }
 
 // Mark returns the status an object marked for a dependency gets in place
-// of old, or false to leave it: a Done or Error object is marked
-// Refreshing (at now), a Pending or Refreshing one gets a new status of
-// the same kind and time, and one whose status is Unset (never to be
-// reconciled) is left alone. The new status's identity is what makes an
-// operation already running with the dependency as it was not count.
+// of old, or false to leave it: a Done object is marked Refreshing (at
+// now), an Error one Pending (at now: a version whose last attempt failed
+// stays one to apply, as a drift check looks only at Refreshing objects,
+// and report-only, finding the target without it, would write it Done), a
+// Pending or Refreshing one gets a new status of the same kind and time,
+// and one whose status is Unset (never to be reconciled) is left alone.
+// The new status's identity is what makes an operation already running
+// with the dependency as it was not count. sets.Table.Refresh marks so
+// too.
 func Mark(old status.Status, now time.Time) (status.Status, bool) {
 	switch old.Kind {
 	case status.KindUnset:
@@ -152,6 +156,8 @@ func Mark(old status.Status, now time.Time) (status.Status, bool) {
 		return status.PendingAt(old.UpdatedAt), true
 	case status.KindRefreshing:
 		return status.RefreshingAt(old.UpdatedAt), true
+	case status.KindError:
+		return status.PendingAt(now), true
 	}
 	return status.RefreshingAt(now), true
 }

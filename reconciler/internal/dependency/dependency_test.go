@@ -218,7 +218,8 @@ func TestMarkKeepsPendingAndRefreshingAndLeavesUnset(t *testing.T) {
 		{status.PendingAt(then), status.KindPending, then, true},
 		{status.RefreshingAt(then), status.KindRefreshing, then, true},
 		{status.Done(), status.KindRefreshing, now, true},
-		{status.Error(errors.New("failed")), status.KindRefreshing, now, true},
+		{status.Error(errors.New("failed")), status.KindPending, now, true},
+		{status.TerminalError(errors.New("failed")), status.KindPending, now, true},
 	} {
 		st, ok := Mark(c.old, now)
 		if ok != c.ok || st.Kind != c.want || !st.UpdatedAt.Equal(c.at) {
