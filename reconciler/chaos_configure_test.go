@@ -102,13 +102,7 @@ func (r *chaosRun) raiseBackoffWhileRetrying() {
 		return
 	}
 	defer r.calm()()
-	x := fmt.Sprintf("k%02d", r.raiseRNG.IntN(chaosKeys))
-	for _, rec := range r.recs {
-		rec.target.failNextN(x, 1)
-	}
-	r.values++
-	vx := fmt.Sprintf("v%d.%d", r.gens, r.values)
-	rev := r.write(chaosChange{key: x, value: vx})
+	x, vx, rev := r.failingOnce(r.raiseRNG)
 	kind := func(k status.Kind) string {
 		obj, found := r.get(x)
 		if !found || obj.Value != vx {
@@ -176,15 +170,7 @@ func (r *chaosRun) dropFailingLimiter() {
 			require.NoError(r.t, rc.Configure(reconciler.WithRoundLimits(r.roundSize, l)), "%sConfigure", r.recs[i].label())
 		}
 	}
-	limiterSaid := func(rec *chaosRec) bool {
-		h := r.gen.health.GetChild(rec.healthName())
-		if h == nil {
-			return false
-		}
-		h.Lock()
-		defer h.Unlock()
-		return strings.Contains(h.Status, "limiter") || (h.Error != nil && strings.Contains(h.Error.Error(), "limiter"))
-	}
+	limiterSaid := func(rec *chaosRec) bool { return r.healthSays(rec, "limiter") }
 	configure(lim)
 	lim.SetLimit(100)
 	lim.SetBurst(0) // Wait fails from now on

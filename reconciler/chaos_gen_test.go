@@ -808,15 +808,7 @@ func (r *chaosRun) outage() {
 // A machine too slow to open it in time skips the check; one that is
 // slow makes fewer calls, not more.
 func (r *chaosRun) checkProbes(rec *chaosRec) {
-	open := func() bool {
-		h := r.gen.health.GetChild(rec.healthName())
-		if h == nil {
-			return false
-		}
-		h.Lock()
-		defer h.Unlock()
-		return strings.Contains(h.Status, "target failing") || (h.Error != nil && strings.Contains(h.Error.Error(), "target failing"))
-	}
+	open := func() bool { return r.breakerOpen(rec) }
 	n := 6
 	if r.cfg.workers >= 2 && (r.outages/2)%2 == 0 { // shrinkWhileOpen's outage
 		n = 24 // more than the workers take before it opens: the rest waits in the pool, behind the gate

@@ -176,14 +176,18 @@ func (r *chaosRun) unquiet() string {
 }
 
 // breakerOpen reports whether rec's health says its breaker is open.
-func (r *chaosRun) breakerOpen(rec *chaosRec) bool {
+func (r *chaosRun) breakerOpen(rec *chaosRec) bool { return r.healthSays(rec, "target failing") }
+
+// healthSays reports whether rec's health, its status or its error,
+// holds text.
+func (r *chaosRun) healthSays(rec *chaosRec, text string) bool {
 	h := r.gen.health.GetChild(rec.healthName())
 	if h == nil {
 		return false
 	}
 	h.Lock()
 	defer h.Unlock()
-	return strings.Contains(h.Status, "target failing") || (h.Error != nil && strings.Contains(h.Error.Error(), "target failing"))
+	return strings.Contains(h.Status, text) || (h.Error != nil && strings.Contains(h.Error.Error(), text))
 }
 
 // quietWait waits, writing nothing, with each running name's own

@@ -2,7 +2,10 @@ package reconciler_test
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"time"
+
+	"github.com/cilium/statedb"
 
 	"github.com/converge-go/converge/status"
 )
@@ -36,13 +39,7 @@ func (r *chaosRun) retryAmidAStream() {
 		return
 	}
 	defer r.calm()()
-	x := fmt.Sprintf("k%02d", r.streamRNG.IntN(chaosKeys))
-	for _, rec := range r.recs {
-		rec.target.failNextN(x, 1)
-	}
-	r.values++
-	vx := fmt.Sprintf("v%d.%d", r.gens, r.values)
-	rev := r.write(chaosChange{key: x, value: vx})
+	x, vx, rev := r.failingOnce(r.streamRNG)
 	done := func() bool {
 		obj, found := r.get(x)
 		if !found || obj.Value != vx {
@@ -74,4 +71,17 @@ func (r *chaosRun) retryAmidAStream() {
 		}
 	}
 	r.logf("@%d set %s=%s, failing once, then %d writes of other keys until it was Done (rounds of %d)", rev, x, vx, writes, slots)
+}
+
+// failingOnce writes a new value of a key drawn from rng whose next update
+// fails, for every reconciler, once; it returns the key, the value and the
+// revision written.
+func (r *chaosRun) failingOnce(rng *rand.Rand) (key, value string, rev statedb.Revision) {
+	key = fmt.Sprintf("k%02d", rng.IntN(chaosKeys))
+	for _, rec := range r.recs {
+		rec.target.failNextN(key, 1)
+	}
+	r.values++
+	value = fmt.Sprintf("v%d.%d", r.gens, r.values)
+	return key, value, r.write(chaosChange{key: key, value: value})
 }
