@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/cilium/statedb"
+	"github.com/stretchr/testify/require"
 
 	"github.com/converge-go/converge/reconciler"
 	"github.com/converge-go/converge/status"
@@ -234,4 +235,89 @@ func (r *chaosRun) driftLeftLocked(i int, obj *item, got string) bool {
 	c := r.recs[i].target
 	v, ok := c.drift.verdict[obj.ID]
 	return ok && !v.inSync && v.value == obj.Value && v.held == got && c.depSeen[obj.ID] == v.depSeen
+}
+
+// chaosPoisonOdds: one step in chaosPoisonOdds of a report-only run makes
+// putBackPoisonThenMark.
+const chaosPoisonOdds = 12
+
+// putBackPoisonThenMark (b080606): in a report-only run, a poison value
+// fails for good, is deleted (the delete applied), and is put back with
+// its terminal Error while the reconcilers are paused; its dependency is
+// then written, and once the mark is in the table they resume. Its version
+// never reached the target: it must fail again, not be checked, found
+// missing and left Done (a mark of Refreshing was taken for a version
+// applied). It draws from raiseRNG, and leaves the "-set" runs alone,
+// whose writes draw from the schedule.
+func (r *chaosRun) putBackPoisonThenMark() {
+	if r.driftMode != driftReport || r.cfg.set || r.raiseRNG.IntN(chaosPoisonOdds) != 0 {
+		return
+	}
+	if why := r.unquiet(); why != "" {
+		return
+	}
+	x := fmt.Sprintf("k%02d", r.raiseRNG.IntN(chaosKeys))
+	r.values++
+	vx := fmt.Sprintf("poison-%d.%d", r.gens, r.values)
+	rev := r.write(chaosChange{key: x, value: vx})
+	terminal := func() string {
+		obj, found := r.get(x)
+		if !found || obj.Value != vx {
+			return "gone"
+		}
+		for _, rec := range r.recs {
+			if st := rec.getStatus(obj); st.Kind != status.KindError || !st.Terminal {
+				return rec.label() + "not a terminal Error: " + st.String()
+			}
+		}
+		return ""
+	}
+	if problem := r.until(time.Second, terminal); problem != "" {
+		r.logf("@%d set %s=%s: %s within 1s; left", rev, x, vx, problem)
+		return
+	}
+	saved, _ := r.get(x)
+	saved = saved.clone()
+	r.del(x, ", failed for good")
+	for i := range r.recs {
+		if !r.reconciled(i, time.Second) {
+			r.logf("%s: the delete not reached; left", x)
+			return
+		}
+	}
+	r.setPaused(true)
+	r.put(x, saved, "put back while paused")
+	d := depOf(x)
+	wtxn := r.gen.db.WriteTxn(r.gen.deps)
+	r.values++
+	_, _, err := r.gen.deps.Insert(wtxn, &chaosDep{ID: d, Value: fmt.Sprintf("v%d.%d", r.gens, r.values)})
+	for _, rec := range r.recs {
+		rec.target.with(func() { rec.target.rc.depWrites[d]++ })
+	}
+	wtxn.Commit()
+	require.NoError(r.t, err)
+	r.depChangedAt[d] = len(r.steps)
+	marked := r.until(time.Second, func() string {
+		obj, found := r.get(x)
+		for _, rec := range r.recs {
+			if !found || rec.getStatus(obj).ID() == rec.getStatus(saved).ID() {
+				return "not marked"
+			}
+		}
+		return ""
+	})
+	r.setPaused(false)
+	if marked != "" {
+		r.logf("%s: its dependency %s written: %s within 1s", x, d, marked)
+		return
+	}
+	if problem := r.until(2*time.Second, terminal); problem != "" {
+		for _, rec := range r.recs {
+			rec.target.with(func() {
+				rec.target.violate("%s=%s, put back in its terminal Error after its delete and marked by its dependency: %s 2s on; its version never reached the target", x, vx, problem)
+			})
+		}
+		return
+	}
+	r.logf("%s: its dependency %s marked it; it failed again", x, d)
 }

@@ -81,6 +81,7 @@ func (r *chaosRun) step() {
 	r.retryAmidAStream()          // chaos_stream_test.go: likewise
 	r.raiseBackoffWhileRetrying() // chaos_configure_test.go: likewise
 	r.dropFailingLimiter()        // chaos_configure_test.go: likewise
+	r.putBackPoisonThenMark()     // chaos_drift_test.go: likewise
 	switch p := r.rng.IntN(116); {
 	case p < 28: // insert or update; sometimes the same value, a new Pending
 		k, v := r.key(), r.value()
