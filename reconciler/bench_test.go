@@ -27,6 +27,7 @@ import (
 
 	"github.com/converge-go/converge/reconciler/internal/inforows"
 	"github.com/converge-go/converge/reconciler/internal/keyqueue"
+	"github.com/converge-go/converge/reconciler/internal/work"
 )
 
 // benchRound is how many objects one benchmark round handles, the default
@@ -109,9 +110,9 @@ func newBenchTable(b testing.TB) (*statedb.DB, statedb.RWTable[*benchObj]) {
 
 // insertPending writes objects 0..n-1 as Pending in one transaction.
 func insertPending(r *reconciler[*benchObj], n int) {
-	wtxn := r.db.WriteTxn(r.objects.table)
+	wtxn := r.db.WriteTxn(r.objects.Table)
 	for i := range n {
-		r.objects.table.Insert(wtxn, &benchObj{id: uint64(i), st: status.Pending()})
+		r.objects.Table.Insert(wtxn, &benchObj{id: uint64(i), st: status.Pending()})
 	}
 	wtxn.Commit()
 }
@@ -206,13 +207,13 @@ func benchRounds(b *testing.B, batch bool, opts ...Option) {
 func BenchmarkCommit(b *testing.B) {
 	r := newBenchReconciler(b, false)
 	insertPending(r, benchRound)
-	ops := make([]op[*benchObj], 0, benchRound)
+	ops := make([]work.Op[*benchObj], 0, benchRound)
 	var locked time.Duration
 	for b.Loop() {
 		b.StopTimer()
 		ops = ops[:0]
-		for obj, rev := range r.objects.table.All(r.db.ReadTxn()) {
-			ops = append(ops, op[*benchObj]{task: task[*benchObj]{Obj: obj, Rev: rev, StatusID: obj.st.ID(), Since: obj.st.UpdatedAt}, updated: obj.clone(), ran: true})
+		for obj, rev := range r.objects.Table.All(r.db.ReadTxn()) {
+			ops = append(ops, work.Op[*benchObj]{Task: keyqueue.Task[*benchObj]{Obj: obj, Rev: rev, StatusID: obj.st.ID(), Since: obj.st.UpdatedAt}, Updated: obj.clone(), Ran: true})
 		}
 		b.StartTimer()
 		now := time.Now()
@@ -234,18 +235,18 @@ func BenchmarkCommit(b *testing.B) {
 func BenchmarkCommitFloor(b *testing.B) {
 	r := newBenchReconciler(b, false)
 	insertPending(r, benchRound)
-	ops := make([]op[*benchObj], 0, benchRound)
+	ops := make([]work.Op[*benchObj], 0, benchRound)
 	for b.Loop() {
 		b.StopTimer()
 		ops = ops[:0]
-		for obj, rev := range r.objects.table.All(r.db.ReadTxn()) {
-			ops = append(ops, op[*benchObj]{updated: obj.clone(), task: task[*benchObj]{Rev: rev}})
+		for obj, rev := range r.objects.Table.All(r.db.ReadTxn()) {
+			ops = append(ops, work.Op[*benchObj]{Updated: obj.clone(), Task: keyqueue.Task[*benchObj]{Rev: rev}})
 		}
 		b.StartTimer()
-		wtxn := r.db.WriteTxn(r.objects.table)
+		wtxn := r.db.WriteTxn(r.objects.Table)
 		for i := range ops {
-			ops[i].updated.st = status.Done()
-			if _, _, err := r.objects.table.CompareAndSwap(wtxn, ops[i].Rev, ops[i].updated); err != nil {
+			ops[i].Updated.st = status.Done()
+			if _, _, err := r.objects.Table.CompareAndSwap(wtxn, ops[i].Rev, ops[i].Updated); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -259,14 +260,14 @@ func BenchmarkCommitFloor(b *testing.B) {
 func BenchmarkCommitErrors(b *testing.B) {
 	r := newBenchReconciler(b, false)
 	insertPending(r, benchRound)
-	ops := make([]op[*benchObj], 0, benchRound)
+	ops := make([]work.Op[*benchObj], 0, benchRound)
 	errFail := fmt.Errorf("bench failure")
 	for b.Loop() {
 		b.StopTimer()
 		r.keys.lifecycles = keyqueue.New[*benchObj](inforows.DisplayKey)
 		ops = ops[:0]
-		for obj, rev := range r.objects.table.All(r.db.ReadTxn()) {
-			ops = append(ops, op[*benchObj]{task: task[*benchObj]{Obj: obj, Rev: rev, StatusID: obj.st.ID()}, updated: obj.clone(), err: errFail, ran: true})
+		for obj, rev := range r.objects.Table.All(r.db.ReadTxn()) {
+			ops = append(ops, work.Op[*benchObj]{Task: keyqueue.Task[*benchObj]{Obj: obj, Rev: rev, StatusID: obj.st.ID()}, Updated: obj.clone(), Err: errFail, Ran: true})
 		}
 		b.StartTimer()
 		if out := r.commit(ops, false, time.Now()); out.failed != benchRound {

@@ -5,6 +5,7 @@ import (
 
 	"github.com/converge-go/converge/reconciler/internal/changes"
 	"github.com/converge-go/converge/reconciler/internal/keyqueue"
+	"github.com/converge-go/converge/reconciler/internal/work"
 )
 
 // feed is the reconciler's change feed: the table's changes, across stops,
@@ -20,7 +21,7 @@ type feed[Obj any] struct {
 	// feed.
 	own   ownWrites       // revisions of the statuses commits wrote
 	watch <-chan struct{} // closed when the table has changes not read
-	work  []op[Obj]       // collect's buffer
+	work  []work.Op[Obj]  // collect's buffer
 	// reserve is collect's share of rounds for retries and deferred
 	// changes, carried from round to round.
 	reserve reserve

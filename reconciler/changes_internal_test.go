@@ -14,7 +14,7 @@ import (
 // Pending (see stale), not passed over as quiet.
 func TestCollectSkipsQuietUntilStale(t *testing.T) {
 	r := newBenchReconciler(t, false)
-	insertDone(r.db, r.objects.table, 3)
+	insertDone(r.db, r.objects.Table, 3)
 	now := time.Now()
 	if err := r.feed.open(); err != nil {
 		t.Fatal(err)
@@ -24,12 +24,12 @@ func TestCollectSkipsQuietUntilStale(t *testing.T) {
 	}
 	// Deleted before the stop, the delete not read: the feed keeps it
 	// for the next open. Put back while stopped, restored Done.
-	wtxn := r.db.WriteTxn(r.objects.table)
-	r.objects.table.Delete(wtxn, &benchObj{id: 1})
+	wtxn := r.db.WriteTxn(r.objects.Table)
+	r.objects.Table.Delete(wtxn, &benchObj{id: 1})
 	wtxn.Commit()
 	r.feed.changes.Close()
-	wtxn = r.db.WriteTxn(r.objects.table)
-	r.objects.table.Insert(wtxn, &benchObj{id: 1, st: status.Status{Kind: status.KindDone, UpdatedAt: now}})
+	wtxn = r.db.WriteTxn(r.objects.Table)
+	r.objects.Table.Insert(wtxn, &benchObj{id: 1, st: status.Status{Kind: status.KindDone, UpdatedAt: now}})
 	wtxn.Commit()
 
 	if err := r.feed.open(); err != nil {
@@ -40,7 +40,7 @@ func TestCollectSkipsQuietUntilStale(t *testing.T) {
 	if len(work) != 1 {
 		t.Fatalf("second read: %d ops, want 1 (the restored object, stale)", len(work))
 	}
-	if o := work[0].task; o.Delete || o.Obj.id != 1 || o.Obj.st.Kind != status.KindPending {
+	if o := work[0].Task; o.Delete || o.Obj.id != 1 || o.Obj.st.Kind != status.KindPending {
 		t.Errorf("second read: op for object %d (delete %v, status %s), want an update of 1 as Pending", o.Obj.id, o.Delete, o.Obj.st)
 	}
 	if r.feed.changes.PassingOverQuiet() {

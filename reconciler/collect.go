@@ -13,6 +13,7 @@ import (
 
 	"github.com/converge-go/converge/reconciler/internal/changes"
 	"github.com/converge-go/converge/reconciler/internal/keyqueue"
+	"github.com/converge-go/converge/reconciler/internal/work"
 )
 
 // collect is the first stage of a round: it returns up to room ops. Queued
@@ -22,7 +23,7 @@ import (
 // A change deferred, dropped or parked costs no budget. With priorities
 // (WithPriority) fresh changes join the queue instead, and the queue is
 // taken by priority (see collectByPriority).
-func (r *reconciler[Obj]) collect(txn statedb.ReadTxn, now time.Time, room int) []op[Obj] {
+func (r *reconciler[Obj]) collect(txn statedb.ReadTxn, now time.Time, room int) []work.Op[Obj] {
 	lc := r.keys.lifecycles
 	r.feed.work = r.feed.work[:0]
 	if room <= 0 {
@@ -119,7 +120,7 @@ func (r *reconciler[Obj]) nextChanges(txn statedb.ReadTxn) iter.Seq2[statedb.Cha
 func (r *reconciler[Obj]) readDone(txn statedb.ReadTxn) {
 	r.feed.lastRev = max(r.feed.lastRev, r.feed.changes.Read())
 	if len(r.keys.stales.pruned) > 0 {
-		r.keys.stales.readUpTo(r.feed.lastRev, r.objects.table.Revision(txn))
+		r.keys.stales.readUpTo(r.feed.lastRev, r.objects.Table.Revision(txn))
 	}
 }
 
@@ -138,7 +139,7 @@ func (r *reconciler[Obj]) startQueued(txn statedb.ReadTxn, taken []*keyqueue.Sta
 		if r.current(txn, s) {
 			r.start(s)
 		} else {
-			lc.Done(s, "", task[Obj]{}, keyqueue.Outcome[Obj]{Forget: true}, time.Time{})
+			lc.Done(s, "", keyqueue.Task[Obj]{}, keyqueue.Outcome[Obj]{Forget: true}, time.Time{})
 		}
 	}
 }
@@ -148,7 +149,7 @@ func (r *reconciler[Obj]) startQueued(txn statedb.ReadTxn, taken []*keyqueue.Sta
 // the deferred changes in turn, starting with the source turn names, so
 // that an object failing for a reason of its own is not probed for ever
 // while others wait. A probe that fails goes back to the queue.
-func (r *reconciler[Obj]) collectProbe(txn statedb.ReadTxn, now time.Time, turn int) []op[Obj] {
+func (r *reconciler[Obj]) collectProbe(txn statedb.ReadTxn, now time.Time, turn int) []work.Op[Obj] {
 	lc := r.keys.lifecycles
 	r.feed.work = r.feed.work[:0]
 	for i := 0; i < 4 && len(r.feed.work) == 0; i++ {
@@ -188,7 +189,7 @@ func (r *reconciler[Obj]) collectProbe(txn statedb.ReadTxn, now time.Time, turn 
 // start adds the job of s, started by the queue, to the round's work.
 func (r *reconciler[Obj]) start(s *keyqueue.State[Obj]) {
 	v := s.View()
-	r.feed.work = append(r.feed.work, op[Obj]{task: v.Task, s: s, key: v.Key, attempt: v.Attempts + 1, lastErr: v.Err})
+	r.feed.work = append(r.feed.work, work.Op[Obj]{Task: v.Task, S: s, Key: v.Key, Attempt: v.Attempts + 1, LastErr: v.Err})
 }
 
 // collectChanges reads changes, turning those that need work into ops,
@@ -236,16 +237,16 @@ func (r *reconciler[Obj]) queueChanges(txn statedb.ReadTxn, changes iter.Seq2[st
 // worker, nothing in flight) reads them once, not once per change.
 func (r *reconciler[Obj]) collectChange(txn statedb.ReadTxn, change statedb.Change[Obj], rev, asked statedb.Revision, now time.Time) bool {
 	lc, f := r.keys.lifecycles, &r.feed.figures
-	t := task[Obj]{Obj: change.Object, Rev: change.Revision, Asked: asked, Delete: change.Deleted, Since: now, Ready: now.UnixNano()}
+	t := keyqueue.Task[Obj]{Obj: change.Object, Rev: change.Revision, Asked: asked, Delete: change.Deleted, Since: now, Ready: now.UnixNano()}
 	// A delete recovered when the feed opened comes beside a revision
 	// below its own (see changes.Feed). Its key may have been put back since.
 	recovered := change.Deleted && rev < change.Revision
 	var st status.Status // an upsert's, read once
 	if !change.Deleted {
-		st = r.objects.getStatus(change.Object)
+		st = r.objects.GetStatus(change.Object)
 	}
 	if change.Deleted || (f.Rechecks > 0 && st.IsPendingOrRefreshing()) {
-		if key, ok := r.objects.primary.ObjectToKey(change.Object); ok {
+		if key, ok := r.objects.Primary.ObjectToKey(change.Object); ok {
 			// A re-check is replaced by this change; a delete cuts the
 			// statuses handed out so far.
 			lc.Add(keyqueue.Change[Obj]{As: keyqueue.Seen, RawKey: key, Task: t, Cut: ident.Last()})
@@ -254,7 +255,7 @@ func (r *reconciler[Obj]) collectChange(txn statedb.ReadTxn, change statedb.Chan
 	}
 	if change.Deleted {
 		if recovered {
-			if _, _, found := r.objects.lookup(txn, change.Object); found {
+			if _, _, found := r.objects.Lookup(txn, change.Object); found {
 				// Put back since: the object put back is newer, and is
 				// applied with its own change, or was already as queued
 				// work or a retry. The delete after it would undo it.
@@ -270,7 +271,7 @@ func (r *reconciler[Obj]) collectChange(txn statedb.ReadTxn, change statedb.Chan
 		case r.stale(change.Object, st):
 			// Put back with a status older than what is known of its key:
 			// apply it as if Pending (see staleness).
-			t.Obj, t.StatusID = r.objects.withStatus(change.Object, status.PendingAt(now)), st.ID()
+			t.Obj, t.StatusID = r.objects.WithStatus(change.Object, status.PendingAt(now)), st.ID()
 		case st.Kind == status.KindError && !st.Terminal:
 			r.adopt(change.Object, rev, asked, st, now)
 			*f = lc.Figures()
@@ -286,9 +287,9 @@ func (r *reconciler[Obj]) collectChange(txn statedb.ReadTxn, change statedb.Chan
 		if t.Refresh || rev <= r.feed.backlog {
 			// A retry of the key is dropped: a newer version waits in the
 			// deferred queue.
-			c := keyqueue.Change[Obj]{Task: task[Obj]{Obj: change.Object, Rev: rev, Asked: asked}, As: keyqueue.Backlogged}
+			c := keyqueue.Change[Obj]{Task: keyqueue.Task[Obj]{Obj: change.Object, Rev: rev, Asked: asked}, As: keyqueue.Backlogged}
 			if f.Tracked {
-				c.Key, c.Keyed = r.objects.keyOf(change.Object)
+				c.Key, c.Keyed = r.objects.KeyOf(change.Object)
 			}
 			lc.Add(c)
 			*f = lc.Figures()
@@ -300,10 +301,10 @@ func (r *reconciler[Obj]) collectChange(txn statedb.ReadTxn, change statedb.Chan
 	// is every change while changes are deferred: a deferred one of the
 	// same key may be taken in the same round (see collectDeferred).
 	if r.opts.concurrency == 1 && !f.Tracked && f.Deferred == 0 && !recovered && !f.Prioritized {
-		r.feed.work = append(r.feed.work, op[Obj]{task: t}) // untracked: see package keyqueue
+		r.feed.work = append(r.feed.work, work.Op[Obj]{Task: t}) // untracked: see package keyqueue
 		return true
 	}
-	key, ok := r.objects.keyOf(change.Object)
+	key, ok := r.objects.KeyOf(change.Object)
 	if !ok {
 		r.noKey("a change of the table", change.Object)
 		return false
@@ -338,7 +339,7 @@ func (r *reconciler[Obj]) skipsQuiet() bool {
 func (r *reconciler[Obj]) skipQuiet() {
 	r.feed.changes.PassOverQuiet(nil)
 	if r.skipsQuiet() {
-		r.feed.changes.PassOverQuiet(r.objects.getStatus)
+		r.feed.changes.PassOverQuiet(r.objects.GetStatus)
 	}
 }
 
@@ -354,18 +355,18 @@ func (r *reconciler[Obj]) stale(obj Obj, st status.Status) bool {
 	}
 	for _, p := range r.keys.stales.pruned {
 		if st.ID() <= p.cut {
-			if _, _, found := r.objects.lookup(p.txn, obj); !found {
+			if _, _, found := r.objects.Lookup(p.txn, obj); !found {
 				return true // the prune may have removed it (see pruneSnapshot)
 			}
 		}
 	}
-	key, ok := r.objects.primary.ObjectToKey(obj)
+	key, ok := r.objects.Primary.ObjectToKey(obj)
 	return ok && r.keys.lifecycles.Stale(key, st.ID())
 }
 
 // adopt hands the key queue an Error status found on obj (see keyqueue.Failed).
 func (r *reconciler[Obj]) adopt(obj Obj, rev, asked statedb.Revision, st status.Status, now time.Time) {
-	key, ok := r.objects.keyOf(obj)
+	key, ok := r.objects.KeyOf(obj)
 	if !ok {
 		r.noKey("an Error status", obj)
 		return
@@ -374,8 +375,8 @@ func (r *reconciler[Obj]) adopt(obj Obj, rev, asked statedb.Revision, st status.
 	if since.IsZero() {
 		since = now
 	}
-	t := task[Obj]{
-		Obj:      r.objects.withStatus(obj, status.PendingAt(since)),
+	t := keyqueue.Task[Obj]{
+		Obj:      r.objects.WithStatus(obj, status.PendingAt(since)),
 		Rev:      rev,
 		Asked:    asked,
 		StatusID: st.ID(),
@@ -396,7 +397,7 @@ func (r *reconciler[Obj]) collectRetries(txn statedb.ReadTxn, now time.Time, bud
 		}
 		s := due[0]
 		if !r.current(txn, s) {
-			lc.Done(s, "", task[Obj]{}, keyqueue.Outcome[Obj]{Forget: true}, time.Time{})
+			lc.Done(s, "", keyqueue.Task[Obj]{}, keyqueue.Outcome[Obj]{Forget: true}, time.Time{})
 			continue
 		}
 		r.start(s)
@@ -413,19 +414,19 @@ func (r *reconciler[Obj]) collectRetries(txn statedb.ReadTxn, now time.Time, bud
 func (r *reconciler[Obj]) current(txn statedb.ReadTxn, s *keyqueue.State[Obj]) bool {
 	v := s.View()
 	t := v.Task
-	cur, rev, found := r.objects.lookup(txn, t.Obj)
+	cur, rev, found := r.objects.Lookup(txn, t.Obj)
 	switch {
 	case t.Delete:
 		return !found
 	case !found:
 		return false
-	case r.objects.getStatus(cur).ID() != t.StatusID:
+	case r.objects.GetStatus(cur).ID() != t.StatusID:
 		// The version the task is for may have been applied in part (cut
 		// short by a stop, or failed).
 		r.writtenBack(cur, t.StatusID)
 		return false
 	case rev != t.Rev:
-		same := task[Obj]{Obj: r.objects.withStatus(cur, r.objects.getStatus(t.Obj)), Rev: rev}
+		same := keyqueue.Task[Obj]{Obj: r.objects.WithStatus(cur, r.objects.GetStatus(t.Obj)), Rev: rev}
 		r.keys.lifecycles.Add(keyqueue.Change[Obj]{Key: v.Key, Task: same, As: keyqueue.Same})
 	}
 	return true
@@ -437,33 +438,33 @@ func (r *reconciler[Obj]) current(txn statedb.ReadTxn, s *keyqueue.State[Obj]) b
 // newer change are one request, held from the deferred revision on.
 func (r *reconciler[Obj]) collectDeferred(txn statedb.ReadTxn, now time.Time, budget int) {
 	lc := r.keys.lifecycles
-	var buf [1]task[Obj]
+	var buf [1]keyqueue.Task[Obj]
 	for added := 0; added < budget; {
 		taken := lc.Take(keyqueue.Backlog, 1, 0, buf[:0])
 		if len(taken) == 0 {
 			return
 		}
 		d := taken[0]
-		obj, rev, found := r.objects.lookup(txn, d.Obj)
+		obj, rev, found := r.objects.Lookup(txn, d.Obj)
 		changed := rev != d.Rev
 		if !found {
 			continue
 		}
-		st := r.objects.getStatus(obj)
+		st := r.objects.GetStatus(obj)
 		if !st.IsPendingOrRefreshing() {
 			continue
 		}
-		t := task[Obj]{Obj: obj, Rev: rev, Asked: d.Asked, StatusID: st.ID(), Since: st.UpdatedAt, Refresh: st.Kind == status.KindRefreshing}
+		t := keyqueue.Task[Obj]{Obj: obj, Rev: rev, Asked: d.Asked, StatusID: st.ID(), Since: st.UpdatedAt, Refresh: st.Kind == status.KindRefreshing}
 		if t.Since.IsZero() {
 			t.Since = now
 		}
 		t.Ready = t.Since.UnixNano()
 		if r.opts.concurrency == 1 && !lc.Figures().Tracked && !changed {
-			r.feed.work = append(r.feed.work, op[Obj]{task: t})
+			r.feed.work = append(r.feed.work, work.Op[Obj]{Task: t})
 			added++
 			continue
 		}
-		key, ok := r.objects.keyOf(obj)
+		key, ok := r.objects.KeyOf(obj)
 		if !ok {
 			r.noKey("a deferred change", obj)
 			continue

@@ -12,6 +12,7 @@ import (
 	"github.com/converge-go/converge/reconciler/internal/groupcommit"
 	"github.com/converge-go/converge/reconciler/internal/keyqueue"
 	"github.com/converge-go/converge/reconciler/internal/report"
+	"github.com/converge-go/converge/reconciler/internal/work"
 	"github.com/converge-go/converge/status"
 )
 
@@ -22,17 +23,17 @@ import (
 // An update failing its last attempt (WithMaxAttempts) fails for good,
 // unless the batch operation lost its entry or the circuit breaker spared
 // it: those are no failures of its own.
-func (r *reconciler[Obj]) commit(ops []op[Obj], cut bool, now time.Time) (out commitOutcome) {
+func (r *reconciler[Obj]) commit(ops []work.Op[Obj], cut bool, now time.Time) (out commitOutcome) {
 	if len(ops) == 0 {
 		return out
 	}
 	for i := range ops {
 		o := &ops[i]
 		switch {
-		case cut && o.err != nil:
-			o.ran = false
-		case r.opts.maxAttempts > 0 && o.err != nil && !o.Delete && !o.spared && !IsTerminal(o.err) && o.err != errBatchEntryLost && max(o.attempt, 1) >= r.opts.maxAttempts:
-			o.err = TerminalError(fmt.Errorf("gave up after %d attempts: %w", max(o.attempt, 1), o.err))
+		case cut && o.Err != nil:
+			o.Ran = false
+		case r.opts.maxAttempts > 0 && o.Err != nil && !o.Delete && !o.Spared && !IsTerminal(o.Err) && o.Err != work.ErrEntryLost && max(o.Attempt, 1) >= r.opts.maxAttempts:
+			o.Err = TerminalError(fmt.Errorf("gave up after %d attempts: %w", max(o.Attempt, 1), o.Err))
 		}
 	}
 	var wrote revRange
@@ -56,13 +57,13 @@ type commitOutcome struct {
 
 // prepare sets on each update's clone the status its outcome calls for and
 // returns how many there are to write.
-func (r *reconciler[Obj]) prepare(ops []op[Obj], now time.Time) (writes int) {
+func (r *reconciler[Obj]) prepare(ops []work.Op[Obj], now time.Time) (writes int) {
 	for i := range ops {
 		o := &ops[i]
-		if !o.ran || o.Delete {
+		if !o.Ran || o.Delete {
 			continue
 		}
-		o.updated = r.objects.setStatus(o.updated, outcomeStatus(o, now))
+		o.Updated = r.objects.SetStatus(o.Updated, outcomeStatus(o, now))
 		writes++
 	}
 	return writes
@@ -70,14 +71,14 @@ func (r *reconciler[Obj]) prepare(ops []op[Obj], now time.Time) (writes int) {
 
 // outcomeStatus is the status the outcome of o, an update that ran, calls
 // for.
-func outcomeStatus[Obj any](o *op[Obj], now time.Time) status.Status {
+func outcomeStatus[Obj any](o *work.Op[Obj], now time.Time) status.Status {
 	switch {
-	case o.err == nil:
+	case o.Err == nil:
 		return status.DoneAt(now)
-	case IsTerminal(o.err):
-		return status.TerminalErrorAt(now, o.err)
+	case IsTerminal(o.Err):
+		return status.TerminalErrorAt(now, o.Err)
 	default:
-		return status.ErrorAt(now, o.err)
+		return status.ErrorAt(now, o.Err)
 	}
 }
 
@@ -85,15 +86,15 @@ func outcomeStatus[Obj any](o *op[Obj], now time.Time) status.Status {
 // op's written (and over, for a write over a changed object; see
 // writeStatus), and returns the revisions it wrote: the loop's own (see
 // ownWrites).
-func (r *reconciler[Obj]) write(ops []op[Obj], now time.Time) (wrote revRange) {
-	wtxn := r.db.WriteTxn(r.objects.table)
-	lo := r.objects.table.Revision(wtxn) // the table's revision before the writes
+func (r *reconciler[Obj]) write(ops []work.Op[Obj], now time.Time) (wrote revRange) {
+	wtxn := r.db.WriteTxn(r.objects.Table)
+	lo := r.objects.Table.Revision(wtxn) // the table's revision before the writes
 	for i := range ops {
-		if o := &ops[i]; o.ran && !o.Delete {
+		if o := &ops[i]; o.Ran && !o.Delete {
 			r.writeOp(wtxn, o, now)
 		}
 	}
-	if hi := r.objects.table.Revision(wtxn); hi > lo {
+	if hi := r.objects.Table.Revision(wtxn); hi > lo {
 		wrote = revRange{lo + 1, hi}
 	}
 	wtxn.Commit()
@@ -102,45 +103,45 @@ func (r *reconciler[Obj]) write(ops []op[Obj], now time.Time) (wrote revRange) {
 
 // writeOp writes the status of o, an update that ran, and sets its written
 // and over.
-func (r *reconciler[Obj]) writeOp(wtxn statedb.WriteTxn, o *op[Obj], now time.Time) {
-	o.written, o.over = r.writeStatus(wtxn, o)
-	if !o.written && o.noKey {
+func (r *reconciler[Obj]) writeOp(wtxn statedb.WriteTxn, o *work.Op[Obj], now time.Time) {
+	o.Written, o.Over = r.writeStatus(wtxn, o)
+	if !o.Written && o.NoKey {
 		// Update changed the fields the primary index reads: its
 		// changes cannot be stored. Record that on the object as
 		// it was.
-		o.err = fmt.Errorf("%w: Update left the object without one", ErrNoPrimaryKey)
-		o.updated = r.objects.withStatus(o.Obj, status.ErrorAt(now, o.err))
-		o.written, o.over = r.writeStatus(wtxn, o)
+		o.Err = fmt.Errorf("%w: Update left the object without one", ErrNoPrimaryKey)
+		o.Updated = r.objects.WithStatus(o.Obj, status.ErrorAt(now, o.Err))
+		o.Written, o.Over = r.writeStatus(wtxn, o)
 	}
 }
 
-// writeStatus stores o.updated with a compare-and-swap on the revision o
+// writeStatus stores o.Updated with a compare-and-swap on the revision o
 // applied. An object changed since still gets the status if it carries the
 // very status that asked for o, unless a delete or a prune came between
 // (see keyqueue.View.Superseded); a newer version is left to its own turn. over reports
 // such a write over a changed object: what was read since is older.
-func (r *reconciler[Obj]) writeStatus(wtxn statedb.WriteTxn, o *op[Obj]) (written, over bool) {
-	cur, found, err := r.objects.table.CompareAndSwap(wtxn, o.Rev, o.updated)
+func (r *reconciler[Obj]) writeStatus(wtxn statedb.WriteTxn, o *work.Op[Obj]) (written, over bool) {
+	cur, found, err := r.objects.Table.CompareAndSwap(wtxn, o.Rev, o.Updated)
 	switch {
 	case err == nil && !found:
 		// StateDB stores nothing for an object without a primary key and
 		// says so only this way (a compare-and-swap needs the object).
-		if o.noKey {
-			r.noKey("a status write (setStatus removed it)", o.updated)
+		if o.NoKey {
+			r.noKey("a status write (setStatus removed it)", o.Updated)
 		}
-		o.noKey = true
+		o.NoKey = true
 		return false, false
 	case err == nil:
 		return true, false
 	case !found || !errors.Is(err, statedb.ErrRevisionNotEqual):
 		return false, false
-	case o.s != nil && o.s.View().Superseded:
+	case o.S != nil && o.S.View().Superseded:
 		return false, false
-	case o.StatusID == 0 || r.objects.getStatus(cur).ID() != o.StatusID:
+	case o.StatusID == 0 || r.objects.GetStatus(cur).ID() != o.StatusID:
 		r.writtenBack(cur, o.StatusID)
 		return false, false
 	}
-	if _, _, err := r.objects.table.Insert(wtxn, r.objects.withStatus(cur, r.objects.getStatus(o.updated))); err != nil {
+	if _, _, err := r.objects.Table.Insert(wtxn, r.objects.WithStatus(cur, r.objects.GetStatus(o.Updated))); err != nil {
 		r.log.Error("Reconciler failed to write status", "error", err)
 		return false, false
 	}
@@ -150,48 +151,48 @@ func (r *reconciler[Obj]) writeStatus(wtxn statedb.WriteTxn, o *op[Obj]) (writte
 // settle does what follows the writes for each op: its key's lifecycle,
 // figures and failure logs. The figures are filled in the reporter's,
 // whose slices are reused, and returned for it to count.
-func (r *reconciler[Obj]) settle(ops []op[Obj], now time.Time) (out commitOutcome) {
+func (r *reconciler[Obj]) settle(ops []work.Op[Obj], now time.Time) (out commitOutcome) {
 	lc := r.keys.lifecycles
 	fig := &r.rep.figures // reused: keep its slices
 	fig.Reset()
 	slices := r.rep.metrics.Commit != nil
 	for i := range ops {
 		o := &ops[i]
-		if o.ran && r.target.drift != nil {
+		if o.Ran && r.target.drift != nil {
 			r.driftSettled(o) // a repair the drift check asked for counts one
 		}
-		fig.Stats.RefreshRepaired += int(o.drift) // counted whatever the outcome
-		if !o.ran {
+		fig.Stats.RefreshRepaired += int(o.Drift) // counted whatever the outcome
+		if !o.Ran {
 			r.requeue(o)
 			continue
 		}
 		out.committed++
 		attempts := 0
-		if o.s != nil {
-			attempts = o.s.View().Attempts
+		if o.S != nil {
+			attempts = o.S.View().Attempts
 		}
-		fig.Count(o.Delete, o.err, outcome(o.err, r.opts.operationTimeout), o.started-o.Ready, now, slices)
-		if o.err != nil {
+		fig.Count(o.Delete, o.Err, work.Outcome(o.Err, r.opts.operationTimeout), o.Started-o.Ready, now, slices)
+		if o.Err != nil {
 			out.failed++
-			r.rep.failLog.Record(r.log, o.Delete, r.objects.opKey(o), attempts+1, o.err, IsTerminal(o.err), now)
+			r.rep.failLog.Record(r.log, o.Delete, r.objects.OpKey(o), attempts+1, o.Err, IsTerminal(o.Err), now)
 		}
-		settled := o.err == nil || (!o.Delete && IsTerminal(o.err))
-		written := o.Delete || o.written
-		done := keyqueue.Outcome[Obj]{Ran: true, Err: o.err, Settled: settled, Written: written, Spared: o.spared, Over: o.over}
-		if o.err == nil && written && !o.Delete {
+		settled := o.Err == nil || (!o.Delete && IsTerminal(o.Err))
+		written := o.Delete || o.Written
+		done := keyqueue.Outcome[Obj]{Ran: true, Err: o.Err, Settled: settled, Written: written, Spared: o.Spared, Over: o.Over}
+		if o.Err == nil && written && !o.Delete {
 			fig.Done(now.Sub(o.Since), slices)
-			if o.recheck > 0 {
+			if o.Recheck > 0 {
 				// The re-check o's Update asked for (RecheckAfter).
-				done.RecheckAt, done.Updated, done.UpdatedID = backoff.Add(now.UnixNano(), o.recheck), o.updated, r.objects.getStatus(o.updated).ID()
+				done.RecheckAt, done.Updated, done.UpdatedID = backoff.Add(now.UnixNano(), o.Recheck), o.Updated, r.objects.GetStatus(o.Updated).ID()
 			}
 		}
-		if o.s == nil && settled && done.RecheckAt == 0 {
+		if o.S == nil && settled && done.RecheckAt == 0 {
 			continue // untracked and done: nothing to remember, no key to compute
 		}
-		key := o.key
-		if o.s == nil {
+		key := o.Key
+		if o.S == nil {
 			var ok bool
-			if key, ok = r.objects.keyOf(o.Obj); !ok {
+			if key, ok = r.objects.KeyOf(o.Obj); !ok {
 				if !settled {
 					r.noKey("a failed operation", o.Obj)
 				}
@@ -199,16 +200,16 @@ func (r *reconciler[Obj]) settle(ops []op[Obj], now time.Time) (out commitOutcom
 			}
 		}
 		if !settled {
-			wait, ok := retryAfter(o.err)
+			wait, ok := work.RetryDelay(o.Err)
 			if !ok {
 				wait = backoff.Wait(attempts+1, r.opts.retryMin, r.opts.retryMax, r.opts.retryJitter, r.clock.rand())
 			}
 			done.RetryAt = backoff.Add(now.UnixNano(), wait)
 			if !o.Delete {
-				done.ErrID = r.objects.getStatus(o.updated).ID()
+				done.ErrID = r.objects.GetStatus(o.Updated).ID()
 			}
 		}
-		lc.Done(o.s, key, o.task, done, now)
+		lc.Done(o.S, key, o.Task, done, now)
 	}
 	out.figures = fig
 	return out
@@ -216,16 +217,16 @@ func (r *reconciler[Obj]) settle(ops []op[Obj], now time.Time) (out commitOutcom
 
 // requeue puts the key of o, an op that never started (the gate closed or
 // the loop stopped), back in the queue.
-func (r *reconciler[Obj]) requeue(o *op[Obj]) {
-	key := o.key
-	if o.s == nil {
+func (r *reconciler[Obj]) requeue(o *work.Op[Obj]) {
+	key := o.Key
+	if o.S == nil {
 		var ok bool
-		if key, ok = r.objects.keyOf(o.Obj); !ok {
+		if key, ok = r.objects.KeyOf(o.Obj); !ok {
 			r.noKey("an operation not started", o.Obj)
 			return
 		}
 	}
-	r.keys.lifecycles.Done(o.s, key, o.task, keyqueue.Outcome[Obj]{}, time.Time{})
+	r.keys.lifecycles.Done(o.S, key, o.Task, keyqueue.Outcome[Obj]{}, time.Time{})
 }
 
 // writeShared is prepare and write with the group: it hands each
@@ -233,12 +234,12 @@ func (r *reconciler[Obj]) requeue(o *op[Obj]) {
 // write, which sets the statuses of several reconcilers on one clone (see
 // sharedBatch), and records the revisions they took as the loop's own (see
 // ownWrites).
-func (r *reconciler[Obj]) writeShared(ops []op[Obj], now time.Time) {
+func (r *reconciler[Obj]) writeShared(ops []work.Op[Obj], now time.Time) {
 	r.group.sts = slices.Grow(r.group.sts[:0], len(ops))[:len(ops)]
 	b := &sharedBatch[Obj]{r: r, ops: ops, sts: r.group.sts, now: now}
 	writes := 0
 	for i := range ops {
-		if o := &ops[i]; o.ran && !o.Delete {
+		if o := &ops[i]; o.Ran && !o.Delete {
 			b.sts[i] = outcomeStatus(o, now)
 			writes++
 		}
@@ -254,7 +255,7 @@ func (r *reconciler[Obj]) writeShared(ops []op[Obj], now time.Time) {
 		r.group.busy, r.group.landed = true, r.group.member.Landed()
 		r.group.over = false
 		for i := range ops { // by index: an op is large, and a commit has a thousand
-			if ops[i].over {
+			if ops[i].Over {
 				r.group.over = true
 				break
 			}
@@ -270,7 +271,7 @@ func (r *reconciler[Obj]) writeShared(ops []op[Obj], now time.Time) {
 // Commit.
 type sharedBatch[Obj any] struct {
 	r   *reconciler[Obj]
-	ops []op[Obj]
+	ops []work.Op[Obj]
 	sts []status.Status // the status of each update, not set on its clone yet
 	now time.Time
 }
@@ -279,11 +280,11 @@ func (b *sharedBatch[Obj]) Len() int { return len(b.ops) }
 
 func (b *sharedBatch[Obj]) Entry(i int) (statedb.Revision, Obj, bool) {
 	o := &b.ops[i]
-	return o.Rev, o.updated, o.ran && !o.Delete
+	return o.Rev, o.Updated, o.Ran && !o.Delete
 }
 
 func (b *sharedBatch[Obj]) Merge(i int, into Obj) Obj {
-	return b.r.objects.setStatus(into, b.sts[i])
+	return b.r.objects.SetStatus(into, b.sts[i])
 }
 
 // MergeRun sets the statuses of a run's entries on into: those whose
@@ -308,24 +309,24 @@ func (b *sharedBatch[Obj]) MergeRun(into Obj, run groupcommit.Run[Obj]) (Obj, bo
 		}
 		m, i := run.Entry(j)
 		mb := m.(*sharedBatch[Obj]) // a member of a table has this package's batches, of Obj
-		e := mb.r.objects.set
+		e := mb.r.objects.Set
 		if e == nil {
 			obj, done = mb.Merge(i, obj), done|1<<j
 			continue
 		}
-		set := e.get(obj)
+		set := e.Get(obj)
 		entries, members := buf[:0], group[:0]
 		for k := j; k < n; k++ {
 			mk, ik := run.Entry(k)
 			bk := mk.(*sharedBatch[Obj])
-			if ek := bk.r.objects.set; done&(1<<k) == 0 && ek != nil && (k == j || ek.get(obj).Same(set)) {
-				entries = append(entries, status.Entry{Name: ek.name, Status: bk.sts[ik]})
+			if ek := bk.r.objects.Set; done&(1<<k) == 0 && ek != nil && (k == j || ek.Get(obj).Same(set)) {
+				entries = append(entries, status.Entry{Name: ek.Name, Status: bk.sts[ik]})
 				members, done = append(members, k), done|1<<k
 			}
 		}
-		obj = e.set(obj, set.SetAll(entries...))
+		obj = e.Put(obj, set.SetAll(entries...))
 		if !ownFound(obj, run, members) {
-			obj = e.set(obj, set)
+			obj = e.Put(obj, set)
 			for _, k := range members {
 				mk, ik := run.Entry(k)
 				obj = mk.Merge(ik, obj)
@@ -346,7 +347,7 @@ func ownFound[Obj any](obj Obj, run groupcommit.Run[Obj], members []int) bool {
 	for _, k := range members {
 		m, i := run.Entry(k)
 		mb := m.(*sharedBatch[Obj])
-		if e := mb.r.objects.set; e.get(obj).Get(e.name).ID() != mb.sts[i].ID() {
+		if e := mb.r.objects.Set; e.Get(obj).Get(e.Name).ID() != mb.sts[i].ID() {
 			return false
 		}
 	}
@@ -355,12 +356,12 @@ func ownFound[Obj any](obj Obj, run groupcommit.Run[Obj], members []int) bool {
 
 func (b *sharedBatch[Obj]) Merged(i int, written Obj) {
 	o := &b.ops[i]
-	o.updated, o.written, o.over = written, true, false
+	o.Updated, o.Written, o.Over = written, true, false
 }
 
 func (b *sharedBatch[Obj]) WriteAlone(wtxn statedb.WriteTxn, i int) {
 	o := &b.ops[i]
-	o.updated = b.r.objects.setStatus(o.updated, b.sts[i])
+	o.Updated = b.r.objects.SetStatus(o.Updated, b.sts[i])
 	b.r.writeOp(wtxn, o, b.now)
 }
 

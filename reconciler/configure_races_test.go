@@ -10,6 +10,7 @@ import (
 
 	"github.com/converge-go/converge/reconciler/internal/breaker"
 	"github.com/converge-go/converge/reconciler/internal/gate"
+	"github.com/converge-go/converge/reconciler/internal/work"
 )
 
 // errDown is a failure about the target.
@@ -32,7 +33,7 @@ func TestConfigureRetryBoundsTheBreakersProbes(t *testing.T) {
 	g := gate.New()
 	now := time.Unix(1000, 0)
 	b := breaker.New(breaker.Config{Threshold: 1, AboutTarget: func(err error) bool { return errors.Is(err, errDown) },
-		RetryAfter: retryAfter, ProbeMin: o.breakerBackoff, ProbeMax: o.retryMax, Gate: g})
+		RetryAfter: work.RetryDelay, ProbeMin: o.breakerBackoff, ProbeMax: o.retryMax, Gate: g})
 	r := &reconciler[int]{opts: o, gate: g, settings: newSettings(o), breaker: b, clock: clock{now: func() time.Time { return now }, rand: func() float64 { return 0.5 }}}
 
 	b.Record(key("a"), breaker.Outcome{Err: errDown}, now)

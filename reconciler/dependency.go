@@ -78,16 +78,16 @@ func (d *dependencyOpt[Obj, Dep]) register(r *reconciler[Obj]) (job.Job, error) 
 	switch {
 	case d.table == nil || d.mapper == nil:
 		return nil, fmt.Errorf("reconciler.Register: WithDependency needs a table and a mapper: %w", ErrInvalidConfig)
-	case d.table.Name() == r.objects.table.Name():
+	case d.table.Name() == r.objects.Table.Name():
 		return nil, fmt.Errorf("reconciler.Register: table %q cannot be a dependency of itself: %w", d.table.Name(), ErrInvalidConfig)
 	}
 	cfg := dependency.Config[Obj, Dep]{
-		DB: r.db, Table: r.objects.table, Dep: d.table, Mapper: d.mapper,
-		Status: r.objects.getStatus, WithStatus: r.objects.withStatus,
+		DB: r.db, Table: r.objects.Table, Dep: d.table, Mapper: d.mapper,
+		Status: r.objects.GetStatus, WithStatus: r.objects.WithStatus,
 		Now:    func() time.Time { return r.clock.now() },
 		Failed: func(err error) { r.log.Error("Reconciler dependency failed", "error", err) },
 		Keyed: func(obj Obj) bool {
-			_, ok := r.objects.keyOf(obj)
+			_, ok := r.objects.KeyOf(obj)
 			if !ok {
 				r.noKey("a dependency mark (setStatus removed it)", obj)
 			}

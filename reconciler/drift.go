@@ -7,6 +7,7 @@ import (
 	"github.com/cilium/statedb"
 
 	"github.com/converge-go/converge/reconciler/internal/drift"
+	"github.com/converge-go/converge/reconciler/internal/work"
 )
 
 // WithDriftCheck has every object the reconciler takes with a Refreshing
@@ -98,18 +99,18 @@ func (r *reconciler[Obj]) applyDriftCheck() error {
 // version, so report-only mode repairs rather than leaves what their
 // check finds (an application marks an Error object Refreshing). Only with
 // a drift check (WithDriftCheck).
-func (r *reconciler[Obj]) driftPrepare(work []op[Obj]) {
+func (r *reconciler[Obj]) driftPrepare(work []work.Op[Obj]) {
 	d := r.target.drift
 	if !d.Failing() {
 		return
 	}
 	for i := range work {
 		if o := &work[i]; d.Applies(o.Refresh, o.Delete) {
-			key, ok := o.key, true
-			if o.s == nil {
-				key, ok = r.objects.keyOf(o.Obj)
+			key, ok := o.Key, true
+			if o.S == nil {
+				key, ok = r.objects.KeyOf(o.Obj)
 			}
-			o.unapplied = ok && d.Unapplied(key)
+			o.Unapplied = ok && d.Unapplied(key)
 		}
 	}
 }
@@ -117,20 +118,20 @@ func (r *reconciler[Obj]) driftPrepare(work []op[Obj]) {
 // driftSettled records the drift check's outcome of o, which ran (see
 // drift.Check.Settled): the drift repaired, for commit to count, and the
 // rows of its key. Only with a drift check (WithDriftCheck).
-func (r *reconciler[Obj]) driftSettled(o *op[Obj]) {
+func (r *reconciler[Obj]) driftSettled(o *work.Op[Obj]) {
 	d := r.target.drift
 	var row drift.Row
-	o.drift, row = d.Settled(drift.Outcome{Verdict: o.checked, Err: o.err, Delete: o.Delete,
-		Applies: d.Applies(o.Refresh, o.Delete), Unapplied: o.unapplied, Repaired: o.drift})
+	o.Drift, row = d.Settled(drift.Outcome{Verdict: o.Checked, Err: o.Err, Delete: o.Delete,
+		Applies: d.Applies(o.Refresh, o.Delete), Unapplied: o.Unapplied, Repaired: o.Drift})
 	if !row.Due() {
 		return
 	}
-	key := o.key
-	if o.s == nil {
+	key := o.Key
+	if o.S == nil {
 		var ok bool
-		if key, ok = r.objects.keyOf(o.Obj); !ok {
+		if key, ok = r.objects.KeyOf(o.Obj); !ok {
 			return
 		}
 	}
-	d.Record(key, row, o.err)
+	d.Record(key, row, o.Err)
 }

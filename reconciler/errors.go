@@ -1,6 +1,10 @@
 package reconciler
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/converge-go/converge/reconciler/internal/work"
+)
 
 // The errors of the package. Test for them with [errors.Is]: the errors
 // returned and recorded wrap them.
@@ -10,7 +14,7 @@ var (
 	ErrInvalidConfig = errors.New("invalid reconciler configuration")
 
 	// ErrPanic is wrapped by the error recorded for an operation that panicked.
-	ErrPanic = errors.New("operation panicked")
+	ErrPanic = work.ErrPanic
 
 	// ErrRetryRequested is the error recorded when an operation returns
 	// RetryAfter with a nil error.

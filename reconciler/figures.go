@@ -1,12 +1,8 @@
 package reconciler
 
 import (
-	"errors"
-	"time"
-
 	"github.com/cilium/hive/cell"
 
-	"github.com/converge-go/converge/metrics"
 	"github.com/converge-go/converge/reconciler/internal/inforows"
 	"github.com/converge-go/converge/reconciler/internal/keyqueue"
 	"github.com/converge-go/converge/reconciler/internal/report"
@@ -59,21 +55,4 @@ func (rep *reporter[Obj]) committed(module cell.FullModuleID, name string, fig *
 	if fig.Converged > 0 && rep.metrics.Queue != nil {
 		rep.metrics.Queue.Converged(module, name, fig.Converged, fig.Total, fig.Longest)
 	}
-}
-
-// outcome classifies how an operation ended, in the order of precedence
-// metrics.Outcome documents: a panic, a timeout of the operation's own
-// deadline, a terminal error, any other error.
-func outcome(err error, timeout time.Duration) metrics.Outcome {
-	switch {
-	case err == nil:
-		return metrics.OutcomeSuccess
-	case errors.Is(err, ErrPanic):
-		return metrics.OutcomePanic
-	case timeout > 0 && errors.As(err, new(*timeoutError)):
-		return metrics.OutcomeTimeout
-	case IsTerminal(err):
-		return metrics.OutcomeTerminal
-	}
-	return metrics.OutcomeError
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/converge-go/converge/reconciler/internal/prune"
 	"github.com/converge-go/converge/reconciler/internal/refresh"
 	"github.com/converge-go/converge/reconciler/internal/setup"
+	"github.com/converge-go/converge/reconciler/internal/work"
 	"github.com/converge-go/converge/tables"
 	"github.com/converge-go/converge/tracing"
 )
@@ -24,7 +25,7 @@ import (
 // (collect, operate, commit, prune, report) it runs in order.
 type loop[Obj any] struct {
 	r      *reconciler[Obj]
-	exec   *executor.Executor[op[Obj]]
+	exec   *executor.Executor[work.Op[Obj]]
 	prune  prune.Schedule
 	retry  *time.Timer // fires when the earliest retry is due (see armRetry)
 	probes int         // probe rounds so far: whose turn the next probe is (see collectProbe)
@@ -56,7 +57,7 @@ type loop[Obj any] struct {
 // is run on the next, as what woke it is still there.
 func (r *reconciler[Obj]) run(ctx context.Context, health cell.Health) error {
 	if err := r.feed.open(); err != nil {
-		return fmt.Errorf("reading the changes of table %q: %w", r.objects.table.Name(), err)
+		return fmt.Errorf("reading the changes of table %q: %w", r.objects.Table.Name(), err)
 	}
 	r.join() // the table's other reconcilers, to write with (see shared)
 	r.resetRun(health)
@@ -170,7 +171,7 @@ func (l *loop[Obj]) round(ctx context.Context, paused bool) {
 	if r.keys.lifecycles.Figures().RecheckDue && !paused {
 		l.refresher.Mark(r.dueRechecks(txn, now.UnixNano()))
 	}
-	var work []op[Obj]
+	var work []work.Op[Obj]
 	if broken && room == 1 {
 		work = r.collectProbe(txn, now, l.probes) // 1. one op, for the breaker's probe
 		l.probes++
@@ -225,7 +226,7 @@ func (l *loop[Obj]) stopped() {
 	r.reportStopped()
 	if r.rep.info != nil {
 		txn := r.db.ReadTxn()
-		r.rep.info.Write(r.infoRow(&l.prune, tables.StateStopped, r.objects.table.NumObjects(txn), r.keys.lifecycles.Figures().Retrying, 0, 0, lows.Since))
+		r.rep.info.Write(r.infoRow(&l.prune, tables.StateStopped, r.objects.Table.NumObjects(txn), r.keys.lifecycles.Figures().Retrying, 0, 0, lows.Since))
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/converge-go/converge/reconciler/internal/drift"
 	"github.com/converge-go/converge/reconciler/internal/executor"
 	"github.com/converge-go/converge/reconciler/internal/opreport"
+	"github.com/converge-go/converge/reconciler/internal/work"
 	"github.com/converge-go/converge/tracing"
 )
 
@@ -26,7 +27,7 @@ type runner[Obj any] struct {
 	calls   opreport.Contexts
 	updates []BatchEntry[Obj]
 	deletes []BatchEntry[Obj]
-	ops     []*op[Obj] // the ops of the batch running, in the order given
+	ops     []*work.Op[Obj] // the ops of the batch running, in the order given
 }
 
 func newRunner[Obj any](ctx context.Context, r *reconciler[Obj]) *runner[Obj] {
@@ -40,7 +41,7 @@ func (e *runner[Obj]) callContext() *opreport.Context { return e.calls.Next(e.ct
 // run applies ops, recording each outcome. Each operation starts only if
 // the gate allows it then; the ops it does not start (the gate closed, or
 // the run's context ended) keep ran == false.
-func (e *runner[Obj]) run(txn statedb.ReadTxn, ops []op[Obj]) {
+func (e *runner[Obj]) run(txn statedb.ReadTxn, ops []work.Op[Obj]) {
 	ctx := e.ctx
 	if e.r.target.batchOps != nil {
 		e.runBatches(ctx, txn, ops)
@@ -53,7 +54,7 @@ func (e *runner[Obj]) run(txn statedb.ReadTxn, ops []op[Obj]) {
 	for i := range ops {
 		o := &ops[i]
 		if !o.Delete {
-			o.updated = r.objects.clone(o.Obj)
+			o.Updated = r.objects.Clone(o.Obj)
 		}
 		if ctx.Err() != nil {
 			return
@@ -62,7 +63,7 @@ func (e *runner[Obj]) run(txn statedb.ReadTxn, ops []op[Obj]) {
 		if !ok {
 			return
 		}
-		o.started = start.UnixNano()
+		o.Started = start.UnixNano()
 		name, kind := metrics.OpUpdate, tracing.Update
 		if o.Delete {
 			name, kind = metrics.OpDelete, tracing.Delete
@@ -70,34 +71,34 @@ func (e *runner[Obj]) run(txn statedb.ReadTxn, ops []op[Obj]) {
 		call := e.callContext()
 		opCtx, span := context.Context(call), tracing.Span(nil)
 		if r.opts.tracer != nil {
-			opCtx, span = r.startSpan(call, tracing.Start{Kind: kind, Key: r.objects.opKey(o), Revision: o.Rev, Attempt: max(o.attempt, 1)})
+			opCtx, span = r.startSpan(call, tracing.Start{Kind: kind, Key: r.objects.OpKey(o), Revision: o.Rev, Attempt: max(o.Attempt, 1)})
 		}
 		switch {
 		case o.Delete:
-			o.err = r.call(opCtx, name, func(ctx context.Context) error {
+			o.Err = r.call(opCtx, name, func(ctx context.Context) error {
 				r.gate.Entered()
 				return r.target.ops.Delete(ctx, txn, o.Rev, o.Obj)
 			})
 		case r.target.drift != nil && !r.checkFirst(opCtx, txn, o):
-			// WithDriftCheck: in sync or drift left; o.err is the check's error
+			// WithDriftCheck: in sync or drift left; o.Err is the check's error
 		default:
-			o.err = r.call(opCtx, name, func(ctx context.Context) error {
-				if o.checked == drift.NotChecked {
+			o.Err = r.call(opCtx, name, func(ctx context.Context) error {
+				if o.Checked == drift.NotChecked {
 					r.gate.Entered()
 				}
-				return r.target.ops.Update(ctx, txn, o.Rev, o.updated)
+				return r.target.ops.Update(ctx, txn, o.Rev, o.Updated)
 			})
 		}
-		o.ran = true
+		o.Ran = true
 		drift, recheck := call.Reports.Close()
 		if span != nil {
-			span.End(tracing.End{Outcome: outcome(o.err, r.opts.operationTimeout), Err: o.err})
+			span.End(tracing.End{Outcome: work.Outcome(o.Err, r.opts.operationTimeout), Err: o.Err})
 		}
 		if drift > 0 && o.Refresh && !o.Delete {
-			o.drift = drift
+			o.Drift = drift
 		}
-		if recheck > 0 && o.err == nil && !o.Delete {
-			o.recheck = recheck
+		if recheck > 0 && o.Err == nil && !o.Delete {
+			o.Recheck = recheck
 		}
 		if r.breaker != nil {
 			r.recordOutcome(ctx, o, probe)
@@ -121,26 +122,22 @@ func (r *reconciler[Obj]) enter() (ok, probe bool) {
 	return false, false
 }
 
-// errBatchEntryLost is the outcome of an op whose batch entry the batch
-// operation overwrote: its result is unknown, so it is tried again.
-var errBatchEntryLost = errors.New("batch operation lost the entry: no result for it")
-
 // runBatches applies ops with BatchOperations: deletes first, then updates,
 // or both in one ProcessBatch call if the batch operations implement
 // BatchProcessor. Each entry carries its op, so results are matched to
 // objects whatever order the implementation leaves the entries in.
-func (e *runner[Obj]) runBatches(ctx context.Context, txn statedb.ReadTxn, ops []op[Obj]) {
+func (e *runner[Obj]) runBatches(ctx context.Context, txn statedb.ReadTxn, ops []work.Op[Obj]) {
 	r := e.r
 	for i := range ops {
 		o := &ops[i]
 		if o.Delete {
 			e.deletes = append(e.deletes, BatchEntry[Obj]{Object: o.Obj, Revision: o.Rev, original: o})
 		} else {
-			o.updated = r.objects.clone(o.Obj)
+			o.Updated = r.objects.Clone(o.Obj)
 			if r.target.drift.Applies(o.Refresh, o.Delete) && !e.checkEntry(ctx, txn, o) {
 				continue // WithDriftCheck: it leaves the batch
 			}
-			e.updates = append(e.updates, BatchEntry[Obj]{Object: o.updated, Revision: o.Rev, original: o})
+			e.updates = append(e.updates, BatchEntry[Obj]{Object: o.Updated, Revision: o.Rev, original: o})
 		}
 	}
 	if r.target.processor != nil {
@@ -171,11 +168,11 @@ func (e *runner[Obj]) batch(ctx context.Context, txn statedb.ReadTxn, call batch
 	started := start.UnixNano()
 	for i := range deleted {
 		ops = append(ops, deleted[i].original)
-		deleted[i].original.started = started
+		deleted[i].original.Started = started
 	}
 	for i := range upserted {
 		ops = append(ops, upserted[i].original)
-		upserted[i].original.started = started
+		upserted[i].original.Started = started
 	}
 	defer func() { clear(ops); e.ops = ops[:0] }()
 	ok, probe := r.enter()
@@ -221,26 +218,26 @@ func (e *runner[Obj]) batch(ctx context.Context, txn statedb.ReadTxn, call batch
 	}
 	bind(deleted, err)
 	bind(upserted, err)
-	var refreshed *op[Obj]
+	var refreshed *work.Op[Obj]
 	failed := 0
 	for _, o := range ops {
-		if !o.ran {
-			o.err, o.ran = errBatchEntryLost, true
+		if !o.Ran {
+			o.Err, o.Ran = work.ErrEntryLost, true
 		}
 		if refreshed == nil && o.Refresh && !o.Delete {
 			refreshed = o
 		}
-		if o.err != nil {
+		if o.Err != nil {
 			failed++
 		}
 	}
 	if span != nil {
-		span.End(tracing.End{Outcome: outcome(err, r.opts.operationTimeout), Err: err, Failed: failed})
+		span.End(tracing.End{Outcome: work.Outcome(err, r.opts.operationTimeout), Err: err, Failed: failed})
 	}
 	// Drift reported by a batch counts if the batch refreshed anything: its
 	// first refresh carries it.
 	if drift > 0 && refreshed != nil {
-		refreshed.drift += drift
+		refreshed.Drift += drift
 	}
 	if r.breaker != nil {
 		for _, o := range ops {
@@ -254,24 +251,24 @@ func (e *runner[Obj]) batch(ctx context.Context, txn statedb.ReadTxn, call batch
 // breaker holds is no outcome: o goes back to the queue as if it had not
 // started; one it spares counts no attempt. A failure once ctx ended is the stop's doing (commit takes it
 // for no outcome), and says nothing of the target.
-func (r *reconciler[Obj]) recordOutcome(ctx context.Context, o *op[Obj], probe bool) {
-	if o.err != nil && ctx.Err() != nil {
+func (r *reconciler[Obj]) recordOutcome(ctx context.Context, o *work.Op[Obj], probe bool) {
+	if o.Err != nil && ctx.Err() != nil {
 		return
 	}
 	key := func() string {
-		if o.key != "" {
-			return o.key
+		if o.Key != "" {
+			return o.Key
 		}
-		k, _ := r.objects.keyOf(o.Obj)
+		k, _ := r.objects.KeyOf(o.Obj)
 		return k
 	}
-	again := o.err != nil && o.lastErr != nil && o.err.Error() == o.lastErr.Error()
-	lost := o.err == errBatchEntryLost
-	switch r.breaker.Record(key, breaker.Outcome{Err: o.err, Lost: lost, Again: again, Probe: probe}, r.clock.now()) {
+	again := o.Err != nil && o.LastErr != nil && o.Err.Error() == o.LastErr.Error()
+	lost := o.Err == work.ErrEntryLost
+	switch r.breaker.Record(key, breaker.Outcome{Err: o.Err, Lost: lost, Again: again, Probe: probe}, r.clock.now()) {
 	case breaker.Held:
-		o.ran, o.err, o.recheck = false, nil, 0
+		o.Ran, o.Err, o.Recheck = false, nil, 0
 	case breaker.Spared:
-		o.spared = true
+		o.Spared = true
 	}
 }
 
@@ -281,12 +278,12 @@ func (r *reconciler[Obj]) recordOutcome(ctx context.Context, o *op[Obj], probe b
 // it, with the re-check it asked for if it succeeded.
 func bind[Obj any](entries []BatchEntry[Obj], err error) {
 	for i := range entries {
-		if o := entries[i].original; o != nil && !o.ran {
-			o.err, o.ran = entryErr(entries[i].Result, err), true
+		if o := entries[i].original; o != nil && !o.Ran {
+			o.Err, o.Ran = entryErr(entries[i].Result, err), true
 			if !o.Delete {
-				o.updated = entries[i].Object
-				if o.err == nil {
-					o.recheck = entries[i].RecheckAfter
+				o.Updated = entries[i].Object
+				if o.Err == nil {
+					o.Recheck = entries[i].RecheckAfter
 				}
 			}
 		}
@@ -307,7 +304,7 @@ func (r *reconciler[Obj]) call(ctx context.Context, what string, fn func(context
 			// Mark an error of an operation whose own timeout expired,
 			// to tell it from one of a deadline of the operation's own.
 			if err != nil && ctx.Err() == context.DeadlineExceeded && parent.Err() == nil {
-				err = &timeoutError{err}
+				err = work.Timeout(err)
 			}
 		}()
 	}
@@ -326,7 +323,7 @@ func (r *reconciler[Obj]) call(ctx context.Context, what string, fn func(context
 func (r *reconciler[Obj]) recovered(what string, v any) error {
 	r.log.Error("Reconciler operation panicked; recorded as its error",
 		"operation", what, "panic", v, "stack", string(debug.Stack()))
-	return panicError(v)
+	return work.Panicked(v)
 }
 
 // batchTimeout returns ctx's error if it ran out while a batch ran, so that
@@ -347,8 +344,8 @@ func entryErr(result, batchErr error) error {
 	switch {
 	case result == nil:
 		return batchErr
-	case batchErr != nil && errors.Is(result, context.DeadlineExceeded) && errors.As(batchErr, new(*timeoutError)):
-		return &timeoutError{result}
+	case batchErr != nil && errors.Is(result, context.DeadlineExceeded) && work.IsTimeout(batchErr):
+		return work.Timeout(result)
 	}
 	return result
 }
@@ -397,28 +394,28 @@ func RecheckAfter(ctx context.Context, d time.Duration) {
 // passed the gate (the check ends the start: gate.entered), and records
 // its verdict in o. It reports whether Update must follow (the object
 // drifted and is to be repaired) and the check's error.
-func (r *reconciler[Obj]) checkOne(ctx context.Context, txn statedb.ReadTxn, o *op[Obj]) (update bool, err error) {
+func (r *reconciler[Obj]) checkOne(ctx context.Context, txn statedb.ReadTxn, o *work.Op[Obj]) (update bool, err error) {
 	var v drift.Verdict
 	err = r.call(ctx, "drift check", func(ctx context.Context) (err error) {
 		r.gate.Entered()
-		v, update, err = r.target.drift.Run(ctx, txn, o.Rev, o.Obj, o.unapplied)
+		v, update, err = r.target.drift.Run(ctx, txn, o.Rev, o.Obj, o.Unapplied)
 		return err
 	})
 	if err != nil {
 		return false, err
 	}
-	o.checked = v
+	o.Checked = v
 	return update, nil
 }
 
 // checkFirst runs the drift check (WithDriftCheck) for o, an op of the
 // inline loop or a worker that passed the gate, if it applies, and reports
-// whether Update follows; if not, o.err is the check's error, if any.
-func (r *reconciler[Obj]) checkFirst(ctx context.Context, txn statedb.ReadTxn, o *op[Obj]) (update bool) {
+// whether Update follows; if not, o.Err is the check's error, if any.
+func (r *reconciler[Obj]) checkFirst(ctx context.Context, txn statedb.ReadTxn, o *work.Op[Obj]) (update bool) {
 	if !r.target.drift.Applies(o.Refresh, o.Delete) {
 		return true
 	}
-	update, o.err = r.checkOne(ctx, txn, o)
+	update, o.Err = r.checkOne(ctx, txn, o)
 	return update
 }
 
@@ -427,7 +424,7 @@ func (r *reconciler[Obj]) checkFirst(ctx context.Context, txn statedb.ReadTxn, o
 // whether o goes into the batch: it drifted and is to be repaired. One
 // that does not has its outcome, or never ran (the gate closed) and goes
 // back to the queue.
-func (e *runner[Obj]) checkEntry(ctx context.Context, txn statedb.ReadTxn, o *op[Obj]) bool {
+func (e *runner[Obj]) checkEntry(ctx context.Context, txn statedb.ReadTxn, o *work.Op[Obj]) bool {
 	r := e.r
 	if ctx.Err() != nil {
 		return false
@@ -436,16 +433,16 @@ func (e *runner[Obj]) checkEntry(ctx context.Context, txn statedb.ReadTxn, o *op
 	if !ok {
 		return false
 	}
-	o.started = time.Now().UnixNano()
+	o.Started = time.Now().UnixNano()
 	call := e.callContext()
 	update, err := r.checkOne(call, txn, o)
 	call.Reports.Close()
-	o.err, o.ran = err, true
+	o.Err, o.Ran = err, true
 	if r.breaker != nil {
 		r.recordOutcome(ctx, o, probe) // may put it back: held
 	}
-	if update && o.ran {
-		o.ran = false // the batch's to run
+	if update && o.Ran {
+		o.Ran = false // the batch's to run
 		return true
 	}
 	return false
@@ -454,16 +451,16 @@ func (e *runner[Obj]) checkEntry(ctx context.Context, txn statedb.ReadTxn, o *op
 // newExecutor returns the operate stage of one run of the loop (see
 // package executor): r's ops, run by runners with ctx, the run's context,
 // each starting when r's gate allows.
-func newExecutor[Obj any](ctx context.Context, r *reconciler[Obj]) *executor.Executor[op[Obj]] {
-	return executor.New(executor.Config[op[Obj]]{
+func newExecutor[Obj any](ctx context.Context, r *reconciler[Obj]) *executor.Executor[work.Op[Obj]] {
+	return executor.New(executor.Config[work.Op[Obj]]{
 		Concurrency: r.opts.concurrency, // bounded by validate
 		RoundSize:   r.opts.roundSize,
 		Batch:       r.target.batchOps != nil,
 		Gate:        r.gate,
-		Inline:      func() func(statedb.ReadTxn, []op[Obj]) { return newRunner(ctx, r).run },
-		Worker: func() func([]op[Obj]) {
+		Inline:      func() func(statedb.ReadTxn, []work.Op[Obj]) { return newRunner(ctx, r).run },
+		Worker: func() func([]work.Op[Obj]) {
 			run := newRunner(ctx, r)
-			return func(ops []op[Obj]) { run.run(r.db.ReadTxn(), ops) }
+			return func(ops []work.Op[Obj]) { run.run(r.db.ReadTxn(), ops) }
 		},
 	})
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/converge-go/converge/reconciler/internal/keyqueue"
 	"github.com/converge-go/converge/reconciler/internal/opreport"
 	"github.com/converge-go/converge/reconciler/internal/prune"
+	"github.com/converge-go/converge/reconciler/internal/work"
 	"github.com/converge-go/converge/tracing"
 )
 
@@ -21,7 +22,7 @@ import (
 // and a failed prune is tried again after the retry backoff in force.
 func newPruneSchedule[Obj any](r *reconciler[Obj]) prune.Schedule {
 	return prune.NewSchedule(r.db.ReadTxn(), prune.Config{
-		Tables:   append([]statedb.TableMeta{r.objects.table}, r.opts.startTables...),
+		Tables:   append([]statedb.TableMeta{r.objects.Table}, r.opts.startTables...),
 		Interval: r.opts.pruneInterval,
 		Prune:    r.prune,
 		Backoff: func(failures int) time.Duration {
@@ -67,10 +68,10 @@ func (r *reconciler[Obj]) pruneNow(ctx context.Context, p *prune.Schedule) {
 	// Marked once Prune returned, as before it: no operation's outcome is
 	// committed meanwhile (the loop's goroutine commits).
 	r.keys.lifecycles.Add(keyqueue.Change[Obj]{As: keyqueue.Pruned, Absent: func(obj Obj) bool {
-		_, _, found := r.objects.lookup(txn, obj)
+		_, _, found := r.objects.Lookup(txn, obj)
 		return !found
 	}})
-	if rev := r.objects.table.Revision(txn); rev > r.feed.lastRev {
+	if rev := r.objects.Table.Revision(txn); rev > r.feed.lastRev {
 		r.keys.stales.sawPrune(txn, rev, cut)
 	}
 }
@@ -95,12 +96,12 @@ func (r *reconciler[Obj]) prune(ctx context.Context, txn statedb.ReadTxn) prune.
 		if g := r.target.guard; g != nil {
 			// WithPruneGuard: the plan first, which may hold the prune.
 			planning = true
-			h, err := g.Check(ctx, txn, r.objects.table.All(txn), r.log)
+			h, err := g.Check(ctx, txn, r.objects.Table.All(txn), r.log)
 			if planning, hold = false, h; hold != nil || err != nil {
 				return err
 			}
 		}
-		return r.target.pruner.Prune(ctx, txn, r.objects.table.All(txn))
+		return r.target.pruner.Prune(ctx, txn, r.objects.Table.All(txn))
 	})
 	if planning {
 		err = fmt.Errorf("plan: %w", err) // the plan panicked
@@ -113,13 +114,13 @@ func (r *reconciler[Obj]) prune(ctx context.Context, txn statedb.ReadTxn) prune.
 	}
 	res := prune.Result{At: start, Duration: time.Since(start), Repaired: reports.TakeRepaired()}
 	if span != nil {
-		span.End(tracing.End{Outcome: outcome(err, r.opts.operationTimeout), Err: err, Repaired: res.Repaired})
+		span.End(tracing.End{Outcome: work.Outcome(err, r.opts.operationTimeout), Err: err, Repaired: res.Repaired})
 	}
 	r.rep.metrics.PruneDuration(r.moduleID, r.opts.name, res.Duration)
 	r.rep.metrics.PruneError(r.moduleID, r.opts.name, err)
 	if r.rep.metrics.Prune != nil {
 		r.rep.metrics.Prune.Pruned(r.moduleID, r.opts.name, metrics.PruneStats{
-			Outcome: outcome(err, r.opts.operationTimeout), Repaired: res.Repaired,
+			Outcome: work.Outcome(err, r.opts.operationTimeout), Repaired: res.Repaired,
 		})
 	}
 	if err != nil {

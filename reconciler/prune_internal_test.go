@@ -136,7 +136,7 @@ func TestPruneSeesWhatTheCommitBeforeItWrote(t *testing.T) {
 	// update, object 1 is written back as it was, status included; the
 	// round prunes too.
 	var once sync.Once
-	r.objects.setStatus = func(o *benchObj, st status.Status) *benchObj {
+	r.objects.SetStatus = func(o *benchObj, st status.Status) *benchObj {
 		if o.id == 1 {
 			once.Do(func() { write(v1.clone()) })
 		}
@@ -144,7 +144,7 @@ func TestPruneSeesWhatTheCommitBeforeItWrote(t *testing.T) {
 	}
 	l.prune.Request()
 	l.round(ctx, false)
-	r.objects.setStatus = benchSetStatus
+	r.objects.SetStatus = benchSetStatus
 
 	// Rounds go on until object 1 is Done: the delete, then the
 	// write-back, are applied in turn, each when the one before finished.

@@ -11,8 +11,8 @@ import (
 	"github.com/converge-go/converge/reconciler/internal/breaker"
 	"github.com/converge-go/converge/reconciler/internal/gate"
 	"github.com/converge-go/converge/reconciler/internal/groupcommit"
-	"github.com/converge-go/converge/reconciler/internal/inforows"
 	"github.com/converge-go/converge/reconciler/internal/keyqueue"
+	"github.com/converge-go/converge/reconciler/internal/work"
 	"github.com/converge-go/converge/status"
 	"github.com/converge-go/converge/tracing"
 )
@@ -28,7 +28,7 @@ type reconciler[Obj any] struct {
 	opts     options
 	log      *slog.Logger
 	db       *statedb.DB
-	objects  objects[Obj] // the table, and how to copy its objects and set their status
+	objects  work.Objects[Obj] // the table, and how to copy its objects and set their status
 	moduleID cell.FullModuleID
 	target   target[Obj] // the user's operations
 
@@ -54,71 +54,6 @@ type clock struct {
 	rand func() float64
 }
 
-// objects is how the reconciler reads and writes the user's objects: the
-// table and its primary index, and the functions Register was given to
-// copy an object and to read and replace the reconciler's status in it.
-// Register sets it once; it is read-only after, so safe for concurrent use
-// as far as the user's functions are (the jobs and the workers all call
-// them). The zero value is not usable.
-type objects[Obj any] struct {
-	table     statedb.RWTable[Obj]
-	primary   statedb.Indexer[Obj] // table.PrimaryIndexer()
-	clone     func(Obj) Obj
-	setStatus func(Obj, status.Status) Obj
-	getStatus func(Obj) status.Status
-	set       *setEntry[Obj] // WithStatusSet's; nil without
-}
-
-// setEntry is where a reconciler of WithStatusSet keeps its status: the
-// entry name of the set that get reads and set stores.
-type setEntry[Obj any] struct {
-	name string
-	get  func(Obj) status.Set
-	set  func(Obj, status.Set) Obj
-}
-
-// useSet keeps the status in the entry name of the set get and set reach.
-func (t *objects[Obj]) useSet(name string, get func(Obj) status.Set, set func(Obj, status.Set) Obj) {
-	t.set = &setEntry[Obj]{name, get, set}
-	t.setStatus = func(obj Obj, st status.Status) Obj { return set(obj, get(obj).Set(name, st)) }
-	t.getStatus = func(obj Obj) status.Status { return get(obj).Get(name) }
-}
-
-// keyOf returns obj's primary key. StateDB does not store an object whose
-// primary indexer gives it no key, so every object read from the table has
-// one; ok is false only for an object a user function changed (see
-// ErrNoPrimaryKey).
-func (t *objects[Obj]) keyOf(obj Obj) (key string, ok bool) {
-	k, ok := t.primary.ObjectToKey(obj)
-	return string(k), ok
-}
-
-// lookup returns the object of the table with obj's primary key. An object
-// without a primary key is never found.
-func (t *objects[Obj]) lookup(txn statedb.ReadTxn, obj Obj) (Obj, statedb.Revision, bool) {
-	q, ok := t.primary.QueryFromObject(obj)
-	if !ok {
-		var zero Obj
-		return zero, 0, false
-	}
-	return t.table.Get(txn, q)
-}
-
-// withStatus returns a copy of obj carrying the status st. Objects read
-// from the table are shared: setStatus is given a clone, never obj itself.
-func (t *objects[Obj]) withStatus(obj Obj, st status.Status) Obj {
-	return t.setStatus(t.clone(obj), st)
-}
-
-// opKey returns o's primary key for messages.
-func (t *objects[Obj]) opKey(o *op[Obj]) string {
-	if o.key != "" {
-		return inforows.DisplayKey(o.key)
-	}
-	key, _ := t.keyOf(o.Obj)
-	return inforows.DisplayKey(key)
-}
-
 // writtenBack records that cur, found where the version asked for by the
 // status statusID was applied or tried, carries another status of this
 // reconciler. One that asks for nothing and is older than statusID, or
@@ -127,12 +62,12 @@ func (t *objects[Obj]) opKey(o *op[Obj]) string {
 // (see staleness), and cur is new work when its change is read. So is a
 // Done without identity (a literal, or decoded), whose age nothing tells.
 func (r *reconciler[Obj]) writtenBack(cur Obj, statusID uint64) {
-	st := r.objects.getStatus(cur)
+	st := r.objects.GetStatus(cur)
 	switch {
 	case st.IsPendingOrRefreshing(), st.ID() == 0 && st.Kind != status.KindDone, statusID != 0 && st.ID() >= statusID:
 		return
 	}
-	if key, ok := r.objects.primary.ObjectToKey(cur); ok {
+	if key, ok := r.objects.Primary.ObjectToKey(cur); ok {
 		// Every status before statusID is stale, and st with them.
 		r.keys.lifecycles.Add(keyqueue.Change[Obj]{RawKey: key, As: keyqueue.WrittenBack, Cut: max(statusID, st.ID()+1) - 1})
 	}

@@ -18,8 +18,8 @@ import (
 // (settings.refreshing), not r.opts, and the re-checks' marking.
 func (r *reconciler[Obj]) newRefresher() *refresh.Refresher[Obj] {
 	return refresh.New(refresh.Config[Obj]{
-		DB: r.db, Table: r.objects.table,
-		Status: r.objects.getStatus, WithStatus: r.objects.withStatus,
+		DB: r.db, Table: r.objects.Table,
+		Status: r.objects.GetStatus, WithStatus: r.objects.WithStatus,
 		NoKey:    func(obj Obj) { r.noKey("a refresh mark (setStatus removed it)", obj) },
 		Now:      func() time.Time { return r.clock.now() },
 		Settings: r.settings.refreshing,
@@ -46,11 +46,11 @@ func (r *reconciler[Obj]) newRefresher() *refresh.Refresher[Obj] {
 // changed or deleted object has had, or has, its own turn.
 func (r *reconciler[Obj]) dueRechecks(txn statedb.ReadTxn, now int64) (due []refresh.Candidate[Obj]) {
 	for _, c := range r.keys.lifecycles.Take(keyqueue.Rechecks, math.MaxInt, now, nil) {
-		cur, rev, found := r.objects.lookup(txn, c.Obj)
+		cur, rev, found := r.objects.Lookup(txn, c.Obj)
 		if !found {
 			continue
 		}
-		if st := r.objects.getStatus(cur); st.Kind == status.KindDone && st.ID() == c.StatusID {
+		if st := r.objects.GetStatus(cur); st.Kind == status.KindDone && st.ID() == c.StatusID {
 			due = append(due, refresh.Candidate[Obj]{Obj: cur, Rev: rev})
 		}
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/converge-go/converge/reconciler/internal/inforows"
 	"github.com/converge-go/converge/reconciler/internal/keyqueue"
 	"github.com/converge-go/converge/reconciler/internal/report"
+	"github.com/converge-go/converge/reconciler/internal/work"
 	"github.com/converge-go/converge/status"
 	"github.com/converge-go/converge/tables"
 )
@@ -97,19 +98,19 @@ func Register[Obj any](
 		gate:          gate.New(),
 		keys:          keys[Obj]{lifecycles: keyqueue.New[Obj](inforows.DisplayKey)},
 		clock:         clock{now: time.Now, rand: rand.Float64},
-		objects: objects[Obj]{
-			table:     table,
-			primary:   table.PrimaryIndexer(),
-			clone:     clone,
-			setStatus: setStatus,
-			getStatus: getStatus,
+		objects: work.Objects[Obj]{
+			Table:     table,
+			Primary:   table.PrimaryIndexer(),
+			Clone:     clone,
+			SetStatus: setStatus,
+			GetStatus: getStatus,
 		},
 	}
 
 	r.settings = newSettings(o)
 	if o.breakerFailures > 0 {
 		r.breaker = breaker.New(breaker.Config{
-			Threshold: o.breakerFailures, AboutTarget: r.classifier(), RetryAfter: retryAfter,
+			Threshold: o.breakerFailures, AboutTarget: r.classifier(), RetryAfter: work.RetryDelay,
 			ProbeMin: o.breakerBackoff, ProbeMax: o.retryMax, Gate: r.gate, OnTransit: r.logBreaker,
 		})
 	}

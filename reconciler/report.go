@@ -12,13 +12,14 @@ import (
 	"github.com/converge-go/converge/reconciler/internal/keyqueue"
 	"github.com/converge-go/converge/reconciler/internal/prune"
 	"github.com/converge-go/converge/reconciler/internal/report"
+	"github.com/converge-go/converge/reconciler/internal/work"
 	"github.com/converge-go/converge/tables"
 )
 
 // report is the last stage of a round: it counts the figures of the
 // commit c, and publishes progress for WaitUntilReconciled, metrics, the
 // reconciler's rows in the tables of Params.Tables, and health.
-func (r *reconciler[Obj]) report(txn statedb.ReadTxn, work []op[Obj], c commitOutcome, load executor.Load, p *prune.Schedule, now time.Time, paused bool) {
+func (r *reconciler[Obj]) report(txn statedb.ReadTxn, work []work.Op[Obj], c commitOutcome, load executor.Load, p *prune.Schedule, now time.Time, paused bool) {
 	r.rep.committed(r.moduleID, r.opts.name, c.figures)
 	lc := r.keys.lifecycles
 	f, lows := lc.Figures(), lc.Lows() // read once: the round is over
@@ -47,7 +48,7 @@ func (r *reconciler[Obj]) report(txn statedb.ReadTxn, work []op[Obj], c commitOu
 		}
 		retries := 0
 		for i := range work {
-			if s := work[i].s; s != nil && s.View().Attempts > 0 {
+			if s := work[i].S; s != nil && s.View().Attempts > 0 {
 				retries++
 			}
 		}
@@ -77,10 +78,10 @@ func (r *reconciler[Obj]) report(txn statedb.ReadTxn, work []op[Obj], c commitOu
 		LimiterErr:   r.rep.limiterErr,
 		BreakerErr:   brk.Err,
 		PruneHeld:    heldErr,
-	}, func() int { return r.objects.table.NumObjects(txn) }, lc.Errors)
+	}, func() int { return r.objects.Table.NumObjects(txn) }, lc.Errors)
 
 	if r.rep.info != nil {
-		info := r.infoRow(p, state, r.objects.table.NumObjects(txn), failing, inFlight, load.Busy, oldest)
+		info := r.infoRow(p, state, r.objects.Table.NumObjects(txn), failing, inFlight, load.Busy, oldest)
 		if brk.Open {
 			info.TargetFailingSince, info.TargetError = brk.Since, brk.Err.Error()
 		}
@@ -119,7 +120,7 @@ func (r *reconciler[Obj]) reportPrune(p *prune.Schedule) {
 		LimiterErr:   r.rep.limiterErr,
 		BreakerErr:   breakerErr,
 		PruneHeld:    heldErr,
-	}, func() int { return r.objects.table.NumObjects(r.db.ReadTxn()) }, lc.Errors)
+	}, func() int { return r.objects.Table.NumObjects(r.db.ReadTxn()) }, lc.Errors)
 	if r.rep.info != nil {
 		row := r.rep.info.Last()
 		row.State, row.DriftRepaired = state, uint64(r.rep.totals.RefreshRepaired+p.Repaired())
@@ -140,7 +141,7 @@ func (r *reconciler[Obj]) reportWaiting(txn statedb.ReadTxn, waiting []string, p
 	r.rep.health.OK(msg)
 	if r.rep.info != nil {
 		lc := r.keys.lifecycles
-		r.rep.info.Write(r.infoRow(p, state, r.objects.table.NumObjects(txn), lc.Figures().Retrying, 0, 0, lc.Lows().Since))
+		r.rep.info.Write(r.infoRow(p, state, r.objects.Table.NumObjects(txn), lc.Figures().Retrying, 0, 0, lc.Lows().Since))
 	}
 }
 

@@ -37,18 +37,18 @@ var floorGetStatus = benchGetStatus
 func BenchmarkRestartDone(b *testing.B) {
 	b.Run("converge", func(b *testing.B) {
 		r := newBenchReconciler(b, false)
-		insertDone(r.db, r.objects.table, restartObjects)
+		insertDone(r.db, r.objects.Table, restartObjects)
 		ctx := context.Background()
 		health, _ := cell.NewSimpleHealth()
 		for b.Loop() {
-			r.feed.changes, r.feed.started = changes.New(r.db, statedb.Table[*benchObj](r.objects.table)), false
+			r.feed.changes, r.feed.started = changes.New(r.db, statedb.Table[*benchObj](r.objects.Table)), false
 			if err := r.feed.open(); err != nil {
 				b.Fatal(err)
 			}
 			r.resetRun(health)
 			l := &loop[*benchObj]{r: r, exec: newExecutor(ctx, r)}
 			l.round(ctx, false)
-			if got, want := r.feed.lastRev, r.objects.table.Revision(r.db.ReadTxn()); got != want {
+			if got, want := r.feed.lastRev, r.objects.Table.Revision(r.db.ReadTxn()); got != want {
 				b.Fatalf("read up to %d, want %d", got, want)
 			}
 			r.feed.changes.Close()

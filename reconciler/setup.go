@@ -10,6 +10,7 @@ import (
 	"github.com/converge-go/converge/reconciler/internal/backoff"
 	"github.com/converge-go/converge/reconciler/internal/prune"
 	"github.com/converge-go/converge/reconciler/internal/setup"
+	"github.com/converge-go/converge/reconciler/internal/work"
 	"github.com/converge-go/converge/tables"
 )
 
@@ -33,7 +34,7 @@ func (r *reconciler[Obj]) setUp(ctx context.Context, s *setup.Step, p *prune.Sch
 		Backoff: func(attempts int) time.Duration {
 			return backoff.Wait(attempts, r.opts.retryMin, r.opts.retryMax, r.opts.retryJitter, r.clock.rand())
 		},
-		RetryAfter: retryAfter,
+		RetryAfter: work.RetryDelay,
 		Report:     func(s setup.Step, paused bool) { r.reportSetup(s, p, paused) },
 		Log:        r.log,
 	})
@@ -57,7 +58,7 @@ func (r *reconciler[Obj]) reportSetup(s setup.Step, p *prune.Schedule, paused bo
 	if r.rep.info != nil {
 		txn := r.db.ReadTxn()
 		lc := r.keys.lifecycles
-		row := r.infoRow(p, state, r.objects.table.NumObjects(txn), lc.Figures().Retrying, 0, 0, lc.Lows().Since)
+		row := r.infoRow(p, state, r.objects.Table.NumObjects(txn), lc.Figures().Retrying, 0, 0, lc.Lows().Since)
 		row.SetupAttempts = s.Attempts
 		if s.Err != nil {
 			row.SetupError = s.Err.Error()

@@ -7,7 +7,7 @@ import (
 // join makes the reconciler a member of its table's group, for a run of
 // the job.
 func (r *reconciler[Obj]) join() {
-	r.group.member = groupcommit.Join(r.db, r.objects.table)
+	r.group.member = groupcommit.Join(r.db, r.objects.Table)
 }
 
 // leave ends the membership, at the end of a run.

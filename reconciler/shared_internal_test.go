@@ -16,7 +16,7 @@ import (
 // runs beside other tests).
 func TestAwaitLandedPublishesTheProgressOwed(t *testing.T) {
 	r := newBenchReconciler(t, false)
-	insertDone(r.db, r.objects.table, 3)
+	insertDone(r.db, r.objects.Table, 3)
 	if err := r.feed.open(); err != nil {
 		t.Fatal(err)
 	}
@@ -32,7 +32,7 @@ func TestAwaitLandedPublishesTheProgressOwed(t *testing.T) {
 	if r.owedC() != nil {
 		t.Error("progress still owed once landed")
 	}
-	want := r.objects.table.Revision(r.db.ReadTxn())
+	want := r.objects.Table.Revision(r.db.ReadTxn())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if got, _, err := r.rep.progress.Wait(ctx, want); err != nil || got < want {

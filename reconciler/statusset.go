@@ -36,7 +36,7 @@ func WithStatusSet[Obj any](get func(Obj) status.Set, set func(Obj, status.Set) 
 			case rr.opts.name == "":
 				return fmt.Errorf("reconciler.Register: WithStatusSet needs the name of WithName, the reconciler's entry in the set: %w", ErrInvalidConfig)
 			}
-			rr.objects.useSet(rr.opts.name, get, set)
+			rr.objects.UseSet(rr.opts.name, get, set)
 			return nil
 		}
 	}

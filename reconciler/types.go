@@ -2,8 +2,6 @@ package reconciler
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"iter"
 	"log/slog"
 	"time"
@@ -13,8 +11,7 @@ import (
 	"github.com/cilium/statedb"
 
 	"github.com/converge-go/converge/metrics"
-	"github.com/converge-go/converge/reconciler/internal/drift"
-	"github.com/converge-go/converge/reconciler/internal/keyqueue"
+	"github.com/converge-go/converge/reconciler/internal/work"
 	"github.com/converge-go/converge/tables"
 )
 
@@ -157,7 +154,7 @@ type BatchEntry[Obj any] struct {
 	// asks for nothing.
 	RecheckAfter time.Duration
 
-	original *op[Obj] // the op this entry stands for
+	original *work.Op[Obj] // the op this entry stands for
 }
 
 // BatchOperations applies many objects in one call, for targets where that
@@ -219,11 +216,6 @@ type pruner[Obj any] interface {
 	Prune(ctx context.Context, txn statedb.ReadTxn, objects iter.Seq2[Obj, statedb.Revision]) error
 }
 
-type terminalError struct{ err error }
-
-func (e *terminalError) Error() string { return e.err.Error() }
-func (e *terminalError) Unwrap() error { return e.err }
-
 // TerminalError marks err as one that retrying cannot fix. From Update (or
 // an UpdateBatch entry), the object is marked Error with err's text and is
 // not retried until it changes. It is counted in the error metrics but,
@@ -231,26 +223,10 @@ func (e *terminalError) Unwrap() error { return e.err }
 // deleted object cannot change any more, and a delete must not be lost, so
 // it is retried with backoff like any failure. Errors wrapping the returned
 // error are recognised too. TerminalError(nil) is nil.
-func TerminalError(err error) error {
-	if err == nil {
-		return nil
-	}
-	return &terminalError{err}
-}
+func TerminalError(err error) error { return work.Terminal(err) }
 
 // IsTerminal reports whether err is or wraps an error made by [TerminalError].
-func IsTerminal(err error) bool {
-	var t *terminalError
-	return errors.As(err, &t)
-}
-
-type retryAfterError struct {
-	after time.Duration
-	err   error
-}
-
-func (e *retryAfterError) Error() string { return e.err.Error() }
-func (e *retryAfterError) Unwrap() error { return e.err }
+func IsTerminal(err error) bool { return work.IsTerminal(err) }
 
 // RetryAfter asks for the next attempt after d instead of after the backoff.
 // d <= 0 means as soon as possible. The object is marked Error with err's
@@ -261,52 +237,5 @@ func RetryAfter(d time.Duration, err error) error {
 	if err == nil {
 		err = ErrRetryRequested
 	}
-	return &retryAfterError{after: max(d, 0), err: err}
-}
-
-// retryAfter returns the delay requested with RetryAfter, if any.
-func retryAfter(err error) (time.Duration, bool) {
-	var r *retryAfterError
-	if errors.As(err, &r) {
-		return r.after, true
-	}
-	return 0, false
-}
-
-// timeoutError marks the error of an operation that exceeded the operation
-// timeout.
-type timeoutError struct{ err error }
-
-func (e *timeoutError) Error() string { return e.err.Error() }
-func (e *timeoutError) Unwrap() error { return e.err }
-
-// panicError records a recovered panic.
-func panicError(v any) error {
-	return fmt.Errorf("%w: %v", ErrPanic, v)
-}
-
-// task is one version of one object to apply, or one deleted object: what
-// the key queue holds for a key, and what an op applies.
-type task[Obj any] = keyqueue.Task[Obj]
-
-// op is one job handed to the executor, and its outcome.
-type op[Obj any] struct {
-	task[Obj]
-	s       *keyqueue.State[Obj] // nil: an untracked task of the inline executor (see keyqueue.State)
-	key     string               // s's key, or for an untracked job "" until needed
-	attempt int                  // which attempt this is for a tracked key (1: the first), else 0
-	lastErr error                // the error of the attempt before, if it failed
-	updated Obj                  // an update's clone, as Update left it
-	started int64                // when the operation started (Unix ns)
-	err     error
-	ran     bool          // the operation returned and err is its outcome
-	written bool          // commit wrote the status of an update
-	over    bool          // ... over a changed object carrying the same status: the version it applied
-	noKey   bool          // the status could not be written: the object had no primary key
-	spared  bool          // a failure while the breaker was open: it counts no attempt (see verdict)
-	recheck time.Duration // an update that succeeded: re-check after this (RecheckAfter)
-	drift   int64         // drift a refresh reported repaired (ReportRepaired; a batch's on its first refresh), for commit to count
-	checked drift.Verdict // what the drift check said (WithDriftCheck); NotChecked if it did not run or failed
-	// unapplied: the key's last update failed; report-only repairs drift (see driftPrepare)
-	unapplied bool
+	return work.RetryAfter(d, err)
 }

@@ -1,0 +1,73 @@
+package work
+
+import (
+	"github.com/cilium/statedb"
+
+	"github.com/converge-go/converge/reconciler/internal/inforows"
+	"github.com/converge-go/converge/status"
+)
+
+// Objects is how a reconciler reads and writes the user's objects: the
+// table and its primary index, and the functions Register was given to
+// copy an object and to read and replace the reconciler's status in it.
+// Register sets it once; it is read-only after, so safe for concurrent use
+// as far as the user's functions are (the jobs and the workers all call
+// them). The zero value is not usable.
+type Objects[Obj any] struct {
+	Table     statedb.RWTable[Obj]
+	Primary   statedb.Indexer[Obj] // Table.PrimaryIndexer()
+	Clone     func(Obj) Obj
+	SetStatus func(Obj, status.Status) Obj
+	GetStatus func(Obj) status.Status
+	Set       *SetEntry[Obj] // WithStatusSet's; nil without
+}
+
+// SetEntry is where a reconciler of WithStatusSet keeps its status: the
+// entry Name of the set that Get reads and Put stores.
+type SetEntry[Obj any] struct {
+	Name string
+	Get  func(Obj) status.Set
+	Put  func(Obj, status.Set) Obj
+}
+
+// UseSet keeps the status in the entry name of the set get and put reach.
+func (t *Objects[Obj]) UseSet(name string, get func(Obj) status.Set, put func(Obj, status.Set) Obj) {
+	t.Set = &SetEntry[Obj]{name, get, put}
+	t.SetStatus = func(obj Obj, st status.Status) Obj { return put(obj, get(obj).Set(name, st)) }
+	t.GetStatus = func(obj Obj) status.Status { return get(obj).Get(name) }
+}
+
+// KeyOf returns obj's primary key. StateDB does not store an object whose
+// primary indexer gives it no key, so every object read from the table has
+// one; ok is false only for an object a user function changed (see
+// reconciler.ErrNoPrimaryKey).
+func (t *Objects[Obj]) KeyOf(obj Obj) (key string, ok bool) {
+	k, ok := t.Primary.ObjectToKey(obj)
+	return string(k), ok
+}
+
+// Lookup returns the object of the table with obj's primary key. An object
+// without a primary key is never found.
+func (t *Objects[Obj]) Lookup(txn statedb.ReadTxn, obj Obj) (Obj, statedb.Revision, bool) {
+	q, ok := t.Primary.QueryFromObject(obj)
+	if !ok {
+		var zero Obj
+		return zero, 0, false
+	}
+	return t.Table.Get(txn, q)
+}
+
+// WithStatus returns a copy of obj carrying the status st. Objects read
+// from the table are shared: SetStatus is given a clone, never obj itself.
+func (t *Objects[Obj]) WithStatus(obj Obj, st status.Status) Obj {
+	return t.SetStatus(t.Clone(obj), st)
+}
+
+// OpKey returns o's primary key for messages.
+func (t *Objects[Obj]) OpKey(o *Op[Obj]) string {
+	if o.Key != "" {
+		return inforows.DisplayKey(o.Key)
+	}
+	key, _ := t.KeyOf(o.Obj)
+	return inforows.DisplayKey(key)
+}
