@@ -10,7 +10,6 @@ package reconciler
 
 import (
 	"context"
-	"fmt"
 	"iter"
 	"strconv"
 	"testing"
@@ -24,10 +23,6 @@ import (
 
 	"github.com/converge-go/converge/metrics"
 	"github.com/converge-go/converge/status"
-
-	"github.com/converge-go/converge/reconciler/internal/inforows"
-	"github.com/converge-go/converge/reconciler/internal/keyqueue"
-	"github.com/converge-go/converge/reconciler/internal/work"
 )
 
 // benchRound is how many objects one benchmark round handles, the default
@@ -194,84 +189,6 @@ func benchRounds(b *testing.B, batch bool, opts ...Option) {
 		// own status writes, which it skips.
 		for range 2 {
 			l.round(ctx, false)
-		}
-	}
-	reportPerObject(b, benchRound)
-}
-
-// BenchmarkCommit measures committing 1000 successful updates: one write
-// transaction of compare-and-swaps writing Done statuses. Besides the time
-// per object it reports locked-ns/object, the part of it spent in the write
-// transaction, when the table is locked to every other writer (all of
-// BenchmarkCommitFloor's time is).
-func BenchmarkCommit(b *testing.B) {
-	r := newBenchReconciler(b, false)
-	insertPending(r, benchRound)
-	ops := make([]work.Op[*benchObj], 0, benchRound)
-	var locked time.Duration
-	for b.Loop() {
-		b.StopTimer()
-		ops = ops[:0]
-		for obj, rev := range r.objects.Table.All(r.db.ReadTxn()) {
-			ops = append(ops, work.Op[*benchObj]{Task: keyqueue.Task[*benchObj]{Obj: obj, Rev: rev, StatusID: obj.st.ID(), Since: obj.st.UpdatedAt}, Updated: obj.clone(), Ran: true})
-		}
-		b.StartTimer()
-		now := time.Now()
-		r.prepare(ops, now)
-		t0 := time.Now()
-		r.write(ops, now)
-		locked += time.Since(t0)
-		if out := r.settle(ops, now); out.failed != 0 {
-			b.Fatalf("%d failed", out.failed)
-		}
-	}
-	reportPerObject(b, benchRound)
-	b.ReportMetric(float64(locked.Nanoseconds())/(float64(b.N)*benchRound), "locked-ns/object")
-}
-
-// BenchmarkCommitFloor is BenchmarkCommit's yardstick: the same 1000
-// compare-and-swaps of Done statuses in one write transaction, written
-// directly, with none of commit's bookkeeping.
-func BenchmarkCommitFloor(b *testing.B) {
-	r := newBenchReconciler(b, false)
-	insertPending(r, benchRound)
-	ops := make([]work.Op[*benchObj], 0, benchRound)
-	for b.Loop() {
-		b.StopTimer()
-		ops = ops[:0]
-		for obj, rev := range r.objects.Table.All(r.db.ReadTxn()) {
-			ops = append(ops, work.Op[*benchObj]{Updated: obj.clone(), Task: keyqueue.Task[*benchObj]{Rev: rev}})
-		}
-		b.StartTimer()
-		wtxn := r.db.WriteTxn(r.objects.Table)
-		for i := range ops {
-			ops[i].Updated.st = status.Done()
-			if _, _, err := r.objects.Table.CompareAndSwap(wtxn, ops[i].Rev, ops[i].Updated); err != nil {
-				b.Fatal(err)
-			}
-		}
-		wtxn.Commit()
-	}
-	reportPerObject(b, benchRound)
-}
-
-// BenchmarkCommitErrors measures committing 1000 failed updates: Error
-// statuses plus 1000 retries queued (and then dropped, untimed).
-func BenchmarkCommitErrors(b *testing.B) {
-	r := newBenchReconciler(b, false)
-	insertPending(r, benchRound)
-	ops := make([]work.Op[*benchObj], 0, benchRound)
-	errFail := fmt.Errorf("bench failure")
-	for b.Loop() {
-		b.StopTimer()
-		r.keys.lifecycles = keyqueue.New[*benchObj](inforows.DisplayKey)
-		ops = ops[:0]
-		for obj, rev := range r.objects.Table.All(r.db.ReadTxn()) {
-			ops = append(ops, work.Op[*benchObj]{Task: keyqueue.Task[*benchObj]{Obj: obj, Rev: rev, StatusID: obj.st.ID()}, Updated: obj.clone(), Err: errFail, Ran: true})
-		}
-		b.StartTimer()
-		if out := r.commit(ops, false, time.Now()); out.failed != benchRound {
-			b.Fatalf("%d failed", out.failed)
 		}
 	}
 	reportPerObject(b, benchRound)

@@ -46,12 +46,10 @@ func (f *feed[Obj]) open() error {
 	return nil
 }
 
-// wrote records that a commit wrote the statuses at the revisions w (none
-// if w is zero): their changes are the loop's own (see ownWrites).
-func (f *feed[Obj]) wrote(w revRange) {
-	if w.hi > 0 {
-		f.own.add(w.lo, w.hi, f.lastRev)
-	}
+// wrote records that a commit wrote the statuses at the revisions lo to hi:
+// their changes are the loop's own (see ownWrites).
+func (f *feed[Obj]) wrote(lo, hi statedb.Revision) {
+	f.own.add(lo, hi, f.lastRev)
 }
 
 // closedChan is a closed channel: receiving from it never blocks.

@@ -1,5 +1,7 @@
 package reconciler
 
+import "github.com/converge-go/converge/reconciler/internal/commit"
+
 // Configure implements Reconciler.
 func (r *reconciler[Obj]) Configure(opts ...Option) error {
 	return r.settings.configure(r.target.pruner != nil, opts)
@@ -26,5 +28,11 @@ func (r *reconciler[Obj]) applySettings() (old options, ok bool) {
 		// doubling its probes' backoff towards it, hours apart.
 		r.breaker.SetProbeMax(o.retryMax, r.clock.now())
 	}
+	r.commit.SetPolicy(r.opts.commitPolicy())
 	return old, true
+}
+
+// commitPolicy is what the commit stage settles outcomes by.
+func (o *options) commitPolicy() commit.Policy {
+	return commit.Policy{MaxAttempts: o.maxAttempts, RetryMin: o.retryMin, RetryMax: o.retryMax, RetryJitter: o.retryJitter, OperationTimeout: o.operationTimeout}
 }

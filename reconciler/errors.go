@@ -27,7 +27,7 @@ var (
 	// object without a primary key, so it arises only from such a change;
 	// elsewhere (a clone or setStatus that drops the key) the object is left
 	// alone and the reconciler logs an error naming this.
-	ErrNoPrimaryKey = errors.New("object has no primary key")
+	ErrNoPrimaryKey = work.ErrNoPrimaryKey
 
 	// ErrIndexNotFound is returned by [WaitForReconciliation] when the given
 	// status index is not an index of the table.

@@ -15,7 +15,7 @@ import (
 // metrics, the progress WaitUntilReconciled waits on, the reconciler's rows
 // in the tables of Params.Tables, health) and what it keeps of a run to
 // publish there (health as last reported, the round limiter's error, the
-// commits' figures and the failure logs' rate limit). Register makes it:
+// totals of its commits, whether a round's progress is owed). Register makes it:
 // the zero value is not usable. reset readies it for a run. It is not safe
 // for concurrent use: the reconcile job's goroutine owns it, but for
 // progress, which any goroutine may wait on, and metrics and info, which
@@ -29,20 +29,19 @@ type reporter[Obj any] struct {
 	health     report.Health
 	limiterErr error                           // why the round limiter's last Wait failed, or nil
 	reported   struct{ failing, inFlight int } // as last given to the metrics
-	figures    report.Figures                  // of the last commit, which filled it (see settle)
 	totals     report.Totals                   // since the run started, for the reconcilers table
-	failLog    report.FailLog                  // of the failures commit logs
+	owed       bool                            // the round's progress waits for the group's write to land (see progressOwed)
 }
 
 // reset readies it for a run of the reconcile job reporting to health.
 // It writes only the state of a run: other goroutines read the rest.
 func (rep *reporter[Obj]) reset(health cell.Health) {
 	rep.health, rep.limiterErr = report.NewHealth(health), nil
-	rep.reported, rep.figures, rep.totals, rep.failLog = struct{ failing, inFlight int }{}, report.Figures{}, report.Totals{}, report.FailLog{}
+	rep.reported, rep.totals, rep.owed = struct{ failing, inFlight int }{}, report.Totals{}, false
 }
 
 // committed counts fig, the figures of a commit of the reconciler of
-// module and name (see commitOutcome), in the totals and reports them to
+// module and name (see commit.Outcome), in the totals and reports them to
 // the metrics. A nil fig, of a commit without ops, reports nothing.
 func (rep *reporter[Obj]) committed(module cell.FullModuleID, name string, fig *report.Figures) {
 	if fig == nil {

@@ -59,7 +59,7 @@ func (r *reconciler[Obj]) run(ctx context.Context, health cell.Health) error {
 	if err := r.feed.open(); err != nil {
 		return fmt.Errorf("reading the changes of table %q: %w", r.objects.Table.Name(), err)
 	}
-	r.join() // the table's other reconcilers, to write with (see shared)
+	r.commit.Join() // the table's other reconcilers, to write with (see commit.Committer.Join)
 	r.resetRun(health)
 	window := retryWindow(r.opts) // of the retries carried over the stop
 	r.applySettings()             // Configure's, while stopped
@@ -87,8 +87,8 @@ func (r *reconciler[Obj]) run(ctx context.Context, health cell.Health) error {
 		if paused != l.wasPaused || (watch != nil && r.keys.lifecycles.Figures().Queued > 0) {
 			pauseChanged = closedChan // a round now
 		}
-		if r.group.busy {
-			r.idle(watch) // a leader of the table's other reconcilers holds for it no longer
+		if r.commit.Busy() {
+			r.commit.Idle(watch) // a leader of the table's other reconcilers holds for it no longer
 		}
 		var pruneC <-chan struct{}
 		if l.prune.Due() && l.reported && !paused && (r.breaker == nil || !r.breaker.State().Open) {
@@ -153,7 +153,7 @@ func (l *loop[Obj]) round(ctx context.Context, paused bool) {
 	if r.opts.tracer != nil {
 		began = time.Now()
 	}
-	if r.group.landed != nil {
+	if r.commit.Landed() != nil {
 		r.landFirst() // the table's other reconcilers' write of this one's statuses, if the round may read them
 	}
 	now, txn := r.clock.now(), r.db.ReadTxn()
@@ -179,22 +179,22 @@ func (l *loop[Obj]) round(ctx context.Context, paused bool) {
 		work = r.collect(txn, now, room) // 1. queued, fresh, retries, deferred
 	}
 	if len(work) > 0 {
-		r.beginRound() // the table's other reconcilers may hold their write for this round's
+		r.commit.Begin() // the table's other reconcilers may hold their write for this round's
 	}
 	if r.target.drift != nil {
 		r.driftPrepare(work) // report-only: repair the keys whose last update failed
 	}
-	finished := l.exec.Operate(txn, work)                          // 2. started at the gate; what finished
-	outcome := r.commit(finished, ctx.Err() != nil, r.clock.now()) // 3. statuses written, keys settled
-	r.feed.wrote(outcome.wrote)
+	finished := l.exec.Operate(txn, work)                                 // 2. started at the gate; what finished
+	outcome := r.commit.Commit(finished, ctx.Err() != nil, r.clock.now()) // 3. statuses written, keys settled
+	r.ownWrote(outcome)
 	l.prune.Tables.Check(txn)
 	end := r.clock.now()
 	r.report(txn, work, outcome, l.exec.Load(end), &l.prune, end, paused) // 4. progress, metrics, tables, health
 	l.reported = true
 	l.prune.RoundRead(len(work)) // a held prune is planned again
-	if r.opts.tracer != nil && (len(work) > 0 || outcome.committed > 0 || outcome.failed > 0) {
+	if r.opts.tracer != nil && (len(work) > 0 || outcome.Committed > 0 || outcome.Failed > 0) {
 		_, span := r.startSpan(ctx, tracing.Start{Kind: tracing.Round, Time: began})
-		span.End(tracing.End{Collected: len(work), Committed: outcome.committed, Failed: outcome.failed})
+		span.End(tracing.End{Collected: len(work), Committed: outcome.Committed, Failed: outcome.Failed})
 	}
 	// The buffers are kept for the next round: let go of their objects
 	// (a round of deletes would keep the deleted objects until then).
@@ -213,12 +213,12 @@ func (l *loop[Obj]) stopped() {
 		r.Prune() // the request waits in r.pruneRequests for the next start
 	}
 	r.gate.SetStopping(true)
-	r.leave()             // no one holds for it, and what is left it writes alone
+	r.commit.Leave()      // no one holds for it, and what is left it writes alone
 	left := l.exec.Stop() // waits for the operations under way to return
-	out := r.commit(left, true, r.clock.now())
-	r.feed.wrote(out.wrote)
+	out := r.commit.Commit(left, true, r.clock.now())
+	r.ownWrote(out)
 	r.awaitLanded() // before the progress below
-	r.rep.committed(r.moduleID, r.opts.name, out.figures)
+	r.rep.committed(r.moduleID, r.opts.name, out.Figures)
 	r.breaker.Reset(r.clock.now())
 	lows := r.keys.lifecycles.Lows()
 	r.rep.progress.Update(r.progressRev(lows), lows.Retry)
@@ -282,6 +282,7 @@ func retryWindow(o options) time.Duration {
 // resetRun readies the state of one run of the job.
 func (r *reconciler[Obj]) resetRun(health cell.Health) {
 	r.rep.reset(health)
+	r.commit.Reset()
 	r.breaker.Reset(r.clock.now())
 }
 

@@ -45,7 +45,7 @@ func (r *reconciler[Obj]) pruneNow(ctx context.Context, p *prune.Schedule) {
 	if !r.gate.EnterPrune() {
 		return // paused since beginPrune: the prune stays due
 	}
-	if r.group.landed != nil {
+	if r.commit.Landed() != nil {
 		r.awaitLanded() // the statuses of the rounds before, written with the table's other reconcilers
 	}
 	txn := r.db.ReadTxn()

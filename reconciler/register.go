@@ -14,6 +14,7 @@ import (
 	"github.com/converge-go/converge/metrics"
 	"github.com/converge-go/converge/reconciler/internal/breaker"
 	"github.com/converge-go/converge/reconciler/internal/changes"
+	"github.com/converge-go/converge/reconciler/internal/commit"
 	"github.com/converge-go/converge/reconciler/internal/gate"
 	"github.com/converge-go/converge/reconciler/internal/inforows"
 	"github.com/converge-go/converge/reconciler/internal/keyqueue"
@@ -144,6 +145,15 @@ func Register[Obj any](
 	if err != nil {
 		return nil, err
 	}
+	var settled func(*work.Op[Obj])
+	if r.target.drift != nil {
+		settled = r.driftSettled
+	}
+	r.commit = commit.New(commit.Config[Obj]{
+		DB: r.db, Objects: &r.objects, Queue: r.keys.lifecycles, Log: r.log,
+		Rand:   func() float64 { return r.clock.rand() }, // a test's, set after Register
+		Slices: r.rep.metrics.Commit != nil, DriftSettled: settled,
+	}, r.opts.commitPolicy())
 	// Last, so that a Register refused for another reason claims nothing.
 	if c, ok := writer.(interface{ Claim(id string) error }); ok {
 		if err := c.Claim(id); err != nil {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/converge-go/converge/metrics"
 	"github.com/converge-go/converge/reconciler/internal/breaker"
+	"github.com/converge-go/converge/reconciler/internal/commit"
 	"github.com/converge-go/converge/reconciler/internal/executor"
 	"github.com/converge-go/converge/reconciler/internal/keyqueue"
 	"github.com/converge-go/converge/reconciler/internal/prune"
@@ -19,14 +20,14 @@ import (
 // report is the last stage of a round: it counts the figures of the
 // commit c, and publishes progress for WaitUntilReconciled, metrics, the
 // reconciler's rows in the tables of Params.Tables, and health.
-func (r *reconciler[Obj]) report(txn statedb.ReadTxn, work []work.Op[Obj], c commitOutcome, load executor.Load, p *prune.Schedule, now time.Time, paused bool) {
-	r.rep.committed(r.moduleID, r.opts.name, c.figures)
+func (r *reconciler[Obj]) report(txn statedb.ReadTxn, ops []work.Op[Obj], c commit.Outcome, load executor.Load, p *prune.Schedule, now time.Time, paused bool) {
+	r.rep.committed(r.moduleID, r.opts.name, c.Figures)
 	lc := r.keys.lifecycles
 	f, lows := lc.Figures(), lc.Lows() // read once: the round is over
 	inFlight := f.Active
 	failing := f.Retrying
-	if c.committed > 0 || failing != r.rep.reported.failing {
-		r.rep.metrics.ReconciliationErrors(r.moduleID, r.opts.name, c.failed, failing)
+	if c.Committed > 0 || failing != r.rep.reported.failing {
+		r.rep.metrics.ReconciliationErrors(r.moduleID, r.opts.name, c.Failed, failing)
 	}
 	if r.rep.metrics.Queue != nil && (failing != r.rep.reported.failing || inFlight != r.rep.reported.inFlight) {
 		r.rep.metrics.Queue.QueueLength(r.moduleID, r.opts.name, failing, inFlight)
@@ -47,13 +48,13 @@ func (r *reconciler[Obj]) report(txn statedb.ReadTxn, work []work.Op[Obj], c com
 			age = now.Sub(oldest)
 		}
 		retries := 0
-		for i := range work {
-			if s := work[i].S; s != nil && s.View().Attempts > 0 {
+		for i := range ops {
+			if s := ops[i].S; s != nil && s.View().Attempts > 0 {
 				retries++
 			}
 		}
 		r.rep.metrics.Round.Round(r.moduleID, r.opts.name, metrics.RoundStats{
-			Adds:           len(work),
+			Adds:           len(ops),
 			Retries:        retries,
 			Depth:          load.Waiting + f.Queued + f.Parked,
 			Retrying:       failing,
@@ -90,8 +91,8 @@ func (r *reconciler[Obj]) report(txn statedb.ReadTxn, work []work.Op[Obj], c com
 
 	// Progress last, so that a WaitUntilReconciled that returns sees the
 	// round's figures published; and only once the statuses are in the
-	// table (see shared.landed).
-	if r.group.landed != nil && r.progressOwed() {
+	// table (see commit.Committer.Landed).
+	if r.commit.Landed() != nil && r.progressOwed() {
 		return
 	}
 	r.rep.progress.Update(r.progressRev(lows), lows.Retry)
@@ -211,11 +212,11 @@ func (r *reconciler[Obj]) infoRow(p *prune.Schedule, state tables.State, objects
 // group are still to land, and if so owes the round's progress.
 func (r *reconciler[Obj]) progressOwed() bool {
 	select {
-	case <-r.group.landed:
-		r.group.owed = false
+	case <-r.commit.Landed():
+		r.rep.owed = false
 		return false
 	default:
-		r.group.owed = true
+		r.rep.owed = true
 		return true
 	}
 }
@@ -223,15 +224,15 @@ func (r *reconciler[Obj]) progressOwed() bool {
 // owedC is the loop's wake-up for progress owed: landed while owed, else
 // nil.
 func (r *reconciler[Obj]) owedC() <-chan struct{} {
-	if r.group.owed {
-		return r.group.landed
+	if r.rep.owed {
+		return r.commit.Landed()
 	}
 	return nil
 }
 
 // publishOwed publishes the progress owed, the statuses having landed.
 func (r *reconciler[Obj]) publishOwed() {
-	r.group.owed = false
+	r.rep.owed = false
 	lows := r.keys.lifecycles.Lows()
 	r.rep.progress.Update(r.progressRev(lows), lows.Retry)
 }

@@ -91,3 +91,8 @@ func Outcome(err error, timeout time.Duration) metrics.Outcome {
 	}
 	return metrics.OutcomeError
 }
+
+// ErrNoPrimaryKey is wrapped by the error recorded for an update after
+// which the object has no primary key; the reconciler exports it as
+// reconciler.ErrNoPrimaryKey.
+var ErrNoPrimaryKey = errors.New("object has no primary key")

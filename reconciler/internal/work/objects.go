@@ -1,9 +1,13 @@
 package work
 
 import (
+	"fmt"
+	"log/slog"
+
 	"github.com/cilium/statedb"
 
 	"github.com/converge-go/converge/reconciler/internal/inforows"
+	"github.com/converge-go/converge/reconciler/internal/keyqueue"
 	"github.com/converge-go/converge/status"
 )
 
@@ -70,4 +74,34 @@ func (t *Objects[Obj]) OpKey(o *Op[Obj]) string {
 	}
 	key, _ := t.KeyOf(o.Obj)
 	return inforows.DisplayKey(key)
+}
+
+// WrittenBack returns the change that records, in the key queue, that cur,
+// found where the version asked for by the status statusID was applied or
+// tried, was written back over what the target got, if it was: cur carries
+// another status of this reconciler, one that asks for nothing and is
+// older than statusID, or found where the version had no identity
+// (statusID zero: nothing tells which is older). Every status before
+// statusID is stale then, and cur is new work when its change is read. So
+// is a Done without identity (a literal, or decoded), whose age nothing
+// tells. ok is false if cur was not written back, or has no primary key.
+func (t *Objects[Obj]) WrittenBack(cur Obj, statusID uint64) (c keyqueue.Change[Obj], ok bool) {
+	st := t.GetStatus(cur)
+	switch {
+	case st.IsPendingOrRefreshing(), st.ID() == 0 && st.Kind != status.KindDone, statusID != 0 && st.ID() >= statusID:
+		return c, false
+	}
+	key, ok := t.Primary.ObjectToKey(cur)
+	if !ok {
+		return c, false
+	}
+	return keyqueue.Change[Obj]{RawKey: key, As: keyqueue.WrittenBack, Cut: max(statusID, st.ID()+1) - 1}, true
+}
+
+// LogNoKey logs that an object without a primary key was met where, and is
+// left alone. It happens only when a user function (clone, setStatus, or
+// Update on its argument) changed the fields the primary index reads.
+func LogNoKey(log *slog.Logger, where string, obj any) {
+	log.Error("Reconciler met an object without a primary key; leaving it alone",
+		"where", where, "error", ErrNoPrimaryKey, "object", fmt.Sprintf("%v", obj))
 }
