@@ -173,10 +173,10 @@ func (benchNoMetrics) PruneDuration(cell.FullModuleID, string, time.Duration)   
 // untimed before each, and reports the time per object.
 func benchRounds(b *testing.B, batch bool, opts ...Option) {
 	r := newBenchReconciler(b, batch, opts...)
-	if _, err := r.feed.changes.Open(); err != nil {
+	if err := r.collect.Open(); err != nil {
 		b.Fatal(err)
 	}
-	defer r.feed.changes.Close()
+	defer r.collect.Close()
 	ctx := context.Background()
 	health, _ := cell.NewSimpleHealth()
 	r.resetRun(health)

@@ -1,6 +1,9 @@
 package reconciler
 
-import "github.com/converge-go/converge/reconciler/internal/commit"
+import (
+	"github.com/converge-go/converge/reconciler/internal/collect"
+	"github.com/converge-go/converge/reconciler/internal/commit"
+)
 
 // Configure implements Reconciler.
 func (r *reconciler[Obj]) Configure(opts ...Option) error {
@@ -29,7 +32,13 @@ func (r *reconciler[Obj]) applySettings() (old options, ok bool) {
 		r.breaker.SetProbeMax(o.retryMax, r.clock.now())
 	}
 	r.commit.SetPolicy(r.opts.commitPolicy())
+	r.collect.SetLimits(r.opts.collectLimits())
 	return old, true
+}
+
+// collectLimits is what the collect stage takes rounds within.
+func (o *options) collectLimits() collect.Limits {
+	return collect.Limits{Concurrency: o.concurrency, RoundSize: o.roundSize}
 }
 
 // commitPolicy is what the commit stage settles outcomes by.

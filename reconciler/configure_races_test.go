@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/converge-go/converge/reconciler/internal/breaker"
+	"github.com/converge-go/converge/reconciler/internal/collect"
 	"github.com/converge-go/converge/reconciler/internal/commit"
 	"github.com/converge-go/converge/reconciler/internal/gate"
 	"github.com/converge-go/converge/reconciler/internal/work"
@@ -35,7 +36,7 @@ func TestConfigureRetryBoundsTheBreakersProbes(t *testing.T) {
 	now := time.Unix(1000, 0)
 	b := breaker.New(breaker.Config{Threshold: 1, AboutTarget: func(err error) bool { return errors.Is(err, errDown) },
 		RetryAfter: work.RetryDelay, ProbeMin: o.breakerBackoff, ProbeMax: o.retryMax, Gate: g})
-	r := &reconciler[int]{opts: o, gate: g, settings: newSettings(o), breaker: b, commit: commit.New(commit.Config[int]{}, o.commitPolicy()), clock: clock{now: func() time.Time { return now }, rand: func() float64 { return 0.5 }}}
+	r := &reconciler[int]{opts: o, gate: g, settings: newSettings(o), breaker: b, commit: commit.New(commit.Config[int]{}, o.commitPolicy()), collect: new(collect.Collector[int]), clock: clock{now: func() time.Time { return now }, rand: func() float64 { return 0.5 }}}
 
 	b.Record(key("a"), breaker.Outcome{Err: errDown}, now)
 	require.True(t, b.State().Open)

@@ -56,7 +56,7 @@ type loop[Obj any] struct {
 // schedule only tells it what fired; the round a wake-up would have run
 // is run on the next, as what woke it is still there.
 func (r *reconciler[Obj]) run(ctx context.Context, health cell.Health) error {
-	if err := r.feed.open(); err != nil {
+	if err := r.collect.Open(); err != nil {
 		return fmt.Errorf("reading the changes of table %q: %w", r.objects.Table.Name(), err)
 	}
 	r.commit.Join() // the table's other reconcilers, to write with (see commit.Committer.Join)
@@ -73,7 +73,7 @@ func (r *reconciler[Obj]) run(ctx context.Context, health cell.Health) error {
 	}
 	for {
 		paused, pauseChanged := r.gate.State()
-		watch, retryC := r.feed.watch, l.retry.C
+		watch, retryC := r.collect.Watch(), l.retry.C
 		if l.exec.Room() <= 0 || paused {
 			watch, retryC = nil, nil // read nothing new; commit what finishes
 			if !paused && l.probeTurn {
@@ -84,7 +84,7 @@ func (r *reconciler[Obj]) run(ctx context.Context, health cell.Health) error {
 				watch = nil // the target fails: wait for the probe's turn (retryC)
 			}
 		}
-		if paused != l.wasPaused || (watch != nil && r.keys.lifecycles.Figures().Queued > 0) {
+		if paused != l.wasPaused || (watch != nil && r.queue.Figures().Queued > 0) {
 			pauseChanged = closedChan // a round now
 		}
 		if r.commit.Busy() {
@@ -168,15 +168,15 @@ func (l *loop[Obj]) round(ctx context.Context, paused bool) {
 	case broken:
 		room = min(room, probe) // the target fails: one probe at most
 	}
-	if r.keys.lifecycles.Figures().RecheckDue && !paused {
+	if r.queue.Figures().RecheckDue && !paused {
 		l.refresher.Mark(r.dueRechecks(txn, now.UnixNano()))
 	}
 	var work []work.Op[Obj]
 	if broken && room == 1 {
-		work = r.collectProbe(txn, now, l.probes) // 1. one op, for the breaker's probe
+		work = r.collect.Probe(txn, now, l.probes) // 1. one op, for the breaker's probe
 		l.probes++
 	} else {
-		work = r.collect(txn, now, room) // 1. queued, fresh, retries, deferred
+		work = r.collect.Collect(txn, now, room) // 1. queued, fresh, retries, deferred
 	}
 	if len(work) > 0 {
 		r.commit.Begin() // the table's other reconcilers may hold their write for this round's
@@ -220,13 +220,13 @@ func (l *loop[Obj]) stopped() {
 	r.awaitLanded() // before the progress below
 	r.rep.committed(r.moduleID, r.opts.name, out.Figures)
 	r.breaker.Reset(r.clock.now())
-	lows := r.keys.lifecycles.Lows()
+	lows := r.queue.Lows()
 	r.rep.progress.Update(r.progressRev(lows), lows.Retry)
-	r.feed.changes.Close()
+	r.collect.Close()
 	r.reportStopped()
 	if r.rep.info != nil {
 		txn := r.db.ReadTxn()
-		r.rep.info.Write(r.infoRow(&l.prune, tables.StateStopped, r.objects.Table.NumObjects(txn), r.keys.lifecycles.Figures().Retrying, 0, 0, lows.Since))
+		r.rep.info.Write(r.infoRow(&l.prune, tables.StateStopped, r.objects.Table.NumObjects(txn), r.queue.Figures().Retrying, 0, 0, lows.Since))
 	}
 }
 
@@ -241,7 +241,7 @@ func (l *loop[Obj]) stopped() {
 func (l *loop[Obj]) armRetry() {
 	l.retry.Stop()
 	r := l.r
-	f := r.keys.lifecycles.Figures()
+	f := r.queue.Figures()
 	due, ok := f.NextDue, f.RetryDue
 	if ok {
 		if w := retryWindow(r.opts); l.window < 0 || w < l.window {
@@ -359,3 +359,10 @@ func (l *loop[Obj]) reconfigure() {
 		l.prune.Restart(o.pruneInterval)
 	}
 }
+
+// closedChan is a closed channel: receiving from it never blocks.
+var closedChan = func() <-chan struct{} {
+	ch := make(chan struct{})
+	close(ch)
+	return ch
+}()

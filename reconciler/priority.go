@@ -87,7 +87,7 @@ func (r *reconciler[Obj]) setPriority(priority func(Obj) int) {
 	if r.opts.recoverPanics {
 		priority = r.recoveredPriority(priority)
 	}
-	r.keys.lifecycles.Configure(keyqueue.Settings[Obj]{Priority: priority, Share: share})
+	r.queue.Configure(keyqueue.Settings[Obj]{Priority: priority, Share: share})
 }
 
 // recoveredPriority returns priority with its panics recovered: an object

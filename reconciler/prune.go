@@ -67,13 +67,11 @@ func (r *reconciler[Obj]) pruneNow(ctx context.Context, p *prune.Schedule) {
 	}
 	// Marked once Prune returned, as before it: no operation's outcome is
 	// committed meanwhile (the loop's goroutine commits).
-	r.keys.lifecycles.Add(keyqueue.Change[Obj]{As: keyqueue.Pruned, Absent: func(obj Obj) bool {
+	r.queue.Add(keyqueue.Change[Obj]{As: keyqueue.Pruned, Absent: func(obj Obj) bool {
 		_, _, found := r.objects.Lookup(txn, obj)
 		return !found
 	}})
-	if rev := r.objects.Table.Revision(txn); rev > r.feed.lastRev {
-		r.keys.stales.sawPrune(txn, rev, cut)
-	}
+	r.collect.SawPrune(txn, cut)
 }
 
 // prune hands the whole desired set to Operations.Prune (or the batch

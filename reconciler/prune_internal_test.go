@@ -84,9 +84,9 @@ func TestPruneSeesWhatTheCommitBeforeItWrote(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	health, _ := cell.NewSimpleHealth()
-	_, err = r.feed.changes.Open()
+	err = r.collect.Open()
 	require.NoError(t, err)
-	defer r.feed.changes.Close()
+	defer r.collect.Close()
 	r.resetRun(health)
 	l := &loop[*benchObj]{r: r, exec: newExecutor(ctx, r), prune: newPruneSchedule(r)}
 	defer l.prune.Stop()
@@ -152,16 +152,16 @@ func TestPruneSeesWhatTheCommitBeforeItWrote(t *testing.T) {
 	for {
 		obj, _, found := tbl.Get(db.ReadTxn(), benchIDIndex.Query(1))
 		require.True(t, found)
-		if obj.st.Kind == status.KindDone && r.keys.lifecycles.Figures().Active == 0 {
+		if obj.st.Kind == status.KindDone && r.queue.Figures().Active == 0 {
 			break
 		}
 		l.round(ctx, false)
-		if r.keys.lifecycles.Figures().Queued > 0 {
+		if r.queue.Figures().Queued > 0 {
 			continue
 		}
 		select {
 		case <-l.exec.Finished():
-		case <-r.feed.watch:
+		case <-r.collect.Watch():
 		case <-deadline:
 			t.Fatalf("object 1 not Done: %+v", obj.st)
 		}

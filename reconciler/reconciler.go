@@ -8,8 +8,10 @@ import (
 	"github.com/cilium/hive/cell"
 	"github.com/cilium/statedb"
 	"github.com/converge-go/converge/reconciler/internal/breaker"
+	"github.com/converge-go/converge/reconciler/internal/collect"
 	"github.com/converge-go/converge/reconciler/internal/commit"
 	"github.com/converge-go/converge/reconciler/internal/gate"
+	"github.com/converge-go/converge/reconciler/internal/keyqueue"
 	"github.com/converge-go/converge/reconciler/internal/work"
 	"github.com/converge-go/converge/tracing"
 )
@@ -37,9 +39,9 @@ type reconciler[Obj any] struct {
 	breaker       *breaker.Breaker // nil without WithCircuitBreaker
 	clock         clock            // time.Now and rand.Float64, or a test's
 
-	feed   feed[Obj]              // the table's changes, and what reading them keeps
-	keys   keys[Obj]              // what is known about each key
-	commit *commit.Committer[Obj] // the commit stage: statuses written, keys settled, the table's group commit
+	collect *collect.Collector[Obj] // the collect stage: the table's changes, and what reading them keeps
+	queue   *keyqueue.Queue[Obj]    // what is known about each key
+	commit  *commit.Committer[Obj]  // the commit stage: statuses written, keys settled, the table's group commit
 }
 
 // clock is where the reconciler reads the time and draws retry jitter:
@@ -49,14 +51,6 @@ type reconciler[Obj any] struct {
 type clock struct {
 	now  func() time.Time
 	rand func() float64
-}
-
-// writtenBack records, in the key queue, that cur was written back over
-// what the target got, if it was (see work.Objects.WrittenBack).
-func (r *reconciler[Obj]) writtenBack(cur Obj, statusID uint64) {
-	if c, ok := r.objects.WrittenBack(cur, statusID); ok {
-		r.keys.lifecycles.Add(c)
-	}
 }
 
 // noKey logs that an object without a primary key was met where (see

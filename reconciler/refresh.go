@@ -45,7 +45,7 @@ func (r *reconciler[Obj]) newRefresher() *refresh.Refresher[Obj] {
 // status they were asked with, as txn holds it, for Refresher.Mark. A
 // changed or deleted object has had, or has, its own turn.
 func (r *reconciler[Obj]) dueRechecks(txn statedb.ReadTxn, now int64) (due []refresh.Candidate[Obj]) {
-	for _, c := range r.keys.lifecycles.Take(keyqueue.Rechecks, math.MaxInt, now, nil) {
+	for _, c := range r.queue.Take(keyqueue.Rechecks, math.MaxInt, now, nil) {
 		cur, rev, found := r.objects.Lookup(txn, c.Obj)
 		if !found {
 			continue

@@ -13,7 +13,7 @@ import (
 
 	"github.com/converge-go/converge/metrics"
 	"github.com/converge-go/converge/reconciler/internal/breaker"
-	"github.com/converge-go/converge/reconciler/internal/changes"
+	"github.com/converge-go/converge/reconciler/internal/collect"
 	"github.com/converge-go/converge/reconciler/internal/commit"
 	"github.com/converge-go/converge/reconciler/internal/gate"
 	"github.com/converge-go/converge/reconciler/internal/inforows"
@@ -97,7 +97,7 @@ func Register[Obj any](
 		rep:           reporter[Obj]{metrics: report.NewObservers(o.metrics), progress: report.NewProgress()},
 		pruneRequests: make(chan struct{}, 1),
 		gate:          gate.New(),
-		keys:          keys[Obj]{lifecycles: keyqueue.New[Obj](inforows.DisplayKey)},
+		queue:         keyqueue.New[Obj](inforows.DisplayKey),
 		clock:         clock{now: time.Now, rand: rand.Float64},
 		objects: work.Objects[Obj]{
 			Table:     table,
@@ -118,13 +118,13 @@ func Register[Obj any](
 
 	// The feed begins now, not when the job first runs, so that no delete
 	// between registration and start is missed.
-	r.feed.changes = changes.New(params.DB, statedb.Table[Obj](table))
+	r.collect = collect.New(collect.Config[Obj]{DB: r.db, Objects: &r.objects, Queue: r.queue, Log: r.log}, r.opts.collectLimits())
 	writer, id := params.Tables, metrics.Key(r.moduleID, o.name)
 	if t, ok := writer.(*tables.Tables); ok && t == nil {
 		writer = nil // a caller's optional *tables.Tables, not provided
 	}
 	if r.rep.info = inforows.New[Obj, *keyqueue.State[Obj]](writer, id); r.rep.info != nil {
-		r.keys.lifecycles.Configure(keyqueue.Settings[Obj]{FailureChanged: r.rep.info.Changed})
+		r.queue.Configure(keyqueue.Settings[Obj]{FailureChanged: r.rep.info.Changed})
 	}
 
 	if o.statusSet != nil {
@@ -150,7 +150,7 @@ func Register[Obj any](
 		settled = r.driftSettled
 	}
 	r.commit = commit.New(commit.Config[Obj]{
-		DB: r.db, Objects: &r.objects, Queue: r.keys.lifecycles, Log: r.log,
+		DB: r.db, Objects: &r.objects, Queue: r.queue, Log: r.log,
 		Rand:   func() float64 { return r.clock.rand() }, // a test's, set after Register
 		Slices: r.rep.metrics.Commit != nil, DriftSettled: settled,
 	}, r.opts.commitPolicy())

@@ -22,7 +22,7 @@ import (
 // reconciler's rows in the tables of Params.Tables, and health.
 func (r *reconciler[Obj]) report(txn statedb.ReadTxn, ops []work.Op[Obj], c commit.Outcome, load executor.Load, p *prune.Schedule, now time.Time, paused bool) {
 	r.rep.committed(r.moduleID, r.opts.name, c.Figures)
-	lc := r.keys.lifecycles
+	lc := r.queue
 	f, lows := lc.Figures(), lc.Lows() // read once: the round is over
 	inFlight := f.Active
 	failing := f.Retrying
@@ -104,7 +104,7 @@ func (r *reconciler[Obj]) report(txn statedb.ReadTxn, ops []work.Op[Obj], c comm
 // health reports. The prune reported its metrics; the rest is the next
 // round's to report.
 func (r *reconciler[Obj]) reportPrune(p *prune.Schedule) {
-	lc := r.keys.lifecycles
+	lc := r.queue
 	f := lc.Figures()
 	paused, _ := r.gate.State()
 	var breakerErr error
@@ -141,7 +141,7 @@ func (r *reconciler[Obj]) reportWaiting(txn statedb.ReadTxn, waiting []string, p
 	}
 	r.rep.health.OK(msg)
 	if r.rep.info != nil {
-		lc := r.keys.lifecycles
+		lc := r.queue
 		r.rep.info.Write(r.infoRow(p, state, r.objects.Table.NumObjects(txn), lc.Figures().Retrying, 0, 0, lc.Lows().Since))
 	}
 }
@@ -149,7 +149,7 @@ func (r *reconciler[Obj]) reportWaiting(txn statedb.ReadTxn, waiting []string, p
 // reportStopped tells the metrics that nothing runs or waits to run any
 // more: the loop stopped. Failing objects still count.
 func (r *reconciler[Obj]) reportStopped() {
-	failing := r.keys.lifecycles.Figures().Retrying
+	failing := r.queue.Figures().Retrying
 	if r.rep.metrics.Queue != nil {
 		r.rep.metrics.Queue.QueueLength(r.moduleID, r.opts.name, failing, 0)
 	}
@@ -160,22 +160,9 @@ func (r *reconciler[Obj]) reportStopped() {
 }
 
 // progressRev returns the revision up to which every change read is
-// done: all but those queued or running (their successors included), or
-// deferred. Retries are told apart by the retry low watermark. While a read
-// that stopped short on its budget has not been followed to the end, it is
-// no further than the end of the last read that went through: an object
-// written below where the short read stopped may come later, with a newer
-// write (see changes.Feed.Drained).
+// done (see collect.Collector.Progress).
 func (r *reconciler[Obj]) progressRev(lows keyqueue.Lows) statedb.Revision {
-	rev := min(r.feed.lastRev, r.feed.changes.Drained())
-	lower := func(low statedb.Revision) {
-		if low != 0 && low-1 < rev {
-			rev = low - 1
-		}
-	}
-	lower(lows.Asked)
-	lower(lows.Deferred)
-	return rev
+	return r.collect.Progress(lows)
 }
 
 // infoRow returns the reconciler's row of the reconcilers table.
@@ -233,6 +220,6 @@ func (r *reconciler[Obj]) owedC() <-chan struct{} {
 // publishOwed publishes the progress owed, the statuses having landed.
 func (r *reconciler[Obj]) publishOwed() {
 	r.rep.owed = false
-	lows := r.keys.lifecycles.Lows()
+	lows := r.queue.Lows()
 	r.rep.progress.Update(r.progressRev(lows), lows.Retry)
 }

@@ -7,7 +7,7 @@ import (
 	"github.com/cilium/hive/cell"
 	"github.com/cilium/statedb"
 
-	"github.com/converge-go/converge/reconciler/internal/changes"
+	"github.com/converge-go/converge/reconciler/internal/collect"
 	"github.com/converge-go/converge/status"
 )
 
@@ -41,17 +41,17 @@ func BenchmarkRestartDone(b *testing.B) {
 		ctx := context.Background()
 		health, _ := cell.NewSimpleHealth()
 		for b.Loop() {
-			r.feed.changes, r.feed.started = changes.New(r.db, statedb.Table[*benchObj](r.objects.Table)), false
-			if err := r.feed.open(); err != nil {
+			r.collect = collect.New(collect.Config[*benchObj]{DB: r.db, Objects: &r.objects, Queue: r.queue, Log: r.log}, r.opts.collectLimits())
+			if err := r.collect.Open(); err != nil {
 				b.Fatal(err)
 			}
 			r.resetRun(health)
 			l := &loop[*benchObj]{r: r, exec: newExecutor(ctx, r)}
 			l.round(ctx, false)
-			if got, want := r.feed.lastRev, r.objects.Table.Revision(r.db.ReadTxn()); got != want {
+			if got, want := r.collect.Progress(r.queue.Lows()), r.objects.Table.Revision(r.db.ReadTxn()); got != want {
 				b.Fatalf("read up to %d, want %d", got, want)
 			}
-			r.feed.changes.Close()
+			r.collect.Close()
 		}
 		reportPerObject(b, restartObjects)
 	})

@@ -57,7 +57,7 @@ func (r *reconciler[Obj]) reportSetup(s setup.Step, p *prune.Schedule, paused bo
 	}
 	if r.rep.info != nil {
 		txn := r.db.ReadTxn()
-		lc := r.keys.lifecycles
+		lc := r.queue
 		row := r.infoRow(p, state, r.objects.Table.NumObjects(txn), lc.Figures().Retrying, 0, 0, lc.Lows().Since)
 		row.SetupAttempts = s.Attempts
 		if s.Err != nil {

@@ -24,8 +24,8 @@ func (r *reconciler[Obj]) awaitLanded() {
 // lands, carries this reconciler's status as it was when the version was
 // taken, and would be applied again.
 func (r *reconciler[Obj]) landFirst() {
-	f := r.keys.lifecycles.Figures()
-	if r.commit.WroteOver() || f.Tracked || f.Deferred > 0 || f.Rechecks > 0 || f.Stale || r.keys.stales.any() {
+	f := r.queue.Figures()
+	if r.commit.WroteOver() || f.Tracked || f.Deferred > 0 || f.Rechecks > 0 || f.Stale || r.collect.RemembersPrunes() {
 		r.awaitLanded()
 	}
 }
@@ -37,9 +37,9 @@ func (r *reconciler[Obj]) landFirst() {
 // reconciler reads as before.
 func (r *reconciler[Obj]) ownWrote(out commit.Outcome) {
 	for _, w := range out.Wrote {
-		r.feed.wrote(w.Lo, w.Hi)
+		r.collect.Wrote(w.Lo, w.Hi)
 	}
 	if out.Shared {
-		r.feed.changes.PassOverOwn(r.feed.own.has)
+		r.collect.PassOverOwn()
 	}
 }

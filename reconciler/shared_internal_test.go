@@ -17,12 +17,12 @@ import (
 func TestAwaitLandedPublishesTheProgressOwed(t *testing.T) {
 	r := newBenchReconciler(t, false)
 	insertDone(r.db, r.objects.Table, 3)
-	if err := r.feed.open(); err != nil {
+	if err := r.collect.Open(); err != nil {
 		t.Fatal(err)
 	}
-	defer r.feed.changes.Close()
-	r.collect(r.db.ReadTxn(), time.Now(), benchRound) // read up to the table's revision
-	r.rep.owed = true                                 // as the round's report found the write not landed (progressOwed)
+	defer r.collect.Close()
+	r.collect.Collect(r.db.ReadTxn(), time.Now(), benchRound) // read up to the table's revision
+	r.rep.owed = true                                         // as the round's report found the write not landed (progressOwed)
 	r.awaitLanded()
 	if r.owedC() != nil {
 		t.Error("progress still owed once landed")

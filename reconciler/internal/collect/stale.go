@@ -1,4 +1,4 @@
-package reconciler
+package collect
 
 import "github.com/cilium/statedb"
 

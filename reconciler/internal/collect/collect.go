@@ -1,4 +1,4 @@
-package reconciler
+package collect
 
 import (
 	"errors"
@@ -16,58 +16,59 @@ import (
 	"github.com/converge-go/converge/reconciler/internal/work"
 )
 
-// collect is the first stage of a round: it returns up to room ops. Queued
+// Collect is the first stage of a round: it returns up to room ops,
+// valid until the next Collect or Probe. Queued
 // keys come first; fresh changes may take the rest but for an eighth kept
 // while retries are due or changes deferred, so that writes cannot starve
 // them; due retries and deferred changes share what is left, half each.
 // A change deferred, dropped or parked costs no budget. With priorities
 // (WithPriority) fresh changes join the queue instead, and the queue is
 // taken by priority (see collectByPriority).
-func (r *reconciler[Obj]) collect(txn statedb.ReadTxn, now time.Time, room int) []work.Op[Obj] {
-	lc := r.keys.lifecycles
-	r.feed.work = r.feed.work[:0]
+func (c *Collector[Obj]) Collect(txn statedb.ReadTxn, now time.Time, room int) []work.Op[Obj] {
+	lc := c.cfg.Queue
+	c.work = c.work[:0]
 	if room <= 0 {
-		r.feed.watch = closedChan // look again as soon as there is room
+		c.watch = closedChan // look again as soon as there is room
 		return nil
 	}
 	f := lc.Figures()
 	retriesDue := f.RetryDue && f.NextDue <= now.UnixNano()
 	if f.Prioritized {
-		r.collectByPriority(txn, now, room, retriesDue)
+		c.collectByPriority(txn, now, room, retriesDue)
 	} else {
-		r.collectFresh(txn, now, room, retriesDue)
+		c.collectFresh(txn, now, room, retriesDue)
 	}
-	left := room - len(r.feed.work)
+	left := room - len(c.work)
 	deferredShare := min(lc.Figures().Deferred, left/2)
 	if retriesDue {
-		r.collectRetries(txn, now, left-deferredShare)
+		c.collectRetries(txn, now, left-deferredShare)
 	}
 	if lc.Figures().Deferred > 0 {
-		r.collectDeferred(txn, now, room-len(r.feed.work))
+		c.collectDeferred(txn, now, room-len(c.work))
 	}
 	if f := lc.Figures(); f.Queued > 0 || f.Deferred > 0 {
-		r.feed.watch = closedChan // more work for the next round
+		c.watch = closedChan // more work for the next round
 	}
-	return r.feed.work
+	return c.work
 }
 
 // collectFresh takes the queued keys, then fresh changes, up to room but
 // for the reserve of retries and deferred changes (see collect).
-func (r *reconciler[Obj]) collectFresh(txn statedb.ReadTxn, now time.Time, room int, retriesDue bool) {
-	lc := r.keys.lifecycles
+func (c *Collector[Obj]) collectFresh(txn statedb.ReadTxn, now time.Time, room int, retriesDue bool) {
+	lc := c.cfg.Queue
 	if lc.Figures().Queued > 0 {
-		r.takeQueued(txn, room)
+		c.takeQueued(txn, room)
 	}
-	left := room - len(r.feed.work)
+	left := room - len(c.work)
 	reserve := 0
 	if retriesDue || lc.Figures().Deferred > 0 {
-		reserve = r.feed.reserve.take(left)
+		reserve = c.reserve.take(left)
 	}
 	if budget := left - reserve; budget > 0 {
-		r.collectChanges(txn, r.nextChanges(txn), budget, now)
-		r.readDone(txn)
+		c.collectChanges(txn, c.nextChanges(txn), budget, now)
+		c.readDone(txn)
 	} else {
-		r.feed.watch = closedChan // changes wait for room
+		c.watch = closedChan // changes wait for room
 	}
 }
 
@@ -75,21 +76,21 @@ func (r *reconciler[Obj]) collectFresh(txn statedb.ReadTxn, now time.Time, room 
 // readAhead keys, and takes the queue by priority (see
 // keyqueue.Queue.Get) up to room but for the reserve of retries and
 // deferred changes: an eighth of room while there are any.
-func (r *reconciler[Obj]) collectByPriority(txn statedb.ReadTxn, now time.Time, room int, retriesDue bool) {
-	lc := r.keys.lifecycles
-	ahead := r.readAhead(room)
+func (c *Collector[Obj]) collectByPriority(txn statedb.ReadTxn, now time.Time, room int, retriesDue bool) {
+	lc := c.cfg.Queue
+	ahead := c.readAhead(room)
 	if lc.Figures().Queued < ahead {
-		r.queueChanges(txn, r.nextChanges(txn), ahead, now)
-		r.readDone(txn)
+		c.queueChanges(txn, c.nextChanges(txn), ahead, now)
+		c.readDone(txn)
 	} else {
-		r.feed.watch = closedChan // changes wait for room in the queue
+		c.watch = closedChan // changes wait for room in the queue
 	}
 	budget := room
 	if retriesDue || lc.Figures().Deferred > 0 {
-		budget -= r.feed.reserve.take(room)
+		budget -= c.reserve.take(room)
 	}
-	for len(r.feed.work) < budget && lc.Figures().Queued > 0 {
-		r.takeQueued(txn, budget-len(r.feed.work))
+	for len(c.work) < budget && lc.Figures().Queued > 0 {
+		c.takeQueued(txn, budget-len(c.work))
 	}
 }
 
@@ -100,8 +101,8 @@ const readAheadRounds = 4
 
 // readAhead returns how many keys collectByPriority keeps queued: enough
 // for readAheadRounds rounds of the largest size.
-func (r *reconciler[Obj]) readAhead(room int) int {
-	n := max(room, r.opts.roundSize)
+func (c *Collector[Obj]) readAhead(room int) int {
+	n := max(room, c.limits.RoundSize)
 	if n > math.MaxInt/readAheadRounds {
 		return math.MaxInt
 	}
@@ -110,54 +111,54 @@ func (r *reconciler[Obj]) readAhead(room int) int {
 
 // nextChanges returns the changes not read yet, as of txn, and sets the
 // watch channel; readDone follows the read.
-func (r *reconciler[Obj]) nextChanges(txn statedb.ReadTxn) iter.Seq2[statedb.Change[Obj], statedb.Revision] {
+func (c *Collector[Obj]) nextChanges(txn statedb.ReadTxn) iter.Seq2[statedb.Change[Obj], statedb.Revision] {
 	var seq iter.Seq2[statedb.Change[Obj], statedb.Revision]
-	seq, r.feed.watch = r.feed.changes.Next(txn)
+	seq, c.watch = c.changes.Next(txn)
 	return seq
 }
 
 // readDone notes how far a read of changes got.
-func (r *reconciler[Obj]) readDone(txn statedb.ReadTxn) {
-	r.feed.lastRev = max(r.feed.lastRev, r.feed.changes.Read())
-	if len(r.keys.stales.pruned) > 0 {
-		r.keys.stales.readUpTo(r.feed.lastRev, r.objects.Table.Revision(txn))
+func (c *Collector[Obj]) readDone(txn statedb.ReadTxn) {
+	c.lastRev = max(c.lastRev, c.changes.Read())
+	if len(c.stales.pruned) > 0 {
+		c.stales.readUpTo(c.lastRev, c.cfg.Objects.Table.Revision(txn))
 	}
 }
 
 // takeQueued starts up to n queued keys, dropping those whose task is no
 // longer what the table asks for (see current).
-func (r *reconciler[Obj]) takeQueued(txn statedb.ReadTxn, n int) {
-	r.startQueued(txn, r.keys.lifecycles.Get(keyqueue.FromQueue, n, 0))
+func (c *Collector[Obj]) takeQueued(txn statedb.ReadTxn, n int) {
+	c.startQueued(txn, c.cfg.Queue.Get(keyqueue.FromQueue, n, 0))
 }
 
 // startQueued adds the keys taken from the queue (started) to the round's
 // work, forgetting those whose task is no longer what the table asks for
 // (see current).
-func (r *reconciler[Obj]) startQueued(txn statedb.ReadTxn, taken []*keyqueue.State[Obj]) {
-	lc := r.keys.lifecycles
+func (c *Collector[Obj]) startQueued(txn statedb.ReadTxn, taken []*keyqueue.State[Obj]) {
+	lc := c.cfg.Queue
 	for _, s := range taken {
-		if r.current(txn, s) {
-			r.start(s)
+		if c.current(txn, s) {
+			c.start(s)
 		} else {
 			lc.Done(s, "", keyqueue.Task[Obj]{}, keyqueue.Outcome[Obj]{Forget: true}, time.Time{})
 		}
 	}
 }
 
-// collectProbe returns the one op of a probe round, the circuit breaker
+// Probe returns the one op of a probe round, the circuit breaker
 // being open: taken from the fresh changes, the queue, the retries due and
 // the deferred changes in turn, starting with the source turn names, so
 // that an object failing for a reason of its own is not probed for ever
 // while others wait. A probe that fails goes back to the queue.
-func (r *reconciler[Obj]) collectProbe(txn statedb.ReadTxn, now time.Time, turn int) []work.Op[Obj] {
-	lc := r.keys.lifecycles
-	r.feed.work = r.feed.work[:0]
-	for i := 0; i < 4 && len(r.feed.work) == 0; i++ {
+func (c *Collector[Obj]) Probe(txn statedb.ReadTxn, now time.Time, turn int) []work.Op[Obj] {
+	lc := c.cfg.Queue
+	c.work = c.work[:0]
+	for i := 0; i < 4 && len(c.work) == 0; i++ {
 		switch (turn + i) % 4 {
 		case 0:
 			if !lc.Figures().Prioritized {
-				r.collectChanges(txn, r.nextChanges(txn), 1, now)
-				r.readDone(txn)
+				c.collectChanges(txn, c.nextChanges(txn), 1, now)
+				c.readDone(txn)
 				break
 			}
 			// With priorities fresh changes join the queue, read ahead as
@@ -168,85 +169,85 @@ func (r *reconciler[Obj]) collectProbe(txn statedb.ReadTxn, now time.Time, turn 
 			// (with round size 1, four fill it). It grows by one a probe
 			// at most, and holds a key once.
 			before := lc.Figures().Queued
-			r.queueChanges(txn, r.nextChanges(txn), max(r.readAhead(1), before+1), now)
-			r.readDone(txn)
+			c.queueChanges(txn, c.nextChanges(txn), max(c.readAhead(1), before+1), now)
+			c.readDone(txn)
 			if lc.Figures().Queued > before {
-				r.startQueued(txn, lc.Get(keyqueue.Newest, 1, 0))
+				c.startQueued(txn, lc.Get(keyqueue.Newest, 1, 0))
 			}
 		case 1:
-			r.startQueued(txn, lc.Get(keyqueue.Oldest, 1, 0)) // in turn, whatever the priority
+			c.startQueued(txn, lc.Get(keyqueue.Oldest, 1, 0)) // in turn, whatever the priority
 		case 2:
 			if f := lc.Figures(); f.RetryDue && f.NextDue <= now.UnixNano() {
-				r.collectRetries(txn, now, 1)
+				c.collectRetries(txn, now, 1)
 			}
 		case 3:
-			r.collectDeferred(txn, now, 1)
+			c.collectDeferred(txn, now, 1)
 		}
 	}
-	return r.feed.work
+	return c.work
 }
 
 // start adds the job of s, started by the queue, to the round's work.
-func (r *reconciler[Obj]) start(s *keyqueue.State[Obj]) {
+func (c *Collector[Obj]) start(s *keyqueue.State[Obj]) {
 	v := s.View()
-	r.feed.work = append(r.feed.work, work.Op[Obj]{Task: v.Task, S: s, Key: v.Key, Attempt: v.Attempts + 1, LastErr: v.Err})
+	c.work = append(c.work, work.Op[Obj]{Task: v.Task, S: s, Key: v.Key, Attempt: v.Attempts + 1, LastErr: v.Err})
 }
 
 // collectChanges reads changes, turning those that need work into ops,
 // until budget ops were added or the changes run out. A change stands for
 // every write of its key since the last full read (changeFeed.drained), so
 // that is where its request begins (task.asked), for progress.
-func (r *reconciler[Obj]) collectChanges(txn statedb.ReadTxn, changes iter.Seq2[statedb.Change[Obj], statedb.Revision], budget int, now time.Time) {
-	added, from := 0, min(r.feed.lastRev, r.feed.changes.Drained())+1
-	r.feed.figures = r.keys.lifecycles.Figures()
-	r.skipQuiet()
+func (c *Collector[Obj]) collectChanges(txn statedb.ReadTxn, changes iter.Seq2[statedb.Change[Obj], statedb.Revision], budget int, now time.Time) {
+	added, from := 0, min(c.lastRev, c.changes.Drained())+1
+	c.figures = c.cfg.Queue.Figures()
+	c.skipQuiet()
 	for change, rev := range changes {
-		r.feed.lastRev = rev
-		ok := r.collectChange(txn, change, rev, min(from, change.Revision), now)
-		r.skipQuiet()
+		c.lastRev = rev
+		ok := c.collectChange(txn, change, rev, min(from, change.Revision), now)
+		c.skipQuiet()
 		if ok {
 			if added++; added >= budget {
 				break
 			}
 		}
 	}
-	r.feed.changes.PassOverQuiet(nil)
+	c.changes.PassOverQuiet(nil)
 }
 
 // queueChanges reads changes into the queue (see keyqueue.Queued) until
 // it holds ahead keys or the changes run out.
-func (r *reconciler[Obj]) queueChanges(txn statedb.ReadTxn, changes iter.Seq2[statedb.Change[Obj], statedb.Revision], ahead int, now time.Time) {
-	from := min(r.feed.lastRev, r.feed.changes.Drained()) + 1
-	r.feed.figures = r.keys.lifecycles.Figures()
-	r.skipQuiet()
+func (c *Collector[Obj]) queueChanges(txn statedb.ReadTxn, changes iter.Seq2[statedb.Change[Obj], statedb.Revision], ahead int, now time.Time) {
+	from := min(c.lastRev, c.changes.Drained()) + 1
+	c.figures = c.cfg.Queue.Figures()
+	c.skipQuiet()
 	for change, rev := range changes {
-		r.feed.lastRev = rev
-		r.collectChange(txn, change, rev, min(from, change.Revision), now)
-		r.skipQuiet()
-		if r.feed.figures.Queued >= ahead {
+		c.lastRev = rev
+		c.collectChange(txn, change, rev, min(from, change.Revision), now)
+		c.skipQuiet()
+		if c.figures.Queued >= ahead {
 			break
 		}
 	}
-	r.feed.changes.PassOverQuiet(nil)
+	c.changes.PassOverQuiet(nil)
 }
 
 // collectChange acts on one change, read as of txn and asked for by the
 // writes from revision asked on, and reports whether it added an op. It
-// reads the queue's figures from r.feed.figures, read again after every
+// reads the queue's figures from c.figures, read again after every
 // change to the queue: a read of changes that leaves the queue alone (one
 // worker, nothing in flight) reads them once, not once per change.
-func (r *reconciler[Obj]) collectChange(txn statedb.ReadTxn, change statedb.Change[Obj], rev, asked statedb.Revision, now time.Time) bool {
-	lc, f := r.keys.lifecycles, &r.feed.figures
+func (c *Collector[Obj]) collectChange(txn statedb.ReadTxn, change statedb.Change[Obj], rev, asked statedb.Revision, now time.Time) bool {
+	lc, f := c.cfg.Queue, &c.figures
 	t := keyqueue.Task[Obj]{Obj: change.Object, Rev: change.Revision, Asked: asked, Delete: change.Deleted, Since: now, Ready: now.UnixNano()}
 	// A delete recovered when the feed opened comes beside a revision
 	// below its own (see changes.Feed). Its key may have been put back since.
 	recovered := change.Deleted && rev < change.Revision
 	var st status.Status // an upsert's, read once
 	if !change.Deleted {
-		st = r.objects.GetStatus(change.Object)
+		st = c.cfg.Objects.GetStatus(change.Object)
 	}
 	if change.Deleted || (f.Rechecks > 0 && st.IsPendingOrRefreshing()) {
-		if key, ok := r.objects.Primary.ObjectToKey(change.Object); ok {
+		if key, ok := c.cfg.Objects.Primary.ObjectToKey(change.Object); ok {
 			// A re-check is replaced by this change; a delete cuts the
 			// statuses handed out so far.
 			lc.Add(keyqueue.Change[Obj]{As: keyqueue.Seen, RawKey: key, Task: t, Cut: ident.Last()})
@@ -255,7 +256,7 @@ func (r *reconciler[Obj]) collectChange(txn statedb.ReadTxn, change statedb.Chan
 	}
 	if change.Deleted {
 		if recovered {
-			if _, _, found := r.objects.Lookup(txn, change.Object); found {
+			if _, _, found := c.cfg.Objects.Lookup(txn, change.Object); found {
 				// Put back since: the object put back is newer, and is
 				// applied with its own change, or was already as queued
 				// work or a retry. The delete after it would undo it.
@@ -264,16 +265,16 @@ func (r *reconciler[Obj]) collectChange(txn statedb.ReadTxn, change statedb.Chan
 		}
 	} else if !st.IsPendingOrRefreshing() {
 		switch {
-		case r.skipsQuiet() && changes.Quiet(st):
+		case c.skipsQuiet() && changes.Quiet(st):
 			return false // a Done, most often this reconciler's own: nothing to ask
-		case r.feed.own.has(rev):
+		case c.own.has(rev):
 			return false
-		case r.stale(change.Object, st):
+		case c.stale(change.Object, st):
 			// Put back with a status older than what is known of its key:
 			// apply it as if Pending (see staleness).
-			t.Obj, t.StatusID = r.objects.WithStatus(change.Object, status.PendingAt(now)), st.ID()
+			t.Obj, t.StatusID = c.cfg.Objects.WithStatus(change.Object, status.PendingAt(now)), st.ID()
 		case st.Kind == status.KindError && !st.Terminal:
-			r.adopt(change.Object, rev, asked, st, now)
+			c.adopt(change.Object, rev, asked, st, now)
 			*f = lc.Figures()
 			return false
 		default:
@@ -284,14 +285,14 @@ func (r *reconciler[Obj]) collectChange(txn statedb.ReadTxn, change statedb.Chan
 		if !st.UpdatedAt.IsZero() {
 			t.Since, t.Ready = st.UpdatedAt, st.UpdatedAt.UnixNano()
 		}
-		if t.Refresh || rev <= r.feed.backlog {
+		if t.Refresh || rev <= c.backlog {
 			// A retry of the key is dropped: a newer version waits in the
 			// deferred queue.
-			c := keyqueue.Change[Obj]{Task: keyqueue.Task[Obj]{Obj: change.Object, Rev: rev, Asked: asked}, As: keyqueue.Backlogged}
+			ch := keyqueue.Change[Obj]{Task: keyqueue.Task[Obj]{Obj: change.Object, Rev: rev, Asked: asked}, As: keyqueue.Backlogged}
 			if f.Tracked {
-				c.Key, c.Keyed = r.objects.KeyOf(change.Object)
+				ch.Key, ch.Keyed = c.cfg.Objects.KeyOf(change.Object)
 			}
-			lc.Add(c)
+			lc.Add(ch)
 			*f = lc.Figures()
 			return false
 		}
@@ -300,13 +301,13 @@ func (r *reconciler[Obj]) collectChange(txn statedb.ReadTxn, change statedb.Chan
 	// change of its key in the same read, which must wait behind it. So
 	// is every change while changes are deferred: a deferred one of the
 	// same key may be taken in the same round (see collectDeferred).
-	if r.opts.concurrency == 1 && !f.Tracked && f.Deferred == 0 && !recovered && !f.Prioritized {
-		r.feed.work = append(r.feed.work, work.Op[Obj]{Task: t}) // untracked: see package keyqueue
+	if c.limits.Concurrency == 1 && !f.Tracked && f.Deferred == 0 && !recovered && !f.Prioritized {
+		c.work = append(c.work, work.Op[Obj]{Task: t}) // untracked: see package keyqueue
 		return true
 	}
-	key, ok := r.objects.KeyOf(change.Object)
+	key, ok := c.cfg.Objects.KeyOf(change.Object)
 	if !ok {
-		r.noKey("a change of the table", change.Object)
+		c.noKey("a change of the table", change.Object)
 		return false
 	}
 	if f.Prioritized {
@@ -317,7 +318,7 @@ func (r *reconciler[Obj]) collectChange(txn statedb.ReadTxn, change statedb.Chan
 	s := lc.Add(keyqueue.Change[Obj]{Key: key, Task: t})
 	*f = lc.Figures()
 	if s != nil {
-		r.start(s)
+		c.start(s)
 		return true
 	}
 	return false
@@ -326,20 +327,20 @@ func (r *reconciler[Obj]) collectChange(txn statedb.ReadTxn, change statedb.Chan
 // skipsQuiet reports whether a change whose status asks for nothing (see
 // quiet) is dropped without a look at its key: no key is tracked, no
 // version held for one and no prune's cut remembered (see stale). It
-// reads the queue's figures from r.feed.figures (see collectChange).
-func (r *reconciler[Obj]) skipsQuiet() bool {
-	f := &r.feed.figures
-	return !f.Tracked && !f.Stale && !r.keys.stales.any()
+// reads the queue's figures from c.figures (see collectChange).
+func (c *Collector[Obj]) skipsQuiet() bool {
+	f := &c.figures
+	return !f.Tracked && !f.Stale && !c.stales.any()
 }
 
 // skipQuiet has the feed pass over the changes collectChange would drop
 // for being quiet, while skipsQuiet holds, and hand out the others: called
 // before a read of changes and after each change handed out, as that may
 // change the queue's figures. The read clears it when it ends.
-func (r *reconciler[Obj]) skipQuiet() {
-	r.feed.changes.PassOverQuiet(nil)
-	if r.skipsQuiet() {
-		r.feed.changes.PassOverQuiet(r.objects.GetStatus)
+func (c *Collector[Obj]) skipQuiet() {
+	c.changes.PassOverQuiet(nil)
+	if c.skipsQuiet() {
+		c.changes.PassOverQuiet(c.cfg.Objects.GetStatus)
 	}
 }
 
@@ -349,26 +350,26 @@ func (r *reconciler[Obj]) skipQuiet() {
 // Done without identity (a literal, or decoded: a restore) has no age: it
 // may be older than anything known of the key, so it is stale as any
 // status would be, but once per delete remembered (see keyqueue.Queue.Stale).
-func (r *reconciler[Obj]) stale(obj Obj, st status.Status) bool {
-	if f := r.keys.lifecycles.Figures(); (st.ID() == 0 && st.Kind != status.KindDone) || (!f.Tracked && !f.Stale && !r.keys.stales.any()) {
+func (c *Collector[Obj]) stale(obj Obj, st status.Status) bool {
+	if f := c.cfg.Queue.Figures(); (st.ID() == 0 && st.Kind != status.KindDone) || (!f.Tracked && !f.Stale && !c.stales.any()) {
 		return false
 	}
-	for _, p := range r.keys.stales.pruned {
+	for _, p := range c.stales.pruned {
 		if st.ID() <= p.cut {
-			if _, _, found := r.objects.Lookup(p.txn, obj); !found {
+			if _, _, found := c.cfg.Objects.Lookup(p.txn, obj); !found {
 				return true // the prune may have removed it (see pruneSnapshot)
 			}
 		}
 	}
-	key, ok := r.objects.Primary.ObjectToKey(obj)
-	return ok && r.keys.lifecycles.Stale(key, st.ID())
+	key, ok := c.cfg.Objects.Primary.ObjectToKey(obj)
+	return ok && c.cfg.Queue.Stale(key, st.ID())
 }
 
 // adopt hands the key queue an Error status found on obj (see keyqueue.Failed).
-func (r *reconciler[Obj]) adopt(obj Obj, rev, asked statedb.Revision, st status.Status, now time.Time) {
-	key, ok := r.objects.KeyOf(obj)
+func (c *Collector[Obj]) adopt(obj Obj, rev, asked statedb.Revision, st status.Status, now time.Time) {
+	key, ok := c.cfg.Objects.KeyOf(obj)
 	if !ok {
-		r.noKey("an Error status", obj)
+		c.noKey("an Error status", obj)
 		return
 	}
 	since := st.UpdatedAt
@@ -376,31 +377,31 @@ func (r *reconciler[Obj]) adopt(obj Obj, rev, asked statedb.Revision, st status.
 		since = now
 	}
 	t := keyqueue.Task[Obj]{
-		Obj:      r.objects.WithStatus(obj, status.PendingAt(since)),
+		Obj:      c.cfg.Objects.WithStatus(obj, status.PendingAt(since)),
 		Rev:      rev,
 		Asked:    asked,
 		StatusID: st.ID(),
 		Since:    since,
 		Ready:    now.UnixNano(),
 	}
-	r.keys.lifecycles.Add(keyqueue.Change[Obj]{Key: key, Task: t, As: keyqueue.Failed, ErrID: st.ID(), Err: errors.New(st.Error), Now: now})
+	c.cfg.Queue.Add(keyqueue.Change[Obj]{Key: key, Task: t, As: keyqueue.Failed, ErrID: st.ID(), Err: errors.New(st.Error), Now: now})
 }
 
 // collectRetries takes retries due at now, up to budget. A retry whose
 // object changed since is dropped (see current).
-func (r *reconciler[Obj]) collectRetries(txn statedb.ReadTxn, now time.Time, budget int) {
-	lc := r.keys.lifecycles
+func (c *Collector[Obj]) collectRetries(txn statedb.ReadTxn, now time.Time, budget int) {
+	lc := c.cfg.Queue
 	for added := 0; added < budget; {
 		due := lc.Get(keyqueue.Due, 1, now.UnixNano())
 		if len(due) == 0 {
 			return
 		}
 		s := due[0]
-		if !r.current(txn, s) {
+		if !c.current(txn, s) {
 			lc.Done(s, "", keyqueue.Task[Obj]{}, keyqueue.Outcome[Obj]{Forget: true}, time.Time{})
 			continue
 		}
-		r.start(s)
+		c.start(s)
 		added++
 	}
 }
@@ -411,23 +412,23 @@ func (r *reconciler[Obj]) collectRetries(txn statedb.ReadTxn, now time.Time, bud
 // carries the status the task answers. The update then gets the object as
 // the table holds it, with the status that asked for the work rather than
 // the Error a failure wrote, so every attempt sees the same request.
-func (r *reconciler[Obj]) current(txn statedb.ReadTxn, s *keyqueue.State[Obj]) bool {
+func (c *Collector[Obj]) current(txn statedb.ReadTxn, s *keyqueue.State[Obj]) bool {
 	v := s.View()
 	t := v.Task
-	cur, rev, found := r.objects.Lookup(txn, t.Obj)
+	cur, rev, found := c.cfg.Objects.Lookup(txn, t.Obj)
 	switch {
 	case t.Delete:
 		return !found
 	case !found:
 		return false
-	case r.objects.GetStatus(cur).ID() != t.StatusID:
+	case c.cfg.Objects.GetStatus(cur).ID() != t.StatusID:
 		// The version the task is for may have been applied in part (cut
 		// short by a stop, or failed).
-		r.writtenBack(cur, t.StatusID)
+		c.writtenBack(cur, t.StatusID)
 		return false
 	case rev != t.Rev:
-		same := keyqueue.Task[Obj]{Obj: r.objects.WithStatus(cur, r.objects.GetStatus(t.Obj)), Rev: rev}
-		r.keys.lifecycles.Add(keyqueue.Change[Obj]{Key: v.Key, Task: same, As: keyqueue.Same})
+		same := keyqueue.Task[Obj]{Obj: c.cfg.Objects.WithStatus(cur, c.cfg.Objects.GetStatus(t.Obj)), Rev: rev}
+		c.cfg.Queue.Add(keyqueue.Change[Obj]{Key: v.Key, Task: same, As: keyqueue.Same})
 	}
 	return true
 }
@@ -436,8 +437,8 @@ func (r *reconciler[Obj]) current(txn statedb.ReadTxn, s *keyqueue.State[Obj]) b
 // as the table now holds its object if that still asks for work (else it
 // is dropped). One written again since is tracked, so that it and its
 // newer change are one request, held from the deferred revision on.
-func (r *reconciler[Obj]) collectDeferred(txn statedb.ReadTxn, now time.Time, budget int) {
-	lc := r.keys.lifecycles
+func (c *Collector[Obj]) collectDeferred(txn statedb.ReadTxn, now time.Time, budget int) {
+	lc := c.cfg.Queue
 	var buf [1]keyqueue.Task[Obj]
 	for added := 0; added < budget; {
 		taken := lc.Take(keyqueue.Backlog, 1, 0, buf[:0])
@@ -445,12 +446,12 @@ func (r *reconciler[Obj]) collectDeferred(txn statedb.ReadTxn, now time.Time, bu
 			return
 		}
 		d := taken[0]
-		obj, rev, found := r.objects.Lookup(txn, d.Obj)
+		obj, rev, found := c.cfg.Objects.Lookup(txn, d.Obj)
 		changed := rev != d.Rev
 		if !found {
 			continue
 		}
-		st := r.objects.GetStatus(obj)
+		st := c.cfg.Objects.GetStatus(obj)
 		if !st.IsPendingOrRefreshing() {
 			continue
 		}
@@ -459,19 +460,31 @@ func (r *reconciler[Obj]) collectDeferred(txn statedb.ReadTxn, now time.Time, bu
 			t.Since = now
 		}
 		t.Ready = t.Since.UnixNano()
-		if r.opts.concurrency == 1 && !lc.Figures().Tracked && !changed {
-			r.feed.work = append(r.feed.work, work.Op[Obj]{Task: t})
+		if c.limits.Concurrency == 1 && !lc.Figures().Tracked && !changed {
+			c.work = append(c.work, work.Op[Obj]{Task: t})
 			added++
 			continue
 		}
-		key, ok := r.objects.KeyOf(obj)
+		key, ok := c.cfg.Objects.KeyOf(obj)
 		if !ok {
-			r.noKey("a deferred change", obj)
+			c.noKey("a deferred change", obj)
 			continue
 		}
 		if s := lc.Add(keyqueue.Change[Obj]{Key: key, Task: t}); s != nil {
-			r.start(s)
+			c.start(s)
 			added++
 		}
 	}
 }
+
+// writtenBack records, in the key queue, that cur was written back over
+// what the target got, if it was (see work.Objects.WrittenBack).
+func (c *Collector[Obj]) writtenBack(cur Obj, statusID uint64) {
+	if ch, ok := c.cfg.Objects.WrittenBack(cur, statusID); ok {
+		c.cfg.Queue.Add(ch)
+	}
+}
+
+// noKey logs that an object without a primary key was met where (see
+// work.LogNoKey).
+func (c *Collector[Obj]) noKey(where string, obj Obj) { work.LogNoKey(c.cfg.Log, where, obj) }
