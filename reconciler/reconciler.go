@@ -1,7 +1,6 @@
 package reconciler
 
 import (
-	"context"
 	"log/slog"
 	"time"
 
@@ -13,7 +12,6 @@ import (
 	"github.com/converge-go/converge/reconciler/internal/gate"
 	"github.com/converge-go/converge/reconciler/internal/keyqueue"
 	"github.com/converge-go/converge/reconciler/internal/work"
-	"github.com/converge-go/converge/tracing"
 )
 
 // reconciler implements Reconciler: what Register was given and the state
@@ -56,12 +54,6 @@ type clock struct {
 // noKey logs that an object without a primary key was met where (see
 // work.LogNoKey).
 func (r *reconciler[Obj]) noKey(where string, obj Obj) { work.LogNoKey(r.log, where, obj) }
-
-// startSpan starts a span of the reconciler's tracer, which must be set.
-func (r *reconciler[Obj]) startSpan(ctx context.Context, s tracing.Start) (context.Context, tracing.Span) {
-	s.Module, s.Name = r.moduleID.String(), r.opts.name
-	return r.opts.tracer.Start(ctx, s)
-}
 
 func (r *reconciler[Obj]) jobName(base string) string {
 	if r.opts.name == "" {

@@ -6,6 +6,7 @@ import (
 	"github.com/cilium/statedb"
 
 	"github.com/converge-go/converge/reconciler/internal/drift"
+	"github.com/converge-go/converge/reconciler/internal/operate"
 	"github.com/converge-go/converge/reconciler/internal/prune"
 )
 
@@ -40,23 +41,14 @@ func newTarget[Obj any](ops Operations[Obj], batchOps BatchOperations[Obj]) targ
 // batch makes the batch call call: DeleteBatch with deleted, UpdateBatch
 // with upserted, or ProcessBatch with both. Only ProcessBatch returns an
 // error; the others report in the entries.
-func (t *target[Obj]) batch(ctx context.Context, txn statedb.ReadTxn, call batchCall, deleted, upserted []BatchEntry[Obj]) error {
+func (t *target[Obj]) batch(ctx context.Context, txn statedb.ReadTxn, call operate.Call, deleted, upserted []BatchEntry[Obj]) error {
 	switch call {
-	case deleteBatch:
+	case operate.DeleteBatch:
 		t.batchOps.DeleteBatch(ctx, txn, deleted)
-	case updateBatch:
+	case operate.UpdateBatch:
 		t.batchOps.UpdateBatch(ctx, txn, upserted)
 	default:
 		return t.processor.ProcessBatch(ctx, txn, deleted, upserted)
 	}
 	return nil
 }
-
-// batchCall is the batch operation a batch call makes.
-type batchCall uint8
-
-const (
-	deleteBatch  batchCall = iota // BatchOperations.DeleteBatch
-	updateBatch                   // BatchOperations.UpdateBatch
-	processBatch                  // BatchProcessor.ProcessBatch
-)
