@@ -1,14 +1,18 @@
 package reconciler_test
 
 // When a reconciler starts: registered from a start hook or after the
-// start, and inside a synctest bubble; and what Register refuses.
-// (WithStartAfter: testdata/start_after*.txtar.) Then, below, stopping,
-// starting again and pausing.
+// start, and inside a synctest bubble; what Register refuses; then
+// stopping, starting again and pausing. (WithStartAfter:
+// testdata/start_after*.txtar; deletes while stopped:
+// testdata/stopped_deletes*.txtar; stops with work in flight:
+// testdata/stop_start*.txtar, testdata/putback*.txtar; Pause and Resume:
+// testdata/pause*.txtar.)
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"log/slog"
 	"math"
 	"runtime"
@@ -33,16 +37,20 @@ import (
 // The reconciler runs inside a testing/synctest bubble, as StateDB tests
 // its own, with workers, batches, a dependency, refreshing, pruning and
 // retries: dependency changes and refreshes (in fake time) re-apply
-// objects, and writes and deletes made while the hive is stopped converge
-// after the next start. Nothing it leaves behind is touched from outside
-// the bubble once it ends (the process would die).
+// objects; work cut short by a stop (an update held, a failure waiting for
+// its retry, a pause held over a stop, timers pending) and writes and
+// deletes made while stopped converge after the next start. Nothing it
+// leaves behind is touched from outside the bubble once it ends (the
+// process would die).
 func TestRunsInASynctestBubble(t *testing.T) {
 	forVariants(t, variants, func(t *testing.T, v variant) {
 		synctest.Test(t, func(t *testing.T) {
 			tg := newTarget()
+			fo := reconcilertest.NewFaultyOps(itemKey, tg, tg)
+			require.NoError(t, fo.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeError, Key: "fails"}))
 			var deps statedb.RWTable[*item]
-			f := v.start(t, tg, withDeps(t, &deps, sameID), reconciler.WithRefreshing(time.Minute, nil),
-				reconciler.WithPruning(10*time.Minute), reconciler.WithRetry(time.Second, 10*time.Second))
+			f := v.start(t, fo, withDeps(t, &deps, sameID), reconciler.WithRefreshing(time.Minute, nil),
+				reconciler.WithPruning(time.Minute), reconciler.WithRetry(time.Second, 10*time.Second), reconciler.WithOperationTimeout(time.Hour))
 			objs := items("k", 50, "1")
 			f.upsert(objs...)
 			f.converged(tg)
@@ -55,11 +63,24 @@ func TestRunsInASynctestBubble(t *testing.T) {
 			waitCalls(t, tg, reconcilertest.OpUpdate, objs[10].ID, n+1)
 			f.converged(tg)
 
+			held := tg.hold("held")
+			f.upsert(&item{ID: "fails", Value: "1"})
+			f.waitKind("fails", status.KindError)
+			f.upsert(&item{ID: "held", Value: "1"})
+			held.wait(t)
 			f.stop()
 			f.remove(ids(objs[:20])...)
 			f.upsert(items("k", 30, "2")[10:]...)
 			writeDeps(t, f, deps, false, &item{ID: objs[40].ID})
 			f.start()
+			time.Sleep(3 * time.Second) // fake time: a retry falls due
+			synctest.Wait()
+			f.rec.Pause()
+			f.stop()
+			fo.Clear("fails")
+			f.start()
+			f.rec.Resume()
+			time.Sleep(2 * time.Minute) // fake time: retries, prunes and refreshes
 			f.converged(tg)
 			for _, o := range objs[:10] { // deleted while stopped, not pruned
 				_, deleted := count(tg, reconcilertest.OpDelete, o.ID)
@@ -71,117 +92,64 @@ func TestRunsInASynctestBubble(t *testing.T) {
 	})
 }
 
-// Whatever a reconciler went through inside a synctest bubble, nothing it
-// leaves behind is touched from outside the bubble once it ends.
+// Whatever a reconciler went through inside a synctest bubble (a start
+// failing at any point, registered late or from a start hook, with a
+// dependency or not), nothing it leaves behind is touched from outside the
+// bubble once it ends.
 func TestLeavesNothingBehindItsSynctestBubble(t *testing.T) {
 	errHook := errors.New("start hook fails")
 	fail := cell.Hook{OnStart: func(cell.HookContext) error { return errHook }}
-	failing := func(afterDB bool) cell.Cell {
-		if afterDB {
-			return cell.Invoke(func(_ *statedb.DB, lc cell.Lifecycle) { lc.Append(fail) })
-		}
-		return cell.Invoke(func(lc cell.Lifecycle) { lc.Append(fail) })
-	}
-	type run func(t *testing.T, w *with) *fixture
-	// failsToStart populates a fixture with the cells set adds and checks
-	// that Start fails, or does not start it if set is nil; then writes.
-	failsToStart := func(set func(w *with)) run {
-		return func(t *testing.T, w *with) *fixture {
-			if set != nil {
-				set(w)
-			}
-			f := newFixture(t, newTarget(), w, reconciler.WithConcurrency(4))
-			if set != nil {
-				require.ErrorIs(t, f.tryStart(), errHook)
-			}
-			f.upsert(items("k", 10, "1")...)
-			f.remove("k-00001")
-			return f
-		}
-	}
-	for _, c := range []struct {
-		name string
-		run  run
+	failing := []cell.Cell{cell.Invoke(func(lc cell.Lifecycle) { lc.Append(fail) })}
+	for name, c := range map[string]struct {
+		first, last    []cell.Cell // cells whose start hook fails, first or last
+		at             registerAt
+		start, stopped bool // started; registered (byTheTest) once stopped
 	}{
-		{"registered, never started", failsToStart(nil)},
-		{"start fails before the database starts", failsToStart(func(w *with) { w.first = []cell.Cell{failing(false)} })},
-		{"start fails after the database started", failsToStart(func(w *with) { w.first = []cell.Cell{failing(true)} })},
-		{"start fails after the reconciler's jobs", failsToStart(func(w *with) { w.last = []cell.Cell{failing(false)} })},
-		{"registered after the hive stopped", func(t *testing.T, w *with) *fixture {
-			w.register = byTheTest
-			f := startFixture(t, newTarget(), w)
-			f.stop()
-			require.NoError(t, f.register())
-			return f
-		}},
-		{"registered after the start, then stopped and started", func(t *testing.T, w *with) *fixture {
-			w.register = byTheTest
-			tg := newTarget()
-			f := startFixture(t, tg, w, reconciler.WithConcurrency(4))
-			require.NoError(t, f.register())
-			f.waitApplied(tg, "a", "1")
-			f.stop()
-			f.start()
-			return f
-		}},
-		{"registered in a start hook", func(t *testing.T, w *with) *fixture {
-			w.register = inStartHook
-			tg := newTarget()
-			f := startFixture(t, tg, w)
-			f.waitApplied(tg, "a", "1")
-			return f
-		}},
+		"registered, never started":               {},
+		"start fails before the database starts":  {first: failing},
+		"start fails after the database started":  {first: []cell.Cell{cell.Invoke(func(_ *statedb.DB, lc cell.Lifecycle) { lc.Append(fail) })}},
+		"start fails after the reconciler's jobs": {last: failing},
+		"registered after the hive stopped":       {at: byTheTest, start: true, stopped: true},
+		"registered after the start, restarted":   {at: byTheTest, start: true},
+		"registered in a start hook, restarted":   {at: inStartHook, start: true},
 	} {
 		for _, dep := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%s/dependency=%v", c.name, dep), func(t *testing.T) {
+			t.Run(fmt.Sprintf("%s/dependency=%v", name, dep), func(t *testing.T) {
 				synctest.Test(t, func(t *testing.T) {
 					deps := withDeps(t, new(statedb.RWTable[*item]), sameID).setup
-					w := &with{setup: func(f *fixture) []reconciler.Option {
+					w := &with{first: c.first, last: c.last, register: c.at, setup: func(f *fixture) []reconciler.Option {
 						f.upsert(&item{ID: "a", Value: "1"})
 						if dep {
 							return deps(f)
 						}
 						return nil
 					}}
-					c.run(t, w).stop()
+					tg := newTarget()
+					f := newFixture(t, tg, w, reconciler.WithConcurrency(4))
+					switch {
+					case c.first != nil || c.last != nil:
+						require.ErrorIs(t, f.tryStart(), errHook)
+					case c.start:
+						f.start()
+						if c.stopped {
+							f.stop()
+						}
+						if c.at == byTheTest {
+							require.NoError(t, f.register())
+						}
+						if f.up {
+							f.waitApplied(tg, "a", "1")
+							f.stop()
+							f.start()
+						}
+					}
+					f.upsert(items("k", 10, "1")...)
+					f.remove("k-00001")
+					f.stop()
 				})
 				collectGarbage(t)
 			})
 		}
-	}
-	// Cut short by a stop, failures waiting for a retry over a stop, a
-	// pause held over a stop, timers of pruning and refreshing pending at
-	// the stop.
-	for _, v := range variants {
-		t.Run("cut short and retried/"+v.String(), func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				tg := newTarget()
-				fo := reconcilertest.NewFaultyOps(itemKey, tg, tg)
-				require.NoError(t, fo.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeError, Key: "fails"}))
-				held := tg.hold("held")
-				f := v.start(t, fo, nil, reconciler.WithRetry(time.Second, time.Minute),
-					reconciler.WithPruning(time.Minute), reconciler.WithRefreshing(time.Minute, nil), reconciler.WithOperationTimeout(time.Hour))
-				f.upsert(items("k", 20, "1")...)
-				f.upsert(&item{ID: "fails", Value: "1"})
-				f.waitKind("fails", status.KindError)
-				f.upsert(&item{ID: "held", Value: "1"})
-				held.wait(t)
-				f.stop()
-				f.remove("k-00001")
-				f.start()
-				time.Sleep(3 * time.Second) // fake time: a retry falls due
-				synctest.Wait()
-				f.rec.Pause()
-				f.stop()
-				fo.Clear("fails")
-				f.start()
-				f.rec.Resume()
-				time.Sleep(2 * time.Minute) // fake time: retries, prunes and refreshes
-				f.converged(tg)
-				f.stop()
-			})
-			collectGarbage(t)
-		})
 	}
 }
 
@@ -197,9 +165,8 @@ func TestSeveralReconcilersRegisteredAtDifferentTimesAllRun(t *testing.T) {
 	}
 	others := map[string]*other{}
 	var params reconciler.Params
-	register := func(name string) error {
+	register := func(name string) (err error) {
 		o := others[name]
-		var err error
 		o.rec, err = reconciler.Register(params, o.table, (*item).clone, (*item).setStatus, (*item).getStatus, o.tg, nil, reconciler.WithName(name))
 		return err
 	}
@@ -237,8 +204,7 @@ func TestSeveralReconcilersRegisteredAtDifferentTimesAllRun(t *testing.T) {
 }
 
 // A start that fails in the hook that registers the reconciler leaves
-// nothing running: Stop returns, goleak is clean. (A hook failing before
-// the reconciler's: TestLeavesNothingBehindItsSynctestBubble.)
+// nothing running: Stop returns, goleak is clean.
 func TestFailedStartLeavesNothingRunning(t *testing.T) {
 	errHook := errors.New("start hook fails")
 	var f *fixture
@@ -251,19 +217,14 @@ func TestFailedStartLeavesNothingRunning(t *testing.T) {
 
 // collectGarbage collects what is unreachable and waits for the cleanups
 // that queues to have run. Its own object is not a tiny one: the cleanup
-// of a tiny object (16 bytes or less, without pointers) may never run, as
-// it may share its memory with a live object.
+// of a tiny object (16 bytes or less, without pointers) may never run.
 func collectGarbage(t *testing.T) {
 	t.Helper()
 	for range 3 {
 		done := make(chan struct{})
 		runtime.AddCleanup(new([64]byte), func(ch chan struct{}) { close(ch) }, done)
 		runtime.GC()
-		select {
-		case <-done:
-		case <-time.After(20 * time.Second):
-			t.Fatal("cleanups did not run")
-		}
+		recv(t, done, "the cleanups")
 	}
 }
 
@@ -274,15 +235,87 @@ type fakeGroup struct{ jobs []job.Job }
 func (g *fakeGroup) Add(jobs ...job.Job)                { g.jobs = append(g.jobs, jobs...) }
 func (g *fakeGroup) Scoped(name string) job.ScopedGroup { return g }
 
-// Register refuses a missing argument, an option out of range or a limiter
-// that never allows, with an error wrapping ErrInvalidConfig that says
-// which, and never panics.
+// refusedOption is an option Register refuses, with what its error says.
+type refusedOption struct {
+	name string
+	opt  reconciler.Option
+	want string
+}
+
+// refusedOptions are the options Register refuses for a reconciler of
+// table (TestRegisterRejectsBadInput); Configure refuses each too
+// (TestConfigureRefused).
+func refusedOptions(table statedb.Table[*item]) []refusedOption {
+	var noTable statedb.Table[*item]
+	plan := newTarget().PlanPrune
+	stringPlan := func(context.Context, statedb.ReadTxn, iter.Seq2[string, statedb.Revision]) (int, int, error) {
+		return 0, 0, nil
+	}
+	stringCheck := func(context.Context, statedb.ReadTxn, statedb.Revision, string) (bool, error) { return true, nil }
+	const guardShare, priorityShare, notOurs = "maxShare must be in [0, 1]", "priority share must be in [0, 1]", "not of the reconciled table's object type"
+	return []refusedOption{
+		{"nil option", nil, "nil Option"},
+		{"zero round size", reconciler.WithRoundLimits(0, nil), "round size must be positive"},
+		{"negative round size", reconciler.WithRoundLimits(-1, rate.NewLimiter(1, 1)), "round size must be positive"},
+		{"zero min backoff", reconciler.WithRetry(0, time.Second), "minimum retry backoff must be positive"},
+		{"max below min", reconciler.WithRetry(time.Second, time.Millisecond), "maximum retry backoff 1ms is below the minimum 1s"},
+		{"negative prune", reconciler.WithPruning(-time.Second), "prune interval must not be negative"},
+		{"negative refresh", reconciler.WithRefreshing(-time.Second, nil), "refresh interval must not be negative"},
+		{"jitter one", reconciler.WithRetryJitter(1), "retry jitter must be in [0, 1)"},
+		{"jitter negative", reconciler.WithRetryJitter(-0.1), "retry jitter must be in [0, 1)"},
+		{"jitter NaN", reconciler.WithRetryJitter(math.NaN()), "retry jitter must be in [0, 1)"},
+		// A space would let two reconcilers' retry rows be one: RetryKey joins with one.
+		{"name with a space", reconciler.WithName("x y"), "white space or a control character"},
+		{"name with a tab", reconciler.WithName("x\ty"), "white space or a control character"},
+		{"name with a newline", reconciler.WithName("x\ny"), "white space or a control character"},
+		{"name with a NUL", reconciler.WithName("x\x00"), "white space or a control character"},
+		{"negative max attempts", reconciler.WithMaxAttempts(-1), "maximum attempts must not be negative"},
+		{"negative breaker failures", reconciler.WithCircuitBreaker(-1, time.Second, nil), "circuit breaker failures must not be negative"},
+		{"zero breaker backoff", reconciler.WithCircuitBreaker(3, 0, nil), "circuit breaker probe backoff must be positive"},
+		{"zero workers", reconciler.WithConcurrency(0), "concurrency must be in [1, 65536]"},
+		{"too many workers", reconciler.WithConcurrency(1 << 20), "concurrency must be in [1, 65536]"},
+		{"negative timeout", reconciler.WithOperationTimeout(-1), "operation timeout must not be negative"},
+		{"dependency on itself", reconciler.WithDependency(table, sameID), "cannot be a dependency of itself"},
+		{"nil dependency table", reconciler.WithDependency(noTable, sameID), "needs a table and a mapper"},
+		{"nil priority", reconciler.WithPriority[*item](nil, 0.5), "needs a priority function"},
+		{"priority share negative", reconciler.WithPriority(priorityByPrefix, -0.1), priorityShare + ", got -0.1"},
+		{"priority share above one", reconciler.WithPriority(priorityByPrefix, 1.5), priorityShare},
+		{"priority share NaN", reconciler.WithPriority(priorityByPrefix, math.NaN()), priorityShare + ", got NaN"},
+		{"priority share +Inf", reconciler.WithPriority(priorityByPrefix, math.Inf(1)), priorityShare},
+		{"priority share -Inf", reconciler.WithPriority(priorityByPrefix, math.Inf(-1)), priorityShare},
+		{"priority of another type", reconciler.WithPriority(func(string) int { return 0 }, 0), notOurs},
+		{"priority of the value type", reconciler.WithPriority(func(item) int { return 0 }, 0), notOurs},
+		{"priority of any", reconciler.WithPriority(func(any) int { return 0 }, 0), notOurs},
+		// A limiter whose Wait can never succeed would stop the loop for good.
+		{"round burst 0", reconciler.WithRoundLimits(10, rate.NewLimiter(100, 0)), "round limiter must have a burst of at least 1"},
+		{"round limit 0", reconciler.WithRoundLimits(10, rate.NewLimiter(0, 5)), "round limiter must allow events"},
+		{"refresh burst 0", reconciler.WithRefreshing(time.Minute, rate.NewLimiter(100, 0)), "refresh limiter must have a burst"},
+		{"refresh limit 0", reconciler.WithRefreshing(time.Minute, rate.NewLimiter(0, 5)), "refresh limiter must allow events"},
+		{"report-only drift alone", reconciler.WithDriftReportOnly(), "WithDriftReportOnly needs WithDriftCheck"},
+		{"nil drift check", reconciler.WithDriftCheck[*item](nil), "WithDriftCheck needs a check function"},
+		{"drift check of another type", reconciler.WithDriftCheck(stringCheck), notOurs},
+		{"guard without a bound", reconciler.WithPruneGuard(0, 0, plan), "set maxRemove or maxShare"},
+		{"guard count negative", reconciler.WithPruneGuard(-1, 0.5, plan), "maxRemove must not be negative, got -1"},
+		{"guard count negative alone", reconciler.WithPruneGuard(-5, 0, plan), "maxRemove must not be negative"},
+		{"guard share above one", reconciler.WithPruneGuard(0, 1.5, plan), guardShare},
+		{"guard share negative", reconciler.WithPruneGuard(3, -0.1, plan), guardShare},
+		{"guard share NaN", reconciler.WithPruneGuard(3, math.NaN(), plan), guardShare},
+		{"guard share NaN alone", reconciler.WithPruneGuard(0, math.NaN(), plan), guardShare},
+		{"guard share infinite", reconciler.WithPruneGuard(0, math.Inf(1), plan), guardShare},
+		{"guard without a plan", reconciler.WithPruneGuard[*item](3, 0, nil), "plan must not be nil"},
+		{"guard plan of strings", reconciler.WithPruneGuard(3, 0, stringPlan), "plan is for objects of type string"},
+	}
+}
+
+// Register refuses a missing argument, an option out of range, a limiter
+// that never allows, a status set, priority, drift check or prune guard of
+// the wrong kind, and a guard of a reconciler that cannot prune, with an
+// error wrapping ErrInvalidConfig that says which, and never panics; it
+// accepts the valid edges, registering the reconcile and refresh jobs.
 func TestRegisterRejectsBadInput(t *testing.T) {
 	db := statedb.New()
 	table, err := statedb.NewTable(db, "items", itemID)
 	require.NoError(t, err)
-	tgt := newTarget()
-
 	type args struct {
 		params    reconciler.Params
 		table     statedb.RWTable[*item]
@@ -290,29 +323,18 @@ func TestRegisterRejectsBadInput(t *testing.T) {
 		setStatus func(*item, status.Status) *item
 		getStatus func(*item) status.Status
 		ops       reconciler.Operations[*item]
+		batch     reconciler.BatchOperations[*item]
 		opts      []reconciler.Option
 	}
-	good := func() args {
-		return args{
-			params:    reconciler.Params{Log: slog.Default(), DB: db, JobGroup: &fakeGroup{}},
-			table:     table,
-			clone:     (*item).clone,
-			setStatus: (*item).setStatus,
-			getStatus: (*item).getStatus,
-			ops:       tgt,
-		}
-	}
 	with := func(o ...reconciler.Option) func(*args) { return func(a *args) { a.opts = o } }
-	inSet := func(o reconciler.Option) func(*args) {
-		return func(a *args) {
-			a.setStatus, a.getStatus, a.opts = nil, nil, []reconciler.Option{reconciler.WithName("a"), o}
-		}
+	inSet := func(o ...reconciler.Option) func(*args) {
+		return func(a *args) { a.setStatus, a.getStatus, a.opts = nil, nil, o }
 	}
-	var noTable statedb.Table[*item]
+	set, named, plan := reconciler.WithStatusSet(getSet, putSet), reconciler.WithName("a"), newTarget().PlanPrune
 	cases := []struct {
 		name   string
 		modify func(*args)
-		want   string
+		want   string // "": accepted
 	}{
 		{"nil table", func(a *args) { a.table = nil }, "table must not be nil"},
 		{"nil clone", func(a *args) { a.clone = nil }, "clone function must not be nil"},
@@ -321,70 +343,57 @@ func TestRegisterRejectsBadInput(t *testing.T) {
 		{"nil ops", func(a *args) { a.ops = nil }, "Operations must not be nil"},
 		{"nil db", func(a *args) { a.params.DB = nil }, "Params.DB must not be nil"},
 		{"nil job group", func(a *args) { a.params.JobGroup = nil }, "Params.JobGroup must not be nil"},
-		{"nil option", with(nil), "nil Option"},
-		{"zero round size", with(reconciler.WithRoundLimits(0, nil)), "round size must be positive"},
-		{"negative round size", with(reconciler.WithRoundLimits(-1, rate.NewLimiter(1, 1))), "round size must be positive"},
-		{"zero min backoff", with(reconciler.WithRetry(0, time.Second)), "minimum retry backoff must be positive"},
-		{"max below min", with(reconciler.WithRetry(time.Second, time.Millisecond)), "below the minimum"},
-		{"negative prune", with(reconciler.WithPruning(-time.Second)), "prune interval must not be negative"},
-		{"negative refresh", with(reconciler.WithRefreshing(-time.Second, nil)), "refresh interval must not be negative"},
-		{"jitter one", with(reconciler.WithRetryJitter(1)), "retry jitter must be in [0, 1)"},
-		{"jitter negative", with(reconciler.WithRetryJitter(-0.1)), "retry jitter"},
-		{"jitter NaN", with(reconciler.WithRetryJitter(math.NaN())), "retry jitter"},
-		// A space would let two reconcilers' retry rows be one: RetryKey joins with one.
-		{"name with a space", with(reconciler.WithName("x y")), "white space or a control character"},
-		{"name with a tab", with(reconciler.WithName("x\ty")), "white space or a control character"},
-		{"name with a newline", with(reconciler.WithName("x\ny")), "white space or a control character"},
-		{"name with a NUL", with(reconciler.WithName("x\x00")), "white space or a control character"},
-		{"negative max attempts", with(reconciler.WithMaxAttempts(-1)), "maximum attempts must not be negative"},
-		{"negative breaker failures", with(reconciler.WithCircuitBreaker(-1, time.Second, nil)), "circuit breaker failures must not be negative"},
-		{"zero breaker backoff", with(reconciler.WithCircuitBreaker(3, 0, nil)), "circuit breaker probe backoff must be positive"},
-		{"zero workers", with(reconciler.WithConcurrency(0)), "concurrency must be in [1, 65536]"},
-		{"too many workers", with(reconciler.WithConcurrency(1 << 20)), "concurrency must be in [1, 65536]"},
-		{"negative timeout", with(reconciler.WithOperationTimeout(-1)), "operation timeout must not be negative"},
-		{"dependency on itself", with(reconciler.WithDependency(table, sameID)), "cannot be a dependency of itself"},
-		{"nil dependency table", with(reconciler.WithDependency(noTable, sameID)), "needs a table and a mapper"},
-		{"nil priority", with(reconciler.WithPriority[*item](nil, 0.5)), "needs a priority function"},
-		{"priority share negative", with(reconciler.WithPriority(priorityByPrefix, -0.1)), "priority share must be in [0, 1], got -0.1"},
-		{"priority share above one", with(reconciler.WithPriority(priorityByPrefix, 1.5)), "priority share must be in [0, 1]"},
-		{"priority share NaN", with(reconciler.WithPriority(priorityByPrefix, math.NaN())), "priority share must be in [0, 1], got NaN"},
-		{"priority share +Inf", with(reconciler.WithPriority(priorityByPrefix, math.Inf(1))), "priority share must be in [0, 1]"},
-		{"priority share -Inf", with(reconciler.WithPriority(priorityByPrefix, math.Inf(-1))), "priority share must be in [0, 1]"},
-		{"priority of another type", with(reconciler.WithPriority(func(string) int { return 0 }, 0)), "not of the reconciled table's object type"},
-		{"priority of the value type", with(reconciler.WithPriority(func(item) int { return 0 }, 0)), "not of the reconciled table's object type"},
-		{"priority of any", with(reconciler.WithPriority(func(any) int { return 0 }, 0)), "not of the reconciled table's object type"},
-		{"status set without a name", func(a *args) {
-			a.setStatus, a.getStatus, a.opts = nil, nil, []reconciler.Option{reconciler.WithStatusSet(getSet, putSet)}
-		}, "needs the name of WithName"},
-		{"status set and setStatus", func(a *args) {
-			a.getStatus = nil
-			a.opts = []reconciler.Option{reconciler.WithName("a"), reconciler.WithStatusSet(getSet, putSet)}
-		}, "setStatus and getStatus must be nil with WithStatusSet"},
-		{"status set without get", inSet(reconciler.WithStatusSet(nil, putSet)), "needs both its get and set functions"},
-		{"status set without set", inSet(reconciler.WithStatusSet(getSet, nil)), "needs both its get and set functions"},
-		{"status set of another type", inSet(reconciler.WithStatusSet(func(string) status.Set { return status.Set{} },
+		{"status set without a name", inSet(set), "needs the name of WithName"},
+		{"status set and setStatus", func(a *args) { a.getStatus, a.opts = nil, []reconciler.Option{named, set} }, "setStatus and getStatus must be nil with WithStatusSet"},
+		{"status set without get", inSet(named, reconciler.WithStatusSet(nil, putSet)), "needs both its get and set functions"},
+		{"status set without set", inSet(named, reconciler.WithStatusSet(getSet, nil)), "needs both its get and set functions"},
+		{"status set of another type", inSet(named, reconciler.WithStatusSet(func(string) status.Set { return status.Set{} },
 			func(s string, _ status.Set) string { return s })), "not of the reconciled table's object type"},
-		// A limiter whose Wait can never succeed would stop the loop for good.
-		{"round burst 0", with(reconciler.WithRoundLimits(10, rate.NewLimiter(100, 0))), "limiter"},
-		{"round limit 0", with(reconciler.WithRoundLimits(10, rate.NewLimiter(0, 5))), "limiter"},
-		{"refresh burst 0", with(reconciler.WithRefreshing(time.Minute, rate.NewLimiter(100, 0))), "limiter"},
-		{"refresh limit 0", with(reconciler.WithRefreshing(time.Minute, rate.NewLimiter(0, 5))), "limiter"},
+		{"guard that cannot prune", func(a *args) {
+			a.ops, a.batch, a.opts = nil, batchOnly{newTarget()}, []reconciler.Option{reconciler.WithPruning(0), reconciler.WithPruneGuard(1, 0, plan)}
+		}, "cannot prune"},
+		{"valid, an infinite limit needs no burst", with(reconciler.WithName("x"), reconciler.WithRefreshing(time.Minute, nil),
+			reconciler.WithRoundLimits(10, rate.NewLimiter(rate.Inf, 0))), ""},
+		{"a status set, WithName after", inSet(set, named), ""},
+		{"priority share 0", with(reconciler.WithPriority(priorityByPrefix, 0)), ""},
+		{"priority share -0", with(reconciler.WithPriority(priorityByPrefix, math.Copysign(0, -1))), ""},
+		{"priority share 1", with(reconciler.WithPriority(priorityByPrefix, 1)), ""},
+		{"priority share tiny", with(reconciler.WithPriority(priorityByPrefix, math.SmallestNonzeroFloat64)), ""},
+		{"guard of a count", with(reconciler.WithPruneGuard(1, 0, plan)), ""},
+		{"guard of a share of one", with(reconciler.WithPruneGuard(0, 1, plan)), ""},
+		{"guard of a half", with(reconciler.WithPruneGuard(0, 0.5, plan)), ""},
+		{"guard of both", with(reconciler.WithPruneGuard(10, 0.01, plan)), ""},
+		{"guard of prunes on request", with(reconciler.WithPruning(0), reconciler.WithPruneGuard(1, 0, plan)), ""},
+		{"report-only before its check", with(reconciler.WithDriftReportOnly(), reconciler.WithDriftCheck(newScriptDrift(newTarget().Target).check)), ""},
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			a := good()
-			tc.modify(&a)
+	for _, c := range refusedOptions(table) {
+		cases = append(cases, struct {
+			name   string
+			modify func(*args)
+			want   string
+		}{c.name, with(c.opt), c.want})
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			g := &fakeGroup{}
+			a := args{reconciler.Params{Log: slog.Default(), DB: db, JobGroup: g}, table, (*item).clone, (*item).setStatus, (*item).getStatus, newTarget(), nil, nil}
+			c.modify(&a)
 			var r reconciler.Reconciler[*item]
+			var err error
 			require.NotPanics(t, func() {
-				r, err = reconciler.Register(a.params, a.table, a.clone, a.setStatus, a.getStatus, a.ops, nil, a.opts...)
+				r, err = reconciler.Register(a.params, a.table, a.clone, a.setStatus, a.getStatus, a.ops, a.batch, a.opts...)
 			})
-			require.Error(t, err)
+			if c.want == "" {
+				require.NoError(t, err)
+				require.NotNil(t, r)
+				assert.Len(t, g.jobs, 2, "reconcile and refresh jobs")
+				return
+			}
+			require.ErrorIs(t, err, reconciler.ErrInvalidConfig)
 			assert.Nil(t, r)
-			assert.True(t, errors.Is(err, reconciler.ErrInvalidConfig), "error %q should wrap ErrInvalidConfig", err)
-			assert.Contains(t, err.Error(), tc.want)
+			assert.Contains(t, err.Error(), c.want)
 		})
 	}
-
 	t.Run("all nil reports every problem", func(t *testing.T) {
 		_, err := reconciler.Register[*item](reconciler.Params{}, nil, nil, nil, nil, nil, nil)
 		require.ErrorIs(t, err, reconciler.ErrInvalidConfig)
@@ -392,47 +401,7 @@ func TestRegisterRejectsBadInput(t *testing.T) {
 			assert.Contains(t, err.Error(), want)
 		}
 	})
-
-	t.Run("valid input registers jobs", func(t *testing.T) {
-		a := good()
-		g := &fakeGroup{}
-		a.params.JobGroup = g
-		r, err := reconciler.Register(a.params, a.table, a.clone, a.setStatus, a.getStatus, a.ops, nil,
-			reconciler.WithName("x"), reconciler.WithRefreshing(time.Minute, nil),
-			reconciler.WithRoundLimits(10, rate.NewLimiter(rate.Inf, 0))) // an infinite limit needs no burst
-		require.NoError(t, err)
-		require.NotNil(t, r)
-		assert.Len(t, g.jobs, 2, "reconcile and refresh jobs")
-	})
-
-	t.Run("a status set in place of setStatus and getStatus", func(t *testing.T) {
-		a := good()
-		r, err := reconciler.Register(a.params, a.table, a.clone, nil, nil, a.ops, nil,
-			reconciler.WithStatusSet(getSet, putSet), reconciler.WithName("a"))
-		require.NoError(t, err, "WithName may come after")
-		require.NotNil(t, r)
-	})
-
-	t.Run("priority shares at the edges", func(t *testing.T) {
-		for _, share := range []float64{0, math.Copysign(0, -1), 1, math.SmallestNonzeroFloat64} {
-			a := good()
-			r, err := reconciler.Register(a.params, a.table, a.clone, a.setStatus, a.getStatus, a.ops, nil,
-				reconciler.WithPriority(priorityByPrefix, share))
-			require.NoError(t, err, "share %v", share)
-			require.NotNil(t, r)
-		}
-	})
 }
-
-// Stopping and starting, and pausing: work carried over a stop,
-// operations in flight at a stop, and Pause from inside a round. (Deletes while stopped or before the first start:
-// testdata/stopped_deletes*.txtar; stops with work in flight:
-// testdata/stop_start*.txtar and testdata/putback*.txtar.)
-//
-// Stopping a hive and starting the same hive again (as the "hive stop" and
-// "hive start" script commands do) restarts the reconciler's job; work cut
-// short by the stop is carried over (superseded by a change read after the
-// start: testdata/carried_refresh.txtar).
 
 // WaitUntilReconciled counts work carried over a stop: a wait for a
 // revision does not return while work cut short below it is not done.
@@ -457,118 +426,91 @@ func TestWaitCountsWorkCarriedOverAStop(t *testing.T) {
 	require.Equal(t, status.KindDone, obj.Status.Kind)
 }
 
-// Stopping the hive: operations in flight see their context cancelled, and
-// nothing starts afterwards.
-
-// TestShutdownUnderLoad stops the hive while thousands of objects are queued
-// for retry and every worker is blocked in an operation (holding a batch of
-// hundreds with BatchOperations), with more work queued behind them and,
-// with several workers, a prune in flight on the reconciler's loop. Stop
-// must return promptly; every blocked operation must have seen its context
-// cancelled and returned before Stop returned; no operation may start once
-// stopping; and no goroutine may be left behind.
+// Stopping the hive while thousands of objects are queued for retry and
+// every worker is blocked in an operation (a batch of hundreds with
+// BatchOperations), with more work queued behind and, with several
+// workers, a prune in flight on the loop: Stop returns promptly, every
+// blocked operation saw its context cancelled and returned before Stop
+// returned, none started once stopping, and no goroutine is left.
 func TestShutdownUnderLoad(t *testing.T) {
 	const objects = 3000
-	for _, v := range []variant{{1, false}, {1, true}, {8, false}, {8, true}} {
-		workers, batch := v.workers, v.batch
-		t.Run(v.String(), func(t *testing.T) {
-			ignore := goleak.IgnoreCurrent()
-			tg := newTarget()
-			fo := reconcilertest.NewFaultyOps(itemKey, tg, tg)
-			require.NoError(t, fo.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeError}))
-			// Retries an hour away: no wave of them comes due in phase 2,
-			// to be taken in small batches before the new objects.
-			f := v.start(t, fo, nil, reconciler.WithRetry(time.Hour, time.Hour))
+	forVariants(t, []variant{{1, false}, {1, true}, {8, false}, {8, true}}, func(t *testing.T, v variant) {
+		ignore := goleak.IgnoreCurrent()
+		tg := newTarget()
+		fo := reconcilertest.NewFaultyOps(itemKey, tg, tg)
+		require.NoError(t, fo.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeError}))
+		// Retries an hour away: none comes due to be taken in small
+		// batches before the new objects.
+		f := v.start(t, fo, nil, reconciler.WithRetry(time.Hour, time.Hour))
+		f.upsert(items("a", objects, "")...)
+		f.waitTable("every object in Error", func(txn statedb.ReadTxn) bool { return f.countKind(txn, status.KindError) == objects })
 
-			// Phase 1: every object fails once and is queued for retry.
-			f.upsert(items("a", objects, "")...)
-			f.waitTable("every object in Error", func(txn statedb.ReadTxn) bool { return f.countKind(txn, status.KindError) == objects })
-
-			// Phase 2: every operation blocks until its context ends. New
-			// objects and deletes are written while paused, so that the
-			// workers share them out in full rounds.
-			f.rec.Pause()
-			fo.Clear("")
-			require.NoError(t, fo.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeDelay}))
-			f.upsert(items("b", objects, "")...)
-			var gone []string
-			for i := 0; i < objects; i += 3 {
-				gone = append(gone, fmt.Sprintf("a%05d", i))
-			}
-			f.remove(gone...)
-			f.rec.Resume()
-			waitBlocked(t, fo, workers, false)
-			if workers > 1 {
-				f.rec.Prune() // the loop prunes while the workers are busy
-				waitBlocked(t, fo, workers, true)
-			}
-
-			// Every caller is blocked: nothing starts but the entries of
-			// the batches in flight.
-			inFlight := fo.InFlight()
-			before := len(fo.Calls())
-			batches, singles := map[int]bool{}, map[string]bool{}
-			for _, c := range inFlight {
-				batches[c.Batch] = c.Batch > 0
-				singles[callID(c)] = c.Batch == 0
-			}
-			calls, _ := blocked(inFlight)
-			t.Logf("stopping with %d call(s) blocked, %d objects in Error", calls, f.countKind(f.db.ReadTxn(), status.KindError))
-			start := time.Now()
-			f.stop()
-			assert.Less(t, time.Since(start), 5*time.Second, "Stop must return promptly")
-			assert.Empty(t, fo.InFlight(), "operations still running after Stop returned")
-
-			// Once no goroutine of the hive is left, nothing can start an
-			// operation any more: every call since the stop began is one
-			// that was blocked, and it saw its context cancelled.
-			goleak.VerifyNone(t, ignore)
-			objs := 0
-			for _, c := range fo.Calls()[before:] {
-				objs++
-				assert.True(t, batches[c.Batch] || singles[callID(c)], "%s started once the hive was stopping", c)
-				assert.ErrorIs(t, c.Err, context.Canceled, "every blocked operation sees context.Canceled: %s", c)
-			}
-			if batch {
-				assert.Greater(t, objs, 10*workers, "workers should hold large batches")
-			}
-		})
-	}
-}
-
-// blocked counts the operation calls among calls in flight, a batch as
-// one, and whether a prune is among them.
-func blocked(calls []reconcilertest.Call) (n int, prune bool) {
-	batches := map[int]bool{}
-	for _, c := range calls {
-		switch {
-		case c.Op == reconcilertest.OpPrune:
-			prune = true
-		case c.Batch > 0:
-			batches[c.Batch] = true
-		default:
-			n++
+		// Every operation now blocks until its context ends; the new
+		// objects and deletes, written while paused, make full rounds.
+		f.rec.Pause()
+		fo.Clear("")
+		require.NoError(t, fo.Inject(reconcilertest.Fault{Mode: reconcilertest.ModeDelay}))
+		f.upsert(items("b", objects, "")...)
+		var gone []string
+		for i := 0; i < objects; i += 3 {
+			gone = append(gone, fmt.Sprintf("a-%05d", i))
 		}
-	}
-	return n + len(batches), prune
+		f.remove(gone...)
+		f.rec.Resume()
+		waitBlocked(t, fo, v.workers, false)
+		if v.workers > 1 {
+			f.rec.Prune() // the loop prunes while the workers are busy
+			waitBlocked(t, fo, v.workers, true)
+		}
+		inFlight, before := fo.InFlight(), len(fo.Calls())
+		batches, singles := map[int]bool{}, map[string]bool{}
+		for _, c := range inFlight {
+			batches[c.Batch] = c.Batch > 0
+			singles[callID(c)] = c.Batch == 0
+		}
+		start := time.Now()
+		f.stop()
+		assert.Less(t, time.Since(start), 5*time.Second, "Stop must return promptly")
+		assert.Empty(t, fo.InFlight(), "operations still running after Stop returned")
+		// Once no goroutine of the hive is left nothing can start an
+		// operation: every call since the stop began was blocked, and saw
+		// its context cancelled.
+		goleak.VerifyNone(t, ignore)
+		calls := fo.Calls()[before:]
+		for _, c := range calls {
+			assert.True(t, batches[c.Batch] || singles[callID(c)], "%s started once the hive was stopping", c)
+			assert.ErrorIs(t, c.Err, context.Canceled, "every blocked operation sees context.Canceled: %s", c)
+		}
+		if v.batch {
+			assert.Greater(t, len(calls), 10*v.workers, "workers should hold large batches")
+		}
+	})
 }
 
 // callID identifies a call in flight and, once returned, in the log.
 func callID(c reconcilertest.Call) string { return fmt.Sprint(c.Op, c.Key, c.Revision) }
 
-// waitBlocked waits until n operation calls, and a prune if asked for, are
-// in flight.
+// waitBlocked waits until n operation calls (a batch counts as one), and
+// a prune if asked for, are in flight.
 func waitBlocked(t *testing.T, fo *reconcilertest.FaultyOps[*item], n int, prune bool) {
 	t.Helper()
 	waitUntil(t, fmt.Sprintf("%d operations (prune: %v) blocked", n, prune), func() (bool, <-chan struct{}) {
 		inFlight, changed := fo.InFlightWatch()
-		got, pruning := blocked(inFlight)
-		return got >= n && (pruning || !prune), changed
+		batches := map[int]bool{}
+		calls, pruning := 0, false
+		for _, c := range inFlight {
+			switch {
+			case c.Op == reconcilertest.OpPrune:
+				pruning = true
+			case c.Batch > 0:
+				batches[c.Batch] = true
+			default:
+				calls++
+			}
+		}
+		return calls+len(batches) >= n && (pruning || !prune), changed
 	})
 }
-
-// Pause from inside a round. (Pause and Resume with every kind of change:
-// testdata/pause.txtar; parked and queued work: testdata/pause_parked.txtar.)
 
 // Pause called while a round runs (here by an update of that round) stops
 // the rest of the round from starting. Found by the second review.
@@ -601,9 +543,9 @@ func TestPauseStopsTheRestOfTheRound(t *testing.T) {
 }
 
 // A prune already due in a round during which Pause is called (here from
-// an Update of that round) waits for Resume: Pause holds off prunes as it
-// holds off operations. The prune and the change are made ready together,
-// and the loop takes one of them first at random, so the test repeats.
+// an Update of that round) waits for Resume, as operations do (fixed in
+// ef967f7). The prune and the change are ready together and the loop
+// takes one of them first at random, so the test repeats.
 func TestPauseHoldsOffAPruneDueInTheRound(t *testing.T) {
 	tg := newTarget()
 	var paused atomic.Bool
