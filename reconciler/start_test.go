@@ -93,19 +93,22 @@ func TestRunsInASynctestBubble(t *testing.T) {
 }
 
 // Whatever a reconciler went through inside a synctest bubble (a start
-// failing at any point, registered late or from a start hook, with a
-// dependency or not), nothing it leaves behind is touched from outside the
-// bubble once it ends.
+// failing at any point, in the hook that registers it too; registered late
+// or from a start hook; with a dependency or not), nothing it leaves behind
+// is touched from outside the bubble once it ends, and a failed start
+// leaves nothing running: Stop returns, goleak is clean.
 func TestLeavesNothingBehindItsSynctestBubble(t *testing.T) {
 	errHook := errors.New("start hook fails")
 	fail := cell.Hook{OnStart: func(cell.HookContext) error { return errHook }}
 	failing := []cell.Cell{cell.Invoke(func(lc cell.Lifecycle) { lc.Append(fail) })}
 	for name, c := range map[string]struct {
-		first, last    []cell.Cell // cells whose start hook fails, first or last
-		at             registerAt
-		start, stopped bool // started; registered (byTheTest) once stopped
+		first, last      []cell.Cell // cells whose start hook fails, first or last
+		at               registerAt
+		start, stopped   bool // started; registered (byTheTest) once stopped
+		failsRegistering bool // the failing start hook registers it
 	}{
 		"registered, never started":               {},
+		"start fails in the hook registering it":  {at: byTheTest, failsRegistering: true},
 		"start fails before the database starts":  {first: failing},
 		"start fails after the database started":  {first: []cell.Cell{cell.Invoke(func(_ *statedb.DB, lc cell.Lifecycle) { lc.Append(fail) })}},
 		"start fails after the reconciler's jobs": {last: failing},
@@ -124,10 +127,16 @@ func TestLeavesNothingBehindItsSynctestBubble(t *testing.T) {
 						}
 						return nil
 					}}
+					var f *fixture
+					if c.failsRegistering {
+						w.last = []cell.Cell{cell.Invoke(func(lc cell.Lifecycle) {
+							lc.Append(cell.Hook{OnStart: func(cell.HookContext) error { return errors.Join(f.register(), errHook) }})
+						})}
+					}
 					tg := newTarget()
-					f := newFixture(t, tg, w, reconciler.WithConcurrency(4))
+					f = newFixture(t, tg, w, reconciler.WithConcurrency(4))
 					switch {
-					case c.first != nil || c.last != nil:
+					case c.first != nil || c.last != nil || c.failsRegistering:
 						require.ErrorIs(t, f.tryStart(), errHook)
 					case c.start:
 						f.start()
@@ -201,18 +210,6 @@ func TestSeveralReconcilersRegisteredAtDifferentTimesAllRun(t *testing.T) {
 		require.NoError(t, err, name)
 		assert.True(t, o.tg.has("a", name), name)
 	}
-}
-
-// A start that fails in the hook that registers the reconciler leaves
-// nothing running: Stop returns, goleak is clean.
-func TestFailedStartLeavesNothingRunning(t *testing.T) {
-	errHook := errors.New("start hook fails")
-	var f *fixture
-	f = newFixture(t, newTarget(), &with{register: byTheTest, last: []cell.Cell{cell.Invoke(func(lc cell.Lifecycle) {
-		lc.Append(cell.Hook{OnStart: func(cell.HookContext) error { return errors.Join(f.register(), errHook) }})
-	})}})
-	require.ErrorIs(t, f.tryStart(), errHook)
-	f.stop()
 }
 
 // collectGarbage collects what is unreachable and waits for the cleanups
