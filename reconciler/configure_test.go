@@ -134,19 +134,6 @@ func TestConfigureRoundSize(t *testing.T) {
 	}
 }
 
-// A new backoff applies to failures from then on; a retry already timed
-// keeps its time.
-func TestConfigureRetry(t *testing.T) {
-	o := newTarget().failIDs("early", "late")
-	f := startFixture(t, o, &with{tables: true}, reconciler.WithRetry(time.Hour, time.Hour))
-	f.upsert(kititems("1", "early")...)
-	o.waitStarts(t, "early failed", func() bool { return o.attempts(reconcilertest.OpUpdate, "early") == 1 })
-	require.NoError(t, f.rec.Configure(reconciler.WithRetry(time.Millisecond, 2*time.Millisecond), reconciler.WithRetryJitter(0)))
-	f.upsert(kititems("1", "late")...)
-	o.waitStarts(t, "late retried on the new backoff", func() bool { return o.attempts(reconcilertest.OpUpdate, "late") >= 4 })
-	assert.Equal(t, 1, o.attempts(reconcilertest.OpUpdate, "early"), "the retry timed before keeps its hour")
-}
-
 // Configure refuses, with ErrInvalidConfig, the options Register refuses
 // (saying what Register says, or that the option cannot be changed) and
 // the options it does not take, naming them, and changes nothing, the
@@ -337,28 +324,41 @@ func TestControlFromInsideCallbacks(t *testing.T) {
 	f.waitKind("p", status.KindDone)
 }
 
-// A retry timed before a Configure raising the backoff keeps its time,
-// whatever the jitter: the retry timer's jitter window was the new minimum
-// times the jitter (six minutes for an hour and the default 0.1), which
-// held the retry timed 300ms out for that long. The failure of that retry
-// is then timed with the new backoff (found by an outside review; fixed in
-// 79bd729).
-func TestConfigureRaisingTheBackoffKeepsTheTimeOfARetryTimedBefore(t *testing.T) {
-	for _, jitter := range []float64{-1, 0, 0.5} { // -1: the default, 0.1
-		t.Run(fmt.Sprint("jitter=", jitter), func(t *testing.T) {
-			opts := []reconciler.Option{reconciler.WithRetry(time.Hour, time.Hour)}
-			if jitter >= 0 {
-				opts = append(opts, reconciler.WithRetryJitter(jitter))
-			} else {
-				jitter = 0.1
+// A retry timed before a Configure of the backoff keeps its time; the
+// failures from then on are timed with the new backoff. Lowered, the
+// retry timed an hour out keeps its hour while new failures retry in
+// milliseconds. Raised, whatever the jitter: the retry timer's jitter
+// window was the new minimum times the jitter (six minutes for an hour and
+// the default 0.1), which held the retry timed 300ms out for that long
+// (found by an outside review; fixed in 79bd729).
+func TestConfigureKeepsTheTimeOfARetryTimedBefore(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		opts   []reconciler.Option
+		jitter float64 // -1: lowered
+	}{
+		{"raised, default jitter", nil, 0.1},
+		{"raised, jitter=0", []reconciler.Option{reconciler.WithRetryJitter(0)}, 0},
+		{"raised, jitter=0.5", []reconciler.Option{reconciler.WithRetryJitter(0.5)}, 0.5},
+		{"lowered", []reconciler.Option{reconciler.WithRetryJitter(0)}, -1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			before, after, jitter := 300*time.Millisecond, time.Hour, c.jitter
+			if jitter < 0 {
+				before, after = time.Hour, time.Millisecond
 			}
-			o := newTarget().failIDs("bad")
-			const before = 300 * time.Millisecond
+			o := newTarget().failIDs("bad", "late")
 			f := startFixture(t, o, &with{tables: true}, reconciler.WithRetry(before, before))
 			f.put("bad", "1")
 			f.waitRetryRow("bad", func(r *tables.RetryInfo) bool { return r.Attempts >= 1 && !r.NextAttempt.IsZero() })
 			row, _ := f.retryRow("bad")
-			require.NoError(t, f.rec.Configure(opts...))
+			require.NoError(t, f.rec.Configure(append(c.opts, reconciler.WithRetry(after, after))...))
+			if after < before {
+				f.put("late", "1")
+				o.waitStarts(t, "late retried on the new backoff", func() bool { return o.attempts(reconcilertest.OpUpdate, "late") >= 4 })
+				assert.Equal(t, row.Attempts, o.attempts(reconcilertest.OpUpdate, "bad"), "the retry timed before keeps its hour")
+				return
+			}
 			deadline := time.After(3 * time.Second)
 			for o.attempts(reconcilertest.OpUpdate, "bad") <= row.Attempts {
 				select {
