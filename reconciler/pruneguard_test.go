@@ -48,24 +48,17 @@ func guardFixture(t *testing.T, maxRemove int, maxShare float64, plan func(*targ
 	return f, tg
 }
 
-// stubPlan returns a plan answering remove and held (as set since), and
-// counting its calls in calls.
-func stubPlan(remove, held *atomic.Int32, calls *atomic.Int32) func(*target) planFunc {
-	return func(*target) planFunc {
-		return func(context.Context, statedb.ReadTxn, iter.Seq2[*item, statedb.Revision]) (int, int, error) {
-			calls.Add(1)
-			return int(remove.Load()), int(held.Load()), nil
-		}
-	}
-}
+// stubPlan is a plan that would remove remove entries (10 unless set) of
+// 10, counting its calls.
+type stubPlan struct{ remove, calls atomic.Int32 }
 
-func int32s(vs ...int32) []*atomic.Int32 {
-	out := make([]*atomic.Int32, len(vs))
-	for i, v := range vs {
-		out[i] = new(atomic.Int32)
-		out[i].Store(v)
+func newStubPlan() *stubPlan { p := &stubPlan{}; p.remove.Store(10); return p }
+
+func (p *stubPlan) of(*target) planFunc {
+	return func(context.Context, statedb.ReadTxn, iter.Seq2[*item, statedb.Revision]) (int, int, error) {
+		p.calls.Add(1)
+		return int(p.remove.Load()), 10, nil
 	}
-	return out
 }
 
 // A prune over a bound calls no Prune and says so in health and the
@@ -195,29 +188,29 @@ func TestPruneGuardConfirmConcurrent(t *testing.T) {
 
 // A hold lasts across a stop of the hive; the next run plans again.
 func TestPruneGuardHoldAcrossAStop(t *testing.T) {
-	v := int32s(10, 10, 0)
-	f, tg := guardFixture(t, 5, 0, stubPlan(v[0], v[1], v[2]), nil)
+	p := newStubPlan()
+	f, tg := guardFixture(t, 5, 0, p.of, nil)
 	f.rec.Prune()
 	f.waitInfo("held", func(i *tables.Info) bool { return i.PruneHeld })
 	f.stop()
-	n := v[2].Load()
-	v[0].Store(0)
+	n := p.calls.Load()
+	p.remove.Store(0)
 	f.start()
-	f.eventually("planned again and pruned", func() bool { return v[2].Load() > n && tg.prunes.Load() == 1 })
+	f.eventually("planned again and pruned", func() bool { return p.calls.Load() > n && tg.prunes.Load() == 1 })
 }
 
 // A confirmed prune that fails is retried guarded again: the confirmation
 // was for one prune.
 func TestPruneGuardConfirmedPruneFailingIsGuardedAgain(t *testing.T) {
-	v := int32s(10, 10, 0)
-	f, tg := guardFixture(t, 5, 0, stubPlan(v[0], v[1], v[2]), nil)
+	p := newStubPlan()
+	f, tg := guardFixture(t, 5, 0, p.of, nil)
 	tg.failWhen(errKitDown, func(op reconcilertest.Op, _ *item) bool { return op == reconcilertest.OpPrune })
 	f.rec.Prune()
 	f.waitInfo("held", func(i *tables.Info) bool { return i.PruneHeld })
 	f.rec.ConfirmPrune()
 	f.eventually("the confirmed prune ran", func() bool { return tg.prunes.Load() == 1 })
 	tg.recover()
-	f.eventually("the retry planned and held", func() bool { i := f.info(); return v[2].Load() >= 3 && i != nil && i.PruneHeld })
+	f.eventually("the retry planned and held", func() bool { i := f.info(); return p.calls.Load() >= 3 && i != nil && i.PruneHeld })
 	assert.EqualValues(t, 1, tg.prunes.Load(), "the retry after a failed confirmed prune is guarded again")
 }
 
@@ -225,8 +218,8 @@ func TestPruneGuardConfirmedPruneFailingIsGuardedAgain(t *testing.T) {
 // paused runs on Resume, and many at once run one prune; the next prune
 // plans again and is held. Periodic prunes re-plan and stay held.
 func TestPruneGuardHeldPruneHoldsNothingElse(t *testing.T) {
-	v := int32s(10, 10, 0)
-	f, tg := guardFixture(t, 5, 0, stubPlan(v[0], v[1], v[2]), nil)
+	p := newStubPlan()
+	f, tg := guardFixture(t, 5, 0, p.of, nil)
 	f.rec.Prune()
 	f.waitInfo("held", func(i *tables.Info) bool { return i.PruneHeld })
 	f.upsert(kititems("1", "a", "b")...)
@@ -246,9 +239,9 @@ func TestPruneGuardHeldPruneHoldsNothingElse(t *testing.T) {
 	assert.Zero(t, tg.prunes.Load(), "no prune while paused")
 	f.rec.Resume()
 	f.eventually("the confirmed prune ran", func() bool { return tg.prunes.Load() == 1 })
-	planned := v[2].Load() // requests made while one waits are one: count the plans from here
+	planned := p.calls.Load() // requests made while one waits are one: count the plans from here
 	require.NoError(t, f.rec.Configure(reconciler.WithPruning(time.Millisecond)))
-	f.eventually("held again over periodic plans", func() bool { i := f.info(); return i != nil && i.PruneHeld && v[2].Load() > planned+10 })
+	f.eventually("held again over periodic plans", func() bool { i := f.info(); return i != nil && i.PruneHeld && p.calls.Load() > planned+10 })
 	assert.EqualValues(t, 1, tg.prunes.Load())
 	f.waitHealth(func(l cell.Level, _ string) bool { return l == cell.StatusDegraded })
 }
