@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -36,6 +37,9 @@ type peerSpec struct {
 	// item.Statuses.
 	set  func(name string) (func(*item) status.Set, func(*item, status.Set) *item)
 	opts func(f *fixture, name string) []reconciler.Option // more options of name
+	// slow, while true, makes the table's status index (of the first
+	// name) take a millisecond per object, as an index function may.
+	slow *atomic.Bool
 }
 
 // newPeers populates (does not start) a fixture whose reconciler is the
@@ -60,6 +64,14 @@ func newPeers(t *testing.T, sp peerSpec, names ...string) (*fixture, []*peer) {
 		return opts
 	}
 	w := &with{getStatus: ps[0].st}
+	if sp.slow != nil {
+		w.getStatus = func(it *item) status.Status {
+			if sp.slow.Load() {
+				<-time.After(time.Millisecond)
+			}
+			return ps[0].st(it)
+		}
+	}
 	_, w.setStatus = statusOf(names[0])
 	if sp.set != nil {
 		_, w.inSet = sp.set(names[0])
@@ -98,6 +110,21 @@ func (f *fixture) writeSet(kv ...string) statedb.Revision {
 		objs = append(objs, &item{ID: kv[i], Value: kv[i+1], Statuses: status.NewSet(), Other: status.NewSet()})
 	}
 	return f.insertAs(objs...)
+}
+
+// rewrite writes the object with id again, changed by change, as a user
+// reading it in the write transaction does.
+func (f *fixture) rewrite(id string, change func(*item)) statedb.Revision {
+	wtxn := f.db.WriteTxn(f.table)
+	o, _, found := f.table.Get(wtxn, itemID.Query(id))
+	require.True(f.t, found, id)
+	o = o.clone()
+	change(o)
+	_, _, err := f.table.Insert(wtxn, o)
+	require.NoError(f.t, err)
+	rev := f.table.Revision(wtxn)
+	wtxn.Commit()
+	return rev
 }
 
 // reached waits until p has reconciled every change up to rev, and
@@ -304,5 +331,45 @@ func TestReconcilersInOneRoundWriteAnObjectOnce(t *testing.T) {
 				mu.Unlock()
 			}
 		})
+	}
+}
+
+// b's Update of k is held while a and c settle k and a user writes k
+// again keeping every status (an entry of a name nobody serves, as a
+// Retire of another name does); then b's status of k goes in one write
+// with a's and c's of j, which a slow index keeps from committing while b,
+// gone on early, reads its next changes. The user's change of k carries
+// b's Pending as when b took k: b must wait for the write rather than
+// apply k again (5ebcfec; chaos's overMove finds it too).
+func TestAStatusWrittenOverAChangedObjectIsNotAppliedAgain(t *testing.T) {
+	var slow atomic.Bool
+	f, ps := newPeers(t, peerSpec{slow: &slow}, "a", "b", "c")
+	a, b, c := ps[0], ps[1], ps[2]
+	f.start()
+	for i := range 3 { // each round finds it about two times in three
+		k, j := fmt.Sprint("k", i), fmt.Sprint("j", i)
+		hk := b.tg.hold(k)
+		defer hk.let()
+		f.writeSet(k, "1")
+		hk.wait(t)
+		f.waitTable("a and c Done on "+k, func(txn statedb.ReadTxn) bool {
+			o, _, _ := f.table.Get(txn, itemID.Query(k))
+			return a.st(o).Kind == status.KindDone && c.st(o).Kind == status.KindDone
+		})
+		f.rewrite(k, func(o *item) { o.Statuses = o.Statuses.Set("ghost", status.Done()) })
+		ha, hc := a.tg.holdAfterApply(j, false), c.tg.holdAfterApply(j, false)
+		defer ha.let()
+		defer hc.let()
+		f.writeSet(j, "1")
+		ha.wait(t)
+		hc.wait(t)
+		slow.Store(true)
+		hk.let()
+		ha.let()
+		hc.let()
+		f.waitKind(j, status.KindDone)
+		slow.Store(false)
+		converge(t, f, ps)
+		assert.Len(t, b.tg.updates(k), 1, "b's updates of %s", k)
 	}
 }
