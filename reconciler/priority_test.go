@@ -93,7 +93,7 @@ func countReads(prio func(*item) int, pending bool) (func(*item) int, func() map
 // read-ahead, whatever the share; the newer version is ranked anew, and
 // each version's priority read once. With everything in one round, higher
 // priority goes first, a delete ranked as the object it deletes, and only
-// the share's oldest (l00) ahead of its rank. 4bbc854: a key taken for its
+// the share's oldest (l-00000) ahead of its rank. 4bbc854: a key taken for its
 // age ran after younger keys of its priority taken in the same round.
 func TestPriorityOrder(t *testing.T) {
 	for _, c := range []struct {
@@ -110,21 +110,12 @@ func TestPriorityOrder(t *testing.T) {
 			h := tg.hold("s")
 			f.upsert(&item{ID: "s", Value: "0"})
 			h.wait(t)
-			classes := map[string][]string{"del": {"delete d0", "delete d1", "delete d2"}} // by priority, in the order written
-			write := func(prefix, value string) {
-				for i := range 30 {
-					it := &item{ID: fmt.Sprintf("%s%02d", prefix, i), Value: value}
-					f.upsert(it)
-					if it.ID != "l03" {
-						classes[value] = append(classes[value], "update "+it.ID+"="+it.Value)
-					}
-				}
-			}
-			write("l", "1")
+			ls, ms, hs := items("l", 30, "1"), items("m", 30, "5"), items("h", 30, "9")
+			f.upsert(ls...)
 			f.remove("d0", "d1", "d2")
-			write("m", "5")
-			write("h", "9")
-			f.upsert(&item{ID: "l03", Value: "7"}) // ranked anew: after the 9s, before the 5s
+			f.upsert(ms...)
+			f.upsert(hs...)
+			f.upsert(&item{ID: "l-00003", Value: "7"}) // ranked anew: after the 9s, before the 5s
 			h.let()
 			f.caughtUp()
 
@@ -135,7 +126,8 @@ func TestPriorityOrder(t *testing.T) {
 				pos[w] = i
 			}
 			assert.Empty(t, tg.appliedTwice())
-			for _, words := range classes {
+			// Each priority's changes, in the order written.
+			for _, words := range [][]string{applies(slices.Delete(ls, 3, 4)), applies(ms), applies(hs), {"delete d0", "delete d1", "delete d2"}} {
 				for i, w := range words {
 					require.Contains(t, pos, w, "never applied")
 					if i > 0 {
@@ -143,20 +135,17 @@ func TestPriorityOrder(t *testing.T) {
 					}
 				}
 			}
-			if p, ok := pos["update l03=1"]; ok {
-				assert.Less(t, p, pos["update l03=7"], "l03's versions applied out of revision order")
+			if p, ok := pos["update l-00003=1"]; ok {
+				assert.Less(t, p, pos["update l-00003=7"], "l-00003's versions applied out of revision order")
 			}
 			if c.R == 1000 {
-				rank := func(w string) int {
-					if strings.HasPrefix(w, "delete") {
-						return 9
-					}
-					n, _ := strconv.Atoi(w[strings.Index(w, "=")+1:])
-					return n
+				rank := func(w string) int { // a delete's is its object's, 9
+					_, v, update := strings.Cut(w, "=")
+					return map[bool]int{false: 9, true: ppPrio(&item{Value: v})}[update]
 				}
 				for i := range seq {
 					for j := i + 1; j < len(seq); j++ {
-						if rank(seq[i]) < rank(seq[j]) && seq[i] != "update l00=1" {
+						if rank(seq[i]) < rank(seq[j]) && seq[i] != "update l-00000=1" {
 							t.Errorf("%q (priority %d) before %q (priority %d)", seq[i], rank(seq[i]), seq[j], rank(seq[j]))
 						}
 					}
@@ -165,7 +154,7 @@ func TestPriorityOrder(t *testing.T) {
 			for v, n := range reads() {
 				assert.LessOrEqual(t, n, 1, "the priority of version %s was read %d times", v, n)
 			}
-			assert.Equal(t, 1, reads()["l03=7"], "the newer version of l03 was not ranked anew")
+			assert.Equal(t, 1, reads()["l-00003=7"], "the newer version of l-00003 was not ranked anew")
 		})
 	}
 }
@@ -209,22 +198,15 @@ func TestPriorityDoesNotStarveLowerPriorities(t *testing.T) {
 			bound := int(math.Ceil(float64(n+1)/(share*float64(min(c.R, math.MaxInt32))))) + map[bool]int{false: 2}[c.exact]
 			most := int64(math.Ceil(float64(n+1)/share)) + 2*int64(per)
 			var (
-				f                       *fixture
-				rounds, written, doneAt int // on the reconciler's goroutine
-				highsDone               int // urgent objects Done when low was
-				lowWritten              bool
-				adds, addsAt, addsLow   atomic.Int64
-				next                    atomic.Int64
-				stop                    atomic.Bool
-				done                    = make(chan struct{})
+				f                         *fixture
+				rounds, doneAt, highsDone int  // on the reconciler's goroutine; urgent objects Done with low
+				written                   = -1 // the round after which low was written
+				adds, addsAt, addsLow     atomic.Int64
+				next                      atomic.Int64
+				stop                      atomic.Bool
+				done                      = make(chan struct{})
 			)
-			urgent := func(k int) {
-				objs := make([]*item, k)
-				for i := range objs {
-					objs[i] = &item{ID: fmt.Sprintf("u%08d", next.Add(1)), Value: "100"}
-				}
-				f.upsert(objs...)
-			}
+			urgent := func(k int) { f.upsert(items(fmt.Sprint("u", next.Add(1)), k, "100")...) }
 			hook := &roundHook{ExpVar: metrics.NewUnpublishedExpVar(), round: func(s metrics.RoundStats) {
 				if doneAt > 0 {
 					return
@@ -233,10 +215,10 @@ func TestPriorityDoesNotStarveLowerPriorities(t *testing.T) {
 					rounds++
 					adds.Add(int64(s.Adds))
 				}
-				if low, _ := f.get("low"); !lowWritten {
+				if low, _ := f.get("low"); written < 0 {
 					urgent(c.ahead)
 					f.upsert(append(items("early", c.before, "0"), &item{ID: "low", Value: "0"})...)
-					lowWritten, written = true, rounds
+					written = rounds
 					addsAt.Store(adds.Load())
 				} else if low.Status.Kind == status.KindDone {
 					doneAt = rounds
@@ -295,7 +277,7 @@ func TestPriorityReadAheadBounded(t *testing.T) {
 	rounds := 0
 	enough := make(chan struct{})
 	hook := &roundHook{ExpVar: metrics.NewUnpublishedExpVar(), round: func(metrics.RoundStats) {
-		for ahead := read.Load() - started.Load(); ahead > worst.Load(); {
+		if ahead := read.Load() - started.Load(); ahead > worst.Load() {
 			worst.Store(ahead) // only this goroutine stores
 		}
 		if rounds++; rounds == 60 {
@@ -336,16 +318,14 @@ func TestPriorityReadAheadBounded(t *testing.T) {
 // any others (exact): on Resume, with one worker, they are applied by
 // priority, first written first within a priority. (That misordering was
 // intermittent, one run in five, so those run 25 times;
-// TestPriorityRoundCutShortKeepsItsTurn shows its cause every run.)
+// TestPriorityStopCarriesTheReadAheadOverInTurn shows its cause every run.)
 func TestPriorityWaitUntilReconciledCountsReordered(t *testing.T) {
 	for _, c := range []struct {
 		v            variant
 		pause, exact bool
 		runs         int
-	}{
-		{variant{1, false}, false, false, 1}, {variant{1, true}, false, false, 1}, {variant{4, false}, true, false, 1},
-		{variant{4, true}, true, false, 1}, {variant{1, false}, true, true, 25}, {variant{1, true}, true, true, 25},
-	} {
+	}{{variant{1, false}, false, false, 1}, {variant{1, true}, false, false, 1}, {variant{4, false}, true, false, 1},
+		{variant{4, true}, true, false, 1}, {variant{1, false}, true, true, 25}, {variant{1, true}, true, true, 25}} {
 		for i := range c.runs {
 			t.Run(fmt.Sprint(c.v, ",pause=", c.pause, ",exact=", c.exact, "#", i), func(t *testing.T) { ppWaitReordered(t, c.v, c.pause, c.exact) })
 		}
