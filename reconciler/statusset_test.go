@@ -244,8 +244,8 @@ func TestStatusSetOneWriteStoresEachSetOnce(t *testing.T) {
 			}
 			r.meet(nil)
 			r.start()
-			for v := range 4 {
-				x := setItems("x", 1) // the first, so that every reconciler has run a round
+			for v := range 4 { // v0 first, so that every reconciler has run a round
+				x := setItems("x", 1)
 				x[0].Value, x[0].Other = fmt.Sprint("v", v), status.NewSet()
 				inserted := r.insertAs(x...)
 				r.waitDone()
