@@ -36,17 +36,17 @@ func (b batchOnly) DeleteBatch(ctx context.Context, txn statedb.ReadTxn, batch [
 // processor is batch operations implementing BatchProcessor over a target.
 // ProcessBatch records each call's keys, reverses both slices, applies each
 // entry, then lets the hook, if set, change the entries and choose the
-// error to return. UpdateBatch and DeleteBatch must not be called.
+// error to return. Calls from the blockFrom-th on (if not 0) wait for block
+// to close before doing anything (set blockFrom under mu once calls may
+// run). UpdateBatch and DeleteBatch must not be called.
 type processor struct {
 	tg *target
 	t  testing.TB
 
-	mu    sync.Mutex
-	calls [][2][]string // per call, the keys deleted and upserted
-	hook  func(ctx context.Context, call int, deleted, upserted []reconciler.BatchEntry[*item]) error
-	done  chan struct{} // closed and replaced when a call returns
-	// Calls from the blockFrom-th on (if not 0) wait for block to close
-	// before doing anything; set it under mu once calls may run.
+	mu        sync.Mutex
+	calls     [][2][]string // per call, the keys deleted and upserted
+	hook      func(ctx context.Context, call int, deleted, upserted []reconciler.BatchEntry[*item]) error
+	done      chan struct{} // closed and replaced when a call returns
 	blockFrom int
 	block     chan struct{}
 }
@@ -106,176 +106,84 @@ func (p *processor) called() [][2][]string {
 	return slices.Clone(p.calls)
 }
 
-// waitCalls waits until n calls have returned.
-func (p *processor) waitCalls(t testing.TB, n int) {
+// waitCalls waits until cond holds of the calls, checking again as a call
+// returns.
+func (p *processor) waitCalls(t testing.TB, what string, cond func(calls [][2][]string) bool) {
 	t.Helper()
-	waitUntil(t, fmt.Sprint(n, " ProcessBatch calls"), func() (bool, <-chan struct{}) {
+	waitUntil(t, what, func() (bool, <-chan struct{}) {
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		return len(p.calls) >= n, p.done
+		return cond(p.calls), p.done
 	})
 }
 
+func sorted(s []string) []string { s = slices.Clone(s); slices.Sort(s); return s }
+
 // Register takes batch operations without Operations when they can prune,
-// or when pruning is off; otherwise it says what is missing.
+// or when pruning is off, where a requested prune does nothing and the
+// reconciler works on; otherwise it says what is missing. (Batch
+// operations that prune: testdata/batch_only.txtar.)
 func TestRegisterBatchOnly(t *testing.T) {
 	db := statedb.New()
 	table, err := statedb.NewTable(db, "items", itemID)
 	require.NoError(t, err)
 	tg := newTarget()
-	register := func(ops reconciler.Operations[*item], batch reconciler.BatchOperations[*item], opts ...reconciler.Option) (reconciler.Reconciler[*item], error) {
-		p := reconciler.Params{Log: slog.Default(), DB: db, JobGroup: &fakeGroup{}}
-		var (
-			r   reconciler.Reconciler[*item]
-			err error
-		)
-		require.NotPanics(t, func() {
-			r, err = reconciler.Register(p, table, (*item).clone, (*item).setStatus, (*item).getStatus, ops, batch, opts...)
-		})
-		return r, err
-	}
-
-	t.Run("neither", func(t *testing.T) {
-		r, err := register(nil, nil, reconciler.WithPruning(0))
-		require.ErrorIs(t, err, reconciler.ErrInvalidConfig)
-		assert.Nil(t, r)
-		assert.Contains(t, err.Error(), "Operations must not be nil when BatchOperations is nil")
-	})
-	t.Run("no Prune, pruning on", func(t *testing.T) {
-		for _, opts := range [][]reconciler.Option{nil, {reconciler.WithPruning(time.Minute)}} {
-			r, err := register(nil, batchOnly{tg}, opts...)
+	noPrune := []string{"no Prune method", "WithPruning(0)", "reconciler_test.batchOnly"} // it names the type
+	for _, c := range []struct {
+		name    string
+		batch   reconciler.BatchOperations[*item]
+		opts    []reconciler.Option
+		refused []string // what the error says; nil: accepted
+	}{
+		{"neither", nil, []reconciler.Option{reconciler.WithPruning(0)}, []string{"Operations must not be nil when BatchOperations is nil"}},
+		{"no Prune, pruning by default", batchOnly{tg}, nil, noPrune},
+		{"no Prune, pruning on", batchOnly{tg}, []reconciler.Option{reconciler.WithPruning(time.Minute)}, noPrune},
+		{"no Prune, pruning off", batchOnly{tg}, []reconciler.Option{reconciler.WithPruning(0)}, nil},
+		{"with Prune", tg, nil, nil},
+		{"processor without Prune, pruning off", newProcessor(t), []reconciler.Option{reconciler.WithPruning(0)}, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var (
+				r   reconciler.Reconciler[*item]
+				err error
+			)
+			require.NotPanics(t, func() {
+				p := reconciler.Params{Log: slog.Default(), DB: db, JobGroup: &fakeGroup{}}
+				r, err = reconciler.Register(p, table, (*item).clone, (*item).setStatus, (*item).getStatus, nil, c.batch, c.opts...)
+			})
+			if c.refused == nil {
+				require.NoError(t, err)
+				require.NotNil(t, r)
+				assert.NotPanics(t, r.Prune)
+				return
+			}
 			require.ErrorIs(t, err, reconciler.ErrInvalidConfig)
 			assert.Nil(t, r)
-			assert.Contains(t, err.Error(), "no Prune method")
-			assert.Contains(t, err.Error(), "WithPruning(0)")
-			assert.Contains(t, err.Error(), "reconciler_test.batchOnly", "names the type")
-		}
-	})
-	t.Run("no Prune, pruning off", func(t *testing.T) {
-		r, err := register(nil, batchOnly{tg}, reconciler.WithPruning(0))
-		require.NoError(t, err)
-		require.NotNil(t, r)
-		assert.NotPanics(t, r.Prune, "Prune does nothing")
-	})
-	t.Run("with Prune", func(t *testing.T) {
-		r, err := register(nil, tg)
-		require.NoError(t, err)
-		require.NotNil(t, r)
-	})
-	t.Run("processor without Prune, pruning off", func(t *testing.T) {
-		r, err := register(nil, newProcessor(t), reconciler.WithPruning(0))
-		require.NoError(t, err)
-		require.NotNil(t, r)
-	})
-}
-
-// Batch operations serving alone apply, retry and prune through the batch
-// calls and their own Prune, in every variant.
-func TestBatchOnlyPrunes(t *testing.T) {
-	for _, workers := range []int{1, 4} {
-		t.Run(fmt.Sprint("workers=", workers), func(t *testing.T) {
-			tg := newTarget()
-			attempts := 0
-			tg.update = func(_ context.Context, it *item) error {
-				tg.mu.Lock()
-				defer tg.mu.Unlock()
-				if it.ID != "b" {
-					return nil
-				}
-				if attempts++; attempts == 1 {
-					return errors.New("b fails once")
-				}
-				return nil
+			for _, s := range c.refused {
+				assert.Contains(t, err.Error(), s)
 			}
-			f := startFixture(t, nil, &with{batch: tg}, reconciler.WithConcurrency(workers), reconciler.WithPruning(0),
-				reconciler.WithRetry(time.Millisecond, 10*time.Millisecond))
-			tg.Set("stray", "1") // in the target only
-			f.upsert(items("a", 3, "1")...)
-			f.upsert(&item{ID: "b", Value: "1", Status: status.Pending()})
-			f.waitKind("b", status.KindDone)
-			f.waitReconciled()
-			tg.mu.Lock()
-			assert.Equal(t, 2, attempts, "b failed once, then was retried")
-			tg.mu.Unlock()
-			tg.pruneNow(f)
-			assert.False(t, tg.has("stray", "1"), "pruned by the batch operations' Prune")
-			assert.True(t, tg.has("b", "1"))
-			f.remove("b")
-			f.caughtUp()
-			_, found, _ := tg.Get("b")
-			assert.False(t, found, "deleted through DeleteBatch")
 		})
 	}
-}
-
-// Batch operations serving alone without Prune, pruning off: a requested
-// prune does nothing, and the reconciler works on.
-func TestBatchOnlyWithoutPruneIgnoresPrune(t *testing.T) {
-	tg := newTarget()
-	f := startFixture(t, nil, &with{batch: batchOnly{tg}}, reconciler.WithPruning(0))
-	tg.Set("stray", "1")
-	f.rec.Prune()
-	f.upsert(items("a", 3, "1")...)
-	f.waitReconciled()
-	f.rec.Prune()
-	f.remove(ids(items("a", 1, "1"))...)
-	f.caughtUp()
-	tg.mu.Lock()
-	assert.Zero(t, tg.returned, "no prune ran")
-	tg.mu.Unlock()
-	assert.True(t, tg.has("stray", "1"), "nothing pruned")
-	assert.True(t, tg.has("a-00001", "1"))
-}
-
-// A BatchProcessor gets a round's deletes and updates in one call, and
-// never UpdateBatch or DeleteBatch.
-func TestProcessBatchGetsDeletesAndUpdatesInOneCall(t *testing.T) {
-	for _, workers := range []int{1, 4} {
-		t.Run(fmt.Sprint("workers=", workers), func(t *testing.T) {
-			p := newProcessor(t)
-			f := startFixture(t, p.tg, &with{batch: p}, reconciler.WithConcurrency(workers), reconciler.WithPruning(0))
-			f.upsert(&item{ID: "a", Value: "1", Status: status.Pending()}, &item{ID: "b", Value: "1", Status: status.Pending()})
-			f.waitReconciled()
-			calls := len(p.called())
-			f.rec.Pause()
-			f.remove("a")
-			f.upsert(&item{ID: "c", Value: "1", Status: status.Pending()})
-			f.rec.Resume()
-			f.caughtUp()
-			got := p.called()[calls:]
-			if workers == 1 {
-				require.Len(t, got, 1, "one call for the round")
-				assert.Equal(t, [2][]string{{"a"}, {"c"}}, got[0])
-			} else {
-				var deleted, upserted []string
-				for _, c := range got {
-					deleted, upserted = append(deleted, c[0]...), append(upserted, c[1]...)
-				}
-				assert.Equal(t, []string{"a"}, deleted)
-				assert.Equal(t, []string{"c"}, upserted)
-			}
-			want := []string{"update a=1", "update b=1", "delete a", "update c=1"}
-			if applied := p.tg.applied(); workers == 1 {
-				assert.Equal(t, want, sortedFirst2(applied))
-			} else {
-				assert.Equal(t, sorted(want), sorted(applied))
-			}
-			assert.Equal(t, status.KindDone, f.waitKind("c", status.KindDone).Status.Kind)
-		})
-	}
-}
-
-// sortedFirst2 sorts the first two of words, applied in either order.
-func sortedFirst2(words []string) []string {
-	if len(words) >= 2 {
-		slices.Sort(words[:2])
-	}
-	return words
+	t.Run("no Prune, pruning off, running", func(t *testing.T) {
+		tg := newTarget()
+		f := startFixture(t, nil, &with{batch: batchOnly{tg}}, reconciler.WithPruning(0))
+		tg.Set("stray", "1")
+		f.rec.Prune()
+		f.upsert(items("a", 3, "1")...)
+		f.waitReconciled()
+		f.rec.Prune()
+		f.remove("a-00000")
+		f.caughtUp()
+		assert.True(t, tg.has("stray", "1"), "nothing pruned")
+		assert.True(t, tg.has("a-00001", "1"))
+		assert.False(t, tg.has("a-00000", "1"), "deleted through DeleteBatch")
+	})
 }
 
 // Results bind to entries, not to positions, when ProcessBatch reorders
 // both slices and overwrites an entry: each object gets its own result,
-// and the object of the overwritten entry is tried again.
+// and the object of the overwritten entry is tried again. (A round's
+// deletes and updates in one call: testdata/process_batch.txtar.)
 func TestProcessBatchResultsBindToEntries(t *testing.T) {
 	p := newProcessor(t)
 	var (
@@ -289,31 +197,27 @@ func TestProcessBatchResultsBindToEntries(t *testing.T) {
 			return nil
 		}
 		uCall, p.blockFrom = call, call+1 // the retries wait until the test has looked
-		for i := range upserted {
-			if id := upserted[i].Object.ID; id == "u-00002" {
-				upserted[i].Result = errors.New(id + " failed")
+		for i, e := range upserted {
+			if e.Object.ID == "u-00002" {
+				upserted[i].Result = errors.New("u-00002 failed")
 			}
 		}
-		for i := range deleted {
-			if id := deleted[i].Object.ID; id == "d-00001" {
-				deleted[i].Result = errors.New(id + " failed")
+		for i, e := range deleted {
+			if e.Object.ID == "d-00001" {
+				deleted[i].Result = errors.New("d-00001 failed")
 			}
 		}
 		// Overwrite an entry that succeeded with a copy the reconciler
 		// cannot bind.
-		for i := range upserted {
-			if e := upserted[i]; e.Result == nil {
-				lost = e.Object.ID
-				upserted[i] = reconciler.BatchEntry[*item]{Object: e.Object, Revision: e.Revision}
-				break
-			}
-		}
+		i := slices.IndexFunc(upserted, func(e reconciler.BatchEntry[*item]) bool { return e.Result == nil })
+		lost = upserted[i].Object.ID
+		upserted[i] = reconciler.BatchEntry[*item]{Object: upserted[i].Object, Revision: upserted[i].Revision}
 		return nil
 	}
 	f := startFixture(t, p.tg, &with{batch: p}, reconciler.WithPruning(0), reconciler.WithRetry(time.Millisecond, 10*time.Millisecond))
 	f.upsert(items("d", 3, "1")...)
 	f.waitReconciled()
-	p.waitCalls(t, 1)
+	p.waitCalls(t, "a call", func(calls [][2][]string) bool { return len(calls) >= 1 })
 	before := len(p.called()) // the d objects may have come in more than one call
 
 	// One transaction, one round, one call: deletes d-0..2, updates u-0..3.
@@ -322,44 +226,37 @@ func TestProcessBatchResultsBindToEntries(t *testing.T) {
 		_, _, err := f.table.Delete(wtxn, it)
 		require.NoError(t, err)
 	}
-	for _, it := range items("u", 4, "1") {
+	us := items("u", 4, "1")
+	for _, it := range us {
 		it.Status = status.Pending()
 		_, _, err := f.table.Insert(wtxn, it)
 		require.NoError(t, err)
 	}
 	wtxn.Commit()
-	p.waitCalls(t, before+1)
+	p.waitCalls(t, "the transaction's call", func(calls [][2][]string) bool { return len(calls) > before })
 	p.mu.Lock()
 	require.Equal(t, before+1, uCall, "the transaction's call comes next")
 	p.mu.Unlock()
 	got := p.called()[before]
 	assert.Equal(t, ids(items("d", 3, "1")), sorted(got[0]))
-	assert.Equal(t, ids(items("u", 4, "1")), sorted(got[1]))
+	assert.Equal(t, ids(us), sorted(got[1]))
 	require.NotEmpty(t, lost)
-
 	assert.Equal(t, "u-00002 failed", f.waitKind("u-00002", status.KindError).Status.GetError())
 	assert.Contains(t, f.waitKind(lost, status.KindError).Status.GetError(), "lost the entry")
-	for _, id := range ids(items("u", 4, "1")) {
+	for _, id := range ids(us) {
 		if id != "u-00002" && id != lost {
-			assert.Equal(t, status.KindDone, f.waitKind(id, status.KindDone).Status.Kind, id)
+			f.waitKind(id, status.KindDone)
 		}
 	}
 
 	// The failed delete, the failed update and the lost entry are tried
 	// again through ProcessBatch; nothing else is.
 	close(p.block)
-	for _, id := range ids(items("u", 4, "1")) {
+	for _, id := range ids(us) {
 		f.waitKind(id, status.KindDone)
 	}
-	waitUntil(t, "the failed delete tried again", func() (bool, <-chan struct{}) {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		for _, c := range p.calls[before+1:] {
-			if slices.Contains(c[0], "d-00001") {
-				return true, nil
-			}
-		}
-		return false, p.done
+	p.waitCalls(t, "the failed delete tried again", func(calls [][2][]string) bool {
+		return slices.ContainsFunc(calls[before+1:], func(c [2][]string) bool { return slices.Contains(c[0], "d-00001") })
 	})
 	f.caughtUp()
 	var deleted, upserted []string
@@ -374,24 +271,17 @@ func TestProcessBatchResultsBindToEntries(t *testing.T) {
 // outcome of every entry without a Result; those are tried again through
 // the batch.
 func TestProcessBatchCallOutcome(t *testing.T) {
-	cases := []struct {
+	for _, tc := range []struct {
 		name    string
 		timeout time.Duration
-		hook    func(ctx context.Context, upserted []reconciler.BatchEntry[*item]) error
+		hook    func(ctx context.Context) error
 		want    string // the error of the entries without a Result
 	}{
-		{"error", 0, func(context.Context, []reconciler.BatchEntry[*item]) error { return errors.New("target down") }, "target down"},
-		{"panic", 0, func(context.Context, []reconciler.BatchEntry[*item]) error { panic("boom") }, "operation panicked: boom"},
-		{"timeout returned", 50 * time.Millisecond, func(ctx context.Context, _ []reconciler.BatchEntry[*item]) error {
-			<-ctx.Done()
-			return ctx.Err()
-		}, "context deadline exceeded"},
-		{"timeout ignored", 50 * time.Millisecond, func(ctx context.Context, _ []reconciler.BatchEntry[*item]) error {
-			<-ctx.Done()
-			return nil
-		}, "context deadline exceeded"},
-	}
-	for _, tc := range cases {
+		{"error", 0, func(context.Context) error { return errors.New("target down") }, "target down"},
+		{"panic", 0, func(context.Context) error { panic("boom") }, "operation panicked: boom"},
+		{"timeout returned", 50 * time.Millisecond, func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }, "context deadline exceeded"},
+		{"timeout ignored", 50 * time.Millisecond, func(ctx context.Context) error { <-ctx.Done(); return nil }, "context deadline exceeded"},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := newProcessor(t)
 			p.hook = func(ctx context.Context, call int, _, upserted []reconciler.BatchEntry[*item]) error {
@@ -403,7 +293,7 @@ func TestProcessBatchCallOutcome(t *testing.T) {
 						upserted[i].Result = errors.New("own result")
 					}
 				}
-				return tc.hook(ctx, upserted)
+				return tc.hook(ctx)
 			}
 			p.blockFrom = 2
 			f := startFixture(t, p.tg, &with{batch: p}, reconciler.WithPruning(0),
@@ -460,6 +350,22 @@ func (sp *batchSpan) End(e tracing.End) {
 	sp.end = &e
 }
 
+// durations is metrics.Metrics recording the operation names of
+// ReconciliationDuration.
+type durations struct {
+	mu  sync.Mutex
+	ops []string
+}
+
+func (d *durations) ReconciliationDuration(_ cell.FullModuleID, _, operation string, _ time.Duration) {
+	d.mu.Lock()
+	d.ops = append(d.ops, operation)
+	d.mu.Unlock()
+}
+func (d *durations) ReconciliationErrors(cell.FullModuleID, string, int, int) {}
+func (d *durations) PruneError(cell.FullModuleID, string, error)              {}
+func (d *durations) PruneDuration(cell.FullModuleID, string, time.Duration)   {}
+
 // A ProcessBatch call has one span of kind ProcessBatch, in the context
 // ProcessBatch gets, with the entries and deletes it was given and the
 // entries that failed; no UpdateBatch or DeleteBatch span. Its duration is
@@ -483,7 +389,7 @@ func TestProcessBatchSpansAndMetrics(t *testing.T) {
 	f.waitReconciled()
 	f.rec.Pause()
 	f.remove("a-00000", "a-00001")
-	f.upsert(&item{ID: "b"})
+	f.put("b", "")
 	f.rec.Resume()
 	f.waitKind("b", status.KindError)
 	f.rec.Pause()
@@ -493,65 +399,41 @@ func TestProcessBatchSpansAndMetrics(t *testing.T) {
 
 	spans.mu.Lock()
 	defer spans.mu.Unlock()
-	type got struct {
-		kind             tracing.Kind
-		objects, deletes int
-		failed           int
-		outcome          metrics.Outcome
-	}
-	var all []got
+	var all []string
 	for _, sp := range spans.spans {
 		require.NotNil(t, sp.end, "every span ends")
-		all = append(all, got{sp.start.Kind, sp.start.Objects, sp.start.Deletes, sp.end.Failed, sp.end.Outcome})
+		all = append(all, fmt.Sprint(sp.start.Kind, sp.start.Objects, sp.start.Deletes, sp.end.Failed, sp.end.Outcome))
 	}
-	assert.Equal(t, []got{
-		{tracing.ProcessBatch, 3, 0, 0, metrics.OutcomeSuccess},
-		{tracing.ProcessBatch, 3, 2, 1, metrics.OutcomeSuccess},
-		{tracing.ProcessBatch, 1, 1, 0, metrics.OutcomeSuccess},
+	assert.Equal(t, []string{
+		fmt.Sprint(tracing.ProcessBatch, 3, 0, 0, metrics.OutcomeSuccess),
+		fmt.Sprint(tracing.ProcessBatch, 3, 2, 1, metrics.OutcomeSuccess),
+		fmt.Sprint(tracing.ProcessBatch, 1, 1, 0, metrics.OutcomeSuccess),
 	}, all)
-	assert.Equal(t, []string{metrics.OpUpdate, metrics.OpUpdate, metrics.OpDelete}, m.operations())
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	assert.Equal(t, []string{metrics.OpUpdate, metrics.OpUpdate, metrics.OpDelete}, m.ops)
 }
 
-// durations is metrics.Metrics recording the operation names of
-// ReconciliationDuration.
-type durations struct {
-	mu  sync.Mutex
-	ops []string
-}
-
-func (d *durations) ReconciliationDuration(_ cell.FullModuleID, _, operation string, _ time.Duration) {
-	d.mu.Lock()
-	d.ops = append(d.ops, operation)
-	d.mu.Unlock()
-}
-func (d *durations) ReconciliationErrors(cell.FullModuleID, string, int, int) {}
-func (d *durations) PruneError(cell.FullModuleID, string, error)              {}
-func (d *durations) PruneDuration(cell.FullModuleID, string, time.Duration)   {}
-
-func (d *durations) operations() []string {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return slices.Clone(d.ops)
-}
-
-func sorted(s []string) []string { s = slices.Clone(s); slices.Sort(s); return s }
-
-// WithMaxAttempts gives up on an object's own failures, not on an entry
-// the batch operation lost: that object is tried again.
-func TestMaxAttemptsTriesLostBatchEntriesAgain(t *testing.T) {
+// An entry a batch operation lost or overwrote is the implementation's
+// fault, neither the object's nor the target's: the object is tried again,
+// WithMaxAttempts does not give up on it (a579e17), and it never opens the
+// breaker (e6a60c9).
+func TestLostBatchEntriesAreTriedAgainAndBlameNoOne(t *testing.T) {
 	p := newProcessor(t)
 	p.hook = func(_ context.Context, call int, _, upserted []reconciler.BatchEntry[*item]) error {
-		if call == 1 {
-			for i, e := range upserted {
+		for i, e := range upserted {
+			if call <= 5 {
 				upserted[i] = reconciler.BatchEntry[*item]{Object: e.Object, Revision: e.Revision}
 			}
 		}
 		return nil
 	}
-	f := startFixture(t, p.tg, &with{batch: p}, reconciler.WithPruning(0), reconciler.WithMaxAttempts(1), reconciler.WithRetry(time.Millisecond, 10*time.Millisecond))
-	f.upsert(items("a", 2, "1")...)
-	for _, id := range ids(items("a", 2, "1")) {
-		assert.Equal(t, status.KindDone, f.waitKind(id, status.KindDone).Status.Kind, id)
-	}
-	assert.GreaterOrEqual(t, len(p.called()), 2, "the lost entries tried again")
+	m := newKitMetrics()
+	f := startFixture(t, p.tg, &with{batch: p}, reconciler.WithPruning(0), reconciler.WithMetrics(m), reconciler.WithMaxAttempts(1),
+		reconciler.WithCircuitBreaker(2, time.Millisecond, nil), reconciler.WithRetry(time.Millisecond, 4*time.Millisecond))
+	f.upsert(items("l", 10, "1")...)
+	f.converged(p.tg)
+	assert.Greater(t, len(p.called()), 5, "the lost entries tried again")
+	s, _ := m.get()
+	assert.Zero(t, s.BreakerOpened, "lost entries opened the breaker")
 }
