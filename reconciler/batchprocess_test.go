@@ -180,10 +180,32 @@ func TestRegisterBatchOnly(t *testing.T) {
 	})
 }
 
+// With workers too, a BatchProcessor gets every delete and update once,
+// through ProcessBatch only. (With one worker, one call for the round's
+// deletes and updates: testdata/process_batch.txtar.)
+func TestProcessBatchWithWorkers(t *testing.T) {
+	p := newProcessor(t)
+	f := startFixture(t, p.tg, &with{batch: p}, reconciler.WithConcurrency(4), reconciler.WithPruning(0))
+	f.upsert(kititems("1", "a", "b")...)
+	f.waitReconciled()
+	calls := len(p.called())
+	f.rec.Pause()
+	f.remove("a")
+	f.put("c", "1")
+	f.rec.Resume()
+	f.caughtUp()
+	var deleted, upserted []string
+	for _, c := range p.called()[calls:] {
+		deleted, upserted = append(deleted, c[0]...), append(upserted, c[1]...)
+	}
+	assert.Equal(t, []string{"a"}, deleted)
+	assert.Equal(t, []string{"c"}, upserted)
+	assert.Equal(t, sorted([]string{"update a=1", "update b=1", "delete a", "update c=1"}), sorted(p.tg.applied()))
+}
+
 // Results bind to entries, not to positions, when ProcessBatch reorders
 // both slices and overwrites an entry: each object gets its own result,
-// and the object of the overwritten entry is tried again. (A round's
-// deletes and updates in one call: testdata/process_batch.txtar.)
+// and the object of the overwritten entry is tried again.
 func TestProcessBatchResultsBindToEntries(t *testing.T) {
 	p := newProcessor(t)
 	var (
