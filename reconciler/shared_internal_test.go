@@ -12,7 +12,7 @@ import (
 // for the write first (awaitLanded) takes that wake-up away and publishes
 // no progress itself: before, a late reconciler whose first prune came
 // right after its first round stayed at revision 0 for good
-// (TestOutsider53LateReconcilerJoinsTheTable, about once in a few hundred
+// (TestOutsider53LateReconcilerJoinsTheTable, now TestAReconcilerRegisteredLateJoinsTheOthersWrites, about once in a few hundred
 // runs beside other tests).
 func TestAwaitLandedPublishesTheProgressOwed(t *testing.T) {
 	r := newBenchReconciler(t, false)

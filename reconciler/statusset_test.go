@@ -319,7 +319,7 @@ func TestStatusSetFailingNameKeepsItsErrorOthersKeepDone(t *testing.T) {
 // every object Done for every name, no other name in the set, each target
 // holding the table, and sets.Table.Wait, WaitForReconciliation and
 // WaitUntilReconciled agreeing (each returning with that name's statuses
-// in the table: for own setters, TestOutsider53WaitReturnsOnlyOnceStatusesAreInTheTable).
+// in the table: for own setters, TestAWaitOfOneOfSeveralReconcilersReturnsWithItsStatusesInTheTable).
 // The last: thousands of objects at once.
 func TestStatusSetChurnConvergesForEveryName(t *testing.T) {
 	for _, c := range []struct {
