@@ -6,7 +6,7 @@ package reconciler_test
 // review (h57) of "Several reconcilers of one table", WithStatusSet,
 // Register and docs/control.md. Elsewhere: reconcilers of own setters on
 // one set, held back (an Update in flight at a stop or as its object is
-// deleted and written again, one paused), in outsider53_group_test.go; a
+// deleted and written again, one paused), in shared_test.go; a
 // name joining, testdata/sets_join.txtar; sets.Table.Refresh of one name,
 // testdata/sets_refresh.txtar; names joining and leaving under chaos,
 // chaos_sets_test.go.
