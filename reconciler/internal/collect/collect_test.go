@@ -1,60 +1,31 @@
 package collect
 
 import (
-	"fmt"
 	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/cilium/statedb"
-	"github.com/cilium/statedb/index"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/converge-go/converge/reconciler/internal/keyqueue"
-	"github.com/converge-go/converge/reconciler/internal/work"
+	"github.com/converge-go/converge/reconciler/internal/work/worktest"
 	"github.com/converge-go/converge/status"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-type obj struct {
-	id uint64
-	st status.Status
-}
-
-func (o *obj) TableHeader() []string { return []string{"ID", "Status"} }
-func (o *obj) TableRow() []string    { return []string{fmt.Sprint(o.id), o.st.String()} }
-
-var objID = statedb.Index[*obj, uint64]{
-	Name:       "id",
-	FromObject: func(o *obj) index.KeySet { return index.NewKeySet(index.Uint64(o.id)) },
-	FromKey:    index.Uint64,
-	Unique:     true,
-}
-
-// fixture is a table of obj and a Collector of it, with one worker.
+// fixture is a table of worktest.Obj and a Collector of it, with one worker.
 type fixture struct {
 	db    *statedb.DB
-	table statedb.RWTable[*obj]
-	c     *Collector[*obj]
+	table statedb.RWTable[*worktest.Obj]
+	c     *Collector[*worktest.Obj]
 }
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	db := statedb.New()
-	require.NoError(t, db.Start())
-	t.Cleanup(func() { db.Stop() })
-	table, err := statedb.NewTable(db, "objs", objID)
-	require.NoError(t, err)
-	objs := &work.Objects[*obj]{
-		Table: table, Primary: table.PrimaryIndexer(),
-		Clone:     func(o *obj) *obj { c := *o; return &c },
-		SetStatus: func(o *obj, st status.Status) *obj { o.st = st; return o },
-		GetStatus: func(o *obj) status.Status { return o.st },
-	}
-	q := keyqueue.New[*obj](func(k string) string { return k })
-	c := New(Config[*obj]{DB: db, Objects: objs, Queue: q, Log: slog.New(slog.DiscardHandler)}, Limits{Concurrency: 1, RoundSize: 1000})
+	db, table, objs, q := worktest.Table(t)
+	c := New(Config[*worktest.Obj]{DB: db, Objects: objs, Queue: q, Log: slog.New(slog.DiscardHandler)}, Limits{Concurrency: 1, RoundSize: 1000})
 	return &fixture{db, table, c}
 }
 
@@ -74,17 +45,17 @@ func TestARestoredDoneAfterADeleteWhileStoppedIsNotPassedOverAsQuiet(t *testing.
 	now := time.Now()
 	f.write(func(wtxn statedb.WriteTxn) {
 		for i := range 3 {
-			f.table.Insert(wtxn, &obj{id: uint64(i), st: status.DoneAt(now)})
+			f.table.Insert(wtxn, &worktest.Obj{ID: uint64(i), St: status.DoneAt(now)})
 		}
 	})
 	require.NoError(t, f.c.Open())
 	require.Empty(t, f.c.Collect(f.db.ReadTxn(), now, 1000), "first read: all Done")
 	// Deleted before the stop, the delete not read: the feed keeps it
 	// for the next open. Put back while stopped, restored Done.
-	f.write(func(wtxn statedb.WriteTxn) { f.table.Delete(wtxn, &obj{id: 1}) })
+	f.write(func(wtxn statedb.WriteTxn) { f.table.Delete(wtxn, &worktest.Obj{ID: 1}) })
 	f.c.Close()
 	f.write(func(wtxn statedb.WriteTxn) {
-		f.table.Insert(wtxn, &obj{id: 1, st: status.Status{Kind: status.KindDone, UpdatedAt: now}})
+		f.table.Insert(wtxn, &worktest.Obj{ID: 1, St: status.Status{Kind: status.KindDone, UpdatedAt: now}})
 	})
 
 	require.NoError(t, f.c.Open())
@@ -93,8 +64,8 @@ func TestARestoredDoneAfterADeleteWhileStoppedIsNotPassedOverAsQuiet(t *testing.
 	require.Len(t, ops, 1, "second read: the restored object, stale")
 	o := ops[0].Task
 	require.False(t, o.Delete)
-	require.Equal(t, uint64(1), o.Obj.id)
-	require.Equal(t, status.KindPending, o.Obj.st.Kind, "applied as if Pending")
+	require.Equal(t, uint64(1), o.Obj.ID)
+	require.Equal(t, status.KindPending, o.Obj.St.Kind, "applied as if Pending")
 	require.False(t, f.c.changes.PassingOverQuiet(), "the feed still skips after the read")
 }
 

@@ -8,75 +8,45 @@ import (
 	"time"
 
 	"github.com/cilium/statedb"
-	"github.com/cilium/statedb/index"
 	"go.uber.org/goleak"
 
 	"github.com/converge-go/converge/reconciler/internal/keyqueue"
 	"github.com/converge-go/converge/reconciler/internal/work"
+	"github.com/converge-go/converge/reconciler/internal/work/worktest"
 	"github.com/converge-go/converge/status"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-type obj struct {
-	id uint64
-	st status.Status
-}
-
-func (o *obj) TableHeader() []string { return []string{"ID", "Status"} }
-func (o *obj) TableRow() []string    { return []string{fmt.Sprint(o.id), o.st.String()} }
-
-var objID = statedb.Index[*obj, uint64]{
-	Name:       "id",
-	FromObject: func(o *obj) index.KeySet { return index.NewKeySet(index.Uint64(o.id)) },
-	FromKey:    index.Uint64,
-	Unique:     true,
-}
-
-// fixture is a table of obj and a Committer of it.
+// fixture is a table of worktest.Obj and a Committer of it.
 type fixture struct {
 	db    *statedb.DB
-	table statedb.RWTable[*obj]
-	queue *keyqueue.Queue[*obj]
-	c     *Committer[*obj]
+	table statedb.RWTable[*worktest.Obj]
+	queue *keyqueue.Queue[*worktest.Obj]
+	c     *Committer[*worktest.Obj]
 }
 
 func newFixture(tb testing.TB, p Policy) *fixture {
 	tb.Helper()
-	db := statedb.New()
-	if err := db.Start(); err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { db.Stop() })
-	table, err := statedb.NewTable(db, "objs", objID)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	objs := &work.Objects[*obj]{
-		Table: table, Primary: table.PrimaryIndexer(),
-		Clone:     func(o *obj) *obj { c := *o; return &c },
-		SetStatus: func(o *obj, st status.Status) *obj { o.st = st; return o },
-		GetStatus: func(o *obj) status.Status { return o.st },
-	}
-	q := keyqueue.New[*obj](func(k string) string { return k })
-	c := New(Config[*obj]{DB: db, Objects: objs, Queue: q, Log: slog.New(slog.DiscardHandler), Rand: func() float64 { return 0 }}, p)
+	db, table, objs, q := worktest.Table(tb)
+	c := New(Config[*worktest.Obj]{DB: db, Objects: objs, Queue: q, Log: slog.New(slog.DiscardHandler), Rand: func() float64 { return 0 }}, p)
 	return &fixture{db, table, q, c}
 }
 
 // insert writes n Pending objects and returns an op of each, as run with
 // outcome err.
-func (f *fixture) insert(n int, err error) []work.Op[*obj] {
+func (f *fixture) insert(n int, err error) []work.Op[*worktest.Obj] {
 	wtxn := f.db.WriteTxn(f.table)
 	for i := range n {
-		f.table.Insert(wtxn, &obj{id: uint64(i), st: status.Pending()})
+		f.table.Insert(wtxn, &worktest.Obj{ID: uint64(i), St: status.Pending()})
 	}
 	wtxn.Commit()
 	return f.reset(nil, err)
 }
 
 func (f *fixture) kind(id uint64) status.Kind {
-	o, _, _ := f.table.Get(f.db.ReadTxn(), objID.Query(id))
-	return o.st.Kind
+	o, _, _ := f.table.Get(f.db.ReadTxn(), worktest.ByID.Query(id))
+	return o.St.Kind
 }
 
 func TestACommitWritesEachOutcomeInOneTransaction(t *testing.T) {
@@ -103,7 +73,7 @@ func TestAStatusIsNotWrittenOverANewerVersion(t *testing.T) {
 	f := newFixture(t, Policy{})
 	ops := f.insert(1, nil)
 	wtxn := f.db.WriteTxn(f.table)
-	f.table.Insert(wtxn, &obj{id: 0, st: status.Pending()}) // a newer version, a status of its own
+	f.table.Insert(wtxn, &worktest.Obj{ID: 0, St: status.Pending()}) // a newer version, a status of its own
 	wtxn.Commit()
 	if out := f.c.Commit(ops, false, time.Now()); len(out.Wrote) != 0 || ops[0].Written {
 		t.Fatalf("wrote %v (written %v) over a newer version", out.Wrote, ops[0].Written)
@@ -185,7 +155,7 @@ func BenchmarkCommitFloor(b *testing.B) {
 		b.StartTimer()
 		wtxn := f.db.WriteTxn(f.table)
 		for i := range ops {
-			ops[i].Updated.st = status.Done()
+			ops[i].Updated.St = status.Done()
 			if _, _, err := f.table.CompareAndSwap(wtxn, ops[i].Rev, ops[i].Updated); err != nil {
 				b.Fatal(err)
 			}
@@ -203,7 +173,7 @@ func BenchmarkCommitErrors(b *testing.B) {
 	ops := f.insert(1000, errFail)
 	for b.Loop() {
 		b.StopTimer()
-		f.c.cfg.Queue = keyqueue.New[*obj](func(k string) string { return k })
+		f.c.cfg.Queue = keyqueue.New[*worktest.Obj](func(k string) string { return k })
 		ops = f.reset(ops, errFail)
 		b.StartTimer()
 		if out := f.c.Commit(ops, false, time.Now()); out.Failed != 1000 {
@@ -214,10 +184,10 @@ func BenchmarkCommitErrors(b *testing.B) {
 }
 
 // reset makes ops again of the table's objects, as run with err.
-func (f *fixture) reset(ops []work.Op[*obj], err error) []work.Op[*obj] {
+func (f *fixture) reset(ops []work.Op[*worktest.Obj], err error) []work.Op[*worktest.Obj] {
 	ops = ops[:0]
 	for o, rev := range f.table.All(f.db.ReadTxn()) {
-		ops = append(ops, work.Op[*obj]{Task: keyqueue.Task[*obj]{Obj: o, Rev: rev, StatusID: o.st.ID(), Since: o.st.UpdatedAt}, Updated: &obj{id: o.id, st: o.st}, Err: err, Ran: true})
+		ops = append(ops, work.Op[*worktest.Obj]{Task: keyqueue.Task[*worktest.Obj]{Obj: o, Rev: rev, StatusID: o.St.ID(), Since: o.St.UpdatedAt}, Updated: &worktest.Obj{ID: o.ID, St: o.St}, Err: err, Ran: true})
 	}
 	return ops
 }
