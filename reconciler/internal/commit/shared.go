@@ -11,29 +11,6 @@ import (
 	"github.com/converge-go/converge/status"
 )
 
-// group is a Committer's membership of its table's group commit (see
-// package groupcommit) while the reconcile job runs: several reconcilers
-// of one table (the names of a status.Set) write the statuses they settle
-// close together in one write transaction, and those of one object version
-// in one object write, instead of once each. A reconciler alone on its
-// table writes by itself, as if there were no group.
-type group[Obj any] struct {
-	member *groupcommit.Member[Obj] // nil while the job does not run
-	busy   bool                     // the round said Begin
-	sts    []status.Status          // writeShared's buffer: the status of each update
-	// landed is closed once the statuses of the last commit with the
-	// group are in the table: the group's write tells its members their
-	// outcome once nothing can change it, and commits after (see
-	// groupcommit.Member.Landed). nil if the Committer never wrote with
-	// the group.
-	landed <-chan struct{}
-	// over says that the last commit with the group wrote a status over a
-	// changed object (see writeStatus): until it lands, the change that
-	// object had (another writer's, this reconciler's status kept) reads
-	// as the version just applied, to do again.
-	over bool
-}
-
 // Join makes c a member of its table's group, for a run of the job.
 func (c *Committer[Obj]) Join() {
 	c.group.member = groupcommit.Join(c.cfg.DB, c.cfg.Objects.Table)

@@ -3,10 +3,21 @@ package operate
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"runtime/debug"
+	"time"
 
 	"github.com/converge-go/converge/reconciler/internal/work"
 )
+
+// Caller calls one operation, with the operation timeout and, unless
+// Recover is off, a panic turned into an error. The zero value calls
+// without a timeout and lets a panic through.
+type Caller struct {
+	Timeout time.Duration // the operation timeout; 0 for none
+	Recover bool          // turn a panic into an error wrapping work.ErrPanic
+	Log     *slog.Logger  // where a recovered panic is logged; required with Recover
+}
 
 // Call invokes one operation, named what for the log, with the operation
 // timeout and, if Recover is set, turns a panic into an error wrapping
