@@ -198,8 +198,11 @@ func (l *loop[Obj]) round(ctx context.Context, paused bool) {
 	}
 	// The buffers are kept for the next round: let go of their objects
 	// (a round of deletes would keep the deleted objects until then).
+	// Inline, finished is work itself: clear it once.
 	clear(work)
-	clear(finished)
+	if len(finished) > 0 && (len(work) == 0 || &finished[0] != &work[0]) {
+		clear(finished)
+	}
 }
 
 // stopped ends a run of the loop: it stops the executor, commits what

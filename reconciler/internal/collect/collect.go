@@ -338,9 +338,13 @@ func (c *Collector[Obj]) skipsQuiet() bool {
 // before a read of changes and after each change handed out, as that may
 // change the queue's figures. The read clears it when it ends.
 func (c *Collector[Obj]) skipQuiet() {
-	c.changes.PassOverQuiet(nil)
-	if c.skipsQuiet() {
+	switch skip := c.skipsQuiet(); {
+	case skip == c.changes.PassingOverQuiet():
+		// as it was: most often, every change of a read
+	case skip:
 		c.changes.PassOverQuiet(c.cfg.Objects.GetStatus)
+	default:
+		c.changes.PassOverQuiet(nil)
 	}
 }
 

@@ -189,12 +189,13 @@ type Task[Obj any] struct {
 	StatusID uint64    // identity of the status that asked for it; 0 for a delete
 	Since    time.Time // when that status was written (a delete: when read)
 	Ready    int64     // when it became ready to run (Unix ns), for queue waits
-	Delete   bool
-	Refresh  bool // asked for by a Refreshing status
 	// With priorities: the rank of obj's priority, read once per version
-	// (see Queue.rank), once ranked.
-	rank   int64
-	ranked bool
+	// (see Queue.rank), once ranked. (ranked sits with the other flags:
+	// a Task is copied into every op of a round, and padding costs.)
+	rank    int64
+	Delete  bool
+	Refresh bool // asked for by a Refreshing status
+	ranked  bool
 }
 
 // Queue is the set of States of one reconciler. It lives as long

@@ -22,13 +22,15 @@ type Op[Obj any] struct {
 	Updated Obj                  // an update's clone, as Update left it
 	Started int64                // when the operation started (Unix ns)
 	Err     error
+	Recheck time.Duration // an update that succeeded: re-check after this (RecheckAfter)
+	Drift   int64         // drift a refresh reported repaired (ReportRepaired; a batch's on its first refresh), for commit to count
+	// The flags last, together: a round copies and clears an Op per
+	// object, and padding between them costs.
 	Ran     bool          // the operation returned and Err is its outcome
 	Written bool          // commit wrote the status of an update
 	Over    bool          // ... over a changed object carrying the same status: the version it applied
 	NoKey   bool          // the status could not be written: the object had no primary key
 	Spared  bool          // a failure while the breaker was open: it counts no attempt
-	Recheck time.Duration // an update that succeeded: re-check after this (RecheckAfter)
-	Drift   int64         // drift a refresh reported repaired (ReportRepaired; a batch's on its first refresh), for commit to count
 	Checked drift.Verdict // what the drift check said (WithDriftCheck); NotChecked if it did not run or failed
 	// Unapplied: the key's last update failed; report-only repairs drift
 	// (see the reconciler's driftPrepare).
